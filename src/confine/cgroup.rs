@@ -1,0 +1,533 @@
+//! Per-call cgroups: the quotas (memory, pids, CPU) and the kill switch for a call's whole
+//! process tree.
+//!
+//! Works on pure cgroup v2 hosts (controllers delegated to us), on hybrid hosts (limits from
+//! the v1 controllers, `cgroup.kill` from the v2 tree, like the CI machines), and degrades to
+//! nothing when no cgroup can be created (an unprivileged user without delegation); the
+//! caller then falls back to process-group kill and rlimits and reports that. Files are
+//! written directly: the only alternatives pull in D-Bus or pick v1 on hybrid hosts.
+
+use serde::Serialize;
+use std::fs;
+use std::io::{self, Write};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error("cgroup {path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> CgroupError + '_ {
+    move |source| CgroupError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// What cgroup machinery this process can use, with the directories it created for itself.
+#[derive(Debug, Serialize)]
+pub struct Cgroups {
+    /// v2 directory under which per-call groups are made (kill switch, maybe limits).
+    v2_parent: Option<PathBuf>,
+    /// Whether memory/pids/cpu limits are available in the v2 tree.
+    v2_limits: bool,
+    /// v1 parents per controller, on hybrid or v1-only hosts.
+    v1_memory: Option<PathBuf>,
+    v1_pids: Option<PathBuf>,
+    v1_cpu: Option<PathBuf>,
+    #[serde(skip)]
+    next_call: AtomicU64,
+    /// Why something is missing, for `doctor` and the enforcement report.
+    pub notes: Vec<String>,
+}
+
+/// What the host's cgroups give us, in one word for reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CgroupMode {
+    /// v2 with memory, pids and cpu delegated.
+    V2,
+    /// v1 controllers for limits plus v2 `cgroup.kill` (hybrid hosts).
+    Hybrid,
+    /// v1 controllers only: limits, kill by signalling every member.
+    V1,
+    /// v2 kill switch without limits.
+    KillOnly,
+    /// No cgroups: process-group kill and rlimits only.
+    None,
+}
+
+impl Cgroups {
+    /// Looks at /proc/self/cgroup and the cgroup mounts and creates `cordon-<pid>` parents
+    /// where it may. Never fails: what cannot be had is recorded in `notes`.
+    pub fn setup() -> Self {
+        let mut me = Self {
+            v2_parent: None,
+            v2_limits: false,
+            v1_memory: None,
+            v1_pids: None,
+            v1_cpu: None,
+            next_call: AtomicU64::new(1),
+            notes: Vec::new(),
+        };
+        let mounts = CgroupMounts::read();
+        let own = OwnCgroups::read();
+        let label = format!("cordon-{}", std::process::id());
+
+        if let (Some(mount), Some(path)) = (&mounts.v2, &own.v2) {
+            let own_dir = join_cgroup(mount, path);
+            let parent = own_dir.join(&label);
+            match fs::create_dir(&parent) {
+                Ok(()) => {
+                    me.v2_limits = enable_v2_controllers(&own_dir, &parent, &mut me.notes);
+                    me.v2_parent = Some(parent);
+                }
+                Err(e) => me
+                    .notes
+                    .push(format!("cannot create {}: {e}", parent.display())),
+            }
+        } else {
+            me.notes.push("no cgroup v2 hierarchy mounted".into());
+        }
+
+        if !me.v2_limits {
+            for (controller, slot) in [
+                ("memory", &mut me.v1_memory),
+                ("pids", &mut me.v1_pids),
+                ("cpu", &mut me.v1_cpu),
+            ] {
+                let (Some(mount), Some(path)) = (mounts.v1.get(controller), own.v1.get(controller))
+                else {
+                    me.notes.push(format!("no v1 `{controller}` controller"));
+                    continue;
+                };
+                let parent = join_cgroup(mount, path).join(&label);
+                match fs::create_dir(&parent) {
+                    Ok(()) => *slot = Some(parent),
+                    Err(e) => me
+                        .notes
+                        .push(format!("cannot create {}: {e}", parent.display())),
+                }
+            }
+        }
+        me
+    }
+
+    pub fn mode(&self) -> CgroupMode {
+        let v1_limits = self.v1_memory.is_some() && self.v1_pids.is_some();
+        match (&self.v2_parent, self.v2_limits, v1_limits) {
+            (Some(_), true, _) => CgroupMode::V2,
+            (Some(_), false, true) => CgroupMode::Hybrid,
+            (None, _, true) => CgroupMode::V1,
+            (Some(_), false, false) => CgroupMode::KillOnly,
+            (None, _, false) => CgroupMode::None,
+        }
+    }
+
+    pub fn has_limits(&self) -> bool {
+        matches!(
+            self.mode(),
+            CgroupMode::V2 | CgroupMode::Hybrid | CgroupMode::V1
+        )
+    }
+
+    /// Creates the groups for one call with its limits written, and opens their
+    /// `cgroup.procs` for the child to join.
+    pub fn create_call(&self, limits: &CallLimits) -> Result<CallCgroup, CgroupError> {
+        let name = format!("call-{}", self.next_call.fetch_add(1, Ordering::Relaxed));
+        let mut call = CallCgroup::default();
+        if let Some(parent) = &self.v2_parent {
+            let dir = parent.join(&name);
+            fs::create_dir(&dir).map_err(io_err(&dir))?;
+            call.dirs.push(dir.clone());
+            if self.v2_limits {
+                write_file(&dir.join("memory.max"), &limits.memory_bytes.to_string())?;
+                write_optional(&dir.join("memory.swap.max"), "0");
+                write_file(&dir.join("pids.max"), &limits.pids.to_string())?;
+                write_file(
+                    &dir.join("cpu.max"),
+                    &format!(
+                        "{} {CPU_PERIOD_US}",
+                        limits.cpu_percent * CPU_PERIOD_US / 100
+                    ),
+                )?;
+                call.v2_memory_events = Some(dir.join("memory.events"));
+                call.v2_pids_events = Some(dir.join("pids.events"));
+            }
+            call.v2_dir = Some(dir);
+        }
+        if let Some(parent) = &self.v1_memory {
+            let dir = parent.join(&name);
+            fs::create_dir(&dir).map_err(io_err(&dir))?;
+            call.dirs.push(dir.clone());
+            write_file(
+                &dir.join("memory.limit_in_bytes"),
+                &limits.memory_bytes.to_string(),
+            )?;
+            // Swap accounting exists only with swapaccount=1; without it swap is unlimited
+            // only if the host has swap at all.
+            write_optional(
+                &dir.join("memory.memsw.limit_in_bytes"),
+                &limits.memory_bytes.to_string(),
+            );
+            call.v1_memory_dir = Some(dir);
+        }
+        if let Some(parent) = &self.v1_pids {
+            let dir = parent.join(&name);
+            fs::create_dir(&dir).map_err(io_err(&dir))?;
+            call.dirs.push(dir.clone());
+            write_file(&dir.join("pids.max"), &limits.pids.to_string())?;
+            call.v1_pids_dir = Some(dir);
+        }
+        if let Some(parent) = &self.v1_cpu {
+            let dir = parent.join(&name);
+            fs::create_dir(&dir).map_err(io_err(&dir))?;
+            call.dirs.push(dir.clone());
+            write_file(&dir.join("cpu.cfs_period_us"), &CPU_PERIOD_US.to_string())?;
+            write_file(
+                &dir.join("cpu.cfs_quota_us"),
+                &(limits.cpu_percent * CPU_PERIOD_US / 100).to_string(),
+            )?;
+        }
+        for dir in &call.dirs {
+            let procs = dir.join("cgroup.procs");
+            let file = fs::OpenOptions::new()
+                .write(true)
+                .open(&procs)
+                .map_err(io_err(&procs))?;
+            call.procs_fds.push(OwnedFd::from(file));
+        }
+        Ok(call)
+    }
+}
+
+impl Drop for Cgroups {
+    fn drop(&mut self) {
+        for dir in [
+            &self.v2_parent,
+            &self.v1_memory,
+            &self.v1_pids,
+            &self.v1_cpu,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let _ = fs::remove_dir(dir);
+        }
+    }
+}
+
+const CPU_PERIOD_US: u64 = 100_000;
+
+#[derive(Debug, Clone, Copy)]
+pub struct CallLimits {
+    pub memory_bytes: u64,
+    pub pids: u64,
+    pub cpu_percent: u64,
+}
+
+/// One call's groups. Dropping it kills whatever is left in them and removes them.
+#[derive(Debug, Default)]
+pub struct CallCgroup {
+    dirs: Vec<PathBuf>,
+    procs_fds: Vec<OwnedFd>,
+    v2_dir: Option<PathBuf>,
+    v2_memory_events: Option<PathBuf>,
+    v2_pids_events: Option<PathBuf>,
+    v1_memory_dir: Option<PathBuf>,
+    v1_pids_dir: Option<PathBuf>,
+}
+
+/// Which cgroup limits the call's processes ran into.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct LimitHits {
+    pub memory: bool,
+    pub pids: bool,
+}
+
+impl CallCgroup {
+    pub fn procs_fds(&self) -> &[OwnedFd] {
+        &self.procs_fds
+    }
+
+    /// Kills every process in the call's groups and waits (bounded) until they are gone.
+    /// Returns whether the groups were empty at the end.
+    pub fn kill_all(&self, wait: Duration) -> bool {
+        let deadline = Instant::now() + wait;
+        if let Some(dir) = &self.v2_dir {
+            if write_file(&dir.join("cgroup.kill"), "1").is_ok() {
+                while Instant::now() < deadline {
+                    if !v2_populated(dir) {
+                        return true;
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                return !v2_populated(dir);
+            }
+        }
+        // v1 only: signal every member until none is left (a forking tree may add members
+        // between a read and the kills, hence the loop).
+        let Some(dir) = self.v1_pids_dir.as_ref().or(self.v1_memory_dir.as_ref()) else {
+            return true;
+        };
+        loop {
+            let pids = read_procs(dir);
+            if pids.is_empty() {
+                return true;
+            }
+            for pid in pids {
+                if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+                }
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    pub fn limit_hits(&self) -> LimitHits {
+        let mut hits = LimitHits::default();
+        if let Some(f) = &self.v2_memory_events {
+            hits.memory |= keyed_counter(f, "oom_kill") > 0
+                || keyed_counter(f, "max") > 0 && keyed_counter(f, "oom") > 0;
+        }
+        if let Some(f) = &self.v2_pids_events {
+            hits.pids |= keyed_counter(f, "max") > 0;
+        }
+        if let Some(dir) = &self.v1_memory_dir {
+            hits.memory |= keyed_counter(&dir.join("memory.oom_control"), "oom_kill") > 0;
+        }
+        if let Some(dir) = &self.v1_pids_dir {
+            hits.pids |= keyed_counter(&dir.join("pids.events"), "max") > 0;
+        }
+        hits
+    }
+
+    /// Peak memory of the call's tree in bytes, where the kernel reports it.
+    pub fn memory_peak(&self) -> Option<u64> {
+        let from = |p: PathBuf| fs::read_to_string(p).ok()?.trim().parse().ok();
+        self.v1_memory_dir
+            .as_ref()
+            .and_then(|d| from(d.join("memory.max_usage_in_bytes")))
+            .or_else(|| {
+                self.v2_dir
+                    .as_ref()
+                    .and_then(|d| from(d.join("memory.peak")))
+            })
+    }
+}
+
+impl Drop for CallCgroup {
+    fn drop(&mut self) {
+        self.kill_all(Duration::from_secs(2));
+        self.procs_fds.clear();
+        // Children first is not needed (calls have no sub-groups); a group whose last process
+        // is still exiting may refuse rmdir briefly, so retry a little.
+        for dir in &self.dirs {
+            for _ in 0..50 {
+                match fs::remove_dir(dir) {
+                    Ok(()) => break,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => break,
+                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
+                }
+            }
+        }
+    }
+}
+
+fn v2_populated(dir: &Path) -> bool {
+    keyed_counter(&dir.join("cgroup.events"), "populated") > 0
+}
+
+fn read_procs(dir: &Path) -> Vec<i32> {
+    fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// Reads `key N` out of a flat-keyed cgroup file (memory.events, pids.events, …).
+fn keyed_counter(file: &Path, key: &str) -> u64 {
+    fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            (k == key).then(|| v.trim().parse().ok()).flatten()
+        })
+        .unwrap_or(0)
+}
+
+fn write_file(path: &Path, value: &str) -> Result<(), CgroupError> {
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(io_err(path))?;
+    f.write_all(value.as_bytes()).map_err(io_err(path))
+}
+
+fn write_optional(path: &Path, value: &str) {
+    if path.exists() {
+        let _ = write_file(path, value);
+    }
+}
+
+/// Turns on memory, pids and cpu for `parent`'s children. On v2 a group with processes cannot
+/// enable controllers for its children ("no internal processes"), so when our own group is
+/// busy only with us, we first move ourselves into a leaf of our own.
+fn enable_v2_controllers(own_dir: &Path, parent: &Path, notes: &mut Vec<String>) -> bool {
+    const WANTED: [&str; 3] = ["memory", "pids", "cpu"];
+    let available = fs::read_to_string(own_dir.join("cgroup.controllers")).unwrap_or_default();
+    let missing: Vec<&str> = WANTED
+        .iter()
+        .copied()
+        .filter(|c| !available.split_whitespace().any(|a| a == *c))
+        .collect();
+    if !missing.is_empty() {
+        notes.push(format!(
+            "cgroup v2 controllers not delegated here: {} (limits then come from v1 or rlimits)",
+            missing.join(", ")
+        ));
+        return false;
+    }
+    let enable = |dir: &Path| write_file(&dir.join("cgroup.subtree_control"), "+memory +pids +cpu");
+    if enable(own_dir).is_err() {
+        let leaf = own_dir.join(format!("cordon-{}-server", std::process::id()));
+        let moved = fs::create_dir(&leaf).is_ok()
+            && write_file(&leaf.join("cgroup.procs"), "0").is_ok()
+            && enable(own_dir).is_ok();
+        if !moved {
+            notes.push(format!(
+                "cannot enable controllers in {} (other processes share it?)",
+                own_dir.display()
+            ));
+            return false;
+        }
+    }
+    match enable(parent) {
+        Ok(()) => true,
+        Err(e) => {
+            notes.push(e.to_string());
+            false
+        }
+    }
+}
+
+/// Where each hierarchy is mounted and which part of it the mount shows.
+struct CgroupMounts {
+    v2: Option<(PathBuf, String)>,
+    v1: std::collections::HashMap<String, (PathBuf, String)>,
+}
+
+impl CgroupMounts {
+    fn read() -> Self {
+        let mut me = Self {
+            v2: None,
+            v1: Default::default(),
+        };
+        let info = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        for line in info.lines() {
+            // id parent major:minor root mountpoint options [optional…] - fstype source superopts
+            let Some((left, right)) = line.split_once(" - ") else {
+                continue;
+            };
+            let l: Vec<&str> = left.split(' ').collect();
+            let r: Vec<&str> = right.split(' ').collect();
+            if l.len() < 5 || r.len() < 3 {
+                continue;
+            }
+            let (root, mountpoint) = (l[3].to_owned(), PathBuf::from(l[4]));
+            match r[0] {
+                "cgroup2" if me.v2.is_none() => me.v2 = Some((mountpoint, root)),
+                "cgroup" => {
+                    for opt in r[2].split(',') {
+                        if matches!(opt, "memory" | "pids" | "cpu") {
+                            me.v1
+                                .entry(opt.to_owned())
+                                .or_insert((mountpoint.clone(), root.clone()));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        me
+    }
+}
+
+/// This process's own group in each hierarchy, from /proc/self/cgroup.
+struct OwnCgroups {
+    v2: Option<String>,
+    v1: std::collections::HashMap<String, String>,
+}
+
+impl OwnCgroups {
+    fn read() -> Self {
+        let mut me = Self {
+            v2: None,
+            v1: Default::default(),
+        };
+        let text = fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        for line in text.lines() {
+            let mut parts = line.splitn(3, ':');
+            let (Some(id), Some(controllers), Some(path)) =
+                (parts.next(), parts.next(), parts.next())
+            else {
+                continue;
+            };
+            if id == "0" && controllers.is_empty() {
+                me.v2 = Some(path.to_owned());
+            } else {
+                for c in controllers.split(',') {
+                    me.v1.insert(c.to_owned(), path.to_owned());
+                }
+            }
+        }
+        me
+    }
+}
+
+/// The directory of cgroup `path` given a mount that shows the hierarchy from `mount_root`.
+fn join_cgroup((mountpoint, mount_root): &(PathBuf, String), path: &str) -> PathBuf {
+    let relative = path
+        .strip_prefix(mount_root.as_str())
+        .unwrap_or(path)
+        .trim_start_matches('/');
+    mountpoint.join(relative)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn join_strips_the_mount_root() {
+        let m = (PathBuf::from("/sys/fs/cgroup/memory"), "/".to_owned());
+        assert_eq!(
+            join_cgroup(&m, "/a/b"),
+            PathBuf::from("/sys/fs/cgroup/memory/a/b")
+        );
+        let m = (PathBuf::from("/sys/fs/cgroup"), "/user.slice".to_owned());
+        assert_eq!(
+            join_cgroup(&m, "/user.slice/x"),
+            PathBuf::from("/sys/fs/cgroup/x")
+        );
+    }
+
+    #[test]
+    fn keyed_counter_reads_flat_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("events");
+        fs::write(&f, "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n").unwrap();
+        assert_eq!(keyed_counter(&f, "oom_kill"), 1);
+        assert_eq!(keyed_counter(&f, "max"), 3);
+        assert_eq!(keyed_counter(&f, "absent"), 0);
+    }
+}

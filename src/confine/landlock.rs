@@ -1,0 +1,260 @@
+//! The Landlock ruleset: which files a confined call may read, write or execute, and which TCP
+//! ports it may use.
+//!
+//! Built once per policy in the parent and kept as an fd; children only call
+//! `landlock_restrict_self` on it (see `child`). Landlock can only *grant*, so a granted
+//! directory that contains a denied path is expanded here into its children minus the denied
+//! ones. Nothing in this module runs in the child.
+
+use landlock::{
+    Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd, Ruleset,
+    RulesetAttr, RulesetCreatedAttr, Scope, ABI,
+};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+/// How far below a granted directory we descend to carve out denied paths. The default
+/// policy needs 2 (`/etc/ssh/ssh_host_*_key`); the bound keeps a bad policy from walking /usr.
+const MAX_EXPANSION_DEPTH: usize = 6;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LandlockError {
+    #[error("Landlock ruleset: {0}")]
+    Ruleset(#[from] landlock::RulesetError),
+    #[error("Landlock: cannot open {path} for a rule: {source}")]
+    PathFd {
+        path: PathBuf,
+        source: landlock::PathFdError,
+    },
+    #[error("Landlock is not supported by this kernel")]
+    Unsupported,
+}
+
+/// What the ruleset grants, in terms a reviewer can check against the policy.
+#[derive(Debug, Clone)]
+pub struct LandlockSpec<'a> {
+    pub read_exec: &'a [PathBuf],
+    pub read_write: &'a [PathBuf],
+    pub read_only: &'a [PathBuf],
+    pub devices: &'a [PathBuf],
+    pub deny: &'a [PathBuf],
+    pub tcp_connect: &'a [u16],
+    pub tcp_bind: &'a [u16],
+}
+
+/// One grant as actually written into the ruleset (after deny expansion).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub path: PathBuf,
+    pub access: GrantKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GrantKind {
+    ReadExec,
+    /// Only listing the directory: it contains a denied entry, its other children are granted
+    /// one by one.
+    ListOnly,
+    ReadWrite,
+    Device,
+}
+
+/// Builds the ruleset. `best_effort` is the operator's explicit degraded mode: rights this
+/// kernel lacks are dropped instead of failing.
+pub fn build_ruleset(spec: &LandlockSpec<'_>, best_effort: bool) -> Result<OwnedFd, LandlockError> {
+    let abi = ABI::V6;
+    let level = if best_effort {
+        CompatLevel::BestEffort
+    } else {
+        CompatLevel::HardRequirement
+    };
+    let read = AccessFs::from_read(abi);
+    let read_file = AccessFs::ReadFile | AccessFs::Execute;
+    // Block/char device creation needs CAP_MKNOD, which children never have; not granting it
+    // keeps the ruleset honest about what the workspace is for.
+    let write = AccessFs::from_all(abi) & !(AccessFs::MakeBlock | AccessFs::MakeChar);
+    let device = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev;
+
+    let mut created = Ruleset::default()
+        .set_compatibility(level)
+        .handle_access(AccessFs::from_all(abi))?
+        .handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)?
+        .scope(Scope::AbstractUnixSocket | Scope::Signal)?
+        .create()?;
+
+    for grant in expand_grants(spec) {
+        let is_dir = grant.path.is_dir();
+        let access = match (grant.access, is_dir) {
+            (GrantKind::ReadExec, true) => read,
+            (GrantKind::ReadExec, false) => read_file,
+            (GrantKind::ListOnly, _) => AccessFs::ReadDir.into(),
+            (GrantKind::ReadWrite, true) => write,
+            (GrantKind::ReadWrite, false) => write & AccessFs::from_file(abi),
+            (GrantKind::Device, _) => device,
+        };
+        let fd = PathFd::new(&grant.path).map_err(|source| LandlockError::PathFd {
+            path: grant.path.clone(),
+            source,
+        })?;
+        created = created.add_rule(PathBeneath::new(fd, access))?;
+    }
+    for &port in spec.tcp_connect {
+        created = created.add_rule(NetPort::new(port, AccessNet::ConnectTcp))?;
+    }
+    for &port in spec.tcp_bind {
+        created = created.add_rule(NetPort::new(port, AccessNet::BindTcp))?;
+    }
+    Option::<OwnedFd>::from(created).ok_or(LandlockError::Unsupported)
+}
+
+/// The grants after carving denied paths out of granted directories. Paths that do not exist
+/// on this machine are skipped (a policy lists /lib32 for the machines that have it).
+pub fn expand_grants(spec: &LandlockSpec<'_>) -> Vec<Grant> {
+    let deny: Vec<DenyPattern> = spec.deny.iter().map(|p| DenyPattern::new(p)).collect();
+    let mut out = Vec::new();
+    for path in spec.read_exec.iter().chain(spec.read_only) {
+        expand(path, GrantKind::ReadExec, &deny, 0, &mut out);
+    }
+    for path in spec.read_write {
+        expand(path, GrantKind::ReadWrite, &deny, 0, &mut out);
+    }
+    for path in spec.devices {
+        if path.exists() && !deny.iter().any(|d| d.matches(path)) {
+            out.push(Grant {
+                path: path.clone(),
+                access: GrantKind::Device,
+            });
+        }
+    }
+    out
+}
+
+fn expand(path: &Path, kind: GrantKind, deny: &[DenyPattern], depth: usize, out: &mut Vec<Grant>) {
+    if !path.exists() || deny.iter().any(|d| d.matches(path)) {
+        return;
+    }
+    let carve = path.is_dir() && deny.iter().any(|d| d.is_strictly_beneath(path));
+    if !carve || depth >= MAX_EXPANSION_DEPTH {
+        out.push(Grant {
+            path: path.to_path_buf(),
+            access: kind,
+        });
+        return;
+    }
+    out.push(Grant {
+        path: path.to_path_buf(),
+        access: GrantKind::ListOnly,
+    });
+    let Ok(entries) = std::fs::read_dir(path) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        // A symlink is reached through its target's own ancestors; granting "the link" would
+        // grant the target, which may be anything (even a denied file), so links are skipped.
+        if entry.file_type().map(|t| t.is_symlink()).unwrap_or(true) {
+            continue;
+        }
+        expand(&entry.path(), kind, deny, depth + 1, out);
+    }
+}
+
+/// A denied path; `*` in the last component matches any run of characters.
+struct DenyPattern {
+    parent: PathBuf,
+    last: String,
+}
+
+impl DenyPattern {
+    fn new(path: &Path) -> Self {
+        Self {
+            parent: path.parent().map(Path::to_path_buf).unwrap_or_default(),
+            last: path
+                .file_name()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        }
+    }
+
+    fn matches(&self, path: &Path) -> bool {
+        if path.parent() != Some(self.parent.as_path()) {
+            return false;
+        }
+        let name = path
+            .file_name()
+            .map(|s| s.to_string_lossy())
+            .unwrap_or_default();
+        glob_match(&self.last, &name)
+    }
+
+    fn is_strictly_beneath(&self, dir: &Path) -> bool {
+        self.parent.starts_with(dir)
+    }
+}
+
+fn glob_match(pattern: &str, name: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    if parts.len() == 1 {
+        return pattern == name;
+    }
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if !name.starts_with(first) || name.len() < first.len() + last.len() || !name.ends_with(last) {
+        return false;
+    }
+    let mut rest = &name[first.len()..name.len() - last.len()];
+    for middle in &parts[1..parts.len() - 1] {
+        match rest.find(middle) {
+            Some(i) => rest = &rest[i + middle.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glob_matches_host_keys_only() {
+        assert!(glob_match("ssh_host_*_key", "ssh_host_ed25519_key"));
+        assert!(!glob_match("ssh_host_*_key", "ssh_host_ed25519_key.pub"));
+        assert!(glob_match("shadow", "shadow"));
+        assert!(!glob_match("shadow", "shadow-"));
+    }
+
+    #[test]
+    fn granted_dir_with_denied_child_is_expanded() {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        std::fs::create_dir_all(r.join("etc/ssh")).unwrap();
+        for f in [
+            "etc/passwd",
+            "etc/shadow",
+            "etc/ssh/ssh_host_rsa_key",
+            "etc/ssh/sshd_config",
+        ] {
+            std::fs::write(r.join(f), "x").unwrap();
+        }
+        let read = vec![r.join("etc")];
+        let deny = vec![r.join("etc/shadow"), r.join("etc/ssh/ssh_host_*_key")];
+        let grants = expand_grants(&LandlockSpec {
+            read_exec: &read,
+            read_write: &[],
+            read_only: &[],
+            devices: &[],
+            deny: &deny,
+            tcp_connect: &[],
+            tcp_bind: &[],
+        });
+        let has =
+            |p: &str, k: GrantKind| grants.iter().any(|g| g.path == r.join(p) && g.access == k);
+        assert!(has("etc", GrantKind::ListOnly));
+        assert!(has("etc/passwd", GrantKind::ReadExec));
+        assert!(has("etc/ssh", GrantKind::ListOnly));
+        assert!(has("etc/ssh/sshd_config", GrantKind::ReadExec));
+        assert!(!grants.iter().any(|g| g.path == r.join("etc/shadow")));
+        assert!(!grants
+            .iter()
+            .any(|g| g.path == r.join("etc/ssh/ssh_host_rsa_key")));
+    }
+}

@@ -1,0 +1,299 @@
+//! Confinement: turning a validated policy into what the kernel enforces on each child.
+//!
+//! Owns the Landlock ruleset, the seccomp programs, the rlimit plan and the cgroups, all
+//! built once when a policy is loaded ("build once, apply many"), and the only `unsafe` code
+//! in cordon (`child`, `kernel`, `selftest`). It never reads a policy file, never spawns a
+//! process itself (that is `exec`), and knows nothing of MCP.
+
+mod cgroup;
+mod child;
+pub mod kernel;
+pub mod landlock;
+mod rlimits;
+pub mod seccomp;
+pub mod selftest;
+
+pub use cgroup::{CallCgroup, CallLimits, CgroupMode, LimitHits};
+pub use child::ChildSetup;
+pub use kernel::{KernelSupport, REQUIRED_LANDLOCK_ABI};
+
+use crate::policy::{Policy, WorkspaceAccess};
+use seccompiler::BpfProgram;
+use serde::Serialize;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfineError {
+    #[error(
+        "refusing to run confined work: {feature} is not available on this kernel ({found}). \
+         {fix} To run anyway with weaker confinement, pass --allow-degraded; every result then \
+         states the enforcement level actually in force."
+    )]
+    Unenforceable {
+        feature: &'static str,
+        found: String,
+        fix: &'static str,
+    },
+    #[error(transparent)]
+    Landlock(#[from] landlock::LandlockError),
+    #[error(transparent)]
+    Seccomp(#[from] seccomp::SeccompError),
+    #[error("cannot create the private temporary directory: {0}")]
+    TempDir(std::io::Error),
+    #[error("cannot prepare the call's cgroup: {0}")]
+    Cgroup(#[from] cgroup::CgroupError),
+}
+
+/// Arranges for `setup` to be applied in the child between fork and exec.
+pub fn confine_on_spawn(cmd: &mut tokio::process::Command, setup: ChildSetup) {
+    // SAFETY: `child::enter` only issues async-signal-safe syscalls on data prepared in the
+    // parent. The fds it names (cwd, cgroup.procs, Landlock ruleset) are owned by the caller,
+    // the call cgroup and the Confinement, all of which outlive `spawn`.
+    unsafe {
+        cmd.pre_exec(move || child::enter(&setup));
+    }
+}
+
+/// What the operator allows beyond the policy.
+#[derive(Debug, Clone, Default)]
+pub struct ConfineOptions {
+    /// Run with what the kernel offers instead of refusing (`--allow-degraded`).
+    pub allow_degraded: bool,
+    /// Extra read+execute grants (e.g. the cordon binary itself for `doctor` probes).
+    pub extra_read_exec: Vec<PathBuf>,
+}
+
+/// The enforcement actually in force, reported with every outcome.
+#[derive(Debug, Clone, Serialize)]
+pub struct Enforcement {
+    /// `full`: Landlock, seccomp and cgroup limits. `reduced`: no cgroup limits (rlimits and
+    /// process-group kill only). `degraded`: Landlock or seccomp missing (operator allowed).
+    pub level: &'static str,
+    pub landlock_abi: u32,
+    pub landlock: bool,
+    pub seccomp: bool,
+    pub cgroups: CgroupMode,
+    pub capabilities_dropped: bool,
+    pub notes: Vec<String>,
+}
+
+impl Enforcement {
+    pub fn summary(&self) -> String {
+        let mut parts = Vec::new();
+        if self.landlock {
+            parts.push(format!("Landlock ABI {}", self.landlock_abi));
+        } else {
+            parts.push("NO Landlock".into());
+        }
+        parts.push(
+            if self.seccomp {
+                "seccomp"
+            } else {
+                "NO seccomp"
+            }
+            .into(),
+        );
+        parts.push(format!(
+            "cgroups: {}",
+            serde_json::to_value(self.cgroups)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default()
+        ));
+        format!("{} ({})", self.level, parts.join(", "))
+    }
+}
+
+/// A policy made enforceable: everything a child needs, built once.
+pub struct Confinement {
+    landlock_fd: Option<OwnedFd>,
+    seccomp: Arc<Vec<BpfProgram>>,
+    rlimits: Arc<Vec<(rustix::process::Resource, u64)>>,
+    drop_capabilities: bool,
+    cgroups: cgroup::Cgroups,
+    call_limits: CallLimits,
+    enforcement: Enforcement,
+    tmp_root: tempfile::TempDir,
+    workspace: PathBuf,
+}
+
+impl Confinement {
+    /// Builds the confinement for `policy` over `workspace` (an absolute, canonical path).
+    /// Fails closed when the kernel cannot enforce the policy, unless degraded mode is allowed.
+    pub fn build(
+        policy: &Policy,
+        workspace: &Path,
+        options: &ConfineOptions,
+    ) -> Result<Self, ConfineError> {
+        let kernel = KernelSupport::detect();
+        let mut notes = Vec::new();
+
+        let tmp_root = tempfile::Builder::new()
+            .prefix("cordon-tmp-")
+            .tempdir()
+            .map_err(ConfineError::TempDir)?;
+
+        let landlock_fd = if kernel.landlock_abi >= REQUIRED_LANDLOCK_ABI {
+            Some(build_landlock(
+                policy,
+                workspace,
+                tmp_root.path(),
+                options,
+                false,
+            )?)
+        } else if options.allow_degraded {
+            notes.push(format!(
+                "Landlock ABI {} < {REQUIRED_LANDLOCK_ABI}: file/TCP rules only as far as this kernel supports",
+                kernel.landlock_abi
+            ));
+            if kernel.landlock_abi > 0 {
+                Some(build_landlock(
+                    policy,
+                    workspace,
+                    tmp_root.path(),
+                    options,
+                    true,
+                )?)
+            } else {
+                None
+            }
+        } else {
+            return Err(ConfineError::Unenforceable {
+                feature: "Landlock ABI 6 or newer",
+                found: if kernel.landlock_abi == 0 {
+                    "Landlock is not enabled".into()
+                } else {
+                    format!("ABI {}", kernel.landlock_abi)
+                },
+                fix: "Use Linux 6.12 or newer with `landlock` in the boot parameter `lsm=` \
+                      (check /sys/kernel/security/lsm).",
+            });
+        };
+
+        let seccomp = if kernel.seccomp_filter {
+            seccomp::compile_profile(&policy.sandbox.seccomp_profile)?
+        } else if options.allow_degraded {
+            notes.push("seccomp filters unavailable: no syscall filtering".into());
+            Vec::new()
+        } else {
+            return Err(ConfineError::Unenforceable {
+                feature: "seccomp filtering",
+                found: "CONFIG_SECCOMP_FILTER missing".into(),
+                fix: "Use a kernel built with CONFIG_SECCOMP_FILTER=y.",
+            });
+        };
+
+        let cgroups = cgroup::Cgroups::setup();
+        if !cgroups.has_limits() {
+            notes.push(
+                "no cgroup limits: memory and pids are bounded by rlimits only, and a process \
+                 that leaves the process group (setsid) is not killed with the call"
+                    .into(),
+            );
+        }
+        notes.extend(cgroups.notes.iter().cloned());
+
+        let drop_capabilities = kernel.is_root;
+        let rlimits = rlimits::plan(&policy.limits, !kernel.is_root && !cgroups.has_limits());
+        let landlock = landlock_fd.is_some() && kernel.landlock_abi >= REQUIRED_LANDLOCK_ABI;
+        let level = match (landlock && !seccomp.is_empty(), cgroups.has_limits()) {
+            (true, true) => "full",
+            (true, false) => "reduced",
+            (false, _) => "degraded",
+        };
+        let enforcement = Enforcement {
+            level,
+            landlock_abi: if landlock_fd.is_some() {
+                kernel.landlock_abi
+            } else {
+                0
+            },
+            landlock,
+            seccomp: !seccomp.is_empty(),
+            cgroups: cgroups.mode(),
+            capabilities_dropped: drop_capabilities,
+            notes,
+        };
+        Ok(Self {
+            landlock_fd,
+            seccomp: Arc::new(seccomp),
+            rlimits: Arc::new(rlimits),
+            drop_capabilities,
+            call_limits: CallLimits {
+                memory_bytes: policy.limits.memory_bytes,
+                pids: policy.limits.pids,
+                cpu_percent: policy.limits.cpu_percent,
+            },
+            cgroups,
+            enforcement,
+            tmp_root,
+            workspace: workspace.to_path_buf(),
+        })
+    }
+
+    pub fn enforcement(&self) -> &Enforcement {
+        &self.enforcement
+    }
+
+    pub fn workspace(&self) -> &Path {
+        &self.workspace
+    }
+
+    /// Root of the per-call private temporary directories (granted read-write).
+    pub fn tmp_root(&self) -> &Path {
+        self.tmp_root.path()
+    }
+
+    /// Creates the call's cgroup (when the host has them).
+    pub fn create_call_cgroup(&self) -> Result<Option<CallCgroup>, ConfineError> {
+        if matches!(self.cgroups.mode(), CgroupMode::None) {
+            return Ok(None);
+        }
+        Ok(Some(self.cgroups.create_call(&self.call_limits)?))
+    }
+
+    /// The data the child applies; the fds it names must outlive the spawn.
+    pub fn child_setup(&self, cwd_fd: Option<RawFd>, cgroup: Option<&CallCgroup>) -> ChildSetup {
+        ChildSetup {
+            cwd_fd,
+            cgroup_procs_fds: cgroup
+                .map(|c| c.procs_fds().iter().map(AsRawFd::as_raw_fd).collect())
+                .unwrap_or_default(),
+            rlimits: Arc::clone(&self.rlimits),
+            drop_capabilities: self.drop_capabilities,
+            landlock_ruleset_fd: self.landlock_fd.as_ref().map(AsRawFd::as_raw_fd),
+            seccomp_programs: Arc::clone(&self.seccomp),
+        }
+    }
+}
+
+fn build_landlock(
+    policy: &Policy,
+    workspace: &Path,
+    tmp_root: &Path,
+    options: &ConfineOptions,
+    best_effort: bool,
+) -> Result<OwnedFd, ConfineError> {
+    let fs = &policy.filesystem;
+    let mut read_exec = fs.read_exec.clone();
+    read_exec.extend(options.extra_read_exec.iter().cloned());
+    let mut read_write = fs.read_write.clone();
+    read_write.push(tmp_root.to_path_buf());
+    let mut read_only = Vec::new();
+    match fs.workspace {
+        WorkspaceAccess::ReadWrite => read_write.push(workspace.to_path_buf()),
+        WorkspaceAccess::ReadOnly => read_only.push(workspace.to_path_buf()),
+    }
+    let spec = landlock::LandlockSpec {
+        read_exec: &read_exec,
+        read_write: &read_write,
+        read_only: &read_only,
+        devices: &fs.devices,
+        deny: &fs.deny,
+        tcp_connect: &policy.network.tcp_connect,
+        tcp_bind: &policy.network.tcp_bind,
+    };
+    Ok(landlock::build_ruleset(&spec, best_effort)?)
+}

@@ -1,0 +1,161 @@
+//! The seccomp programs: everything Landlock does not cover (kernel attack surface, non-TCP
+//! sockets, namespaces, ptrace).
+//!
+//! Profiles are seccompiler JSON (`sandbox-profiles/`, embedded), compiled once per policy in
+//! the parent. Two things JSON cannot say are spliced in here, right after seccompiler's
+//! architecture check: x32 syscall numbers are refused (seccompiler only checks
+//! AUDIT_ARCH_X86_64, which x32 shares) and `clone3` answers ENOSYS, so libc falls back to
+//! `clone`, whose flags the profile *can* inspect. Installing the programs is `child`'s job.
+
+use seccompiler::{sock_filter, BpfProgram, TargetArch};
+use std::path::Path;
+
+const EMBEDDED: &[(&str, &str)] = &[
+    (
+        "default",
+        include_str!("../../sandbox-profiles/default.json"),
+    ),
+    ("tcp", include_str!("../../sandbox-profiles/tcp.json")),
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum SeccompError {
+    #[error("seccomp profile `{0}` is neither built in (default, tcp) nor a readable file")]
+    UnknownProfile(String),
+    #[error("seccomp profile {origin}: {source}")]
+    Compile {
+        origin: String,
+        source: seccompiler::Error,
+    },
+    #[error("seccomp profile {origin}: {message}")]
+    Shape { origin: String, message: String },
+    #[error("cannot read seccomp profile {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+pub fn embedded_profile_names() -> Vec<&'static str> {
+    EMBEDDED.iter().map(|(n, _)| *n).collect()
+}
+
+/// Compiles a profile (embedded name or JSON file) into the programs to install, in a stable
+/// order, the first carrying the x32/clone3 prologue.
+pub fn compile_profile(name_or_path: &str) -> Result<Vec<BpfProgram>, SeccompError> {
+    let (origin, text) = match EMBEDDED.iter().find(|(n, _)| *n == name_or_path) {
+        Some((n, text)) => (format!("builtin:{n}"), (*text).to_owned()),
+        None if Path::new(name_or_path).is_file() => {
+            let text =
+                std::fs::read_to_string(name_or_path).map_err(|source| SeccompError::Read {
+                    path: name_or_path.to_owned(),
+                    source,
+                })?;
+            (name_or_path.to_owned(), text)
+        }
+        None => return Err(SeccompError::UnknownProfile(name_or_path.to_owned())),
+    };
+    let map =
+        seccompiler::compile_from_json(text.as_bytes(), TargetArch::x86_64).map_err(|source| {
+            SeccompError::Compile {
+                origin: origin.clone(),
+                source,
+            }
+        })?;
+    let mut programs: Vec<(String, BpfProgram)> = map.into_iter().collect();
+    programs.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut programs: Vec<BpfProgram> = programs.into_iter().map(|(_, p)| p).collect();
+    let Some(first) = programs.first_mut() else {
+        return Err(SeccompError::Shape {
+            origin,
+            message: "defines no filter".into(),
+        });
+    };
+    splice_prologue(first).map_err(|message| SeccompError::Shape { origin, message })?;
+    Ok(programs)
+}
+
+const BPF_LD_W_ABS: u16 = 0x20;
+const BPF_JEQ_K: u16 = 0x15;
+const BPF_JGE_K: u16 = 0x35;
+const BPF_RET_K: u16 = 0x06;
+const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
+const SECCOMP_RET_KILL_PROCESS: u32 = 0x8000_0000;
+const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+const SECCOMP_DATA_ARCH: u32 = 4;
+const SECCOMP_DATA_NR: u32 = 0;
+
+fn splice_prologue(prog: &mut BpfProgram) -> Result<(), String> {
+    // Refuse to patch a program whose start is not the arch check we expect: a seccompiler
+    // upgrade that changed it would otherwise turn our relative jumps into nonsense.
+    let expected = [
+        (BPF_LD_W_ABS, SECCOMP_DATA_ARCH),
+        (BPF_JEQ_K, AUDIT_ARCH_X86_64),
+        (BPF_RET_K, SECCOMP_RET_KILL_PROCESS),
+    ];
+    let matches = prog.len() > 3
+        && expected
+            .iter()
+            .zip(prog.iter())
+            .all(|(&(code, k), ins)| ins.code == code && ins.k == k)
+        && prog[1].jt == 1
+        && prog[1].jf == 0;
+    if !matches {
+        return Err(
+            "unexpected architecture-check prologue; cannot add the x32/clone3 rules".into(),
+        );
+    }
+    let enosys = SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
+    prog.splice(
+        3..3,
+        [
+            sock_filter {
+                code: BPF_LD_W_ABS,
+                jt: 0,
+                jf: 0,
+                k: SECCOMP_DATA_NR,
+            },
+            // x32 numbers carry bit 30: answer ENOSYS instead of letting them alias past the
+            // deny rules.
+            sock_filter {
+                code: BPF_JGE_K,
+                jt: 1,
+                jf: 0,
+                k: X32_SYSCALL_BIT,
+            },
+            sock_filter {
+                code: BPF_JEQ_K,
+                jt: 0,
+                jf: 1,
+                k: libc::SYS_clone3 as u32,
+            },
+            sock_filter {
+                code: BPF_RET_K,
+                jt: 0,
+                jf: 0,
+                k: enosys,
+            },
+        ],
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_profiles_compile_with_prologue() {
+        for name in embedded_profile_names() {
+            let progs = compile_profile(name).unwrap();
+            assert_eq!(progs[0][4].k, X32_SYSCALL_BIT, "{name}");
+        }
+    }
+
+    #[test]
+    fn unknown_profile_is_named() {
+        let err = compile_profile("nope").unwrap_err().to_string();
+        assert!(err.contains("nope"), "{err}");
+    }
+}

@@ -1,0 +1,390 @@
+//! `cordon doctor`: proves on the running kernel that the confinement holds.
+//!
+//! Reports what the kernel offers, then runs live probes under the selected policy, each
+//! attempting something forbidden (or something that must keep working) in a real confined
+//! child, and compares what happened with what the policy promises. Owns the probe list and
+//! the report; the forbidden operations themselves live in `confine::selftest`.
+
+use crate::confine::{ConfineOptions, Confinement, KernelSupport};
+use crate::exec::{CaptureSpec, ExecOutcome, ExecRequest, Executor, LimitKind};
+use crate::policy::Policy;
+use serde::Serialize;
+use std::ffi::OsString;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DoctorError {
+    #[error(transparent)]
+    Confine(#[from] crate::confine::ConfineError),
+    #[error("doctor setup: {0}")]
+    Setup(#[from] std::io::Error),
+}
+
+#[derive(Debug, Serialize)]
+pub struct DoctorReport {
+    pub kernel: KernelSupport,
+    pub enforcement: crate::confine::Enforcement,
+    pub policy: String,
+    pub probes: Vec<ProbeResult>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ProbeResult {
+    pub probe: String,
+    pub expected: String,
+    pub observed: String,
+    pub pass: bool,
+}
+
+impl DoctorReport {
+    pub fn all_passed(&self) -> bool {
+        self.probes.iter().all(|p| p.pass)
+    }
+
+    pub fn render_table(&self) -> String {
+        let k = &self.kernel;
+        let mut out = format!(
+            "kernel {}  Landlock ABI {}  seccomp {}  user namespaces {}  root {}\n\
+             policy {}  enforcement {}\n",
+            k.kernel_release,
+            k.landlock_abi,
+            yes(k.seccomp_filter),
+            yes(k.user_namespaces),
+            yes(k.is_root),
+            self.policy,
+            self.enforcement.summary(),
+        );
+        for note in &self.enforcement.notes {
+            out.push_str(&format!("  note: {note}\n"));
+        }
+        let w = self
+            .probes
+            .iter()
+            .map(|p| p.probe.len())
+            .max()
+            .unwrap_or(5)
+            .max(5);
+        let e = self
+            .probes
+            .iter()
+            .map(|p| p.expected.len())
+            .max()
+            .unwrap_or(8)
+            .max(8);
+        out.push_str(&format!(
+            "\n{:w$}  {:e$}  {:4}  observed\n",
+            "probe", "expected", "ok"
+        ));
+        for p in &self.probes {
+            out.push_str(&format!(
+                "{:w$}  {:e$}  {:4}  {}\n",
+                p.probe,
+                p.expected,
+                if p.pass { "PASS" } else { "FAIL" },
+                p.observed
+            ));
+        }
+        let failed = self.probes.iter().filter(|p| !p.pass).count();
+        out.push_str(&format!(
+            "\n{} passed, {} failed\n",
+            self.probes.len() - failed,
+            failed
+        ));
+        out
+    }
+}
+
+fn yes(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+/// Runs every probe under `policy` in a throwaway workspace.
+pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
+    let kernel = KernelSupport::detect();
+    let workspace = tempfile::Builder::new()
+        .prefix("cordon-doctor-ws-")
+        .tempdir()?;
+    let outside = tempfile::Builder::new()
+        .prefix("cordon-doctor-outside-")
+        .tempdir()?;
+    let secret = outside.path().join("secret.txt");
+    let secret_text = format!("cordon-secret-{}", std::process::id());
+    std::fs::write(&secret, &secret_text)?;
+    let self_exe = std::env::current_exe()?;
+
+    let options = ConfineOptions {
+        allow_degraded: false,
+        extra_read_exec: vec![self_exe.clone()],
+    };
+    let ws = workspace.path().canonicalize()?;
+    let confinement = Arc::new(Confinement::build(policy, &ws, &options)?);
+    let executor = Executor::new(Arc::clone(&confinement), policy);
+    let mut probes = Vec::new();
+    let sh = |script: &str| vec![OsString::from("/bin/sh"), "-c".into(), script.into()];
+    let probe = |name: &str, arg: Option<String>| {
+        let mut v = vec![
+            self_exe.clone().into_os_string(),
+            "probe".into(),
+            name.into(),
+        ];
+        v.extend(arg.map(OsString::from));
+        v
+    };
+
+    // Files.
+    let o = run_one(&executor, sh(&format!("cat '{}'", secret.display())), 10).await;
+    let leaked = contains(&o, &secret_text);
+    probes.push(result(
+        "read a secret outside the workspace",
+        "denied",
+        &o,
+        |o| !leaked && o.exit_code != Some(0),
+    ));
+    if std::path::Path::new("/etc/shadow").exists() {
+        let o = run_one(&executor, sh("cat /etc/shadow"), 10).await;
+        probes.push(result("read /etc/shadow", "denied", &o, |o| {
+            o.exit_code != Some(0)
+        }));
+    }
+    let target = outside.path().join("pwned");
+    let o = run_one(
+        &executor,
+        sh(&format!("echo x > '{}'", target.display())),
+        10,
+    )
+    .await;
+    probes.push(result("write outside the workspace", "denied", &o, |o| {
+        !target.exists() && o.exit_code != Some(0)
+    }));
+    let o = run_one(&executor, sh("echo ok > inside.txt && cat inside.txt"), 10).await;
+    probes.push(result("write inside the workspace", "allowed", &o, |o| {
+        o.exit_code == Some(0) && text_contains(o, "ok")
+    }));
+
+    // Network.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = listener.local_addr()?.port();
+    let tcp_allowed = policy.network.tcp_connect.contains(&port);
+    let o = run_one(&executor, probe("tcp-connect", Some(port.to_string())), 10).await;
+    probes.push(expect_refused(
+        &format!("TCP connect to a loopback listener (:{port})"),
+        &o,
+        !tcp_allowed,
+    ));
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0")?;
+    let udp_port = udp.local_addr()?.port();
+    let o = run_one(&executor, probe("udp", Some(udp_port.to_string())), 10).await;
+    probes.push(expect_refused("UDP send to loopback", &o, true));
+
+    // Kernel attack surface.
+    for name in [
+        "ptrace",
+        "mount",
+        "unshare",
+        "clone-newuser",
+        "bpf",
+        "io_uring",
+        "signal-parent",
+        "x32",
+    ] {
+        let o = run_one(&executor, probe(name, None), 10).await;
+        probes.push(expect_refused(name, &o, true));
+    }
+    let o = run_one(&executor, probe("clone3", None), 10).await;
+    probes.push(result(
+        "clone3 (must be ENOSYS so libc falls back to clone)",
+        "ENOSYS",
+        &o,
+        |o| o.exit_code == Some(1) && text_contains(o, "os error 38"),
+    ));
+    let o = run_one(&executor, probe("int80", None), 10).await;
+    probes.push(result(
+        "i386 int 0x80 syscall",
+        "killed (SIGSYS)",
+        &o,
+        |o| o.signal == Some(libc::SIGSYS),
+    ));
+
+    // Quotas and lifetime.
+    let bomb = format!(
+        "i=0; while [ $i -lt {} ]; do sleep 30 & i=$((i+1)); done; wait",
+        policy.limits.pids * 2
+    );
+    let o = run_one(&executor, sh(&bomb), 20).await;
+    probes.push(result(
+        &format!(
+            "start {} processes (pids limit {})",
+            policy.limits.pids * 2,
+            policy.limits.pids
+        ),
+        "pids limit hit",
+        &o,
+        |o| o.limit.as_ref().is_some_and(|l| l.kind == LimitKind::Pids),
+    ));
+    let balloon_mb = policy.limits.memory_bytes / (1024 * 1024) + 512;
+    let o = run_one(
+        &executor,
+        sh(&format!("head -c {balloon_mb}M /dev/zero | tail")),
+        60,
+    )
+    .await;
+    probes.push(result(
+        &format!(
+            "allocate {balloon_mb} MiB (memory limit {} MiB)",
+            policy.limits.memory_bytes >> 20
+        ),
+        "memory limit hit",
+        &o,
+        |o| {
+            o.limit
+                .as_ref()
+                .is_some_and(|l| l.kind == LimitKind::Memory)
+        },
+    ));
+    let marker = 3000 + std::process::id() % 1000;
+    let o = run_one(
+        &executor,
+        sh(&format!("setsid sleep {marker} & echo started")),
+        10,
+    )
+    .await;
+    let survivors = processes_with_args(&["sleep", &marker.to_string()]);
+    probes.push(result(
+        "outlive the call with a setsid daemon",
+        "killed with the call",
+        &o,
+        |o| survivors == 0 && text_contains(o, "started"),
+    ));
+
+    if let Some(python) = ["/usr/bin/python3", "/usr/local/bin/python3"]
+        .iter()
+        .find(|p| std::path::Path::new(p).exists())
+    {
+        let o = run_one(
+            &executor,
+            vec![(*python).into(), "-c".into(), "print(6*7)".into()],
+            20,
+        )
+        .await;
+        probes.push(result("run python3", "allowed", &o, |o| {
+            text_contains(o, "42")
+        }));
+    }
+    drop(listener);
+    Ok(DoctorReport {
+        kernel,
+        enforcement: confinement.enforcement().clone(),
+        policy: policy.origin.clone(),
+        probes,
+    })
+}
+
+async fn run_one(
+    executor: &Executor,
+    argv: Vec<OsString>,
+    timeout_secs: u64,
+) -> Option<ExecOutcome> {
+    let spec = || CaptureSpec {
+        memory_cap: 64 * 1024,
+        spill: None,
+        tee: None,
+    };
+    executor
+        .run(ExecRequest {
+            argv,
+            cwd: None,
+            env: Default::default(),
+            stdin: None,
+            timeout: Duration::from_secs(timeout_secs),
+            stdout: spec(),
+            stderr: spec(),
+            cancel: None,
+            live: None,
+        })
+        .await
+        .ok()
+}
+
+fn contains(o: &Option<ExecOutcome>, needle: &str) -> bool {
+    o.as_ref().is_some_and(|o| text_contains(o, needle))
+}
+
+fn text_contains(o: &ExecOutcome, needle: &str) -> bool {
+    let all = [&o.stdout.head[..], &o.stdout.tail[..]].concat();
+    String::from_utf8_lossy(&all).contains(needle)
+}
+
+fn describe(o: &ExecOutcome) -> String {
+    let text = |b: &[u8]| {
+        String::from_utf8_lossy(b)
+            .lines()
+            .last()
+            .unwrap_or("")
+            .trim()
+            .to_owned()
+    };
+    let mut s = match (o.exit_code, o.signal_name()) {
+        (Some(c), _) => format!("exit {c}"),
+        (None, Some(sig)) => format!("killed by {sig}"),
+        (None, None) => "no status".into(),
+    };
+    if let Some(l) = &o.limit {
+        s.push_str(&format!("; {} ({})", l.kind.describe(), l.evidence));
+    }
+    let out = text(&o.stdout.head);
+    let err = text(&o.stderr.head);
+    for t in [out, err] {
+        if !t.is_empty() {
+            s.push_str(&format!("; {}", t.chars().take(80).collect::<String>()));
+        }
+    }
+    s
+}
+
+fn result(
+    probe: &str,
+    expected: &str,
+    o: &Option<ExecOutcome>,
+    pass: impl Fn(&ExecOutcome) -> bool,
+) -> ProbeResult {
+    ProbeResult {
+        probe: probe.to_owned(),
+        expected: expected.to_owned(),
+        observed: o.as_ref().map_or_else(|| "could not run".into(), describe),
+        pass: o.as_ref().is_some_and(pass),
+    }
+}
+
+/// A selftest probe: exit 1 = refused, 0 = allowed.
+fn expect_refused(probe: &str, o: &Option<ExecOutcome>, refused: bool) -> ProbeResult {
+    let expected_code = if refused { 1 } else { 0 };
+    result(probe, if refused { "denied" } else { "allowed" }, o, |o| {
+        o.exit_code == Some(expected_code)
+    })
+}
+
+/// Counts live processes whose argv is exactly `args` (used to find survivors).
+pub fn processes_with_args(args: &[&str]) -> usize {
+    let want: Vec<u8> = args
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.flatten()
+                .filter(|e| {
+                    e.file_name()
+                        .to_string_lossy()
+                        .bytes()
+                        .all(|b| b.is_ascii_digit())
+                })
+                .filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == want))
+                .count()
+        })
+        .unwrap_or(0)
+}

@@ -1,0 +1,252 @@
+//! Spawning one confined child and seeing it through: output capture, stdin, timeout,
+//! cancellation, and killing the whole tree when the call ends.
+//!
+//! Owns the process lifecycle, not the confinement itself (`confine` builds it; this module
+//! only hands the prepared `ChildSetup` to `pre_exec`) and not how results are shown (`shape`).
+//! The rule it guarantees: when `run` returns, no process the call started is alive.
+
+pub mod capture;
+pub mod env;
+mod outcome;
+
+pub use capture::{CaptureSpec, Captured, LiveStatus, SpillOpener};
+pub use outcome::{signal_name, ExecOutcome, LimitHit, LimitKind};
+
+use crate::confine::{CallCgroup, ConfineError, Confinement};
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
+use tokio_util::sync::CancellationToken;
+
+/// After the main process exits, how long readers may take to hit EOF. Only a process that
+/// escaped both the cgroup and the process group could hold a pipe open past the kill.
+const DRAIN_BOUND: Duration = Duration::from_millis(500);
+/// How long to wait for a killed tree to disappear from its cgroup.
+const KILL_WAIT: Duration = Duration::from_secs(2);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error(transparent)]
+    Confine(#[from] ConfineError),
+    #[error("cannot start `{program}`: {source}")]
+    Spawn {
+        program: String,
+        source: std::io::Error,
+    },
+    #[error("cannot create the call's temporary directory: {0}")]
+    TempDir(std::io::Error),
+}
+
+impl ExecError {
+    /// A spawn that failed because the program does not exist.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Self::Spawn { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+    }
+}
+
+/// One command to run.
+pub struct ExecRequest {
+    /// Program and arguments; a program without `/` is looked up in the child's PATH.
+    pub argv: Vec<OsString>,
+    /// Directory to start in (an open directory fd, so it cannot be swapped for a symlink
+    /// between resolution and use); None = the workspace root.
+    pub cwd: Option<OwnedFd>,
+    /// Overrides merged over the policy's scrubbed environment.
+    pub env: BTreeMap<String, String>,
+    pub stdin: Option<Vec<u8>>,
+    pub timeout: Duration,
+    pub stdout: CaptureSpec,
+    pub stderr: CaptureSpec,
+    pub cancel: Option<CancellationToken>,
+    pub live: Option<Arc<LiveStatus>>,
+}
+
+/// Runs confined commands for one policy. Cheap to share (`Arc`).
+pub struct Executor {
+    confinement: Arc<Confinement>,
+    environment: crate::policy::EnvironmentPolicy,
+}
+
+impl Executor {
+    pub fn new(confinement: Arc<Confinement>, policy: &crate::policy::Policy) -> Self {
+        Self {
+            confinement,
+            environment: policy.environment.clone(),
+        }
+    }
+
+    pub fn confinement(&self) -> &Confinement {
+        &self.confinement
+    }
+
+    pub async fn run(&self, req: ExecRequest) -> Result<ExecOutcome, ExecError> {
+        let started = Instant::now();
+        let conf = &self.confinement;
+        let tmp = tempfile::Builder::new()
+            .prefix("call-")
+            .tempdir_in(conf.tmp_root())
+            .map_err(ExecError::TempDir)?;
+        let env = env::build(&self.environment, tmp.path(), conf.workspace(), &req.env);
+        let cgroup = conf.create_call_cgroup()?;
+        // The workspace root is the default cwd; an fd keeps it from being swapped underneath.
+        let root_fd = match req.cwd {
+            Some(_) => None,
+            None => std::fs::File::open(conf.workspace())
+                .ok()
+                .map(OwnedFd::from),
+        };
+        let cwd_fd = req
+            .cwd
+            .as_ref()
+            .or(root_fd.as_ref())
+            .map(AsRawFd::as_raw_fd);
+        let setup = conf.child_setup(cwd_fd, cgroup.as_ref());
+
+        let program = req.argv.first().cloned().unwrap_or_default();
+        let mut cmd = tokio::process::Command::new(&program);
+        cmd.args(&req.argv[1..])
+            .env_clear()
+            .envs(&env)
+            .stdin(if req.stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        crate::confine::confine_on_spawn(&mut cmd, setup);
+        let mut child = cmd.spawn().map_err(|source| ExecError::Spawn {
+            program: program.to_string_lossy().into_owned(),
+            source,
+        })?;
+        drop((req.cwd, root_fd));
+        let pgid = child.id();
+
+        let stop_reading = CancellationToken::new();
+        let stdout = child.stdout.take().map(|p| {
+            tokio::spawn(capture::drain(
+                p,
+                req.stdout,
+                req.live.clone(),
+                stop_reading.clone(),
+            ))
+        });
+        let stderr = child.stderr.take().map(|p| {
+            tokio::spawn(capture::drain(
+                p,
+                req.stderr,
+                req.live.clone(),
+                stop_reading.clone(),
+            ))
+        });
+        if let (Some(mut pipe), Some(input)) = (child.stdin.take(), req.stdin) {
+            tokio::spawn(async move {
+                // A child that exits without reading its input is not an error.
+                let _ = pipe.write_all(&input).await;
+            });
+        }
+
+        let cancel = req.cancel.unwrap_or_default();
+        let (status, timed_out, cancelled) = tokio::select! {
+            status = child.wait() => (status.ok(), false, false),
+            _ = tokio::time::sleep(req.timeout) => (None, true, false),
+            _ = cancel.cancelled() => (None, false, true),
+        };
+        // Whatever happened, the tree dies now: background jobs, double forks, setsid daemons.
+        let cgroup = kill_tree(cgroup, pgid).await;
+        let status = match status {
+            Some(s) => Some(s),
+            None => child.wait().await.ok(),
+        };
+
+        let stragglers = drain_deadline(&stop_reading, [&stdout, &stderr]).await;
+        let stdout = join_reader(stdout).await;
+        let stderr = join_reader(stderr).await;
+        let hits = cgroup.as_ref().map(|c| c.limit_hits()).unwrap_or_default();
+        let cleanup = tokio::task::spawn_blocking(move || {
+            drop(cgroup);
+            drop(tmp);
+        });
+
+        use std::os::unix::process::ExitStatusExt;
+        let (exit_code, signal) = match status {
+            Some(s) => (s.code(), s.signal()),
+            None => (None, None),
+        };
+        let limit =
+            outcome::classify_limit(timed_out, hits, exit_code, signal, &stderr, req.timeout);
+        let _ = cleanup.await;
+        Ok(ExecOutcome {
+            exit_code: if timed_out || cancelled {
+                None
+            } else {
+                exit_code
+            },
+            signal: if timed_out || cancelled {
+                Some(libc::SIGKILL)
+            } else {
+                signal
+            },
+            timed_out,
+            cancelled,
+            limit,
+            stdout,
+            stderr,
+            duration: started.elapsed(),
+            stragglers_killed: stragglers,
+            enforcement: self.confinement.enforcement().clone(),
+        })
+    }
+}
+
+/// Kills everything the call started: the cgroup when there is one, else the process group.
+async fn kill_tree(cgroup: Option<CallCgroup>, pgid: Option<u32>) -> Option<CallCgroup> {
+    if let Some(pgid) = pgid.and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
+        // The process group first: it is immediate and covers the no-cgroup case.
+        let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+    }
+    match cgroup {
+        Some(cg) => tokio::task::spawn_blocking(move || {
+            cg.kill_all(KILL_WAIT);
+            cg
+        })
+        .await
+        .ok(),
+        None => None,
+    }
+}
+
+/// Gives the readers a bounded time to reach EOF, then tells them to stop with what they
+/// have. Returns true when they had to be stopped: some process outside our reach (no cgroup,
+/// left the process group) still holds a pipe.
+async fn drain_deadline(
+    stop: &CancellationToken,
+    readers: [&Option<tokio::task::JoinHandle<Captured>>; 2],
+) -> bool {
+    let deadline = tokio::time::Instant::now() + DRAIN_BOUND;
+    loop {
+        if readers
+            .iter()
+            .all(|r| r.as_ref().is_none_or(|h| h.is_finished()))
+        {
+            return false;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            stop.cancel();
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+async fn join_reader(reader: Option<tokio::task::JoinHandle<Captured>>) -> Captured {
+    match reader {
+        Some(handle) => handle.await.unwrap_or_default(),
+        None => Captured::default(),
+    }
+}

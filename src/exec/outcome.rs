@@ -1,0 +1,165 @@
+//! What a confined call ended as: exit status or signal, timeout, cancellation, and which
+//! limit (if any) stopped it, with the evidence for that claim.
+
+use super::capture::Captured;
+use crate::confine::{Enforcement, LimitHits};
+use serde::Serialize;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitKind {
+    Memory,
+    Pids,
+    Cpu,
+    FileSize,
+    OpenFiles,
+    WallTime,
+}
+
+impl LimitKind {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Memory => "memory limit",
+            Self::Pids => "process/thread limit",
+            Self::Cpu => "CPU time limit",
+            Self::FileSize => "file size limit",
+            Self::OpenFiles => "open files limit",
+            Self::WallTime => "wall-clock timeout",
+        }
+    }
+}
+
+/// A limit that was hit, and how we know.
+#[derive(Debug, Clone, Serialize)]
+pub struct LimitHit {
+    pub kind: LimitKind,
+    pub evidence: String,
+}
+
+#[derive(Debug)]
+pub struct ExecOutcome {
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+    pub cancelled: bool,
+    pub limit: Option<LimitHit>,
+    pub stdout: Captured,
+    pub stderr: Captured,
+    pub duration: Duration,
+    /// Processes of the call still alive after its main process exited were killed.
+    pub stragglers_killed: bool,
+    pub enforcement: Enforcement,
+}
+
+impl ExecOutcome {
+    pub fn signal_name(&self) -> Option<String> {
+        self.signal.map(signal_name)
+    }
+
+    pub fn success(&self) -> bool {
+        self.exit_code == Some(0) && !self.timed_out && !self.cancelled
+    }
+
+    /// The status as a shell would report it: the exit code, or 128 + signal.
+    pub fn shell_status(&self) -> i32 {
+        match (self.exit_code, self.signal) {
+            (Some(code), _) => code,
+            (None, Some(sig)) => 128 + sig,
+            (None, None) => 1,
+        }
+    }
+
+    /// One line saying why the call did not simply succeed, or None if it did.
+    pub fn reason(&self) -> Option<String> {
+        if let Some(hit) = &self.limit {
+            return Some(format!(
+                "stopped by the {} ({})",
+                hit.kind.describe(),
+                hit.evidence
+            ));
+        }
+        if self.cancelled {
+            return Some("cancelled by the client; the whole process tree was killed".into());
+        }
+        match (self.exit_code, self.signal_name()) {
+            (Some(0), _) => None,
+            (Some(code), _) => Some(format!("exited with status {code}")),
+            (None, Some(sig)) => Some(format!("killed by {sig}")),
+            (None, None) => Some("ended without a status".into()),
+        }
+    }
+}
+
+const SIGXCPU: i32 = libc::SIGXCPU;
+const SIGXFSZ: i32 = libc::SIGXFSZ;
+
+/// Works out which limit stopped the call. Counters from the kernel first; then signals the
+/// rlimits deliver; then, for limits the kernel does not count (open files), the standard
+/// error message the C library prints for the errno, said to be inferred.
+pub fn classify_limit(
+    timed_out: bool,
+    hits: LimitHits,
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    stderr: &Captured,
+    timeout: Duration,
+) -> Option<LimitHit> {
+    let hit = |kind, evidence: String| Some(LimitHit { kind, evidence });
+    if timed_out {
+        return hit(
+            LimitKind::WallTime,
+            format!("ran longer than {}s", timeout.as_secs()),
+        );
+    }
+    if hits.memory {
+        return hit(LimitKind::Memory, "the cgroup's OOM killer fired".into());
+    }
+    if hits.pids {
+        return hit(
+            LimitKind::Pids,
+            "the cgroup refused a fork (pids.max reached)".into(),
+        );
+    }
+    let by = |sig: i32| signal == Some(sig) || exit_code == Some(128 + sig);
+    if by(SIGXCPU) {
+        return hit(LimitKind::Cpu, "SIGXCPU from RLIMIT_CPU".into());
+    }
+    if by(SIGXFSZ) {
+        return hit(LimitKind::FileSize, "SIGXFSZ from RLIMIT_FSIZE".into());
+    }
+    let text = [stderr.head.as_slice(), stderr.tail.as_slice()].concat();
+    let says = |needle: &str| text.windows(needle.len()).any(|w| w == needle.as_bytes());
+    if exit_code != Some(0) && says("Too many open files") {
+        return hit(
+            LimitKind::OpenFiles,
+            "inferred: stderr reports EMFILE (\"Too many open files\")".into(),
+        );
+    }
+    None
+}
+
+pub fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGUSR2 => "SIGUSR2",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGXCPU => "SIGXCPU",
+        libc::SIGXFSZ => "SIGXFSZ",
+        libc::SIGSYS => "SIGSYS",
+        _ => return format!("signal {sig}"),
+    };
+    name.to_owned()
+}

@@ -1,0 +1,20 @@
+//! cordon: confined tools for coding agents.
+//!
+//! One request flows left to right and no module reaches back:
+//!
+//! ```text
+//! stdin ─▶ server ─▶ tools::X ─▶ policy ─▶ workspace (files) ───────────┐
+//!         (rmcp)     (args→request)         exec + confine (processes) ├─▶ lint ─▶ shape ─▶ stdout
+//!                                                                      ┘
+//! ```
+//!
+//! * [`policy`]: what a call may do, as validated data.
+//! * [`confine`]: how the kernel enforces it (Landlock, seccomp, rlimits, cgroups); the only
+//!   `unsafe` code.
+//! * [`exec`]: one confined child from spawn to the death of its whole tree.
+//! * [`doctor`]: live proof, on the running kernel, that the confinement holds.
+
+pub mod confine;
+pub mod doctor;
+pub mod exec;
+pub mod policy;

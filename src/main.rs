@@ -1,0 +1,167 @@
+//! The `cordon` command line: `serve`, `exec`, `doctor` (and the hidden `probe` used by
+//! doctor and the tests). Thin by design: parse arguments, call the library, map errors to
+//! exit codes. The only place `anyhow` is used.
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use cordon::confine::{ConfineOptions, Confinement};
+use cordon::exec::{CaptureSpec, ExecRequest, Executor};
+use cordon::policy::Policy;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(
+    name = "cordon",
+    version,
+    about = "Confined shell, file and code tools for coding agents"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one command confined by a policy, passing its output through.
+    Exec {
+        /// Workspace root (read-write for the command); default: the current directory.
+        #[arg(long)]
+        workspace: Option<PathBuf>,
+        /// Built-in policy name or policy file.
+        #[arg(long, default_value = "default")]
+        policy: String,
+        /// Wall-clock limit in seconds (default: the policy's).
+        #[arg(long)]
+        timeout: Option<u64>,
+        /// Run with whatever confinement the kernel offers instead of refusing.
+        #[arg(long)]
+        allow_degraded: bool,
+        /// The command and its arguments.
+        #[arg(last = true, required = true)]
+        command: Vec<std::ffi::OsString>,
+    },
+    /// Check that this kernel enforces the confinement, with live probes.
+    Doctor {
+        #[arg(long)]
+        json: bool,
+        #[arg(long, default_value = "default")]
+        policy: String,
+    },
+    /// Attempt one forbidden operation (used by `doctor` and the tests).
+    #[command(hide = true)]
+    Probe { name: String, arg: Option<String> },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let code = match cli.command {
+        Command::Probe { name, arg } => cordon::confine::selftest::run(&name, arg.as_deref()),
+        command => match runtime().and_then(|rt| rt.block_on(run(command))) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("cordon: {e:#}");
+                2
+            }
+        },
+    };
+    std::process::exit(code);
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+async fn run(command: Command) -> Result<i32> {
+    match command {
+        Command::Exec {
+            workspace,
+            policy,
+            timeout,
+            allow_degraded,
+            command,
+        } => exec(workspace, &policy, timeout, allow_degraded, command).await,
+        Command::Doctor { json, policy } => {
+            let policy = Policy::load(&policy)?;
+            let report = cordon::doctor::run(&policy).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", report.render_table());
+            }
+            Ok(if report.all_passed() { 0 } else { 1 })
+        }
+        Command::Probe { .. } => unreachable!("handled before the runtime starts"),
+    }
+}
+
+async fn exec(
+    workspace: Option<PathBuf>,
+    policy: &str,
+    timeout: Option<u64>,
+    allow_degraded: bool,
+    command: Vec<std::ffi::OsString>,
+) -> Result<i32> {
+    let workspace = match workspace {
+        Some(w) => w,
+        None => std::env::current_dir().context("cannot read the current directory")?,
+    };
+    let workspace = workspace
+        .canonicalize()
+        .with_context(|| format!("workspace {} does not exist", workspace.display()))?;
+    let policy = Policy::load(policy)?;
+    let timeout = match timeout {
+        Some(0) => anyhow::bail!("--timeout must be at least 1 second"),
+        Some(t) if t > policy.limits.max_timeout.as_secs() => anyhow::bail!(
+            "--timeout {t} is above the policy's max_timeout_secs ({})",
+            policy.limits.max_timeout.as_secs()
+        ),
+        Some(t) => Duration::from_secs(t),
+        None => policy.limits.timeout,
+    };
+    let options = ConfineOptions {
+        allow_degraded,
+        ..Default::default()
+    };
+    let confinement = Arc::new(Confinement::build(&policy, &workspace, &options)?);
+    let executor = Executor::new(confinement, &policy);
+    let passthrough = |tee: std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>| CaptureSpec {
+        memory_cap: 64 * 1024,
+        spill: None,
+        tee: Some(tee),
+    };
+    let outcome = executor
+        .run(ExecRequest {
+            argv: command,
+            cwd: None,
+            env: Default::default(),
+            stdin: None,
+            timeout,
+            stdout: passthrough(Box::pin(tokio::io::stdout())),
+            stderr: passthrough(Box::pin(tokio::io::stderr())),
+            cancel: None,
+            live: None,
+        })
+        .await;
+    let outcome = match outcome {
+        Ok(o) => o,
+        Err(e) if e.is_not_found() => {
+            eprintln!("cordon: {e}");
+            return Ok(127);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if outcome.enforcement.level != "full" {
+        eprintln!("cordon: enforcement {}", outcome.enforcement.summary());
+    }
+    if outcome.limit.is_some() || outcome.stragglers_killed {
+        if let Some(reason) = outcome.reason() {
+            eprintln!("cordon: {reason}");
+        }
+    }
+    Ok(outcome.shell_status())
+}

@@ -1,0 +1,395 @@
+//! Policies: what a confined call may do, as data.
+//!
+//! A policy is TOML (schema in `policies/README.md`). This module owns loading it (embedded
+//! name or file, following `extends`), validating it into the typed [`Policy`] and nothing
+//! else: how a policy is *enforced* belongs to `confine`, which never sees a policy file.
+
+mod raw;
+
+pub use raw::WorkspaceAccess;
+use raw::{Overlay, RawPolicy};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The policies compiled into the binary; the files under `policies/` are their source.
+const EMBEDDED: &[(&str, &str)] = &[("default", include_str!("../../policies/default.toml"))];
+
+/// How deep an `extends` chain may go before we call it a mistake (and catch cycles).
+const MAX_EXTENDS_DEPTH: usize = 8;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("policy `{0}` is neither a built-in policy ({known}) nor a readable file", known = embedded_names().join(", "))]
+    UnknownPolicy(String),
+    #[error("cannot read policy file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{origin}: {message}")]
+    Parse { origin: String, message: String },
+    #[error("{origin}: field `{field}`: {message}")]
+    Invalid {
+        origin: String,
+        field: &'static str,
+        message: String,
+    },
+    #[error(
+        "{origin}: `extends` chain is longer than {MAX_EXTENDS_DEPTH} or loops back on itself"
+    )]
+    ExtendsTooDeep { origin: String },
+}
+
+/// A validated policy. Durations and sizes are in their final units; paths are absolute.
+#[derive(Debug, Clone, Serialize)]
+pub struct Policy {
+    pub name: String,
+    pub description: String,
+    /// Where it came from: `builtin:default` or a file path.
+    pub origin: String,
+    pub filesystem: FilesystemPolicy,
+    pub network: NetworkPolicy,
+    pub limits: Limits,
+    pub environment: EnvironmentPolicy,
+    pub sandbox: SandboxPolicy,
+    pub output: OutputPolicy,
+    pub server: ServerPolicy,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FilesystemPolicy {
+    pub read_exec: Vec<PathBuf>,
+    pub read_write: Vec<PathBuf>,
+    pub deny: Vec<PathBuf>,
+    pub devices: Vec<PathBuf>,
+    pub workspace: WorkspaceAccess,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct NetworkPolicy {
+    pub tcp_connect: Vec<u16>,
+    pub tcp_bind: Vec<u16>,
+}
+
+impl NetworkPolicy {
+    pub fn is_off(&self) -> bool {
+        self.tcp_connect.is_empty() && self.tcp_bind.is_empty()
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Limits {
+    #[serde(serialize_with = "secs")]
+    pub timeout: Duration,
+    #[serde(serialize_with = "secs")]
+    pub max_timeout: Duration,
+    pub memory_bytes: u64,
+    pub pids: u64,
+    pub cpu_percent: u64,
+    pub cpu_seconds: u64,
+    pub file_size_bytes: u64,
+    pub open_files: u64,
+    pub address_space_bytes: u64,
+}
+
+fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(d.as_secs())
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EnvironmentPolicy {
+    pub pass: Vec<String>,
+    pub set: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SandboxPolicy {
+    pub seccomp_profile: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct OutputPolicy {
+    pub max_lines: usize,
+    pub max_chars: usize,
+    pub head_lines: usize,
+    pub tail_lines: usize,
+    pub memory_cap_bytes: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ServerPolicy {
+    pub max_concurrent_calls: usize,
+}
+
+pub fn embedded_names() -> Vec<&'static str> {
+    EMBEDDED.iter().map(|(name, _)| *name).collect()
+}
+
+fn embedded_source(name: &str) -> Option<&'static str> {
+    EMBEDDED
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, src)| *src)
+}
+
+impl Policy {
+    /// Loads a policy by built-in name or file path. A name wins over a file of the same name
+    /// only when no such file exists, so `./strict.toml` and `strict` never surprise.
+    pub fn load(name_or_path: &str) -> Result<Self, PolicyError> {
+        let mut layers = Vec::new();
+        let mut next = Some((name_or_path.to_owned(), None::<PathBuf>));
+        while let Some((reference, relative_to)) = next.take() {
+            if layers.len() >= MAX_EXTENDS_DEPTH {
+                return Err(PolicyError::ExtendsTooDeep {
+                    origin: name_or_path.to_owned(),
+                });
+            }
+            let (origin, text, dir) = locate(&reference, relative_to.as_deref())?;
+            let raw: RawPolicy = toml::from_str(&text).map_err(|e| PolicyError::Parse {
+                origin: origin.clone(),
+                message: e.to_string().trim_end().to_owned(),
+            })?;
+            next = raw.extends.clone().map(|parent| (parent, dir));
+            layers.push((origin, raw));
+        }
+        let origin = layers[0].0.clone();
+        // Everything falls back to the built-in default, so a policy names only what it changes.
+        let default_raw: RawPolicy = toml::from_str(embedded_source("default").unwrap_or(""))
+            .map_err(|e| PolicyError::Parse {
+                origin: "builtin:default".into(),
+                message: e.to_string(),
+            })?;
+        let merged = layers
+            .into_iter()
+            .rev()
+            .fold(default_raw, |base, (_, layer)| layer.overlay(base));
+        resolve(merged, origin)
+    }
+
+    /// The built-in default policy.
+    pub fn builtin_default() -> Self {
+        Self::load("default").expect("the embedded default policy is valid (tested)")
+    }
+}
+
+/// Finds the text of a policy reference: a file path (relative to the extending file's
+/// directory) or an embedded name.
+fn locate(
+    reference: &str,
+    relative_to: Option<&Path>,
+) -> Result<(String, String, Option<PathBuf>), PolicyError> {
+    let candidate = match relative_to {
+        Some(dir) if Path::new(reference).is_relative() => dir.join(reference),
+        _ => PathBuf::from(reference),
+    };
+    let looks_like_path = reference.contains('/') || reference.ends_with(".toml");
+    if looks_like_path || candidate.is_file() {
+        let text = std::fs::read_to_string(&candidate).map_err(|source| PolicyError::Read {
+            path: candidate.clone(),
+            source,
+        })?;
+        let dir = candidate.parent().map(Path::to_path_buf);
+        return Ok((candidate.display().to_string(), text, dir));
+    }
+    match embedded_source(reference) {
+        Some(text) => Ok((format!("builtin:{reference}"), text.to_owned(), None)),
+        None => Err(PolicyError::UnknownPolicy(reference.to_owned())),
+    }
+}
+
+fn resolve(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
+    let invalid = |field: &'static str, message: String| PolicyError::Invalid {
+        origin: origin.clone(),
+        field,
+        message,
+    };
+    let missing = |field: &'static str| invalid(field, "is required".into());
+    let paths =
+        |field: &'static str, list: Option<Vec<String>>| -> Result<Vec<PathBuf>, PolicyError> {
+            let list = list.ok_or_else(|| missing(field))?;
+            list.into_iter()
+                .map(|p| {
+                    if !p.starts_with('/') || p.contains('\0') {
+                        Err(invalid(field, format!("`{p}` must be an absolute path")))
+                    } else {
+                        Ok(PathBuf::from(p))
+                    }
+                })
+                .collect()
+        };
+    let positive = |field: &'static str, v: Option<u64>| -> Result<u64, PolicyError> {
+        match v {
+            None => Err(missing(field)),
+            Some(0) => Err(invalid(field, "must be greater than 0".into())),
+            Some(v) => Ok(v),
+        }
+    };
+    let mib = |v: u64| v.saturating_mul(1024 * 1024);
+
+    let fs = raw.filesystem;
+    let filesystem = FilesystemPolicy {
+        read_exec: paths("filesystem.read_exec", fs.read_exec)?,
+        read_write: paths("filesystem.read_write", fs.read_write)?,
+        deny: paths("filesystem.deny", fs.deny)?,
+        devices: paths("filesystem.devices", fs.devices)?,
+        workspace: fs
+            .workspace
+            .ok_or_else(|| missing("filesystem.workspace"))?,
+    };
+
+    let network = NetworkPolicy {
+        tcp_connect: raw.network.tcp_connect.unwrap_or_default(),
+        tcp_bind: raw.network.tcp_bind.unwrap_or_default(),
+    };
+    if network.tcp_connect.contains(&0) || network.tcp_bind.contains(&0) {
+        return Err(invalid("network", "port 0 is not a port".into()));
+    }
+
+    let l = raw.limits;
+    let timeout = positive("limits.timeout_secs", l.timeout_secs)?;
+    let max_timeout = positive("limits.max_timeout_secs", l.max_timeout_secs)?;
+    if timeout > max_timeout {
+        return Err(invalid(
+            "limits.timeout_secs",
+            format!("{timeout} is above limits.max_timeout_secs ({max_timeout})"),
+        ));
+    }
+    let limits = Limits {
+        timeout: Duration::from_secs(timeout),
+        max_timeout: Duration::from_secs(max_timeout),
+        memory_bytes: mib(positive("limits.memory_mb", l.memory_mb)?),
+        pids: positive("limits.pids", l.pids)?,
+        cpu_percent: positive("limits.cpu_percent", l.cpu_percent)?,
+        cpu_seconds: positive("limits.cpu_seconds", l.cpu_seconds)?,
+        file_size_bytes: mib(positive("limits.file_size_mb", l.file_size_mb)?),
+        open_files: positive("limits.open_files", l.open_files)?,
+        address_space_bytes: mib(positive("limits.address_space_mb", l.address_space_mb)?),
+    };
+
+    let environment = EnvironmentPolicy {
+        pass: raw.environment.pass.unwrap_or_default(),
+        set: raw.environment.set.unwrap_or_default(),
+    };
+    for name in environment.pass.iter().chain(environment.set.keys()) {
+        if name.is_empty() || name.contains('=') || name.contains('\0') {
+            return Err(invalid(
+                "environment",
+                format!("`{name}` is not a valid variable name"),
+            ));
+        }
+    }
+
+    let sandbox = SandboxPolicy {
+        seccomp_profile: raw
+            .sandbox
+            .seccomp_profile
+            .ok_or_else(|| missing("sandbox.seccomp_profile"))?,
+    };
+    if !network.is_off() && sandbox.seccomp_profile == "default" {
+        return Err(invalid(
+            "sandbox.seccomp_profile",
+            "the `default` profile allows no network sockets, but `network` lists TCP ports; \
+             use seccomp_profile = \"tcp\""
+                .into(),
+        ));
+    }
+
+    let o = raw.output;
+    let output = OutputPolicy {
+        max_lines: positive("output.max_lines", o.max_lines.map(|v| v as u64))? as usize,
+        max_chars: positive("output.max_chars", o.max_chars.map(|v| v as u64))? as usize,
+        head_lines: o.head_lines.ok_or_else(|| missing("output.head_lines"))?,
+        tail_lines: o.tail_lines.ok_or_else(|| missing("output.tail_lines"))?,
+        memory_cap_bytes: positive("output.memory_cap_kb", o.memory_cap_kb.map(|v| v as u64))?
+            as usize
+            * 1024,
+    };
+    if output.head_lines + output.tail_lines >= output.max_lines {
+        return Err(invalid(
+            "output.head_lines",
+            "head_lines + tail_lines must be below max_lines".into(),
+        ));
+    }
+
+    let server = ServerPolicy {
+        max_concurrent_calls: positive(
+            "server.max_concurrent_calls",
+            raw.server.max_concurrent_calls.map(|v| v as u64),
+        )? as usize,
+    };
+
+    Ok(Policy {
+        name: raw.name.unwrap_or_else(|| origin.clone()),
+        description: raw.description.unwrap_or_default(),
+        origin,
+        filesystem,
+        network,
+        limits,
+        environment,
+        sandbox,
+        output,
+        server,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_default_is_complete_and_valid() {
+        let p = Policy::builtin_default();
+        assert_eq!(p.name, "default");
+        assert!(p.network.is_off());
+        assert!(p
+            .filesystem
+            .deny
+            .iter()
+            .any(|d| d == Path::new("/etc/shadow")));
+    }
+
+    #[test]
+    fn unknown_field_is_an_error_with_a_line_number() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("p.toml");
+        std::fs::write(&f, "[limits]\nmemory_mb = 10\nmemroy_mb = 5\n").unwrap();
+        let err = Policy::load(f.to_str().unwrap()).unwrap_err().to_string();
+        assert!(err.contains("line 3"), "{err}");
+        assert!(err.contains("memroy_mb"), "{err}");
+    }
+
+    #[test]
+    fn extends_overlays_only_named_fields() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("base.toml"), "[limits]\npids = 7\n").unwrap();
+        let f = dir.path().join("child.toml");
+        std::fs::write(&f, "extends = \"base.toml\"\n[limits]\nmemory_mb = 64\n").unwrap();
+        let p = Policy::load(f.to_str().unwrap()).unwrap();
+        assert_eq!(p.limits.pids, 7);
+        assert_eq!(p.limits.memory_bytes, 64 << 20);
+        assert_eq!(
+            p.limits.open_files,
+            Policy::builtin_default().limits.open_files
+        );
+    }
+
+    #[test]
+    fn extends_cycle_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("a.toml");
+        std::fs::write(&f, "extends = \"a.toml\"\n").unwrap();
+        let err = Policy::load(f.to_str().unwrap()).unwrap_err();
+        assert!(matches!(err, PolicyError::ExtendsTooDeep { .. }), "{err}");
+    }
+
+    #[test]
+    fn tcp_ports_need_a_profile_that_allows_sockets() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("p.toml");
+        std::fs::write(&f, "[network]\ntcp_connect = [443]\n").unwrap();
+        let err = Policy::load(f.to_str().unwrap()).unwrap_err().to_string();
+        assert!(err.contains("seccomp_profile"), "{err}");
+    }
+}

@@ -1,0 +1,167 @@
+//! The policy file as written: a serde mirror of the TOML schema in `policies/README.md`.
+//!
+//! Every field is optional here so that a policy can `extends` another and only name what it
+//! changes; `deny_unknown_fields` everywhere so a typo is an error with a line number instead of
+//! a silently ignored rule. Turning this into a usable [`super::Policy`] (defaults, validation)
+//! is `super::resolve`'s job, not this module's.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPolicy {
+    pub name: Option<String>,
+    pub description: Option<String>,
+    pub extends: Option<String>,
+    #[serde(default)]
+    pub filesystem: RawFilesystem,
+    #[serde(default)]
+    pub network: RawNetwork,
+    #[serde(default)]
+    pub limits: RawLimits,
+    #[serde(default)]
+    pub environment: RawEnvironment,
+    #[serde(default)]
+    pub sandbox: RawSandbox,
+    #[serde(default)]
+    pub output: RawOutput,
+    #[serde(default)]
+    pub server: RawServer,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawFilesystem {
+    pub read_exec: Option<Vec<String>>,
+    pub read_write: Option<Vec<String>>,
+    pub deny: Option<Vec<String>>,
+    pub devices: Option<Vec<String>>,
+    pub workspace: Option<WorkspaceAccess>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkspaceAccess {
+    ReadWrite,
+    ReadOnly,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawNetwork {
+    pub tcp_connect: Option<Vec<u16>>,
+    pub tcp_bind: Option<Vec<u16>>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimits {
+    pub timeout_secs: Option<u64>,
+    pub max_timeout_secs: Option<u64>,
+    pub memory_mb: Option<u64>,
+    pub pids: Option<u64>,
+    pub cpu_percent: Option<u64>,
+    pub cpu_seconds: Option<u64>,
+    pub file_size_mb: Option<u64>,
+    pub open_files: Option<u64>,
+    pub address_space_mb: Option<u64>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawEnvironment {
+    pub pass: Option<Vec<String>>,
+    pub set: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSandbox {
+    pub seccomp_profile: Option<String>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOutput {
+    pub max_lines: Option<usize>,
+    pub max_chars: Option<usize>,
+    pub head_lines: Option<usize>,
+    pub tail_lines: Option<usize>,
+    pub memory_cap_kb: Option<usize>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawServer {
+    pub max_concurrent_calls: Option<usize>,
+}
+
+/// Field-by-field overlay: what `self` (the extending policy) sets wins, the rest comes from
+/// `base`. Lists replace rather than append, so a policy can remove a grant it inherited.
+pub trait Overlay {
+    fn overlay(self, base: Self) -> Self;
+}
+
+macro_rules! overlay_struct {
+    ($ty:ident { $($field:ident),* $(,)? }) => {
+        impl Overlay for $ty {
+            fn overlay(self, base: Self) -> Self {
+                Self { $($field: self.$field.or(base.$field)),* }
+            }
+        }
+    };
+}
+
+overlay_struct!(RawFilesystem {
+    read_exec,
+    read_write,
+    deny,
+    devices,
+    workspace
+});
+overlay_struct!(RawNetwork {
+    tcp_connect,
+    tcp_bind
+});
+overlay_struct!(RawLimits {
+    timeout_secs,
+    max_timeout_secs,
+    memory_mb,
+    pids,
+    cpu_percent,
+    cpu_seconds,
+    file_size_mb,
+    open_files,
+    address_space_mb,
+});
+overlay_struct!(RawEnvironment { pass, set });
+overlay_struct!(RawSandbox { seccomp_profile });
+overlay_struct!(RawOutput {
+    max_lines,
+    max_chars,
+    head_lines,
+    tail_lines,
+    memory_cap_kb
+});
+overlay_struct!(RawServer {
+    max_concurrent_calls
+});
+
+impl Overlay for RawPolicy {
+    fn overlay(self, base: Self) -> Self {
+        Self {
+            name: self.name.or(base.name),
+            description: self.description.or(base.description),
+            // `extends` is consumed by the loader; the merged result extends nothing.
+            extends: None,
+            filesystem: self.filesystem.overlay(base.filesystem),
+            network: self.network.overlay(base.network),
+            limits: self.limits.overlay(base.limits),
+            environment: self.environment.overlay(base.environment),
+            sandbox: self.sandbox.overlay(base.sandbox),
+            output: self.output.overlay(base.output),
+            server: self.server.overlay(base.server),
+        }
+    }
+}
