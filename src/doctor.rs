@@ -96,11 +96,7 @@ impl DoctorReport {
 }
 
 fn yes(b: bool) -> &'static str {
-    if b {
-        "yes"
-    } else {
-        "no"
-    }
+    if b { "yes" } else { "no" }
 }
 
 /// Runs every probe under `policy` in a throwaway workspace.

@@ -14,7 +14,13 @@
 //! * [`exec`]: one confined child from spawn to the death of its whole tree.
 //! * [`doctor`]: live proof, on the running kernel, that the confinement holds.
 
+pub mod audit;
 pub mod confine;
 pub mod doctor;
 pub mod exec;
+pub mod files;
 pub mod policy;
+pub mod server;
+pub mod shape;
+pub mod tools;
+pub mod workspace;

@@ -24,6 +24,22 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Serve the MCP tools on stdin/stdout (logs go to stderr).
+    Serve {
+        /// Workspace root; default: the current directory.
+        #[arg(long)]
+        workspace: Option<PathBuf>,
+        /// Built-in policy name or policy file.
+        #[arg(long, default_value = "default")]
+        policy: String,
+        /// Append one JSON line per tool call to this file (default: the policy's
+        /// `server.audit_log`, if set).
+        #[arg(long)]
+        audit_log: Option<PathBuf>,
+        /// Run with whatever confinement the kernel offers instead of refusing.
+        #[arg(long)]
+        allow_degraded: bool,
+    },
     /// Run one command confined by a policy, passing its output through.
     Exec {
         /// Workspace root (read-write for the command); default: the current directory.
@@ -78,6 +94,12 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 
 async fn run(command: Command) -> Result<i32> {
     match command {
+        Command::Serve {
+            workspace,
+            policy,
+            audit_log,
+            allow_degraded,
+        } => serve(workspace, &policy, audit_log, allow_degraded).await,
         Command::Exec {
             workspace,
             policy,
@@ -99,6 +121,63 @@ async fn run(command: Command) -> Result<i32> {
     }
 }
 
+fn workspace_or_cwd(workspace: Option<PathBuf>) -> Result<PathBuf> {
+    let workspace = match workspace {
+        Some(w) => w,
+        None => std::env::current_dir().context("cannot read the current directory")?,
+    };
+    workspace
+        .canonicalize()
+        .with_context(|| format!("workspace {} does not exist", workspace.display()))
+}
+
+async fn serve(
+    workspace: Option<PathBuf>,
+    policy: &str,
+    audit_log: Option<PathBuf>,
+    allow_degraded: bool,
+) -> Result<i32> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("CORDON_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let root = workspace_or_cwd(workspace)?;
+    let policy = Policy::load(policy)?;
+    let workspace = cordon::workspace::Workspace::open(&root)?;
+    let options = ConfineOptions {
+        allow_degraded,
+        ..Default::default()
+    };
+    let confinement = Arc::new(Confinement::build(&policy, workspace.root(), &options)?);
+    let enforcement = confinement.enforcement().clone();
+    if enforcement.level != "full" {
+        tracing::warn!("enforcement {}", enforcement.summary());
+        for note in &enforcement.notes {
+            tracing::warn!("{note}");
+        }
+    }
+    let audit = match audit_log.or_else(|| policy.server.audit_log.clone()) {
+        Some(path) => Some(
+            cordon::audit::AuditLog::open(&path)
+                .with_context(|| format!("cannot open the audit log {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let ctx = cordon::tools::ToolContext {
+        executor: Executor::new(confinement, &policy),
+        slots: tokio::sync::Semaphore::new(policy.server.max_concurrent_calls),
+        workspace,
+        audit,
+        policy,
+    };
+    cordon::server::serve_stdio(cordon::server::CordonServer::new(ctx)).await?;
+    Ok(0)
+}
+
 async fn exec(
     workspace: Option<PathBuf>,
     policy: &str,
@@ -106,13 +185,7 @@ async fn exec(
     allow_degraded: bool,
     command: Vec<std::ffi::OsString>,
 ) -> Result<i32> {
-    let workspace = match workspace {
-        Some(w) => w,
-        None => std::env::current_dir().context("cannot read the current directory")?,
-    };
-    let workspace = workspace
-        .canonicalize()
-        .with_context(|| format!("workspace {} does not exist", workspace.display()))?;
+    let workspace = workspace_or_cwd(workspace)?;
     let policy = Policy::load(policy)?;
     let timeout = match timeout {
         Some(0) => anyhow::bail!("--timeout must be at least 1 second"),

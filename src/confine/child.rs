@@ -75,8 +75,8 @@ pub unsafe fn enter(setup: &ChildSetup) -> io::Result<()> {
 /// uid 0 are turned off and locked.
 fn drop_all_capabilities() -> io::Result<()> {
     use rustix::thread::{
-        remove_capability_from_bounding_set, set_capabilities, set_capabilities_secure_bits,
         CapabilitiesSecureBits as Bits, CapabilitySet, CapabilitySets,
+        remove_capability_from_bounding_set, set_capabilities, set_capabilities_secure_bits,
     };
     for cap in 0..64u32 {
         match remove_capability_from_bounding_set(CapabilitySet::from_bits_retain(1 << cap)) {

@@ -46,11 +46,7 @@ fn landlock_abi() -> u32 {
             LANDLOCK_CREATE_RULESET_VERSION,
         )
     };
-    if abi < 0 {
-        0
-    } else {
-        abi as u32
-    }
+    if abi < 0 { 0 } else { abi as u32 }
 }
 
 fn seccomp_filter_available() -> bool {

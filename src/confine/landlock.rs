@@ -7,8 +7,8 @@
 //! ones. Nothing in this module runs in the child.
 
 use landlock::{
-    Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd, Ruleset,
-    RulesetAttr, RulesetCreatedAttr, Scope, ABI,
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd,
+    Ruleset, RulesetAttr, RulesetCreatedAttr, Scope,
 };
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -253,8 +253,10 @@ mod tests {
         assert!(has("etc/ssh", GrantKind::ListOnly));
         assert!(has("etc/ssh/sshd_config", GrantKind::ReadExec));
         assert!(!grants.iter().any(|g| g.path == r.join("etc/shadow")));
-        assert!(!grants
-            .iter()
-            .any(|g| g.path == r.join("etc/ssh/ssh_host_rsa_key")));
+        assert!(
+            !grants
+                .iter()
+                .any(|g| g.path == r.join("etc/ssh/ssh_host_rsa_key"))
+        );
     }
 }

@@ -7,7 +7,7 @@
 //! the whole host, so with cgroups `pids.max` is the real bound.
 
 use crate::policy::Limits;
-use rustix::process::{getrlimit, Resource};
+use rustix::process::{Resource, getrlimit};
 
 pub fn plan(limits: &Limits, use_nproc: bool) -> Vec<(Resource, u64)> {
     let mut plan = vec![

@@ -7,7 +7,7 @@
 //! AUDIT_ARCH_X86_64, which x32 shares) and `clone3` answers ENOSYS, so libc falls back to
 //! `clone`, whose flags the profile *can* inspect. Installing the programs is `child`'s job.
 
-use seccompiler::{sock_filter, BpfProgram, TargetArch};
+use seccompiler::{BpfProgram, TargetArch, sock_filter};
 use std::path::Path;
 
 const EMBEDDED: &[(&str, &str)] = &[

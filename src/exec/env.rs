@@ -42,7 +42,9 @@ pub fn validate_override(name: &str, value: &str) -> Result<(), String> {
         ));
     }
     if value.contains('\0') {
-        return Err(format!("environment variable `{name}` contains a NUL byte, which cannot be passed to a process"));
+        return Err(format!(
+            "environment variable `{name}` contains a NUL byte, which cannot be passed to a process"
+        ));
     }
     Ok(())
 }

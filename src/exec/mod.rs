@@ -10,7 +10,7 @@ pub mod env;
 mod outcome;
 
 pub use capture::{CaptureSpec, Captured, LiveStatus, SpillOpener};
-pub use outcome::{signal_name, ExecOutcome, LimitHit, LimitKind};
+pub use outcome::{ExecOutcome, LimitHit, LimitKind, signal_name};
 
 use crate::confine::{CallCgroup, ConfineError, Confinement};
 use std::collections::BTreeMap;

@@ -6,7 +6,7 @@ use crate::confine::{Enforcement, LimitHits};
 use serde::Serialize;
 use std::time::Duration;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum LimitKind {
     Memory,
@@ -31,7 +31,7 @@ impl LimitKind {
 }
 
 /// A limit that was hit, and how we know.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct LimitHit {
     pub kind: LimitKind,
     pub evidence: String,

@@ -36,9 +36,7 @@ pub enum PolicyError {
         field: &'static str,
         message: String,
     },
-    #[error(
-        "{origin}: `extends` chain is longer than {MAX_EXTENDS_DEPTH} or loops back on itself"
-    )]
+    #[error("{origin}: `extends` chain is longer than {MAX_EXTENDS_DEPTH} or loops back on itself")]
     ExtendsTooDeep { origin: String },
 }
 
@@ -121,6 +119,8 @@ pub struct OutputPolicy {
 #[derive(Debug, Clone, Serialize)]
 pub struct ServerPolicy {
     pub max_concurrent_calls: usize,
+    /// Audit log used when `--audit-log` is not given.
+    pub audit_log: Option<PathBuf>,
 }
 
 pub fn embedded_names() -> Vec<&'static str> {
@@ -318,6 +318,7 @@ fn resolve(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
             "server.max_concurrent_calls",
             raw.server.max_concurrent_calls.map(|v| v as u64),
         )? as usize,
+        audit_log: raw.server.audit_log.map(PathBuf::from),
     };
 
     Ok(Policy {
@@ -343,11 +344,12 @@ mod tests {
         let p = Policy::builtin_default();
         assert_eq!(p.name, "default");
         assert!(p.network.is_off());
-        assert!(p
-            .filesystem
-            .deny
-            .iter()
-            .any(|d| d == Path::new("/etc/shadow")));
+        assert!(
+            p.filesystem
+                .deny
+                .iter()
+                .any(|d| d == Path::new("/etc/shadow"))
+        );
     }
 
     #[test]

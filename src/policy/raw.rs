@@ -95,6 +95,7 @@ pub struct RawOutput {
 #[serde(deny_unknown_fields)]
 pub struct RawServer {
     pub max_concurrent_calls: Option<usize>,
+    pub audit_log: Option<String>,
 }
 
 /// Field-by-field overlay: what `self` (the extending policy) sets wins, the rest comes from
@@ -145,7 +146,8 @@ overlay_struct!(RawOutput {
     memory_cap_kb
 });
 overlay_struct!(RawServer {
-    max_concurrent_calls
+    max_concurrent_calls,
+    audit_log
 });
 
 impl Overlay for RawPolicy {

@@ -1,0 +1,40 @@
+//! The server's `instructions`: what an agent needs to know before its first call — where the
+//! workspace is, how paths work, and what the policy allows — in one short text.
+
+use crate::tools::ToolContext;
+
+pub fn render(ctx: &ToolContext) -> String {
+    let p = &ctx.policy;
+    let l = &p.limits;
+    let network = if p.network.is_off() {
+        "no network access (no TCP, UDP or DNS)".to_owned()
+    } else {
+        format!(
+            "TCP connect allowed only to ports {:?} (bind: {:?}); no UDP",
+            p.network.tcp_connect, p.network.tcp_bind
+        )
+    };
+    format!(
+        "cordon runs your commands and file edits in a sandbox.\n\
+         Workspace: {ws}. Every path argument is relative to it (an absolute path inside it is \
+         accepted); paths leading outside it are refused.\n\
+         Policy `{name}` ({enforcement}): workspace {access}, system paths read-only, {network}. \
+         Each shell command gets {timeout}s by default (at most {max}s), {mem} MiB of memory, \
+         {pids} processes and its own TMPDIR; everything it starts is killed when the call ends, \
+         so start servers and watch jobs within one command.\n\
+         Prefer read_file/write_file/edit_file over shell redirection for files: they are exact \
+         and return lint diagnostics. Long command output is cut to head and tail with the full \
+         text saved under .cordon/outputs/.",
+        ws = ctx.workspace.root().display(),
+        name = p.name,
+        enforcement = ctx.executor.confinement().enforcement().summary(),
+        access = match p.filesystem.workspace {
+            crate::policy::WorkspaceAccess::ReadWrite => "read-write",
+            crate::policy::WorkspaceAccess::ReadOnly => "read-only",
+        },
+        timeout = l.timeout.as_secs(),
+        max = l.max_timeout.as_secs(),
+        mem = l.memory_bytes >> 20,
+        pids = l.pids,
+    )
+}

@@ -1,0 +1,283 @@
+//! Shaping what a tool returns: error kinds, long-output truncation with spill, and the
+//! `CallToolResult` (structured content plus a short text block for the model).
+//!
+//! Owns presentation only. It never decides whether something is an error (tools do) and
+//! never touches processes; it writes a spill file only through the opener it is given.
+
+use crate::exec::Captured;
+use crate::policy::OutputPolicy;
+use rmcp::model::{CallToolResult, ContentBlock};
+use schemars::JsonSchema;
+use serde::Serialize;
+
+/// The error kinds of SPEC.md; an agent branches on these, so they never change meaning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    InvalidArgument,
+    PathEscape,
+    NotFound,
+    Denied,
+    Timeout,
+    ResourceLimit,
+    ExitStatus,
+    Exception,
+    Io,
+    Internal,
+}
+
+/// `structuredContent.error` of every `isError` result.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ToolError {
+    pub kind: ErrorKind,
+    /// What happened and how to fix it.
+    pub message: String,
+    /// Whether the same call may succeed if simply retried.
+    pub retriable: bool,
+}
+
+impl ToolError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        let retriable = matches!(
+            kind,
+            ErrorKind::Timeout | ErrorKind::Io | ErrorKind::Internal
+        );
+        Self {
+            kind,
+            message: message.into(),
+            retriable,
+        }
+    }
+}
+
+/// Builds the tool result: `structuredContent` is the full typed output, the text block is a
+/// short human-readable rendering (not the JSON again) so a model reads it cheaply.
+pub fn tool_result(structured: &impl Serialize, text: String, is_error: bool) -> CallToolResult {
+    let value = serde_json::to_value(structured).unwrap_or_else(|e| {
+        serde_json::json!({"error": {"kind": "internal", "message": format!("cannot serialize result: {e}"), "retriable": false}})
+    });
+    let mut result = if is_error {
+        CallToolResult::structured_error(value)
+    } else {
+        CallToolResult::structured(value)
+    };
+    result.content = vec![ContentBlock::text(text)];
+    result
+}
+
+/// One output stream as shown to the agent.
+#[derive(Debug, Default)]
+pub struct ShapedStream {
+    pub text: String,
+    pub truncated: bool,
+    /// Workspace-relative path of the complete stream, when it was cut.
+    pub full_output: Option<String>,
+}
+
+/// Opens a spill file for a stream that was cut but fit in memory: (display path, file).
+pub type SpillWriter<'a> = &'a dyn Fn(&str) -> std::io::Result<(String, std::fs::File)>;
+
+/// Cuts a long stream to its first and last lines with a marker saying exactly what was left
+/// out and where the whole of it is. Output within the thresholds is returned whole.
+pub fn shape_stream(
+    captured: &Captured,
+    policy: &OutputPolicy,
+    stream_name: &str,
+    spill: Option<SpillWriter<'_>>,
+) -> ShapedStream {
+    let complete = captured.complete_bytes();
+    let lines = count_lines(captured);
+    let fits = complete.is_some()
+        && lines <= policy.max_lines as u64
+        && captured.total_bytes as usize <= policy.max_chars.saturating_mul(4)
+        && String::from_utf8_lossy(complete.as_deref().unwrap_or_default())
+            .chars()
+            .count()
+            <= policy.max_chars;
+    if fits {
+        return ShapedStream {
+            text: String::from_utf8_lossy(complete.as_deref().unwrap_or_default()).into_owned(),
+            truncated: false,
+            full_output: None,
+        };
+    }
+
+    // Where the whole stream lives: spilled while capturing, or written now from memory.
+    let mut full_output = captured.spill_path.clone();
+    let mut spill_note = captured.spill_error.clone();
+    if full_output.is_none() {
+        match (&complete, spill) {
+            (Some(bytes), Some(open)) => match open(stream_name).and_then(|(path, mut file)| {
+                std::io::Write::write_all(&mut file, bytes)?;
+                Ok(path)
+            }) {
+                Ok(path) => full_output = Some(path),
+                Err(e) => spill_note = Some(format!("could not save the full output: {e}")),
+            },
+            (None, _) => {
+                spill_note.get_or_insert_with(|| "the middle of the output was not kept".into());
+            }
+            (Some(_), None) => {}
+        }
+    }
+
+    let (head, tail): (&[u8], &[u8]) = match &complete {
+        // Few but long lines: head and tail would overlap, so cut the middle by characters.
+        Some(all) if lines <= (policy.head_lines + policy.tail_lines) as u64 => (all, &[]),
+        Some(all) => (
+            first_lines(all, policy.head_lines),
+            last_lines(all, policy.tail_lines),
+        ),
+        None => (
+            first_lines(&captured.head, policy.head_lines),
+            last_lines(&captured.tail, policy.tail_lines),
+        ),
+    };
+    let (head_text, tail_text) = if tail.is_empty() {
+        let text = String::from_utf8_lossy(head);
+        let chars = text.chars().count();
+        let half = policy.max_chars / 2;
+        if chars <= policy.max_chars {
+            (text.into_owned(), String::new())
+        } else {
+            (
+                text.chars().take(half).collect(),
+                text.chars().skip(chars - half).collect(),
+            )
+        }
+    } else {
+        (
+            clip_chars(&String::from_utf8_lossy(head), policy.max_chars / 2, true),
+            clip_chars(&String::from_utf8_lossy(tail), policy.max_chars / 2, false),
+        )
+    };
+    let shown_bytes = (head_text.len() + tail_text.len()) as u64;
+    let shown_lines = (head_text.matches('\n').count() + tail_text.matches('\n').count()) as u64;
+    let omitted_lines = lines.saturating_sub(shown_lines);
+    let omitted_bytes = captured.total_bytes.saturating_sub(shown_bytes);
+    let whereabouts = match (&full_output, &spill_note) {
+        (Some(path), _) => format!("full output: {path} (read it with read_file or grep)"),
+        (None, Some(note)) => note.clone(),
+        (None, None) => "full output not saved".into(),
+    };
+    let mut text = head_text;
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str(&format!(
+        "[... {omitted_lines} lines ({omitted_bytes} bytes) omitted; {} lines, {} bytes in total; {whereabouts} ...]\n",
+        lines, captured.total_bytes
+    ));
+    text.push_str(&tail_text);
+    ShapedStream {
+        text,
+        truncated: true,
+        full_output,
+    }
+}
+
+/// Lines as a person counts them: a final line without a newline still counts.
+fn count_lines(c: &Captured) -> u64 {
+    let last = c.tail.last().or(c.head.last());
+    c.total_lines + u64::from(last.is_some_and(|&b| b != b'\n'))
+}
+
+fn first_lines(bytes: &[u8], n: usize) -> &[u8] {
+    let mut seen = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        if b == b'\n' {
+            seen += 1;
+            if seen == n {
+                return &bytes[..=i];
+            }
+        }
+    }
+    bytes
+}
+
+fn last_lines(bytes: &[u8], n: usize) -> &[u8] {
+    let body = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+    let mut seen = 0;
+    for (i, &b) in body.iter().enumerate().rev() {
+        if b == b'\n' {
+            seen += 1;
+            if seen == n {
+                return &bytes[i + 1..];
+            }
+        }
+    }
+    bytes
+}
+
+/// Keeps at most `max` characters from the start (or the end), marking the cut; protects the
+/// response from a single enormous line.
+fn clip_chars(text: &str, max: usize, from_start: bool) -> String {
+    let count = text.chars().count();
+    if count <= max {
+        return text.to_owned();
+    }
+    let cut = count - max;
+    if from_start {
+        let kept: String = text.chars().take(max).collect();
+        format!("{kept}[... {cut} characters omitted ...]\n")
+    } else {
+        let kept: String = text.chars().skip(cut).collect();
+        format!("[... {cut} characters omitted ...]{kept}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy() -> OutputPolicy {
+        OutputPolicy {
+            max_lines: 200,
+            max_chars: 10_000,
+            head_lines: 50,
+            tail_lines: 50,
+            memory_cap_bytes: 1 << 20,
+        }
+    }
+
+    fn captured(text: &str) -> Captured {
+        Captured {
+            head: text.as_bytes().to_vec(),
+            total_bytes: text.len() as u64,
+            total_lines: text.matches('\n').count() as u64,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn short_output_is_untouched() {
+        let s = shape_stream(&captured("a\nb\n"), &policy(), "stdout", None);
+        assert_eq!(s.text, "a\nb\n");
+        assert!(!s.truncated);
+    }
+
+    #[test]
+    fn long_output_keeps_head_and_tail_with_exact_omitted_count() {
+        let text: String = (1..=1000).map(|i| format!("line {i}\n")).collect();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("spill");
+        let p = path.clone();
+        let open = move |_: &str| Ok(("spill".to_owned(), std::fs::File::create(&p)?));
+        let s = shape_stream(&captured(&text), &policy(), "stdout", Some(&open));
+        assert!(s.truncated);
+        assert!(s.text.starts_with("line 1\n"));
+        assert!(s.text.contains("line 50\n[... 900 lines"), "{}", s.text);
+        assert!(s.text.ends_with("line 1000\n"));
+        assert!(!s.text.contains("line 51\n"));
+        assert_eq!(s.full_output.as_deref(), Some("spill"));
+        assert_eq!(std::fs::read_to_string(path).unwrap(), text);
+    }
+
+    #[test]
+    fn one_huge_line_is_cut_by_characters() {
+        let text = "x".repeat(50_000);
+        let s = shape_stream(&captured(&text), &policy(), "stdout", None);
+        assert!(s.truncated);
+        assert!(s.text.chars().count() < 11_000, "{}", s.text.len());
+    }
+}

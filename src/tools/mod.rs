@@ -1,0 +1,86 @@
+//! The tools of SPEC.md, one file each: argument structs (their schema is the contract),
+//! output structs, and the function that turns arguments into a request for the stages to
+//! the right (workspace, exec, lint) and shapes the answer.
+//!
+//! Tools know nothing of the wire: `server` registers them with rmcp and passes a
+//! [`ToolContext`]; tools return `CallToolResult`s built by `shape`.
+
+pub mod read_file;
+pub mod shell_exec;
+
+use crate::audit::{AuditLog, AuditRecord};
+use crate::exec::Executor;
+use crate::policy::Policy;
+use crate::shape::{ErrorKind, ToolError};
+use crate::workspace::{PathError, Workspace};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// What every tool call may use. Shared by all calls (`Arc`).
+pub struct ToolContext {
+    pub policy: Policy,
+    pub workspace: Workspace,
+    pub executor: Executor,
+    pub audit: Option<AuditLog>,
+    /// Bounds how many calls run at once; the rest wait their turn.
+    pub slots: tokio::sync::Semaphore,
+}
+
+pub type SharedContext = Arc<ToolContext>;
+
+impl ToolContext {
+    /// Records a finished call in the audit log, if there is one.
+    pub fn audit(
+        &self,
+        tool: &str,
+        arguments: &impl serde::Serialize,
+        decision: &str,
+        outcome: serde_json::Value,
+        started: Instant,
+    ) {
+        let Some(log) = &self.audit else { return };
+        let arguments = serde_json::to_value(arguments).unwrap_or_default();
+        log.record(&AuditRecord {
+            time: crate::audit::now_rfc3339(),
+            tool,
+            arguments: crate::audit::shorten(&arguments),
+            decision,
+            outcome,
+            duration_ms: started.elapsed().as_millis() as u64,
+            enforcement: self.executor.confinement().enforcement().level,
+        });
+    }
+}
+
+/// The SPEC kind for a path problem.
+pub fn path_error(e: &PathError) -> ToolError {
+    ToolError::new(kind_from_spec(e.kind_str()), e.to_string())
+}
+
+/// Maps a SPEC kind name (as the lower layers report it) to the typed kind.
+pub fn kind_from_spec(kind: &str) -> ErrorKind {
+    match kind {
+        "invalid_argument" => ErrorKind::InvalidArgument,
+        "path_escape" => ErrorKind::PathEscape,
+        "not_found" => ErrorKind::NotFound,
+        "denied" => ErrorKind::Denied,
+        "timeout" => ErrorKind::Timeout,
+        "resource_limit" => ErrorKind::ResourceLimit,
+        "exit_status" => ErrorKind::ExitStatus,
+        "exception" => ErrorKind::Exception,
+        "io" => ErrorKind::Io,
+        _ => ErrorKind::Internal,
+    }
+}
+
+/// Text block for a failed call: the kind and what to do, first, where a model looks.
+pub fn error_text(e: &ToolError) -> String {
+    format!(
+        "error [{}]: {}",
+        serde_json::to_value(e.kind)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default(),
+        e.message
+    )
+}

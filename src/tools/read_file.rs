@@ -1,0 +1,129 @@
+//! `read_file`: a window of lines of a text file in the workspace.
+//!
+//! Owns the argument contract and the result; line paging and binary refusal are
+//! `files::read`, path rooting is `workspace`.
+
+use super::{SharedContext, error_text, path_error};
+use crate::files::{self, ReadLimits};
+use crate::shape::{ToolError, tool_result};
+use rmcp::model::CallToolResult;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::time::Instant;
+
+#[derive(Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadFileArgs {
+    /// File to read, relative to the workspace root (e.g. "src/main.rs").
+    pub path: String,
+    /// 1-based line to start at.
+    #[serde(default = "one")]
+    #[schemars(range(min = 1))]
+    pub offset: u64,
+    /// Maximum number of lines to return.
+    #[serde(default = "default_limit")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub limit: u64,
+}
+
+fn one() -> u64 {
+    1
+}
+
+fn default_limit() -> u64 {
+    files::read::DEFAULT_LIMIT as u64
+}
+
+#[derive(Debug, Default, Serialize, JsonSchema)]
+pub struct ReadFileOutput {
+    /// Workspace-relative path of the file.
+    pub path: String,
+    /// The lines, byte for byte (line endings included); usable as edit_file old_string.
+    pub content: String,
+    pub start_line: u64,
+    pub end_line: u64,
+    pub total_lines: u64,
+    /// True when lines remain after end_line or an over-long line was cut.
+    pub truncated: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<ToolError>,
+}
+
+pub async fn run(ctx: SharedContext, args: ReadFileArgs) -> CallToolResult {
+    let started = Instant::now();
+    let result = read(&ctx, &args);
+    let (output, text, is_error) = match result {
+        Ok((output, note)) => {
+            let mut text = format!(
+                "{} lines {}-{} of {}{}\n",
+                output.path,
+                output.start_line,
+                output.end_line,
+                output.total_lines,
+                if output.truncated {
+                    " (more available)"
+                } else {
+                    ""
+                }
+            );
+            if let Some(note) = note {
+                text.push_str(&format!("note: {note}\n"));
+            }
+            text.push_str(&output.content);
+            (output, text, false)
+        }
+        Err(error) => {
+            let text = error_text(&error);
+            (
+                ReadFileOutput {
+                    path: args.path.clone(),
+                    error: Some(error),
+                    ..Default::default()
+                },
+                text,
+                true,
+            )
+        }
+    };
+    ctx.audit(
+        "read_file",
+        &args,
+        "allow",
+        serde_json::json!({"ok": !is_error, "error": output.error.as_ref().map(|e| e.kind)}),
+        started,
+    );
+    tool_result(&output, text, is_error)
+}
+
+fn read(
+    ctx: &SharedContext,
+    args: &ReadFileArgs,
+) -> Result<(ReadFileOutput, Option<String>), ToolError> {
+    let rel = ctx
+        .workspace
+        .resolve_arg(&args.path)
+        .map_err(|e| path_error(&e))?;
+    let bytes = ctx
+        .workspace
+        .read_bytes_limited(&rel, crate::workspace::MAX_READ_BYTES)
+        .map_err(|e| path_error(&e))?;
+    let window = files::read_lines_with(
+        &bytes,
+        usize::try_from(args.offset).unwrap_or(usize::MAX),
+        usize::try_from(args.limit).unwrap_or(usize::MAX),
+        &ReadLimits::default(),
+    )
+    .map_err(|e| ToolError::new(super::kind_from_spec(e.kind_str()), e.to_string()))?;
+    Ok((
+        ReadFileOutput {
+            path: rel.as_str().to_owned(),
+            content: window.content,
+            start_line: window.start_line as u64,
+            end_line: window.end_line as u64,
+            total_lines: window.total_lines as u64,
+            truncated: window.truncated,
+            error: None,
+        },
+        window.note,
+    ))
+}

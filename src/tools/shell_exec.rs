@@ -1,0 +1,326 @@
+//! `shell_exec`: one shell command, confined, with its output shaped for a model.
+//!
+//! Owns the argument contract, validation against the policy (timeout bound, cwd rooting,
+//! env names), progress notifications and the result. Running and killing the process is
+//! `exec`; truncation and spill are `shape`.
+
+use super::{SharedContext, error_text, path_error};
+use crate::exec::{CaptureSpec, ExecOutcome, ExecRequest, LimitHit, LiveStatus, SpillOpener};
+use crate::shape::{ErrorKind, ToolError, shape_stream, tool_result};
+use rmcp::model::CallToolResult;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ShellExecArgs {
+    /// Command line, run as `/bin/sh -c COMMAND` inside the sandbox.
+    #[schemars(length(min = 1))]
+    pub command: String,
+    /// Directory to run in, relative to the workspace root.
+    #[serde(default = "dot")]
+    pub cwd: String,
+    /// Wall-clock limit in seconds; the whole process tree is killed when it is reached.
+    /// Default and maximum come from the policy.
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub timeout_secs: Option<u64>,
+    /// Text written to the command's standard input (closed after it); default: no input.
+    #[serde(default)]
+    pub stdin: Option<String>,
+    /// Environment variables set for this command, over the sandbox's scrubbed environment.
+    #[serde(default)]
+    pub env: Option<BTreeMap<String, String>>,
+}
+
+fn dot() -> String {
+    ".".into()
+}
+
+#[derive(Debug, Default, Serialize, JsonSchema)]
+pub struct ShellExecOutput {
+    /// Exit status; null when the command was killed by a signal.
+    pub exit_code: Option<i32>,
+    /// Name of the signal that killed the command (e.g. "SIGKILL"), or null.
+    pub signal: Option<String>,
+    pub timed_out: bool,
+    pub stdout: String,
+    pub stderr: String,
+    /// True when stdout or stderr was cut to its head and tail.
+    pub truncated: bool,
+    /// Workspace-relative path of the complete output when it was cut, else null.
+    pub full_output: Option<String>,
+    pub duration_ms: u64,
+    /// The limit that stopped the command, with the evidence, or null.
+    pub limit: Option<LimitHit>,
+    /// Enforcement in force for this call: "full", "reduced" or "degraded".
+    pub enforcement: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<ToolError>,
+}
+
+/// What the server hands a call besides its arguments.
+pub struct CallHooks {
+    pub cancel: CancellationToken,
+    /// Called about once a second while the command runs: (elapsed, latest output line).
+    pub progress: Option<Box<dyn Fn(Duration, String) + Send + Sync>>,
+}
+
+pub async fn run(ctx: SharedContext, args: ShellExecArgs, hooks: CallHooks) -> CallToolResult {
+    let started = Instant::now();
+    let (output, text, is_error) = match prepare(&ctx, &args) {
+        Err(error) => {
+            let text = error_text(&error);
+            (
+                ShellExecOutput {
+                    enforcement: ctx.executor.confinement().enforcement().level.into(),
+                    error: Some(error),
+                    ..Default::default()
+                },
+                text,
+                true,
+            )
+        }
+        Ok(request) => {
+            let _slot = ctx.slots.acquire().await;
+            execute(&ctx, request, hooks).await
+        }
+    };
+    ctx.audit(
+        "shell_exec",
+        &args,
+        "allow",
+        serde_json::json!({
+            "exit_code": output.exit_code,
+            "signal": output.signal,
+            "timed_out": output.timed_out,
+            "limit": output.limit.as_ref().map(|l| l.kind),
+            "error": output.error.as_ref().map(|e| e.kind),
+        }),
+        started,
+    );
+    tool_result(&output, text, is_error)
+}
+
+/// A validated request, ready to run.
+struct Prepared {
+    request: ExecRequest,
+    live: Arc<LiveStatus>,
+}
+
+fn prepare(ctx: &SharedContext, args: &ShellExecArgs) -> Result<Prepared, ToolError> {
+    let invalid = |m: String| ToolError::new(ErrorKind::InvalidArgument, m);
+    if args.command.trim().is_empty() {
+        return Err(invalid(
+            "`command` is empty; pass the shell command line to run".into(),
+        ));
+    }
+    if args.command.contains('\0') {
+        return Err(invalid(
+            "`command` contains a NUL byte, which no shell can receive; remove it".into(),
+        ));
+    }
+    let limits = &ctx.policy.limits;
+    let timeout = match args.timeout_secs {
+        None => limits.timeout,
+        Some(0) => return Err(invalid("`timeout_secs` must be at least 1".into())),
+        Some(t) if t > limits.max_timeout.as_secs() => {
+            return Err(invalid(format!(
+                "`timeout_secs` {t} is above the policy maximum of {}s; ask for at most that, or split the work",
+                limits.max_timeout.as_secs()
+            )));
+        }
+        Some(t) => Duration::from_secs(t),
+    };
+    let env = args.env.clone().unwrap_or_default();
+    for (name, value) in &env {
+        crate::exec::env::validate_override(name, value).map_err(invalid)?;
+    }
+    let cwd = ctx
+        .workspace
+        .resolve_arg(&args.cwd)
+        .map_err(|e| path_error(&e))?;
+    let dir = ctx.workspace.open_dir(&cwd).map_err(|e| path_error(&e))?;
+    let live = Arc::new(LiveStatus::default());
+    let memory_cap = ctx.policy.output.memory_cap_bytes;
+    let spec = |stream: &'static str| CaptureSpec {
+        memory_cap,
+        spill: Some(spill_opener(ctx, stream)),
+        tee: None,
+    };
+    Ok(Prepared {
+        request: ExecRequest {
+            argv: vec!["/bin/sh".into(), "-c".into(), args.command.clone().into()],
+            cwd: Some(std::os::fd::OwnedFd::from(dir.into_std_file())),
+            env,
+            stdin: args.stdin.clone().map(String::into_bytes),
+            timeout,
+            stdout: spec("stdout"),
+            stderr: spec("stderr"),
+            cancel: None,
+            live: Some(Arc::clone(&live)),
+        },
+        live,
+    })
+}
+
+fn spill_opener(ctx: &SharedContext, stream: &'static str) -> SpillOpener {
+    let ctx = Arc::clone(ctx);
+    Box::new(move || {
+        let (path, file) = ctx
+            .workspace
+            .create_spill_file(&format!("shell-{stream}"))
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        Ok((path.as_str().to_owned(), file.into_std()))
+    })
+}
+
+async fn execute(
+    ctx: &SharedContext,
+    prepared: Prepared,
+    hooks: CallHooks,
+) -> (ShellExecOutput, String, bool) {
+    let Prepared { mut request, live } = prepared;
+    request.cancel = Some(hooks.cancel.clone());
+    let started = Instant::now();
+    let ticker = hooks.progress.map(|report| {
+        let live = Arc::clone(&live);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                report(started.elapsed(), live.last_line());
+            }
+        })
+    });
+    let outcome = ctx.executor.run(request).await;
+    if let Some(t) = ticker {
+        t.abort();
+    }
+    let enforcement = ctx.executor.confinement().enforcement().level.to_owned();
+    match outcome {
+        Err(e) => {
+            let kind = if e.is_not_found() {
+                ErrorKind::NotFound
+            } else {
+                ErrorKind::Internal
+            };
+            let error = ToolError::new(kind, format!("could not start the command: {e}"));
+            let text = error_text(&error);
+            (
+                ShellExecOutput {
+                    enforcement,
+                    error: Some(error),
+                    ..Default::default()
+                },
+                text,
+                true,
+            )
+        }
+        Ok(outcome) => shape_outcome(ctx, outcome, enforcement),
+    }
+}
+
+fn shape_outcome(
+    ctx: &SharedContext,
+    outcome: ExecOutcome,
+    enforcement: String,
+) -> (ShellExecOutput, String, bool) {
+    let open = |stream: &str| {
+        ctx.workspace
+            .create_spill_file(&format!("shell-{stream}"))
+            .map(|(p, f)| (p.as_str().to_owned(), f.into_std()))
+            .map_err(|e| std::io::Error::other(e.to_string()))
+    };
+    let stdout = shape_stream(&outcome.stdout, &ctx.policy.output, "stdout", Some(&open));
+    let stderr = shape_stream(&outcome.stderr, &ctx.policy.output, "stderr", Some(&open));
+    let error = outcome_error(&outcome);
+    let mut text = String::new();
+    if let Some(e) = &error {
+        text.push_str(&error_text(e));
+        text.push('\n');
+    } else {
+        text.push_str(&format!("exit 0 in {} ms\n", outcome.duration.as_millis()));
+    }
+    for (name, s) in [("stdout", &stdout), ("stderr", &stderr)] {
+        if !s.text.is_empty() {
+            text.push_str(&format!("--- {name} ---\n{}", s.text));
+            if !s.text.ends_with('\n') {
+                text.push('\n');
+            }
+        }
+    }
+    if outcome.enforcement.level != "full" {
+        text.push_str(&format!(
+            "[enforcement: {}]\n",
+            outcome.enforcement.summary()
+        ));
+    }
+    let output = ShellExecOutput {
+        exit_code: outcome.exit_code,
+        signal: outcome.signal_name(),
+        timed_out: outcome.timed_out,
+        truncated: stdout.truncated || stderr.truncated,
+        full_output: stdout.full_output.clone().or(stderr.full_output.clone()),
+        stdout: stdout.text,
+        stderr: stderr.text,
+        duration_ms: outcome.duration.as_millis() as u64,
+        limit: outcome.limit.clone(),
+        enforcement,
+        error,
+    };
+    let is_error = output.error.is_some();
+    (output, text, is_error)
+}
+
+fn outcome_error(o: &ExecOutcome) -> Option<ToolError> {
+    if o.timed_out {
+        return Some(ToolError::new(
+            ErrorKind::Timeout,
+            format!(
+                "the command ran longer than its timeout and was killed with everything it started \
+                 ({:.1}s); pass a larger timeout_secs, or run long jobs in smaller steps",
+                o.duration.as_secs_f64()
+            ),
+        ));
+    }
+    if let Some(hit) = &o.limit {
+        return Some(ToolError {
+            kind: ErrorKind::ResourceLimit,
+            message: format!(
+                "the command was stopped by the sandbox's {} ({}); reduce what it uses, or ask \
+                 the operator to raise the policy's limit",
+                hit.kind.describe(),
+                hit.evidence
+            ),
+            retriable: false,
+        });
+    }
+    if o.cancelled {
+        return Some(ToolError::new(
+            ErrorKind::Internal,
+            "the call was cancelled; the command and everything it started were killed",
+        ));
+    }
+    if o.success() {
+        return None;
+    }
+    let mut message = o.reason().unwrap_or_else(|| "the command failed".into());
+    let stderr = String::from_utf8_lossy(&o.stderr.head).into_owned();
+    if stderr.contains("Permission denied") || stderr.contains("Operation not permitted") {
+        message.push_str(
+            "; stderr reports a permission error, which may be the sandbox refusing a path, \
+             socket or syscall outside the policy",
+        );
+    }
+    Some(ToolError {
+        kind: ErrorKind::ExitStatus,
+        message,
+        retriable: false,
+    })
+}

@@ -1,0 +1,179 @@
+//! The spill area: `.cordon/outputs/` inside the workspace, where full outputs are saved when a
+//! tool result has to be cut short.
+//!
+//! Owns: creating `.cordon/` (git-ignored through its own `.gitignore` holding `*`) and
+//! `.cordon/outputs/`, and handing out uniquely named files there. Does not own: what is written
+//! into them, truncation, or cleaning old files up.
+//!
+//! `.cordon` and `outputs` are opened without following symlinks: if the agent replaced them by
+//! links into the tree (say to `src/`), a `.gitignore` of `*` written there would silently hide
+//! real source files from git.
+
+use std::io::{self, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use cap_fs_ext::DirExt;
+use cap_std::fs::{Dir, File, OpenOptions};
+
+use super::{PathError, RelPath, Workspace};
+
+const CORDON_DIR: &str = ".cordon";
+const OUTPUTS_DIR: &str = "outputs";
+const SPILL_REL: &str = ".cordon/outputs";
+const GITIGNORE: &str = ".gitignore";
+const GITIGNORE_CONTENT: &[u8] = b"# Written by cordon: keep its own files out of git.\n*\n";
+
+/// Process-wide, so two calls in the same second still get different names.
+static SPILL_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// How many names to try before giving up (only reached if another process floods the area).
+const MAX_NAME_ATTEMPTS: usize = 1000;
+
+impl Workspace {
+    /// Ensures `.cordon/outputs/` exists (with `.cordon/.gitignore`) and returns its path.
+    pub fn spill_dir(&self) -> Result<RelPath, PathError> {
+        self.open_spill_dir()?;
+        Ok(RelPath::from_trusted(SPILL_REL.to_owned()))
+    }
+
+    /// Creates a new, empty file in the spill area named `<prefix>-<UTC time>-<counter>.txt`
+    /// and returns its workspace-relative path and a read/write handle.
+    pub fn create_spill_file(&self, prefix: &str) -> Result<(RelPath, File), PathError> {
+        let outputs = self.open_spill_dir()?;
+        let prefix = sanitize_prefix(prefix);
+        let stamp = utc_stamp(SystemTime::now());
+        let mut options = OpenOptions::new();
+        options.read(true).write(true).create_new(true);
+        for _ in 0..MAX_NAME_ATTEMPTS {
+            let n = SPILL_COUNTER.fetch_add(1, Ordering::Relaxed);
+            let name = format!("{prefix}-{stamp}-{n:04}.txt");
+            let rel = RelPath::from_trusted(format!("{SPILL_REL}/{name}"));
+            match outputs.open_with(&name, &options) {
+                Ok(file) => return Ok((rel, file)),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(PathError::at(&rel, e)),
+            }
+        }
+        Err(PathError::Io {
+            path: SPILL_REL.to_owned(),
+            source: io::Error::other("could not find a free file name in the spill area"),
+        })
+    }
+
+    fn open_spill_dir(&self) -> Result<Dir, PathError> {
+        let cordon = open_or_create_dir_nofollow(&self.dir, CORDON_DIR, CORDON_DIR)?;
+        ensure_gitignore(&cordon)?;
+        open_or_create_dir_nofollow(&cordon, OUTPUTS_DIR, SPILL_REL)
+    }
+}
+
+/// Creates `name` in `parent` if missing and opens it, refusing a symlink in its place.
+fn open_or_create_dir_nofollow(parent: &Dir, name: &str, shown: &str) -> Result<Dir, PathError> {
+    match parent.create_dir(name) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(PathError::from_io(shown, e)),
+    }
+    parent
+        .open_dir_nofollow(name)
+        .map_err(|e| match e.raw_os_error() {
+            // ENOTDIR/ELOOP: a file or symlink sits where cordon's directory should be.
+            Some(20 | 40) => PathError::invalid(
+                shown,
+                "cordon keeps its own files here, but this is a file or symbolic link, not a \
+             directory; remove or rename it so cordon can recreate the directory",
+            ),
+            _ => PathError::from_io(shown, e),
+        })
+}
+
+/// Writes `.cordon/.gitignore` unless it exists; an existing one is the user's to keep.
+fn ensure_gitignore(cordon: &Dir) -> Result<(), PathError> {
+    let shown = format!("{CORDON_DIR}/{GITIGNORE}");
+    let mut options = OpenOptions::new();
+    options.write(true).create_new(true);
+    match cordon.open_with(GITIGNORE, &options) {
+        Ok(mut file) => file
+            .write_all(GITIGNORE_CONTENT)
+            .map_err(|e| PathError::from_io(&shown, e)),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(PathError::from_io(&shown, e)),
+    }
+}
+
+/// Keeps file names boring: ASCII letters, digits, `-` and `_`, at most 40 of them.
+fn sanitize_prefix(prefix: &str) -> String {
+    let clean: String = prefix
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(40)
+        .collect();
+    if clean.is_empty() {
+        "output".to_owned()
+    } else {
+        clean
+    }
+}
+
+/// `YYYYMMDD-HHMMSS` in UTC, readable by a human listing the directory.
+fn utc_stamp(now: SystemTime) -> String {
+    let secs = now
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days as i64);
+    format!(
+        "{y:04}{m:02}{d:02}-{:02}{:02}{:02}",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm), so we need
+/// no date crate for one file name.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn stamps_are_utc_calendar_dates() {
+        assert_eq!(utc_stamp(UNIX_EPOCH), "19700101-000000");
+        // 2026-11-30 23:29:41 UTC
+        let t = UNIX_EPOCH + Duration::from_secs(1_796_081_381);
+        assert_eq!(utc_stamp(t), "20261130-232941");
+        // Leap day.
+        let t = UNIX_EPOCH + Duration::from_secs(951_782_400);
+        assert_eq!(utc_stamp(t), "20000229-000000");
+    }
+
+    #[test]
+    fn prefixes_are_sanitized() {
+        assert_eq!(sanitize_prefix("shell_exec-stdout"), "shell_exec-stdout");
+        assert_eq!(sanitize_prefix("../../etc/x"), "______etc_x");
+        assert_eq!(sanitize_prefix(""), "output");
+        assert_eq!(sanitize_prefix(&"a".repeat(100)).len(), 40);
+    }
+}
