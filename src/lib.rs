@@ -19,6 +19,7 @@ pub mod confine;
 pub mod doctor;
 pub mod exec;
 pub mod files;
+pub mod lint;
 pub mod policy;
 pub mod server;
 pub mod shape;

@@ -167,9 +167,26 @@ async fn serve(
         ),
         None => None,
     };
+    let executor = Arc::new(Executor::new(confinement, &policy));
+    let search_path = policy
+        .environment
+        .set
+        .get("PATH")
+        .cloned()
+        .unwrap_or_default();
+    let lint = cordon::lint::Linting::new(&policy.lint, &search_path, Some(Arc::clone(&executor)))?;
+    let mut protected = policy.filesystem.protected.clone();
+    if let Ok(policy_file) = std::path::Path::new(&policy.origin).canonicalize()
+        && let Ok(inside) = policy_file.strip_prefix(workspace.root())
+    {
+        protected.push(inside.to_string_lossy().into_owned());
+    }
     let ctx = cordon::tools::ToolContext {
-        executor: Executor::new(confinement, &policy),
+        executor,
+        lint,
         slots: tokio::sync::Semaphore::new(policy.server.max_concurrent_calls),
+        file_lock: tokio::sync::Mutex::new(()),
+        protected,
         workspace,
         audit,
         policy,
@@ -231,10 +248,10 @@ async fn exec(
     if outcome.enforcement.level != "full" {
         eprintln!("cordon: enforcement {}", outcome.enforcement.summary());
     }
-    if outcome.limit.is_some() || outcome.stragglers_killed {
-        if let Some(reason) = outcome.reason() {
-            eprintln!("cordon: {reason}");
-        }
+    if (outcome.limit.is_some() || outcome.stragglers_killed)
+        && let Some(reason) = outcome.reason()
+    {
+        eprintln!("cordon: {reason}");
     }
     Ok(outcome.shell_status())
 }

@@ -258,16 +258,16 @@ impl CallCgroup {
     /// Returns whether the groups were empty at the end.
     pub fn kill_all(&self, wait: Duration) -> bool {
         let deadline = Instant::now() + wait;
-        if let Some(dir) = &self.v2_dir {
-            if write_file(&dir.join("cgroup.kill"), "1").is_ok() {
-                while Instant::now() < deadline {
-                    if !v2_populated(dir) {
-                        return true;
-                    }
-                    std::thread::sleep(Duration::from_millis(2));
+        if let Some(dir) = &self.v2_dir
+            && write_file(&dir.join("cgroup.kill"), "1").is_ok()
+        {
+            while Instant::now() < deadline {
+                if !v2_populated(dir) {
+                    return true;
                 }
-                return !v2_populated(dir);
+                std::thread::sleep(Duration::from_millis(2));
             }
+            return !v2_populated(dir);
         }
         // v1 only: signal every member until none is left (a forking tree may add members
         // between a read and the kills, hence the loop).

@@ -126,22 +126,23 @@ pub async fn drain(
         if rest.is_empty() {
             continue;
         }
-        if spill.is_none() && out.spill_error.is_none() {
-            if let Some(open) = spec.spill.take() {
-                match open_spill(open, &out.head, &tail).await {
-                    Ok((path, file)) => {
-                        out.spill_path = Some(path);
-                        spill = Some(file);
-                    }
-                    Err(e) => out.spill_error = Some(e.to_string()),
+        if spill.is_none()
+            && out.spill_error.is_none()
+            && let Some(open) = spec.spill.take()
+        {
+            match open_spill(open, &out.head, &tail).await {
+                Ok((path, file)) => {
+                    out.spill_path = Some(path);
+                    spill = Some(file);
                 }
+                Err(e) => out.spill_error = Some(e.to_string()),
             }
         }
-        if let Some(file) = spill.as_mut() {
-            if let Err(e) = file.write_all(rest).await {
-                out.spill_error = Some(format!("spill file incomplete: {e}"));
-                spill = None;
-            }
+        if let Some(file) = spill.as_mut()
+            && let Err(e) = file.write_all(rest).await
+        {
+            out.spill_error = Some(format!("spill file incomplete: {e}"));
+            spill = None;
         }
         tail.extend(rest);
         if tail.len() > half {

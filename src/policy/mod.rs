@@ -54,6 +54,19 @@ pub struct Policy {
     pub sandbox: SandboxPolicy,
     pub output: OutputPolicy,
     pub server: ServerPolicy,
+    pub lint: LintPolicy,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LintPolicy {
+    pub enabled: bool,
+    /// The embedded tree-sitter syntax check.
+    pub syntax: bool,
+    /// Per external linter run.
+    #[serde(serialize_with = "secs")]
+    pub timeout: Duration,
+    pub max_file_bytes: usize,
+    pub linters: Vec<crate::lint::LinterConfig>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -63,6 +76,8 @@ pub struct FilesystemPolicy {
     pub deny: Vec<PathBuf>,
     pub devices: Vec<PathBuf>,
     pub workspace: WorkspaceAccess,
+    /// Workspace-relative paths the file tools never write.
+    pub protected: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -237,7 +252,16 @@ fn resolve(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
         workspace: fs
             .workspace
             .ok_or_else(|| missing("filesystem.workspace"))?,
+        protected: fs.protected.unwrap_or_default(),
     };
+    for p in &filesystem.protected {
+        if p.starts_with('/') || p.split('/').any(|c| c == "..") || p.trim_matches('/').is_empty() {
+            return Err(invalid(
+                "filesystem.protected",
+                format!("`{p}` must be a workspace-relative path without `..`"),
+            ));
+        }
+    }
 
     let network = NetworkPolicy {
         tcp_connect: raw.network.tcp_connect.unwrap_or_default(),
@@ -321,6 +345,19 @@ fn resolve(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
         audit_log: raw.server.audit_log.map(PathBuf::from),
     };
 
+    let lint = LintPolicy {
+        enabled: raw.lint.enabled.unwrap_or(true),
+        syntax: raw.lint.syntax.unwrap_or(true),
+        timeout: Duration::from_secs(positive("lint.timeout_secs", raw.lint.timeout_secs)?),
+        max_file_bytes: positive("lint.max_file_kb", raw.lint.max_file_kb)? as usize * 1024,
+        linters: raw.lint.linters.unwrap_or_default(),
+    };
+    for linter in &lint.linters {
+        linter
+            .compile()
+            .map_err(|e| invalid("lint.linters", e.to_string()))?;
+    }
+
     Ok(Policy {
         name: raw.name.unwrap_or_else(|| origin.clone()),
         description: raw.description.unwrap_or_default(),
@@ -332,6 +369,7 @@ fn resolve(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
         sandbox,
         output,
         server,
+        lint,
     })
 }
 

@@ -28,6 +28,18 @@ pub struct RawPolicy {
     pub output: RawOutput,
     #[serde(default)]
     pub server: RawServer,
+    #[serde(default)]
+    pub lint: RawLint,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLint {
+    pub enabled: Option<bool>,
+    pub syntax: Option<bool>,
+    pub timeout_secs: Option<u64>,
+    pub max_file_kb: Option<u64>,
+    pub linters: Option<Vec<crate::lint::LinterConfig>>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -38,6 +50,7 @@ pub struct RawFilesystem {
     pub deny: Option<Vec<String>>,
     pub devices: Option<Vec<String>>,
     pub workspace: Option<WorkspaceAccess>,
+    pub protected: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
@@ -119,7 +132,15 @@ overlay_struct!(RawFilesystem {
     read_write,
     deny,
     devices,
-    workspace
+    workspace,
+    protected
+});
+overlay_struct!(RawLint {
+    enabled,
+    syntax,
+    timeout_secs,
+    max_file_kb,
+    linters
 });
 overlay_struct!(RawNetwork {
     tcp_connect,
@@ -164,6 +185,7 @@ impl Overlay for RawPolicy {
             sandbox: self.sandbox.overlay(base.sandbox),
             output: self.output.overlay(base.output),
             server: self.server.overlay(base.server),
+            lint: self.lint.overlay(base.lint),
         }
     }
 }

@@ -8,8 +8,10 @@
 mod instructions;
 
 use crate::shape::{ErrorKind, ToolError};
+use crate::tools::edit_file::{self, EditFileArgs, EditFileOutput};
 use crate::tools::read_file::{self, ReadFileArgs, ReadFileOutput};
 use crate::tools::shell_exec::{self, CallHooks, ShellExecArgs, ShellExecOutput};
+use crate::tools::write_file::{self, WriteFileArgs, WriteFileOutput};
 use crate::tools::{SharedContext, ToolContext};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
@@ -117,6 +119,51 @@ of `cat` in shell_exec. Example: {\"path\": \"src/lib.rs\", \"offset\": 120, \"l
         Parameters(args): Parameters<ReadFileArgs>,
     ) -> Result<CallToolResult, McpError> {
         Ok(read_file::run(Arc::clone(&self.ctx), args).await)
+    }
+
+    #[tool(
+        description = "Create or replace a whole file in the workspace, atomically (temporary \
+file + rename; an existing file keeps its permission bits; missing parent directories are \
+created unless create_dirs is false). The result includes lint diagnostics, with those this \
+write introduced marked. Use edit_file to change part of an existing file. Example: \
+{\"path\": \"src/util.py\", \"content\": \"def add(a, b):\\n    return a + b\\n\"}",
+        annotations(
+            title = "Write a file",
+            read_only_hint = false,
+            destructive_hint = true,
+            idempotent_hint = true,
+            open_world_hint = false
+        ),
+        output_schema = output_schema::<WriteFileOutput>()
+    )]
+    async fn write_file(
+        &self,
+        Parameters(args): Parameters<WriteFileArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        Ok(write_file::run(Arc::clone(&self.ctx), args).await)
+    }
+
+    #[tool(
+        description = "Replace exact text in a workspace file. Each edit's old_string must \
+occur exactly once (or set replace_all); matching is byte-exact, nothing is normalised (line \
+endings, quotes, whitespace, Unicode). Edits apply in order, all or nothing; on a miss nothing \
+is changed and the nearest lines are shown with their numbers. dry_run shows the diff without \
+writing. The result includes a unified diff and lint diagnostics. Example: {\"path\": \
+\"src/app.py\", \"edits\": [{\"old_string\": \"return a - b\", \"new_string\": \"return a + b\"}]}",
+        annotations(
+            title = "Edit a file",
+            read_only_hint = false,
+            destructive_hint = true,
+            idempotent_hint = false,
+            open_world_hint = false
+        ),
+        output_schema = output_schema::<EditFileOutput>()
+    )]
+    async fn edit_file(
+        &self,
+        Parameters(args): Parameters<EditFileArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        Ok(edit_file::run(Arc::clone(&self.ctx), args).await)
     }
 }
 

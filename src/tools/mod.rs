@@ -5,8 +5,10 @@
 //! Tools know nothing of the wire: `server` registers them with rmcp and passes a
 //! [`ToolContext`]; tools return `CallToolResult`s built by `shape`.
 
+pub mod edit_file;
 pub mod read_file;
 pub mod shell_exec;
+pub mod write_file;
 
 use crate::audit::{AuditLog, AuditRecord};
 use crate::exec::Executor;
@@ -20,15 +22,39 @@ use std::time::Instant;
 pub struct ToolContext {
     pub policy: Policy,
     pub workspace: Workspace,
-    pub executor: Executor,
+    pub executor: Arc<Executor>,
+    pub lint: crate::lint::Linting,
     pub audit: Option<AuditLog>,
-    /// Bounds how many calls run at once; the rest wait their turn.
+    /// Bounds how many shell commands run at once; the rest wait their turn.
     pub slots: tokio::sync::Semaphore,
+    /// Serialises read-modify-write of files, so two edits of one file cannot interleave.
+    pub file_lock: tokio::sync::Mutex<()>,
+    /// Workspace-relative paths the file tools refuse to write (policy + the policy file
+    /// itself when it lies in the workspace).
+    pub protected: Vec<String>,
 }
 
 pub type SharedContext = Arc<ToolContext>;
 
 impl ToolContext {
+    /// Refuses a write into a protected path, naming the rule and how to change it.
+    pub fn refuse_protected(&self, rel: &crate::workspace::RelPath) -> Result<(), ToolError> {
+        match self.workspace.protected_match(rel, &self.protected) {
+            None => Ok(()),
+            Some(entry) => Err(ToolError::new(
+                ErrorKind::Denied,
+                format!(
+                    "`{rel}` is inside the protected path `{entry}`: files there run or are \
+                     trusted outside the sandbox (git hooks, git config, cordon's own state, \
+                     policy files), so the file tools never write them. Ask the operator to \
+                     make the change, or to remove `{entry}` from `filesystem.protected` in \
+                     the policy ({}).",
+                    self.policy.origin
+                ),
+            )),
+        }
+    }
+
     /// Records a finished call in the audit log, if there is one.
     pub fn audit(
         &self,

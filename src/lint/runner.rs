@@ -1,0 +1,297 @@
+//! The lint pipeline run after every write and edit: the embedded syntax check plus the
+//! policy's external linters, each run **confined** like any shell command (a workspace
+//! config can make a linter load plugins: that is code execution), then `introduced` marking.
+//!
+//! Owns choosing which checks apply, running them with their timeout, and folding their
+//! results into one [`LintReport`] that never claims "clean" when a check did not run.
+//! Parsing output is `parsers`, the syntax check `syntax`, the marking `introduced`.
+
+use super::parsers::{CompiledLinter, LinterConfig, ParseError};
+use super::{
+    Diagnostic, LintReport, SyntaxCheckError, check_syntax, detect_language, mark_introduced,
+};
+use crate::exec::{CaptureSpec, ExecRequest, Executor};
+use crate::policy::LintPolicy;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Linter output kept in memory; JSON for one file is far below this.
+const LINTER_OUTPUT_CAP: usize = 8 << 20;
+
+struct ExternalLinter {
+    compiled: CompiledLinter,
+    /// Absolute path of the command, when found on the sandbox PATH.
+    command: Option<PathBuf>,
+}
+
+/// The configured lint pipeline of one server.
+pub struct Linting {
+    policy: LintPolicy,
+    linters: Vec<ExternalLinter>,
+    executor: Option<Arc<Executor>>,
+}
+
+impl Linting {
+    /// Compiles the policy's linters and finds their commands on `search_path` (the sandbox's
+    /// PATH). Without an executor only the embedded syntax check runs.
+    pub fn new(
+        policy: &LintPolicy,
+        search_path: &str,
+        executor: Option<Arc<Executor>>,
+    ) -> Result<Self, ParseError> {
+        let linters = policy
+            .linters
+            .iter()
+            .map(|config| {
+                Ok(ExternalLinter {
+                    compiled: config.compile()?,
+                    command: find_command(&config.command, search_path),
+                })
+            })
+            .collect::<Result<_, ParseError>>()?;
+        Ok(Self {
+            policy: policy.clone(),
+            linters,
+            executor,
+        })
+    }
+
+    /// Names of the external linters that will run for files they apply to.
+    pub fn available_linters(&self) -> Vec<String> {
+        self.linters
+            .iter()
+            .filter(|l| l.command.is_some())
+            .map(|l| l.compiled.config().name.clone())
+            .collect()
+    }
+
+    /// Lints `after` (the content now at `path`, relative to the workspace root); `before` is
+    /// the previous content, None for a new file.
+    pub async fn check(&self, path: &str, before: Option<&str>, after: &str) -> LintReport {
+        if !self.policy.enabled {
+            return LintReport::skipped("lint is disabled by the policy");
+        }
+        if after.len() > self.policy.max_file_bytes {
+            return LintReport::skipped(format!(
+                "file is larger than the policy's lint limit ({} KiB)",
+                self.policy.max_file_bytes / 1024
+            ));
+        }
+        let mut ran = Vec::new();
+        let mut problems = Vec::new();
+        let mut skipped = Vec::new();
+        let mut new_diags: Vec<Diagnostic> = Vec::new();
+        let mut old_diags: Vec<Diagnostic> = Vec::new();
+        // Diagnostics of linters that could not see the old content: judged by changed lines.
+        let mut unpaired: Vec<Diagnostic> = Vec::new();
+
+        if self.policy.syntax
+            && let Some(lang) = detect_language(Path::new(path), after)
+        {
+            let (a, b) = (after.to_owned(), before.map(str::to_owned));
+            let result = tokio::task::spawn_blocking(move || {
+                (check_syntax(lang, &a), b.map(|b| check_syntax(lang, &b)))
+            })
+            .await;
+            match result {
+                Ok((Ok(new), old)) => {
+                    ran.push("syntax".to_owned());
+                    new_diags.extend(new);
+                    old_diags.extend(old.and_then(Result::ok).unwrap_or_default());
+                }
+                Ok((Err(SyntaxCheckError::TooSlow { .. }), _)) => {
+                    skipped.push(format!("syntax check of {} took too long", lang.name()));
+                }
+                Ok((Err(e), _)) => problems.push(e.to_string()),
+                Err(e) => problems.push(format!("syntax check crashed: {e}")),
+            }
+        }
+
+        let ext = Path::new(path)
+            .extension()
+            .map(|e| e.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        for linter in self
+            .linters
+            .iter()
+            .filter(|l| l.compiled.config().applies_to(&ext))
+        {
+            let config = linter.compiled.config();
+            let Some(command) = &linter.command else {
+                if !config.optional {
+                    problems.push(format!(
+                        "{}: command `{}` not found on the sandbox PATH",
+                        config.name, config.command
+                    ));
+                }
+                continue;
+            };
+            let Some(executor) = &self.executor else {
+                continue;
+            };
+            let run_after = self.run_one(executor, command, config, path, after);
+            let (after_result, before_result) = match (config.stdin, before) {
+                (true, Some(old)) => {
+                    let (a, b) = tokio::join!(
+                        run_after,
+                        self.run_one(executor, command, config, path, old)
+                    );
+                    (a, Some(b))
+                }
+                _ => (run_after.await, None),
+            };
+            match after_result.and_then(|(out, code)| {
+                linter
+                    .compiled
+                    .parse(&out, code, after)
+                    .map_err(|e| e.to_string())
+            }) {
+                Ok(diags) => {
+                    ran.push(config.name.clone());
+                    let old = before_result.and_then(|r| {
+                        r.ok().and_then(|(out, code)| {
+                            linter
+                                .compiled
+                                .parse(&out, code, before.unwrap_or_default())
+                                .ok()
+                        })
+                    });
+                    match old {
+                        Some(old) => {
+                            new_diags.extend(diags);
+                            old_diags.extend(old);
+                        }
+                        None if before.is_some() => unpaired.extend(diags),
+                        None => new_diags.extend(diags),
+                    }
+                }
+                Err(reason) => problems.push(reason),
+            }
+        }
+
+        mark_introduced(before, after, &old_diags, &mut new_diags);
+        if let Some(old_text) = before {
+            let changed = changed_lines(old_text, after);
+            for d in &mut unpaired {
+                d.introduced = (d.line..=d.end_line.max(d.line)).any(|l| changed.contains(&l));
+            }
+        }
+        new_diags.extend(unpaired);
+
+        if !problems.is_empty() {
+            return LintReport::unavailable(ran, new_diags, problems.join("; "));
+        }
+        if ran.is_empty() {
+            return LintReport::skipped(if skipped.is_empty() {
+                format!("no syntax check or linter is configured for `{path}`")
+            } else {
+                skipped.join("; ")
+            });
+        }
+        LintReport::from_diagnostics(ran, new_diags)
+    }
+
+    /// Runs one linter confined on `content`; returns (stdout, exit code) or why it failed.
+    async fn run_one(
+        &self,
+        executor: &Executor,
+        command: &Path,
+        config: &LinterConfig,
+        path: &str,
+        content: &str,
+    ) -> Result<(String, Option<i32>), String> {
+        let mut argv = vec![command.as_os_str().to_owned()];
+        argv.extend(config.command_args(path).into_iter().map(Into::into));
+        let spec = || CaptureSpec {
+            memory_cap: LINTER_OUTPUT_CAP,
+            spill: None,
+            tee: None,
+        };
+        let outcome = executor
+            .run(ExecRequest {
+                argv,
+                cwd: None,
+                env: Default::default(),
+                stdin: config.stdin.then(|| content.as_bytes().to_vec()),
+                timeout: self.policy.timeout,
+                stdout: spec(),
+                stderr: spec(),
+                cancel: None,
+                live: None,
+            })
+            .await
+            .map_err(|e| format!("{}: could not start: {e}", config.name))?;
+        if outcome.timed_out {
+            return Err(format!(
+                "{}: did not finish within {}s and was killed",
+                config.name,
+                self.policy.timeout.as_secs()
+            ));
+        }
+        if let Some(hit) = &outcome.limit {
+            return Err(format!(
+                "{}: stopped by the {}",
+                config.name,
+                hit.kind.describe()
+            ));
+        }
+        let Some(stdout) = outcome.stdout.complete_bytes() else {
+            return Err(format!("{}: output too large", config.name));
+        };
+        let code = outcome.exit_code;
+        if !code.is_some_and(|c| config.ok_exit_codes.contains(&c)) {
+            let stderr = String::from_utf8_lossy(&outcome.stderr.head);
+            let last = stderr
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("");
+            return Err(format!(
+                "{}: exited with {}{}",
+                config.name,
+                code.map_or_else(
+                    || outcome.signal_name().unwrap_or_default(),
+                    |c| format!("status {c}")
+                ),
+                if last.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", last.chars().take(200).collect::<String>())
+                }
+            ));
+        }
+        Ok((String::from_utf8_lossy(&stdout).into_owned(), code))
+    }
+}
+
+/// 1-based lines of `new` that are not an unchanged copy of a line of `old`.
+fn changed_lines(old: &str, new: &str) -> std::collections::HashSet<u32> {
+    let diff = similar::TextDiff::from_lines(old, new);
+    let mut changed = std::collections::HashSet::new();
+    for op in diff.ops() {
+        if op.tag() != similar::DiffTag::Equal {
+            for l in op.new_range() {
+                changed.insert(l as u32 + 1);
+            }
+        }
+    }
+    changed
+}
+
+/// Finds `command` (a bare name or a path) the way the sandbox's `execvp` would.
+fn find_command(command: &str, search_path: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let is_exec = |p: &Path| {
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if command.contains('/') {
+        let p = PathBuf::from(command);
+        return is_exec(&p).then_some(p);
+    }
+    search_path
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .map(|d| Path::new(d).join(command))
+        .find(|p| is_exec(p))
+}
