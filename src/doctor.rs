@@ -157,6 +157,21 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
     probes.push(result("write outside the workspace", "denied", &o, |o| {
         !target.exists() && o.exit_code != Some(0)
     }));
+    if confinement.protects_paths() {
+        std::fs::create_dir_all(ws.join(".git/hooks"))?;
+        let o = run_one(
+            &executor,
+            sh("echo 'echo pwned' > .git/hooks/pre-commit"),
+            10,
+        )
+        .await;
+        probes.push(result(
+            "write a git hook (protected path)",
+            "denied",
+            &o,
+            |o| o.exit_code != Some(0) && !ws.join(".git/hooks/pre-commit").exists(),
+        ));
+    }
     let o = run_one(&executor, sh("echo ok > inside.txt && cat inside.txt"), 10).await;
     probes.push(result("write inside the workspace", "allowed", &o, |o| {
         o.exit_code == Some(0) && text_contains(o, "ok")

@@ -148,6 +148,8 @@ async fn serve(
     let root = workspace_or_cwd(workspace)?;
     let policy = Policy::load(policy)?;
     let workspace = cordon::workspace::Workspace::open(&root)?;
+    // Created up front so `.cordon` exists, and is protected, before the first command runs.
+    workspace.spill_dir()?;
     let options = ConfineOptions {
         allow_degraded,
         ..Default::default()

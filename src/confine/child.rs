@@ -18,6 +18,9 @@ pub struct ChildSetup {
     pub cgroup_procs_fds: Vec<RawFd>,
     pub rlimits: std::sync::Arc<Vec<(Resource, u64)>>,
     pub drop_capabilities: bool,
+    /// Paths made read-only in a private mount namespace (protected paths in the workspace);
+    /// empty = no mount namespace. Needs CAP_SYS_ADMIN, so only prepared when running as root.
+    pub readonly_binds: Vec<std::ffi::CString>,
     pub landlock_ruleset_fd: Option<RawFd>,
     pub seccomp_programs: std::sync::Arc<Vec<BpfProgram>>,
 }
@@ -52,6 +55,9 @@ pub unsafe fn enter(setup: &ChildSetup) -> io::Result<()> {
             },
         )?;
     }
+    if !setup.readonly_binds.is_empty() {
+        make_readonly(&setup.readonly_binds)?;
+    }
     // The tree must not outlive the server if the server dies without cleaning up.
     rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
     if setup.drop_capabilities {
@@ -66,6 +72,63 @@ pub unsafe fn enter(setup: &ChildSetup) -> io::Result<()> {
     }
     for program in setup.seccomp_programs.iter() {
         seccompiler::apply_filter(program).map_err(|_| io::Error::last_os_error())?;
+    }
+    Ok(())
+}
+
+/// A private mount namespace in which each path is a read-only bind of itself, so a confined
+/// command cannot write a git hook that would later run outside the sandbox. Must run while
+/// the child still has CAP_SYS_ADMIN, i.e. before capabilities are dropped.
+fn make_readonly(paths: &[std::ffi::CString]) -> io::Result<()> {
+    let check = |ret: libc::c_int| {
+        if ret == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    };
+    // SAFETY: unshare takes only flags.
+    check(unsafe { libc::unshare(libc::CLONE_NEWNS) })?;
+    // Stop our binds from propagating back into the server's (the host's) namespace.
+    // SAFETY: valid NUL-terminated path, null fs type/data are allowed for MS_PRIVATE.
+    check(unsafe {
+        libc::mount(
+            std::ptr::null(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        )
+    })?;
+    for path in paths {
+        // SAFETY: `path` is a NUL-terminated string prepared by the parent.
+        let bound = unsafe {
+            libc::mount(
+                path.as_ptr(),
+                path.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND | libc::MS_REC,
+                std::ptr::null(),
+            )
+        };
+        if bound != 0 {
+            let err = io::Error::last_os_error();
+            // Removed since the parent looked: nothing left to protect.
+            if err.raw_os_error() == Some(libc::ENOENT) {
+                continue;
+            }
+            return Err(err);
+        }
+        // SAFETY: as above; remounting the bind we just made read-only.
+        check(unsafe {
+            libc::mount(
+                std::ptr::null(),
+                path.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY,
+                std::ptr::null(),
+            )
+        })?;
     }
     Ok(())
 }

@@ -117,6 +117,8 @@ pub struct Confinement {
     enforcement: Enforcement,
     tmp_root: tempfile::TempDir,
     workspace: PathBuf,
+    /// Absolute protected paths (workspace + `filesystem.protected`).
+    protected: Vec<PathBuf>,
 }
 
 impl Confinement {
@@ -196,6 +198,13 @@ impl Confinement {
         notes.extend(cgroups.notes.iter().cloned());
 
         let drop_capabilities = kernel.is_root;
+        if !kernel.is_root && !policy.filesystem.protected.is_empty() {
+            notes.push(
+                "protected paths are refused by the file tools only: without root, shell \
+                 commands can still write them (no private mount namespace)"
+                    .into(),
+            );
+        }
         let rlimits = rlimits::plan(&policy.limits, !kernel.is_root && !cgroups.has_limits());
         let landlock = landlock_fd.is_some() && kernel.landlock_abi >= REQUIRED_LANDLOCK_ABI;
         let level = match (landlock && !seccomp.is_empty(), cgroups.has_limits()) {
@@ -230,6 +239,12 @@ impl Confinement {
             enforcement,
             tmp_root,
             workspace: workspace.to_path_buf(),
+            protected: policy
+                .filesystem
+                .protected
+                .iter()
+                .map(|p| workspace.join(p))
+                .collect(),
         })
     }
 
@@ -265,7 +280,25 @@ impl Confinement {
             drop_capabilities: self.drop_capabilities,
             landlock_ruleset_fd: self.landlock_fd.as_ref().map(AsRawFd::as_raw_fd),
             seccomp_programs: Arc::clone(&self.seccomp),
+            readonly_binds: self.protected_binds(),
         }
+    }
+
+    /// Whether protected paths are read-only for confined commands on this host.
+    pub fn protects_paths(&self) -> bool {
+        self.drop_capabilities && !self.protected.is_empty()
+    }
+
+    /// The protected paths that exist right now, as paths for the child's bind mounts.
+    fn protected_binds(&self) -> Vec<std::ffi::CString> {
+        if !self.drop_capabilities {
+            return Vec::new();
+        }
+        self.protected
+            .iter()
+            .filter(|p| p.symlink_metadata().is_ok())
+            .filter_map(|p| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).ok())
+            .collect()
     }
 }
 
