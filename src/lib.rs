@@ -15,6 +15,7 @@
 //! * [`doctor`]: live proof, on the running kernel, that the confinement holds.
 
 pub mod audit;
+pub mod cli;
 pub mod confine;
 pub mod doctor;
 pub mod exec;

@@ -65,9 +65,48 @@ enum Command {
         #[arg(long, default_value = "default")]
         policy: String,
     },
+    /// Lint files with the same pipeline write_file and edit_file use.
+    Lint {
+        /// Files to check (inside the workspace).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Print the reports as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Workspace root; default: the current directory.
+        #[arg(long)]
+        workspace: Option<PathBuf>,
+        #[arg(long, default_value = "default")]
+        policy: String,
+        #[arg(long)]
+        allow_degraded: bool,
+    },
+    /// Show, check or explain a policy.
+    Policy {
+        #[command(subcommand)]
+        action: PolicyAction,
+    },
     /// Attempt one forbidden operation (used by `doctor` and the tests).
     #[command(hide = true)]
     Probe { name: String, arg: Option<String> },
+}
+
+#[derive(Subcommand)]
+enum PolicyAction {
+    /// Print the fully resolved policy (TOML, or JSON with --json).
+    Show {
+        #[arg(default_value = "default")]
+        policy: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Validate a policy file, including its seccomp profile and rule examples.
+    Check { policy: String },
+    /// Say in plain language what the policy allows and what this kernel enforces.
+    Explain {
+        #[arg(default_value = "default")]
+        policy: String,
+    },
 }
 
 fn main() {
@@ -116,6 +155,42 @@ async fn run(command: Command) -> Result<i32> {
                 print!("{}", report.render_table());
             }
             Ok(if report.all_passed() { 0 } else { 1 })
+        }
+        Command::Lint {
+            files,
+            json,
+            workspace,
+            policy,
+            allow_degraded,
+        } => {
+            let workspace = workspace_or_cwd(workspace)?;
+            let policy = Policy::load(&policy)?;
+            let reports =
+                cordon::cli::lint::run(&workspace, &policy, &files, allow_degraded).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&reports)?);
+            } else {
+                print!("{}", cordon::cli::lint::render(&reports));
+            }
+            Ok(cordon::cli::lint::exit_code(&reports))
+        }
+        Command::Policy { action } => {
+            use cordon::cli::policy;
+            match action {
+                PolicyAction::Show { policy: name, json } => {
+                    print!("{}", policy::show(&Policy::load(&name)?, json)?);
+                    if json {
+                        println!();
+                    }
+                }
+                PolicyAction::Check { policy: name } => {
+                    print!("{}", policy::check(&Policy::load(&name)?)?);
+                }
+                PolicyAction::Explain { policy: name } => {
+                    print!("{}", policy::explain(&Policy::load(&name)?));
+                }
+            }
+            Ok(0)
         }
         Command::Probe { .. } => unreachable!("handled before the runtime starts"),
     }

@@ -1,0 +1,245 @@
+//! `cordon policy show|check|explain`: what a policy allows, for the people who approve it.
+//!
+//! `show` prints the fully resolved policy (after `extends` and defaults), `check` validates a
+//! file including everything that is only checked when enforcement is built (seccomp profile,
+//! Landlock paths), and `explain` writes it out in plain language together with what this
+//! kernel can actually enforce.
+
+use crate::confine::kernel::{KernelSupport, REQUIRED_LANDLOCK_ABI};
+use crate::confine::landlock::{GrantKind, LandlockSpec, expand_grants};
+use crate::confine::seccomp;
+use crate::policy::{Policy, WorkspaceAccess};
+use std::fmt::Write;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyCliError {
+    #[error(transparent)]
+    Policy(#[from] crate::policy::PolicyError),
+    #[error(transparent)]
+    Seccomp(#[from] seccomp::SeccompError),
+    #[error("cannot render the policy: {0}")]
+    Render(String),
+}
+
+pub fn show(policy: &Policy, json: bool) -> Result<String, PolicyCliError> {
+    if json {
+        serde_json::to_string_pretty(policy).map_err(|e| PolicyCliError::Render(e.to_string()))
+    } else {
+        toml::to_string_pretty(policy).map_err(|e| PolicyCliError::Render(e.to_string()))
+    }
+}
+
+/// Validates what `Policy::load` cannot: the seccomp profile compiles, and which Landlock
+/// paths exist on this machine. Returns a short report.
+pub fn check(policy: &Policy) -> Result<String, PolicyCliError> {
+    let programs = seccomp::compile_profile(&policy.sandbox.seccomp_profile)?;
+    let mut out = format!(
+        "{}: valid (seccomp profile `{}`: {} program(s), {} instructions)\n",
+        policy.origin,
+        policy.sandbox.seccomp_profile,
+        programs.len(),
+        programs.iter().map(Vec::len).sum::<usize>()
+    );
+    let fs = &policy.filesystem;
+    for p in fs.read_exec.iter().chain(&fs.read_write).chain(&fs.devices) {
+        if !p.exists() {
+            let _ = writeln!(
+                out,
+                "  note: {} does not exist here; its grant is skipped",
+                p.display()
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// The policy in plain language, with what this kernel can enforce of it.
+pub fn explain(policy: &Policy) -> String {
+    let kernel = KernelSupport::detect();
+    let fs = &policy.filesystem;
+    let l = &policy.limits;
+    let mut o = String::new();
+    let _ = writeln!(o, "Policy `{}` ({})", policy.name, policy.origin);
+    if !policy.description.is_empty() {
+        let _ = writeln!(o, "  {}", policy.description);
+    }
+
+    let _ = writeln!(o, "\nFiles");
+    let _ = writeln!(
+        o,
+        "  The workspace is {} for commands and file tools.",
+        match fs.workspace {
+            WorkspaceAccess::ReadWrite => "readable and writable",
+            WorkspaceAccess::ReadOnly => "read-only",
+        }
+    );
+    let grants = expand_grants(&LandlockSpec {
+        read_exec: &fs.read_exec,
+        read_write: &fs.read_write,
+        read_only: &[],
+        devices: &fs.devices,
+        deny: &fs.deny,
+        tcp_connect: &[],
+        tcp_bind: &[],
+    });
+    let list = |kind: GrantKind| -> Vec<String> {
+        grants
+            .iter()
+            .filter(|g| g.access == kind)
+            .map(|g| g.path.display().to_string())
+            .collect()
+    };
+    let whole: Vec<String> = fs
+        .read_exec
+        .iter()
+        .filter(|p| {
+            grants
+                .iter()
+                .any(|g| &g.path == *p && g.access == GrantKind::ReadExec)
+        })
+        .map(|p| p.display().to_string())
+        .collect();
+    let carved: Vec<String> = list(GrantKind::ListOnly);
+    let _ = writeln!(o, "  Readable and executable: {}.", join_or_none(&whole));
+    if !carved.is_empty() {
+        let _ = writeln!(
+            o,
+            "  Partly readable (listed, and every entry except the denied ones): {}.",
+            carved.join(", ")
+        );
+    }
+    let _ = writeln!(
+        o,
+        "  Never readable, even beneath a granted directory: {}.",
+        join_or_none(
+            &fs.deny
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+        )
+    );
+    let _ = writeln!(
+        o,
+        "  Also writable: each call's private TMPDIR{}.",
+        if fs.read_write.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ", {}",
+                fs.read_write
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }
+    );
+    let _ = writeln!(o, "  Devices: {}.", list(GrantKind::Device).join(", "));
+    let _ = writeln!(
+        o,
+        "  Everything else (other homes, /root, /tmp, /var, /sys, /dev) is invisible."
+    );
+    if !fs.protected.is_empty() {
+        let _ = writeln!(
+            o,
+            "  Protected inside the workspace (never written by the file tools{}): {}.",
+            if kernel.is_root {
+                "; read-only for shell commands through a private mount namespace"
+            } else {
+                "; NOT enforced for shell commands here: cordon is not running as root"
+            },
+            fs.protected.join(", ")
+        );
+    }
+
+    let _ = writeln!(o, "\nNetwork");
+    if policy.network.is_off() {
+        let _ = writeln!(
+            o,
+            "  None: no TCP (Landlock), and no socket other than Unix-domain ones (seccomp), so no UDP or DNS."
+        );
+    } else {
+        let _ = writeln!(
+            o,
+            "  TCP connect to ports {:?}, bind on {:?} (Landlock); no UDP, raw or other sockets (seccomp profile `{}`).",
+            policy.network.tcp_connect, policy.network.tcp_bind, policy.sandbox.seccomp_profile
+        );
+    }
+
+    let _ = writeln!(o, "\nProcesses and limits (per call)");
+    let _ = writeln!(
+        o,
+        "  Wall time {}s by default, at most {}s; memory {} MiB and {} processes/threads for the whole tree; CPU {}% of a core (cgroups).",
+        l.timeout.as_secs(),
+        l.max_timeout.as_secs(),
+        l.memory_bytes >> 20,
+        l.pids,
+        l.cpu_percent
+    );
+    let _ = writeln!(
+        o,
+        "  Per process: {} CPU seconds, files up to {} MiB, {} open files, {} MiB address space, no core dumps (rlimits).",
+        l.cpu_seconds,
+        l.file_size_bytes >> 20,
+        l.open_files,
+        l.address_space_bytes >> 20
+    );
+    let _ = writeln!(
+        o,
+        "  Everything a call starts is killed when it ends. No ptrace, mount, namespaces, bpf, io_uring, keyrings, perf, kernel modules or kexec (seccomp profile `{}`).",
+        policy.sandbox.seccomp_profile
+    );
+    let _ = writeln!(
+        o,
+        "  Environment: only {} from the server, plus {}.",
+        join_or_none(&policy.environment.pass),
+        policy
+            .environment
+            .set
+            .keys()
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+
+    let _ = writeln!(o, "\nWhat this kernel enforces ({})", kernel.kernel_release);
+    let landlock = if kernel.landlock_abi >= REQUIRED_LANDLOCK_ABI {
+        format!("yes (ABI {})", kernel.landlock_abi)
+    } else if kernel.landlock_abi > 0 {
+        format!(
+            "partly (ABI {} < {REQUIRED_LANDLOCK_ABI}): cordon refuses to run unless --allow-degraded",
+            kernel.landlock_abi
+        )
+    } else {
+        "NO: cordon refuses to run unless --allow-degraded".into()
+    };
+    let _ = writeln!(o, "  Landlock file and TCP rules: {landlock}");
+    let _ = writeln!(
+        o,
+        "  seccomp: {}",
+        if kernel.seccomp_filter {
+            "yes"
+        } else {
+            "NO: cordon refuses to run unless --allow-degraded"
+        }
+    );
+    let _ = writeln!(
+        o,
+        "  Running as root: {} (capabilities are dropped in every child; protected paths {}enforced for commands)",
+        if kernel.is_root { "yes" } else { "no" },
+        if kernel.is_root { "" } else { "NOT " }
+    );
+    let _ = writeln!(
+        o,
+        "  cgroup limits and tree kill: run `cordon doctor` to see them proven live."
+    );
+    o
+}
+
+fn join_or_none(items: &[String]) -> String {
+    if items.is_empty() {
+        "none".into()
+    } else {
+        items.join(", ")
+    }
+}
