@@ -317,7 +317,10 @@ fn build_landlock(
     let mut read_only = Vec::new();
     match fs.workspace {
         WorkspaceAccess::ReadWrite => read_write.push(workspace.to_path_buf()),
-        WorkspaceAccess::ReadOnly => read_only.push(workspace.to_path_buf()),
+        WorkspaceAccess::ReadOnly => {
+            read_only.push(workspace.to_path_buf());
+            read_write.extend(fs.workspace_writable.iter().map(|p| workspace.join(p)));
+        }
     }
     let spec = landlock::LandlockSpec {
         read_exec: &read_exec,

@@ -16,11 +16,17 @@ const EMBEDDED: &[(&str, &str)] = &[
         include_str!("../../sandbox-profiles/default.json"),
     ),
     ("tcp", include_str!("../../sandbox-profiles/tcp.json")),
+    (
+        "tcp_udp",
+        include_str!("../../sandbox-profiles/tcp_udp.json"),
+    ),
 ];
 
 #[derive(Debug, thiserror::Error)]
 pub enum SeccompError {
-    #[error("seccomp profile `{0}` is neither built in (default, tcp) nor a readable file")]
+    #[error(
+        "seccomp profile `{0}` is neither built in (default, tcp, tcp_udp) nor a readable file"
+    )]
     UnknownProfile(String),
     #[error("seccomp profile {origin}: {source}")]
     Compile {

@@ -1,7 +1,7 @@
 //! The child's environment: a scrubbed allow-list, never the server's environment.
 //!
 //! Built from the policy's `pass` (copied from the server's environment when present) and
-//! `set` (with `{tmp}` and `{workspace}` expanded), then the caller's overrides. Nothing else
+//! `set` (with `{tmp}`, `{workspace}` and `{home}` (the server user's home) expanded), then the caller's overrides. Nothing else
 //! reaches a child: API keys and tokens in the server's environment stay there.
 
 use crate::policy::EnvironmentPolicy;
@@ -20,9 +20,11 @@ pub fn build(
             env.insert(name.clone(), value);
         }
     }
+    let home = std::env::var("HOME").unwrap_or_default();
     let expand = |v: &str| {
         v.replace("{tmp}", &tmp.to_string_lossy())
             .replace("{workspace}", &workspace.to_string_lossy())
+            .replace("{home}", &home)
     };
     for (name, value) in &policy.set {
         env.insert(name.clone(), expand(value));

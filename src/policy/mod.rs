@@ -14,7 +14,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The policies compiled into the binary; the files under `policies/` are their source.
-const EMBEDDED: &[(&str, &str)] = &[("default", include_str!("../../policies/default.toml"))];
+const EMBEDDED: &[(&str, &str)] = &[
+    ("default", include_str!("../../policies/default.toml")),
+    ("strict", include_str!("../../policies/strict.toml")),
+    ("dev", include_str!("../../policies/dev.toml")),
+];
 
 /// How deep an `extends` chain may go before we call it a mistake (and catch cycles).
 const MAX_EXTENDS_DEPTH: usize = 8;
@@ -76,6 +80,8 @@ pub struct FilesystemPolicy {
     pub deny: Vec<PathBuf>,
     pub devices: Vec<PathBuf>,
     pub workspace: WorkspaceAccess,
+    /// With a read-only workspace: the workspace-relative directories that stay writable.
+    pub workspace_writable: Vec<String>,
     /// Workspace-relative paths the file tools never write.
     pub protected: Vec<String>,
 }
@@ -214,6 +220,16 @@ fn locate(
     }
 }
 
+/// `~/x` means the home of the user running cordon, so one policy file fits every operator.
+fn expand_home(path: String) -> String {
+    match (path.strip_prefix("~/"), std::env::var("HOME")) {
+        (Some(rest), Ok(home)) if home.starts_with('/') => {
+            format!("{}/{rest}", home.trim_end_matches('/'))
+        }
+        _ => path,
+    }
+}
+
 fn resolve(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
     let invalid = |field: &'static str, message: String| PolicyError::Invalid {
         origin: origin.clone(),
@@ -226,6 +242,7 @@ fn resolve(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
             let list = list.ok_or_else(|| missing(field))?;
             list.into_iter()
                 .map(|p| {
+                    let p = expand_home(p);
                     if !p.starts_with('/') || p.contains('\0') {
                         Err(invalid(field, format!("`{p}` must be an absolute path")))
                     } else {
@@ -252,8 +269,17 @@ fn resolve(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
         workspace: fs
             .workspace
             .ok_or_else(|| missing("filesystem.workspace"))?,
+        workspace_writable: fs.workspace_writable.unwrap_or_default(),
         protected: fs.protected.unwrap_or_default(),
     };
+    for p in &filesystem.workspace_writable {
+        if p.starts_with('/') || p.split('/').any(|c| c == "..") || p.trim_matches('/').is_empty() {
+            return Err(invalid(
+                "filesystem.workspace_writable",
+                format!("`{p}` must be a workspace-relative directory without `..`"),
+            ));
+        }
+    }
     for p in &filesystem.protected {
         if p.starts_with('/') || p.split('/').any(|c| c == "..") || p.trim_matches('/').is_empty() {
             return Err(invalid(
@@ -315,7 +341,7 @@ fn resolve(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
         return Err(invalid(
             "sandbox.seccomp_profile",
             "the `default` profile allows no network sockets, but `network` lists TCP ports; \
-             use seccomp_profile = \"tcp\""
+             use seccomp_profile = \"tcp\" (or \"tcp_udp\" when DNS is needed)"
                 .into(),
         ));
     }

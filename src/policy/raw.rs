@@ -50,6 +50,7 @@ pub struct RawFilesystem {
     pub deny: Option<Vec<String>>,
     pub devices: Option<Vec<String>>,
     pub workspace: Option<WorkspaceAccess>,
+    pub workspace_writable: Option<Vec<String>>,
     pub protected: Option<Vec<String>>,
 }
 
@@ -133,7 +134,8 @@ overlay_struct!(RawFilesystem {
     deny,
     devices,
     workspace,
-    protected
+    workspace_writable,
+    protected,
 });
 overlay_struct!(RawLint {
     enabled,

@@ -39,6 +39,29 @@ pub type SharedContext = Arc<ToolContext>;
 impl ToolContext {
     /// Refuses a write into a protected path, naming the rule and how to change it.
     pub fn refuse_protected(&self, rel: &crate::workspace::RelPath) -> Result<(), ToolError> {
+        let fs = &self.policy.filesystem;
+        if fs.workspace == crate::policy::WorkspaceAccess::ReadOnly
+            && self
+                .workspace
+                .protected_match(rel, &fs.workspace_writable)
+                .is_none()
+        {
+            return Err(ToolError::new(
+                ErrorKind::Denied,
+                format!(
+                    "`{rel}` is not writable: policy `{}` makes the workspace read-only except \
+                     {}. Write inside one of those, or ask the operator to add the directory \
+                     to `filesystem.workspace_writable` ({}).",
+                    self.policy.name,
+                    if fs.workspace_writable.is_empty() {
+                        "nothing".to_owned()
+                    } else {
+                        fs.workspace_writable.join(", ")
+                    },
+                    self.policy.origin
+                ),
+            ));
+        }
         match self.workspace.protected_match(rel, &self.protected) {
             None => Ok(()),
             Some(entry) => Err(ToolError::new(
