@@ -19,8 +19,27 @@ pub struct KernelSupport {
     pub is_root: bool,
 }
 
+/// Names features to treat as missing (`landlock`, `seccomp`, comma-separated), so the
+/// fail-closed and degraded paths can be tested on a kernel that has everything. It can only
+/// take features away, never add them.
+pub const SIMULATE_MISSING_ENV: &str = "CORDON_SIMULATE_MISSING";
+
 impl KernelSupport {
     pub fn detect() -> Self {
+        let mut me = Self::detect_real();
+        if let Ok(missing) = std::env::var(SIMULATE_MISSING_ENV) {
+            for feature in missing.split(',').map(str::trim) {
+                match feature {
+                    "landlock" => me.landlock_abi = 0,
+                    "seccomp" => me.seccomp_filter = false,
+                    _ => {}
+                }
+            }
+        }
+        me
+    }
+
+    fn detect_real() -> Self {
         Self {
             kernel_release: rustix::system::uname()
                 .release()
