@@ -21,6 +21,10 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Shell snippet: wait (bounded) until a background process has created `ready`.
+const WAIT_READY: &str =
+    "i=0; while [ ! -e ready ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done";
+
 const EPERM: &str = "(os error 1)";
 const ENOSYS: &str = "(os error 38)";
 
@@ -437,11 +441,19 @@ fn setsid_daemon_does_not_survive_the_call() {
         return;
     }
     let t = unique_token();
-    let run = Sandbox::new().exec(
-        &[],
-        &["sh", "-c", &format!("setsid sleep {t} & echo started")],
-    );
+    // The main process waits until the daemon is in its own session (it writes `ready` after
+    // setsid); otherwise the process-group kill could catch it before it escapes and the
+    // test would pass without the cgroup.
+    let m = marker(&t);
+    let script =
+        format!("setsid sh -c ': {m}; echo > ready; exec sleep {t}' & {WAIT_READY}; echo started");
+    let sb = Sandbox::new();
+    let run = sb.exec(&[], &["sh", "-c", &script]);
     assert_full_enforcement(&run);
+    assert!(
+        exists(sb.ws().join("ready")),
+        "the daemon never started: {run:?}"
+    );
     assert_eq!(run.code(), 0, "{run:?}");
     assert_eq!(run.stdout, "started\n");
     assert_no_survivors(&t, "setsid daemon");
@@ -456,17 +468,26 @@ fn double_fork_does_not_survive_the_call() {
         return;
     }
     let t = unique_token();
-    // The sleep is orphaned (its parent exits at once) and reparented away from the call.
-    let run = Sandbox::new().exec(
+    // The sleep is orphaned (its parent exits at once) and reparented away from the call;
+    // `ready` says it started before the main process exits.
+    let sb = Sandbox::new();
+    let run = sb.exec(
         &[],
         &[
             "sh",
             "-c",
-            &format!("(sh -c 'sleep {t} >/dev/null 2>&1 &' &); echo forked"),
+            &format!(
+                "(sh -c ': {m}; echo > ready; exec sleep {t} >/dev/null 2>&1' &); {WAIT_READY}; echo forked",
+                m = marker(&t)
+            ),
         ],
     );
     assert_eq!(run.code(), 0, "{run:?}");
     assert_eq!(run.stdout, "forked\n");
+    assert!(
+        exists(sb.ws().join("ready")),
+        "the grandchild never started: {run:?}"
+    );
     assert_no_survivors(&t, "double fork");
 }
 
@@ -512,7 +533,7 @@ fn memory_balloon_is_stopped_by_the_memory_limit() {
     );
     let run = sb.exec(
         &["--policy", &policy],
-        &["sh", "-c", "head -c 512M /dev/zero | tail"],
+        &["sh", "-c", "head -c 512M /dev/zero | tail > /dev/null"],
     );
     assert_full_enforcement(&run);
     assert_eq!(run.code(), 128 + libc::SIGKILL, "{run:?}");

@@ -19,13 +19,50 @@ pub const CORDON: &str = env!("CARGO_BIN_EXE_cordon");
 /// and the test fails instead of blocking the suite.
 pub const HANG_GUARD: Duration = Duration::from_secs(120);
 
-/// What one process run produced.
-#[derive(Debug)]
+/// What one process run produced. Its `Debug` (used in assertion messages) shows at most a
+/// few KiB of each stream, so an unconfined run that floods its output cannot flood the log.
 pub struct Run {
     pub status: ExitStatus,
     pub stdout: String,
     pub stderr: String,
     pub elapsed: Duration,
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Run")
+            .field("status", &self.status)
+            .field("stdout", &Abbreviated(&self.stdout))
+            .field("stderr", &Abbreviated(&self.stderr))
+            .field("elapsed", &self.elapsed)
+            .finish()
+    }
+}
+
+struct Abbreviated<'a>(&'a str);
+
+impl std::fmt::Debug for Abbreviated<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const KEEP: usize = 2048;
+        let s = self.0;
+        if s.len() <= 2 * KEEP {
+            return write!(f, "{s:?}");
+        }
+        let head = (0..=KEEP)
+            .rev()
+            .find(|&i| s.is_char_boundary(i))
+            .unwrap_or(0);
+        let tail = (s.len() - KEEP..s.len())
+            .find(|&i| s.is_char_boundary(i))
+            .unwrap_or(s.len());
+        write!(
+            f,
+            "{:?} …[{} bytes]… {:?}",
+            &s[..head],
+            tail - head,
+            &s[tail..]
+        )
+    }
 }
 
 impl Run {
