@@ -116,12 +116,30 @@ fn main() {
         command => match runtime().and_then(|rt| rt.block_on(run(command))) {
             Ok(code) => code,
             Err(e) => {
-                eprintln!("cordon: {e:#}");
+                eprintln!("cordon: {}", error_chain(&e));
                 2
             }
         },
     };
     std::process::exit(code);
+}
+
+/// The error and its causes on one line. Our typed errors already quote their source in
+/// their own message (`cannot read policy file X: <io error>`), so a cause the line already
+/// contains is not repeated; anyhow's `{:#}` would print it twice.
+fn error_chain(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
