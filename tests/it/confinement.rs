@@ -10,11 +10,9 @@
 //! message saying what is missing; no test passes on an unconfined run (`common::exec`
 //! rejects runs where cordon refused or degraded).
 
-mod common;
-
-use common::{
-    assert_full_enforcement, assert_no_survivors, exists, marker, path_str, skip, skip_msg,
-    unconfined, unique_token, Need, Sandbox, CORDON,
+use crate::common::{
+    CORDON, Need, Sandbox, assert_full_enforcement, assert_no_survivors, exists, marker, path_str,
+    skip, skip_msg, unconfined, unique_token,
 };
 use std::net::{TcpListener, UdpSocket};
 use std::path::Path;
@@ -389,7 +387,7 @@ fn environment_is_scrubbed() {
     let control = {
         let mut cmd = Command::new("env");
         cmd.env("CORDON_TEST_SECRET", &secret);
-        common::run_guarded(cmd, common::HANG_GUARD)
+        crate::common::run_guarded(cmd, crate::common::HANG_GUARD)
     };
     assert!(control.stdout.contains(&secret), "control: env shows it");
 
@@ -732,9 +730,9 @@ fn command_not_found_exits_127() {
 /// Runs `cordon exec` with a bad policy: exit 2, one clear message, command never started.
 fn assert_policy_error(policy: &str, expected: &[&str]) -> String {
     let sb = Sandbox::new();
-    let run = common::run_guarded(
+    let run = crate::common::run_guarded(
         sb.command(&["--policy", policy], &["touch", "ran"]),
-        common::HANG_GUARD,
+        crate::common::HANG_GUARD,
     );
     assert_eq!(run.code(), 2, "{run:?}");
     assert!(run.stdout.is_empty(), "{run:?}");
@@ -793,15 +791,15 @@ fn survivor_scan_finds_a_live_process() {
     let mut sleeper = Command::new("sleep").arg(&t).spawn().unwrap();
     // Right after spawn the new process's cmdline can still read as empty; give it a moment.
     let deadline = Instant::now() + Duration::from_secs(5);
-    let mut found = common::processes_with(&t);
+    let mut found = crate::common::processes_with(&t);
     while found.is_empty() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
-        found = common::processes_with(&t);
+        found = crate::common::processes_with(&t);
     }
     let _ = sleeper.kill();
     let _ = sleeper.wait();
     assert_eq!(found, vec![sleeper.id() as i32]);
-    assert!(common::processes_with(&t).is_empty());
+    assert!(crate::common::processes_with(&t).is_empty());
 }
 
 fn tail(s: &str) -> &str {

@@ -1,0 +1,173 @@
+//! write_file round trips through a real `cordon serve`, measured from the client's side:
+//! the time from sending `tools/call` to reading its response, for a 1,000-line Python file.
+//!
+//! Three series, interleaved so machine noise hits them alike: lint with the embedded syntax
+//! check only, lint with ruff as well, and ruff run on its own (confined, the way cordon runs
+//! it) to isolate cordon's overhead above ruff. Targets (issue 4): syntax-only ≤ 3 ms;
+//! with ruff ≤ ruff's own time + 5 ms. Run: `cargo bench --bench write_lint`.
+
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const ROUNDS: usize = 60;
+
+struct Server {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    next_id: u64,
+}
+
+impl Server {
+    fn start(workspace: &std::path::Path, policy: &std::path::Path) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_cordon"))
+            .args(["serve", "--workspace"])
+            .arg(workspace)
+            .arg("--policy")
+            .arg(policy)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn cordon serve");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut s = Server {
+            child,
+            stdin,
+            stdout,
+            next_id: 1,
+        };
+        s.request("initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}));
+        s.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        s
+    }
+
+    fn send(&mut self, v: Value) {
+        let mut line = serde_json::to_vec(&v).unwrap();
+        line.push(b'\n');
+        self.stdin.write_all(&line).unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        loop {
+            let mut line = String::new();
+            self.stdout.read_line(&mut line).unwrap();
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v["id"] == id {
+                return v;
+            }
+        }
+    }
+
+    fn call(&mut self, tool: &str, args: Value) -> (Duration, Value) {
+        let start = Instant::now();
+        let v = self.request("tools/call", json!({"name": tool, "arguments": args}));
+        (start.elapsed(), v)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn python_file(variant: usize) -> String {
+    let mut s = String::from("import os\nimport sys\n\n");
+    for i in 0..((1000 - 3) / 4) {
+        s.push_str(&format!(
+            "def func_{i}(a, b):\n    total = a + b * {variant}\n    return total - {i}\n\n"
+        ));
+    }
+    while s.lines().count() < 1000 {
+        s.push_str("# pad\n");
+    }
+    s
+}
+
+fn stats(name: &str, mut v: Vec<Duration>) -> f64 {
+    v.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let median = ms(v[v.len() / 2]);
+    println!(
+        "| {name} | {:.2} | {:.2} | {:.2} | {:.2} |",
+        ms(v[0]),
+        median,
+        ms(v[v.len() * 9 / 10]),
+        ms(v[v.len() - 1])
+    );
+    median
+}
+
+fn main() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let syntax_only = dir.path().join("syntax.toml");
+    std::fs::write(
+        &syntax_only,
+        "extends = \"default\"\n[lint]\nlinters = []\n",
+    )
+    .unwrap();
+    let default = dir.path().join("default.toml");
+    std::fs::write(&default, "extends = \"default\"\n").unwrap();
+    let ruff = std::path::Path::new("/usr/local/bin/ruff").exists()
+        || std::path::Path::new("/usr/bin/ruff").exists();
+
+    let mut plain = Server::start(&ws, &syntax_only);
+    let mut with_ruff = Server::start(&ws, &default);
+    let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..ROUNDS + 5 {
+        let content = python_file(round);
+        let (t, v) = plain.call(
+            "write_file",
+            json!({"path": "bench.py", "content": content}),
+        );
+        assert_eq!(
+            v["result"]["structuredContent"]["lint"]["status"], "clean",
+            "{v}"
+        );
+        if ruff {
+            let (t2, v2) = with_ruff.call(
+                "write_file",
+                json!({"path": "bench_ruff.py", "content": python_file(round + 1000)}),
+            );
+            let linters = &v2["result"]["structuredContent"]["lint"]["linters"];
+            assert!(linters.to_string().contains("ruff"), "{v2}");
+            // ruff alone, confined and fed on stdin exactly as the lint runner does it.
+            let cmd = "ruff check --output-format=json --no-cache --stdin-filename bench_ruff.py - \
+                       < bench_ruff.py > /dev/null; echo $?";
+            let (t3, _) = with_ruff.call("shell_exec", json!({"command": cmd}));
+            if round >= 5 {
+                b.push(t2);
+                c.push(t3);
+            }
+        }
+        if round >= 5 {
+            a.push(t);
+        }
+    }
+    println!(
+        "write_file of a 1,000-line Python file, client-side round trip, {ROUNDS} rounds (ms)\n"
+    );
+    println!("| series | min | median | p90 | max |\n|---|---|---|---|---|");
+    stats("write_file, syntax check only", a);
+    if ruff {
+        let with = stats("write_file, syntax + ruff (new and previous content)", b);
+        let alone = stats("shell_exec running ruff once (confined)", c);
+        println!(
+            "\noverhead above one confined ruff run: {:.2} ms",
+            with - alone
+        );
+    } else {
+        println!("\nruff not found in /usr/local/bin or /usr/bin: ruff series skipped");
+    }
+}

@@ -1,0 +1,12 @@
+//! cordon's integration tests, in one binary (one link of the crate, one place to look).
+//!
+//! Confinement scenarios spawn the `cordon` binary per test, so every confined process is its
+//! own process whatever runner is used; `cargo nextest` additionally runs each test in its
+//! own process.
+
+mod common;
+mod confinement;
+mod lint_introduced;
+mod lint_parsers;
+mod lint_syntax;
+mod workspace;
