@@ -6,6 +6,7 @@
 
 mod common;
 mod confinement;
+mod fail_closed;
 mod lint_introduced;
 mod lint_parsers;
 mod lint_syntax;

@@ -1,0 +1,48 @@
+//! Fail closed: when the kernel lacks a feature the policy needs, cordon refuses to run
+//! confined work and says which feature and how to fix it; `--allow-degraded` runs anyway and
+//! says the enforcement level actually in force. The missing features are simulated with
+//! `CORDON_SIMULATE_MISSING`, which can only take features away.
+
+use crate::common::{CORDON, HANG_GUARD, run_guarded};
+use std::process::Command;
+
+fn exec_without(features: &str, extra: &[&str], script: &str) -> crate::common::Run {
+    let ws = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(CORDON);
+    cmd.env("CORDON_SIMULATE_MISSING", features)
+        .arg("exec")
+        .arg("--workspace")
+        .arg(ws.path())
+        .args(extra)
+        .args(["--", "sh", "-c", script]);
+    run_guarded(cmd, HANG_GUARD)
+}
+
+#[test]
+fn missing_landlock_is_refused_with_the_fix() {
+    let marker = tempfile::tempdir().unwrap();
+    let ran = marker.path().join("ran");
+    let run = exec_without("landlock", &[], &format!("touch '{}'", ran.display()));
+    assert_eq!(run.code(), 2, "{run:?}");
+    assert!(run.stderr.contains("Landlock ABI 6"), "{run:?}");
+    assert!(run.stderr.contains("--allow-degraded"), "{run:?}");
+    assert!(!ran.exists(), "the command ran although cordon refused");
+}
+
+#[test]
+fn missing_seccomp_is_refused_with_the_fix() {
+    let run = exec_without("seccomp", &[], "true");
+    assert_eq!(run.code(), 2, "{run:?}");
+    assert!(run.stderr.contains("seccomp"), "{run:?}");
+}
+
+#[test]
+fn degraded_mode_runs_and_says_so() {
+    let run = exec_without("landlock,seccomp", &["--allow-degraded"], "echo ran");
+    assert_eq!(run.code(), 0, "{run:?}");
+    assert_eq!(run.stdout, "ran\n");
+    assert!(
+        run.stderr.contains("cordon: enforcement degraded (NO Landlock, NO seccomp"),
+        "{run:?}"
+    );
+}
