@@ -189,6 +189,38 @@ impl Policy {
         resolve(merged, origin)
     }
 
+    /// Parses a policy from TOML text (as if it were a file named `origin`); `extends` may only
+    /// name built-in policies here. Used by fuzzing and tests.
+    pub fn from_toml(text: &str, origin: &str) -> Result<Self, PolicyError> {
+        let raw: RawPolicy = toml::from_str(text).map_err(|e| PolicyError::Parse {
+            origin: origin.to_owned(),
+            message: e.to_string().trim_end().to_owned(),
+        })?;
+        let base = match raw.extends.as_deref() {
+            Some(parent) if embedded_source(parent).is_some() => Some(parent.to_owned()),
+            Some(parent) => return Err(PolicyError::UnknownPolicy(parent.to_owned())),
+            None => None,
+        };
+        let default_raw: RawPolicy = toml::from_str(embedded_source("default").unwrap_or(""))
+            .map_err(|e| PolicyError::Parse {
+                origin: "builtin:default".into(),
+                message: e.to_string(),
+            })?;
+        let parent_raw =
+            match base {
+                Some(name) => {
+                    let p: RawPolicy = toml::from_str(embedded_source(&name).unwrap_or(""))
+                        .map_err(|e| PolicyError::Parse {
+                            origin: format!("builtin:{name}"),
+                            message: e.to_string(),
+                        })?;
+                    p.overlay(default_raw)
+                }
+                None => default_raw,
+            };
+        resolve(raw.overlay(parent_raw), origin.to_owned())
+    }
+
     /// The built-in default policy.
     pub fn builtin_default() -> Self {
         Self::load("default").expect("the embedded default policy is valid (tested)")

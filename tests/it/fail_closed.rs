@@ -42,7 +42,8 @@ fn degraded_mode_runs_and_says_so() {
     assert_eq!(run.code(), 0, "{run:?}");
     assert_eq!(run.stdout, "ran\n");
     assert!(
-        run.stderr.contains("cordon: enforcement degraded (NO Landlock, NO seccomp"),
+        run.stderr
+            .contains("cordon: enforcement degraded (NO Landlock, NO seccomp"),
         "{run:?}"
     );
 }
