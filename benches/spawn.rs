@@ -41,7 +41,7 @@
 //! (default 100) set samples per variant, `BENCH_GAP_MS` (default 50) the spaced pause.
 //! Creating cgroups needs root or a delegated subtree; the header states what was in force.
 
-use cordon::confine::{confine_on_spawn, ChildSetup, ConfineOptions, Confinement};
+use cordon::confine::{ChildSetup, ConfineOptions, Confinement, confine_on_spawn};
 use cordon::exec::{CaptureSpec, ExecRequest, Executor};
 use cordon::policy::Policy;
 use std::os::fd::{AsRawFd, OwnedFd};

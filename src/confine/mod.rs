@@ -112,6 +112,9 @@ pub struct Confinement {
     seccomp: Arc<Vec<BpfProgram>>,
     rlimits: Arc<Vec<(rustix::process::Resource, u64)>>,
     drop_capabilities: bool,
+    /// A call cgroup made ahead of time (mkdir and limit writes off the critical path).
+    /// Declared before `cgroups` so it is removed before its parent directories.
+    spare: std::sync::Mutex<Option<CallCgroup>>,
     cgroups: cgroup::Cgroups,
     call_limits: CallLimits,
     enforcement: Enforcement,
@@ -235,6 +238,7 @@ impl Confinement {
                 pids: policy.limits.pids,
                 cpu_percent: policy.limits.cpu_percent,
             },
+            spare: std::sync::Mutex::new(None),
             cgroups,
             enforcement,
             tmp_root,
@@ -261,12 +265,30 @@ impl Confinement {
         self.tmp_root.path()
     }
 
-    /// Creates the call's cgroup (when the host has them).
+    /// The call's cgroup (when the host has them): the spare made after the previous call,
+    /// or a new one.
     pub fn create_call_cgroup(&self) -> Result<Option<CallCgroup>, ConfineError> {
         if matches!(self.cgroups.mode(), CgroupMode::None) {
             return Ok(None);
         }
+        if let Some(spare) = self.spare.lock().ok().and_then(|mut s| s.take()) {
+            return Ok(Some(spare));
+        }
         Ok(Some(self.cgroups.create_call(&self.call_limits)?))
+    }
+
+    /// Makes the next call's cgroup now, while nothing waits for it. Best effort: on failure
+    /// the next call simply creates its own (and reports that error if it persists).
+    pub fn prepare_spare_cgroup(&self) {
+        if matches!(self.cgroups.mode(), CgroupMode::None) {
+            return;
+        }
+        let Ok(mut spare) = self.spare.lock() else {
+            return;
+        };
+        if spare.is_none() {
+            *spare = self.cgroups.create_call(&self.call_limits).ok();
+        }
     }
 
     /// The data the child applies; the fds it names must outlive the spawn.

@@ -168,9 +168,13 @@ impl Executor {
         let stdout = join_reader(stdout).await;
         let stderr = join_reader(stderr).await;
         let hits = cgroup.as_ref().map(|c| c.limit_hits()).unwrap_or_default();
-        let cleanup = tokio::task::spawn_blocking(move || {
+        // The tree is dead; removing its directories and preparing the next call's cgroup
+        // need not delay the answer.
+        let confinement = Arc::clone(&self.confinement);
+        tokio::task::spawn_blocking(move || {
             drop(cgroup);
             drop(tmp);
+            confinement.prepare_spare_cgroup();
         });
 
         use std::os::unix::process::ExitStatusExt;
@@ -180,7 +184,6 @@ impl Executor {
         };
         let limit =
             outcome::classify_limit(timed_out, hits, exit_code, signal, &stderr, req.timeout);
-        let _ = cleanup.await;
         Ok(ExecOutcome {
             exit_code: if timed_out || cancelled {
                 None
