@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import error_kind, ok
+from conftest import error_kind, ok, pids_with_argv
 
 SHELL_FIELDS = {"exit_code", "signal", "timed_out", "stdout", "stderr", "truncated",
                 "full_output", "duration_ms"}
@@ -58,7 +58,6 @@ def test_shell_exec_timeout_is_timeout_error_and_kills_the_command(server):
     assert sc["timed_out"] is True and sc["exit_code"] is None
     assert sc["stdout"] == "started\n"
     assert 900 <= sc["duration_ms"] < 10_000
-    from conftest import pids_with_argv
     assert pids_with_argv("sleep 30.517") == []
 
 
