@@ -46,6 +46,11 @@ impl ExecError {
     pub fn is_not_found(&self) -> bool {
         matches!(self, Self::Spawn { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
     }
+
+    /// A spawn that failed because the arguments or environment exceed the kernel's limits.
+    pub fn is_too_big(&self) -> bool {
+        matches!(self, Self::Spawn { source, .. } if source.raw_os_error() == Some(libc::E2BIG))
+    }
 }
 
 /// One command to run.

@@ -106,6 +106,10 @@ pub async fn run(ctx: SharedContext, args: ShellExecArgs, hooks: CallHooks) -> C
     tool_result(&output, text, is_error)
 }
 
+/// Linux's MAX_ARG_STRLEN (32 pages): execve refuses any single argument or environment
+/// string this long (terminating NUL included) with E2BIG.
+const MAX_ARG_STRLEN: usize = 32 * 4096;
+
 /// A validated request, ready to run.
 struct Prepared {
     request: ExecRequest,
@@ -123,6 +127,14 @@ fn prepare(ctx: &SharedContext, args: &ShellExecArgs) -> Result<Prepared, ToolEr
         return Err(invalid(
             "`command` contains a NUL byte, which no shell can receive; remove it".into(),
         ));
+    }
+    if args.command.len() >= MAX_ARG_STRLEN {
+        return Err(invalid(format!(
+            "`command` is {} bytes; the kernel refuses a single argument of {MAX_ARG_STRLEN} \
+             bytes or more. Write the script to a file with write_file and run that file, or \
+             pass the data through `stdin`",
+            args.command.len()
+        )));
     }
     let limits = &ctx.policy.limits;
     let timeout = match args.timeout_secs {
@@ -207,6 +219,9 @@ async fn execute(
         Err(e) => {
             let kind = if e.is_not_found() {
                 ErrorKind::NotFound
+            } else if e.is_too_big() {
+                // `env` (or the command) over the kernel's argument limits: the caller's fix.
+                ErrorKind::InvalidArgument
             } else {
                 ErrorKind::Internal
             };

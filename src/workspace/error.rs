@@ -122,8 +122,13 @@ impl PathError {
     }
 
     pub(crate) fn invalid(arg: &str, reason: impl Into<String>) -> Self {
+        // A huge argument is shown by its start only: the message goes back to the model.
+        let arg = match arg.char_indices().nth(120) {
+            Some((cut, _)) => format!("{}…", &arg[..cut]),
+            None => arg.to_owned(),
+        };
         PathError::Invalid {
-            arg: arg.to_owned(),
+            arg,
             reason: reason.into(),
         }
     }

@@ -11,6 +11,11 @@ use serde::Serialize;
 
 use super::PathError;
 
+/// Linux's PATH_MAX (terminating NUL included) and NAME_MAX: longer arguments are refused as
+/// invalid up front instead of surfacing later as an I/O error (ENAMETOOLONG).
+const PATH_MAX: usize = 4096;
+const NAME_MAX: usize = 255;
+
 /// A workspace-relative path, as the model should see it.
 ///
 /// Only obtainable from [`crate::workspace::Workspace::resolve_arg`] or from the workspace
@@ -53,6 +58,24 @@ impl RelPath {
             return Err(PathError::invalid(
                 arg,
                 "the path contains a NUL byte, which no file name can contain; remove it",
+            ));
+        }
+        if arg.len() >= PATH_MAX {
+            return Err(PathError::invalid(
+                arg,
+                format!(
+                    "the path is {} bytes long; Linux paths are shorter than {PATH_MAX} bytes",
+                    arg.len()
+                ),
+            ));
+        }
+        if let Some(long) = arg.split('/').find(|c| c.len() > NAME_MAX) {
+            return Err(PathError::invalid(
+                arg,
+                format!(
+                    "a path component is {} bytes long; file names are at most {NAME_MAX} bytes",
+                    long.len()
+                ),
             ));
         }
         let path = Path::new(arg);
@@ -148,5 +171,19 @@ mod tests {
         let err = parse("a\0b").unwrap_err();
         assert!(err.to_string().contains("NUL"), "{err}");
         assert_eq!(err.kind_str(), "invalid_argument");
+    }
+
+    #[test]
+    fn overlong_paths_are_invalid_and_not_echoed_whole() {
+        let err = parse(&"x".repeat(5 << 20)).unwrap_err();
+        assert_eq!(err.kind_str(), "invalid_argument");
+        assert!(
+            err.to_string().len() < 1000,
+            "message echoes the whole argument"
+        );
+        let err = parse(&format!("a/{}/b", "y".repeat(256))).unwrap_err();
+        assert_eq!(err.kind_str(), "invalid_argument");
+        assert!(err.to_string().contains("255"), "{err}");
+        assert!(parse(&format!("a/{}/b", "y".repeat(255))).is_ok());
     }
 }
