@@ -10,4 +10,6 @@ mod fail_closed;
 mod lint_introduced;
 mod lint_parsers;
 mod lint_syntax;
+mod mcp_rmcp_client;
+mod python_e2e;
 mod workspace;
