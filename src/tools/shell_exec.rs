@@ -1,11 +1,14 @@
 //! `shell_exec`: one shell command, confined, with its output shaped for a model.
 //!
 //! Owns the argument contract, validation against the policy (timeout bound, cwd rooting,
-//! env names), progress notifications and the result. Running and killing the process is
-//! `exec`; truncation and spill are `shape`.
+//! env names), the command-rule verdict and the refusals it leads to, progress notifications
+//! and the result. Asking the user is the server's (it knows MCP); running and killing the
+//! process is `exec`; truncation and spill are `shape`; what a permission error means under
+//! the policy is `policy::explain`.
 
-use super::{SharedContext, error_text, path_error};
+use super::{SharedContext, ToolContext, error_text, path_error};
 use crate::exec::{CaptureSpec, ExecOutcome, ExecRequest, LimitHit, LiveStatus, SpillOpener};
+use crate::policy::commands::{ON_UNKNOWN, Reason, Verdict};
 use crate::shape::{ErrorKind, ToolError, shape_stream, tool_result};
 use rmcp::model::CallToolResult;
 use schemars::JsonSchema;
@@ -70,7 +73,121 @@ pub struct CallHooks {
     pub progress: Option<Box<dyn Fn(Duration, String) + Send + Sync>>,
 }
 
-pub async fn run(ctx: SharedContext, args: ShellExecArgs, hooks: CallHooks) -> CallToolResult {
+/// What the policy's command rules say about this call (see `policy::commands`).
+pub fn assess(ctx: &ToolContext, args: &ShellExecArgs) -> Verdict {
+    ctx.policy.commands.decide(&args.command)
+}
+
+/// Validates the arguments without running anything, so nobody is asked to approve a call
+/// that would fail anyway.
+pub fn precheck(ctx: &SharedContext, args: &ShellExecArgs) -> Result<(), ToolError> {
+    prepare(ctx, args).map(drop)
+}
+
+/// Why a command the rules stopped did not run.
+#[derive(Debug, Clone)]
+pub enum Refusal {
+    /// A `deny` rule (or `on_unknown = "deny"`).
+    Denied,
+    /// The user said no (or dismissed the question).
+    Declined,
+    /// The rule asks, but the client cannot be asked; says why.
+    Unavailable(String),
+}
+
+impl Refusal {
+    /// The audit log's `decision` for this refusal under `rule`.
+    pub fn audit_decision(&self, rule: &str) -> String {
+        match self {
+            Refusal::Denied => format!("deny:{rule}"),
+            Refusal::Declined => format!("ask:{rule}:declined"),
+            Refusal::Unavailable(_) => format!("ask:{rule}:unavailable"),
+        }
+    }
+}
+
+/// The `denied` error for a refused command: which rule, why, and how to change the policy.
+pub fn refusal_error(ctx: &ToolContext, reason: &Reason, refusal: &Refusal) -> ToolError {
+    let origin = &ctx.policy.origin;
+    let (rule_ref, change) = if reason.rule == ON_UNKNOWN {
+        (
+            "the policy's `commands.on_unknown` setting".to_owned(),
+            format!("set `commands.on_unknown = \"allow\"` in policy {origin}"),
+        )
+    } else {
+        (
+            format!("the policy's command rule `{}`", reason.rule),
+            format!(
+                "change the decision of the `[[commands.rules]]` entry named \"{}\" in policy \
+                 {origin}, or remove it",
+                reason.rule
+            ),
+        )
+    };
+    let message = match refusal {
+        Refusal::Denied => format!(
+            "not run: refused by {rule_ref} (matched `{}`): {} This check is a courtesy layer in \
+             front of the sandbox, not a bug; do not retry the same action in another form. If \
+             it is really needed, ask the operator to {change}.",
+            reason.command, reason.justification
+        ),
+        Refusal::Declined => format!(
+            "not run: the user declined it when asked ({rule_ref} asks before `{}`: {}). Do not \
+             retry it; ask the user how to proceed.",
+            reason.command, reason.justification
+        ),
+        Refusal::Unavailable(why) => format!(
+            "not run: {rule_ref} needs the user's approval for `{}` ({}), but {why}. To run such \
+             commands without asking, {change}; or use an MCP client that supports elicitation.",
+            reason.command, reason.justification
+        ),
+    };
+    ToolError::new(ErrorKind::Denied, message)
+}
+
+/// The result of a call the command rules stopped: `denied`, nothing run, audited.
+pub fn refuse(
+    ctx: &SharedContext,
+    args: &ShellExecArgs,
+    reason: &Reason,
+    refusal: &Refusal,
+) -> CallToolResult {
+    let error = refusal_error(ctx, reason, refusal);
+    rejected(ctx, args, error, &refusal.audit_decision(&reason.rule))
+}
+
+/// A call that ends before running anything: the error in an otherwise default output.
+pub fn rejected(
+    ctx: &SharedContext,
+    args: &ShellExecArgs,
+    error: ToolError,
+    decision: &str,
+) -> CallToolResult {
+    let started = Instant::now();
+    let text = error_text(&error);
+    let output = ShellExecOutput {
+        enforcement: ctx.executor.confinement().enforcement().level.into(),
+        error: Some(error),
+        ..Default::default()
+    };
+    ctx.audit(
+        "shell_exec",
+        args,
+        decision,
+        serde_json::json!({ "error": output.error.as_ref().map(|e| e.kind) }),
+        started,
+    );
+    tool_result(&output, text, true)
+}
+
+/// Runs the command. `decision` is what the command rules (and the user) decided, for the
+/// audit log: `allow` or `ask:<rule>:approved`.
+pub async fn run(
+    ctx: SharedContext,
+    args: ShellExecArgs,
+    hooks: CallHooks,
+    decision: &str,
+) -> CallToolResult {
     let started = Instant::now();
     let (output, text, is_error) = match prepare(&ctx, &args) {
         Err(error) => {
@@ -93,7 +210,7 @@ pub async fn run(ctx: SharedContext, args: ShellExecArgs, hooks: CallHooks) -> C
     ctx.audit(
         "shell_exec",
         &args,
-        "allow",
+        decision,
         serde_json::json!({
             "exit_code": output.exit_code,
             "signal": output.signal,
