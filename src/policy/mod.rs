@@ -471,13 +471,20 @@ mod tests {
             "chmod-chown-recursive-root",
             "fork-bomb",
         ] {
-            assert!(names.contains(&expected), "{expected} missing from {names:?}");
+            assert!(
+                names.contains(&expected),
+                "{expected} missing from {names:?}"
+            );
         }
         for rule in &p.commands.rules {
             assert!(!rule.examples.matches.is_empty() && !rule.examples.not_match.is_empty());
             for example in &rule.examples.matches {
                 let v = p.commands.decide(example);
-                assert!(v.decision >= rule.decision, "{}: `{example}` got {v:?}", rule.name);
+                assert!(
+                    v.decision >= rule.decision,
+                    "{}: `{example}` got {v:?}",
+                    rule.name
+                );
             }
         }
     }
@@ -522,13 +529,23 @@ mod tests {
     fn extending_policies_inherit_or_replace_the_rules() {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("p.toml");
-        std::fs::write(&f, "extends = \"default\"\n[commands]\non_unknown = \"deny\"\n").unwrap();
+        std::fs::write(
+            &f,
+            "extends = \"default\"\n[commands]\non_unknown = \"deny\"\n",
+        )
+        .unwrap();
         let p = Policy::load(f.to_str().unwrap()).unwrap();
         assert_eq!(p.commands.on_unknown, commands::Decision::Deny);
-        assert_eq!(p.commands.rules.len(), Policy::builtin_default().commands.rules.len());
+        assert_eq!(
+            p.commands.rules.len(),
+            Policy::builtin_default().commands.rules.len()
+        );
         std::fs::write(&f, "[commands]\nrules = []\n").unwrap();
         let p = Policy::load(f.to_str().unwrap()).unwrap();
         assert!(p.commands.rules.is_empty());
-        assert_eq!(p.commands.decide("rm -rf /").decision, commands::Decision::Allow);
+        assert_eq!(
+            p.commands.decide("rm -rf /").decision,
+            commands::Decision::Allow
+        );
     }
 }

@@ -8,4 +8,4 @@
 pub mod parse;
 pub mod rules;
 
-pub use rules::{CommandRules, Decision, RawRule, Reason, Verdict, ON_UNKNOWN};
+pub use rules::{CommandRules, Decision, ON_UNKNOWN, RawRule, Reason, Verdict};

@@ -293,7 +293,9 @@ impl TreeWalk<'_, '_, '_> {
                 }
                 let inner = raw.get(1..raw.len().saturating_sub(1))?;
                 // Inside double quotes a backslash only escapes these.
-                Some(unescape(inner, |c| matches!(c, '"' | '\\' | '$' | '`' | '\n')))
+                Some(unescape(inner, |c| {
+                    matches!(c, '"' | '\\' | '$' | '`' | '\n')
+                }))
             }
             "concatenation" => {
                 let mut cursor = n.walk();
@@ -381,8 +383,12 @@ impl TreeWalk<'_, '_, '_> {
             return;
         }
         let text: Vec<&str> = args.iter().map(|w| w.text.as_str()).collect();
-        self.w
-            .script(&text.join(" "), ctx, self.depth + 1, "the text given to `eval`");
+        self.w.script(
+            &text.join(" "),
+            ctx,
+            self.depth + 1,
+            "the text given to `eval`",
+        );
     }
 }
 
@@ -424,7 +430,10 @@ struct WrapperSyntax {
     numeric_options: bool,
 }
 
-const fn syntax(short_with_value: &'static str, long_with_value: &'static [&'static str]) -> WrapperSyntax {
+const fn syntax(
+    short_with_value: &'static str,
+    long_with_value: &'static [&'static str],
+) -> WrapperSyntax {
     WrapperSyntax {
         short_with_value,
         long_with_value,
@@ -443,12 +452,30 @@ fn wrapper_syntax(program: &str) -> Option<WrapperSyntax> {
         },
         "sudo" => WrapperSyntax {
             assignments: true,
-            no_command: &["-l", "--list", "-v", "--validate", "-k", "-K", "-e", "--edit"],
+            no_command: &[
+                "-l",
+                "--list",
+                "-v",
+                "--validate",
+                "-k",
+                "-K",
+                "-e",
+                "--edit",
+            ],
             ..syntax(
                 "ugpCDRTrthU",
                 &[
-                    "--user", "--group", "--host", "--prompt", "--close-from", "--chdir",
-                    "--chroot", "--command-timeout", "--role", "--type", "--other-user",
+                    "--user",
+                    "--group",
+                    "--host",
+                    "--prompt",
+                    "--close-from",
+                    "--chdir",
+                    "--chroot",
+                    "--command-timeout",
+                    "--role",
+                    "--type",
+                    "--other-user",
                 ],
             )
         },
@@ -456,7 +483,11 @@ fn wrapper_syntax(program: &str) -> Option<WrapperSyntax> {
         "xargs" => syntax(
             "adEILnPs",
             &[
-                "--arg-file", "--delimiter", "--max-args", "--max-procs", "--max-chars",
+                "--arg-file",
+                "--delimiter",
+                "--max-args",
+                "--max-procs",
+                "--max-chars",
                 "--process-slot-var",
             ],
         ),
@@ -478,7 +509,10 @@ fn wrapper_syntax(program: &str) -> Option<WrapperSyntax> {
         "stdbuf" => syntax("ioe", &["--input", "--output", "--error"]),
         "ionice" => WrapperSyntax {
             no_command: &["-p", "--pid", "-P", "--pgid", "-u", "--uid"],
-            ..syntax("cnpPu", &["--class", "--classdata", "--pid", "--pgid", "--uid"])
+            ..syntax(
+                "cnpPu",
+                &["--class", "--classdata", "--pid", "--pgid", "--uid"],
+            )
         },
         _ => return None,
     })
@@ -508,7 +542,11 @@ fn unwrap(program: &str, argv: &[Word]) -> Option<Vec<Word>> {
                     i += 1;
                     argv.get(i).map(|w| w.text.clone())
                 });
-                prefix.extend(value.iter().flat_map(|v| v.split_whitespace().map(Word::literal)));
+                prefix.extend(
+                    value
+                        .iter()
+                        .flat_map(|v| v.split_whitespace().map(Word::literal)),
+                );
             } else if syntax.long_with_value.contains(&name.as_str()) && !long.contains('=') {
                 i += 1;
             }
@@ -574,7 +612,9 @@ fn is_assignment(word: &str) -> bool {
     }
 }
 
-const SHELLS: &[&str] = &["sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox", "su"];
+const SHELLS: &[&str] = &[
+    "sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox", "su",
+];
 
 /// For a shell run with `-c` (or `su -c`): Some(Some(script)); Some(None) when the script word
 /// is missing; None when this is not a shell running a `-c` string.
@@ -635,7 +675,10 @@ fn find_exec_segments(argv: &[Word]) -> Vec<Vec<Word>> {
     let mut segments = Vec::new();
     let mut i = 1;
     while i < argv.len() {
-        if matches!(argv[i].text.as_str(), "-exec" | "-execdir" | "-ok" | "-okdir") {
+        if matches!(
+            argv[i].text.as_str(),
+            "-exec" | "-execdir" | "-ok" | "-okdir"
+        ) {
             let start = i + 1;
             let mut end = start;
             while end < argv.len() && !matches!(argv[end].text.as_str(), ";" | "+") {
@@ -656,7 +699,11 @@ mod tests {
     use super::*;
 
     fn argvs(script: &str) -> Vec<String> {
-        analyze(script).commands.iter().map(|c| c.display()).collect()
+        analyze(script)
+            .commands
+            .iter()
+            .map(|c| c.display())
+            .collect()
     }
 
     fn has(script: &str, expected: &str) {
@@ -796,7 +843,10 @@ mod tests {
             nested = format!("sh -c '{}'", nested.replace('\'', "'\\''"));
         }
         let a = analyze(&nested);
-        assert!(a.unknown.iter().any(|u| u.reason.contains("nested")), "{a:?}");
+        assert!(
+            a.unknown.iter().any(|u| u.reason.contains("nested")),
+            "{a:?}"
+        );
         assert!(!a.commands.iter().any(|c| c.program() == "rm"));
     }
 }

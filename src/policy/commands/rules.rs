@@ -177,8 +177,7 @@ impl CommandRules {
             r.pattern.check().map_err(fail)?;
             if r.examples.matches.is_empty() || r.examples.not_match.is_empty() {
                 return Err(fail(
-                    "needs at least one `examples.match` and one `examples.not_match` entry"
-                        .into(),
+                    "needs at least one `examples.match` and one `examples.not_match` entry".into(),
                 ));
             }
             let rule = Rule {
@@ -283,7 +282,10 @@ impl Pattern {
             return Err("`match` has no condition, so it would match every command".into());
         }
         for entry in self.all_flags.iter().chain(&self.any_flag).flatten() {
-            if entry.split('|').any(|alt| !alt.starts_with('-') || alt.len() < 2) {
+            if entry
+                .split('|')
+                .any(|alt| !alt.starts_with('-') || alt.len() < 2)
+            {
                 return Err(format!(
                     "flag entry `{entry}`: every alternative must start with `-`"
                 ));
@@ -441,7 +443,13 @@ examples = { match = ["rm -rf /", "rm --recursive ~/"], not_match = ["rm -f /", 
     #[test]
     fn flags_combine_and_long_forms_count() {
         let r = rule(RM).unwrap();
-        for line in ["rm -rf /", "rm -fr /", "rm -R -f ~", "rm --recursive --force /", "rm -r -- /"] {
+        for line in [
+            "rm -rf /",
+            "rm -fr /",
+            "rm -R -f ~",
+            "rm --recursive --force /",
+            "rm -r -- /",
+        ] {
             assert_eq!(r.decide(line).decision, Decision::Deny, "{line}");
         }
         for line in ["rm -f /", "rm -rf ./build", "rm -- -r /x", "echo rm -rf /"] {
@@ -467,11 +475,29 @@ examples = { match = ["rm -rf /", "rm --recursive ~/"], not_match = ["rm -f /", 
             r#"{ program = ["rm"], all_flags = ["-r|-R|--recursive"], any_arg = ["/", "~"] }"#,
             "{ }",
         );
-        assert!(rule(&no_cond).unwrap_err().to_string().contains("no condition"));
-        let no_examples = RM.replace(r#"not_match = ["rm -f /", "rm -rf build"]"#, "not_match = []");
-        assert!(rule(&no_examples).unwrap_err().to_string().contains("not_match"));
+        assert!(
+            rule(&no_cond)
+                .unwrap_err()
+                .to_string()
+                .contains("no condition")
+        );
+        let no_examples = RM.replace(
+            r#"not_match = ["rm -f /", "rm -rf build"]"#,
+            "not_match = []",
+        );
+        assert!(
+            rule(&no_examples)
+                .unwrap_err()
+                .to_string()
+                .contains("not_match")
+        );
         let bad_flag = RM.replace("-r|-R|--recursive", "r");
-        assert!(rule(&bad_flag).unwrap_err().to_string().contains("start with `-`"));
+        assert!(
+            rule(&bad_flag)
+                .unwrap_err()
+                .to_string()
+                .contains("start with `-`")
+        );
     }
 
     #[test]
