@@ -9,6 +9,7 @@
 use super::{SharedContext, ToolContext, error_text, path_error};
 use crate::exec::{CaptureSpec, ExecOutcome, ExecRequest, LimitHit, LiveStatus, SpillOpener};
 use crate::policy::commands::{ON_UNKNOWN, Reason, Verdict};
+use crate::policy::explain;
 use crate::shape::{ErrorKind, ToolError, shape_stream, tool_result};
 use rmcp::model::CallToolResult;
 use schemars::JsonSchema;
@@ -227,6 +228,8 @@ pub async fn run(
 struct Prepared {
     request: ExecRequest,
     live: Arc<LiveStatus>,
+    /// Absolute working directory, to read relative paths in error messages.
+    cwd: std::path::PathBuf,
 }
 
 fn prepare(ctx: &SharedContext, args: &ShellExecArgs) -> Result<Prepared, ToolError> {
@@ -262,6 +265,7 @@ fn prepare(ctx: &SharedContext, args: &ShellExecArgs) -> Result<Prepared, ToolEr
         .resolve_arg(&args.cwd)
         .map_err(|e| path_error(&e))?;
     let dir = ctx.workspace.open_dir(&cwd).map_err(|e| path_error(&e))?;
+    let cwd_path = ctx.workspace.host_path(&cwd);
     let live = Arc::new(LiveStatus::default());
     let memory_cap = ctx.policy.output.memory_cap_bytes;
     let spec = |stream: &'static str| CaptureSpec {
@@ -282,6 +286,7 @@ fn prepare(ctx: &SharedContext, args: &ShellExecArgs) -> Result<Prepared, ToolEr
             live: Some(Arc::clone(&live)),
         },
         live,
+        cwd: cwd_path,
     })
 }
 
@@ -301,7 +306,11 @@ async fn execute(
     prepared: Prepared,
     hooks: CallHooks,
 ) -> (ShellExecOutput, String, bool) {
-    let Prepared { mut request, live } = prepared;
+    let Prepared {
+        mut request,
+        live,
+        cwd,
+    } = prepared;
     request.cancel = Some(hooks.cancel.clone());
     let started = Instant::now();
     let ticker = hooks.progress.map(|report| {
@@ -339,7 +348,7 @@ async fn execute(
                 true,
             )
         }
-        Ok(outcome) => shape_outcome(ctx, outcome, enforcement),
+        Ok(outcome) => shape_outcome(ctx, outcome, enforcement, &cwd),
     }
 }
 
@@ -347,6 +356,7 @@ fn shape_outcome(
     ctx: &SharedContext,
     outcome: ExecOutcome,
     enforcement: String,
+    cwd: &std::path::Path,
 ) -> (ShellExecOutput, String, bool) {
     let open = |stream: &str| {
         ctx.workspace
@@ -356,7 +366,12 @@ fn shape_outcome(
     };
     let stdout = shape_stream(&outcome.stdout, &ctx.policy.output, "stdout", Some(&open));
     let stderr = shape_stream(&outcome.stderr, &ctx.policy.output, "stderr", Some(&open));
-    let error = outcome_error(&outcome);
+    let scene = explain::Scene {
+        policy: &ctx.policy,
+        workspace: ctx.workspace.root(),
+        cwd,
+    };
+    let error = outcome_error(&outcome, &scene);
     let mut text = String::new();
     if let Some(e) = &error {
         text.push_str(&error_text(e));
@@ -395,7 +410,7 @@ fn shape_outcome(
     (output, text, is_error)
 }
 
-fn outcome_error(o: &ExecOutcome) -> Option<ToolError> {
+fn outcome_error(o: &ExecOutcome, scene: &explain::Scene<'_>) -> Option<ToolError> {
     if o.timed_out {
         return Some(ToolError::new(
             ErrorKind::Timeout,
@@ -428,8 +443,13 @@ fn outcome_error(o: &ExecOutcome) -> Option<ToolError> {
         return None;
     }
     let mut message = o.reason().unwrap_or_else(|| "the command failed".into());
-    let stderr = String::from_utf8_lossy(&o.stderr.head).into_owned();
-    if stderr.contains("Permission denied") || stderr.contains("Operation not permitted") {
+    let mut stderr = String::from_utf8_lossy(&o.stderr.head).into_owned();
+    stderr.push('\n');
+    stderr.push_str(&String::from_utf8_lossy(&o.stderr.tail));
+    if let Some(explanation) = explain::explain_stderr(scene, &stderr) {
+        message.push_str("; ");
+        message.push_str(&explanation);
+    } else if stderr.contains("Permission denied") || stderr.contains("Operation not permitted") {
         message.push_str(
             "; stderr reports a permission error, which may be the sandbox refusing a path, \
              socket or syscall outside the policy",
