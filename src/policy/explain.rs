@@ -61,7 +61,7 @@ static QUOTED: LazyLock<Regex> = LazyLock::new(|| {
 });
 static PORT: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
-        r"(?i)\bport\s+(\d{1,5})\b|(?:\blocalhost|\[[0-9a-f:]+\]|\b\d{1,3}(?:\.\d{1,3}){3}|\b[a-z0-9][a-z0-9.-]*\.[a-z]{2,}):(\d{1,5})\b",
+        r"(?i)/dev/(?:tcp|udp)/[^/\s]+/(\d{1,5})\b|\bport\s+(\d{1,5})\b|(?:\blocalhost|\[[0-9a-f:]+\]|\b\d{1,3}(?:\.\d{1,3}){3}|\b[a-z0-9][a-z0-9.-]*\.[a-z]{2,}):(\d{1,5})\b",
     )
     .expect("valid regex")
 });
@@ -74,9 +74,16 @@ pub fn findings(stderr: &str) -> Vec<Finding> {
             break;
         }
         let lower = line.to_lowercase();
-        let networky = ["connect", "bind", "listen", "refused", "unreachable"]
-            .iter()
-            .any(|w| lower.contains(w));
+        let networky = [
+            "connect",
+            "bind",
+            "listen",
+            "refused",
+            "unreachable",
+            "/dev/tcp/",
+        ]
+        .iter()
+        .any(|w| lower.contains(w));
         if networky && let Some(port) = port_in(line) {
             let op = if lower.contains("bind") || lower.contains("listen") {
                 NetOperation::Bind
@@ -107,7 +114,7 @@ pub fn findings(stderr: &str) -> Vec<Finding> {
 
 fn port_in(line: &str) -> Option<u16> {
     PORT.captures_iter(line)
-        .filter_map(|c| c.get(1).or_else(|| c.get(2)))
+        .filter_map(|c| (1..=3).find_map(|i| c.get(i)))
         .filter_map(|m| m.as_str().parse::<u16>().ok())
         .find(|p| *p != 0)
 }
