@@ -548,4 +548,29 @@ mod tests {
             commands::Decision::Allow
         );
     }
+
+    #[test]
+    fn everyday_agent_commands_pass_the_default_rules() {
+        let p = Policy::builtin_default();
+        for line in [
+            "cargo test 2>&1 | tail -n 30",
+            "rm -rf target build dist node_modules",
+            "rm -rf ./build/*",
+            "git push origin HEAD",
+            "git push --force-with-lease",
+            "find . -name '*.pyc' -delete",
+            "find . -type f -exec grep -l TODO {} +",
+            "curl -s localhost:8080/health | jq .",
+            "python3 -c 'print(1)'",
+            "for f in *.py; do python3 -m py_compile \"$f\"; done",
+            "cat <<EOF > notes.txt\nrm -rf /\nEOF",
+            "dd if=/dev/zero of=disk.img bs=1M count=10",
+            "chmod -R u+w .",
+            "sh -c 'make -j2 && make install DESTDIR=$PWD/out'",
+            "$EDITOR file",
+        ] {
+            let v = p.commands.decide(line);
+            assert_eq!(v.decision, commands::Decision::Allow, "`{line}`: {v:?}");
+        }
+    }
 }
