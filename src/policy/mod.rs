@@ -4,6 +4,8 @@
 //! name or file, following `extends`), validating it into the typed [`Policy`] and nothing
 //! else: how a policy is *enforced* belongs to `confine`, which never sees a policy file.
 
+pub mod commands;
+pub mod explain;
 mod raw;
 
 pub use raw::WorkspaceAccess;
@@ -59,6 +61,8 @@ pub struct Policy {
     pub output: OutputPolicy,
     pub server: ServerPolicy,
     pub lint: LintPolicy,
+    /// Command rules for `shell_exec` (a courtesy layer; see `commands`).
+    pub commands: commands::CommandRules,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -172,6 +176,15 @@ impl Policy {
                 origin: origin.clone(),
                 message: e.to_string().trim_end().to_owned(),
             })?;
+            if let Some(rules) = raw.commands.rules.clone() {
+                // Checked per file, while the text is at hand, so errors cite the file's line.
+                commands::CommandRules::compile(commands::Decision::Allow, rules, Some(&text))
+                    .map_err(|e| PolicyError::Invalid {
+                        origin: origin.clone(),
+                        field: "commands.rules",
+                        message: e.to_string(),
+                    })?;
+            }
             next = raw.extends.clone().map(|parent| (parent, dir));
             layers.push((origin, raw));
         }
@@ -416,6 +429,13 @@ fn resolve(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
             .map_err(|e| invalid("lint.linters", e.to_string()))?;
     }
 
+    let commands = commands::CommandRules::compile(
+        raw.commands.on_unknown.unwrap_or(commands::Decision::Allow),
+        raw.commands.rules.unwrap_or_default(),
+        None,
+    )
+    .map_err(|e| invalid("commands.rules", e.to_string()))?;
+
     Ok(Policy {
         name: raw.name.unwrap_or_else(|| origin.clone()),
         description: raw.description.unwrap_or_default(),
@@ -428,6 +448,7 @@ fn resolve(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
         output,
         server,
         lint,
+        commands,
     })
 }
 
@@ -489,5 +510,125 @@ mod tests {
         std::fs::write(&f, "[network]\ntcp_connect = [443]\n").unwrap();
         let err = Policy::load(f.to_str().unwrap()).unwrap_err().to_string();
         assert!(err.contains("seccomp_profile"), "{err}");
+    }
+
+    #[test]
+    fn every_shipped_command_rule_has_passing_examples() {
+        // Loading already checks each rule's examples; this pins that the default ships them
+        // and that each match example gets a non-allow decision from the whole rule list.
+        let p = Policy::builtin_default();
+        assert_eq!(p.commands.on_unknown, commands::Decision::Allow);
+        let names: Vec<&str> = p.commands.rules.iter().map(|r| r.name.as_str()).collect();
+        for expected in [
+            "rm-recursive-root-or-home",
+            "rm-recursive-workspace",
+            "git-push-force",
+            "download-piped-into-shell",
+            "mkfs",
+            "dd-to-device",
+            "chmod-chown-recursive-root",
+            "fork-bomb",
+        ] {
+            assert!(
+                names.contains(&expected),
+                "{expected} missing from {names:?}"
+            );
+        }
+        for rule in &p.commands.rules {
+            assert!(!rule.examples.matches.is_empty() && !rule.examples.not_match.is_empty());
+            for example in &rule.examples.matches {
+                let v = p.commands.decide(example);
+                assert!(
+                    v.decision >= rule.decision,
+                    "{}: `{example}` got {v:?}",
+                    rule.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_rule_with_a_failing_example_makes_the_policy_invalid_citing_file_and_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("p.toml");
+        std::fs::write(
+            &f,
+            "name = \"x\"\n\n[[commands.rules]]\nname = \"no-ls\"\ndecision = \"deny\"\n\
+             justification = \"why\"\nmatch = { program = [\"ls\"] }\n\
+             examples = { match = [\"ls\"], not_match = [\"ls -la\"] }\n",
+        )
+        .unwrap();
+        let err = Policy::load(f.to_str().unwrap()).unwrap_err().to_string();
+        assert!(err.contains("p.toml"), "{err}");
+        assert!(err.contains("line 4"), "{err}");
+        assert!(err.contains("rule `no-ls`"), "{err}");
+        assert!(err.contains("`ls -la`"), "{err}");
+    }
+
+    #[test]
+    fn a_typo_in_a_rule_is_a_parse_error_with_a_line_number() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("p.toml");
+        std::fs::write(
+            &f,
+            "[commands]\non_unknown = \"ask\"\n[[commands.rules]]\nname = \"a\"\n\
+             decision = \"deny\"\njustification = \"j\"\nmatch = { progam = [\"ls\"] }\n",
+        )
+        .unwrap();
+        let err = Policy::load(f.to_str().unwrap()).unwrap_err().to_string();
+        assert!(err.contains("line 7"), "{err}");
+        assert!(err.contains("progam"), "{err}");
+        std::fs::write(&f, "[commands]\non_unknown = \"maybe\"\n").unwrap();
+        let err = Policy::load(f.to_str().unwrap()).unwrap_err().to_string();
+        assert!(err.contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn extending_policies_inherit_or_replace_the_rules() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("p.toml");
+        std::fs::write(
+            &f,
+            "extends = \"default\"\n[commands]\non_unknown = \"deny\"\n",
+        )
+        .unwrap();
+        let p = Policy::load(f.to_str().unwrap()).unwrap();
+        assert_eq!(p.commands.on_unknown, commands::Decision::Deny);
+        assert_eq!(
+            p.commands.rules.len(),
+            Policy::builtin_default().commands.rules.len()
+        );
+        std::fs::write(&f, "[commands]\nrules = []\n").unwrap();
+        let p = Policy::load(f.to_str().unwrap()).unwrap();
+        assert!(p.commands.rules.is_empty());
+        assert_eq!(
+            p.commands.decide("rm -rf /").decision,
+            commands::Decision::Allow
+        );
+    }
+
+    #[test]
+    fn everyday_agent_commands_pass_the_default_rules() {
+        let p = Policy::builtin_default();
+        for line in [
+            "cargo test 2>&1 | tail -n 30",
+            "rm -rf target build dist node_modules",
+            "rm -rf ./build/*",
+            "git push origin HEAD",
+            "git push --force-with-lease",
+            "find . -name '*.pyc' -delete",
+            "find . -type f -exec grep -l TODO {} +",
+            "curl -s localhost:8080/health | jq .",
+            "python3 -c 'print(1)'",
+            "for f in *.py; do python3 -m py_compile \"$f\"; done",
+            "cat <<EOF > notes.txt\nrm -rf /\nEOF",
+            "dd if=/dev/zero of=disk.img bs=1M count=10",
+            "chmod -R u+w .",
+            "sh -c 'make -j2 && make install DESTDIR=$PWD/out'",
+            "$EDITOR file",
+        ] {
+            let v = p.commands.decide(line);
+            assert_eq!(v.decision, commands::Decision::Allow, "`{line}`: {v:?}");
+        }
     }
 }

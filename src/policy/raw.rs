@@ -30,6 +30,15 @@ pub struct RawPolicy {
     pub server: RawServer,
     #[serde(default)]
     pub lint: RawLint,
+    #[serde(default)]
+    pub commands: RawCommands,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCommands {
+    pub on_unknown: Option<super::commands::Decision>,
+    pub rules: Option<Vec<super::commands::RawRule>>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -160,6 +169,7 @@ overlay_struct!(RawLimits {
     address_space_mb,
 });
 overlay_struct!(RawEnvironment { pass, set });
+overlay_struct!(RawCommands { on_unknown, rules });
 overlay_struct!(RawSandbox { seccomp_profile });
 overlay_struct!(RawOutput {
     max_lines,
@@ -188,6 +198,7 @@ impl Overlay for RawPolicy {
             output: self.output.overlay(base.output),
             server: self.server.overlay(base.server),
             lint: self.lint.overlay(base.lint),
+            commands: self.commands.overlay(base.commands),
         }
     }
 }

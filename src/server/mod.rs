@@ -5,16 +5,18 @@
 //! schemas patched with the policy's bounds, the server instructions. The work itself is in
 //! `tools`; this module only translates a request context into `tools::*::run` arguments.
 
+mod approval;
 mod instructions;
 
+use crate::policy::commands::Decision;
 use crate::shape::{ErrorKind, ToolError};
 use crate::tools::edit_file::{self, EditFileArgs, EditFileOutput};
 use crate::tools::read_file::{self, ReadFileArgs, ReadFileOutput};
-use crate::tools::shell_exec::{self, CallHooks, ShellExecArgs, ShellExecOutput};
+use crate::tools::shell_exec::{self, CallHooks, Refusal, ShellExecArgs, ShellExecOutput};
 use crate::tools::write_file::{self, WriteFileArgs, WriteFileOutput};
 use crate::tools::{SharedContext, ToolContext};
 use rmcp::handler::server::router::tool::ToolRouter;
-use rmcp::handler::server::tool::ToolCallContext;
+use rmcp::handler::server::tool::{InputResponses, RequestState, ToolCallContext};
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -35,6 +37,7 @@ pub struct CordonServer {
     ctx: SharedContext,
     tool_router: ToolRouter<Self>,
     instructions: Arc<String>,
+    approvals: Arc<approval::Approvals>,
 }
 
 fn output_schema<T: schemars::JsonSchema + 'static>() -> Arc<JsonObject> {
@@ -52,6 +55,7 @@ impl CordonServer {
             ctx,
             tool_router,
             instructions,
+            approvals: Arc::default(),
         }
     }
 
@@ -61,6 +65,8 @@ files outside the workspace are read-only or invisible, the network is off unles
 allows ports, and the command's whole process tree is killed when the call ends or times out. \
 Use it to build, test, search (grep/rg/find), run git and other CLI tools. Do not use it to read \
 or write files when read_file/write_file/edit_file fit: those are exact and linted. \
+The policy's command rules refuse a few destructive commands (e.g. `rm -rf ~`) and ask the user \
+before others (e.g. `git push --force`); a refusal has error kind `denied`. \
 Long output is cut to its first and last lines, and the full text is saved under \
 .cordon/outputs/ (see `full_output`). Example: {\"command\": \"cargo test 2>&1 | tail -n 30\", \"cwd\": \".\", \"timeout_secs\": 120}",
         annotations(
@@ -75,8 +81,46 @@ Long output is cut to its first and last lines, and the full text is saved under
     async fn shell_exec(
         &self,
         Parameters(args): Parameters<ShellExecArgs>,
+        RequestState(state): RequestState,
+        InputResponses(responses): InputResponses,
         rctx: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, McpError> {
+    ) -> Result<CallToolResponse, McpError> {
+        let ctx = &self.ctx;
+        let verdict = shell_exec::assess(ctx, &args);
+        let decision = match (verdict.decision, verdict.reason) {
+            (Decision::Allow, _) | (_, None) => "allow".to_owned(),
+            (Decision::Deny, Some(reason)) => {
+                return Ok(shell_exec::refuse(ctx, &args, &reason, &Refusal::Denied).into());
+            }
+            (Decision::Ask, Some(reason)) => {
+                // Nobody should be asked about a call that would fail its argument checks.
+                if let Err(error) = shell_exec::precheck(ctx, &args) {
+                    let label = format!("ask:{}:not-asked", reason.rule);
+                    return Ok(shell_exec::rejected(ctx, &args, error, &label).into());
+                }
+                match self
+                    .approvals
+                    .obtain(&rctx, &args, &reason, state, responses)
+                    .await
+                {
+                    approval::Approval::Approved => format!("ask:{}:approved", reason.rule),
+                    approval::Approval::Refused(refusal) => {
+                        return Ok(shell_exec::refuse(ctx, &args, &reason, &refusal).into());
+                    }
+                    approval::Approval::Pending(input_required) => {
+                        let label = format!("ask:{}:pending", reason.rule);
+                        ctx.audit(
+                            "shell_exec",
+                            &args,
+                            &label,
+                            serde_json::json!({ "input_required": true }),
+                            std::time::Instant::now(),
+                        );
+                        return Ok(input_required.into());
+                    }
+                }
+            }
+        };
         let progress = rctx.meta.get_progress_token().map(|token| {
             let peer = rctx.peer.clone();
             Box::new(move |elapsed: Duration, line: String| {
@@ -97,7 +141,11 @@ Long output is cut to its first and last lines, and the full text is saved under
             cancel: rctx.ct.clone(),
             progress,
         };
-        Ok(shell_exec::run(Arc::clone(&self.ctx), args, hooks).await)
+        Ok(
+            shell_exec::run(Arc::clone(&self.ctx), args, hooks, &decision)
+                .await
+                .into(),
+        )
     }
 
     #[tool(

@@ -1,11 +1,15 @@
 //! `shell_exec`: one shell command, confined, with its output shaped for a model.
 //!
 //! Owns the argument contract, validation against the policy (timeout bound, cwd rooting,
-//! env names), progress notifications and the result. Running and killing the process is
-//! `exec`; truncation and spill are `shape`.
+//! env names), the command-rule verdict and the refusals it leads to, progress notifications
+//! and the result. Asking the user is the server's (it knows MCP); running and killing the
+//! process is `exec`; truncation and spill are `shape`; what a permission error means under
+//! the policy is `policy::explain`.
 
-use super::{SharedContext, error_text, path_error};
+use super::{SharedContext, ToolContext, error_text, path_error};
 use crate::exec::{CaptureSpec, ExecOutcome, ExecRequest, LimitHit, LiveStatus, SpillOpener};
+use crate::policy::commands::{ON_UNKNOWN, Reason, Verdict};
+use crate::policy::explain;
 use crate::shape::{ErrorKind, ToolError, shape_stream, tool_result};
 use rmcp::model::CallToolResult;
 use schemars::JsonSchema;
@@ -70,7 +74,121 @@ pub struct CallHooks {
     pub progress: Option<Box<dyn Fn(Duration, String) + Send + Sync>>,
 }
 
-pub async fn run(ctx: SharedContext, args: ShellExecArgs, hooks: CallHooks) -> CallToolResult {
+/// What the policy's command rules say about this call (see `policy::commands`).
+pub fn assess(ctx: &ToolContext, args: &ShellExecArgs) -> Verdict {
+    ctx.policy.commands.decide(&args.command)
+}
+
+/// Validates the arguments without running anything, so nobody is asked to approve a call
+/// that would fail anyway.
+pub fn precheck(ctx: &SharedContext, args: &ShellExecArgs) -> Result<(), ToolError> {
+    prepare(ctx, args).map(drop)
+}
+
+/// Why a command the rules stopped did not run.
+#[derive(Debug, Clone)]
+pub enum Refusal {
+    /// A `deny` rule (or `on_unknown = "deny"`).
+    Denied,
+    /// The user said no (or dismissed the question).
+    Declined,
+    /// The rule asks, but the client cannot be asked; says why.
+    Unavailable(String),
+}
+
+impl Refusal {
+    /// The audit log's `decision` for this refusal under `rule`.
+    pub fn audit_decision(&self, rule: &str) -> String {
+        match self {
+            Refusal::Denied => format!("deny:{rule}"),
+            Refusal::Declined => format!("ask:{rule}:declined"),
+            Refusal::Unavailable(_) => format!("ask:{rule}:unavailable"),
+        }
+    }
+}
+
+/// The `denied` error for a refused command: which rule, why, and how to change the policy.
+pub fn refusal_error(ctx: &ToolContext, reason: &Reason, refusal: &Refusal) -> ToolError {
+    let origin = &ctx.policy.origin;
+    let (rule_ref, change) = if reason.rule == ON_UNKNOWN {
+        (
+            "the policy's `commands.on_unknown` setting".to_owned(),
+            format!("set `commands.on_unknown = \"allow\"` in policy {origin}"),
+        )
+    } else {
+        (
+            format!("the policy's command rule `{}`", reason.rule),
+            format!(
+                "change the decision of the `[[commands.rules]]` entry named \"{}\" in policy \
+                 {origin}, or remove it",
+                reason.rule
+            ),
+        )
+    };
+    let message = match refusal {
+        Refusal::Denied => format!(
+            "not run: refused by {rule_ref} (matched `{}`): {} This check is a courtesy layer in \
+             front of the sandbox, not a bug; do not retry the same action in another form. If \
+             it is really needed, ask the operator to {change}.",
+            reason.command, reason.justification
+        ),
+        Refusal::Declined => format!(
+            "not run: the user declined it when asked ({rule_ref} asks before `{}`: {}). Do not \
+             retry it; ask the user how to proceed.",
+            reason.command, reason.justification
+        ),
+        Refusal::Unavailable(why) => format!(
+            "not run: {rule_ref} needs the user's approval for `{}` ({}), but {why}. To run such \
+             commands without asking, {change}; or use an MCP client that supports elicitation.",
+            reason.command, reason.justification
+        ),
+    };
+    ToolError::new(ErrorKind::Denied, message)
+}
+
+/// The result of a call the command rules stopped: `denied`, nothing run, audited.
+pub fn refuse(
+    ctx: &SharedContext,
+    args: &ShellExecArgs,
+    reason: &Reason,
+    refusal: &Refusal,
+) -> CallToolResult {
+    let error = refusal_error(ctx, reason, refusal);
+    rejected(ctx, args, error, &refusal.audit_decision(&reason.rule))
+}
+
+/// A call that ends before running anything: the error in an otherwise default output.
+pub fn rejected(
+    ctx: &SharedContext,
+    args: &ShellExecArgs,
+    error: ToolError,
+    decision: &str,
+) -> CallToolResult {
+    let started = Instant::now();
+    let text = error_text(&error);
+    let output = ShellExecOutput {
+        enforcement: ctx.executor.confinement().enforcement().level.into(),
+        error: Some(error),
+        ..Default::default()
+    };
+    ctx.audit(
+        "shell_exec",
+        args,
+        decision,
+        serde_json::json!({ "error": output.error.as_ref().map(|e| e.kind) }),
+        started,
+    );
+    tool_result(&output, text, true)
+}
+
+/// Runs the command. `decision` is what the command rules (and the user) decided, for the
+/// audit log: `allow` or `ask:<rule>:approved`.
+pub async fn run(
+    ctx: SharedContext,
+    args: ShellExecArgs,
+    hooks: CallHooks,
+    decision: &str,
+) -> CallToolResult {
     let started = Instant::now();
     let (output, text, is_error) = match prepare(&ctx, &args) {
         Err(error) => {
@@ -93,7 +211,7 @@ pub async fn run(ctx: SharedContext, args: ShellExecArgs, hooks: CallHooks) -> C
     ctx.audit(
         "shell_exec",
         &args,
-        "allow",
+        decision,
         serde_json::json!({
             "exit_code": output.exit_code,
             "signal": output.signal,
@@ -114,6 +232,8 @@ const MAX_ARG_STRLEN: usize = 32 * 4096;
 struct Prepared {
     request: ExecRequest,
     live: Arc<LiveStatus>,
+    /// Absolute working directory, to read relative paths in error messages.
+    cwd: std::path::PathBuf,
 }
 
 fn prepare(ctx: &SharedContext, args: &ShellExecArgs) -> Result<Prepared, ToolError> {
@@ -157,6 +277,7 @@ fn prepare(ctx: &SharedContext, args: &ShellExecArgs) -> Result<Prepared, ToolEr
         .resolve_arg(&args.cwd)
         .map_err(|e| path_error(&e))?;
     let dir = ctx.workspace.open_dir(&cwd).map_err(|e| path_error(&e))?;
+    let cwd_path = ctx.workspace.host_path(&cwd);
     let live = Arc::new(LiveStatus::default());
     let memory_cap = ctx.policy.output.memory_cap_bytes;
     let spec = |stream: &'static str| CaptureSpec {
@@ -177,6 +298,7 @@ fn prepare(ctx: &SharedContext, args: &ShellExecArgs) -> Result<Prepared, ToolEr
             live: Some(Arc::clone(&live)),
         },
         live,
+        cwd: cwd_path,
     })
 }
 
@@ -196,7 +318,11 @@ async fn execute(
     prepared: Prepared,
     hooks: CallHooks,
 ) -> (ShellExecOutput, String, bool) {
-    let Prepared { mut request, live } = prepared;
+    let Prepared {
+        mut request,
+        live,
+        cwd,
+    } = prepared;
     request.cancel = Some(hooks.cancel.clone());
     let started = Instant::now();
     let ticker = hooks.progress.map(|report| {
@@ -237,7 +363,7 @@ async fn execute(
                 true,
             )
         }
-        Ok(outcome) => shape_outcome(ctx, outcome, enforcement),
+        Ok(outcome) => shape_outcome(ctx, outcome, enforcement, &cwd),
     }
 }
 
@@ -245,6 +371,7 @@ fn shape_outcome(
     ctx: &SharedContext,
     outcome: ExecOutcome,
     enforcement: String,
+    cwd: &std::path::Path,
 ) -> (ShellExecOutput, String, bool) {
     let open = |stream: &str| {
         ctx.workspace
@@ -254,7 +381,13 @@ fn shape_outcome(
     };
     let stdout = shape_stream(&outcome.stdout, &ctx.policy.output, "stdout", Some(&open));
     let stderr = shape_stream(&outcome.stderr, &ctx.policy.output, "stderr", Some(&open));
-    let error = outcome_error(&outcome);
+    let scene = explain::Scene {
+        policy: &ctx.policy,
+        workspace: ctx.workspace.root(),
+        cwd,
+        protected_for_commands: ctx.executor.confinement().protects_paths(),
+    };
+    let error = outcome_error(&outcome, &scene);
     let mut text = String::new();
     if let Some(e) = &error {
         text.push_str(&error_text(e));
@@ -293,7 +426,7 @@ fn shape_outcome(
     (output, text, is_error)
 }
 
-fn outcome_error(o: &ExecOutcome) -> Option<ToolError> {
+fn outcome_error(o: &ExecOutcome, scene: &explain::Scene<'_>) -> Option<ToolError> {
     if o.timed_out {
         return Some(ToolError::new(
             ErrorKind::Timeout,
@@ -326,8 +459,13 @@ fn outcome_error(o: &ExecOutcome) -> Option<ToolError> {
         return None;
     }
     let mut message = o.reason().unwrap_or_else(|| "the command failed".into());
-    let stderr = String::from_utf8_lossy(&o.stderr.head).into_owned();
-    if stderr.contains("Permission denied") || stderr.contains("Operation not permitted") {
+    let mut stderr = String::from_utf8_lossy(&o.stderr.head).into_owned();
+    stderr.push('\n');
+    stderr.push_str(&String::from_utf8_lossy(&o.stderr.tail));
+    if let Some(explanation) = explain::explain_stderr(scene, &stderr) {
+        message.push_str("; ");
+        message.push_str(&explanation);
+    } else if stderr.contains("Permission denied") || stderr.contains("Operation not permitted") {
         message.push_str(
             "; stderr reports a permission error, which may be the sandbox refusing a path, \
              socket or syscall outside the policy",

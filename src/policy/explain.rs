@@ -1,0 +1,644 @@
+//! What a permission error in a confined command's stderr means under the policy.
+//!
+//! Owns two pure steps: spotting, in stderr text, the paths named next to "Permission denied" /
+//! "Operation not permitted" and the ports named in failed connects/binds ([`findings`]); and
+//! evaluating one path or port against the policy ([`explain_path`], [`explain_port`]): which
+//! operation was stopped, which grant is missing, and which policy line would allow it.
+//!
+//! It reads no kernel log and touches no file: the result is *derived from the policy* (and
+//! says so), so it can be wrong when the error came from somewhere else, e.g. a file's own mode
+//! bits. It does not run anything and does not know MCP.
+
+use super::{Policy, WorkspaceAccess};
+use regex::Regex;
+use std::path::{Component, Path, PathBuf};
+use std::sync::LazyLock;
+
+/// At most this many paths/ports are explained per call; the first ones are the likely cause.
+const MAX_FINDINGS: usize = 3;
+
+/// What the command was doing to a path, as far as the message tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    Read,
+    Write,
+    Execute,
+    /// The message does not say.
+    Access,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetOperation {
+    Connect,
+    Bind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finding {
+    /// A path as written in the message (may be relative to the command's directory).
+    Path {
+        path: String,
+        op: Operation,
+    },
+    Port {
+        port: u16,
+        op: NetOperation,
+    },
+}
+
+/// Where the command ran: absolute workspace root and working directory.
+#[derive(Debug, Clone, Copy)]
+pub struct Scene<'a> {
+    pub policy: &'a Policy,
+    pub workspace: &'a Path,
+    pub cwd: &'a Path,
+    /// Protected paths are read-only binds for commands on this host (cordon runs as root).
+    pub protected_for_commands: bool,
+}
+
+const DENIED: [&str; 2] = ["Permission denied", "Operation not permitted"];
+
+static QUOTED: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r#"'([^'\n]+)'|"([^"\n]+)"|‘([^’\n]+)’|`([^'\n]+)'"#).expect("valid regex")
+});
+static PORT: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)/dev/(?:tcp|udp)/[^/\s]+/(\d{1,5})\b|\bport\s+(\d{1,5})\b|(?:\blocalhost|\[[0-9a-f:]+\]|\b\d{1,3}(?:\.\d{1,3}){3}|\b[a-z0-9][a-z0-9.-]*\.[a-z]{2,}):(\d{1,5})\b",
+    )
+    .expect("valid regex")
+});
+
+/// The paths and ports a failed command's stderr names in permission and network errors.
+pub fn findings(stderr: &str) -> Vec<Finding> {
+    let mut out: Vec<Finding> = Vec::new();
+    for line in stderr.lines() {
+        if out.len() >= MAX_FINDINGS {
+            break;
+        }
+        let lower = line.to_lowercase();
+        let networky = [
+            "connect",
+            "bind",
+            "listen",
+            "refused",
+            "unreachable",
+            "/dev/tcp/",
+        ]
+        .iter()
+        .any(|w| lower.contains(w));
+        if networky && let Some(port) = port_in(line) {
+            let op = if lower.contains("bind") || lower.contains("listen") {
+                NetOperation::Bind
+            } else {
+                NetOperation::Connect
+            };
+            let f = Finding::Port { port, op };
+            if !out.contains(&f) {
+                out.push(f);
+            }
+            continue;
+        }
+        let Some(at) = DENIED.iter().filter_map(|d| line.find(d)).min() else {
+            continue;
+        };
+        if let Some(path) = path_in(line, at) {
+            let f = Finding::Path {
+                op: operation(&lower, line, &path),
+                path,
+            };
+            if !out.contains(&f) {
+                out.push(f);
+            }
+        }
+    }
+    out
+}
+
+fn port_in(line: &str) -> Option<u16> {
+    PORT.captures_iter(line)
+        .filter_map(|c| (1..=3).find_map(|i| c.get(i)))
+        .filter_map(|m| m.as_str().parse::<u16>().ok())
+        .find(|p| *p != 0)
+}
+
+/// The path the error is about: a quoted one (the last before the error phrase, else the first
+/// after it), or the last unquoted `/…` or `./…` word before the phrase.
+fn path_in(line: &str, at: usize) -> Option<String> {
+    let quoted: Vec<(usize, String)> = QUOTED
+        .captures_iter(line)
+        .filter_map(|c| {
+            let m = (1..=4).find_map(|i| c.get(i))?;
+            Some((m.start(), m.as_str().to_owned()))
+        })
+        .filter(|(_, q)| looks_like_path(q))
+        .collect();
+    if let Some((_, q)) = quoted.iter().rev().find(|(start, _)| *start < at) {
+        return Some(q.clone());
+    }
+    if let Some((_, q)) = quoted.iter().find(|(start, _)| *start > at) {
+        return Some(q.clone());
+    }
+    line[..at]
+        .split_whitespace()
+        .map(|w| w.trim_end_matches([':', ',', ';']))
+        .rfind(|w| w.starts_with('/') || w.starts_with("./") || w.starts_with("../"))
+        .map(str::to_owned)
+}
+
+fn looks_like_path(s: &str) -> bool {
+    !s.is_empty() && !s.contains(' ') || s.starts_with('/')
+}
+
+fn operation(lower: &str, line: &str, path: &str) -> Operation {
+    const WRITE: [&str; 14] = [
+        "cannot create",
+        "cannot touch",
+        "cannot remove",
+        "cannot make",
+        "cannot mkdir",
+        "could not lock",
+        "cannot move",
+        "cannot write",
+        "cannot overwrite",
+        "failed to create",
+        "unable to create",
+        "cannot open for writing",
+        "cannot set",
+        "cannot change",
+    ];
+    const READ: [&str; 5] = [
+        "cannot open",
+        "cannot access",
+        "cannot read",
+        "cannot stat",
+        "cannot list",
+    ];
+    if WRITE.iter().any(|w| lower.contains(w)) {
+        return Operation::Write;
+    }
+    if READ.iter().any(|w| lower.contains(w)) {
+        return Operation::Read;
+    }
+    // `sh: 1: /opt/tool: Permission denied`: the shell could not execute the program.
+    let exec_shape = line
+        .split_once(": ")
+        .is_some_and(|(prog, _)| prog.ends_with("sh") || prog.ends_with("bash"))
+        && line.contains(&format!("{path}: Permission denied"));
+    if exec_shape {
+        return Operation::Execute;
+    }
+    // `cat: /x: Permission denied`: reading tools say only the path.
+    let tool = line.split(':').next().unwrap_or("").trim();
+    if [
+        "cat", "head", "tail", "less", "grep", "wc", "ls", "cd", "sort", "diff", "file",
+    ]
+    .contains(&tool)
+    {
+        return Operation::Read;
+    }
+    Operation::Access
+}
+
+fn verb(op: Operation) -> &'static str {
+    match op {
+        Operation::Read => "reading",
+        Operation::Write => "writing",
+        Operation::Execute => "executing",
+        Operation::Access => "accessing",
+    }
+}
+
+/// `a/./b/../c` → `a/c`, without touching the filesystem.
+fn lexical(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Whether `path` is `entry` or beneath it; `*` in the entry's last component matches any run
+/// of characters there (the `filesystem.deny` syntax).
+fn under(path: &Path, entry: &Path) -> bool {
+    let mut p = path.components();
+    let entry_parts: Vec<Component> = entry.components().collect();
+    for (i, e) in entry_parts.iter().enumerate() {
+        let Some(c) = p.next() else { return false };
+        let (e, c) = (
+            e.as_os_str().to_string_lossy(),
+            c.as_os_str().to_string_lossy(),
+        );
+        let last = i + 1 == entry_parts.len();
+        let same = if last && e.contains('*') {
+            let (head, tail) = e.split_once('*').unwrap_or((&e, ""));
+            c.len() >= head.len() + tail.len() && c.starts_with(head) && c.ends_with(tail)
+        } else {
+            e == c
+        };
+        if !same {
+            return false;
+        }
+    }
+    true
+}
+
+fn shown(p: &Path) -> String {
+    format!("\"{}\"", p.display())
+}
+
+/// What the policy says about `op` on `path` (as written in the message; relative paths are
+/// taken from the command's directory).
+pub fn explain_path(scene: &Scene<'_>, path: &str, op: Operation) -> String {
+    let policy = scene.policy;
+    let fs = &policy.filesystem;
+    let origin = &policy.origin;
+    let abs = lexical(&scene.cwd.join(path));
+    let doing = verb(op);
+    let not_sandbox = "so the sandbox's file rules allow it and the error comes from elsewhere \
+                       (the file's own permissions or owner; check `ls -l`)";
+    if let Some(entry) = fs.deny.iter().find(|d| under(&abs, d)) {
+        return format!(
+            "{doing} {} was stopped: it is under {} in filesystem.deny, which no grant overrides. \
+             If the command really needs it, remove {} from filesystem.deny in policy {origin}.",
+            abs.display(),
+            shown(entry),
+            shown(entry)
+        );
+    }
+    if let Ok(rel) = abs.strip_prefix(scene.workspace) {
+        let rel_str = rel.to_string_lossy();
+        let writing = matches!(op, Operation::Write | Operation::Access);
+        let writable_dir = fs
+            .workspace_writable
+            .iter()
+            .any(|w| under(rel, Path::new(w.as_str())));
+        if fs.workspace == WorkspaceAccess::ReadOnly && writing && !writable_dir {
+            return format!(
+                "{doing} {} was stopped: the workspace is read-only under this policy \
+                 (filesystem.workspace = \"read_only\") except {}. To let commands write \
+                 here, add its directory to filesystem.workspace_writable, or set \
+                 filesystem.workspace = \"read_write\", in policy {origin}.",
+                abs.display(),
+                if fs.workspace_writable.is_empty() {
+                    "nothing".to_owned()
+                } else {
+                    fs.workspace_writable.join(", ")
+                }
+            );
+        }
+        if let Some(entry) = fs
+            .protected
+            .iter()
+            .find(|p| under(rel, Path::new(p.as_str())))
+        {
+            if scene.protected_for_commands && writing {
+                return format!(
+                    "{doing} {} was stopped: `{entry}` is a protected path \
+                     (filesystem.protected), read-only for commands because what lands there \
+                     runs or is trusted outside the sandbox. Ask the operator to make the \
+                     change, or to remove `{entry}` from filesystem.protected in policy {origin}.",
+                    abs.display()
+                );
+            }
+            return format!(
+                "`{rel_str}` is inside the protected path `{entry}` (filesystem.protected): the \
+                 file tools never write there, but on this host (cordon not running as root) \
+                 shell commands are not stopped by that entry; the workspace is granted {}, \
+                 {not_sandbox}.",
+                access(fs.workspace)
+            );
+        }
+        return format!(
+            "`{}` is in the workspace, which this policy grants {}, {not_sandbox}.",
+            if rel_str.is_empty() { "." } else { &rel_str },
+            access(fs.workspace)
+        );
+    }
+    if abs.starts_with("/dev") {
+        if fs.devices.iter().any(|d| d == &abs) {
+            return format!(
+                "{} is listed in filesystem.devices, {not_sandbox}.",
+                abs.display()
+            );
+        }
+        return format!(
+            "{doing} {} was stopped: device files are reachable only when listed in \
+             filesystem.devices. To allow it, add {} to filesystem.devices in policy {origin}.",
+            abs.display(),
+            shown(&abs)
+        );
+    }
+    if let Some(entry) = fs.read_write.iter().find(|g| abs.starts_with(g)) {
+        return format!(
+            "{} is granted read-write by {} in filesystem.read_write, {not_sandbox}.",
+            abs.display(),
+            shown(entry)
+        );
+    }
+    // Where a write would need a grant: the directory, since new files need their parent.
+    let write_target = abs
+        .parent()
+        .filter(|_| op == Operation::Write)
+        .unwrap_or(&abs);
+    if let Some(entry) = fs.read_exec.iter().find(|g| abs.starts_with(g)) {
+        return match op {
+            Operation::Read | Operation::Execute => format!(
+                "{} is granted read and execute by {} in filesystem.read_exec, {not_sandbox}.",
+                abs.display(),
+                shown(entry)
+            ),
+            Operation::Write | Operation::Access => format!(
+                "{doing} {} was stopped if it was a write: {} in filesystem.read_exec grants \
+                 reading and executing only. To let commands write there, add {} to \
+                 filesystem.read_write in policy {origin}.",
+                abs.display(),
+                shown(entry),
+                shown(write_target)
+            ),
+        };
+    }
+    let tmp_hint = if abs.starts_with("/tmp") || abs.starts_with("/var/tmp") {
+        " Each call has a private temporary directory in $TMPDIR (also $HOME); use that instead \
+         of /tmp."
+    } else {
+        ""
+    };
+    let grant = match op {
+        Operation::Write => format!("add {} to filesystem.read_write", shown(write_target)),
+        Operation::Read | Operation::Execute => {
+            format!("add {} to filesystem.read_exec", shown(&abs))
+        }
+        Operation::Access => format!(
+            "add {} to filesystem.read_exec (to read it) or to filesystem.read_write (to write it)",
+            shown(&abs)
+        ),
+    };
+    format!(
+        "{doing} {} was stopped: it is outside every path the policy grants (the workspace, the \
+         call's temporary directory, filesystem.read_exec and filesystem.read_write). To allow \
+         it, {grant} in policy {origin}.{tmp_hint}",
+        abs.display()
+    )
+}
+
+fn access(w: WorkspaceAccess) -> &'static str {
+    match w {
+        WorkspaceAccess::ReadWrite => "read-write",
+        WorkspaceAccess::ReadOnly => "read-only",
+    }
+}
+
+/// What the policy says about a TCP connect to / bind of `port`.
+pub fn explain_port(policy: &Policy, port: u16, op: NetOperation) -> String {
+    let origin = &policy.origin;
+    let (field, doing, granted) = match op {
+        NetOperation::Connect => ("tcp_connect", "connecting to", &policy.network.tcp_connect),
+        NetOperation::Bind => ("tcp_bind", "listening on", &policy.network.tcp_bind),
+    };
+    if granted.contains(&port) {
+        return format!(
+            "{doing} TCP port {port} is allowed by network.{field}, so the sandbox did not stop \
+             it (is the other side there? is the port already in use?)."
+        );
+    }
+    if policy.network.is_off() {
+        return format!(
+            "{doing} TCP port {port} was stopped: the network is off in this policy (network \
+             lists no ports, and the seccomp profile \"{}\" refuses non-Unix sockets). To allow \
+             it, add {port} to network.{field} and set sandbox.seccomp_profile = \"tcp\" in \
+             policy {origin}.",
+            policy.sandbox.seccomp_profile
+        );
+    }
+    format!(
+        "{doing} TCP port {port} was stopped: network.{field} allows only {granted:?}. To allow \
+         it, add {port} to network.{field} in policy {origin}."
+    )
+}
+
+/// The explanation for a failed command's stderr, labeled as derived from the policy, or None
+/// when it names no path or port in a permission or network error.
+pub fn explain_stderr(scene: &Scene<'_>, stderr: &str) -> Option<String> {
+    let found = findings(stderr);
+    if found.is_empty() {
+        return None;
+    }
+    let parts: Vec<String> = found
+        .iter()
+        .map(|f| match f {
+            Finding::Path { path, op } => explain_path(scene, path, *op),
+            Finding::Port { port, op } => explain_port(scene.policy, *port, *op),
+        })
+        .collect();
+    Some(format!(
+        "[explanation derived from the policy {} by reading the error message, not from a kernel \
+         log] {}",
+        scene.policy.origin,
+        parts.join(" ")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scene(policy: &Policy) -> Scene<'_> {
+        Scene {
+            policy,
+            workspace: Path::new("/ws"),
+            cwd: Path::new("/ws/sub"),
+            protected_for_commands: false,
+        }
+    }
+
+    #[test]
+    fn finds_paths_in_the_usual_message_shapes() {
+        let cases = [
+            (
+                "cat: /srv/data/x: Permission denied",
+                "/srv/data/x",
+                Operation::Read,
+            ),
+            (
+                "touch: cannot touch '/usr/x': Permission denied",
+                "/usr/x",
+                Operation::Write,
+            ),
+            (
+                "mkdir: cannot create directory ‘/opt/x’: Permission denied",
+                "/opt/x",
+                Operation::Write,
+            ),
+            (
+                "sh: 1: cannot create /etc/foo: Permission denied",
+                "/etc/foo",
+                Operation::Write,
+            ),
+            (
+                "/bin/sh: 1: /opt/tool: Permission denied",
+                "/opt/tool",
+                Operation::Execute,
+            ),
+            (
+                "PermissionError: [Errno 13] Permission denied: '/etc/shadow'",
+                "/etc/shadow",
+                Operation::Access,
+            ),
+            (
+                "rm: cannot remove './a': Operation not permitted",
+                "./a",
+                Operation::Write,
+            ),
+        ];
+        for (line, path, op) in cases {
+            assert_eq!(
+                findings(line),
+                [Finding::Path {
+                    path: path.into(),
+                    op
+                }],
+                "{line}"
+            );
+        }
+        assert!(findings("error: no such file\nall good").is_empty());
+    }
+
+    #[test]
+    fn finds_ports_in_connect_and_bind_failures() {
+        for (line, port, op) in [
+            (
+                "curl: (7) Failed to connect to 127.0.0.1 port 8080 after 0 ms: Couldn't connect to server",
+                8080,
+                NetOperation::Connect,
+            ),
+            (
+                "nc: connect to localhost port 5432 (tcp) failed: Permission denied",
+                5432,
+                NetOperation::Connect,
+            ),
+            (
+                "Error: connect EACCES 10.0.0.1:443",
+                443,
+                NetOperation::Connect,
+            ),
+            (
+                "Error: listen EACCES: permission denied 0.0.0.0:3000",
+                3000,
+                NetOperation::Bind,
+            ),
+            (
+                "OSError: bind [::1]:8000 Operation not permitted",
+                8000,
+                NetOperation::Bind,
+            ),
+        ] {
+            assert_eq!(findings(line), [Finding::Port { port, op }], "{line}");
+        }
+    }
+
+    #[test]
+    fn a_path_outside_every_grant_names_the_line_to_add() {
+        let p = Policy::builtin_default();
+        let e = explain_path(&scene(&p), "/srv/data/x", Operation::Read);
+        assert!(e.contains("outside every path"), "{e}");
+        assert!(
+            e.contains("add \"/srv/data/x\" to filesystem.read_exec"),
+            "{e}"
+        );
+        assert!(e.contains("builtin:default"), "{e}");
+        let e = explain_path(&scene(&p), "/srv/data/new.txt", Operation::Write);
+        assert!(
+            e.contains("add \"/srv/data\" to filesystem.read_write"),
+            "{e}"
+        );
+        let e = explain_path(&scene(&p), "/tmp/x", Operation::Write);
+        assert!(e.contains("$TMPDIR"), "{e}");
+    }
+
+    #[test]
+    fn a_write_under_a_read_only_grant_suggests_read_write() {
+        let p = Policy::builtin_default();
+        let e = explain_path(&scene(&p), "/usr/local/x", Operation::Write);
+        assert!(e.contains("\"/usr\" in filesystem.read_exec"), "{e}");
+        assert!(
+            e.contains("add \"/usr/local\" to filesystem.read_write"),
+            "{e}"
+        );
+        let e = explain_path(&scene(&p), "/usr/bin/ls", Operation::Read);
+        assert!(e.contains("comes from elsewhere"), "{e}");
+    }
+
+    #[test]
+    fn a_denied_path_names_the_deny_entry() {
+        let p = Policy::builtin_default();
+        let e = explain_path(&scene(&p), "/etc/shadow", Operation::Access);
+        assert!(e.contains("\"/etc/shadow\" in filesystem.deny"), "{e}");
+        let e = explain_path(&scene(&p), "/etc/ssh/ssh_host_rsa_key", Operation::Read);
+        assert!(e.contains("ssh_host_*_key"), "{e}");
+        let e = explain_path(&scene(&p), "/home/bob/.ssh/id_rsa", Operation::Read);
+        assert!(e.contains("\"/home\" in filesystem.deny"), "{e}");
+    }
+
+    #[test]
+    fn workspace_paths_protected_and_read_only() {
+        let mut p = Policy::builtin_default();
+        let e = explain_path(&scene(&p), "../.git/hooks/pre-commit", Operation::Write);
+        assert!(e.contains("protected path `.git/hooks`"), "{e}");
+        assert!(e.contains("not stopped by that entry"), "{e}");
+        let e = explain_path(&scene(&p), "out.txt", Operation::Write);
+        assert!(e.contains("`sub/out.txt` is in the workspace"), "{e}");
+        p.filesystem.workspace = WorkspaceAccess::ReadOnly;
+        let e = explain_path(&scene(&p), "out.txt", Operation::Write);
+        assert!(e.contains("filesystem.workspace = \"read_write\""), "{e}");
+        p.filesystem.workspace_writable = vec!["sub".into()];
+        let e = explain_path(&scene(&p), "out.txt", Operation::Write);
+        assert!(e.contains("`sub/out.txt` is in the workspace"), "{e}");
+    }
+
+    #[test]
+    fn protected_paths_read_only_for_commands_say_so() {
+        let p = Policy::builtin_default();
+        let s = Scene {
+            protected_for_commands: true,
+            ..scene(&p)
+        };
+        let e = explain_path(&s, "../.git/hooks/pre-commit", Operation::Write);
+        assert!(e.contains("read-only for commands"), "{e}");
+        assert!(
+            e.contains("remove `.git/hooks` from filesystem.protected"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn ports_blocked_by_network_off_or_missing_from_the_list() {
+        let mut p = Policy::builtin_default();
+        let e = explain_port(&p, 8080, NetOperation::Connect);
+        assert!(e.contains("network is off"), "{e}");
+        assert!(e.contains("add 8080 to network.tcp_connect"), "{e}");
+        assert!(e.contains("seccomp_profile = \"tcp\""), "{e}");
+        p.network.tcp_connect = vec![443];
+        p.sandbox.seccomp_profile = "tcp".into();
+        let e = explain_port(&p, 8080, NetOperation::Connect);
+        assert!(e.contains("allows only [443]"), "{e}");
+        let e = explain_port(&p, 443, NetOperation::Connect);
+        assert!(e.contains("did not stop"), "{e}");
+        let e = explain_port(&p, 3000, NetOperation::Bind);
+        assert!(e.contains("network.tcp_bind"), "{e}");
+    }
+
+    #[test]
+    fn stderr_explanations_are_labeled() {
+        let p = Policy::builtin_default();
+        let e = explain_stderr(&scene(&p), "cat: /srv/x: Permission denied\n").unwrap();
+        assert!(e.starts_with("[explanation derived from the policy"), "{e}");
+        assert!(e.contains("not from a kernel log"), "{e}");
+        assert_eq!(explain_stderr(&scene(&p), "boom\n"), None);
+    }
+}

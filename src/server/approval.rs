@@ -1,0 +1,268 @@
+//! Asking the user before a command that a policy rule marks `ask`.
+//!
+//! Owns the two ways MCP has to ask: `elicitation/create` sent to the client in sessions that
+//! began with `initialize`, and the input-required round trip (SEP-2322) in 2026-07-28
+//! sessions, where the first `tools/call` answers `input_required` and the client calls again
+//! with `inputResponses` and the `requestState` it was given. It does not decide *whether* to
+//! ask (that is `policy::commands`) nor what a refusal says (that is `tools::shell_exec`).
+//!
+//! `requestState` comes back from the client and is attacker-controlled, so it carries no
+//! meaning: it is a random handle to an entry kept here, single-use, bound to the exact
+//! arguments and rule it was issued for, and expiring. A handle that does not fit is ignored and
+//! the user is asked afresh; an approval can never be forged or carried over to another command.
+
+use crate::policy::commands::Reason;
+use crate::tools::shell_exec::{Refusal, ShellExecArgs};
+use rmcp::RoleServer;
+use rmcp::model::{
+    ElicitRequest, ElicitRequestParams, ElicitationSchema, InputRequest, InputRequests,
+    InputRequiredResult, ProtocolVersion,
+};
+use rmcp::service::{ElicitationError, ElicitationMode, RequestContext};
+use std::collections::HashMap;
+use std::io::Read;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Key of our question in `inputRequests` / `inputResponses`.
+const INPUT_KEY: &str = "approve_command";
+/// How long an input-required question stays answerable.
+const PENDING_TTL: Duration = Duration::from_secs(600);
+/// Open questions kept at most; the oldest is forgotten first (its retry is simply asked again).
+const MAX_PENDING: usize = 64;
+
+/// The form the user fills in: one checkbox.
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+pub struct ApproveCommand {
+    /// true to run the command, false to refuse it.
+    pub approve: bool,
+}
+rmcp::elicit_safe!(ApproveCommand);
+
+/// What asking came to.
+pub enum Approval {
+    Approved,
+    Refused(Refusal),
+    /// 2026-07-28: return this to the client; its retry carries the answer.
+    Pending(InputRequiredResult),
+}
+
+struct Pending {
+    arguments: String,
+    rule: String,
+    issued: Instant,
+}
+
+#[derive(Default)]
+pub struct Approvals {
+    pending: Mutex<HashMap<String, Pending>>,
+}
+
+/// The question shown to the user.
+fn question(args: &ShellExecArgs, reason: &Reason) -> String {
+    format!(
+        "cordon: allow this shell command to run?\n\n    {}\n\nThe policy rule `{}` asks first: {}\n(It would run inside the sandbox.)",
+        args.command, reason.rule, reason.justification
+    )
+}
+
+impl Approvals {
+    /// Asks the user through `rctx`'s client. `state` and `responses` are the MRTR retry
+    /// fields of this call (None on a first call and in legacy sessions).
+    pub async fn obtain(
+        &self,
+        rctx: &RequestContext<RoleServer>,
+        args: &ShellExecArgs,
+        reason: &Reason,
+        state: Option<String>,
+        responses: Option<rmcp::model::InputResponses>,
+    ) -> Approval {
+        let modern = rctx
+            .protocol_version()
+            .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+        if modern {
+            self.round_trip(rctx, args, reason, state, responses)
+        } else {
+            elicit(rctx, args, reason).await
+        }
+    }
+
+    fn round_trip(
+        &self,
+        rctx: &RequestContext<RoleServer>,
+        args: &ShellExecArgs,
+        reason: &Reason,
+        state: Option<String>,
+        responses: Option<rmcp::model::InputResponses>,
+    ) -> Approval {
+        let can_elicit = rctx
+            .client_capabilities()
+            .is_some_and(|c| c.elicitation.is_some());
+        if !can_elicit {
+            return Approval::Refused(Refusal::Unavailable(
+                "the client did not declare elicitation support in clientCapabilities".into(),
+            ));
+        }
+        let arguments = serde_json::to_string(args).unwrap_or_default();
+        if let Some(handle) = state
+            && let Some(p) = self.take(&handle)
+            && p.arguments == arguments
+            && p.rule == reason.rule
+            && p.issued.elapsed() < PENDING_TTL
+        {
+            let answer = responses.as_ref().and_then(|r| r.get(INPUT_KEY));
+            let accepted = answer.is_some_and(|a| {
+                a["action"] == "accept" && a["content"]["approve"] == serde_json::Value::Bool(true)
+            });
+            return if accepted {
+                Approval::Approved
+            } else {
+                Approval::Refused(Refusal::Declined)
+            };
+        }
+        let schema = match ElicitationSchema::builder()
+            .required_bool(INPUT_KEY_FIELD)
+            .build()
+        {
+            Ok(s) => s,
+            Err(e) => {
+                return Approval::Refused(Refusal::Unavailable(format!(
+                    "the approval form could not be built ({e})"
+                )));
+            }
+        };
+        let request = InputRequest::Elicitation(ElicitRequest::new(
+            ElicitRequestParams::FormElicitationParams {
+                meta: None,
+                message: question(args, reason),
+                requested_schema: schema,
+            },
+        ));
+        let mut requests = InputRequests::new();
+        requests.insert(INPUT_KEY.into(), request);
+        let handle = self.issue(Pending {
+            arguments,
+            rule: reason.rule.clone(),
+            issued: Instant::now(),
+        });
+        Approval::Pending(InputRequiredResult::new(Some(requests), Some(handle)))
+    }
+
+    fn take(&self, handle: &str) -> Option<Pending> {
+        self.pending.lock().ok()?.remove(handle)
+    }
+
+    fn issue(&self, pending: Pending) -> String {
+        let handle = random_handle();
+        if let Ok(mut map) = self.pending.lock() {
+            map.retain(|_, p| p.issued.elapsed() < PENDING_TTL);
+            while map.len() >= MAX_PENDING {
+                let Some(oldest) = map
+                    .iter()
+                    .min_by_key(|(_, p)| p.issued)
+                    .map(|(k, _)| k.clone())
+                else {
+                    break;
+                };
+                map.remove(&oldest);
+            }
+            map.insert(handle.clone(), pending);
+        }
+        handle
+    }
+}
+
+/// The checkbox's field name in the form (same as [`ApproveCommand`]).
+const INPUT_KEY_FIELD: &str = "approve";
+
+/// Legacy sessions: an `elicitation/create` request to the client, awaited in this call.
+async fn elicit(
+    rctx: &RequestContext<RoleServer>,
+    args: &ShellExecArgs,
+    reason: &Reason,
+) -> Approval {
+    if !rctx
+        .peer
+        .supported_elicitation_modes()
+        .contains(&ElicitationMode::Form)
+    {
+        return Approval::Refused(Refusal::Unavailable(
+            "the client did not declare elicitation (form) support when it initialized".into(),
+        ));
+    }
+    let asked = rctx.peer.elicit::<ApproveCommand>(question(args, reason));
+    let answer = tokio::select! {
+        answer = asked => answer,
+        // The call was cancelled while the user looked at the question: nothing runs.
+        _ = rctx.ct.cancelled() => return Approval::Refused(Refusal::Declined),
+    };
+    match answer {
+        Ok(Some(ApproveCommand { approve: true })) => Approval::Approved,
+        Ok(_) | Err(ElicitationError::UserDeclined | ElicitationError::UserCancelled) => {
+            Approval::Refused(Refusal::Declined)
+        }
+        Err(ElicitationError::CapabilityNotSupported) => Approval::Refused(Refusal::Unavailable(
+            "the client does not support elicitation".into(),
+        )),
+        Err(e) => Approval::Refused(Refusal::Unavailable(format!(
+            "asking the client failed ({e})"
+        ))),
+    }
+}
+
+/// 128 random bits, hex: an unguessable handle (the value itself means nothing).
+fn random_handle() -> String {
+    let mut bytes = [0u8; 16];
+    let filled = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
+    if filled.is_err() {
+        // Without randomness a handle could be guessed, but a guessed handle only lets the
+        // client re-answer its own question for the same arguments; still, mix in the clock.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        bytes.copy_from_slice(&nanos.to_le_bytes());
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_are_unique_and_single_use() {
+        let a = Approvals::default();
+        let pending = || Pending {
+            arguments: "{}".into(),
+            rule: "r".into(),
+            issued: Instant::now(),
+        };
+        let h1 = a.issue(pending());
+        let h2 = a.issue(pending());
+        assert_ne!(h1, h2);
+        assert_eq!(h1.len(), 32);
+        assert!(a.take(&h1).is_some());
+        assert!(a.take(&h1).is_none(), "a handle answers once");
+        assert!(a.take("forged").is_none());
+    }
+
+    #[test]
+    fn pending_questions_are_bounded() {
+        let a = Approvals::default();
+        let first = a.issue(Pending {
+            arguments: "{}".into(),
+            rule: "r".into(),
+            issued: Instant::now() - Duration::from_secs(1),
+        });
+        for _ in 0..MAX_PENDING {
+            a.issue(Pending {
+                arguments: "{}".into(),
+                rule: "r".into(),
+                issued: Instant::now(),
+            });
+        }
+        assert!(a.pending.lock().unwrap().len() <= MAX_PENDING);
+        assert!(a.take(&first).is_none(), "the oldest is forgotten first");
+    }
+}
