@@ -6,6 +6,7 @@
 //! `tools`; this module only translates a request context into `tools::*::run` arguments.
 
 mod approval;
+mod framing;
 mod instructions;
 
 use crate::policy::commands::Decision;
@@ -283,7 +284,7 @@ fn with_structured_argument_error(response: CallToolResponse) -> CallToolRespons
 pub async fn serve_stdio(server: CordonServer) -> Result<(), ServeError> {
     let ctx = Arc::clone(&server.ctx);
     let service = server
-        .serve(rmcp::transport::stdio())
+        .serve(framing::frame(tokio::io::stdin(), tokio::io::stdout()))
         .await
         .map_err(|e| ServeError::Start(e.to_string()))?;
     let quit = service.waiting().await;

@@ -77,7 +77,7 @@ pub async fn run(ctx: SharedContext, args: EditFileArgs) -> CallToolResult {
             let text = error_text(&error);
             (
                 EditFileOutput {
-                    path: args.path.clone(),
+                    path: super::echo_arg(&args.path),
                     replacements: 0,
                     diff: String::new(),
                     applied: false,

@@ -133,3 +133,14 @@ pub fn error_text(e: &ToolError) -> String {
         e.message
     )
 }
+
+/// An argument repeated back in an error result, cut so a huge bad argument is not sent back
+/// to the model whole.
+pub fn echo_arg(arg: &str) -> String {
+    const MAX: usize = 200;
+    if arg.chars().count() <= MAX {
+        return arg.to_owned();
+    }
+    let kept: String = arg.chars().take(MAX).collect();
+    format!("{kept}…({} chars)", arg.chars().count())
+}

@@ -76,7 +76,7 @@ pub async fn run(ctx: SharedContext, args: ReadFileArgs) -> CallToolResult {
             let text = error_text(&error);
             (
                 ReadFileOutput {
-                    path: args.path.clone(),
+                    path: super::echo_arg(&args.path),
                     error: Some(error),
                     ..Default::default()
                 },

@@ -62,7 +62,7 @@ pub async fn run(ctx: SharedContext, args: WriteFileArgs) -> CallToolResult {
             let text = error_text(&error);
             (
                 WriteFileOutput {
-                    path: args.path.clone(),
+                    path: super::echo_arg(&args.path),
                     bytes: 0,
                     created: false,
                     lint: LintReport::skipped("nothing was written"),
