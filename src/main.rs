@@ -263,13 +263,7 @@ async fn serve(
         None => None,
     };
     let executor = Arc::new(Executor::new(confinement, &policy));
-    let search_path = policy
-        .environment
-        .set
-        .get("PATH")
-        .cloned()
-        .unwrap_or_default();
-    let lint = cordon::lint::Linting::new(&policy.lint, &search_path, Some(Arc::clone(&executor)))?;
+    let lint = cordon::lint::Linting::for_policy(&policy, Some(Arc::clone(&executor)))?;
     let mut protected = policy.filesystem.protected.clone();
     if let Ok(policy_file) = std::path::Path::new(&policy.origin).canonicalize()
         && let Ok(inside) = policy_file.strip_prefix(workspace.root())

@@ -42,13 +42,7 @@ pub async fn run(
     };
     let confinement = Arc::new(Confinement::build(policy, ws.root(), &options)?);
     let executor = Arc::new(Executor::new(confinement, policy));
-    let search_path = policy
-        .environment
-        .set
-        .get("PATH")
-        .cloned()
-        .unwrap_or_default();
-    let linting = Linting::new(&policy.lint, &search_path, Some(executor))?;
+    let linting = Linting::for_policy(policy, Some(executor))?;
     let mut out = Vec::new();
     for file in files {
         let shown = file.display().to_string();

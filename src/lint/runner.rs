@@ -56,6 +56,22 @@ impl Linting {
         })
     }
 
+    /// The pipeline of `policy`, finding linter commands on the sandbox's own PATH (what
+    /// `execvp` in the confined child will search).
+    pub fn for_policy(
+        policy: &crate::policy::Policy,
+        executor: Option<Arc<Executor>>,
+    ) -> Result<Self, ParseError> {
+        let home = std::env::var("HOME").unwrap_or_default();
+        let search_path = policy
+            .environment
+            .set
+            .get("PATH")
+            .map(|p| p.replace("{home}", &home))
+            .unwrap_or_default();
+        Self::new(&policy.lint, &search_path, executor)
+    }
+
     /// Names of the external linters that will run for files they apply to.
     pub fn available_linters(&self) -> Vec<String> {
         self.linters
