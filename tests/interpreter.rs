@@ -641,3 +641,169 @@ async fn figures_come_back_as_png_images_and_are_closed() {
     assert!(next.images.is_empty());
     m.shutdown().await;
 }
+
+// --- Through the tool: the SPEC result shape ---------------------------------------------
+
+fn tool_ctx(s: &Shared) -> cordon::tools::SharedContext {
+    let policy = s.policy.clone();
+    Arc::new(cordon::tools::ToolContext {
+        workspace: cordon::workspace::Workspace::open(s._workspace.path()).unwrap(),
+        executor: Arc::clone(&s.executor),
+        interpreter: manager(s),
+        lint: cordon::lint::Linting::new(&policy.lint, SANDBOX_PATH, None).unwrap(),
+        audit: None,
+        slots: tokio::sync::Semaphore::new(4),
+        file_lock: tokio::sync::Mutex::new(()),
+        protected: Vec::new(),
+        policy,
+    })
+}
+
+async fn call(
+    ctx: &cordon::tools::SharedContext,
+    args: serde_json::Value,
+) -> (bool, serde_json::Value, Vec<rmcp::model::ContentBlock>) {
+    let args = serde_json::from_value(args).unwrap();
+    let r =
+        cordon::tools::code_interpreter::run(Arc::clone(ctx), args, CancellationToken::new()).await;
+    (
+        r.is_error == Some(true),
+        r.structured_content.unwrap(),
+        r.content,
+    )
+}
+
+#[tokio::test]
+async fn the_tool_result_carries_the_spec_fields() {
+    let s = setup!();
+    let ctx = tool_ctx(s);
+    let (is_error, out, content) = call(
+        &ctx,
+        serde_json::json!({"code": "print('hi')\n6 * 7", "session": "tool"}),
+    )
+    .await;
+    assert!(!is_error, "{out}");
+    for field in [
+        "session",
+        "stdout",
+        "stderr",
+        "result",
+        "error",
+        "images",
+        "timed_out",
+        "truncated",
+        "duration_ms",
+    ] {
+        assert!(out.get(field).is_some(), "missing {field}: {out}");
+    }
+    assert_eq!(out["session"], "tool");
+    assert_eq!(out["stdout"], "hi\n");
+    assert_eq!(out["result"], "42");
+    assert!(out["error"].is_null());
+    assert_eq!(out["images"], 0);
+    assert!(content[0].as_text().unwrap().text.contains("42"));
+    ctx.interpreter.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_exception_is_an_error_result_with_both_error_shapes() {
+    let s = setup!();
+    let ctx = tool_ctx(s);
+    let (is_error, out, _) = call(&ctx, serde_json::json!({"code": "{}['missing']"})).await;
+    assert!(is_error);
+    let e = &out["error"];
+    assert_eq!(e["type"], "KeyError");
+    assert_eq!(e["message"], "'missing'");
+    assert!(e["traceback"].as_str().unwrap().contains("KeyError"), "{e}");
+    assert_eq!(e["kind"], "exception");
+    assert_eq!(e["retriable"], false);
+    ctx.interpreter.shutdown().await;
+}
+
+#[tokio::test]
+async fn bad_arguments_are_invalid_argument_results() {
+    let s = setup!();
+    let ctx = tool_ctx(s);
+    for args in [
+        serde_json::json!({"code": "1", "session": "../etc"}),
+        serde_json::json!({"code": "1", "session": "x".repeat(65)}),
+        serde_json::json!({"code": "1", "timeout_secs": 0}),
+        serde_json::json!({"code": "1", "timeout_secs": 100_000}),
+    ] {
+        let (is_error, out, _) = call(&ctx, args.clone()).await;
+        assert!(is_error, "{args}");
+        assert_eq!(out["error"]["kind"], "invalid_argument", "{args}: {out}");
+    }
+    assert!(ctx.interpreter.sessions().is_empty());
+    ctx.interpreter.shutdown().await;
+}
+
+#[tokio::test]
+async fn timeouts_and_limits_map_to_their_kinds() {
+    let s = setup!();
+    let ctx = tool_ctx(s);
+    let (is_error, out, _) = call(
+        &ctx,
+        serde_json::json!({"code": "while True: pass", "timeout_secs": 1, "session": "k"}),
+    )
+    .await;
+    assert!(is_error);
+    assert_eq!(out["timed_out"], true);
+    assert_eq!(out["error"]["kind"], "timeout", "{out}");
+    assert_eq!(out["error"]["type"], "KeyboardInterrupt", "{out}");
+    assert_eq!(out["state_lost"], false, "{out}");
+    let (is_error, out, _) = call(
+        &ctx,
+        serde_json::json!({"code": "b = b'x' * (512 << 20)", "session": "k"}),
+    )
+    .await;
+    assert!(is_error);
+    assert_eq!(out["error"]["kind"], "resource_limit", "{out}");
+    assert_eq!(out["limit"]["kind"], "memory", "{out}");
+    assert_eq!(out["state_lost"], true, "{out}");
+    ctx.interpreter.shutdown().await;
+}
+
+#[tokio::test]
+async fn long_output_is_cut_to_head_and_tail_with_a_spill_file() {
+    let s = setup!();
+    let ctx = tool_ctx(s);
+    let (_, out, _) = call(
+        &ctx,
+        serde_json::json!({"code": "for i in range(1000): print('line', i)", "session": "long"}),
+    )
+    .await;
+    assert_eq!(out["truncated"], true, "{out}");
+    let stdout = out["stdout"].as_str().unwrap();
+    assert!(
+        stdout.starts_with("line 0\n") && stdout.ends_with("line 999\n"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("900 lines"), "{stdout}");
+    let spill = out["full_output"].as_str().expect("a spill file");
+    let full = std::fs::read_to_string(s._workspace.path().join(spill)).unwrap();
+    assert_eq!(full.lines().count(), 1000);
+    ctx.interpreter.shutdown().await;
+}
+
+#[tokio::test]
+async fn figures_are_image_content_blocks() {
+    let s = setup!();
+    let ctx = tool_ctx(s);
+    let (_, probe, _) = call(
+        &ctx,
+        serde_json::json!({"code": "import matplotlib", "session": "fig"}),
+    )
+    .await;
+    if !probe["error"].is_null() {
+        eprintln!("SKIP: matplotlib is not importable by the sandbox's python3");
+        return;
+    }
+    let (is_error, out, content) = call(&ctx, serde_json::json!({"code": "import matplotlib.pyplot as plt\nplt.plot([3, 1, 2]);", "session": "fig"})).await;
+    assert!(!is_error, "{out}");
+    assert_eq!(out["images"], 1);
+    let images: Vec<_> = content.iter().filter_map(|c| c.as_image()).collect();
+    assert_eq!(images.len(), 1);
+    assert_eq!(images[0].mime_type, "image/png");
+    ctx.interpreter.shutdown().await;
+}
