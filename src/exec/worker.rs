@@ -77,7 +77,9 @@ impl Executor {
             let mut rlimits = (*setup.rlimits).clone();
             for (resource, value) in rlimits.iter_mut() {
                 if *resource == rustix::process::Resource::Cpu {
-                    *value = cpu;
+                    // An unprivileged server cannot raise its own hard limit for the child.
+                    let hard = rustix::process::getrlimit(*resource).maximum;
+                    *value = hard.map_or(cpu, |h| cpu.min(h));
                 }
             }
             setup.rlimits = Arc::new(rlimits);
