@@ -12,6 +12,7 @@
 //! * [`confine`]: how the kernel enforces it (Landlock, seccomp, rlimits, cgroups); the only
 //!   `unsafe` code.
 //! * [`exec`]: one confined child from spawn to the death of its whole tree.
+//! * [`interpreter`]: persistent, confined Python sessions for `code_interpreter`.
 //! * [`doctor`]: live proof, on the running kernel, that the confinement holds.
 
 pub mod audit;
@@ -20,6 +21,7 @@ pub mod confine;
 pub mod doctor;
 pub mod exec;
 pub mod files;
+pub mod interpreter;
 pub mod lint;
 pub mod policy;
 pub mod server;

@@ -270,8 +270,10 @@ async fn serve(
     {
         protected.push(inside.to_string_lossy().into_owned());
     }
+    let interpreter = cordon::interpreter::SessionManager::new(Arc::clone(&executor), &policy)?;
     let ctx = cordon::tools::ToolContext {
         executor,
+        interpreter,
         lint,
         slots: tokio::sync::Semaphore::new(policy.server.max_concurrent_calls),
         file_lock: tokio::sync::Mutex::new(()),

@@ -76,7 +76,13 @@ impl Cgroups {
         };
         let mounts = CgroupMounts::read();
         let own = OwnCgroups::read();
-        let label = format!("cordon-{}", std::process::id());
+        // Unique per Cgroups in this process too (tests and benches build several).
+        static INSTANCE: AtomicU64 = AtomicU64::new(0);
+        let label = format!(
+            "cordon-{}-{}",
+            std::process::id(),
+            INSTANCE.fetch_add(1, Ordering::Relaxed)
+        );
 
         if let (Some(mount), Some(path)) = (&mounts.v2, &own.v2) {
             let own_dir = join_cgroup(mount, path);

@@ -122,6 +122,64 @@ pub struct Confinement {
     workspace: PathBuf,
     /// Absolute protected paths (workspace + `filesystem.protected`).
     protected: Vec<PathBuf>,
+    /// What the Landlock ruleset was built from, kept so a long-lived worker can get a ruleset
+    /// whose only private directory is its own (`private_ruleset`); None without Landlock.
+    landlock_inputs: Option<LandlockInputs>,
+}
+
+/// The policy's file and network grants, minus the per-call temporary root.
+struct LandlockInputs {
+    read_exec: Vec<PathBuf>,
+    read_write: Vec<PathBuf>,
+    read_only: Vec<PathBuf>,
+    devices: Vec<PathBuf>,
+    deny: Vec<PathBuf>,
+    tcp_connect: Vec<u16>,
+    tcp_bind: Vec<u16>,
+    best_effort: bool,
+}
+
+impl LandlockInputs {
+    fn new(policy: &Policy, workspace: &Path, options: &ConfineOptions, best_effort: bool) -> Self {
+        let fs = &policy.filesystem;
+        let mut read_exec = fs.read_exec.clone();
+        read_exec.extend(options.extra_read_exec.iter().cloned());
+        let mut read_write = fs.read_write.clone();
+        let mut read_only = Vec::new();
+        match fs.workspace {
+            WorkspaceAccess::ReadWrite => read_write.push(workspace.to_path_buf()),
+            WorkspaceAccess::ReadOnly => {
+                read_only.push(workspace.to_path_buf());
+                read_write.extend(fs.workspace_writable.iter().map(|p| workspace.join(p)));
+            }
+        }
+        Self {
+            read_exec,
+            read_write,
+            read_only,
+            devices: fs.devices.clone(),
+            deny: fs.deny.clone(),
+            tcp_connect: policy.network.tcp_connect.clone(),
+            tcp_bind: policy.network.tcp_bind.clone(),
+            best_effort,
+        }
+    }
+
+    /// The ruleset with `private` as the one extra read-write directory.
+    fn build(&self, private: &Path) -> Result<OwnedFd, ConfineError> {
+        let mut read_write = self.read_write.clone();
+        read_write.push(private.to_path_buf());
+        let spec = landlock::LandlockSpec {
+            read_exec: &self.read_exec,
+            read_write: &read_write,
+            read_only: &self.read_only,
+            devices: &self.devices,
+            deny: &self.deny,
+            tcp_connect: &self.tcp_connect,
+            tcp_bind: &self.tcp_bind,
+        };
+        Ok(landlock::build_ruleset(&spec, self.best_effort)?)
+    }
 }
 
 impl Confinement {
@@ -140,30 +198,14 @@ impl Confinement {
             .tempdir()
             .map_err(ConfineError::TempDir)?;
 
-        let landlock_fd = if kernel.landlock_abi >= REQUIRED_LANDLOCK_ABI {
-            Some(build_landlock(
-                policy,
-                workspace,
-                tmp_root.path(),
-                options,
-                false,
-            )?)
+        let landlock_inputs = if kernel.landlock_abi >= REQUIRED_LANDLOCK_ABI {
+            Some(LandlockInputs::new(policy, workspace, options, false))
         } else if options.allow_degraded {
             notes.push(format!(
                 "Landlock ABI {} < {REQUIRED_LANDLOCK_ABI}: file/TCP rules only as far as this kernel supports",
                 kernel.landlock_abi
             ));
-            if kernel.landlock_abi > 0 {
-                Some(build_landlock(
-                    policy,
-                    workspace,
-                    tmp_root.path(),
-                    options,
-                    true,
-                )?)
-            } else {
-                None
-            }
+            (kernel.landlock_abi > 0).then(|| LandlockInputs::new(policy, workspace, options, true))
         } else {
             return Err(ConfineError::Unenforceable {
                 feature: "Landlock ABI 6 or newer",
@@ -176,6 +218,10 @@ impl Confinement {
                       (check /sys/kernel/security/lsm).",
             });
         };
+        let landlock_fd = landlock_inputs
+            .as_ref()
+            .map(|inputs| inputs.build(tmp_root.path()))
+            .transpose()?;
 
         let seccomp = if kernel.seccomp_filter {
             seccomp::compile_profile(&policy.sandbox.seccomp_profile)?
@@ -249,6 +295,7 @@ impl Confinement {
                 .iter()
                 .map(|p| workspace.join(p))
                 .collect(),
+            landlock_inputs,
         })
     }
 
@@ -291,6 +338,29 @@ impl Confinement {
         }
     }
 
+    /// Creates a cgroup with limits other than the policy's per-call ones (an interpreter
+    /// session has its own memory, pids and CPU budget).
+    pub fn create_cgroup_with(
+        &self,
+        limits: &CallLimits,
+    ) -> Result<Option<CallCgroup>, ConfineError> {
+        if matches!(self.cgroups.mode(), CgroupMode::None) {
+            return Ok(None);
+        }
+        Ok(Some(self.cgroups.create_call(limits)?))
+    }
+
+    /// A Landlock ruleset like the policy's, except that the one private read-write directory
+    /// is `private` instead of the shared per-call temporary root. Long-lived workers use it so
+    /// that they cannot see each other's (or concurrent commands') temporary files. None when
+    /// Landlock is not in force.
+    pub fn private_ruleset(&self, private: &Path) -> Result<Option<OwnedFd>, ConfineError> {
+        self.landlock_inputs
+            .as_ref()
+            .map(|inputs| inputs.build(private))
+            .transpose()
+    }
+
     /// The data the child applies; the fds it names must outlive the spawn.
     pub fn child_setup(&self, cwd_fd: Option<RawFd>, cgroup: Option<&CallCgroup>) -> ChildSetup {
         ChildSetup {
@@ -322,36 +392,4 @@ impl Confinement {
             .filter_map(|p| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).ok())
             .collect()
     }
-}
-
-fn build_landlock(
-    policy: &Policy,
-    workspace: &Path,
-    tmp_root: &Path,
-    options: &ConfineOptions,
-    best_effort: bool,
-) -> Result<OwnedFd, ConfineError> {
-    let fs = &policy.filesystem;
-    let mut read_exec = fs.read_exec.clone();
-    read_exec.extend(options.extra_read_exec.iter().cloned());
-    let mut read_write = fs.read_write.clone();
-    read_write.push(tmp_root.to_path_buf());
-    let mut read_only = Vec::new();
-    match fs.workspace {
-        WorkspaceAccess::ReadWrite => read_write.push(workspace.to_path_buf()),
-        WorkspaceAccess::ReadOnly => {
-            read_only.push(workspace.to_path_buf());
-            read_write.extend(fs.workspace_writable.iter().map(|p| workspace.join(p)));
-        }
-    }
-    let spec = landlock::LandlockSpec {
-        read_exec: &read_exec,
-        read_write: &read_write,
-        read_only: &read_only,
-        devices: &fs.devices,
-        deny: &fs.deny,
-        tcp_connect: &policy.network.tcp_connect,
-        tcp_bind: &policy.network.tcp_bind,
-    };
-    Ok(landlock::build_ruleset(&spec, best_effort)?)
 }

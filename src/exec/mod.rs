@@ -3,14 +3,18 @@
 //!
 //! Owns the process lifecycle, not the confinement itself (`confine` builds it; this module
 //! only hands the prepared `ChildSetup` to `pre_exec`) and not how results are shown (`shape`).
-//! The rule it guarantees: when `run` returns, no process the call started is alive.
+//! The rule it guarantees: when `run` returns, no process the call started is alive. The one
+//! exception is deliberate and explicit: `spawn_worker` (in `worker`) hands back a live,
+//! confined worker whose tree dies when it is terminated or dropped.
 
 pub mod capture;
 pub mod env;
 mod outcome;
+pub mod worker;
 
 pub use capture::{CaptureSpec, Captured, LiveStatus, SpillOpener};
 pub use outcome::{ExecOutcome, LimitHit, LimitKind, signal_name};
+pub use worker::{ConfinedWorker, WorkerEnd, WorkerSpec};
 
 use crate::confine::{CallCgroup, ConfineError, Confinement};
 use std::collections::BTreeMap;

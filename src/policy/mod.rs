@@ -63,6 +63,34 @@ pub struct Policy {
     pub lint: LintPolicy,
     /// Command rules for `shell_exec` (a courtesy layer; see `commands`).
     pub commands: commands::CommandRules,
+    pub interpreter: InterpreterPolicy,
+}
+
+/// The `code_interpreter` sessions: which Python, and each session's own budget. A session is
+/// one long-lived worker, so its limits are for its whole life, not per cell.
+#[derive(Debug, Clone, Serialize)]
+pub struct InterpreterPolicy {
+    /// Python executable; a name without `/` is looked up on the sandbox PATH.
+    pub python: String,
+    pub memory_bytes: u64,
+    pub pids: u64,
+    pub cpu_percent: u64,
+    /// RLIMIT_CPU of a worker: CPU seconds over the session's whole life.
+    pub cpu_seconds: u64,
+    #[serde(serialize_with = "secs")]
+    pub timeout: Duration,
+    #[serde(serialize_with = "secs")]
+    pub max_timeout: Duration,
+    /// After a timeout's interrupt, how long the cell has to stop before the worker is killed.
+    #[serde(serialize_with = "secs")]
+    pub interrupt_grace: Duration,
+    /// How long a new worker may take to report ready.
+    #[serde(serialize_with = "secs")]
+    pub start_timeout: Duration,
+    /// A session unused this long is ended and its state dropped.
+    #[serde(serialize_with = "secs")]
+    pub idle_timeout: Duration,
+    pub max_sessions: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -435,6 +463,46 @@ fn resolve(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
         None,
     )
     .map_err(|e| invalid("commands.rules", e.to_string()))?;
+    let i = raw.interpreter;
+    let python = i.python.ok_or_else(|| missing("interpreter.python"))?;
+    if python.trim().is_empty() || python.contains('\0') {
+        return Err(invalid(
+            "interpreter.python",
+            "must name a Python executable".into(),
+        ));
+    }
+    let interpreter = InterpreterPolicy {
+        python,
+        memory_bytes: mib(positive("interpreter.memory_mb", i.memory_mb)?),
+        pids: positive("interpreter.pids", i.pids)?,
+        cpu_percent: positive("interpreter.cpu_percent", i.cpu_percent)?,
+        cpu_seconds: positive("interpreter.cpu_seconds", i.cpu_seconds)?,
+        timeout: Duration::from_secs(positive("interpreter.timeout_secs", i.timeout_secs)?),
+        max_timeout: Duration::from_secs(positive(
+            "interpreter.max_timeout_secs",
+            i.max_timeout_secs,
+        )?),
+        interrupt_grace: Duration::from_secs(positive(
+            "interpreter.interrupt_grace_secs",
+            i.interrupt_grace_secs,
+        )?),
+        start_timeout: Duration::from_secs(positive(
+            "interpreter.start_timeout_secs",
+            i.start_timeout_secs,
+        )?),
+        idle_timeout: Duration::from_secs(positive(
+            "interpreter.idle_timeout_secs",
+            i.idle_timeout_secs,
+        )?),
+        max_sessions: positive("interpreter.max_sessions", i.max_sessions.map(|v| v as u64))?
+            as usize,
+    };
+    if interpreter.timeout > interpreter.max_timeout {
+        return Err(invalid(
+            "interpreter.timeout_secs",
+            "is above interpreter.max_timeout_secs".into(),
+        ));
+    }
 
     Ok(Policy {
         name: raw.name.unwrap_or_else(|| origin.clone()),
@@ -449,6 +517,7 @@ fn resolve(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
         server,
         lint,
         commands,
+        interpreter,
     })
 }
 

@@ -32,6 +32,8 @@ pub struct RawPolicy {
     pub lint: RawLint,
     #[serde(default)]
     pub commands: RawCommands,
+    #[serde(default)]
+    pub interpreter: RawInterpreter,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -39,6 +41,22 @@ pub struct RawPolicy {
 pub struct RawCommands {
     pub on_unknown: Option<super::commands::Decision>,
     pub rules: Option<Vec<super::commands::RawRule>>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawInterpreter {
+    pub python: Option<String>,
+    pub memory_mb: Option<u64>,
+    pub pids: Option<u64>,
+    pub cpu_percent: Option<u64>,
+    pub cpu_seconds: Option<u64>,
+    pub timeout_secs: Option<u64>,
+    pub max_timeout_secs: Option<u64>,
+    pub interrupt_grace_secs: Option<u64>,
+    pub start_timeout_secs: Option<u64>,
+    pub idle_timeout_secs: Option<u64>,
+    pub max_sessions: Option<usize>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -153,6 +171,19 @@ overlay_struct!(RawLint {
     max_file_kb,
     linters
 });
+overlay_struct!(RawInterpreter {
+    python,
+    memory_mb,
+    pids,
+    cpu_percent,
+    cpu_seconds,
+    timeout_secs,
+    max_timeout_secs,
+    interrupt_grace_secs,
+    start_timeout_secs,
+    idle_timeout_secs,
+    max_sessions,
+});
 overlay_struct!(RawNetwork {
     tcp_connect,
     tcp_bind
@@ -199,6 +230,7 @@ impl Overlay for RawPolicy {
             server: self.server.overlay(base.server),
             lint: self.lint.overlay(base.lint),
             commands: self.commands.overlay(base.commands),
+            interpreter: self.interpreter.overlay(base.interpreter),
         }
     }
 }

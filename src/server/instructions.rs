@@ -24,7 +24,10 @@ pub fn render(ctx: &ToolContext) -> String {
          so start servers and watch jobs within one command.\n\
          Prefer read_file/write_file/edit_file over shell redirection for files: they are exact \
          and return lint diagnostics. Long command output is cut to head and tail with the full \
-         text saved under .cordon/outputs/.",
+         text saved under .cordon/outputs/.\n\
+         code_interpreter keeps Python state per `session` between calls (up to {sessions} \
+         sessions, {imem} MiB each, ended after {idle}s unused); a cell past its timeout is \
+         interrupted, and if it will not stop the session restarts and its state is lost.",
         ws = ctx.workspace.root().display(),
         name = p.name,
         enforcement = ctx.executor.confinement().enforcement().summary(),
@@ -36,5 +39,8 @@ pub fn render(ctx: &ToolContext) -> String {
         max = l.max_timeout.as_secs(),
         mem = l.memory_bytes >> 20,
         pids = l.pids,
+        sessions = p.interpreter.max_sessions,
+        imem = p.interpreter.memory_bytes >> 20,
+        idle = p.interpreter.idle_timeout.as_secs(),
     )
 }

@@ -11,6 +11,7 @@ mod instructions;
 
 use crate::policy::commands::Decision;
 use crate::shape::{ErrorKind, ToolError};
+use crate::tools::code_interpreter::{self, CodeInterpreterArgs, CodeInterpreterOutput};
 use crate::tools::edit_file::{self, EditFileArgs, EditFileOutput};
 use crate::tools::read_file::{self, ReadFileArgs, ReadFileOutput};
 use crate::tools::shell_exec::{self, CallHooks, Refusal, ShellExecArgs, ShellExecOutput};
@@ -150,6 +151,34 @@ Long output is cut to its first and last lines, and the full text is saved under
     }
 
     #[tool(
+        description = "Run Python in a persistent, sandboxed interpreter session, like a notebook \
+cell: variables, imports and functions persist between calls with the same `session`; the value \
+of a final expression comes back as `result` (its repr); stdout and stderr are captured per \
+cell; an exception comes back as `error` {type, message, traceback}. matplotlib figures (where \
+installed) come back as PNG images. The sandbox is the same as shell_exec's: the workspace is \
+the working directory, the network is off unless the policy allows ports. A cell that runs past \
+timeout_secs is interrupted (KeyboardInterrupt); if it does not stop, the interpreter is \
+restarted and the result says the session state was lost. `reset: true` starts the session \
+fresh. Example: {\"code\": \"import statistics\\nxs = [3, 1, 4, 1, 5]\\nstatistics.mean(xs)\", \
+\"session\": \"default\"}",
+        annotations(
+            title = "Run Python (persistent session)",
+            read_only_hint = false,
+            destructive_hint = true,
+            idempotent_hint = false,
+            open_world_hint = false
+        ),
+        output_schema = output_schema::<CodeInterpreterOutput>()
+    )]
+    async fn code_interpreter(
+        &self,
+        Parameters(args): Parameters<CodeInterpreterArgs>,
+        rctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        Ok(code_interpreter::run(Arc::clone(&self.ctx), args, rctx.ct.clone()).await)
+    }
+
+    #[tool(
         description = "Read a text file of the workspace, a window of lines at a time \
 (`offset` is the 1-based first line, `limit` the number of lines). Content comes back byte for \
 byte, so it can be pasted into edit_file's old_string. Binary files are refused. Use it instead \
@@ -219,17 +248,20 @@ writing. The result includes a unified diff and lint diagnostics. Example: {\"pa
 /// Tightens the static schemas with this policy's numbers, so a client can validate before
 /// calling: the timeout bound, and whether the tools reach the network.
 fn patch_schemas(router: &mut ToolRouter<CordonServer>, ctx: &ToolContext) {
-    if let Some(route) = router.map.get_mut("shell_exec") {
+    for (tool, max_timeout) in [
+        ("shell_exec", ctx.policy.limits.max_timeout),
+        ("code_interpreter", ctx.policy.interpreter.max_timeout),
+    ] {
+        let Some(route) = router.map.get_mut(tool) else {
+            continue;
+        };
         let mut schema = (*route.attr.input_schema).clone();
         if let Some(timeout) = schema
             .get_mut("properties")
             .and_then(|p| p.get_mut("timeout_secs"))
             .and_then(|t| t.as_object_mut())
         {
-            timeout.insert(
-                "maximum".into(),
-                ctx.policy.limits.max_timeout.as_secs().into(),
-            );
+            timeout.insert("maximum".into(), max_timeout.as_secs().into());
         }
         route.attr.input_schema = Arc::new(schema);
         if let Some(annotations) = route.attr.annotations.as_mut() {
@@ -288,6 +320,9 @@ pub async fn serve_stdio(server: CordonServer) -> Result<(), ServeError> {
         .await
         .map_err(|e| ServeError::Start(e.to_string()))?;
     let quit = service.waiting().await;
+    // Interpreter workers outlive calls, so they are killed explicitly; this also ends any
+    // cell still running.
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, ctx.interpreter.shutdown()).await;
     // rmcp cancels every in-flight request at EOF; give their process trees time to die.
     let all = ctx.policy.server.max_concurrent_calls as u32;
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, ctx.slots.acquire_many(all)).await;

@@ -5,6 +5,7 @@
 //! Tools know nothing of the wire: `server` registers them with rmcp and passes a
 //! [`ToolContext`]; tools return `CallToolResult`s built by `shape`.
 
+pub mod code_interpreter;
 pub mod edit_file;
 pub mod read_file;
 pub mod shell_exec;
@@ -23,9 +24,12 @@ pub struct ToolContext {
     pub policy: Policy,
     pub workspace: Workspace,
     pub executor: Arc<Executor>,
+    /// The `code_interpreter` sessions.
+    pub interpreter: Arc<crate::interpreter::SessionManager>,
     pub lint: crate::lint::Linting,
     pub audit: Option<AuditLog>,
-    /// Bounds how many shell commands run at once; the rest wait their turn.
+    /// Bounds how many shell commands and interpreter cells run at once; the rest wait their
+    /// turn.
     pub slots: tokio::sync::Semaphore,
     /// Serialises read-modify-write of files, so two edits of one file cannot interleave.
     pub file_lock: tokio::sync::Mutex<()>,

@@ -20,6 +20,7 @@ ANNOTATIONS = {  # readOnly, destructive, idempotent, openWorld (default policy:
     "write_file": (False, True, True, False),
     "edit_file": (False, True, False, False),
     "shell_exec": (False, True, False, False),
+    "code_interpreter": (False, True, False, False),
 }
 
 

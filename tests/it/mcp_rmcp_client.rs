@@ -100,9 +100,20 @@ async fn lists_tools_with_strict_schemas_and_annotations(lifecycle: ClientLifecy
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
     assert_eq!(
         names,
-        ["edit_file", "read_file", "shell_exec", "write_file"]
+        [
+            "code_interpreter",
+            "edit_file",
+            "read_file",
+            "shell_exec",
+            "write_file"
+        ]
     );
     let expected = [
+        (
+            "code_interpreter",
+            (false, true, false, false),
+            vec!["code"],
+        ),
         (
             "edit_file",
             (false, true, false, false),

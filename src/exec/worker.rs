@@ -1,0 +1,173 @@
+//! A long-lived confined child: spawned under the same confinement as `Executor::run`, but
+//! handed back alive with its pipes, for callers that talk to it over many requests (the
+//! interpreter sessions).
+//!
+//! Owns the spawn and the end of the worker's tree: its cgroup lives as long as the worker,
+//! and `terminate` (or dropping the worker) kills everything it started. It does not own what
+//! is said over the pipes (that is the caller's protocol) nor any timeout: a worker has no
+//! deadline of its own.
+
+use super::{ExecError, Executor, KILL_WAIT, env, kill_tree};
+use crate::confine::{CallCgroup, CallLimits, LimitHits};
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
+
+/// One worker to start.
+pub struct WorkerSpec {
+    /// Program and arguments; a program without `/` is looked up in the child's PATH.
+    pub argv: Vec<OsString>,
+    /// Overrides merged over the policy's scrubbed environment.
+    pub env: BTreeMap<String, String>,
+    /// The worker's own directory, its only read-write grant besides the workspace (and the
+    /// policy's `read_write` list). `home` below it becomes HOME and TMPDIR.
+    pub private_dir: PathBuf,
+    /// Quotas of the worker's cgroup, for the worker's whole life.
+    pub limits: CallLimits,
+    /// RLIMIT_CPU of the worker, replacing the policy's per-call value: a session lives much
+    /// longer than one command.
+    pub cpu_seconds: Option<u64>,
+}
+
+/// A running confined worker. Dropping it kills its whole tree (the child is `kill_on_drop`
+/// and the cgroup kills its members when dropped).
+pub struct ConfinedWorker {
+    child: Child,
+    pub stdin: Option<ChildStdin>,
+    pub stdout: Option<ChildStdout>,
+    pub stderr: Option<ChildStderr>,
+    cgroup: Option<CallCgroup>,
+    pid: Option<u32>,
+}
+
+/// How a worker ended.
+#[derive(Debug, Default)]
+pub struct WorkerEnd {
+    pub status: Option<ExitStatus>,
+    pub hits: LimitHits,
+}
+
+impl Executor {
+    /// Starts a confined worker and returns it running. Same confinement path as `run`
+    /// (cgroup, `child_setup`, `confine_on_spawn`), with a private Landlock ruleset and the
+    /// spec's limits.
+    ///
+    /// Call it from an async task, not from `spawn_blocking`: the parent-death signal is tied
+    /// to the thread that forks, and blocking-pool threads exit when idle.
+    pub fn spawn_worker(&self, spec: WorkerSpec) -> Result<ConfinedWorker, ExecError> {
+        let conf = &self.confinement;
+        let home = spec.private_dir.join("home");
+        std::fs::create_dir_all(&home).map_err(ExecError::TempDir)?;
+        let env = env::build(&self.environment, &home, conf.workspace(), &spec.env);
+        let ruleset = conf.private_ruleset(&spec.private_dir)?;
+        let cgroup = conf.create_cgroup_with(&spec.limits)?;
+        let root_fd = std::fs::File::open(conf.workspace())
+            .ok()
+            .map(OwnedFd::from);
+        let mut setup = conf.child_setup(root_fd.as_ref().map(AsRawFd::as_raw_fd), cgroup.as_ref());
+        if let Some(fd) = &ruleset {
+            setup.landlock_ruleset_fd = Some(fd.as_raw_fd());
+        }
+        if let Some(cpu) = spec.cpu_seconds {
+            let mut rlimits = (*setup.rlimits).clone();
+            for (resource, value) in rlimits.iter_mut() {
+                if *resource == rustix::process::Resource::Cpu {
+                    // An unprivileged server cannot raise its own hard limit for the child.
+                    let hard = rustix::process::getrlimit(*resource).maximum;
+                    *value = hard.map_or(cpu, |h| cpu.min(h));
+                }
+            }
+            setup.rlimits = Arc::new(rlimits);
+        }
+
+        let program = spec.argv.first().cloned().unwrap_or_default();
+        let mut cmd = tokio::process::Command::new(&program);
+        cmd.args(&spec.argv[1..])
+            .env_clear()
+            .envs(&env)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        crate::confine::confine_on_spawn(&mut cmd, setup);
+        let mut child = cmd.spawn().map_err(|source| ExecError::Spawn {
+            program: program.to_string_lossy().into_owned(),
+            source,
+        })?;
+        // The ruleset and cwd fds were only needed until exec.
+        drop((ruleset, root_fd));
+        Ok(ConfinedWorker {
+            pid: child.id(),
+            stdin: child.stdin.take(),
+            stdout: child.stdout.take(),
+            stderr: child.stderr.take(),
+            child,
+            cgroup,
+        })
+    }
+}
+
+impl ConfinedWorker {
+    /// The worker's pid (also its process group: the child starts its own session).
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
+    /// Sends SIGINT to the worker's main process only (not its group): the interpreter turns
+    /// it into KeyboardInterrupt, while its subprocesses are left to the caller's decision.
+    pub fn interrupt(&self) -> bool {
+        let Some(pid) = self
+            .pid
+            .and_then(|p| rustix::process::Pid::from_raw(p as i32))
+        else {
+            return false;
+        };
+        rustix::process::kill_process(pid, rustix::process::Signal::INT).is_ok()
+    }
+
+    /// The exit status, if the main process has exited.
+    pub fn try_status(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// Which cgroup limits the worker's tree has run into so far.
+    pub fn limit_hits(&self) -> LimitHits {
+        self.cgroup
+            .as_ref()
+            .map(CallCgroup::limit_hits)
+            .unwrap_or_default()
+    }
+
+    /// Waits up to `wait` for the main process to exit by itself.
+    pub async fn wait_for_exit(&mut self, wait: Duration) -> Option<ExitStatus> {
+        tokio::time::timeout(wait, self.child.wait())
+            .await
+            .ok()
+            .and_then(Result::ok)
+    }
+
+    /// Kills the whole tree, reaps the main process and removes the cgroup.
+    pub async fn terminate(mut self) -> WorkerEnd {
+        // Closing the pipes first lets a worker blocked on them see EOF; it dies either way.
+        drop((self.stdin.take(), self.stdout.take(), self.stderr.take()));
+        let hits = self.limit_hits();
+        let cgroup = kill_tree(self.cgroup.take(), self.pid).await;
+        let status = match self.child.try_wait() {
+            Ok(Some(s)) => Some(s),
+            _ => tokio::time::timeout(KILL_WAIT, self.child.wait())
+                .await
+                .ok()
+                .and_then(Result::ok),
+        };
+        if let Some(cg) = cgroup {
+            // Removing the group may wait for the last members to go; keep it off the runtime.
+            let _ = tokio::task::spawn_blocking(move || drop(cg)).await;
+        }
+        WorkerEnd { status, hits }
+    }
+}

@@ -1,0 +1,438 @@
+//! `code_interpreter`: Python cells in a persistent, confined session, shown like a notebook.
+//!
+//! Owns the argument contract (session name, timeout bound), turning a cell's outcome into the
+//! SPEC result (stdout/stderr/result shaped and spilled like `shell_exec`, figures as image
+//! content) and the error mapping. Sessions, workers and the protocol are `interpreter`'s.
+//!
+//! One `error` object serves both of SPEC's uses of the name: when the call is an `isError`
+//! result, `error` carries SPEC's `{kind, message, retriable}` *and* the exception's
+//! `{type, message, traceback}`. For a Python exception `type` is the exception class
+//! (`ZeroDivisionError`, `numpy.linalg.LinAlgError`) and `kind` is `exception`; for failures
+//! that are not Python exceptions `type` names cordon's own category (`cordon.Timeout`,
+//! `cordon.ResourceLimit`, `cordon.InterpreterExited`, `cordon.InvalidArgument`,
+//! `cordon.Unavailable`) so it is never mistaken for a Python class. A cell whose timeout was
+//! honoured by a KeyboardInterrupt reports `type` `KeyboardInterrupt` with kind `timeout`.
+
+use super::{SharedContext, error_text};
+use crate::exec::{CaptureSpec, Captured, LimitHit, SpillOpener};
+use crate::interpreter::{CellOutcome, CellRequest, InterpreterError};
+use crate::shape::{ErrorKind, ToolError, shape_stream, tool_result};
+use rmcp::model::{CallToolResult, ContentBlock};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+const MAX_SESSION_NAME: usize = 64;
+
+#[derive(Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CodeInterpreterArgs {
+    /// Python source of the cell. Its last statement, if an expression, is returned as
+    /// `result` (its repr), like a notebook; end the cell with `;` to suppress that.
+    pub code: String,
+    /// Session name: cells of one session share variables, imports and functions.
+    #[serde(default = "default_session")]
+    #[schemars(length(min = 1, max = 64), regex(pattern = r"^[A-Za-z0-9_-]+$"))]
+    pub session: String,
+    /// Start the session from a fresh interpreter before running `code`.
+    #[serde(default)]
+    pub reset: bool,
+    /// Wall-clock limit of this cell in seconds; the cell is interrupted when it is reached.
+    /// Default and maximum come from the policy.
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub timeout_secs: Option<u64>,
+}
+
+fn default_session() -> String {
+    "default".into()
+}
+
+/// The Python exception of the cell, which is also SPEC's `{kind, message, retriable}` error
+/// when the call failed (see the module docs).
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct CellError {
+    /// Exception class, or `cordon.*` for failures that are not Python exceptions.
+    #[serde(rename = "type")]
+    pub type_name: String,
+    pub message: String,
+    /// Traceback trimmed to the cell's own frames; null when there is none.
+    pub traceback: Option<String>,
+    pub kind: ErrorKind,
+    pub retriable: bool,
+}
+
+impl CellError {
+    fn cordon(type_name: &str, error: ToolError) -> Self {
+        Self {
+            type_name: format!("cordon.{type_name}"),
+            message: error.message,
+            traceback: None,
+            kind: error.kind,
+            retriable: error.retriable,
+        }
+    }
+
+    fn as_tool_error(&self) -> ToolError {
+        ToolError {
+            kind: self.kind,
+            message: self.message.clone(),
+            retriable: self.retriable,
+        }
+    }
+}
+
+#[derive(Debug, Default, Serialize, JsonSchema)]
+pub struct CodeInterpreterOutput {
+    pub session: String,
+    pub stdout: String,
+    pub stderr: String,
+    /// repr() of the cell's final expression, or null.
+    pub result: Option<String>,
+    pub error: Option<CellError>,
+    /// Number of figures returned as image content.
+    pub images: u32,
+    pub timed_out: bool,
+    /// True when stdout, stderr or result was cut to its head and tail.
+    pub truncated: bool,
+    pub duration_ms: u64,
+    /// True when the session's variables, imports and functions were lost during this call
+    /// (the interpreter was restarted); `notice` says why.
+    pub state_lost: bool,
+    /// Anything else the caller should know (a restart, a fresh interpreter after `reset`).
+    pub notice: Option<String>,
+    /// Workspace-relative path of the complete output when it was cut, else null.
+    pub full_output: Option<String>,
+    /// The limit that stopped the cell, with the evidence, or null.
+    pub limit: Option<LimitHit>,
+    /// Enforcement in force: "full", "reduced" or "degraded".
+    pub enforcement: String,
+}
+
+pub async fn run(
+    ctx: SharedContext,
+    args: CodeInterpreterArgs,
+    cancel: CancellationToken,
+) -> CallToolResult {
+    let started = Instant::now();
+    let enforcement = ctx.executor.confinement().enforcement().level.to_owned();
+    let (output, text, images) = match prepare(&ctx, &args) {
+        Err(error) => {
+            let text = error_text(&error);
+            let output = CodeInterpreterOutput {
+                session: args.session.clone(),
+                enforcement,
+                error: Some(CellError::cordon("InvalidArgument", error)),
+                ..Default::default()
+            };
+            (output, text, Vec::new())
+        }
+        Ok(timeout) => {
+            let _slot = ctx.slots.acquire().await;
+            let request = CellRequest {
+                code: args.code.clone(),
+                reset: args.reset,
+                timeout,
+                cancel,
+                stdout: capture_spec(&ctx, "stdout"),
+                stderr: capture_spec(&ctx, "stderr"),
+            };
+            match ctx.interpreter.run(&args.session, request).await {
+                Ok(outcome) => shape_outcome(&ctx, &args.session, outcome, enforcement),
+                Err(e) => {
+                    let (type_name, kind) = match &e {
+                        InterpreterError::TooManySessions { .. } => {
+                            ("ResourceLimit", ErrorKind::ResourceLimit)
+                        }
+                        _ if e.is_not_found() => ("Unavailable", ErrorKind::NotFound),
+                        InterpreterError::ShuttingDown => ("Unavailable", ErrorKind::Internal),
+                        _ => ("Unavailable", ErrorKind::Internal),
+                    };
+                    let mut message = e.to_string();
+                    if e.is_not_found() {
+                        message.push_str(
+                            "; install Python 3 where the sandbox can see it, or set \
+                             `interpreter.python` in the policy",
+                        );
+                    }
+                    let error = ToolError::new(kind, message);
+                    let text = error_text(&error);
+                    let output = CodeInterpreterOutput {
+                        session: args.session.clone(),
+                        enforcement,
+                        duration_ms: started.elapsed().as_millis() as u64,
+                        error: Some(CellError::cordon(type_name, error)),
+                        ..Default::default()
+                    };
+                    (output, text, Vec::new())
+                }
+            }
+        }
+    };
+    ctx.audit(
+        "code_interpreter",
+        &args,
+        "allow",
+        serde_json::json!({
+            "session": output.session,
+            "timed_out": output.timed_out,
+            "state_lost": output.state_lost,
+            "images": output.images,
+            "limit": output.limit.as_ref().map(|l| l.kind),
+            "error": output.error.as_ref().map(|e| e.kind),
+            "exception": output.error.as_ref().map(|e| e.type_name.clone()),
+        }),
+        started,
+    );
+    let is_error = output.error.is_some();
+    let mut result = tool_result(&output, text, is_error);
+    for png in images {
+        result.content.push(ContentBlock::image(png, "image/png"));
+    }
+    result
+}
+
+/// Validates the arguments; returns the cell's timeout.
+fn prepare(ctx: &SharedContext, args: &CodeInterpreterArgs) -> Result<Duration, ToolError> {
+    let invalid = |m: String| ToolError::new(ErrorKind::InvalidArgument, m);
+    let name = &args.session;
+    if name.is_empty()
+        || name.len() > MAX_SESSION_NAME
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        return Err(invalid(format!(
+            "`session` {:?} is not a valid session name: use 1 to {MAX_SESSION_NAME} letters, \
+             digits, `_` or `-` (for example \"default\" or \"data-1\")",
+            name.chars().take(80).collect::<String>()
+        )));
+    }
+    let policy = ctx.interpreter.policy();
+    match args.timeout_secs {
+        None => Ok(policy.timeout),
+        Some(0) => Err(invalid("`timeout_secs` must be at least 1".into())),
+        Some(t) if t > policy.max_timeout.as_secs() => Err(invalid(format!(
+            "`timeout_secs` {t} is above the policy maximum of {}s; ask for at most that, or \
+             split the work into smaller cells",
+            policy.max_timeout.as_secs()
+        ))),
+        Some(t) => Ok(Duration::from_secs(t)),
+    }
+}
+
+fn capture_spec(ctx: &SharedContext, stream: &'static str) -> CaptureSpec {
+    CaptureSpec {
+        memory_cap: ctx.policy.output.memory_cap_bytes,
+        spill: Some(spill_opener(ctx, stream)),
+        tee: None,
+    }
+}
+
+fn spill_opener(ctx: &SharedContext, stream: &'static str) -> SpillOpener {
+    let ctx = Arc::clone(ctx);
+    Box::new(move || {
+        let (path, file) = ctx
+            .workspace
+            .create_spill_file(&format!("interp-{stream}"))
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        Ok((path.as_str().to_owned(), file.into_std()))
+    })
+}
+
+fn shape_outcome(
+    ctx: &SharedContext,
+    session: &str,
+    outcome: CellOutcome,
+    enforcement: String,
+) -> (CodeInterpreterOutput, String, Vec<String>) {
+    let open = |stream: &str| {
+        ctx.workspace
+            .create_spill_file(&format!("interp-{stream}"))
+            .map(|(p, f)| (p.as_str().to_owned(), f.into_std()))
+            .map_err(|e| std::io::Error::other(e.to_string()))
+    };
+    let policy = &ctx.policy.output;
+    let stdout = shape_stream(&outcome.stdout, policy, "stdout", Some(&open));
+    let stderr = shape_stream(&outcome.stderr, policy, "stderr", Some(&open));
+    let result = outcome.result.as_ref().map(|r| {
+        let captured = Captured {
+            head: r.as_bytes().to_vec(),
+            total_bytes: r.len() as u64,
+            total_lines: r.matches('\n').count() as u64,
+            ..Default::default()
+        };
+        shape_stream(&captured, policy, "result", Some(&open))
+    });
+    let error = cell_error(&outcome);
+    let mut notice = outcome.state_lost.clone();
+    if notice.is_none() && outcome.fresh_start {
+        notice = Some("a fresh interpreter was started for this call".into());
+    }
+
+    let mut text = String::new();
+    match &error {
+        Some(e) if e.kind == ErrorKind::Exception => {
+            text.push_str(&format!(
+                "error [exception]: {}: {}\n",
+                e.type_name, e.message
+            ));
+        }
+        Some(e) => {
+            text.push_str(&error_text(&e.as_tool_error()));
+            text.push('\n');
+        }
+        None => text.push_str(&format!(
+            "ok in {} ms (session \"{session}\")\n",
+            outcome.duration.as_millis()
+        )),
+    }
+    if let Some(n) = &outcome.state_lost {
+        text.push_str(&format!("[session state lost: {n}]\n"));
+    }
+    for (name, s) in [("stdout", &stdout), ("stderr", &stderr)] {
+        if !s.text.is_empty() {
+            text.push_str(&format!("--- {name} ---\n{}", s.text));
+            if !s.text.ends_with('\n') {
+                text.push('\n');
+            }
+        }
+    }
+    if let Some(r) = &result {
+        text.push_str(&format!("--- result ---\n{}\n", r.text));
+    }
+    if let Some(tb) = error.as_ref().and_then(|e| e.traceback.as_ref())
+        && !tb.is_empty()
+    {
+        text.push_str(&format!("--- traceback ---\n{tb}"));
+        if !tb.ends_with('\n') {
+            text.push('\n');
+        }
+    }
+    if !outcome.images.is_empty() {
+        text.push_str(&format!(
+            "[{} figure(s) attached as PNG images]\n",
+            outcome.images.len()
+        ));
+    }
+    if enforcement != "full" {
+        text.push_str(&format!(
+            "[enforcement: {}]\n",
+            ctx.executor.confinement().enforcement().summary()
+        ));
+    }
+    let truncated =
+        stdout.truncated || stderr.truncated || result.as_ref().is_some_and(|r| r.truncated);
+    let full_output = stdout
+        .full_output
+        .clone()
+        .or(stderr.full_output.clone())
+        .or(result.as_ref().and_then(|r| r.full_output.clone()));
+    let output = CodeInterpreterOutput {
+        session: session.to_owned(),
+        stdout: stdout.text,
+        stderr: stderr.text,
+        result: result.map(|r| r.text),
+        error,
+        images: outcome.images.len() as u32,
+        timed_out: outcome.timed_out,
+        truncated,
+        duration_ms: outcome.duration.as_millis() as u64,
+        state_lost: outcome.state_lost.is_some(),
+        notice,
+        full_output,
+        limit: outcome.limit.clone(),
+        enforcement,
+    };
+    (output, text, outcome.images)
+}
+
+/// The call's error, if it failed: limits and timeouts first (they explain an exception such
+/// as KeyboardInterrupt), then a dead interpreter, then the cell's own exception.
+fn cell_error(o: &CellOutcome) -> Option<CellError> {
+    let py = o.exception.as_ref();
+    let lost = o.state_lost.as_deref();
+    if let Some(hit) = &o.limit {
+        let mut message = format!(
+            "the cell was stopped by the session's {} ({})",
+            hit.kind.describe(),
+            hit.evidence
+        );
+        if let Some(lost) = lost {
+            message.push_str(&format!("; {lost}"));
+        }
+        message.push_str(
+            "; use less (smaller data, fewer processes), or ask the operator to raise the \
+             policy's [interpreter] limits",
+        );
+        return Some(CellError::cordon(
+            "ResourceLimit",
+            ToolError {
+                kind: ErrorKind::ResourceLimit,
+                message,
+                retriable: false,
+            },
+        ));
+    }
+    if o.timed_out || o.cancelled {
+        let why = if o.cancelled {
+            "the call was cancelled"
+        } else {
+            "the cell ran past its timeout"
+        };
+        let kind = if o.cancelled {
+            ErrorKind::Internal
+        } else {
+            ErrorKind::Timeout
+        };
+        return Some(match (py, lost) {
+            (_, Some(lost)) => CellError::cordon(
+                "Timeout",
+                ToolError::new(
+                    kind,
+                    format!(
+                        "{lost}. Re-run the setup cells, and pass a larger timeout_secs or do \
+                         the work in smaller steps"
+                    ),
+                ),
+            ),
+            (Some(e), None) => CellError {
+                type_name: e.type_name.clone(),
+                message: format!(
+                    "{why} and was interrupted with KeyboardInterrupt ({:.1}s); the session's \
+                     state is kept. Pass a larger timeout_secs or do the work in smaller steps",
+                    o.duration.as_secs_f64()
+                ),
+                traceback: Some(e.traceback.clone()),
+                kind,
+                retriable: true,
+            },
+            (None, None) => CellError::cordon(
+                "Timeout",
+                ToolError::new(kind, format!("{why}; the session's state is kept")),
+            ),
+        });
+    }
+    if let Some(how) = &o.worker_died {
+        return Some(CellError::cordon(
+            "InterpreterExited",
+            ToolError {
+                kind: ErrorKind::ExitStatus,
+                message: format!(
+                    "the interpreter {how} while running the cell; {}",
+                    lost.unwrap_or("the session's state was lost")
+                ),
+                retriable: false,
+            },
+        ));
+    }
+    py.map(|e| CellError {
+        type_name: e.type_name.clone(),
+        message: e.message.clone(),
+        traceback: Some(e.traceback.clone()),
+        kind: ErrorKind::Exception,
+        retriable: false,
+    })
+}
