@@ -202,6 +202,47 @@ pub fn explain(policy: &Policy) -> String {
             .join(", ")
     );
 
+    let _ = writeln!(
+        o,
+        "\nCommand rules (a courtesy layer in front of the sandbox, not a boundary)"
+    );
+    let decision = |d: &crate::policy::commands::Decision| {
+        serde_json::to_value(d)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default()
+    };
+    for rule in &policy.commands.rules {
+        let _ = writeln!(
+            o,
+            "  {} {}: {}",
+            decision(&rule.decision),
+            rule.name,
+            rule.justification
+        );
+    }
+    let _ = writeln!(
+        o,
+        "  Commands no rule can judge (dynamic program names, unparsable input): {}.",
+        decision(&policy.commands.on_unknown)
+    );
+
+    let i = &policy.interpreter;
+    let _ = writeln!(o, "\nPython sessions (code_interpreter)");
+    let _ = writeln!(
+        o,
+        "  `{}` with the same file, network and syscall rules; up to {} sessions, each {} MiB, {} processes/threads, {}% CPU, {} CPU seconds over its life; cells {}s by default, at most {}s; idle sessions end after {}s.",
+        i.python,
+        i.max_sessions,
+        i.memory_bytes >> 20,
+        i.pids,
+        i.cpu_percent,
+        i.cpu_seconds,
+        i.timeout.as_secs(),
+        i.max_timeout.as_secs(),
+        i.idle_timeout.as_secs()
+    );
+
     let _ = writeln!(o, "\nWhat this kernel enforces ({})", kernel.kernel_release);
     let landlock = if kernel.landlock_abi >= REQUIRED_LANDLOCK_ABI {
         format!("yes (ABI {})", kernel.landlock_abi)
@@ -229,9 +270,29 @@ pub fn explain(policy: &Policy) -> String {
         if kernel.is_root { "yes" } else { "no" },
         if kernel.is_root { "" } else { "NOT " }
     );
+    let (mode, notes) = crate::confine::probe_cgroups();
+    let cgroups = match mode {
+        crate::confine::CgroupMode::V2 => "yes (cgroup v2 with delegated controllers)",
+        crate::confine::CgroupMode::Hybrid => "yes (v1 controllers for limits, v2 cgroup.kill)",
+        crate::confine::CgroupMode::V1 => "yes (cgroup v1)",
+        crate::confine::CgroupMode::KillOnly => {
+            "tree kill only: memory/pids/CPU fall back to rlimits (enforcement `reduced`)"
+        }
+        crate::confine::CgroupMode::None => {
+            "NO: rlimits and process-group kill only; a setsid daemon can outlive its call \
+             (enforcement `reduced`)"
+        }
+    };
     let _ = writeln!(
         o,
-        "  cgroup limits and tree kill: run `cordon doctor` to see them proven live."
+        "  Per-call memory/pids/CPU limits and whole-tree kill: {cgroups}"
+    );
+    for note in notes {
+        let _ = writeln!(o, "    note: {note}");
+    }
+    let _ = writeln!(
+        o,
+        "  `cordon doctor` proves each guarantee with a live probe."
     );
     o
 }

@@ -86,6 +86,7 @@ impl Cgroups {
 
         if let (Some(mount), Some(path)) = (&mounts.v2, &own.v2) {
             let own_dir = join_cgroup(mount, path);
+            remove_stale_parents(&own_dir);
             let parent = own_dir.join(&label);
             match fs::create_dir(&parent) {
                 Ok(()) => {
@@ -123,7 +124,9 @@ impl Cgroups {
                     me.notes.push(format!("no v1 `{controller}` controller"));
                     continue;
                 };
-                let parent = join_cgroup(mount, path).join(&label);
+                let own_dir = join_cgroup(mount, path);
+                remove_stale_parents(&own_dir);
+                let parent = own_dir.join(&label);
                 match fs::create_dir(&parent) {
                     Ok(()) => *slot = Some(parent),
                     Err(e) => me
@@ -363,6 +366,37 @@ impl Drop for CallCgroup {
                 }
             }
         }
+    }
+}
+
+/// Removes `cordon-<pid>[-<n>]` groups left by cordon processes that died without cleaning
+/// up (SIGKILL, power loss): their processes are gone (PDEATHSIG, cgroup.kill), only empty
+/// directories remain. Groups of live processes, or with members, are left alone.
+fn remove_stale_parents(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("cordon-")) else {
+            continue;
+        };
+        let pid = rest.split('-').next().unwrap_or("");
+        if pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        if Path::new("/proc").join(pid).exists() {
+            continue;
+        }
+        let parent = entry.path();
+        if let Ok(calls) = fs::read_dir(&parent) {
+            for call in calls.flatten() {
+                if call.file_type().is_ok_and(|t| t.is_dir()) {
+                    let _ = fs::remove_dir(call.path());
+                }
+            }
+        }
+        let _ = fs::remove_dir(&parent);
     }
 }
 

@@ -46,6 +46,13 @@ pub enum ConfineError {
     Cgroup(#[from] cgroup::CgroupError),
 }
 
+/// What cgroup support this process would get, with the reasons for anything missing. Creates
+/// and removes its probe directories.
+pub fn probe_cgroups() -> (CgroupMode, Vec<String>) {
+    let cgroups = cgroup::Cgroups::setup();
+    (cgroups.mode(), cgroups.notes.clone())
+}
+
 /// Arranges for `setup` to be applied in the child between fork and exec.
 pub fn confine_on_spawn(cmd: &mut tokio::process::Command, setup: ChildSetup) {
     // SAFETY: `child::enter` only issues async-signal-safe syscalls on data prepared in the
