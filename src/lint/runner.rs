@@ -18,6 +18,52 @@ use std::sync::Arc;
 /// Linter output kept in memory; JSON for one file is far below this.
 const LINTER_OUTPUT_CAP: usize = 8 << 20;
 
+/// Source name of the embedded syntax check.
+const SYNTAX: &str = "syntax";
+
+/// How many (file, content) results are remembered for the next write's "before".
+const CACHE_ENTRIES: usize = 64;
+
+/// Diagnostics per check for recently linted contents, keyed by path and content hash. A
+/// stale entry (a linter config changed in between) can only affect `introduced`, never the
+/// diagnostics reported, which always come from a fresh run on the new content.
+#[derive(Default)]
+struct ResultCache {
+    entries: std::sync::Mutex<std::collections::VecDeque<(u64, CheckResults)>>,
+}
+
+/// Diagnostics of one content, per check (`syntax`, `ruff`, …).
+type CheckResults = Vec<(String, Vec<Diagnostic>)>;
+
+impl ResultCache {
+    fn get(&self, key: &u64) -> Option<std::collections::HashMap<String, Vec<Diagnostic>>> {
+        let entries = self.entries.lock().ok()?;
+        entries
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.iter().cloned().collect())
+    }
+
+    fn put(&self, key: u64, results: CheckResults) {
+        if let Ok(mut entries) = self.entries.lock() {
+            entries.retain(|(k, _)| *k != key);
+            if entries.len() >= CACHE_ENTRIES {
+                entries.pop_front();
+            }
+            entries.push_back((key, results));
+        }
+    }
+}
+
+fn content_key(path: &str, content: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    path.hash(&mut h);
+    content.hash(&mut h);
+    h.finish()
+}
+
 struct ExternalLinter {
     compiled: CompiledLinter,
     /// Absolute path of the command, when found on the sandbox PATH.
@@ -27,6 +73,7 @@ struct ExternalLinter {
 /// The configured lint pipeline of one server.
 pub struct Linting {
     policy: LintPolicy,
+    cache: ResultCache,
     linters: Vec<ExternalLinter>,
     executor: Option<Arc<Executor>>,
 }
@@ -51,6 +98,7 @@ impl Linting {
             .collect::<Result<_, ParseError>>()?;
         Ok(Self {
             policy: policy.clone(),
+            cache: ResultCache::default(),
             linters,
             executor,
         })
@@ -101,24 +149,42 @@ impl Linting {
         // Diagnostics of linters that could not see the old content: judged by changed lines.
         let mut unpaired: Vec<Diagnostic> = Vec::new();
 
+        // What the checks said about the previous content, when it was the content of an
+        // earlier check of this file (the usual edit-after-edit case): saves a second parse
+        // and a second linter run per write.
+        let after_key = content_key(path, after);
+        let cached_before = before.and_then(|b| self.cache.get(&content_key(path, b)));
+        let mut fresh: CheckResults = Vec::new();
+
         if self.policy.syntax
             && let Some(lang) = detect_language(Path::new(path), after)
         {
-            let (a, b) = (after.to_owned(), before.map(str::to_owned));
-            let result = tokio::task::spawn_blocking(move || {
-                (check_syntax(lang, &a), b.map(|b| check_syntax(lang, &b)))
-            })
-            .await;
-            match result {
-                Ok((Ok(new), old)) => {
-                    ran.push("syntax".to_owned());
-                    new_diags.extend(new);
-                    old_diags.extend(old.and_then(Result::ok).unwrap_or_default());
+            let cached_old = cached_before.as_ref().and_then(|c| c.get(SYNTAX).cloned());
+            let a = after.to_owned();
+            let new_task = tokio::task::spawn_blocking(move || check_syntax(lang, &a));
+            // The old content is parsed on the other core while the new one is.
+            let old_task = match (&cached_old, before) {
+                (None, Some(b)) => {
+                    let b = b.to_owned();
+                    Some(tokio::task::spawn_blocking(move || check_syntax(lang, &b)))
                 }
-                Ok((Err(SyntaxCheckError::TooSlow { .. }), _)) => {
+                _ => None,
+            };
+            let old = match old_task {
+                Some(t) => t.await.ok().and_then(Result::ok),
+                None => cached_old,
+            };
+            match new_task.await {
+                Ok(Ok(new)) => {
+                    ran.push(SYNTAX.to_owned());
+                    fresh.push((SYNTAX.to_owned(), new.clone()));
+                    new_diags.extend(new);
+                    old_diags.extend(old.unwrap_or_default());
+                }
+                Ok(Err(SyntaxCheckError::TooSlow { .. })) => {
                     skipped.push(format!("syntax check of {} took too long", lang.name()));
                 }
-                Ok((Err(e), _)) => problems.push(e.to_string()),
+                Ok(Err(e)) => problems.push(e.to_string()),
                 Err(e) => problems.push(format!("syntax check crashed: {e}")),
             }
         }
@@ -145,14 +211,21 @@ impl Linting {
             let Some(executor) = &self.executor else {
                 continue;
             };
+            let cached_old = cached_before
+                .as_ref()
+                .and_then(|c| c.get(&config.name).cloned());
             let run_after = self.run_one(executor, command, config, path, after);
-            let (after_result, before_result) = match (config.stdin, before) {
-                (true, Some(old)) => {
+            let (after_result, old) = match (config.stdin, before, cached_old) {
+                (true, Some(_), Some(old)) => (run_after.await, Some(old)),
+                (true, Some(old_text), None) => {
                     let (a, b) = tokio::join!(
                         run_after,
-                        self.run_one(executor, command, config, path, old)
+                        self.run_one(executor, command, config, path, old_text)
                     );
-                    (a, Some(b))
+                    let old = b
+                        .ok()
+                        .and_then(|(out, code)| linter.compiled.parse(&out, code, old_text).ok());
+                    (a, old)
                 }
                 _ => (run_after.await, None),
             };
@@ -164,14 +237,9 @@ impl Linting {
             }) {
                 Ok(diags) => {
                     ran.push(config.name.clone());
-                    let old = before_result.and_then(|r| {
-                        r.ok().and_then(|(out, code)| {
-                            linter
-                                .compiled
-                                .parse(&out, code, before.unwrap_or_default())
-                                .ok()
-                        })
-                    });
+                    if config.stdin {
+                        fresh.push((config.name.clone(), diags.clone()));
+                    }
                     match old {
                         Some(old) => {
                             new_diags.extend(diags);
@@ -184,6 +252,7 @@ impl Linting {
                 Err(reason) => problems.push(reason),
             }
         }
+        self.cache.put(after_key, fresh);
 
         mark_introduced(before, after, &old_diags, &mut new_diags);
         if let Some(old_text) = before {
