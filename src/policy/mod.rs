@@ -192,6 +192,9 @@ impl Policy {
     /// only when no such file exists, so `./strict.toml` and `strict` never surprise.
     pub fn load(name_or_path: &str) -> Result<Self, PolicyError> {
         let mut layers = Vec::new();
+        // Each layer's text, child first, to point a validation error at the line that set
+        // the bad value.
+        let mut texts: Vec<(String, String)> = Vec::new();
         let mut next = Some((name_or_path.to_owned(), None::<PathBuf>));
         while let Some((reference, relative_to)) = next.take() {
             if layers.len() >= MAX_EXTENDS_DEPTH {
@@ -214,6 +217,7 @@ impl Policy {
                     })?;
             }
             next = raw.extends.clone().map(|parent| (parent, dir));
+            texts.push((origin.clone(), text));
             layers.push((origin, raw));
         }
         let origin = layers[0].0.clone();
@@ -227,7 +231,24 @@ impl Policy {
             .into_iter()
             .rev()
             .fold(default_raw, |base, (_, layer)| layer.overlay(base));
-        resolve(merged, origin)
+        resolve(merged, origin).map_err(|e| match e {
+            PolicyError::Invalid { field, message, .. } => match texts
+                .iter()
+                .find_map(|(o, t)| field_line(t, field).map(|line| (o.clone(), line)))
+            {
+                Some((origin, line)) => PolicyError::Invalid {
+                    origin: format!("{origin}:{line}"),
+                    field,
+                    message,
+                },
+                None => PolicyError::Invalid {
+                    origin: texts.first().map(|(o, _)| o.clone()).unwrap_or_default(),
+                    field,
+                    message,
+                },
+            },
+            other => other,
+        })
     }
 
     /// Parses a policy from TOML text (as if it were a file named `origin`); `extends` may only
@@ -291,6 +312,35 @@ fn locate(
         Some(text) => Ok((format!("builtin:{reference}"), text.to_owned(), None)),
         None => Err(PolicyError::UnknownPolicy(reference.to_owned())),
     }
+}
+
+/// The 1-based line where `field` (`section.key`, or a bare top-level key) is set in a policy
+/// text, found by reading section headers and `key =` lines (enough for cordon's flat schema).
+fn field_line(text: &str, field: &str) -> Option<usize> {
+    let (section, key) = match field.rsplit_once('.') {
+        Some((s, k)) => (Some(s), k),
+        None => (None, field),
+    };
+    let mut current: Option<String> = None;
+    let mut header_line = None;
+    for (i, line) in text.lines().enumerate() {
+        let t = line.trim();
+        if t.starts_with('[') {
+            let name = t.trim_matches(|c| c == '[' || c == ']').trim().to_owned();
+            if section.is_none() && name == key {
+                header_line = Some(i + 1);
+            }
+            current = Some(name);
+            continue;
+        }
+        if let Some((k, _)) = t.split_once('=')
+            && k.trim() == key
+            && current.as_deref() == section
+        {
+            return Some(i + 1);
+        }
+    }
+    header_line
 }
 
 /// `~/x` means the home of the user running cordon, so one policy file fits every operator.
@@ -546,6 +596,23 @@ mod tests {
         let err = Policy::load(f.to_str().unwrap()).unwrap_err().to_string();
         assert!(err.contains("line 3"), "{err}");
         assert!(err.contains("memroy_mb"), "{err}");
+    }
+
+    #[test]
+    fn invalid_value_cites_file_line_and_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("base.toml");
+        std::fs::write(&base, "# base\n[limits]\n\nmemory_mb = 0\n").unwrap();
+        let f = dir.path().join("child.toml");
+        std::fs::write(&f, "extends = \"base.toml\"\n[limits]\npids = 9\n").unwrap();
+        let err = Policy::load(f.to_str().unwrap()).unwrap_err().to_string();
+        assert!(
+            err.contains("base.toml:4: field `limits.memory_mb`"),
+            "{err}"
+        );
+        std::fs::write(&f, "[limits]\npids = 0\n").unwrap();
+        let err = Policy::load(f.to_str().unwrap()).unwrap_err().to_string();
+        assert!(err.contains("child.toml:2: field `limits.pids`"), "{err}");
     }
 
     #[test]
