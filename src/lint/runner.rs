@@ -156,38 +156,27 @@ impl Linting {
         let cached_before = before.and_then(|b| self.cache.get(&content_key(path, b)));
         let mut fresh: CheckResults = Vec::new();
 
-        if self.policy.syntax
-            && let Some(lang) = detect_language(Path::new(path), after)
-        {
-            let cached_old = cached_before.as_ref().and_then(|c| c.get(SYNTAX).cloned());
-            let a = after.to_owned();
-            let new_task = tokio::task::spawn_blocking(move || check_syntax(lang, &a));
-            // The old content is parsed on the other core while the new one is.
-            let old_task = match (&cached_old, before) {
-                (None, Some(b)) => {
-                    let b = b.to_owned();
-                    Some(tokio::task::spawn_blocking(move || check_syntax(lang, &b)))
-                }
-                _ => None,
-            };
-            let old = match old_task {
-                Some(t) => t.await.ok().and_then(Result::ok),
-                None => cached_old,
-            };
-            match new_task.await {
-                Ok(Ok(new)) => {
-                    ran.push(SYNTAX.to_owned());
-                    fresh.push((SYNTAX.to_owned(), new.clone()));
-                    new_diags.extend(new);
-                    old_diags.extend(old.unwrap_or_default());
-                }
-                Ok(Err(SyntaxCheckError::TooSlow { .. })) => {
-                    skipped.push(format!("syntax check of {} took too long", lang.name()));
-                }
-                Ok(Err(e)) => problems.push(e.to_string()),
-                Err(e) => problems.push(format!("syntax check crashed: {e}")),
-            }
-        }
+        // The syntax check runs on the blocking pool while the external linters run, so a
+        // write costs the slower of the two, not their sum.
+        let syntax = self
+            .policy
+            .syntax
+            .then(|| detect_language(Path::new(path), after))
+            .flatten()
+            .map(|lang| {
+                let cached_old = cached_before.as_ref().and_then(|c| c.get(SYNTAX).cloned());
+                let a = after.to_owned();
+                let new_task = tokio::task::spawn_blocking(move || check_syntax(lang, &a));
+                // The old content is parsed on the other core while the new one is.
+                let old_task = match (&cached_old, before) {
+                    (None, Some(b)) => {
+                        let b = b.to_owned();
+                        Some(tokio::task::spawn_blocking(move || check_syntax(lang, &b)))
+                    }
+                    _ => None,
+                };
+                (lang, new_task, old_task, cached_old)
+            });
 
         let ext = Path::new(path)
             .extension()
@@ -250,6 +239,26 @@ impl Linting {
                     }
                 }
                 Err(reason) => problems.push(reason),
+            }
+        }
+        if let Some((lang, new_task, old_task, cached_old)) = syntax {
+            let old = match old_task {
+                Some(t) => t.await.ok().and_then(Result::ok),
+                None => cached_old,
+            };
+            match new_task.await {
+                Ok(Ok(new)) => {
+                    // Listed first: the check every file type has.
+                    ran.insert(0, SYNTAX.to_owned());
+                    fresh.push((SYNTAX.to_owned(), new.clone()));
+                    new_diags.extend(new);
+                    old_diags.extend(old.unwrap_or_default());
+                }
+                Ok(Err(SyntaxCheckError::TooSlow { .. })) => {
+                    skipped.push(format!("syntax check of {} took too long", lang.name()));
+                }
+                Ok(Err(e)) => problems.push(e.to_string()),
+                Err(e) => problems.push(format!("syntax check crashed: {e}")),
             }
         }
         self.cache.put(after_key, fresh);
