@@ -115,24 +115,12 @@ impl Executor {
             .map(AsRawFd::as_raw_fd);
         let setup = conf.child_setup(cwd_fd, cgroup.as_ref());
 
-        let program = req.argv.first().cloned().unwrap_or_default();
-        let mut cmd = tokio::process::Command::new(&program);
-        cmd.args(&req.argv[1..])
-            .env_clear()
-            .envs(&env)
-            .stdin(if req.stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        crate::confine::confine_on_spawn(&mut cmd, setup);
-        let mut child = cmd.spawn().map_err(|source| ExecError::Spawn {
-            program: program.to_string_lossy().into_owned(),
-            source,
-        })?;
+        let stdin = if req.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        };
+        let mut child = spawn_confined(&req.argv, &env, stdin, setup)?;
         drop((req.cwd, root_fd));
         let pgid = child.id();
 
@@ -214,6 +202,30 @@ impl Executor {
             enforcement: self.confinement.enforcement().clone(),
         })
     }
+}
+
+/// Spawns `argv` with exactly `env`, piped stdout/stderr, confined by `setup` between fork
+/// and exec. Children never inherit the server's stdin or stdout (they carry the protocol).
+fn spawn_confined(
+    argv: &[OsString],
+    env: &BTreeMap<String, String>,
+    stdin: Stdio,
+    setup: crate::confine::ChildSetup,
+) -> Result<tokio::process::Child, ExecError> {
+    let program = argv.first().cloned().unwrap_or_default();
+    let mut cmd = tokio::process::Command::new(&program);
+    cmd.args(argv.get(1..).unwrap_or_default())
+        .env_clear()
+        .envs(env)
+        .stdin(stdin)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    crate::confine::confine_on_spawn(&mut cmd, setup);
+    cmd.spawn().map_err(|source| ExecError::Spawn {
+        program: program.to_string_lossy().into_owned(),
+        source,
+    })
 }
 
 /// Kills everything the call started: the cgroup when there is one, else the process group.

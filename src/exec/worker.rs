@@ -85,20 +85,7 @@ impl Executor {
             setup.rlimits = Arc::new(rlimits);
         }
 
-        let program = spec.argv.first().cloned().unwrap_or_default();
-        let mut cmd = tokio::process::Command::new(&program);
-        cmd.args(&spec.argv[1..])
-            .env_clear()
-            .envs(&env)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        crate::confine::confine_on_spawn(&mut cmd, setup);
-        let mut child = cmd.spawn().map_err(|source| ExecError::Spawn {
-            program: program.to_string_lossy().into_owned(),
-            source,
-        })?;
+        let mut child = super::spawn_confined(&spec.argv, &env, Stdio::piped(), setup)?;
         // The ruleset and cwd fds were only needed until exec.
         drop((ruleset, root_fd));
         Ok(ConfinedWorker {
