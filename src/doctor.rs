@@ -260,11 +260,20 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
     let marker = 3000 + std::process::id() % 1000;
     let o = run_one(
         &executor,
-        sh(&format!("setsid sleep {marker} & echo started")),
+        // Wait until the daemon has really left the process group before the call ends;
+        // otherwise a process-group kill could catch it and hide a missing cgroup.
+        sh(&format!(
+            "setsid sh -c 'touch .daemon-ready; exec sleep {marker}' & \
+             i=0; while [ ! -e .daemon-ready ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i+1)); done; \
+             echo started"
+        )),
         10,
     )
     .await;
-    let survivors = processes_with_args(&["sleep", &marker.to_string()]);
+    let argv = ["sleep".to_owned(), marker.to_string()];
+    let survivors = processes_with_args(&[&argv[0], &argv[1]]);
+    // A survivor is this probe's failure, not something to leave running.
+    kill_processes_with_args(&[&argv[0], &argv[1]]);
     probes.push(result(
         "outlive the call with a setsid daemon",
         "killed with the call",
@@ -379,8 +388,16 @@ fn expect_refused(probe: &str, o: &Option<ExecOutcome>, refused: bool) -> ProbeR
     })
 }
 
-/// Counts live processes whose argv is exactly `args` (used to find survivors).
-pub fn processes_with_args(args: &[&str]) -> usize {
+/// SIGKILLs every process whose argv is exactly `args`.
+fn kill_processes_with_args(args: &[&str]) {
+    for pid in pids_with_args(args) {
+        if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
+    }
+}
+
+fn pids_with_args(args: &[&str]) -> Vec<i32> {
     let want: Vec<u8> = args
         .iter()
         .flat_map(|a| [a.as_bytes(), b"\0"].concat())
@@ -388,14 +405,21 @@ pub fn processes_with_args(args: &[&str]) -> usize {
     std::fs::read_dir("/proc")
         .map(|d| {
             d.flatten()
-                .filter(|e| {
+                .filter_map(|e| {
                     e.file_name()
-                        .to_string_lossy()
-                        .bytes()
-                        .all(|b| b.is_ascii_digit())
+                        .to_str()?
+                        .parse::<i32>()
+                        .ok()
+                        .map(|p| (p, e.path()))
                 })
-                .filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == want))
-                .count()
+                .filter(|(_, path)| std::fs::read(path.join("cmdline")).is_ok_and(|c| c == want))
+                .map(|(pid, _)| pid)
+                .collect()
         })
-        .unwrap_or(0)
+        .unwrap_or_default()
+}
+
+/// Counts live processes whose argv is exactly `args` (used to find survivors).
+pub fn processes_with_args(args: &[&str]) -> usize {
+    pids_with_args(args).len()
 }

@@ -74,6 +74,11 @@ impl Cgroups {
             next_call: AtomicU64::new(1),
             notes: Vec::new(),
         };
+        if super::kernel::simulated_missing("cgroups") {
+            me.notes
+                .push("cgroups treated as unavailable (CORDON_SIMULATE_MISSING)".into());
+            return me;
+        }
         let mounts = CgroupMounts::read();
         let own = OwnCgroups::read();
         // Unique per Cgroups in this process too (tests and benches build several).
@@ -101,18 +106,18 @@ impl Cgroups {
             me.notes.push("no cgroup v2 hierarchy mounted".into());
         }
 
-        if let Some((mountpoint, _)) = &mounts.v2
-            && !mounts.v2_favordynmods
-            && (me.v2_parent.is_some() || !mounts.v1.is_empty())
-        {
-            me.notes.push(format!(
-                "each call's cgroup join waits for an RCU grace period (typically 5-20 ms); \
+        let rcu_note = mounts
+            .v2
+            .as_ref()
+            .filter(|_| !mounts.v2_favordynmods)
+            .map(|(m, _)| {
+                format!(
+                    "each call's cgroup join waits for an RCU grace period (typically 5-20 ms); \
                  `mount -o remount,favordynmods {}` removes most of that wait at a small \
                  cost to fork/exit host-wide (Linux 6.0+)",
-                mountpoint.display()
-            ));
-        }
-
+                    m.display()
+                )
+            });
         if !me.v2_limits {
             for (controller, slot) in [
                 ("memory", &mut me.v1_memory),
@@ -134,6 +139,10 @@ impl Cgroups {
                         .push(format!("cannot create {}: {e}", parent.display())),
                 }
             }
+        }
+        let in_use = me.v2_parent.is_some() || me.v1_memory.is_some() || me.v1_pids.is_some();
+        if let (true, Some(note)) = (in_use, rcu_note) {
+            me.notes.push(note);
         }
         me
     }

@@ -19,7 +19,12 @@ pub struct KernelSupport {
     pub is_root: bool,
 }
 
-/// Names features to treat as missing (`landlock`, `seccomp`, comma-separated), so the
+/// Whether `feature` is named in [`SIMULATE_MISSING_ENV`].
+pub fn simulated_missing(feature: &str) -> bool {
+    std::env::var(SIMULATE_MISSING_ENV).is_ok_and(|v| v.split(',').any(|f| f.trim() == feature))
+}
+
+/// Names features to treat as missing (`landlock`, `seccomp`, `cgroups`, comma-separated), so the
 /// fail-closed and degraded paths can be tested on a kernel that has everything. It can only
 /// take features away, never add them.
 pub const SIMULATE_MISSING_ENV: &str = "CORDON_SIMULATE_MISSING";

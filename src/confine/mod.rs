@@ -261,7 +261,7 @@ impl Confinement {
                     .into(),
             );
         }
-        let rlimits = rlimits::plan(&policy.limits, !kernel.is_root && !cgroups.has_limits());
+        let rlimits = rlimits::plan(&policy.limits, !cgroups.has_limits(), kernel.is_root);
         let landlock = landlock_fd.is_some() && kernel.landlock_abi >= REQUIRED_LANDLOCK_ABI;
         let level = match (landlock && !seccomp.is_empty(), cgroups.has_limits()) {
             (true, true) => "full",

@@ -164,7 +164,7 @@ impl Executor {
         let stragglers = drain_deadline(&stop_reading, [&stdout, &stderr]).await;
         let stdout = join_reader(stdout).await;
         let stderr = join_reader(stderr).await;
-        let hits = cgroup.as_ref().map(|c| c.limit_hits()).unwrap_or_default();
+        let hits = cgroup.as_ref().map(|c| c.limit_hits());
         // The tree is dead; removing its directories and preparing the next call's cgroup
         // need not delay the answer.
         let confinement = Arc::clone(&self.confinement);
@@ -233,6 +233,16 @@ async fn kill_tree(cgroup: Option<CallCgroup>, pgid: Option<u32>) -> Option<Call
     if let Some(pgid) = pgid.and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
         // The process group first: it is immediate and covers the no-cgroup case.
         let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+        if cgroup.is_none() {
+            // Without a cgroup to watch, wait until the group is gone (reaped), so the
+            // next call does not count this one's dying processes against RLIMIT_NPROC.
+            let deadline = tokio::time::Instant::now() + KILL_WAIT;
+            while rustix::process::test_kill_process_group(pgid).is_ok()
+                && tokio::time::Instant::now() < deadline
+            {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
     }
     match cgroup {
         Some(cg) => tokio::task::spawn_blocking(move || {

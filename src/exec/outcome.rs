@@ -99,7 +99,7 @@ const SIGXFSZ: i32 = libc::SIGXFSZ;
 /// error message the C library prints for the errno, said to be inferred.
 pub fn classify_limit(
     timed_out: bool,
-    hits: LimitHits,
+    hits: Option<LimitHits>,
     exit_code: Option<i32>,
     signal: Option<i32>,
     stderr: &Captured,
@@ -112,14 +112,16 @@ pub fn classify_limit(
             format!("ran longer than {}s", timeout.as_secs()),
         );
     }
-    if hits.memory {
-        return hit(LimitKind::Memory, "the cgroup's OOM killer fired".into());
-    }
-    if hits.pids {
-        return hit(
-            LimitKind::Pids,
-            "the cgroup refused a fork (pids.max reached)".into(),
-        );
+    if let Some(hits) = hits {
+        if hits.memory {
+            return hit(LimitKind::Memory, "the cgroup's OOM killer fired".into());
+        }
+        if hits.pids {
+            return hit(
+                LimitKind::Pids,
+                "the cgroup refused a fork (pids.max reached)".into(),
+            );
+        }
     }
     let by = |sig: i32| signal == Some(sig) || exit_code == Some(128 + sig);
     if by(SIGXCPU) {
@@ -135,6 +137,30 @@ pub fn classify_limit(
             LimitKind::OpenFiles,
             "inferred: stderr reports EMFILE (\"Too many open files\")".into(),
         );
+    }
+    // Without cgroup counters (reduced enforcement) the rlimit fallbacks only show up as the
+    // C library's messages for EAGAIN on fork and ENOMEM.
+    if hits.is_none() && exit_code != Some(0) {
+        if says("Cannot fork") || says("fork: Resource temporarily unavailable") {
+            return hit(
+                LimitKind::Pids,
+                "inferred: stderr reports a refused fork (RLIMIT_NPROC, no cgroup here)".into(),
+            );
+        }
+        if [
+            "Cannot allocate memory",
+            "memory exhausted",
+            "MemoryError",
+            "out of memory",
+        ]
+        .iter()
+        .any(|m| says(m))
+        {
+            return hit(
+                LimitKind::Memory,
+                "inferred: stderr reports ENOMEM (RLIMIT_AS, no cgroup here)".into(),
+            );
+        }
     }
     None
 }

@@ -47,3 +47,31 @@ fn degraded_mode_runs_and_says_so() {
         "{run:?}"
     );
 }
+
+#[test]
+fn without_cgroups_enforcement_is_reduced_and_memory_falls_back_to_rlimit_as() {
+    let policy_dir = tempfile::tempdir().unwrap();
+    let policy = policy_dir.path().join("small.toml");
+    std::fs::write(
+        &policy,
+        "extends = \"default\"\n[limits]\nmemory_mb = 256\n",
+    )
+    .unwrap();
+    let policy = policy.to_str().unwrap().to_owned();
+    let run = exec_without(
+        "cgroups",
+        &["--policy", &policy],
+        "head -c 1024M /dev/zero | tail",
+    );
+    assert!(
+        run.stderr
+            .contains("cordon: enforcement reduced (Landlock ABI"),
+        "{run:?}"
+    );
+    assert!(
+        run.stderr
+            .contains("cordon: stopped by the memory limit (inferred"),
+        "{run:?}"
+    );
+    assert_ne!(run.code(), 0, "{run:?}");
+}
