@@ -244,6 +244,14 @@ impl Confinement {
         };
 
         let cgroups = cgroup::Cgroups::setup();
+        if !cgroups.has_limits() && kernel.is_root {
+            notes.push(
+                "running as root without cgroup limits: there is no process limit at all (the \
+                 kernel ignores RLIMIT_NPROC for root); delegate a cgroup or run as a \
+                 dedicated user"
+                    .into(),
+            );
+        }
         if !cgroups.has_limits() {
             notes.push(
                 "no cgroup limits: memory and pids are bounded by rlimits only, and a process \
