@@ -121,6 +121,7 @@ async fn write_output<O: AsyncWrite + Unpin>(
                 None => { errors_open = false; continue; }
             },
         };
+        let next = with_null_id(next);
         if output.write_all(&next).await.is_err() || output.flush().await.is_err() {
             break;
         }
@@ -130,6 +131,26 @@ async fn write_output<O: AsyncWrite + Unpin>(
         let _ = output.write_all(&l).await;
     }
     let _ = output.flush().await;
+}
+
+/// JSON-RPC 2.0 wants `"id": null` on an error answering a request whose id could not be
+/// read; rmcp leaves the member out. Only such lines (an error, no id, no method) are parsed.
+fn with_null_id(line: Vec<u8>) -> Vec<u8> {
+    let has = |needle: &[u8]| line.windows(needle.len()).any(|w| w == needle);
+    if line.len() > 4096 || has(b"\"id\"") || has(b"\"method\"") || !has(b"\"error\"") {
+        return line;
+    }
+    match serde_json::from_slice::<Value>(&line) {
+        Ok(Value::Object(mut map)) if map.contains_key("error") => {
+            map.insert("id".into(), Value::Null);
+            let mut out = serde_json::to_vec(&map).unwrap_or(line);
+            if out.last() != Some(&b'\n') {
+                out.push(b'\n');
+            }
+            out
+        }
+        _ => line,
+    }
 }
 
 fn trim_line(line: &[u8]) -> &[u8] {
@@ -186,6 +207,16 @@ mod tests {
         );
         assert_eq!(recover_id(br#"{"id": "abc", "method""#), json!("abc"));
         assert_eq!(recover_id(br#"{"method":"x","params":{"#), Value::Null);
+    }
+
+    #[test]
+    fn errors_without_id_get_a_null_id() {
+        let fixed = with_null_id(b"{\"jsonrpc\":\"2.0\",\"error\":{\"code\":-32600}}\n".to_vec());
+        let v: Value = serde_json::from_slice(&fixed).unwrap();
+        assert_eq!(v["id"], Value::Null);
+        assert!(v.as_object().unwrap().contains_key("id"));
+        let ok = b"{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{}}\n".to_vec();
+        assert_eq!(with_null_id(ok.clone()), ok);
     }
 
     #[tokio::test]
