@@ -112,10 +112,10 @@ class RawServer:
             with self.cond:
                 if not ok:
                     self.bad_lines.append(line)
-                elif "id" in msg and ("result" in msg or "error" in msg):
+                elif msg.get("id") is not None and ("result" in msg or "error" in msg):
                     self.responses[msg["id"]] = msg
                 elif "error" in msg and "method" not in msg:
-                    # an error answering a message whose id could not be read
+                    # an error answering a message whose id could not be read ("id": null)
                     self.orphan_errors.append(msg)
                 else:
                     self.notifications.append(msg)
