@@ -156,7 +156,10 @@ pub fn shape_stream(
     let omitted_lines = lines.saturating_sub(shown_lines);
     let omitted_bytes = captured.total_bytes.saturating_sub(shown_bytes);
     let whereabouts = match (&full_output, &spill_note) {
-        (Some(path), _) => format!("full output: {path} (read it with read_file or grep)"),
+        (Some(path), Some(note)) => {
+            format!("output saved in {path} (read it with read_file or grep), but {note}")
+        }
+        (Some(path), None) => format!("full output: {path} (read it with read_file or grep)"),
         (None, Some(note)) => note.clone(),
         (None, None) => "full output not saved".into(),
     };

@@ -26,6 +26,10 @@ pub struct CaptureSpec {
     pub tee: Option<Pin<Box<dyn AsyncWrite + Send>>>,
 }
 
+/// The most written to one spill file: a command printing forever must not fill the disk
+/// (the child's RLIMIT_FSIZE does not apply to files the server writes).
+pub const SPILL_LIMIT: u64 = 512 << 20;
+
 /// What was captured of one stream.
 #[derive(Debug, Default, Clone)]
 pub struct Captured {
@@ -85,15 +89,26 @@ impl LiveStatus {
 
 /// Reads `pipe` to EOF according to `spec`.
 pub async fn drain(
+    pipe: impl AsyncRead + Unpin,
+    spec: CaptureSpec,
+    live: Option<Arc<LiveStatus>>,
+    stop: tokio_util::sync::CancellationToken,
+) -> Captured {
+    drain_with_limit(pipe, spec, live, stop, SPILL_LIMIT).await
+}
+
+async fn drain_with_limit(
     mut pipe: impl AsyncRead + Unpin,
     mut spec: CaptureSpec,
     live: Option<Arc<LiveStatus>>,
     stop: tokio_util::sync::CancellationToken,
+    spill_limit: u64,
 ) -> Captured {
     let half = (spec.memory_cap / 2).max(1);
     let mut out = Captured::default();
     let mut tail: VecDeque<u8> = VecDeque::new();
     let mut spill: Option<tokio::fs::File> = None;
+    let mut spilled: u64 = 0;
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let read = tokio::select! {
@@ -134,15 +149,26 @@ pub async fn drain(
                 Ok((path, file)) => {
                     out.spill_path = Some(path);
                     spill = Some(file);
+                    spilled = (out.head.len() + tail.len()) as u64;
                 }
                 Err(e) => out.spill_error = Some(e.to_string()),
             }
         }
-        if let Some(file) = spill.as_mut()
-            && let Err(e) = file.write_all(rest).await
-        {
-            out.spill_error = Some(format!("spill file incomplete: {e}"));
-            spill = None;
+        if let Some(file) = spill.as_mut() {
+            let room = spill_limit.saturating_sub(spilled) as usize;
+            let part = &rest[..rest.len().min(room)];
+            if let Err(e) = file.write_all(part).await {
+                out.spill_error = Some(format!("spill file incomplete: {e}"));
+                spill = None;
+            } else if part.len() < rest.len() {
+                // tokio's File writes in the background; flush before letting it go.
+                let _ = file.flush().await;
+                out.spill_error = Some(format!(
+                    "the saved output stops after its first {spill_limit} bytes"
+                ));
+                spill = None;
+            }
+            spilled += part.len() as u64;
         }
         tail.extend(rest);
         if tail.len() > half {
@@ -220,6 +246,22 @@ mod tests {
         let c = drain(&data[..], s, None, Default::default()).await;
         assert_eq!(c.spill_path.as_deref(), Some("spill"));
         assert_eq!(std::fs::read(path).unwrap(), data);
+    }
+
+    #[tokio::test]
+    async fn spill_file_stops_at_its_limit_while_the_stream_is_still_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("spill");
+        let p2 = path.clone();
+        let data = vec![b'x'; 100_000];
+        let mut s = spec(64);
+        s.spill = Some(Box::new(move || {
+            Ok(("spill".into(), std::fs::File::create(p2)?))
+        }));
+        let c = drain_with_limit(&data[..], s, None, Default::default(), 10_000).await;
+        assert_eq!(c.total_bytes, 100_000);
+        assert_eq!(std::fs::read(path).unwrap().len(), 10_000);
+        assert!(c.spill_error.unwrap().contains("first 10000 bytes"));
     }
 
     #[test]

@@ -27,6 +27,10 @@ const GITIGNORE_CONTENT: &[u8] = b"# Written by cordon: keep its own files out o
 /// Process-wide, so two calls in the same second still get different names.
 static SPILL_COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// Spill files kept; the oldest beyond this are deleted when a new one is created, so the
+/// area cannot grow without bound across a long session.
+const KEEP_SPILL_FILES: usize = 100;
+
 /// How many names to try before giving up (only reached if another process floods the area).
 const MAX_NAME_ATTEMPTS: usize = 1000;
 
@@ -50,7 +54,10 @@ impl Workspace {
             let name = format!("{prefix}-{stamp}-{n:04}.txt");
             let rel = RelPath::from_trusted(format!("{SPILL_REL}/{name}"));
             match outputs.open_with(&name, &options) {
-                Ok(file) => return Ok((rel, file)),
+                Ok(file) => {
+                    prune_oldest(&outputs, KEEP_SPILL_FILES);
+                    return Ok((rel, file));
+                }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
                 Err(e) => return Err(PathError::at(&rel, e)),
             }
@@ -65,6 +72,31 @@ impl Workspace {
         let cordon = open_or_create_dir_nofollow(&self.dir, CORDON_DIR, CORDON_DIR)?;
         ensure_gitignore(&cordon)?;
         open_or_create_dir_nofollow(&cordon, OUTPUTS_DIR, SPILL_REL)
+    }
+}
+
+/// Deletes the oldest regular files in `dir` beyond the newest `keep` (best effort: a file
+/// that vanished or cannot be removed is skipped).
+fn prune_oldest(dir: &Dir, keep: usize) {
+    let Ok(entries) = dir.entries() else { return };
+    let mut files: Vec<(SystemTime, String)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let meta = e.metadata().ok()?;
+            if !meta.is_file() {
+                return None;
+            }
+            let modified = meta.modified().ok()?.into_std();
+            Some((modified, e.file_name().to_str()?.to_owned()))
+        })
+        .collect();
+    if files.len() <= keep {
+        return;
+    }
+    files.sort();
+    let excess = files.len() - keep;
+    for (_, name) in files.into_iter().take(excess) {
+        let _ = dir.remove_file(&name);
     }
 }
 
@@ -155,6 +187,19 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_the_newest_spill_files_are_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = crate::workspace::Workspace::open(dir.path()).unwrap();
+        for _ in 0..(super::KEEP_SPILL_FILES + 7) {
+            ws.create_spill_file("t").unwrap();
+        }
+        let n = std::fs::read_dir(dir.path().join(".cordon/outputs"))
+            .unwrap()
+            .count();
+        assert_eq!(n, super::KEEP_SPILL_FILES);
+    }
+
     use super::*;
     use std::time::Duration;
 
