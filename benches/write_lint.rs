@@ -1,8 +1,9 @@
 //! write_file round trips through a real `cordon serve`, measured from the client's side:
 //! the time from sending `tools/call` to reading its response, for a 1,000-line Python file.
 //!
-//! Four series, interleaved so machine noise hits them alike: lint with the embedded syntax
-//! check only, lint with ruff as well, a warm code_interpreter cell, and ruff run on its own
+//! Five series, interleaved so machine noise hits them alike: lint with the embedded syntax
+//! check only, a one-line edit_file of such a file, lint with ruff as well, a warm
+//! code_interpreter cell, and ruff run on its own
 //! (confined, the way cordon runs it) to isolate cordon's overhead above ruff. Targets
 //! (issue 4): syntax-only ≤ 3 ms; with ruff ≤ ruff's own time + 5 ms. Run:
 //! `cargo bench --bench write_lint`.
@@ -133,6 +134,14 @@ fn main() {
     }
     let mut with_ruff = Server::start(&ws, &default);
     let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
+    // A one-line edit of a 1,000-line file, the common case: the previous content's syntax
+    // tree is remembered, so only the edited region is re-parsed.
+    let mut edits = Vec::new();
+    let (_, v) = plain.call(
+        "write_file",
+        json!({"path": "edit.py", "content": python_file(0)}),
+    );
+    assert_eq!(v["result"]["isError"], false, "{v}");
     for round in 0..ROUNDS + 5 {
         let content = python_file(round);
         let (t, v) = plain.call(
@@ -166,8 +175,19 @@ fn main() {
                 cells.push(t4);
             }
         }
+        let (from, to) = if round % 2 == 0 {
+            ("return total - 123\n", "return total - 123  # edited\n")
+        } else {
+            ("return total - 123  # edited\n", "return total - 123\n")
+        };
+        let (t5, v5) = plain.call(
+            "edit_file",
+            json!({"path": "edit.py", "edits": [{"old_string": from, "new_string": to}]}),
+        );
+        assert_eq!(v5["result"]["structuredContent"]["applied"], true, "{v5}");
         if round >= 5 {
             a.push(t);
+            edits.push(t5);
         }
     }
     println!(
@@ -175,6 +195,10 @@ fn main() {
     );
     println!("| series | min | median | p90 | max |\n|---|---|---|---|---|");
     stats("write_file, syntax check only", a);
+    stats(
+        "edit_file, one line of the same kind of file, syntax check only",
+        edits,
+    );
     if python {
         stats(
             "code_interpreter `1+1`, warm session (for comparison)",

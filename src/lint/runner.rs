@@ -7,6 +7,7 @@
 //! Parsing output is `parsers`, the syntax check `syntax`, the marking `introduced`.
 
 use super::parsers::{CompiledLinter, LinterConfig, ParseError};
+use super::syntax::{ParsedSource, check_syntax_edited, check_syntax_keeping_tree};
 use super::{
     Diagnostic, LintReport, SyntaxCheckError, check_syntax, detect_language, mark_introduced,
 };
@@ -29,29 +30,38 @@ const CACHE_ENTRIES: usize = 64;
 /// diagnostics reported, which always come from a fresh run on the new content.
 #[derive(Default)]
 struct ResultCache {
-    entries: std::sync::Mutex<std::collections::VecDeque<(u64, CheckResults)>>,
+    entries: std::sync::Mutex<std::collections::VecDeque<(u64, Remembered)>>,
 }
 
 /// Diagnostics of one content, per check (`syntax`, `ruff`, …).
 type CheckResults = Vec<(String, Vec<Diagnostic>)>;
 
+/// What is remembered of one content: its diagnostics per check and its syntax tree (for an
+/// incremental re-parse of the next edit).
+#[derive(Clone, Default)]
+struct Remembered {
+    results: std::collections::HashMap<String, Vec<Diagnostic>>,
+    tree: Option<ParsedSource>,
+}
+
 impl ResultCache {
-    fn get(&self, key: &u64) -> Option<std::collections::HashMap<String, Vec<Diagnostic>>> {
+    fn get(&self, key: &u64) -> Option<Remembered> {
         let entries = self.entries.lock().ok()?;
         entries
             .iter()
             .rev()
             .find(|(k, _)| k == key)
-            .map(|(_, v)| v.iter().cloned().collect())
+            .map(|(_, v)| v.clone())
     }
 
-    fn put(&self, key: u64, results: CheckResults) {
+    fn put(&self, key: u64, results: CheckResults, tree: Option<ParsedSource>) {
         if let Ok(mut entries) = self.entries.lock() {
             entries.retain(|(k, _)| *k != key);
             if entries.len() >= CACHE_ENTRIES {
                 entries.pop_front();
             }
-            entries.push_back((key, results));
+            let results = results.into_iter().collect();
+            entries.push_back((key, Remembered { results, tree }));
         }
     }
 }
@@ -164,9 +174,20 @@ impl Linting {
             .then(|| detect_language(Path::new(path), after))
             .flatten()
             .map(|lang| {
-                let cached_old = cached_before.as_ref().and_then(|c| c.get(SYNTAX).cloned());
+                let cached_old = cached_before
+                    .as_ref()
+                    .and_then(|c| c.results.get(SYNTAX).cloned());
+                // With the previous content's tree, only the edited region is re-parsed.
+                let old_tree = cached_before
+                    .as_ref()
+                    .and_then(|c| c.tree.clone())
+                    .filter(|t| t.language() == lang)
+                    .zip(before.map(str::to_owned));
                 let a = after.to_owned();
-                let new_task = tokio::task::spawn_blocking(move || check_syntax(lang, &a));
+                let new_task = tokio::task::spawn_blocking(move || match old_tree {
+                    Some((tree, old_text)) => check_syntax_edited(&tree, &old_text, &a),
+                    None => check_syntax_keeping_tree(lang, &a),
+                });
                 // The old content is parsed on the other core while the new one is.
                 let old_task = match (&cached_old, before) {
                     (None, Some(b)) => {
@@ -202,7 +223,7 @@ impl Linting {
             };
             let cached_old = cached_before
                 .as_ref()
-                .and_then(|c| c.get(&config.name).cloned());
+                .and_then(|c| c.results.get(&config.name).cloned());
             let run_after = self.run_one(executor, command, config, path, after);
             let (after_result, old) = match (config.stdin, before, cached_old) {
                 (true, Some(_), Some(old)) => (run_after.await, Some(old)),
@@ -241,13 +262,15 @@ impl Linting {
                 Err(reason) => problems.push(reason),
             }
         }
+        let mut tree = None;
         if let Some((lang, new_task, old_task, cached_old)) = syntax {
             let old = match old_task {
                 Some(t) => t.await.ok().and_then(Result::ok),
                 None => cached_old,
             };
             match new_task.await {
-                Ok(Ok(new)) => {
+                Ok(Ok((new, parsed))) => {
+                    tree = Some(parsed);
                     // Listed first: the check every file type has.
                     ran.insert(0, SYNTAX.to_owned());
                     fresh.push((SYNTAX.to_owned(), new.clone()));
@@ -261,7 +284,7 @@ impl Linting {
                 Err(e) => problems.push(format!("syntax check crashed: {e}")),
             }
         }
-        self.cache.put(after_key, fresh);
+        self.cache.put(after_key, fresh, tree);
 
         mark_introduced(before, after, &old_diags, &mut new_diags);
         if let Some(old_text) = before {

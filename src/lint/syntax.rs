@@ -18,7 +18,7 @@ use std::cell::RefCell;
 use std::ops::ControlFlow;
 use std::path::Path;
 use std::time::{Duration, Instant};
-use tree_sitter::{Node, ParseOptions, Parser};
+use tree_sitter::{InputEdit, Node, ParseOptions, Parser, Point, Tree};
 
 /// `source` of every diagnostic this module produces.
 pub const SYNTAX_SOURCE: &str = "syntax";
@@ -208,10 +208,106 @@ pub fn check_syntax_with_budget(
     source: &str,
     budget: Duration,
 ) -> Result<Vec<Diagnostic>, SyntaxCheckError> {
+    parse_with_thread_parser(lang, source, None, budget).map(|(diags, _)| diags)
+}
+
+/// A parse kept for the next check of the same file: re-parsing an edited text from it only
+/// re-reads the changed region.
+#[derive(Clone)]
+pub struct ParsedSource {
+    lang: SyntaxLanguage,
+    tree: Tree,
+}
+
+/// Like [`check_syntax`], also returning the parse for [`check_syntax_edited`].
+pub fn check_syntax_keeping_tree(
+    lang: SyntaxLanguage,
+    source: &str,
+) -> Result<(Vec<Diagnostic>, ParsedSource), SyntaxCheckError> {
+    parse_with_thread_parser(lang, source, None, DEFAULT_BUDGET)
+        .map(|(d, tree)| (d, ParsedSource { lang, tree }))
+}
+
+/// Checks `new_source`, an edited version of `old_source` whose parse is `old`, re-parsing
+/// incrementally (tree-sitter reuses every subtree outside the changed byte range). The
+/// diagnostics are exactly those of a fresh parse.
+pub fn check_syntax_edited(
+    old: &ParsedSource,
+    old_source: &str,
+    new_source: &str,
+) -> Result<(Vec<Diagnostic>, ParsedSource), SyntaxCheckError> {
+    let mut tree = old.tree.clone();
+    tree.edit(&edit_between(old_source, new_source));
+    parse_with_thread_parser(old.lang, new_source, Some(&tree), DEFAULT_BUDGET).map(|(d, tree)| {
+        (
+            d,
+            ParsedSource {
+                lang: old.lang,
+                tree,
+            },
+        )
+    })
+}
+
+impl ParsedSource {
+    pub fn language(&self) -> SyntaxLanguage {
+        self.lang
+    }
+}
+
+/// The single edit turning `old` into `new`: everything between their common prefix and
+/// common suffix (kept on character boundaries) was replaced.
+fn edit_between(old: &str, new: &str) -> InputEdit {
+    let (a, b) = (old.as_bytes(), new.as_bytes());
+    let mut prefix = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    while !old.is_char_boundary(prefix) || !new.is_char_boundary(prefix) {
+        prefix -= 1;
+    }
+    let max_suffix = a.len().min(b.len()) - prefix;
+    let mut suffix = a
+        .iter()
+        .rev()
+        .zip(b.iter().rev())
+        .take(max_suffix)
+        .take_while(|(x, y)| x == y)
+        .count();
+    while !old.is_char_boundary(a.len() - suffix) || !new.is_char_boundary(b.len() - suffix) {
+        suffix -= 1;
+    }
+    InputEdit {
+        start_byte: prefix,
+        old_end_byte: a.len() - suffix,
+        new_end_byte: b.len() - suffix,
+        start_position: point_at(old, prefix),
+        old_end_position: point_at(old, a.len() - suffix),
+        new_end_position: point_at(new, b.len() - suffix),
+    }
+}
+
+/// Row and byte column of `offset` in `text` (tree-sitter's positions).
+fn point_at(text: &str, offset: usize) -> Point {
+    let before = &text.as_bytes()[..offset];
+    let row = before.iter().filter(|&&c| c == b'\n').count();
+    let line_start = before
+        .iter()
+        .rposition(|&c| c == b'\n')
+        .map_or(0, |i| i + 1);
+    Point {
+        row,
+        column: offset - line_start,
+    }
+}
+
+fn parse_with_thread_parser(
+    lang: SyntaxLanguage,
+    source: &str,
+    old_tree: Option<&Tree>,
+    budget: Duration,
+) -> Result<(Vec<Diagnostic>, Tree), SyntaxCheckError> {
     PARSER.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut parser) => parse_and_collect(&mut parser, lang, source, budget),
+        Ok(mut parser) => parse_and_collect(&mut parser, lang, source, old_tree, budget),
         // Only reachable through re-entrance, which nothing here does; stay correct anyway.
-        Err(_) => parse_and_collect(&mut Parser::new(), lang, source, budget),
+        Err(_) => parse_and_collect(&mut Parser::new(), lang, source, old_tree, budget),
     })
 }
 
@@ -219,8 +315,9 @@ fn parse_and_collect(
     parser: &mut Parser,
     lang: SyntaxLanguage,
     source: &str,
+    old_tree: Option<&Tree>,
     budget: Duration,
-) -> Result<Vec<Diagnostic>, SyntaxCheckError> {
+) -> Result<(Vec<Diagnostic>, Tree), SyntaxCheckError> {
     parser
         .set_language(&lang.grammar())
         .map_err(|e| SyntaxCheckError::Grammar {
@@ -242,7 +339,7 @@ fn parse_and_collect(
     let options = ParseOptions::new().progress_callback(&mut over_budget);
     let tree = parser.parse_with_options(
         &mut |offset, _| bytes.get(offset..).unwrap_or_default(),
-        None,
+        old_tree,
         Some(options),
     );
     let Some(tree) = tree else {
@@ -252,7 +349,7 @@ fn parse_and_collect(
             budget_ms: budget.as_millis(),
         });
     };
-    Ok(collect_errors(tree.root_node(), source))
+    Ok((collect_errors(tree.root_node(), source), tree))
 }
 
 /// Walks the tree (iteratively: deeply nested input must not overflow the stack) collecting
@@ -366,4 +463,50 @@ fn excerpt(text: &str) -> Option<String> {
         out.push('…');
     }
     Some(out)
+}
+
+#[cfg(test)]
+mod incremental_tests {
+    use super::*;
+
+    /// Incremental results must equal a fresh parse, for edits anywhere, of any size.
+    #[test]
+    fn incremental_check_matches_a_fresh_parse() {
+        let base: String = (0..200)
+            .map(|i| format!("def f{i}(a, b):\n    return a + b * {i}  # é\n\n"))
+            .collect();
+        type Edit = Box<dyn Fn(&str) -> String>;
+        let edits: Vec<Edit> = vec![
+            Box::new(|s: &str| s.replacen("def f10(a, b):", "def f10(a, b:", 1)),
+            Box::new(|s: &str| s.replacen("return a + b * 150", "return a +", 1)),
+            Box::new(|s: &str| format!("import os\n{s}")),
+            Box::new(|s: &str| format!("{s}def tail(:\n")),
+            Box::new(|s: &str| s.replacen("# é", "# ü", 1)),
+            Box::new(|s: &str| s[..s.len() / 2].to_owned()),
+            Box::new(|_: &str| String::new()),
+        ];
+        let (_, first) = check_syntax_keeping_tree(SyntaxLanguage::Python, &base).unwrap();
+        for (i, edit) in edits.iter().enumerate() {
+            let new = edit(&base);
+            let fresh = check_syntax(SyntaxLanguage::Python, &new).unwrap();
+            let (incremental, _) = check_syntax_edited(&first, &base, &new).unwrap();
+            assert_eq!(incremental, fresh, "edit {i}");
+        }
+        // Chained edits, as a session of edits produces them.
+        let a = base.replacen("f3(a, b)", "f3(a, b, c)", 1);
+        let b = a.replacen("return a + b * 7", "return (a", 1);
+        let (_, pa) = check_syntax_edited(&first, &base, &a).unwrap();
+        let (diags, _) = check_syntax_edited(&pa, &a, &b).unwrap();
+        assert_eq!(diags, check_syntax(SyntaxLanguage::Python, &b).unwrap());
+        assert!(!diags.is_empty());
+    }
+
+    #[test]
+    fn edit_between_finds_the_changed_range_on_char_boundaries() {
+        let e = edit_between("aé-b", "aü-b");
+        assert_eq!((e.start_byte, e.old_end_byte, e.new_end_byte), (1, 3, 3));
+        let e = edit_between("x\ny\n", "x\nyz\n");
+        assert_eq!(e.start_position, Point { row: 1, column: 1 });
+        assert_eq!(e.new_end_position, Point { row: 1, column: 2 });
+    }
 }
