@@ -236,8 +236,14 @@ pub fn check_syntax_edited(
     old_source: &str,
     new_source: &str,
 ) -> Result<(Vec<Diagnostic>, ParsedSource), SyntaxCheckError> {
+    let edit = edit_between(old_source, new_source);
+    // Reusing a tree costs more than it saves when most of the text changed (a rewrite).
+    let changed = edit.new_end_byte - edit.start_byte;
+    if changed * 4 > new_source.len() {
+        return check_syntax_keeping_tree(old.lang, new_source);
+    }
     let mut tree = old.tree.clone();
-    tree.edit(&edit_between(old_source, new_source));
+    tree.edit(&edit);
     parse_with_thread_parser(old.lang, new_source, Some(&tree), DEFAULT_BUDGET).map(|(d, tree)| {
         (
             d,
