@@ -851,3 +851,34 @@ fn commands_cannot_write_protected_git_paths() {
     );
     std::fs::write(sb.ws().join(".git/hooks/host-can-write"), "x").unwrap();
 }
+
+#[test]
+fn server_environment_is_not_readable_through_proc() {
+    if skip(
+        "server_environment_is_not_readable_through_proc",
+        Need::LandlockSeccomp,
+    ) {
+        return;
+    }
+    let secret = format!("cordon-proc-secret-{}", unique_token());
+    let sb = Sandbox::new();
+    // $PPID is the cordon process that holds the secret in its own environment.
+    let mut cmd = sb.command(
+        &[],
+        &[
+            "sh",
+            "-c",
+            "tr '\\0' '\\n' < /proc/$PPID/environ; echo status=$?",
+        ],
+    );
+    cmd.env("CORDON_TEST_SECRET", &secret);
+    let run = sb.exec_cmd(cmd);
+    assert!(!run.output().contains(&secret), "{run:?}");
+    assert!(run.stderr.contains("Permission denied"), "{run:?}");
+    // Control: unconfined, a process's environ file is readable by the same user.
+    let direct = std::fs::read(format!("/proc/{}/environ", std::process::id())).unwrap();
+    assert!(
+        !direct.is_empty(),
+        "control: /proc/<pid>/environ is readable unconfined"
+    );
+}
