@@ -14,13 +14,12 @@
 //! honoured by a KeyboardInterrupt reports `type` `KeyboardInterrupt` with kind `timeout`.
 
 use super::{SharedContext, error_text};
-use crate::exec::{CaptureSpec, Captured, LimitHit, SpillOpener};
+use crate::exec::{Captured, LimitHit};
 use crate::interpreter::{CellOutcome, CellRequest, InterpreterError};
 use crate::shape::{ErrorKind, ToolError, shape_stream, tool_result};
 use rmcp::model::{CallToolResult, ContentBlock};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -136,8 +135,8 @@ pub async fn run(
                 reset: args.reset,
                 timeout,
                 cancel,
-                stdout: capture_spec(&ctx, "stdout"),
-                stderr: capture_spec(&ctx, "stderr"),
+                stdout: super::capture_spec(&ctx, "interp", "stdout"),
+                stderr: super::capture_spec(&ctx, "interp", "stderr"),
             };
             match ctx.interpreter.run(&args.session, request).await {
                 Ok(outcome) => shape_outcome(&ctx, &args.session, outcome, enforcement),
@@ -223,37 +222,13 @@ fn prepare(ctx: &SharedContext, args: &CodeInterpreterArgs) -> Result<Duration, 
     }
 }
 
-fn capture_spec(ctx: &SharedContext, stream: &'static str) -> CaptureSpec {
-    CaptureSpec {
-        memory_cap: ctx.policy.output.memory_cap_bytes,
-        spill: Some(spill_opener(ctx, stream)),
-        tee: None,
-    }
-}
-
-fn spill_opener(ctx: &SharedContext, stream: &'static str) -> SpillOpener {
-    let ctx = Arc::clone(ctx);
-    Box::new(move || {
-        let (path, file) = ctx
-            .workspace
-            .create_spill_file(&format!("interp-{stream}"))
-            .map_err(|e| std::io::Error::other(e.to_string()))?;
-        Ok((path.as_str().to_owned(), file.into_std()))
-    })
-}
-
 fn shape_outcome(
     ctx: &SharedContext,
     session: &str,
     outcome: CellOutcome,
     enforcement: String,
 ) -> (CodeInterpreterOutput, String, Vec<String>) {
-    let open = |stream: &str| {
-        ctx.workspace
-            .create_spill_file(&format!("interp-{stream}"))
-            .map(|(p, f)| (p.as_str().to_owned(), f.into_std()))
-            .map_err(|e| std::io::Error::other(e.to_string()))
-    };
+    let open = |stream: &str| ctx.workspace.create_spill_std(&format!("interp-{stream}"));
     let policy = &ctx.policy.output;
     let stdout = shape_stream(&outcome.stdout, policy, "stdout", Some(&open));
     let stderr = shape_stream(&outcome.stderr, policy, "stderr", Some(&open));

@@ -12,7 +12,7 @@ pub mod shell_exec;
 pub mod write_file;
 
 use crate::audit::{AuditLog, AuditRecord};
-use crate::exec::Executor;
+use crate::exec::{CaptureSpec, Executor};
 use crate::policy::Policy;
 use crate::shape::{ErrorKind, ToolError};
 use crate::workspace::{PathError, Workspace};
@@ -102,6 +102,24 @@ impl ToolContext {
             duration_ms: started.elapsed().as_millis() as u64,
             enforcement: self.executor.confinement().enforcement().level,
         });
+    }
+}
+
+/// How a tool captures one output stream: the policy's memory cap, then a spill file named
+/// `<prefix>-<stream>` in `.cordon/outputs/`.
+pub fn capture_spec(
+    ctx: &SharedContext,
+    prefix: &'static str,
+    stream: &'static str,
+) -> CaptureSpec {
+    let ctx = Arc::clone(ctx);
+    CaptureSpec {
+        memory_cap: ctx.policy.output.memory_cap_bytes,
+        spill: Some(Box::new(move || {
+            ctx.workspace
+                .create_spill_std(&format!("{prefix}-{stream}"))
+        })),
+        tee: None,
     }
 }
 

@@ -7,7 +7,7 @@
 //! the policy is `policy::explain`.
 
 use super::{SharedContext, ToolContext, error_text, path_error};
-use crate::exec::{CaptureSpec, ExecOutcome, ExecRequest, LimitHit, LiveStatus, SpillOpener};
+use crate::exec::{ExecOutcome, ExecRequest, LimitHit, LiveStatus};
 use crate::policy::commands::{ON_UNKNOWN, Reason, Verdict};
 use crate::policy::explain;
 use crate::shape::{ErrorKind, ToolError, shape_stream, tool_result};
@@ -279,12 +279,6 @@ fn prepare(ctx: &SharedContext, args: &ShellExecArgs) -> Result<Prepared, ToolEr
     let dir = ctx.workspace.open_dir(&cwd).map_err(|e| path_error(&e))?;
     let cwd_path = ctx.workspace.host_path(&cwd);
     let live = Arc::new(LiveStatus::default());
-    let memory_cap = ctx.policy.output.memory_cap_bytes;
-    let spec = |stream: &'static str| CaptureSpec {
-        memory_cap,
-        spill: Some(spill_opener(ctx, stream)),
-        tee: None,
-    };
     Ok(Prepared {
         request: ExecRequest {
             argv: vec!["/bin/sh".into(), "-c".into(), args.command.clone().into()],
@@ -292,24 +286,13 @@ fn prepare(ctx: &SharedContext, args: &ShellExecArgs) -> Result<Prepared, ToolEr
             env,
             stdin: args.stdin.clone().map(String::into_bytes),
             timeout,
-            stdout: spec("stdout"),
-            stderr: spec("stderr"),
+            stdout: super::capture_spec(ctx, "shell", "stdout"),
+            stderr: super::capture_spec(ctx, "shell", "stderr"),
             cancel: None,
             live: Some(Arc::clone(&live)),
         },
         live,
         cwd: cwd_path,
-    })
-}
-
-fn spill_opener(ctx: &SharedContext, stream: &'static str) -> SpillOpener {
-    let ctx = Arc::clone(ctx);
-    Box::new(move || {
-        let (path, file) = ctx
-            .workspace
-            .create_spill_file(&format!("shell-{stream}"))
-            .map_err(|e| std::io::Error::other(e.to_string()))?;
-        Ok((path.as_str().to_owned(), file.into_std()))
     })
 }
 
@@ -373,12 +356,7 @@ fn shape_outcome(
     enforcement: String,
     cwd: &std::path::Path,
 ) -> (ShellExecOutput, String, bool) {
-    let open = |stream: &str| {
-        ctx.workspace
-            .create_spill_file(&format!("shell-{stream}"))
-            .map(|(p, f)| (p.as_str().to_owned(), f.into_std()))
-            .map_err(|e| std::io::Error::other(e.to_string()))
-    };
+    let open = |stream: &str| ctx.workspace.create_spill_std(&format!("shell-{stream}"));
     let stdout = shape_stream(&outcome.stdout, &ctx.policy.output, "stdout", Some(&open));
     let stderr = shape_stream(&outcome.stderr, &ctx.policy.output, "stderr", Some(&open));
     let scene = explain::Scene {

@@ -68,6 +68,14 @@ impl Workspace {
         })
     }
 
+    /// [`Self::create_spill_file`] as the (display path, std file) pair the output capture and
+    /// shaping want, with the error as `io::Error`.
+    pub fn create_spill_std(&self, prefix: &str) -> io::Result<(String, std::fs::File)> {
+        self.create_spill_file(prefix)
+            .map(|(path, file)| (path.as_str().to_owned(), file.into_std()))
+            .map_err(|e| io::Error::other(e.to_string()))
+    }
+
     fn open_spill_dir(&self) -> Result<Dir, PathError> {
         let cordon = open_or_create_dir_nofollow(&self.dir, CORDON_DIR, CORDON_DIR)?;
         ensure_gitignore(&cordon)?;
