@@ -161,9 +161,7 @@ impl Executor {
             None => child.wait().await.ok(),
         };
 
-        let stragglers = drain_deadline(&stop_reading, [&stdout, &stderr]).await;
-        let stdout = join_reader(stdout).await;
-        let stderr = join_reader(stderr).await;
+        let (stdout, stderr, stragglers) = collect_output(&stop_reading, stdout, stderr).await;
         let hits = cgroup.as_ref().map(|c| c.limit_hits());
         // The tree is dead; removing its directories and preparing the next call's cgroup
         // need not delay the answer.
@@ -255,26 +253,23 @@ async fn kill_tree(cgroup: Option<CallCgroup>, pgid: Option<u32>) -> Option<Call
     }
 }
 
-/// Gives the readers a bounded time to reach EOF, then tells them to stop with what they
-/// have. Returns true when they had to be stopped: some process outside our reach (no cgroup,
-/// left the process group) still holds a pipe.
-async fn drain_deadline(
+/// Waits for both readers to reach EOF, for at most [`DRAIN_BOUND`]; then tells them to stop
+/// with what they have. The flag is true when they had to be stopped: some process outside our
+/// reach (no cgroup, left the process group) still holds a pipe.
+async fn collect_output(
     stop: &CancellationToken,
-    readers: [&Option<tokio::task::JoinHandle<Captured>>; 2],
-) -> bool {
-    let deadline = tokio::time::Instant::now() + DRAIN_BOUND;
-    loop {
-        if readers
-            .iter()
-            .all(|r| r.as_ref().is_none_or(|h| h.is_finished()))
-        {
-            return false;
-        }
-        if tokio::time::Instant::now() >= deadline {
+    stdout: Option<tokio::task::JoinHandle<Captured>>,
+    stderr: Option<tokio::task::JoinHandle<Captured>>,
+) -> (Captured, Captured, bool) {
+    let both = async { (join_reader(stdout).await, join_reader(stderr).await) };
+    tokio::pin!(both);
+    tokio::select! {
+        (out, err) = &mut both => (out, err, false),
+        _ = tokio::time::sleep(DRAIN_BOUND) => {
             stop.cancel();
-            return true;
+            let (out, err) = both.await;
+            (out, err, true)
         }
-        tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
 

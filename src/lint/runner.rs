@@ -287,7 +287,8 @@ impl Linting {
         self.cache.put(after_key, fresh, tree);
 
         mark_introduced(before, after, &old_diags, &mut new_diags);
-        if let Some(old_text) = before {
+        // A second line diff only when some linter could not see the old content.
+        if let (Some(old_text), false) = (before, unpaired.is_empty()) {
             let changed = changed_lines(old_text, after);
             for d in &mut unpaired {
                 d.introduced = (d.line..=d.end_line.max(d.line)).any(|l| changed.contains(&l));
