@@ -191,102 +191,95 @@ impl Policy {
     /// Loads a policy by built-in name or file path. A name wins over a file of the same name
     /// only when no such file exists, so `./strict.toml` and `strict` never surprise.
     pub fn load(name_or_path: &str) -> Result<Self, PolicyError> {
-        let mut layers = Vec::new();
-        // Each layer's text, child first, to point a validation error at the line that set
-        // the bad value.
-        let mut texts: Vec<(String, String)> = Vec::new();
-        let mut next = Some((name_or_path.to_owned(), None::<PathBuf>));
-        while let Some((reference, relative_to)) = next.take() {
-            if layers.len() >= MAX_EXTENDS_DEPTH {
-                return Err(PolicyError::ExtendsTooDeep {
-                    origin: name_or_path.to_owned(),
-                });
-            }
-            let (origin, text, dir) = locate(&reference, relative_to.as_deref())?;
-            let raw: RawPolicy = toml::from_str(&text).map_err(|e| PolicyError::Parse {
-                origin: origin.clone(),
-                message: e.to_string().trim_end().to_owned(),
-            })?;
-            if let Some(rules) = raw.commands.rules.clone() {
-                // Checked per file, while the text is at hand, so errors cite the file's line.
-                commands::CommandRules::compile(commands::Decision::Allow, rules, Some(&text))
-                    .map_err(|e| PolicyError::Invalid {
-                        origin: origin.clone(),
-                        field: "commands.rules",
-                        message: e.to_string(),
-                    })?;
-            }
-            next = raw.extends.clone().map(|parent| (parent, dir));
-            texts.push((origin.clone(), text));
-            layers.push((origin, raw));
-        }
-        let origin = layers[0].0.clone();
-        // Everything falls back to the built-in default, so a policy names only what it changes.
-        let default_raw: RawPolicy = toml::from_str(embedded_source("default").unwrap_or(""))
-            .map_err(|e| PolicyError::Parse {
-                origin: "builtin:default".into(),
-                message: e.to_string(),
-            })?;
-        let merged = layers
-            .into_iter()
-            .rev()
-            .fold(default_raw, |base, (_, layer)| layer.overlay(base));
-        resolve(merged, origin).map_err(|e| match e {
-            PolicyError::Invalid { field, message, .. } => match texts
-                .iter()
-                .find_map(|(o, t)| field_line(t, field).map(|line| (o.clone(), line)))
-            {
-                Some((origin, line)) => PolicyError::Invalid {
-                    origin: format!("{origin}:{line}"),
-                    field,
-                    message,
-                },
-                None => PolicyError::Invalid {
-                    origin: texts.first().map(|(o, _)| o.clone()).unwrap_or_default(),
-                    field,
-                    message,
-                },
-            },
-            other => other,
-        })
+        load_chain(locate(name_or_path, None)?, true)
     }
 
     /// Parses a policy from TOML text (as if it were a file named `origin`); `extends` may only
-    /// name built-in policies here. Used by fuzzing and tests.
+    /// name built-in policies here, so no file is read. Used by fuzzing and tests.
     pub fn from_toml(text: &str, origin: &str) -> Result<Self, PolicyError> {
-        let raw: RawPolicy = toml::from_str(text).map_err(|e| PolicyError::Parse {
-            origin: origin.to_owned(),
-            message: e.to_string().trim_end().to_owned(),
-        })?;
-        let base = match raw.extends.as_deref() {
-            Some(parent) if embedded_source(parent).is_some() => Some(parent.to_owned()),
-            Some(parent) => return Err(PolicyError::UnknownPolicy(parent.to_owned())),
-            None => None,
-        };
-        let default_raw: RawPolicy = toml::from_str(embedded_source("default").unwrap_or(""))
-            .map_err(|e| PolicyError::Parse {
-                origin: "builtin:default".into(),
-                message: e.to_string(),
-            })?;
-        let parent_raw =
-            match base {
-                Some(name) => {
-                    let p: RawPolicy = toml::from_str(embedded_source(&name).unwrap_or(""))
-                        .map_err(|e| PolicyError::Parse {
-                            origin: format!("builtin:{name}"),
-                            message: e.to_string(),
-                        })?;
-                    p.overlay(default_raw)
-                }
-                None => default_raw,
-            };
-        resolve(raw.overlay(parent_raw), origin.to_owned())
+        load_chain((origin.to_owned(), text.to_owned(), None), false)
     }
 
     /// The built-in default policy.
     pub fn builtin_default() -> Self {
         Self::load("default").expect("the embedded default policy is valid (tested)")
     }
+}
+
+/// Loads a policy and the chain it `extends`, child first, then resolves the merge over the
+/// built-in default. `first` is the located (origin, text, directory) of the policy itself;
+/// with `files_allowed` false, parents may only be built-in policies.
+fn load_chain(
+    first: (String, String, Option<PathBuf>),
+    files_allowed: bool,
+) -> Result<Policy, PolicyError> {
+    // (origin, text, parsed), child first; the text points a validation error at the line
+    // that set the bad value.
+    let mut layers: Vec<(String, String, RawPolicy)> = Vec::new();
+    let first_origin = first.0.clone();
+    let mut next = Some(first);
+    while let Some((origin, text, dir)) = next.take() {
+        if layers.len() >= MAX_EXTENDS_DEPTH {
+            return Err(PolicyError::ExtendsTooDeep {
+                origin: first_origin,
+            });
+        }
+        let raw: RawPolicy = toml::from_str(&text).map_err(|e| PolicyError::Parse {
+            origin: origin.clone(),
+            message: e.to_string().trim_end().to_owned(),
+        })?;
+        if let Some(rules) = raw.commands.rules.clone() {
+            // Checked per file, while the text is at hand, so errors cite the file's line.
+            commands::CommandRules::compile(commands::Decision::Allow, rules, Some(&text))
+                .map_err(|e| PolicyError::Invalid {
+                    origin: origin.clone(),
+                    field: "commands.rules",
+                    message: e.to_string(),
+                })?;
+        }
+        next = match raw.extends.as_deref() {
+            None => None,
+            Some(parent) if files_allowed => Some(locate(parent, dir.as_deref())?),
+            Some(parent) => match embedded_source(parent) {
+                Some(text) => Some((format!("builtin:{parent}"), text.to_owned(), None)),
+                None => return Err(PolicyError::UnknownPolicy(parent.to_owned())),
+            },
+        };
+        layers.push((origin, text, raw));
+    }
+    let origin = layers[0].0.clone();
+    // Everything falls back to the built-in default, so a policy names only what it changes.
+    let default_raw: RawPolicy =
+        toml::from_str(embedded_source("default").unwrap_or("")).map_err(|e| {
+            PolicyError::Parse {
+                origin: "builtin:default".into(),
+                message: e.to_string(),
+            }
+        })?;
+    let merged = layers
+        .iter()
+        .rev()
+        .fold(default_raw, |base, (_, _, layer)| {
+            layer.clone().overlay(base)
+        });
+    resolve(merged, origin).map_err(|e| match e {
+        PolicyError::Invalid { field, message, .. } => match layers
+            .iter()
+            .find_map(|(o, t, _)| field_line(t, field).map(|line| (o.clone(), line)))
+        {
+            Some((origin, line)) => PolicyError::Invalid {
+                origin: format!("{origin}:{line}"),
+                field,
+                message,
+            },
+            None => PolicyError::Invalid {
+                origin: layers[0].0.clone(),
+                field,
+                message,
+            },
+        },
+        other => other,
+    })
 }
 
 /// Finds the text of a policy reference: a file path (relative to the extending file's
