@@ -339,10 +339,16 @@ async fn exec(
     if outcome.enforcement.level != "full" {
         eprintln!("cordon: enforcement {}", outcome.enforcement.summary());
     }
-    if (outcome.limit.is_some() || outcome.stragglers_killed)
+    if outcome.limit.is_some()
         && let Some(reason) = outcome.reason()
     {
         eprintln!("cordon: {reason}");
+    }
+    if outcome.output_cut_short {
+        eprintln!(
+            "cordon: a process that escaped the process group still holds the output; \
+             reading stopped (no cgroup here to kill it)"
+        );
     }
     Ok(outcome.shell_status())
 }

@@ -87,19 +87,19 @@ pub fn shape_stream(
 ) -> ShapedStream {
     let complete = captured.complete_bytes();
     let lines = count_lines(captured);
-    let fits = complete.is_some()
+    // A UTF-8 character is at most 4 bytes, so only plausible candidates are decoded.
+    if let Some(bytes) = &complete
         && lines <= policy.max_lines as u64
-        && captured.total_bytes as usize <= policy.max_chars.saturating_mul(4)
-        && String::from_utf8_lossy(complete.as_deref().unwrap_or_default())
-            .chars()
-            .count()
-            <= policy.max_chars;
-    if fits {
-        return ShapedStream {
-            text: String::from_utf8_lossy(complete.as_deref().unwrap_or_default()).into_owned(),
-            truncated: false,
-            full_output: None,
-        };
+        && bytes.len() <= policy.max_chars.saturating_mul(4)
+    {
+        let text = String::from_utf8_lossy(bytes);
+        if text.chars().count() <= policy.max_chars {
+            return ShapedStream {
+                text: text.into_owned(),
+                truncated: false,
+                full_output: None,
+            };
+        }
     }
 
     // Where the whole stream lives: spilled while capturing, or written now from memory.

@@ -161,7 +161,8 @@ impl Executor {
             None => child.wait().await.ok(),
         };
 
-        let (stdout, stderr, stragglers) = collect_output(&stop_reading, stdout, stderr).await;
+        let (stdout, stderr, output_cut_short) =
+            collect_output(&stop_reading, stdout, stderr).await;
         let hits = cgroup.as_ref().map(|c| c.limit_hits());
         // The tree is dead; removing its directories and preparing the next call's cgroup
         // need not delay the answer.
@@ -196,7 +197,7 @@ impl Executor {
             stdout,
             stderr,
             duration: started.elapsed(),
-            stragglers_killed: stragglers,
+            output_cut_short,
             enforcement: self.confinement.enforcement().clone(),
         })
     }

@@ -47,8 +47,10 @@ pub struct ExecOutcome {
     pub stdout: Captured,
     pub stderr: Captured,
     pub duration: Duration,
-    /// Processes of the call still alive after its main process exited were killed.
-    pub stragglers_killed: bool,
+    /// A process the call could not kill (it left the process group and there is no cgroup)
+    /// still held an output pipe, so reading stopped at the drain bound; anything it wrote
+    /// later is not in the output.
+    pub output_cut_short: bool,
     pub enforcement: Enforcement,
 }
 
