@@ -381,6 +381,12 @@ fn shape_outcome(
             }
         }
     }
+    if outcome.output_cut_short {
+        text.push_str(
+            "[a background process that left the process group still holds the output; \
+             reading stopped, so later output is missing (no cgroup here to kill it)]\n",
+        );
+    }
     if outcome.enforcement.level != "full" {
         text.push_str(&format!(
             "[enforcement: {}]\n",
