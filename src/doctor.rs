@@ -116,6 +116,7 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
     let options = ConfineOptions {
         allow_degraded: false,
         extra_read_exec: vec![self_exe.clone()],
+        init_program: None,
     };
     let ws = workspace.path().canonicalize()?;
     let confinement = Arc::new(Confinement::build(policy, &ws, &options)?);

@@ -110,6 +110,15 @@ enum PolicyAction {
 }
 
 fn main() {
+    // The sandbox init is this binary too; it must start before anything else (no runtime,
+    // no threads) because it forks.
+    if std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(
+            cordon::confine::sandbox::init::INIT_ARG,
+        ))
+    {
+        cordon::confine::sandbox::init::main();
+    }
     let cli = Cli::parse();
     let code = match cli.command {
         Command::Probe { name, arg } => cordon::confine::selftest::run(&name, arg.as_deref()),

@@ -136,7 +136,7 @@ fn make_readonly(paths: &[std::ffi::CString]) -> io::Result<()> {
 /// Root children keep uid 0 but lose every capability, for good: bounding set emptied, ambient
 /// set cleared, and the securebits that make exec of any program re-grant capabilities to
 /// uid 0 are turned off and locked.
-fn drop_all_capabilities() -> io::Result<()> {
+pub(crate) fn drop_all_capabilities() -> io::Result<()> {
     use rustix::thread::{
         CapabilitiesSecureBits as Bits, CapabilitySet, CapabilitySets,
         remove_capability_from_bounding_set, set_capabilities, set_capabilities_secure_bits,

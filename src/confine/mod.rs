@@ -7,15 +7,19 @@
 
 mod cgroup;
 mod child;
+mod factory;
 pub mod kernel;
 pub mod landlock;
 mod rlimits;
+pub mod sandbox;
 pub mod seccomp;
 pub mod selftest;
 
 pub use cgroup::{CallCgroup, CallLimits, CgroupMode, LimitHits};
 pub use child::ChildSetup;
+pub use factory::WarmSlot;
 pub use kernel::{KernelSupport, REQUIRED_LANDLOCK_ABI};
+pub use sandbox::{SandboxChild, Slot};
 
 use crate::policy::{Policy, WorkspaceAccess};
 use seccompiler::BpfProgram;
@@ -44,6 +48,8 @@ pub enum ConfineError {
     TempDir(std::io::Error),
     #[error("cannot prepare the call's cgroup: {0}")]
     Cgroup(#[from] cgroup::CgroupError),
+    #[error(transparent)]
+    Sandbox(#[from] sandbox::SandboxError),
 }
 
 /// What cgroup support this process would get, with the reasons for anything missing. Creates
@@ -70,6 +76,9 @@ pub struct ConfineOptions {
     pub allow_degraded: bool,
     /// Extra read+execute grants (e.g. the cordon binary itself for `doctor` probes).
     pub extra_read_exec: Vec<PathBuf>,
+    /// The cordon binary that runs the sandbox init (`cordon __sandbox-init`); default: this
+    /// process's own executable. Tests that embed the library name the real binary here.
+    pub init_program: Option<PathBuf>,
 }
 
 /// The enforcement actually in force, reported with every outcome.
@@ -82,6 +91,12 @@ pub struct Enforcement {
     pub landlock: bool,
     pub seccomp: bool,
     pub cgroups: CgroupMode,
+    /// Confined processes are born in the sandbox init's namespaces (mount, PID, IPC, UTS,
+    /// network when the policy has none, user when not root). False: one fork per child, with
+    /// seccomp standing in where it can (no Unix sockets, no SysV IPC) — a weaker level.
+    pub namespaces: bool,
+    pub network_namespace: bool,
+    pub user_namespace: bool,
     pub capabilities_dropped: bool,
     pub notes: Vec<String>,
 }
@@ -102,6 +117,14 @@ impl Enforcement {
             }
             .into(),
         );
+        parts.push(
+            if self.namespaces {
+                "namespaces"
+            } else {
+                "NO namespaces"
+            }
+            .into(),
+        );
         parts.push(format!(
             "cgroups: {}",
             serde_json::to_value(self.cgroups)
@@ -119,13 +142,18 @@ pub struct Confinement {
     seccomp: Arc<Vec<BpfProgram>>,
     rlimits: Arc<Vec<(rustix::process::Resource, u64)>>,
     drop_capabilities: bool,
-    /// A call cgroup made ahead of time (mkdir and limit writes off the critical path).
-    /// Declared before `cgroups` so it is removed before its parent directories.
+    /// A call cgroup made ahead of time (mkdir and limit writes off the critical path), for
+    /// the per-child path. Declared before `cgroups` so it is removed before its parents.
     spare: std::sync::Mutex<Option<CallCgroup>>,
+    /// The sandbox init and its warm slots; None where namespaces cannot be had. Declared
+    /// before `cgroups` so the slots' cgroups go before their parents.
+    factory: Option<factory::Factory>,
     cgroups: cgroup::Cgroups,
     call_limits: CallLimits,
     enforcement: Enforcement,
     tmp_root: tempfile::TempDir,
+    /// Long-lived workers' private directories live below this (see `private_root`).
+    private_root: tempfile::TempDir,
     workspace: PathBuf,
     /// Absolute protected paths (workspace + `filesystem.protected`).
     protected: Vec<PathBuf>,
@@ -255,23 +283,55 @@ impl Confinement {
         if !cgroups.has_limits() {
             notes.push(
                 "no cgroup limits: memory and pids are bounded by rlimits only, and a process \
-                 that leaves the process group (setsid) is not killed with the call"
+                 that leaves the process group (setsid) is only killed when the server ends"
                     .into(),
             );
         }
         notes.extend(cgroups.notes.iter().cloned());
 
         let drop_capabilities = kernel.is_root;
-        if !kernel.is_root && !policy.filesystem.protected.is_empty() {
-            notes.push(
-                "protected paths are refused by the file tools only: without root, shell \
-                 commands can still write them (no private mount namespace)"
-                    .into(),
-            );
+        let private_root = tempfile::Builder::new()
+            .prefix("cordon-private-")
+            .tempdir()
+            .map_err(ConfineError::TempDir)?;
+        let protected: Vec<PathBuf> = policy
+            .filesystem
+            .protected
+            .iter()
+            .map(|p| workspace.join(p))
+            .collect();
+        let factory = start_factory(
+            policy,
+            workspace,
+            options,
+            &kernel,
+            landlock_inputs.as_ref(),
+            &seccomp,
+            tmp_root.path(),
+            private_root.path(),
+            &protected,
+            &mut notes,
+        );
+        let mut seccomp = seccomp;
+        if factory.is_none() && !seccomp.is_empty() {
+            // No namespaces to hide the host's sockets and IPC: seccomp refuses them instead.
+            seccomp.extend(seccomp::fallback_programs(
+                policy.sandbox.fallback_unix_sockets,
+            )?);
+            if !kernel.is_root && !policy.filesystem.protected.is_empty() {
+                notes.push(
+                    "protected paths are refused by the file tools only: without namespaces, \
+                     shell commands can still write them"
+                        .into(),
+                );
+            }
         }
         let rlimits = rlimits::plan(&policy.limits, !cgroups.has_limits(), kernel.is_root);
         let landlock = landlock_fd.is_some() && kernel.landlock_abi >= REQUIRED_LANDLOCK_ABI;
-        let level = match (landlock && !seccomp.is_empty(), cgroups.has_limits()) {
+        let level = match (
+            landlock && !seccomp.is_empty(),
+            cgroups.has_limits() && factory.is_some(),
+        ) {
             (true, true) => "full",
             (true, false) => "reduced",
             (false, _) => "degraded",
@@ -286,7 +346,10 @@ impl Confinement {
             landlock,
             seccomp: !seccomp.is_empty(),
             cgroups: cgroups.mode(),
-            capabilities_dropped: drop_capabilities,
+            namespaces: factory.is_some(),
+            network_namespace: factory.as_ref().is_some_and(|f| f.namespaces().network),
+            user_namespace: factory.as_ref().is_some_and(|f| f.namespaces().user),
+            capabilities_dropped: drop_capabilities || factory.is_some(),
             notes,
         };
         Ok(Self {
@@ -300,18 +363,63 @@ impl Confinement {
                 cpu_percent: policy.limits.cpu_percent,
             },
             spare: std::sync::Mutex::new(None),
+            factory,
             cgroups,
             enforcement,
             tmp_root,
+            private_root,
             workspace: workspace.to_path_buf(),
-            protected: policy
-                .filesystem
-                .protected
-                .iter()
-                .map(|p| workspace.join(p))
-                .collect(),
+            protected,
             landlock_inputs,
         })
+    }
+
+    /// Root of long-lived workers' private directories (`WorkerSpec::private_dir` must lie
+    /// below it): in the sandbox's view, but granted to each worker's own directory only.
+    pub fn private_root(&self) -> &Path {
+        self.private_root.path()
+    }
+
+    /// Whether children come from the sandbox init (true) or one fork each.
+    pub fn uses_sandbox_init(&self) -> bool {
+        self.factory
+            .as_ref()
+            .is_some_and(factory::Factory::is_alive)
+    }
+
+    /// A warm slot for one call, already in its cgroups, if one is ready. Never blocks.
+    pub fn pop_warm_slot(&self) -> Option<WarmSlot> {
+        self.factory.as_ref().filter(|f| f.is_alive())?.pop_warm()
+    }
+
+    /// A slot for one call made now (no warm one was left). Blocking: run it off the async
+    /// threads. None: there is no sandbox init; use the per-child path.
+    pub fn make_call_slot(&self) -> Option<Result<WarmSlot, ConfineError>> {
+        let factory = self.factory.as_ref().filter(|f| f.is_alive())?;
+        Some(factory.make_call_slot(&self.cgroups, &self.call_limits))
+    }
+
+    /// Tops up the warm slots. Blocking: run it off the async threads.
+    pub fn refill_call_slots(&self) {
+        if let Some(factory) = &self.factory {
+            factory.refill(&self.cgroups, &self.call_limits);
+        }
+    }
+
+    /// A slot for a long-lived worker with its own limits and private directory. None: there
+    /// is no sandbox init. Blocking.
+    pub fn make_worker_slot(
+        &self,
+        limits: &CallLimits,
+        private_dir: &Path,
+    ) -> Option<Result<WarmSlot, ConfineError>> {
+        let factory = self.factory.as_ref().filter(|f| f.is_alive())?;
+        Some(factory.make_worker_slot(&self.cgroups, limits, private_dir))
+    }
+
+    /// The rlimits a job sets before exec, as (resource number, value).
+    pub fn job_rlimits(&self) -> Vec<(i32, u64)> {
+        self.rlimits.iter().map(|&(r, v)| (r as i32, v)).collect()
     }
 
     pub fn enforcement(&self) -> &Enforcement {
@@ -406,5 +514,87 @@ impl Confinement {
             .filter(|p| p.symlink_metadata().is_ok())
             .filter_map(|p| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).ok())
             .collect()
+    }
+}
+
+/// Starts the sandbox init when namespaces can be had; otherwise says why not in `notes`.
+#[allow(clippy::too_many_arguments)]
+fn start_factory(
+    policy: &Policy,
+    workspace: &Path,
+    options: &ConfineOptions,
+    kernel: &KernelSupport,
+    landlock: Option<&LandlockInputs>,
+    seccomp: &[BpfProgram],
+    calls_tmp: &Path,
+    private_root: &Path,
+    protected: &[PathBuf],
+    notes: &mut Vec<String>,
+) -> Option<factory::Factory> {
+    const WEAKER: &str = "confined processes then share the host's mount, PID and IPC \
+        namespaces: seccomp refuses Unix sockets and System V IPC instead, /proc shows host \
+        processes, and a process that leaves its process group outlives the call where there \
+        are no cgroups";
+    if kernel::simulated_missing("namespaces") {
+        notes.push(format!("namespaces unavailable (simulated); {WEAKER}"));
+        return None;
+    }
+    if !kernel.is_root && !kernel.user_namespaces {
+        notes.push(format!(
+            "namespaces unavailable: unprivileged user namespaces are disabled \
+             (kernel.unprivileged_userns_clone, user.max_user_namespaces, or an AppArmor \
+             restriction); {WEAKER}"
+        ));
+        return None;
+    }
+    let Some(program) = options
+        .init_program
+        .clone()
+        .or_else(|| std::env::current_exe().ok())
+    else {
+        notes.push(format!(
+            "namespaces unavailable: cannot find the cordon binary; {WEAKER}"
+        ));
+        return None;
+    };
+    let fs = &policy.filesystem;
+    let mut read_exec = fs.read_exec.clone();
+    read_exec.extend(options.extra_read_exec.iter().cloned());
+    let mut read_write = fs.read_write.clone();
+    if fs.workspace == WorkspaceAccess::ReadOnly {
+        read_write.extend(fs.workspace_writable.iter().map(|p| workspace.join(p)));
+    }
+    let inputs = factory::ViewInputs {
+        landlock,
+        workspace,
+        read_only_workspace: fs.workspace == WorkspaceAccess::ReadOnly,
+        calls_tmp,
+        private_root,
+        protected,
+        isolate_network: policy.network.is_off() && policy.sandbox.seccomp_profile == "default",
+        seccomp,
+        read_exec: &read_exec,
+        read_write: &read_write,
+        devices: &fs.devices,
+        is_root: kernel.is_root,
+    };
+    for path in protected {
+        if path
+            .symlink_metadata()
+            .is_ok_and(|m| m.file_type().is_symlink())
+        {
+            notes.push(format!(
+                "protected path {} is a symbolic link: it cannot be made read-only for \
+                 commands (replace it with the real file or directory)",
+                path.display()
+            ));
+        }
+    }
+    match factory::Factory::start(&inputs, program) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            notes.push(format!("namespaces unavailable: {e}; {WEAKER}"));
+            None
+        }
     }
 }

@@ -2,10 +2,11 @@
 //! sockets, namespaces, ptrace).
 //!
 //! Profiles are seccompiler JSON (`sandbox-profiles/`, embedded), compiled once per policy in
-//! the parent. Two things JSON cannot say are spliced in here, right after seccompiler's
+//! the parent. Three things JSON cannot say are spliced in here, right after seccompiler's
 //! architecture check: x32 syscall numbers are refused (seccompiler only checks
-//! AUDIT_ARCH_X86_64, which x32 shares) and `clone3` answers ENOSYS, so libc falls back to
-//! `clone`, whose flags the profile *can* inspect. Installing the programs is `child`'s job.
+//! AUDIT_ARCH_X86_64, which x32 shares), and `clone3` and `fchmodat2` answer ENOSYS, so libc
+//! falls back to `clone` and `fchmodat`, whose flags and mode the profile *can* inspect.
+//! Where namespaces cannot be had, [`fallback_programs`] add what they would have hidden. Installing the programs is `child`'s job.
 
 use seccompiler::{BpfProgram, TargetArch, sock_filter};
 use std::path::Path;
@@ -40,6 +41,32 @@ pub enum SeccompError {
         path: String,
         source: std::io::Error,
     },
+}
+
+/// Extra programs for the per-child path (no namespaces): System V IPC refused, and Unix
+/// sockets unless `allow_unix_sockets` (the policy's `sandbox.fallback_unix_sockets`).
+pub fn fallback_programs(allow_unix_sockets: bool) -> Result<Vec<BpfProgram>, SeccompError> {
+    let mut sources = vec![(
+        "builtin:fallback_sysv",
+        include_str!("../../sandbox-profiles/fallback_sysv.json"),
+    )];
+    if !allow_unix_sockets {
+        sources.push((
+            "builtin:fallback_unix",
+            include_str!("../../sandbox-profiles/fallback_unix.json"),
+        ));
+    }
+    let mut out = Vec::new();
+    for (origin, text) in sources {
+        let map = seccompiler::compile_from_json(text.as_bytes(), TargetArch::x86_64).map_err(
+            |source| SeccompError::Compile {
+                origin: origin.to_owned(),
+                source,
+            },
+        )?;
+        out.extend(map.into_values());
+    }
+    Ok(out)
 }
 
 pub fn embedded_profile_names() -> Vec<&'static str> {
@@ -91,6 +118,7 @@ const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
 const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 const SECCOMP_DATA_ARCH: u32 = 4;
 const SECCOMP_DATA_NR: u32 = 0;
+const SYS_FCHMODAT2: u32 = 452;
 
 fn splice_prologue(prog: &mut BpfProgram) -> Result<(), String> {
     // Refuse to patch a program whose start is not the arch check we expect: a seccompiler
@@ -126,15 +154,24 @@ fn splice_prologue(prog: &mut BpfProgram) -> Result<(), String> {
             // deny rules.
             sock_filter {
                 code: BPF_JGE_K,
-                jt: 1,
+                jt: 2,
                 jf: 0,
                 k: X32_SYSCALL_BIT,
             },
             sock_filter {
                 code: BPF_JEQ_K,
+                jt: 1,
+                jf: 0,
+                k: libc::SYS_clone3 as u32,
+            },
+            // fchmodat2 (Linux 6.6) carries its mode where the profile's setuid rules for
+            // chmod/fchmod/fchmodat cannot name it (seccompiler has no number for it); libc
+            // falls back to fchmodat on ENOSYS, which those rules do inspect.
+            sock_filter {
+                code: BPF_JEQ_K,
                 jt: 0,
                 jf: 1,
-                k: libc::SYS_clone3 as u32,
+                k: SYS_FCHMODAT2,
             },
             sock_filter {
                 code: BPF_RET_K,

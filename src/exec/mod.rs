@@ -10,6 +10,7 @@
 pub mod capture;
 pub mod env;
 mod outcome;
+pub mod process;
 pub mod worker;
 
 pub use capture::{CaptureSpec, Captured, LiveStatus, SpillOpener};
@@ -100,32 +101,57 @@ impl Executor {
             .tempdir_in(conf.tmp_root())
             .map_err(ExecError::TempDir)?;
         let env = env::build(&self.environment, tmp.path(), conf.workspace(), &req.env);
-        let cgroup = conf.create_call_cgroup()?;
-        // The workspace root is the default cwd; an fd keeps it from being swapped underneath.
-        let root_fd = match req.cwd {
-            Some(_) => None,
-            None => std::fs::File::open(conf.workspace())
-                .ok()
-                .map(OwnedFd::from),
+        let (mut child, pipes, cgroup) = match self.call_slot().await {
+            Some(warm) => {
+                let warm = warm?;
+                let spec = process::SlotSpawn {
+                    argv: &req.argv,
+                    env: &env,
+                    cwd: relative_cwd(req.cwd.as_ref(), conf.workspace(), &req.argv)?,
+                    piped_stdin: req.stdin.is_some(),
+                    rlimits: conf.job_rlimits(),
+                    extra_fds: Vec::new(),
+                };
+                let (child, pipes) = process::spawn_in_slot(warm.slot, spec)?;
+                (child, pipes, warm.cgroup)
+            }
+            None => {
+                let cgroup = conf.create_call_cgroup()?;
+                // The workspace root is the default cwd; an fd keeps it from being swapped
+                // underneath, and a missing root is an error, not the server's cwd.
+                let root_fd = match req.cwd {
+                    Some(_) => None,
+                    None => Some(OwnedFd::from(
+                        std::fs::File::open(conf.workspace()).map_err(ExecError::TempDir)?,
+                    )),
+                };
+                let cwd_fd = req
+                    .cwd
+                    .as_ref()
+                    .or(root_fd.as_ref())
+                    .map(AsRawFd::as_raw_fd);
+                let setup = conf.child_setup(cwd_fd, cgroup.as_ref());
+                let stdin = if req.stdin.is_some() {
+                    Stdio::piped()
+                } else {
+                    Stdio::null()
+                };
+                let mut child = spawn_confined(&req.argv, &env, stdin, setup)?;
+                drop(root_fd);
+                let pipes = process::Pipes::of_child(&mut child);
+                (process::Process::Forked(child), pipes, cgroup)
+            }
         };
-        let cwd_fd = req
-            .cwd
-            .as_ref()
-            .or(root_fd.as_ref())
-            .map(AsRawFd::as_raw_fd);
-        let setup = conf.child_setup(cwd_fd, cgroup.as_ref());
-
-        let stdin = if req.stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        };
-        let mut child = spawn_confined(&req.argv, &env, stdin, setup)?;
-        drop((req.cwd, root_fd));
+        drop(req.cwd);
         let pgid = child.id();
+        let process::Pipes {
+            stdin: stdin_pipe,
+            stdout: stdout_pipe,
+            stderr: stderr_pipe,
+        } = pipes;
 
         let stop_reading = CancellationToken::new();
-        let stdout = child.stdout.take().map(|p| {
+        let stdout = stdout_pipe.map(|p| {
             tokio::spawn(capture::drain(
                 p,
                 req.stdout,
@@ -133,7 +159,7 @@ impl Executor {
                 stop_reading.clone(),
             ))
         });
-        let stderr = child.stderr.take().map(|p| {
+        let stderr = stderr_pipe.map(|p| {
             tokio::spawn(capture::drain(
                 p,
                 req.stderr,
@@ -141,7 +167,7 @@ impl Executor {
                 stop_reading.clone(),
             ))
         });
-        if let (Some(mut pipe), Some(input)) = (child.stdin.take(), req.stdin) {
+        if let (Some(mut pipe), Some(input)) = (stdin_pipe, req.stdin) {
             tokio::spawn(async move {
                 // A child that exits without reading its input is not an error.
                 let _ = pipe.write_all(&input).await;
@@ -150,7 +176,7 @@ impl Executor {
 
         let cancel = req.cancel.unwrap_or_default();
         let (status, timed_out, cancelled) = tokio::select! {
-            status = child.wait() => (status.ok(), false, false),
+            status = child.wait() => (status, false, false),
             _ = tokio::time::sleep(req.timeout) => (None, true, false),
             _ = cancel.cancelled() => (None, false, true),
         };
@@ -158,7 +184,7 @@ impl Executor {
         let cgroup = kill_tree(cgroup, pgid).await;
         let status = match status {
             Some(s) => Some(s),
-            None => child.wait().await.ok(),
+            None => child.wait().await,
         };
 
         let (stdout, stderr, output_cut_short) =
@@ -170,7 +196,11 @@ impl Executor {
         tokio::task::spawn_blocking(move || {
             drop(cgroup);
             drop(tmp);
-            confinement.prepare_spare_cgroup();
+            if confinement.uses_sandbox_init() {
+                confinement.refill_call_slots();
+            } else {
+                confinement.prepare_spare_cgroup();
+            }
         });
 
         use std::os::unix::process::ExitStatusExt;
@@ -201,6 +231,59 @@ impl Executor {
             enforcement: self.confinement.enforcement().clone(),
         })
     }
+}
+
+impl Executor {
+    /// A slot for this call: a warm one, else one made now off the async threads. None when
+    /// there is no sandbox init (the per-child path).
+    async fn call_slot(&self) -> Option<Result<crate::confine::WarmSlot, ConfineError>> {
+        if !self.confinement.uses_sandbox_init() {
+            return None;
+        }
+        if let Some(warm) = self.confinement.pop_warm_slot() {
+            return Some(Ok(warm));
+        }
+        let confinement = Arc::clone(&self.confinement);
+        tokio::task::spawn_blocking(move || confinement.make_call_slot())
+            .await
+            .ok()
+            .flatten()
+    }
+}
+
+/// The job's working directory relative to the workspace, from the directory the server
+/// resolved beneath it (the slot resolves it again, beneath the workspace of its own view).
+fn relative_cwd(
+    cwd: Option<&OwnedFd>,
+    workspace: &std::path::Path,
+    argv: &[OsString],
+) -> Result<std::path::PathBuf, ExecError> {
+    let Some(fd) = cwd else {
+        return Ok(".".into());
+    };
+    let spawn_err = |source| ExecError::Spawn {
+        program: argv
+            .first()
+            .map(|a| a.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        source,
+    };
+    let path =
+        std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).map_err(spawn_err)?;
+    path.strip_prefix(workspace)
+        .map(|p| {
+            if p.as_os_str().is_empty() {
+                ".".into()
+            } else {
+                p.to_path_buf()
+            }
+        })
+        .map_err(|_| {
+            spawn_err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "the working directory is no longer inside the workspace",
+            ))
+        })
 }
 
 /// Spawns `argv` with exactly `env`, piped stdout/stderr, confined by `setup` between fork

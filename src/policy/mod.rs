@@ -158,6 +158,9 @@ pub struct EnvironmentPolicy {
 #[derive(Debug, Clone, Serialize)]
 pub struct SandboxPolicy {
     pub seccomp_profile: String,
+    /// Where namespaces cannot be had, seccomp refuses `socket(AF_UNIX, …)` so no host
+    /// socket can be reached; true opts back in (socketpair works either way).
+    pub fallback_unix_sockets: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -452,6 +455,7 @@ fn resolve(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
             .sandbox
             .seccomp_profile
             .ok_or_else(|| missing("sandbox.seccomp_profile"))?,
+        fallback_unix_sockets: raw.sandbox.fallback_unix_sockets.unwrap_or(false),
     };
     if !network.is_off() && sandbox.seccomp_profile == "default" {
         return Err(invalid(

@@ -120,6 +120,7 @@ pub struct RawEnvironment {
 #[serde(deny_unknown_fields)]
 pub struct RawSandbox {
     pub seccomp_profile: Option<String>,
+    pub fallback_unix_sockets: Option<bool>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -201,7 +202,10 @@ overlay_struct!(RawLimits {
 });
 overlay_struct!(RawEnvironment { pass, set });
 overlay_struct!(RawCommands { on_unknown, rules });
-overlay_struct!(RawSandbox { seccomp_profile });
+overlay_struct!(RawSandbox {
+    seccomp_profile,
+    fallback_unix_sockets
+});
 overlay_struct!(RawOutput {
     max_lines,
     max_chars,

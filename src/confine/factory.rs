@@ -1,0 +1,192 @@
+//! Where confined processes come from when namespaces can be had: the sandbox init and its
+//! warm slots.
+//!
+//! Owns the pool of ready slots for calls (each already inside its own fresh per-call cgroups,
+//! so neither the fork nor the cgroup migration — an RCU grace period, ~11 ms when calls are
+//! spaced — is on a call's critical path) and the plan the init is started with. It does not
+//! run jobs (`exec` does, through [`Slot::start`]) and knows nothing of policies beyond what
+//! `Confinement::build` hands it.
+
+use super::cgroup::{CallCgroup, CallLimits, Cgroups};
+use super::sandbox::plan::{InitPlan, LandlockPlan};
+use super::sandbox::wire::SlotLayer;
+use super::sandbox::{Namespaces, Sandbox, SandboxError, Slot};
+use super::{ConfineError, LandlockInputs};
+use seccompiler::BpfProgram;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Slots kept ready for calls. Two cover an agent's sequential calls plus one overlap; more
+/// would only hold memory and cgroup directories.
+const WARM_SLOTS: usize = 2;
+
+/// A ready slot with the cgroups it has joined.
+pub struct WarmSlot {
+    pub slot: Slot,
+    pub cgroup: Option<CallCgroup>,
+}
+
+pub struct Factory {
+    /// Declared first: ready slots (and their cgroups) go before the init and the parents.
+    pool: Mutex<Vec<WarmSlot>>,
+    refilling: AtomicBool,
+    sandbox: Sandbox,
+}
+
+/// What the view is built from, gathered by `Confinement::build`.
+pub struct ViewInputs<'a> {
+    pub landlock: Option<&'a LandlockInputs>,
+    pub workspace: &'a Path,
+    pub read_only_workspace: bool,
+    pub calls_tmp: &'a Path,
+    pub private_root: &'a Path,
+    /// Absolute protected entries (existing or not).
+    pub protected: &'a [PathBuf],
+    pub isolate_network: bool,
+    pub seccomp: &'a [BpfProgram],
+    pub read_exec: &'a [PathBuf],
+    pub read_write: &'a [PathBuf],
+    pub devices: &'a [PathBuf],
+    pub is_root: bool,
+}
+
+impl Factory {
+    /// Starts the init. `program` is the cordon binary (it runs `cordon __sandbox-init`).
+    pub fn start(inputs: &ViewInputs<'_>, program: PathBuf) -> Result<Self, SandboxError> {
+        let sandbox = Sandbox::start(plan(inputs), program)?;
+        Ok(Self {
+            pool: Mutex::new(Vec::new()),
+            refilling: AtomicBool::new(false),
+            sandbox,
+        })
+    }
+
+    pub fn namespaces(&self) -> Namespaces {
+        self.sandbox.namespaces()
+    }
+
+    pub fn is_alive(&self) -> bool {
+        self.sandbox.is_alive()
+    }
+
+    /// A warm slot, if one is ready. Never blocks.
+    pub fn pop_warm(&self) -> Option<WarmSlot> {
+        self.pool.lock().ok().and_then(|mut p| p.pop())
+    }
+
+    /// A slot for a call made now (the pool was empty: a burst of concurrent calls). Blocking.
+    pub fn make_call_slot(
+        &self,
+        cgroups: &Cgroups,
+        limits: &CallLimits,
+    ) -> Result<WarmSlot, ConfineError> {
+        self.make(cgroups, limits, SlotLayer::Calls)
+    }
+
+    /// A slot for a long-lived worker: its own cgroups and its private directory as the one
+    /// extra Landlock grant. Blocking.
+    pub fn make_worker_slot(
+        &self,
+        cgroups: &Cgroups,
+        limits: &CallLimits,
+        private_dir: &Path,
+    ) -> Result<WarmSlot, ConfineError> {
+        self.make(
+            cgroups,
+            limits,
+            SlotLayer::Private(private_dir.to_path_buf()),
+        )
+    }
+
+    fn make(
+        &self,
+        cgroups: &Cgroups,
+        limits: &CallLimits,
+        layer: SlotLayer,
+    ) -> Result<WarmSlot, ConfineError> {
+        let cgroup = if matches!(cgroups.mode(), super::CgroupMode::None) {
+            None
+        } else {
+            Some(cgroups.create_call(limits)?)
+        };
+        let fds: &[OwnedFd] = cgroup.as_ref().map(CallCgroup::procs_fds).unwrap_or(&[]);
+        let slot = self.sandbox.make_slot(layer, fds)?;
+        Ok(WarmSlot { slot, cgroup })
+    }
+
+    /// Tops the pool up to [`WARM_SLOTS`]. Blocking; one refill at a time (a second caller
+    /// returns at once). Failures are logged: the next call then makes its own slot and
+    /// reports the error if it persists.
+    pub fn refill(&self, cgroups: &Cgroups, limits: &CallLimits) {
+        if self.refilling.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        while self.sandbox.is_alive()
+            && self.pool.lock().map(|p| p.len()).unwrap_or(WARM_SLOTS) < WARM_SLOTS
+        {
+            match self.make(cgroups, limits, SlotLayer::Calls) {
+                Ok(warm) => {
+                    if let Ok(mut pool) = self.pool.lock() {
+                        pool.push(warm);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!("cannot prepare a warm slot: {e}");
+                    break;
+                }
+            }
+        }
+        self.refilling.store(false, Ordering::Release);
+    }
+}
+
+fn plan(inputs: &ViewInputs<'_>) -> InitPlan {
+    let mut read_only: Vec<PathBuf> = inputs.read_exec.to_vec();
+    let mut read_write: Vec<PathBuf> = inputs.read_write.to_vec();
+    read_write.push(inputs.calls_tmp.to_path_buf());
+    read_write.push(inputs.private_root.to_path_buf());
+    if inputs.read_only_workspace {
+        read_only.push(inputs.workspace.to_path_buf());
+    } else {
+        read_write.push(inputs.workspace.to_path_buf());
+    }
+    let git = inputs.workspace.join(".git");
+    InitPlan {
+        version: 0,
+        new_root: PathBuf::new(),
+        read_only,
+        read_write,
+        workspace: inputs.workspace.to_path_buf(),
+        pinned: vec![git],
+        protected: inputs.protected.to_vec(),
+        devices: inputs.devices.to_vec(),
+        isolate_network: inputs.isolate_network,
+        user_namespace: (!inputs.is_root).then(|| {
+            (
+                rustix::process::getuid().as_raw(),
+                rustix::process::getgid().as_raw(),
+            )
+        }),
+        hostname: "cordon".into(),
+        landlock: inputs.landlock.map(|l| LandlockPlan {
+            read_exec: l.read_exec.clone(),
+            read_write: l.read_write.clone(),
+            read_only: l.read_only.clone(),
+            devices: l.devices.clone(),
+            deny: l.deny.clone(),
+            tcp_connect: l.tcp_connect.clone(),
+            tcp_bind: l.tcp_bind.clone(),
+            best_effort: l.best_effort,
+            calls_tmp: inputs.calls_tmp.to_path_buf(),
+            private_root: inputs.private_root.to_path_buf(),
+        }),
+        seccomp: inputs
+            .seccomp
+            .iter()
+            .map(|p| p.iter().map(|i| (i.code, i.jt, i.jf, i.k)).collect())
+            .collect(),
+        drop_capabilities: true,
+    }
+}

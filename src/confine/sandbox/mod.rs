@@ -1,0 +1,487 @@
+//! The sandbox init, seen from the server: starting it, asking it for slots, handing a slot a
+//! job, and learning how the job's main process ended.
+//!
+//! ```text
+//! server ──control socket──▶ init (PID 1 of its namespaces; view, Landlock, seccomp applied once)
+//!    │                          ├─ slot: forked, joined its cgroups, waiting   ◀── job (SCM_RIGHTS)
+//!    └──────── slot socket ─────┘
+//! ```
+//! Owns the server's ends of those sockets and a dispatcher thread reading the control socket
+//! (slot replies, exit reports). It does not decide what a job is (that is `exec`) nor which
+//! cgroups a slot joins (the caller passes them). Dropping the [`Sandbox`] closes the control
+//! socket: the init exits and the kernel kills everything left in its PID namespace.
+
+pub mod fdpass;
+pub mod init;
+pub mod plan;
+pub mod view;
+pub mod wire;
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::ExitStatus;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
+use tokio::sync::watch;
+use wire::{FromInit, FromSlot, Job, SlotLayer, ToInit, ToSlot};
+
+/// How long the init may take to build its view and report ready.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a slot may take to be forked, join its cgroups and report ready.
+const SLOT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a slot may take between a job and its exec.
+const EXEC_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("cannot start the sandbox init: {0}")]
+    Start(io::Error),
+    #[error("the sandbox init failed at `{stage}`: {error}")]
+    Init { stage: String, error: String },
+    #[error("the sandbox init did not report ready within {0:?}")]
+    StartTimeout(Duration),
+    #[error("the sandbox init has ended")]
+    Gone,
+    #[error("the sandbox init could not make a slot: {0}")]
+    Slot(String),
+    #[error("protocol: {0}")]
+    Wire(#[from] wire::WireError),
+    #[error("{0}")]
+    Io(#[from] io::Error),
+}
+
+/// Which namespaces the init runs in (all but network and user are always there).
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct Namespaces {
+    pub network: bool,
+    pub user: bool,
+}
+
+type SlotReply = Result<OwnedFd, String>;
+
+struct Shared {
+    control: OwnedFd,
+    pending: Mutex<HashMap<u64, mpsc::Sender<SlotReply>>>,
+    exits: Mutex<HashMap<u64, watch::Sender<Option<i32>>>>,
+    alive: AtomicBool,
+}
+
+/// A running sandbox init. Cheap to share behind an `Arc`.
+pub struct Sandbox {
+    shared: Arc<Shared>,
+    next_id: AtomicU64,
+    namespaces: Namespaces,
+    /// The empty directory the init mounted its root on; removed when we go.
+    _new_root: tempfile::TempDir,
+}
+
+/// Status reported when the init died under a process (the kernel killed it): SIGKILL.
+const KILLED_STATUS: i32 = libc::SIGKILL;
+
+impl Sandbox {
+    /// Starts the init for `plan` (its `new_root` is replaced by a fresh empty directory) and
+    /// waits until it has built its view and applied its confinement.
+    pub fn start(mut plan: plan::InitPlan, program: PathBuf) -> Result<Self, SandboxError> {
+        let new_root = tempfile::Builder::new()
+            .prefix("cordon-view-")
+            .tempdir()
+            .map_err(SandboxError::Start)?;
+        plan.new_root = new_root.path().to_path_buf();
+        plan.version = wire::PROTOCOL_VERSION;
+        let (server_end, init_end) = fdpass::seqpacket_pair().map_err(SandboxError::Start)?;
+        let plan_json =
+            serde_json::to_vec(&plan).map_err(|e| SandboxError::Start(io::Error::other(e)))?;
+        let shared = Arc::new(Shared {
+            control: server_end,
+            pending: Mutex::new(HashMap::new()),
+            exits: Mutex::new(HashMap::new()),
+            alive: AtomicBool::new(true),
+        });
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let thread_shared = Arc::clone(&shared);
+        // The launcher's death signal follows the thread that forked it, so it is forked by a
+        // thread that lives exactly as long as the init: this one, which then dispatches.
+        std::thread::Builder::new()
+            .name("cordon-sandbox".into())
+            .spawn(move || run_init(thread_shared, program, init_end, plan_json, ready_tx))
+            .map_err(SandboxError::Start)?;
+        let ready = ready_rx
+            .recv_timeout(START_TIMEOUT)
+            .map_err(|_| SandboxError::StartTimeout(START_TIMEOUT))??;
+        Ok(Self {
+            shared,
+            next_id: AtomicU64::new(1),
+            namespaces: ready,
+            _new_root: new_root,
+        })
+    }
+
+    pub fn namespaces(&self) -> Namespaces {
+        self.namespaces
+    }
+
+    pub fn is_alive(&self) -> bool {
+        self.shared.alive.load(Ordering::Acquire)
+    }
+
+    /// Asks the init for a slot that joins the cgroups whose `cgroup.procs` are `cgroup_procs`
+    /// and puts `layer` on itself, and waits until it is ready. Blocking: call it off the
+    /// async threads (the warm pool does, ahead of need).
+    pub fn make_slot(
+        &self,
+        layer: SlotLayer,
+        cgroup_procs: &[OwnedFd],
+    ) -> Result<Slot, SandboxError> {
+        if !self.is_alive() {
+            return Err(SandboxError::Gone);
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (exit_tx, exit_rx) = watch::channel(None);
+        let (reply_tx, reply_rx) = mpsc::channel();
+        lock(&self.shared.exits).insert(id, exit_tx);
+        lock(&self.shared.pending).insert(id, reply_tx);
+        let forget = |e| {
+            lock(&self.shared.exits).remove(&id);
+            lock(&self.shared.pending).remove(&id);
+            e
+        };
+        let request = wire::encode(&ToInit::Slot { id, layer }).map_err(|e| forget(e.into()))?;
+        fdpass::send(
+            self.shared.control.as_fd(),
+            &request,
+            &fdpass::borrow_all(cgroup_procs),
+        )
+        .map_err(|e| forget(e.into()))?;
+        let socket = match reply_rx.recv_timeout(SLOT_TIMEOUT) {
+            Ok(Ok(fd)) => fd,
+            Ok(Err(e)) => return Err(forget(SandboxError::Slot(e))),
+            Err(_) => return Err(forget(SandboxError::Slot("no answer from the init".into()))),
+        };
+        // From here the exit report arrives on its own; only the ready message is awaited.
+        if !poll_readable(&socket, SLOT_TIMEOUT)? {
+            return Err(SandboxError::Slot("the slot did not report ready".into()));
+        }
+        let received = fdpass::recv(socket.as_fd())?;
+        if received.eof {
+            return Err(SandboxError::Slot(
+                "the slot ended before it was ready".into(),
+            ));
+        }
+        match wire::decode::<FromSlot>(&received.data, wire::MAX_MESSAGE)? {
+            FromSlot::Ready => {}
+            FromSlot::Failed { stage, errno } => {
+                return Err(SandboxError::Slot(format!(
+                    "{stage}: {}",
+                    io::Error::from_raw_os_error(errno)
+                )));
+            }
+        }
+        let pidfd = received
+            .fds
+            .into_iter()
+            .next()
+            .ok_or_else(|| SandboxError::Slot("ready without a pidfd".into()))?;
+        Ok(Slot {
+            id,
+            pid: pid_of(&pidfd),
+            pidfd,
+            socket,
+            exit: exit_rx,
+        })
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        // The dispatcher thread holds the other reference; shutting the socket down wakes it
+        // and tells the init to exit (which kills its whole PID namespace).
+        let _ = rustix::net::shutdown(&self.shared.control, rustix::net::Shutdown::Both);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn poll_readable(fd: &OwnedFd, timeout: Duration) -> io::Result<bool> {
+    let mut fds = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
+    let ts = rustix::time::Timespec {
+        tv_sec: timeout.as_secs() as i64,
+        tv_nsec: timeout.subsec_nanos() as i64,
+    };
+    loop {
+        match rustix::event::poll(&mut fds, Some(&ts)) {
+            Ok(n) => return Ok(n > 0),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// The pid (in our namespace) of the process a pidfd refers to.
+fn pid_of(pidfd: &OwnedFd) -> Option<u32> {
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", pidfd.as_raw_fd())).ok()?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("Pid:"))
+        .and_then(|v| v.trim().parse::<i64>().ok())
+        .filter(|&p| p > 0)
+        .map(|p| p as u32)
+}
+
+/// The dispatcher thread: starts the launcher, passes on the ready report, then routes every
+/// message of the control socket until it closes.
+fn run_init(
+    shared: Arc<Shared>,
+    program: PathBuf,
+    init_end: OwnedFd,
+    plan_json: Vec<u8>,
+    ready: mpsc::Sender<Result<Namespaces, SandboxError>>,
+) {
+    use std::io::Write;
+    use std::os::unix::process::CommandExt;
+    let init_raw = init_end.as_raw_fd();
+    let server_pid = std::process::id();
+    let mut cmd = std::process::Command::new(&program);
+    cmd.arg(init::INIT_ARG)
+        .env_clear()
+        .env(init::PARENT_ENV, server_pid.to_string())
+        .stdin(std::process::Stdio::piped())
+        // stdout carries the MCP protocol: never the init's.
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit());
+    // SAFETY: only async-signal-safe calls between fork and exec: dup2 of a descriptor the
+    // parent keeps open until spawn returns, setsid, prctl.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::dup2(init_raw, init::CONTROL_FD) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // Out of the terminal's process group: Ctrl-C is the server's to handle.
+            if libc::setsid() < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = ready.send(Err(SandboxError::Start(e)));
+            return;
+        }
+    };
+    drop(init_end);
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(&plan_json);
+    }
+    let mut ready = Some(ready);
+    loop {
+        let received = match fdpass::recv(shared.control.as_fd()) {
+            Ok(r) if !r.eof => r,
+            _ => break,
+        };
+        let message = match wire::decode::<FromInit>(&received.data, wire::MAX_MESSAGE) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!("sandbox init sent a malformed message: {e}");
+                continue;
+            }
+        };
+        match message {
+            FromInit::Ready {
+                network_namespace,
+                user_namespace,
+                ..
+            } => {
+                if let Some(tx) = ready.take() {
+                    let _ = tx.send(Ok(Namespaces {
+                        network: network_namespace,
+                        user: user_namespace,
+                    }));
+                }
+            }
+            FromInit::Failed { stage, error } => {
+                if let Some(tx) = ready.take() {
+                    let _ = tx.send(Err(SandboxError::Init { stage, error }));
+                }
+            }
+            FromInit::Slot { id } => {
+                if let Some(tx) = lock(&shared.pending).remove(&id) {
+                    let reply = received
+                        .fds
+                        .into_iter()
+                        .next()
+                        .ok_or_else(|| "no socket attached".to_owned());
+                    let _ = tx.send(reply);
+                }
+            }
+            FromInit::SlotFailed { id, error } => {
+                if let Some(tx) = lock(&shared.pending).remove(&id) {
+                    let _ = tx.send(Err(error));
+                }
+            }
+            FromInit::Exited { id, status } => {
+                if let Some(tx) = lock(&shared.exits).remove(&id) {
+                    let _ = tx.send(Some(status));
+                }
+            }
+        }
+    }
+    // The init is gone, and with it every process of its namespace.
+    shared.alive.store(false, Ordering::Release);
+    if let Some(tx) = ready.take() {
+        let _ = tx.send(Err(SandboxError::Init {
+            stage: "start".into(),
+            error: "the init exited before it was ready (see the lines above on stderr)".into(),
+        }));
+    }
+    lock(&shared.pending).clear();
+    for (_, tx) in lock(&shared.exits).drain() {
+        let _ = tx.send(Some(KILLED_STATUS));
+    }
+    let _ = child.wait();
+}
+
+/// A ready slot: forked, in its cgroups, waiting for one job. Dropping an unused slot closes
+/// its socket, and the slot exits.
+pub struct Slot {
+    id: u64,
+    pid: Option<u32>,
+    pidfd: OwnedFd,
+    socket: OwnedFd,
+    exit: watch::Receiver<Option<i32>>,
+}
+
+/// Why a job did not start.
+#[derive(Debug, thiserror::Error)]
+#[error("{stage}: {source}")]
+pub struct StartError {
+    pub stage: String,
+    pub source: io::Error,
+}
+
+impl Slot {
+    /// Hands the slot its job with `fds` (placed at `job.fds`) and waits until the program is
+    /// running (the slot's socket closes at exec) or failed to start.
+    pub fn start(self, job: Job, fds: Vec<OwnedFd>) -> Result<SandboxChild, StartError> {
+        let err = |stage: &str, source: io::Error| StartError {
+            stage: stage.into(),
+            source,
+        };
+        let bytes = wire::encode(&ToSlot::Job(job.clone()))
+            .map_err(|e| err("encode", io::Error::other(e)))?;
+        let mut attached: Vec<OwnedFd> = Vec::new();
+        let message = if bytes.len() <= wire::MAX_MESSAGE {
+            bytes
+        } else {
+            // Too big for one datagram: the job travels in a sealed memfd.
+            let memfd = rustix::fs::memfd_create("cordon-job", rustix::fs::MemfdFlags::CLOEXEC)
+                .map_err(|e| err("memfd", e.into()))?;
+            let mut file = std::fs::File::from(memfd);
+            std::io::Write::write_all(&mut file, &bytes).map_err(|e| err("memfd", e))?;
+            std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(0))
+                .map_err(|e| err("memfd", e))?;
+            attached.push(OwnedFd::from(file));
+            wire::encode(&ToSlot::JobInMemfd { len: bytes.len() })
+                .map_err(|e| err("encode", io::Error::other(e)))?
+        };
+        attached.extend(fds);
+        fdpass::send(
+            self.socket.as_fd(),
+            &message,
+            &fdpass::borrow_all(&attached),
+        )
+        .map_err(|e| err("send job", e))?;
+        drop(attached);
+        if !poll_readable(&self.socket, EXEC_TIMEOUT).map_err(|e| err("wait for exec", e))? {
+            return Err(err("exec", io::Error::from(io::ErrorKind::TimedOut)));
+        }
+        let reply = fdpass::recv(self.socket.as_fd()).map_err(|e| err("wait for exec", e))?;
+        if !reply.eof {
+            return Err(
+                match wire::decode::<FromSlot>(&reply.data, wire::MAX_MESSAGE) {
+                    Ok(FromSlot::Failed { stage, errno }) => {
+                        err(&stage, io::Error::from_raw_os_error(errno))
+                    }
+                    Ok(FromSlot::Ready) | Err(_) => {
+                        err("exec", io::Error::other("unexpected reply"))
+                    }
+                },
+            );
+        }
+        Ok(SandboxChild {
+            id: self.id,
+            pid: self.pid,
+            pidfd: self.pidfd,
+            exit: self.exit,
+            status: None,
+        })
+    }
+}
+
+/// A program running in a slot. Dropping it kills it (like tokio's `kill_on_drop`).
+pub struct SandboxChild {
+    id: u64,
+    pid: Option<u32>,
+    pidfd: OwnedFd,
+    exit: watch::Receiver<Option<i32>>,
+    status: Option<ExitStatus>,
+}
+
+impl SandboxChild {
+    /// The pid in the server's namespace (also its process group: the slot made a session).
+    pub fn id(&self) -> Option<u32> {
+        if self.status.is_some() {
+            None
+        } else {
+            self.pid
+        }
+    }
+
+    pub fn slot_id(&self) -> u64 {
+        self.id
+    }
+
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        if self.status.is_none()
+            && let Some(raw) = *self.exit.borrow()
+        {
+            self.status = Some(ExitStatus::from_raw(raw));
+        }
+        self.status
+    }
+
+    pub async fn wait(&mut self) -> ExitStatus {
+        if let Some(s) = self.try_wait() {
+            return s;
+        }
+        let raw = match self.exit.wait_for(Option::is_some).await {
+            Ok(v) => v.unwrap_or(KILLED_STATUS),
+            // The dispatcher dropped the sender: the init is gone, and the process with it.
+            Err(_) => KILLED_STATUS,
+        };
+        let status = ExitStatus::from_raw(raw);
+        self.status = Some(status);
+        status
+    }
+
+    /// Sends `signal` to the main process through its pidfd (no pid-reuse race).
+    pub fn signal(&self, signal: rustix::process::Signal) -> bool {
+        self.status.is_none() && rustix::process::pidfd_send_signal(&self.pidfd, signal).is_ok()
+    }
+}
+
+impl Drop for SandboxChild {
+    fn drop(&mut self) {
+        if self.try_wait().is_none() {
+            let _ = rustix::process::pidfd_send_signal(&self.pidfd, rustix::process::Signal::KILL);
+        }
+    }
+}

@@ -1,0 +1,57 @@
+//! What the sandbox init builds, decided once by the server: the host paths of its view, the
+//! namespaces, the Landlock grants and the seccomp programs.
+//!
+//! Owns the plan as data (serialised to the init's stdin, so any size is fine) and nothing
+//! else: building the view is `view`, applying it is `init`. Paths are absolute host paths;
+//! the view mounts each at the same path, so every path the server computes (workspace, call
+//! temporary directories, the cordon binary) means the same inside.
+
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct InitPlan {
+    pub version: u32,
+    /// An empty directory the init mounts its new root on (made and removed by the server).
+    pub new_root: PathBuf,
+    /// Read-only, nosuid, nodev (system paths the policy grants, the cordon binary).
+    pub read_only: Vec<PathBuf>,
+    /// Read-write, nosuid, nodev (workspace, temporary roots, the policy's `read_write`).
+    pub read_write: Vec<PathBuf>,
+    /// The workspace root (cwd of every job is resolved beneath it).
+    pub workspace: PathBuf,
+    /// Directories made mount points of themselves, so they cannot be renamed or replaced
+    /// (`.git`): rename(2) of a mount point fails with EBUSY.
+    pub pinned: Vec<PathBuf>,
+    /// Existing protected entries, bound read-only over themselves (after `pinned`).
+    pub protected: Vec<PathBuf>,
+    /// Device nodes bound into the private `/dev` (which also gets `pts`, `ptmx`, `fd`).
+    pub devices: Vec<PathBuf>,
+    /// A network namespace with only `lo` (the policy has no network).
+    pub isolate_network: bool,
+    /// `Some((uid, gid))` when cordon is not root: a user namespace mapping them to themselves.
+    pub user_namespace: Option<(u32, u32)>,
+    pub hostname: String,
+    pub landlock: Option<LandlockPlan>,
+    /// BPF programs, each instruction as (code, jt, jf, k); installed in order, last step.
+    pub seccomp: Vec<Vec<(u16, u8, u8, u32)>>,
+    pub drop_capabilities: bool,
+}
+
+/// The policy's Landlock grants. The init's own layer adds `calls_tmp` and `private_root`;
+/// each slot then adds a layer with exactly one of them (see `wire::SlotLayer`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LandlockPlan {
+    pub read_exec: Vec<PathBuf>,
+    pub read_write: Vec<PathBuf>,
+    pub read_only: Vec<PathBuf>,
+    pub devices: Vec<PathBuf>,
+    pub deny: Vec<PathBuf>,
+    pub tcp_connect: Vec<u16>,
+    pub tcp_bind: Vec<u16>,
+    pub best_effort: bool,
+    /// Root of the per-call temporary directories.
+    pub calls_tmp: PathBuf,
+    /// Root of the long-lived workers' private directories.
+    pub private_root: PathBuf,
+}

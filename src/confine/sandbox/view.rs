@@ -1,0 +1,295 @@
+//! The filesystem a confined process sees, built once by the sandbox init in its own mount
+//! namespace: a read-only tmpfs root holding binds of exactly what the policy grants, a
+//! minimal `/dev`, a `/proc` of the init's own PID namespace, and nothing else of the host (no
+//! `/tmp`, `/run`, `/dev/shm`, homes, and so no host Unix socket to connect to).
+//!
+//! Owns the mount calls. Runs in the init (single-threaded, before any confinement); the only
+//! input is the server's [`InitPlan`].
+
+use super::plan::InitPlan;
+use rustix::mount::{
+    MountFlags, MountPropagationFlags, UnmountFlags, mount, mount_bind_recursive, mount_change,
+    unmount,
+};
+use std::io;
+use std::os::unix::fs::symlink;
+use std::path::{Component, Path, PathBuf};
+
+/// The device nodes every view has, whatever the policy's Landlock grants say about them
+/// (Landlock still decides who may open them).
+const BASE_DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+
+#[derive(Debug, thiserror::Error)]
+#[error("{step} {path}: {source}")]
+pub struct ViewError {
+    pub step: &'static str,
+    pub path: PathBuf,
+    pub source: io::Error,
+}
+
+fn at<T>(step: &'static str, path: &Path, r: rustix::io::Result<T>) -> Result<T, ViewError> {
+    r.map_err(|e| ViewError {
+        step,
+        path: path.to_path_buf(),
+        source: e.into(),
+    })
+}
+
+fn io_at<T>(step: &'static str, path: &Path, r: io::Result<T>) -> Result<T, ViewError> {
+    r.map_err(|source| ViewError {
+        step,
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// `path` (absolute, host) as a path below `root`.
+fn inside(root: &Path, path: &Path) -> PathBuf {
+    let mut out = root.to_path_buf();
+    for c in path.components() {
+        if let Component::Normal(n) = c {
+            out.push(n);
+        }
+    }
+    out
+}
+
+/// Makes the mount point for `src` at `dst`: a directory, or an empty file for a file.
+fn make_mount_point(src: &Path, dst: &Path) -> Result<(), ViewError> {
+    let is_dir = io_at("stat", src, std::fs::metadata(src))?.is_dir();
+    if dst.symlink_metadata().is_ok() {
+        return Ok(());
+    }
+    if is_dir {
+        io_at("mkdir", dst, std::fs::create_dir_all(dst))
+    } else {
+        if let Some(parent) = dst.parent() {
+            io_at("mkdir", parent, std::fs::create_dir_all(parent))?;
+        }
+        io_at("create", dst, std::fs::File::create(dst).map(drop))
+    }
+}
+
+/// Mount attributes applied to a whole bound subtree in one call (`mount_setattr`).
+fn set_attributes(path: &Path, read_only: bool) -> Result<(), ViewError> {
+    const MOUNT_ATTR_RDONLY: u64 = 0x1;
+    const MOUNT_ATTR_NOSUID: u64 = 0x2;
+    const MOUNT_ATTR_NODEV: u64 = 0x4;
+    #[repr(C)]
+    struct MountAttr {
+        attr_set: u64,
+        attr_clr: u64,
+        propagation: u64,
+        userns_fd: u64,
+    }
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_NOSUID
+            | MOUNT_ATTR_NODEV
+            | if read_only { MOUNT_ATTR_RDONLY } else { 0 },
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let c_path =
+        std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| ViewError {
+            step: "path",
+            path: path.to_path_buf(),
+            source: io::Error::from_raw_os_error(libc::EINVAL),
+        })?;
+    // SAFETY: mount_setattr reads `attr` (a live, correctly sized repr(C) struct) and the
+    // NUL-terminated path; it writes no memory of ours.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            c_path.as_ptr(),
+            libc::AT_RECURSIVE as libc::c_uint | libc::AT_SYMLINK_NOFOLLOW as libc::c_uint,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if ret != 0 {
+        return Err(ViewError {
+            step: "mount_setattr",
+            path: path.to_path_buf(),
+            source: io::Error::last_os_error(),
+        });
+    }
+    Ok(())
+}
+
+/// Binds host `src` at the same path below `root`. A symlink is re-made as a symlink (merged
+/// /usr layouts: `/bin -> usr/bin`), so a link never drags its target into the view.
+fn bind(root: &Path, src: &Path, read_only: bool) -> Result<(), ViewError> {
+    let Ok(meta) = src.symlink_metadata() else {
+        return Ok(()); // a policy lists /lib32 for the machines that have it
+    };
+    let dst = inside(root, src);
+    if meta.file_type().is_symlink() {
+        let target = io_at("readlink", src, std::fs::read_link(src))?;
+        if let Some(parent) = dst.parent() {
+            io_at("mkdir", parent, std::fs::create_dir_all(parent))?;
+        }
+        if dst.symlink_metadata().is_err() {
+            io_at("symlink", &dst, symlink(&target, &dst))?;
+        }
+        return Ok(());
+    }
+    make_mount_point(src, &dst)?;
+    at("bind", src, mount_bind_recursive(src, &dst))?;
+    set_attributes(&dst, read_only)
+}
+
+/// Builds the view under `plan.new_root` and switches to it. Afterwards `/` is the read-only
+/// tmpfs and the host's tree is unreachable.
+pub fn build(plan: &InitPlan) -> Result<(), ViewError> {
+    let root = plan.new_root.as_path();
+    // Nothing we mount may propagate back to the host's namespace.
+    at(
+        "make private",
+        Path::new("/"),
+        mount_change(
+            "/",
+            MountPropagationFlags::REC | MountPropagationFlags::PRIVATE,
+        ),
+    )?;
+    at(
+        "mount tmpfs",
+        root,
+        mount(
+            "cordon",
+            root,
+            "tmpfs",
+            MountFlags::NOSUID | MountFlags::NODEV,
+            c"mode=0755,size=4m",
+        ),
+    )?;
+
+    // Parents before children, so a read-write workspace under a read-only /opt lands on top.
+    let mut binds: Vec<(&PathBuf, bool)> = plan
+        .read_only
+        .iter()
+        .map(|p| (p, true))
+        .chain(plan.read_write.iter().map(|p| (p, false)))
+        .filter(|(p, _)| !p.starts_with("/proc") && !p.starts_with("/dev"))
+        .collect();
+    binds.sort_by_key(|(p, _)| p.components().count());
+    for (path, read_only) in binds {
+        bind(root, path, read_only)?;
+    }
+    // `.git` pinned as a mount point of itself, then its control files read-only on top.
+    for path in &plan.pinned {
+        if path.symlink_metadata().is_ok_and(|m| m.is_dir()) {
+            let dst = inside(root, path);
+            at("pin", path, mount_bind_recursive(&dst, &dst))?;
+        }
+    }
+    for path in &plan.protected {
+        let Ok(meta) = path.symlink_metadata() else {
+            continue;
+        };
+        if meta.file_type().is_symlink() {
+            continue; // reported by the server; never followed out of the workspace
+        }
+        let dst = inside(root, path);
+        at("protect", path, mount_bind_recursive(&dst, &dst))?;
+        set_attributes(&dst, true)?;
+    }
+    build_dev(root, &plan.devices)?;
+
+    let proc_dir = inside(root, Path::new("/proc"));
+    io_at("mkdir", &proc_dir, std::fs::create_dir_all(&proc_dir))?;
+    at(
+        "mount proc",
+        &proc_dir,
+        mount(
+            "proc",
+            &proc_dir,
+            "proc",
+            MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+            c"",
+        ),
+    )?;
+
+    // pivot_root(".", ".") stacks the old root under the new one; detaching it leaves only
+    // the view (the runc idiom, no extra directory needed).
+    io_at("chdir", root, std::env::set_current_dir(root))?;
+    at("pivot_root", root, rustix::process::pivot_root(".", "."))?;
+    at("detach old root", root, unmount(".", UnmountFlags::DETACH))?;
+    io_at("chdir", Path::new("/"), std::env::set_current_dir("/"))?;
+    at(
+        "remount root read-only",
+        Path::new("/"),
+        rustix::mount::mount_remount(
+            "/",
+            MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV,
+            c"",
+        ),
+    )?;
+    Ok(())
+}
+
+/// A private `/dev`: a tmpfs with binds of the base device nodes and the policy's, a fresh
+/// devpts instance, and the usual links.
+fn build_dev(root: &Path, devices: &[PathBuf]) -> Result<(), ViewError> {
+    let dev = inside(root, Path::new("/dev"));
+    io_at("mkdir", &dev, std::fs::create_dir_all(&dev))?;
+    at(
+        "mount /dev",
+        &dev,
+        mount(
+            "cordon-dev",
+            &dev,
+            "tmpfs",
+            MountFlags::NOSUID | MountFlags::NOEXEC,
+            c"mode=0755,size=64k",
+        ),
+    )?;
+    let mut nodes: Vec<PathBuf> = BASE_DEVICES
+        .iter()
+        .map(|n| Path::new("/dev").join(n))
+        .collect();
+    for d in devices {
+        if d.starts_with("/dev") && d.parent() == Some(Path::new("/dev")) && !nodes.contains(d) {
+            nodes.push(d.clone());
+        }
+    }
+    for node in &nodes {
+        if node.symlink_metadata().is_err() {
+            continue;
+        }
+        let dst = inside(root, node);
+        io_at("create", &dst, std::fs::File::create(&dst).map(drop))?;
+        at("bind device", node, rustix::mount::mount_bind(node, &dst))?;
+    }
+    let pts = dev.join("pts");
+    io_at("mkdir", &pts, std::fs::create_dir_all(&pts))?;
+    // A pty is convenient (script, tests that want a terminal) but not essential: a kernel
+    // without devpts in this namespace still gets a working view.
+    let _ = mount(
+        "devpts",
+        &pts,
+        "devpts",
+        MountFlags::NOSUID | MountFlags::NOEXEC,
+        c"newinstance,ptmxmode=0666,mode=0620",
+    );
+    for (name, target) in [
+        ("ptmx", "pts/ptmx"),
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        let link = dev.join(name);
+        io_at("symlink", &link, symlink(target, &link))?;
+    }
+    at(
+        "remount /dev read-only",
+        &dev,
+        rustix::mount::mount_remount(
+            &dev,
+            MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NOEXEC,
+            c"",
+        ),
+    )
+}

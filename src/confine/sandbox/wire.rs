@@ -1,0 +1,234 @@
+//! The messages between the server, the sandbox init and its warm slots, and their encoding.
+//!
+//! Owns only the shapes and the bounded (de)coding: one message is one datagram of a
+//! `SOCK_SEQPACKET` socket, JSON with a version tag, descriptors travel beside it as
+//! `SCM_RIGHTS` (see `fdpass`). Decoding never panics and refuses anything over
+//! [`MAX_MESSAGE`]; a job too large for one datagram travels in a sealed memfd instead. Nothing
+//! here touches the kernel; it is what `fuzz/fuzz_targets/init_protocol.rs` exercises.
+
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// Bumped whenever a message changes shape; the init refuses a plan of another version, so a
+/// server and an init from different builds never misread each other.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Largest datagram either side sends or accepts. Jobs above it go through a memfd
+/// ([`ToSlot::JobInMemfd`]), bounded by [`MAX_JOB`].
+pub const MAX_MESSAGE: usize = 48 * 1024;
+
+/// Largest encoded job (argv + env): the kernel refuses more than this at exec anyway.
+pub const MAX_JOB: usize = 8 * 1024 * 1024;
+
+/// Most descriptors one message carries (stdio, cwd-less jobs, a few extra fds).
+pub const MAX_FDS: usize = 16;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum WireError {
+    #[error("message of {0} bytes exceeds the limit of {1} bytes")]
+    TooLarge(usize, usize),
+    #[error("malformed message: {0}")]
+    Malformed(String),
+}
+
+/// Which Landlock layer a slot puts on itself before it reports ready.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SlotLayer {
+    /// The policy's grants plus the shared per-call temporary root.
+    Calls,
+    /// The policy's grants plus this private directory only (a long-lived worker).
+    Private(PathBuf),
+}
+
+/// Server → init, on the control socket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ToInit {
+    /// Fork a slot. Descriptors: the `cgroup.procs` files it joins (possibly none).
+    Slot { id: u64, layer: SlotLayer },
+}
+
+/// Init → server, on the control socket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FromInit {
+    /// The view is built and the confinement applied; the init now takes requests.
+    Ready {
+        pid_namespace: bool,
+        network_namespace: bool,
+        user_namespace: bool,
+    },
+    /// Setting up failed; the server falls back to spawning each child itself.
+    Failed { stage: String, error: String },
+    /// A slot was forked. Descriptor: the server's end of the slot's socket.
+    Slot { id: u64 },
+    /// A slot could not be forked.
+    SlotFailed { id: u64, error: String },
+    /// The slot's process (by then the call's main process) ended with this wait status.
+    Exited { id: u64, status: i32 },
+}
+
+/// Server → slot, on the slot's own socket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ToSlot {
+    /// Descriptors: one per entry of `job.fds`, in order.
+    Job(Job),
+    /// The job is in the attached memfd (first descriptor, `len` bytes), then the job's own
+    /// descriptors follow.
+    JobInMemfd { len: usize },
+}
+
+/// Slot → server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FromSlot {
+    /// Joined its cgroups and applied its layer. Descriptor: a pidfd of itself.
+    Ready,
+    /// The job could not start; the slot exits 127. `errno` as the kernel gave it.
+    Failed { stage: String, errno: i32 },
+}
+
+/// One program to run in a slot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Job {
+    /// Program and arguments, as bytes (not necessarily UTF-8).
+    pub argv: Vec<Vec<u8>>,
+    /// `NAME=value` entries, the whole environment.
+    pub env: Vec<Vec<u8>>,
+    /// Working directory relative to the workspace root, resolved inside the view beneath it.
+    pub cwd: PathBuf,
+    /// Where each received descriptor goes in the new program (0, 1, 2, then extra ones).
+    pub fds: Vec<i32>,
+    /// `(resource, value)`: soft and hard limit alike.
+    pub rlimits: Vec<(i32, u64)>,
+}
+
+pub fn encode<T: Serialize>(message: &T) -> Result<Vec<u8>, WireError> {
+    let bytes = serde_json::to_vec(&Versioned {
+        v: PROTOCOL_VERSION,
+        m: message,
+    })
+    .map_err(|e| WireError::Malformed(e.to_string()))?;
+    Ok(bytes)
+}
+
+pub fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8], limit: usize) -> Result<T, WireError> {
+    if bytes.len() > limit {
+        return Err(WireError::TooLarge(bytes.len(), limit));
+    }
+    let v: Versioned<T> =
+        serde_json::from_slice(bytes).map_err(|e| WireError::Malformed(e.to_string()))?;
+    if v.v != PROTOCOL_VERSION {
+        return Err(WireError::Malformed(format!(
+            "protocol version {} (this build speaks {PROTOCOL_VERSION})",
+            v.v
+        )));
+    }
+    v.validate()?;
+    Ok(v.m)
+}
+
+#[derive(Serialize, Deserialize)]
+struct Versioned<T> {
+    v: u32,
+    m: T,
+}
+
+impl<T> Versioned<T> {
+    fn validate(&self) -> Result<(), WireError> {
+        Ok(())
+    }
+}
+
+impl Job {
+    /// The checks a slot makes before it acts on a job: something to run, no NUL inside an
+    /// argument (exec would cut it silently), descriptors in range and not duplicated.
+    pub fn validate(&self, received_fds: usize) -> Result<(), WireError> {
+        if self.argv.is_empty() || self.argv[0].is_empty() {
+            return Err(WireError::Malformed("empty argv".into()));
+        }
+        if self.argv.iter().chain(&self.env).any(|a| a.contains(&0)) {
+            return Err(WireError::Malformed(
+                "NUL byte in an argument or variable".into(),
+            ));
+        }
+        if self.fds.len() != received_fds || self.fds.len() > MAX_FDS {
+            return Err(WireError::Malformed(format!(
+                "job names {} descriptors, {} arrived",
+                self.fds.len(),
+                received_fds
+            )));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        if self
+            .fds
+            .iter()
+            .any(|&fd| !(0..1024).contains(&fd) || !seen.insert(fd))
+        {
+            return Err(WireError::Malformed(
+                "descriptor targets out of range or repeated".into(),
+            ));
+        }
+        if self.cwd.is_absolute()
+            || self
+                .cwd
+                .components()
+                .any(|c| matches!(c, std::path::Component::ParentDir))
+        {
+            return Err(WireError::Malformed(
+                "cwd must be relative and stay beneath".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job() -> Job {
+        Job {
+            argv: vec![b"/bin/true".to_vec()],
+            env: vec![b"PATH=/bin".to_vec()],
+            cwd: PathBuf::from("."),
+            fds: vec![0, 1, 2],
+            rlimits: vec![(1, 10)],
+        }
+    }
+
+    #[test]
+    fn round_trip_keeps_every_field() {
+        let msg = ToSlot::Job(job());
+        let bytes = encode(&msg).unwrap();
+        assert_eq!(decode::<ToSlot>(&bytes, MAX_MESSAGE).unwrap(), msg);
+    }
+
+    #[test]
+    fn other_versions_and_oversize_are_refused() {
+        let bytes = br#"{"v":99,"m":{"Slot":{"id":1,"layer":"Calls"}}}"#;
+        assert!(matches!(
+            decode::<ToInit>(bytes, MAX_MESSAGE),
+            Err(WireError::Malformed(_))
+        ));
+        let big = vec![b' '; MAX_MESSAGE + 1];
+        assert!(matches!(
+            decode::<ToInit>(&big, MAX_MESSAGE),
+            Err(WireError::TooLarge(..))
+        ));
+    }
+
+    #[test]
+    fn job_validation_refuses_escapes_and_fd_mismatch() {
+        let mut j = job();
+        assert!(j.validate(3).is_ok());
+        assert!(j.validate(2).is_err());
+        j.cwd = PathBuf::from("../x");
+        assert!(j.validate(3).is_err());
+        j.cwd = PathBuf::from("/abs");
+        assert!(j.validate(3).is_err());
+        let mut j = job();
+        j.fds = vec![0, 0, 2];
+        assert!(j.validate(3).is_err());
+        let mut j = job();
+        j.argv = vec![b"a\0b".to_vec()];
+        assert!(j.validate(3).is_err());
+    }
+}

@@ -1,0 +1,163 @@
+//! A confined process as the executor sees it, whichever way it was born: a slot of the
+//! sandbox init, or a child forked by the server itself (the per-child path, where namespaces
+//! cannot be had). Also the spawn through a slot: pipes, the job, the exec.
+//!
+//! Owns the uniform handle (pid, wait, signal, kill on drop) and the pipe ends; it does not
+//! own timeouts, capture or tree kills (`super`).
+
+use crate::confine::sandbox::wire::Job;
+use crate::confine::{SandboxChild, Slot};
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::process::ExitStatus;
+use tokio::net::unix::pipe;
+
+pub enum Process {
+    Forked(tokio::process::Child),
+    Slot(SandboxChild),
+}
+
+/// The server's ends of a child's standard streams.
+#[derive(Default)]
+pub struct Pipes {
+    pub stdin: Option<pipe::Sender>,
+    pub stdout: Option<pipe::Receiver>,
+    pub stderr: Option<pipe::Receiver>,
+}
+
+impl Process {
+    /// Pid in the server's namespace (also the process group); None once reaped.
+    pub fn id(&self) -> Option<u32> {
+        match self {
+            Self::Forked(c) => c.id(),
+            Self::Slot(c) => c.id(),
+        }
+    }
+
+    pub async fn wait(&mut self) -> Option<ExitStatus> {
+        match self {
+            Self::Forked(c) => c.wait().await.ok(),
+            Self::Slot(c) => Some(c.wait().await),
+        }
+    }
+
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        match self {
+            Self::Forked(c) => c.try_wait().ok().flatten(),
+            Self::Slot(c) => c.try_wait(),
+        }
+    }
+
+    /// Sends `signal` to the main process only.
+    pub fn signal(&self, signal: rustix::process::Signal) -> bool {
+        match self {
+            Self::Forked(c) => c
+                .id()
+                .and_then(|p| rustix::process::Pid::from_raw(p as i32))
+                .is_some_and(|pid| rustix::process::kill_process(pid, signal).is_ok()),
+            Self::Slot(c) => c.signal(signal),
+        }
+    }
+}
+
+impl Pipes {
+    /// Takes the pipes of a forked child.
+    pub fn of_child(child: &mut tokio::process::Child) -> Self {
+        let to_receiver = |fd: std::io::Result<OwnedFd>| {
+            fd.ok()
+                .and_then(|fd| pipe::Receiver::from_owned_fd(fd).ok())
+        };
+        Self {
+            stdin: child
+                .stdin
+                .take()
+                .and_then(|s| s.into_owned_fd().ok())
+                .and_then(|fd| pipe::Sender::from_owned_fd(fd).ok()),
+            stdout: to_receiver(child.stdout.take().map_or_else(
+                || Err(std::io::ErrorKind::NotFound.into()),
+                |s| s.into_owned_fd(),
+            )),
+            stderr: to_receiver(child.stderr.take().map_or_else(
+                || Err(std::io::ErrorKind::NotFound.into()),
+                |s| s.into_owned_fd(),
+            )),
+        }
+    }
+}
+
+/// A pipe whose read end the server keeps (non-blocking) and whose write end goes to the child.
+fn output_pipe() -> std::io::Result<(pipe::Receiver, OwnedFd)> {
+    let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    rustix::fs::fcntl_setfl(&read, rustix::fs::OFlags::NONBLOCK)?;
+    Ok((pipe::Receiver::from_owned_fd(read)?, write))
+}
+
+fn input_pipe() -> std::io::Result<(pipe::Sender, OwnedFd)> {
+    let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    rustix::fs::fcntl_setfl(&write, rustix::fs::OFlags::NONBLOCK)?;
+    Ok((pipe::Sender::from_owned_fd(write)?, read))
+}
+
+/// What a slot runs: everything `exec` decided, in the slot's terms.
+pub struct SlotSpawn<'a> {
+    pub argv: &'a [OsString],
+    pub env: &'a BTreeMap<String, String>,
+    /// Working directory relative to the workspace root.
+    pub cwd: PathBuf,
+    pub piped_stdin: bool,
+    pub rlimits: Vec<(i32, u64)>,
+    /// Extra descriptors placed at the given numbers (3 and up).
+    pub extra_fds: Vec<(i32, OwnedFd)>,
+}
+
+/// Starts `spec` in `slot`, returning the running process and the server's pipe ends.
+pub fn spawn_in_slot(
+    slot: Slot,
+    spec: SlotSpawn<'_>,
+) -> Result<(Process, Pipes), super::ExecError> {
+    let program = spec.argv.first().cloned().unwrap_or_default();
+    let spawn_err = |source: std::io::Error| super::ExecError::Spawn {
+        program: program.to_string_lossy().into_owned(),
+        source,
+    };
+    let (stdout, stdout_w) = output_pipe().map_err(spawn_err)?;
+    let (stderr, stderr_w) = output_pipe().map_err(spawn_err)?;
+    let (stdin, stdin_r) = if spec.piped_stdin {
+        let (sender, read) = input_pipe().map_err(spawn_err)?;
+        (Some(sender), read)
+    } else {
+        (
+            None,
+            OwnedFd::from(std::fs::File::open("/dev/null").map_err(spawn_err)?),
+        )
+    };
+    let mut fds = vec![stdin_r, stdout_w, stderr_w];
+    let mut targets = vec![0, 1, 2];
+    for (target, fd) in spec.extra_fds {
+        targets.push(target);
+        fds.push(fd);
+    }
+    let job = Job {
+        argv: spec.argv.iter().map(|a| a.as_bytes().to_vec()).collect(),
+        env: spec
+            .env
+            .iter()
+            .map(|(k, v)| format!("{k}={v}").into_bytes())
+            .collect(),
+        cwd: spec.cwd,
+        fds: targets,
+        rlimits: spec.rlimits,
+    };
+    let child = slot.start(job, fds).map_err(|e| spawn_err(e.source))?;
+    Ok((
+        Process::Slot(child),
+        Pipes {
+            stdin,
+            stdout: Some(stdout),
+            stderr: Some(stderr),
+        },
+    ))
+}
