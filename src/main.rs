@@ -119,6 +119,7 @@ fn main() {
     {
         cordon::confine::sandbox::init::main();
     }
+    mark_inherited_descriptors_cloexec();
     let cli = Cli::parse();
     let code = match cli.command {
         Command::Probe { name, arg } => cordon::confine::selftest::run(&name, arg.as_deref()),
@@ -131,6 +132,16 @@ fn main() {
         },
     };
     std::process::exit(code);
+}
+
+/// Descriptors this process inherited (an `exec 7>/outside/f` in the shell that started us)
+/// must never reach a confined child: every one above stderr is made close-on-exec before
+/// anything else runs.
+fn mark_inherited_descriptors_cloexec() {
+    if let Err(e) = cordon::confine::mark_inherited_descriptors_cloexec() {
+        eprintln!("cordon: cannot mark inherited descriptors close-on-exec: {e}");
+        std::process::exit(2);
+    }
 }
 
 /// The error and its causes on one line. Our typed errors already quote their source in

@@ -52,6 +52,24 @@ pub enum ConfineError {
     Sandbox(#[from] sandbox::SandboxError),
 }
 
+/// Marks every descriptor above stderr close-on-exec, so nothing this process inherited can
+/// reach a child. Call first thing in `main`, before any descriptor of our own is opened.
+pub fn mark_inherited_descriptors_cloexec() -> std::io::Result<()> {
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets a flag on descriptors.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3 as libc::c_uint,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if ret != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// What cgroup support this process would get, with the reasons for anything missing. Creates
 /// and removes its probe directories.
 pub fn probe_cgroups() -> (CgroupMode, Vec<String>) {
@@ -415,6 +433,11 @@ impl Confinement {
     ) -> Option<Result<WarmSlot, ConfineError>> {
         let factory = self.factory.as_ref().filter(|f| f.is_alive())?;
         Some(factory.make_worker_slot(&self.cgroups, limits, private_dir))
+    }
+
+    /// The rlimit plan of every confined process.
+    pub fn rlimits(&self) -> &[(rustix::process::Resource, u64)] {
+        &self.rlimits
     }
 
     /// The rlimits a job sets before exec, as (resource number, value).

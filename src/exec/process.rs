@@ -5,7 +5,7 @@
 //! Owns the uniform handle (pid, wait, signal, kill on drop) and the pipe ends; it does not
 //! own timeouts, capture or tree kills (`super`).
 
-use crate::confine::sandbox::wire::Job;
+use crate::confine::sandbox::wire::{Arg, Job};
 use crate::confine::{SandboxChild, Slot};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -141,11 +141,15 @@ pub fn spawn_in_slot(
         fds.push(fd);
     }
     let job = Job {
-        argv: spec.argv.iter().map(|a| a.as_bytes().to_vec()).collect(),
+        argv: spec
+            .argv
+            .iter()
+            .map(|a| Arg::from_bytes(a.as_bytes()))
+            .collect(),
         env: spec
             .env
             .iter()
-            .map(|(k, v)| format!("{k}={v}").into_bytes())
+            .map(|(k, v)| Arg::Text(format!("{k}={v}")))
             .collect(),
         cwd: spec.cwd,
         fds: targets,

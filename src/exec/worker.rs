@@ -7,6 +7,7 @@
 //! is said over the pipes (that is the caller's protocol) nor any timeout: a worker has no
 //! deadline of its own.
 
+use super::process::{Pipes, Process, SlotSpawn, spawn_in_slot};
 use super::{ExecError, Executor, KILL_WAIT, env, kill_tree};
 use crate::confine::{CallCgroup, CallLimits, LimitHits};
 use std::collections::BTreeMap;
@@ -16,7 +17,7 @@ use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
+use tokio::net::unix::pipe;
 
 /// One worker to start.
 pub struct WorkerSpec {
@@ -25,7 +26,8 @@ pub struct WorkerSpec {
     /// Overrides merged over the policy's scrubbed environment.
     pub env: BTreeMap<String, String>,
     /// The worker's own directory, its only read-write grant besides the workspace (and the
-    /// policy's `read_write` list). `home` below it becomes HOME and TMPDIR.
+    /// policy's `read_write` list). `home` below it becomes HOME and TMPDIR. Must lie below
+    /// `Confinement::private_root()`, which is what the sandbox's view holds.
     pub private_dir: PathBuf,
     /// Quotas of the worker's cgroup, for the worker's whole life.
     pub limits: CallLimits,
@@ -37,10 +39,10 @@ pub struct WorkerSpec {
 /// A running confined worker. Dropping it kills its whole tree (the child is `kill_on_drop`
 /// and the cgroup kills its members when dropped).
 pub struct ConfinedWorker {
-    child: Child,
-    pub stdin: Option<ChildStdin>,
-    pub stdout: Option<ChildStdout>,
-    pub stderr: Option<ChildStderr>,
+    child: Process,
+    pub stdin: Option<pipe::Sender>,
+    pub stdout: Option<pipe::Receiver>,
+    pub stderr: Option<pipe::Receiver>,
     cgroup: Option<CallCgroup>,
     pid: Option<u32>,
 }
@@ -64,42 +66,66 @@ impl Executor {
         let home = spec.private_dir.join("home");
         std::fs::create_dir_all(&home).map_err(ExecError::TempDir)?;
         let env = env::build(&self.environment, &home, conf.workspace(), &spec.env);
+        let cpu_override = |rlimits: &mut Vec<(rustix::process::Resource, u64)>| {
+            if let Some(cpu) = spec.cpu_seconds {
+                for (resource, value) in rlimits.iter_mut() {
+                    if *resource == rustix::process::Resource::Cpu {
+                        // An unprivileged server cannot raise its own hard limit for the child.
+                        let hard = rustix::process::getrlimit(*resource).maximum;
+                        *value = hard.map_or(cpu, |h| cpu.min(h));
+                    }
+                }
+            }
+        };
+        if let Some(made) = conf.make_worker_slot(&spec.limits, &spec.private_dir) {
+            let warm = made?;
+            let mut rlimits = conf.rlimits().to_vec();
+            cpu_override(&mut rlimits);
+            let (child, pipes) = spawn_in_slot(
+                warm.slot,
+                SlotSpawn {
+                    argv: &spec.argv,
+                    env: &env,
+                    cwd: ".".into(),
+                    piped_stdin: true,
+                    rlimits: rlimits.iter().map(|&(r, v)| (r as i32, v)).collect(),
+                    extra_fds: Vec::new(),
+                },
+            )?;
+            return Ok(ConfinedWorker::new(child, pipes, warm.cgroup));
+        }
         let ruleset = conf.private_ruleset(&spec.private_dir)?;
         let cgroup = conf.create_cgroup_with(&spec.limits)?;
-        let root_fd = std::fs::File::open(conf.workspace())
-            .ok()
-            .map(OwnedFd::from);
-        let mut setup = conf.child_setup(root_fd.as_ref().map(AsRawFd::as_raw_fd), cgroup.as_ref());
+        let root_fd =
+            OwnedFd::from(std::fs::File::open(conf.workspace()).map_err(ExecError::TempDir)?);
+        let mut setup = conf.child_setup(Some(root_fd.as_raw_fd()), cgroup.as_ref());
         if let Some(fd) = &ruleset {
             setup.landlock_ruleset_fd = Some(fd.as_raw_fd());
         }
-        if let Some(cpu) = spec.cpu_seconds {
-            let mut rlimits = (*setup.rlimits).clone();
-            for (resource, value) in rlimits.iter_mut() {
-                if *resource == rustix::process::Resource::Cpu {
-                    // An unprivileged server cannot raise its own hard limit for the child.
-                    let hard = rustix::process::getrlimit(*resource).maximum;
-                    *value = hard.map_or(cpu, |h| cpu.min(h));
-                }
-            }
-            setup.rlimits = Arc::new(rlimits);
-        }
+        let mut rlimits = (*setup.rlimits).clone();
+        cpu_override(&mut rlimits);
+        setup.rlimits = Arc::new(rlimits);
 
         let mut child = super::spawn_confined(&spec.argv, &env, Stdio::piped(), setup)?;
         // The ruleset and cwd fds were only needed until exec.
         drop((ruleset, root_fd));
-        Ok(ConfinedWorker {
-            pid: child.id(),
-            stdin: child.stdin.take(),
-            stdout: child.stdout.take(),
-            stderr: child.stderr.take(),
-            child,
-            cgroup,
-        })
+        let pipes = Pipes::of_child(&mut child);
+        Ok(ConfinedWorker::new(Process::Forked(child), pipes, cgroup))
     }
 }
 
 impl ConfinedWorker {
+    fn new(child: Process, pipes: Pipes, cgroup: Option<CallCgroup>) -> Self {
+        Self {
+            pid: child.id(),
+            stdin: pipes.stdin,
+            stdout: pipes.stdout,
+            stderr: pipes.stderr,
+            child,
+            cgroup,
+        }
+    }
+
     /// The worker's pid (also its process group: the child starts its own session).
     pub fn pid(&self) -> Option<u32> {
         self.pid
@@ -108,18 +134,12 @@ impl ConfinedWorker {
     /// Sends SIGINT to the worker's main process only (not its group): the interpreter turns
     /// it into KeyboardInterrupt, while its subprocesses are left to the caller's decision.
     pub fn interrupt(&self) -> bool {
-        let Some(pid) = self
-            .pid
-            .and_then(|p| rustix::process::Pid::from_raw(p as i32))
-        else {
-            return false;
-        };
-        rustix::process::kill_process(pid, rustix::process::Signal::INT).is_ok()
+        self.child.signal(rustix::process::Signal::INT)
     }
 
     /// The exit status, if the main process has exited.
     pub fn try_status(&mut self) -> Option<ExitStatus> {
-        self.child.try_wait().ok().flatten()
+        self.child.try_wait()
     }
 
     /// Which cgroup limits the worker's tree has run into so far.
@@ -135,7 +155,7 @@ impl ConfinedWorker {
         tokio::time::timeout(wait, self.child.wait())
             .await
             .ok()
-            .and_then(Result::ok)
+            .flatten()
     }
 
     /// Kills the whole tree, reaps the main process and removes the cgroup.
@@ -145,11 +165,11 @@ impl ConfinedWorker {
         let hits = self.limit_hits();
         let cgroup = kill_tree(self.cgroup.take(), self.pid).await;
         let status = match self.child.try_wait() {
-            Ok(Some(s)) => Some(s),
-            _ => tokio::time::timeout(KILL_WAIT, self.child.wait())
+            Some(s) => Some(s),
+            None => tokio::time::timeout(KILL_WAIT, self.child.wait())
                 .await
                 .ok()
-                .and_then(Result::ok),
+                .flatten(),
         };
         if let Some(cg) = cgroup {
             // Removing the group may wait for the last members to go; keep it off the runtime.

@@ -73,9 +73,11 @@ impl SessionManager {
     /// Creates the manager; inside a Tokio runtime it also starts the idle reaper, which ends
     /// with the manager.
     pub fn new(executor: Arc<Executor>, policy: &Policy) -> Result<Arc<Self>, InterpreterError> {
+        // Below the confinement's private root: the one place the sandbox's view holds for
+        // workers, each granted only its own directory.
         let root = tempfile::Builder::new()
             .prefix("cordon-sessions-")
-            .tempdir()
+            .tempdir_in(executor.confinement().private_root())
             .map_err(InterpreterError::Io)?;
         let manager = Arc::new(Self {
             shared: Shared {

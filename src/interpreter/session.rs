@@ -15,7 +15,7 @@ use crate::exec::{
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use tokio::process::{ChildStdin, ChildStdout};
+use tokio::net::unix::pipe::{Receiver as ChildStdout, Sender as ChildStdin};
 use tokio_util::sync::CancellationToken;
 
 /// The driver script, compiled in so the binary works from any directory.

@@ -39,6 +39,9 @@ pub enum Finding {
     Path {
         path: String,
         op: Operation,
+        /// The message said the path does not exist: the sandbox's view holds only what the
+        /// policy grants, so an ungranted path is absent rather than refused.
+        missing: bool,
     },
     Port {
         port: u16,
@@ -57,6 +60,7 @@ pub struct Scene<'a> {
 }
 
 const DENIED: [&str; 2] = ["Permission denied", "Operation not permitted"];
+const MISSING: &str = "No such file or directory";
 
 static QUOTED: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r#"'([^'\n]+)'|"([^"\n]+)"|‘([^’\n]+)’|`([^'\n]+)'"#).expect("valid regex")
@@ -98,13 +102,18 @@ pub fn findings(stderr: &str) -> Vec<Finding> {
             }
             continue;
         }
-        let Some(at) = DENIED.iter().filter_map(|d| line.find(d)).min() else {
+        let denied = DENIED.iter().filter_map(|d| line.find(d)).min();
+        let Some((at, missing)) = denied
+            .map(|at| (at, false))
+            .or_else(|| line.find(MISSING).map(|at| (at, true)))
+        else {
             continue;
         };
         if let Some(path) = path_in(line, at) {
             let f = Finding::Path {
                 op: operation(&lower, line, &path),
                 path,
+                missing,
             };
             if !out.contains(&f) {
                 out.push(f);
@@ -424,6 +433,19 @@ pub fn explain_port(policy: &Policy, port: u16, op: NetOperation) -> String {
 
 /// The explanation for a failed command's stderr, labeled as derived from the policy, or None
 /// when it names no path or port in a permission or network error.
+/// Whether the policy grants `path` at all (so the sandbox's view holds it).
+fn is_granted(scene: &Scene<'_>, path: &str) -> bool {
+    let abs = lexical(&scene.cwd.join(path));
+    let fs = &scene.policy.filesystem;
+    under(&abs, scene.workspace)
+        || fs
+            .read_exec
+            .iter()
+            .chain(&fs.read_write)
+            .chain(&fs.devices)
+            .any(|g| under(&abs, g))
+}
+
 pub fn explain_stderr(scene: &Scene<'_>, stderr: &str) -> Option<String> {
     let found = findings(stderr);
     if found.is_empty() {
@@ -431,11 +453,20 @@ pub fn explain_stderr(scene: &Scene<'_>, stderr: &str) -> Option<String> {
     }
     let parts: Vec<String> = found
         .iter()
-        .map(|f| match f {
-            Finding::Path { path, op } => explain_path(scene, path, *op),
-            Finding::Port { port, op } => explain_port(scene.policy, *port, *op),
+        .filter_map(|f| match f {
+            // A granted path that does not exist is just missing: nothing to explain.
+            Finding::Path {
+                path,
+                missing: true,
+                ..
+            } if is_granted(scene, path) => None,
+            Finding::Path { path, op, .. } => Some(explain_path(scene, path, *op)),
+            Finding::Port { port, op } => Some(explain_port(scene.policy, *port, *op)),
         })
         .collect();
+    if parts.is_empty() {
+        return None;
+    }
     Some(format!(
         "[explanation derived from the policy {} by reading the error message, not from a kernel \
          log] {}",
@@ -501,12 +532,22 @@ mod tests {
                 findings(line),
                 [Finding::Path {
                     path: path.into(),
-                    op
+                    op,
+                    missing: false,
                 }],
                 "{line}"
             );
         }
         assert!(findings("error: no such file\nall good").is_empty());
+        // The sandbox's view holds only what the policy grants: an ungranted path is absent.
+        assert_eq!(
+            findings("ls: cannot access '/var': No such file or directory"),
+            [Finding::Path {
+                path: "/var".into(),
+                op: Operation::Read,
+                missing: true,
+            }]
+        );
     }
 
     #[test]

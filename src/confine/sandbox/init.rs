@@ -603,25 +603,25 @@ fn exec(job: &Job) -> io::Error {
     let argv: Vec<CString> = job
         .argv
         .iter()
-        .filter_map(|a| CString::new(a.clone()).ok())
+        .filter_map(|a| CString::new(a.as_bytes()).ok())
         .collect();
     let envp: Vec<CString> = job
         .env
         .iter()
-        .filter_map(|a| CString::new(a.clone()).ok())
+        .filter_map(|a| CString::new(a.as_bytes()).ok())
         .collect();
     let mut argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
     argv_ptrs.push(std::ptr::null());
     let mut env_ptrs: Vec<*const libc::c_char> = envp.iter().map(|a| a.as_ptr()).collect();
     env_ptrs.push(std::ptr::null());
-    let program = &job.argv[0];
+    let program = job.argv[0].as_bytes();
     let candidates: Vec<CString> = if program.contains(&b'/') {
         vec![argv[0].clone()]
     } else {
         let path = job
             .env
             .iter()
-            .find_map(|v| v.strip_prefix(b"PATH="))
+            .find_map(|v| v.as_bytes().strip_prefix(b"PATH="))
             .unwrap_or(b"/usr/bin:/bin");
         path.split(|&b| b == b':')
             .map(|dir| {

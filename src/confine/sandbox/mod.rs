@@ -375,8 +375,11 @@ impl Slot {
             stage: stage.into(),
             source,
         };
-        let bytes = wire::encode(&ToSlot::Job(job.clone()))
-            .map_err(|e| err("encode", io::Error::other(e)))?;
+        let bytes =
+            wire::encode(&ToSlot::Job(job)).map_err(|e| err("encode", io::Error::other(e)))?;
+        if bytes.len() > wire::MAX_JOB {
+            return Err(err("exec", io::Error::from_raw_os_error(libc::E2BIG)));
+        }
         let mut attached: Vec<OwnedFd> = Vec::new();
         let message = if bytes.len() <= wire::MAX_MESSAGE {
             bytes

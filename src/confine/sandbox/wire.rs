@@ -17,11 +17,36 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// ([`ToSlot::JobInMemfd`]), bounded by [`MAX_JOB`].
 pub const MAX_MESSAGE: usize = 48 * 1024;
 
-/// Largest encoded job (argv + env): the kernel refuses more than this at exec anyway.
-pub const MAX_JOB: usize = 8 * 1024 * 1024;
+/// Largest encoded job (argv + env). Well above what exec accepts (a quarter of the stack
+/// limit), so an oversized command still reaches execve and fails there with E2BIG.
+pub const MAX_JOB: usize = 64 * 1024 * 1024;
 
 /// Most descriptors one message carries (stdio, cwd-less jobs, a few extra fds).
 pub const MAX_FDS: usize = 16;
+
+/// An argument or variable: text when it is UTF-8 (compact JSON), bytes otherwise.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Arg {
+    Text(String),
+    Bytes(Vec<u8>),
+}
+
+impl Arg {
+    pub fn from_bytes(bytes: &[u8]) -> Self {
+        match std::str::from_utf8(bytes) {
+            Ok(text) => Self::Text(text.to_owned()),
+            Err(_) => Self::Bytes(bytes.to_vec()),
+        }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        match self {
+            Self::Text(t) => t.as_bytes(),
+            Self::Bytes(b) => b,
+        }
+    }
+}
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum WireError {
@@ -88,10 +113,10 @@ pub enum FromSlot {
 /// One program to run in a slot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Job {
-    /// Program and arguments, as bytes (not necessarily UTF-8).
-    pub argv: Vec<Vec<u8>>,
+    /// Program and arguments (not necessarily UTF-8).
+    pub argv: Vec<Arg>,
     /// `NAME=value` entries, the whole environment.
-    pub env: Vec<Vec<u8>>,
+    pub env: Vec<Arg>,
     /// Working directory relative to the workspace root, resolved inside the view beneath it.
     pub cwd: PathBuf,
     /// Where each received descriptor goes in the new program (0, 1, 2, then extra ones).
@@ -121,7 +146,6 @@ pub fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8], limit: usize) -> Resul
             v.v
         )));
     }
-    v.validate()?;
     Ok(v.m)
 }
 
@@ -131,20 +155,19 @@ struct Versioned<T> {
     m: T,
 }
 
-impl<T> Versioned<T> {
-    fn validate(&self) -> Result<(), WireError> {
-        Ok(())
-    }
-}
-
 impl Job {
     /// The checks a slot makes before it acts on a job: something to run, no NUL inside an
     /// argument (exec would cut it silently), descriptors in range and not duplicated.
     pub fn validate(&self, received_fds: usize) -> Result<(), WireError> {
-        if self.argv.is_empty() || self.argv[0].is_empty() {
+        if self.argv.first().is_none_or(|a| a.as_bytes().is_empty()) {
             return Err(WireError::Malformed("empty argv".into()));
         }
-        if self.argv.iter().chain(&self.env).any(|a| a.contains(&0)) {
+        if self
+            .argv
+            .iter()
+            .chain(&self.env)
+            .any(|a| a.as_bytes().contains(&0))
+        {
             return Err(WireError::Malformed(
                 "NUL byte in an argument or variable".into(),
             ));
@@ -186,8 +209,8 @@ mod tests {
 
     fn job() -> Job {
         Job {
-            argv: vec![b"/bin/true".to_vec()],
-            env: vec![b"PATH=/bin".to_vec()],
+            argv: vec![Arg::from_bytes(b"/bin/true"), Arg::from_bytes(b"\xff")],
+            env: vec![Arg::from_bytes(b"PATH=/bin")],
             cwd: PathBuf::from("."),
             fds: vec![0, 1, 2],
             rlimits: vec![(1, 10)],
@@ -228,7 +251,7 @@ mod tests {
         j.fds = vec![0, 0, 2];
         assert!(j.validate(3).is_err());
         let mut j = job();
-        j.argv = vec![b"a\0b".to_vec()];
+        j.argv = vec![Arg::from_bytes(b"a\0b")];
         assert!(j.validate(3).is_err());
     }
 }
