@@ -33,10 +33,30 @@ pub struct Factory {
     pool: Mutex<Vec<WarmSlot>>,
     refilling: AtomicBool,
     sandbox: Sandbox,
+    /// What the init was started with, to start a new one when the protected set changes.
+    plan: InitPlan,
+    program: PathBuf,
+    /// Identity of every pinned and protected path when the view was built.
+    signature: Vec<Option<(u64, u64, bool)>>,
+}
+
+/// (device, inode, is a symlink) of each pinned and protected path, None where absent: the
+/// view binds what existed when it was built, so a change means the view is out of date.
+fn signature(plan: &InitPlan) -> Vec<Option<(u64, u64, bool)>> {
+    use std::os::unix::fs::MetadataExt;
+    plan.pinned
+        .iter()
+        .chain(&plan.protected)
+        .map(|p| {
+            p.symlink_metadata()
+                .ok()
+                .map(|m| (m.dev(), m.ino(), m.file_type().is_symlink()))
+        })
+        .collect()
 }
 
 /// What the view is built from, gathered by `Confinement::build`.
-pub struct ViewInputs<'a> {
+pub(crate) struct ViewInputs<'a> {
     pub landlock: Option<&'a LandlockInputs>,
     pub workspace: &'a Path,
     pub read_only_workspace: bool,
@@ -54,13 +74,32 @@ pub struct ViewInputs<'a> {
 
 impl Factory {
     /// Starts the init. `program` is the cordon binary (it runs `cordon __sandbox-init`).
-    pub fn start(inputs: &ViewInputs<'_>, program: PathBuf) -> Result<Self, SandboxError> {
-        let sandbox = Sandbox::start(plan(inputs), program)?;
+    pub(crate) fn start(inputs: &ViewInputs<'_>, program: PathBuf) -> Result<Self, SandboxError> {
+        Self::start_plan(plan(inputs), program)
+    }
+
+    fn start_plan(plan: InitPlan, program: PathBuf) -> Result<Self, SandboxError> {
+        let signature = signature(&plan);
+        let sandbox = Sandbox::start(plan.clone(), program.clone())?;
         Ok(Self {
             pool: Mutex::new(Vec::new()),
             refilling: AtomicBool::new(false),
             sandbox,
+            plan,
+            program,
+            signature,
         })
+    }
+
+    /// Whether the view still matches the workspace: no protected path (or `.git`) appeared,
+    /// vanished or was replaced since it was built. A few `lstat` calls.
+    pub fn is_current(&self) -> bool {
+        signature(&self.plan) == self.signature
+    }
+
+    /// A new init with the same plan, whose view binds the protected paths as they are now.
+    pub fn rebuilt(&self) -> Result<Self, SandboxError> {
+        Self::start_plan(self.plan.clone(), self.program.clone())
     }
 
     pub fn namespaces(&self) -> Namespaces {

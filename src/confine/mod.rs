@@ -17,7 +17,7 @@ pub mod selftest;
 
 pub use cgroup::{CallCgroup, CallLimits, CgroupMode, LimitHits};
 pub use child::ChildSetup;
-pub use factory::WarmSlot;
+pub use factory::{Factory, WarmSlot};
 pub use kernel::{KernelSupport, REQUIRED_LANDLOCK_ABI};
 pub use sandbox::{SandboxChild, Slot};
 
@@ -165,7 +165,7 @@ pub struct Confinement {
     spare: std::sync::Mutex<Option<CallCgroup>>,
     /// The sandbox init and its warm slots; None where namespaces cannot be had. Declared
     /// before `cgroups` so the slots' cgroups go before their parents.
-    factory: Option<factory::Factory>,
+    factory: std::sync::RwLock<Option<Arc<factory::Factory>>>,
     cgroups: cgroup::Cgroups,
     call_limits: CallLimits,
     enforcement: Enforcement,
@@ -181,7 +181,7 @@ pub struct Confinement {
 }
 
 /// The policy's file and network grants, minus the per-call temporary root.
-struct LandlockInputs {
+pub(crate) struct LandlockInputs {
     read_exec: Vec<PathBuf>,
     read_write: Vec<PathBuf>,
     read_only: Vec<PathBuf>,
@@ -381,7 +381,7 @@ impl Confinement {
                 cpu_percent: policy.limits.cpu_percent,
             },
             spare: std::sync::Mutex::new(None),
-            factory,
+            factory: std::sync::RwLock::new(factory.map(Arc::new)),
             cgroups,
             enforcement,
             tmp_root,
@@ -398,41 +398,75 @@ impl Confinement {
         self.private_root.path()
     }
 
-    /// Whether children come from the sandbox init (true) or one fork each.
-    pub fn uses_sandbox_init(&self) -> bool {
-        self.factory
+    /// The sandbox init children come from, if there is one; None: one fork per child. The
+    /// caller keeps the `Arc` for as long as its process lives (a replaced init stays up
+    /// until its last process is done).
+    ///
+    /// When a protected path appeared, vanished or was replaced since the init's view was
+    /// built (`git init` in the workspace, a new `.git/hooks`), a new init is started first,
+    /// so its view binds the paths as they are now. That is blocking (tens of ms, once).
+    pub fn sandbox_init(&self) -> Option<Arc<factory::Factory>> {
+        let current = self
+            .factory
+            .read()
+            .ok()?
             .as_ref()
-            .is_some_and(factory::Factory::is_alive)
-    }
-
-    /// A warm slot for one call, already in its cgroups, if one is ready. Never blocks.
-    pub fn pop_warm_slot(&self) -> Option<WarmSlot> {
-        self.factory.as_ref().filter(|f| f.is_alive())?.pop_warm()
-    }
-
-    /// A slot for one call made now (no warm one was left). Blocking: run it off the async
-    /// threads. None: there is no sandbox init; use the per-child path.
-    pub fn make_call_slot(&self) -> Option<Result<WarmSlot, ConfineError>> {
-        let factory = self.factory.as_ref().filter(|f| f.is_alive())?;
-        Some(factory.make_call_slot(&self.cgroups, &self.call_limits))
-    }
-
-    /// Tops up the warm slots. Blocking: run it off the async threads.
-    pub fn refill_call_slots(&self) {
-        if let Some(factory) = &self.factory {
-            factory.refill(&self.cgroups, &self.call_limits);
+            .filter(|f| f.is_alive())
+            .cloned()?;
+        if current.is_current() {
+            return Some(current);
+        }
+        let mut slot = self.factory.write().ok()?;
+        if let Some(f) = slot.as_ref().filter(|f| f.is_current() && f.is_alive()) {
+            return Some(Arc::clone(f));
+        }
+        match current.rebuilt() {
+            Ok(fresh) => {
+                tracing::info!(
+                    "protected paths changed since the sandbox view was built: started a new \
+                     sandbox init whose view makes them read-only"
+                );
+                let fresh = Arc::new(fresh);
+                *slot = Some(Arc::clone(&fresh));
+                Some(fresh)
+            }
+            Err(e) => {
+                // Keep serving with the view we have, and say so: a protected path that
+                // appeared since is then writable by commands until the next attempt.
+                tracing::warn!(
+                    "cannot rebuild the sandbox view after protected paths changed: {e}"
+                );
+                Some(current)
+            }
         }
     }
 
-    /// A slot for a long-lived worker with its own limits and private directory. None: there
-    /// is no sandbox init. Blocking.
+    /// Whether the sandbox init is in use (namespaces could be had and it is running).
+    pub fn uses_sandbox_init(&self) -> bool {
+        self.factory
+            .read()
+            .ok()
+            .is_some_and(|f| f.as_ref().is_some_and(|f| f.is_alive()))
+    }
+
+    /// Tops up the warm slots of `factory`. Blocking: run it off the async threads.
+    pub fn refill_call_slots(&self, factory: &factory::Factory) {
+        factory.refill(&self.cgroups, &self.call_limits);
+    }
+
+    /// A slot for one call made now (no warm one was left). Blocking.
+    pub fn make_call_slot(&self, factory: &factory::Factory) -> Result<WarmSlot, ConfineError> {
+        factory.make_call_slot(&self.cgroups, &self.call_limits)
+    }
+
+    /// A slot for a long-lived worker with its own limits and private directory. Blocking.
     pub fn make_worker_slot(
         &self,
+        factory: &factory::Factory,
         limits: &CallLimits,
         private_dir: &Path,
-    ) -> Option<Result<WarmSlot, ConfineError>> {
-        let factory = self.factory.as_ref().filter(|f| f.is_alive())?;
-        Some(factory.make_worker_slot(&self.cgroups, limits, private_dir))
+    ) -> Result<WarmSlot, ConfineError> {
+        factory.make_worker_slot(&self.cgroups, limits, private_dir)
     }
 
     /// The rlimit plan of every confined process.

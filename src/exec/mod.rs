@@ -17,7 +17,7 @@ pub use capture::{CaptureSpec, Captured, LiveStatus, SpillOpener};
 pub use outcome::{ExecOutcome, LimitHit, LimitKind, signal_name};
 pub use worker::{ConfinedWorker, WorkerEnd, WorkerSpec};
 
-use crate::confine::{CallCgroup, ConfineError, Confinement};
+use crate::confine::{CallCgroup, ConfineError, Confinement, Factory, WarmSlot};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -101,9 +101,11 @@ impl Executor {
             .tempdir_in(conf.tmp_root())
             .map_err(ExecError::TempDir)?;
         let env = env::build(&self.environment, tmp.path(), conf.workspace(), &req.env);
-        let (mut child, pipes, cgroup) = match self.call_slot().await {
-            Some(warm) => {
-                let warm = warm?;
+        // Held for the whole call: a replaced init stays up until its last process is done.
+        let factory = self.sandbox_init().await;
+        let (mut child, pipes, cgroup) = match &factory {
+            Some(factory) => {
+                let warm = self.call_slot(factory).await?;
                 let spec = process::SlotSpawn {
                     argv: &req.argv,
                     env: &env,
@@ -196,10 +198,9 @@ impl Executor {
         tokio::task::spawn_blocking(move || {
             drop(cgroup);
             drop(tmp);
-            if confinement.uses_sandbox_init() {
-                confinement.refill_call_slots();
-            } else {
-                confinement.prepare_spare_cgroup();
+            match factory {
+                Some(factory) => confinement.refill_call_slots(&factory),
+                None => confinement.prepare_spare_cgroup(),
             }
         });
 
@@ -234,20 +235,31 @@ impl Executor {
 }
 
 impl Executor {
-    /// A slot for this call: a warm one, else one made now off the async threads. None when
-    /// there is no sandbox init (the per-child path).
-    async fn call_slot(&self) -> Option<Result<crate::confine::WarmSlot, ConfineError>> {
+    /// The sandbox init to use, rebuilt off the async threads when its view is out of date.
+    /// None when there is no sandbox init (the per-child path).
+    pub(crate) async fn sandbox_init(&self) -> Option<Arc<Factory>> {
         if !self.confinement.uses_sandbox_init() {
             return None;
         }
-        if let Some(warm) = self.confinement.pop_warm_slot() {
-            return Some(Ok(warm));
-        }
         let confinement = Arc::clone(&self.confinement);
-        tokio::task::spawn_blocking(move || confinement.make_call_slot())
+        tokio::task::spawn_blocking(move || confinement.sandbox_init())
             .await
             .ok()
             .flatten()
+    }
+
+    /// A slot for this call: a warm one, else one made now off the async threads.
+    async fn call_slot(&self, factory: &Arc<Factory>) -> Result<WarmSlot, ConfineError> {
+        if let Some(warm) = factory.pop_warm() {
+            // Top the pool up while this call runs: the next one finds a warm slot.
+            let (confinement, factory) = (Arc::clone(&self.confinement), Arc::clone(factory));
+            tokio::task::spawn_blocking(move || confinement.refill_call_slots(&factory));
+            return Ok(warm);
+        }
+        let (confinement, factory) = (Arc::clone(&self.confinement), Arc::clone(factory));
+        tokio::task::spawn_blocking(move || confinement.make_call_slot(&factory))
+            .await
+            .map_err(|e| ConfineError::TempDir(std::io::Error::other(e)))?
     }
 }
 

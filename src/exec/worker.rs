@@ -45,6 +45,9 @@ pub struct ConfinedWorker {
     pub stderr: Option<pipe::Receiver>,
     cgroup: Option<CallCgroup>,
     pid: Option<u32>,
+    /// The init the worker was born in, kept up for the worker's life (declared last: the
+    /// worker's process and cgroup go first).
+    factory: Option<Arc<crate::confine::Factory>>,
 }
 
 /// How a worker ended.
@@ -77,8 +80,8 @@ impl Executor {
                 }
             }
         };
-        if let Some(made) = conf.make_worker_slot(&spec.limits, &spec.private_dir) {
-            let warm = made?;
+        if let Some(factory) = conf.sandbox_init() {
+            let warm = conf.make_worker_slot(&factory, &spec.limits, &spec.private_dir)?;
             let mut rlimits = conf.rlimits().to_vec();
             cpu_override(&mut rlimits);
             let (child, pipes) = spawn_in_slot(
@@ -92,7 +95,9 @@ impl Executor {
                     extra_fds: Vec::new(),
                 },
             )?;
-            return Ok(ConfinedWorker::new(child, pipes, warm.cgroup));
+            let mut worker = ConfinedWorker::new(child, pipes, warm.cgroup);
+            worker.factory = Some(factory);
+            return Ok(worker);
         }
         let ruleset = conf.private_ruleset(&spec.private_dir)?;
         let cgroup = conf.create_cgroup_with(&spec.limits)?;
@@ -123,6 +128,7 @@ impl ConfinedWorker {
             stderr: pipes.stderr,
             child,
             cgroup,
+            factory: None,
         }
     }
 

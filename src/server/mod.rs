@@ -319,6 +319,25 @@ pub async fn serve_stdio(server: CordonServer) -> Result<(), ServeError> {
         .serve(framing::frame(tokio::io::stdin(), tokio::io::stdout()))
         .await
         .map_err(|e| ServeError::Start(e.to_string()))?;
+    // SIGTERM/SIGINT (clients send them on close) end the session like EOF does: every
+    // in-flight call is cancelled, which kills its tree, before the process exits. Were the
+    // server killed outright, the kernel still ends every confined process with the sandbox
+    // init's PID namespace.
+    let stop = service.cancellation_token();
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: ending the session and every running call"),
+            _ = int.recv() => tracing::info!("SIGINT: ending the session and every running call"),
+        }
+        stop.cancel();
+    });
     let quit = service.waiting().await;
     // Interpreter workers outlive calls, so they are killed explicitly; this also ends any
     // cell still running.
