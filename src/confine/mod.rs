@@ -50,6 +50,8 @@ pub enum ConfineError {
     Cgroup(#[from] cgroup::CgroupError),
     #[error(transparent)]
     Sandbox(#[from] sandbox::SandboxError),
+    #[error("the task preparing the sandbox did not finish: {0}")]
+    Task(String),
 }
 
 /// Marks every descriptor above stderr close-on-exec, so nothing this process inherited can
@@ -405,48 +407,45 @@ impl Confinement {
     /// When a protected path appeared, vanished or was replaced since the init's view was
     /// built (`git init` in the workspace, a new `.git/hooks`), a new init is started first,
     /// so its view binds the paths as they are now. That is blocking (tens of ms, once).
-    pub fn sandbox_init(&self) -> Option<Arc<factory::Factory>> {
-        let current = self
-            .factory
-            .read()
-            .ok()?
-            .as_ref()
-            .filter(|f| f.is_alive())
-            .cloned()?;
-        if current.is_current() {
-            return Some(current);
+    pub fn sandbox_init(&self) -> Option<Result<Arc<factory::Factory>, ConfineError>> {
+        let current = self.factory.read().ok()?.as_ref().cloned()?;
+        if current.is_alive() && current.is_current() {
+            return Some(Ok(current));
         }
-        let mut slot = self.factory.write().ok()?;
+        let Ok(mut slot) = self.factory.write() else {
+            return Some(Ok(current));
+        };
         if let Some(f) = slot.as_ref().filter(|f| f.is_current() && f.is_alive()) {
-            return Some(Arc::clone(f));
+            return Some(Ok(Arc::clone(f)));
         }
-        match current.rebuilt() {
+        let why = if current.is_alive() {
+            "protected paths changed since the sandbox view was built"
+        } else {
+            "the sandbox init ended"
+        };
+        Some(match current.rebuilt() {
             Ok(fresh) => {
-                tracing::info!(
-                    "protected paths changed since the sandbox view was built: started a new \
-                     sandbox init whose view makes them read-only"
-                );
+                tracing::info!("{why}: started a new sandbox init");
                 let fresh = Arc::new(fresh);
                 *slot = Some(Arc::clone(&fresh));
-                Some(fresh)
+                Ok(fresh)
             }
+            // A dead init is never replaced by the weaker per-child path: the call fails.
+            Err(e) if !current.is_alive() => Err(e.into()),
             Err(e) => {
                 // Keep serving with the view we have, and say so: a protected path that
                 // appeared since is then writable by commands until the next attempt.
-                tracing::warn!(
-                    "cannot rebuild the sandbox view after protected paths changed: {e}"
-                );
-                Some(current)
+                tracing::warn!("{why}, but the view cannot be rebuilt: {e}");
+                Ok(current)
             }
-        }
+        })
     }
 
-    /// Whether the sandbox init is in use (namespaces could be had and it is running).
+    /// Whether children come from a sandbox init (namespaces could be had at start). Stays
+    /// true if the init later dies: it is then restarted, never silently replaced by the
+    /// per-child path.
     pub fn uses_sandbox_init(&self) -> bool {
-        self.factory
-            .read()
-            .ok()
-            .is_some_and(|f| f.as_ref().is_some_and(|f| f.is_alive()))
+        self.factory.read().ok().is_some_and(|f| f.is_some())
     }
 
     /// Tops up the warm slots of `factory`. Blocking: run it off the async threads.

@@ -102,7 +102,7 @@ impl Executor {
             .map_err(ExecError::TempDir)?;
         let env = env::build(&self.environment, tmp.path(), conf.workspace(), &req.env);
         // Held for the whole call: a replaced init stays up until its last process is done.
-        let factory = self.sandbox_init().await;
+        let factory = self.sandbox_init().await.transpose()?;
         let (mut child, pipes, cgroup) = match &factory {
             Some(factory) => {
                 let warm = self.call_slot(factory).await?;
@@ -237,15 +237,15 @@ impl Executor {
 impl Executor {
     /// The sandbox init to use, rebuilt off the async threads when its view is out of date.
     /// None when there is no sandbox init (the per-child path).
-    pub(crate) async fn sandbox_init(&self) -> Option<Arc<Factory>> {
+    pub(crate) async fn sandbox_init(&self) -> Option<Result<Arc<Factory>, ConfineError>> {
         if !self.confinement.uses_sandbox_init() {
             return None;
         }
         let confinement = Arc::clone(&self.confinement);
-        tokio::task::spawn_blocking(move || confinement.sandbox_init())
-            .await
-            .ok()
-            .flatten()
+        match tokio::task::spawn_blocking(move || confinement.sandbox_init()).await {
+            Ok(found) => found,
+            Err(e) => Some(Err(ConfineError::Task(e.to_string()))),
+        }
     }
 
     /// A slot for this call: a warm one, else one made now off the async threads.
@@ -259,7 +259,7 @@ impl Executor {
         let (confinement, factory) = (Arc::clone(&self.confinement), Arc::clone(factory));
         tokio::task::spawn_blocking(move || confinement.make_call_slot(&factory))
             .await
-            .map_err(|e| ConfineError::TempDir(std::io::Error::other(e)))?
+            .map_err(|e| ConfineError::Task(e.to_string()))?
     }
 }
 

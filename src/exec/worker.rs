@@ -81,6 +81,7 @@ impl Executor {
             }
         };
         if let Some(factory) = conf.sandbox_init() {
+            let factory = factory?;
             let warm = conf.make_worker_slot(&factory, &spec.limits, &spec.private_dir)?;
             let mut rlimits = conf.rlimits().to_vec();
             cpu_override(&mut rlimits);
