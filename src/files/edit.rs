@@ -150,52 +150,70 @@ fn apply_one(
     if old == new {
         return Err(EditError::Unchanged { edit_index });
     }
-    let matches = scan_matches(content, old);
-    let fits = |count: usize| {
-        // u128: no count × length can overflow it.
-        let size = content.len() as u128 + count as u128 * new.len() as u128
-            - count as u128 * old.len() as u128;
-        if size > max_bytes as u128 {
-            Err(EditError::TooLarge {
-                edit_index,
-                size,
-                limit: max_bytes,
-            })
-        } else {
-            Ok(size as usize)
+    if edit.replace_all {
+        // Non-overlapping occurrences are what gets replaced; one pass counts them, so the
+        // size is known before the result is allocated, and a second builds it.
+        let count = content.matches(old).count();
+        if count == 0 {
+            return Err(no_match(content, edit_index, old));
         }
-    };
+        let size = fits(content, edit_index, count, old, new, max_bytes)?;
+        let mut out = String::with_capacity(size);
+        let mut last = 0;
+        for (at, _) in content.match_indices(old) {
+            out.push_str(&content[last..at]);
+            out.push_str(new);
+            last = at + old.len();
+        }
+        out.push_str(&content[last..]);
+        *content = out;
+        return Ok(count);
+    }
+    let matches = scan_matches(content, old);
     match matches.count {
-        0 => Err(EditError::NoMatch {
-            edit_index,
-            nearest: nearest_lines(content, old, MAX_CANDIDATES),
-            hint: mismatch_hint(content, old),
-        }),
+        0 => Err(no_match(content, edit_index, old)),
         1 => {
-            fits(1)?;
+            fits(content, edit_index, 1, old, new, max_bytes)?;
             let at = matches.first[0];
             content.replace_range(at..at + old.len(), new);
             Ok(1)
-        }
-        _ if edit.replace_all => {
-            let count = content.matches(old).count();
-            let size = fits(count)?;
-            let mut out = String::with_capacity(size);
-            let mut last = 0;
-            for (at, _) in content.match_indices(old) {
-                out.push_str(&content[last..at]);
-                out.push_str(new);
-                last = at + old.len();
-            }
-            out.push_str(&content[last..]);
-            *content = out;
-            Ok(count)
         }
         count => Err(EditError::MultipleMatches {
             edit_index,
             count,
             line_numbers: line_numbers(content, &matches.first),
         }),
+    }
+}
+
+fn no_match(content: &str, edit_index: usize, old: &str) -> EditError {
+    EditError::NoMatch {
+        edit_index,
+        nearest: nearest_lines(content, old, MAX_CANDIDATES),
+        hint: mismatch_hint(content, old),
+    }
+}
+
+/// The size `content` has after `count` replacements of `old` by `new`, computed (never
+/// built); refused when over `max_bytes`. u128: no count × length can overflow it.
+fn fits(
+    content: &str,
+    edit_index: usize,
+    count: usize,
+    old: &str,
+    new: &str,
+    max_bytes: usize,
+) -> Result<usize, EditError> {
+    let size = content.len() as u128 + count as u128 * new.len() as u128
+        - count as u128 * old.len() as u128;
+    if size > max_bytes as u128 {
+        Err(EditError::TooLarge {
+            edit_index,
+            size,
+            limit: max_bytes,
+        })
+    } else {
+        Ok(size as usize)
     }
 }
 
@@ -448,6 +466,53 @@ mod tests {
         assert_eq!(err, EditError::Unchanged { edit_index: 0 });
         assert!(err.to_string().contains("nothing was changed"));
         assert_eq!(apply("a", &[]).unwrap_err(), EditError::NoEdits);
+    }
+
+    #[test]
+    fn growth_past_the_limit_is_refused_before_it_is_built() {
+        let mut grow = edit("ab", "abab");
+        grow.replace_all = true;
+        // 10 bytes -> 20 -> 40: the second edit would pass a 30-byte limit.
+        let err = apply_edits_within(b"ababababab", &[grow.clone(), grow.clone()], 30).unwrap_err();
+        assert_eq!(
+            err,
+            EditError::TooLarge {
+                edit_index: 1,
+                size: 40,
+                limit: 30
+            }
+        );
+        assert_eq!(err.kind_str(), "resource_limit");
+        assert!(err.to_string().contains("nothing was changed"), "{err}");
+        // Exactly at the limit is fine; a single replacement is checked too.
+        assert_eq!(
+            apply_edits_within(b"ababababab", &[grow], 20)
+                .unwrap()
+                .new_content
+                .len(),
+            20
+        );
+        let err = apply_edits_within(b"x", &[edit("x", "yyyy")], 3).unwrap_err();
+        assert!(matches!(err, EditError::TooLarge { size: 4, .. }));
+        // Shrinking never trips it, even when the file is already over the limit.
+        assert!(apply_edits_within(b"xxxx", &[edit("xxxx", "x")], 2).is_ok());
+    }
+
+    #[test]
+    fn many_matches_cost_no_memory_and_still_count() {
+        let text = "a".repeat(100_000);
+        let err = apply(&text, &[edit("a", "b")]).unwrap_err();
+        match err {
+            EditError::MultipleMatches {
+                count,
+                line_numbers,
+                ..
+            } => {
+                assert_eq!(count, 100_000);
+                assert_eq!(line_numbers.len(), MAX_LISTED_MATCHES);
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

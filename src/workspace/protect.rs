@@ -378,6 +378,12 @@ mod tests {
     }
 
     #[test]
+    fn the_default_policy_protects_exactly_the_builtin_list() {
+        let policy = crate::policy::Policy::builtin_default();
+        assert_eq!(policy.filesystem.protected, GIT_CONTROL_PATHS);
+    }
+
+    #[test]
     fn existing_entries_are_listed_with_symlinks_as_such() {
         let t = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(t.path().join(".git/hooks")).unwrap();

@@ -638,3 +638,181 @@ fn spill_area_refuses_a_symlinked_cordon_dir() {
     assert!(g.ws.spill_dir().is_err());
     assert!(g.outside_intruders().is_empty());
 }
+
+// ---------------------------------------------------------------- protected targets
+
+fn protected() -> Vec<String> {
+    cordon::workspace::GIT_CONTROL_PATHS
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect()
+}
+
+fn write_protected(f: &Fixture, arg: &str) -> Result<cordon::workspace::WriteReport, PathError> {
+    let patterns = protected();
+    let rules = cordon::workspace::WriteRules {
+        protected: &patterns,
+        writable_only: None,
+    };
+    f.ws.write_checked(&f.rel(arg), b"[core]\n\tfsmonitor = evil\n", true, &rules)
+}
+
+/// Protection is decided on the path as resolved on disk, so every alias a symlinked directory
+/// gives a protected entry is refused, and nothing is created inside one on the way.
+#[test]
+fn protected_targets_are_refused_under_every_alias() {
+    let f = Fixture::new();
+    fs::create_dir_all(f.root.join(".git/hooks")).unwrap();
+    fs::create_dir_all(f.root.join("sub")).unwrap();
+    symlink(".git", f.root.join("g")).unwrap();
+    symlink("../.git/hooks", f.root.join("sub/h")).unwrap();
+    symlink("sub", f.root.join("s")).unwrap();
+    for arg in [
+        ".git/config",
+        "g/config",
+        "./g/../.git/commondir",
+        "s/h/pre-commit",
+        "sub/h/new/deeper/x",
+        "g/worktrees/w/gitdir",
+        ".cordon/outputs/x",
+    ] {
+        match write_protected(&f, arg) {
+            Err(e @ PathError::Protected { .. }) => assert_eq!(e.kind_str(), "denied"),
+            other => panic!("{arg}: expected Protected, got {other:?}"),
+        }
+    }
+    assert!(!f.root.join(".git/config").exists());
+    assert!(!f.root.join(".git/commondir").exists());
+    assert!(!f.root.join(".git/hooks/new").exists());
+    // (Unprotected directories on the way may be created; the control file is not.)
+    assert!(!f.root.join(".git/worktrees/w/gitdir").exists());
+    assert!(!f.root.join(".cordon").exists());
+    // What the message says: the spelling and the resolved path.
+    let msg = write_protected(&f, "g/config").unwrap_err().to_string();
+    assert!(msg.contains("`.git/config`"), "{msg}");
+    // Ordinary files next to them are fine, also through the same links.
+    assert!(write_protected(&f, "g/HEAD").is_ok());
+    assert!(write_protected(&f, "s/notes.txt").is_ok());
+}
+
+/// The library-level rename race at a higher rate than the end-to-end test: a directory is
+/// swapped for a symlink to `.git` while writes of `dir/config` run; none reaches `.git/config`.
+#[test]
+fn rename_race_never_lets_a_protected_write_through() {
+    let f = Fixture::new();
+    fs::create_dir_all(f.root.join(".git")).unwrap();
+    fs::write(f.root.join(".git/config"), "original\n").unwrap();
+    let d = f.root.join("dir");
+    fs::create_dir(&d).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let swapper = {
+        let (d, parked, stop) = (d.clone(), f.root.join("parked"), stop.clone());
+        thread::spawn(move || {
+            let mut swaps = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                if fs::rename(&d, &parked).is_ok() {
+                    let _ = symlink(".git", &d);
+                    thread::sleep(Duration::from_micros(20));
+                    let _ = fs::remove_file(&d);
+                    let _ = fs::rename(&parked, &d);
+                    swaps += 1;
+                }
+                thread::sleep(Duration::from_micros(20));
+            }
+            swaps
+        })
+    };
+    let patterns = protected();
+    let rules = cordon::workspace::WriteRules {
+        protected: &patterns,
+        writable_only: None,
+    };
+    let (mut landed, mut protected_refusals) = (0, 0);
+    for i in 0..3000 {
+        match f
+            .ws
+            .write_checked(&f.rel("dir/config"), b"evil", false, &rules)
+        {
+            Ok(_) => landed += 1,
+            Err(PathError::Protected { .. }) => protected_refusals += 1,
+            Err(PathError::ParentMissing { .. } | PathError::NotFound { .. }) => {}
+            Err(other) => panic!("write {i}: unexpected {other:?}"),
+        }
+        assert_eq!(
+            fs::read_to_string(f.root.join(".git/config")).unwrap(),
+            "original\n",
+            "write {i} reached .git/config"
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    let swaps = swapper.join().unwrap();
+    eprintln!("race: {landed} landed, {protected_refusals} refused as protected, {swaps} swaps");
+    assert!(
+        landed > 0 && protected_refusals > 0,
+        "the race never happened"
+    );
+}
+
+/// A read-only workspace's writable directories are judged on the resolved path too: a
+/// symlinked directory inside `out/` that leads back into the read-only part is refused.
+#[test]
+fn read_only_workspace_judges_writable_dirs_on_the_resolved_path() {
+    let f = Fixture::new();
+    fs::create_dir_all(f.root.join("out")).unwrap();
+    fs::create_dir_all(f.root.join("src")).unwrap();
+    symlink("../src", f.root.join("out/back")).unwrap();
+    let writable = vec!["out".to_owned()];
+    let rules = cordon::workspace::WriteRules {
+        protected: &[],
+        writable_only: Some(&writable),
+    };
+    assert!(
+        f.ws.write_checked(&f.rel("out/a.txt"), b"x", true, &rules)
+            .is_ok()
+    );
+    assert!(
+        f.ws.write_checked(&f.rel("out/new/b.txt"), b"x", true, &rules)
+            .is_ok()
+    );
+    for arg in [
+        "out/back/main.rs",
+        "src/main.rs",
+        "top.txt",
+        "elsewhere/x.txt",
+    ] {
+        match f.ws.write_checked(&f.rel(arg), b"x", true, &rules) {
+            Err(PathError::NotWritable { .. }) => {}
+            other => panic!("{arg}: expected NotWritable, got {other:?}"),
+        }
+    }
+    assert!(!f.root.join("src/main.rs").exists());
+    assert!(!f.root.join("elsewhere").exists());
+}
+
+/// Reads resolve by hand too: a final symlink inside the workspace is followed, a FIFO behind
+/// one is refused without blocking, and a chain that leaves the workspace is an escape.
+#[test]
+fn reads_follow_inside_links_by_hand_and_refuse_what_is_not_a_file() {
+    let f = Fixture::new();
+    fs::write(f.root.join("real.txt"), "real\n").unwrap();
+    symlink("real.txt", f.root.join("l1")).unwrap();
+    symlink("l1", f.root.join("l2")).unwrap();
+    symlink("../outside/secret.txt", f.root.join("out")).unwrap();
+    symlink("out", f.root.join("to_out")).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        f.root.join("fifo"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap();
+    symlink("fifo", f.root.join("to_fifo")).unwrap();
+    assert_eq!(f.read("l2").unwrap(), b"real\n");
+    assert_escape(f.read("to_out"));
+    assert!(matches!(f.read("to_fifo"), Err(PathError::NotAFile { .. })));
+    assert!(matches!(
+        f.read("missing/x"),
+        Err(PathError::NotFound { .. })
+    ));
+}
