@@ -243,3 +243,68 @@ pub fn oversized_error(size: usize, what_happened: &str) -> ToolError {
         ),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lint::{Diagnostic, LintReport, Severity};
+
+    #[test]
+    fn lint_reports_are_cut_to_their_budget() {
+        let diags: Vec<Diagnostic> = (0..20_000)
+            .map(|i| Diagnostic::at(i, 1, Severity::Warning, None, "m".repeat(5000), "x"))
+            .collect();
+        let mut lint = LintReport::from_diagnostics(vec!["x".into()], diags);
+        let dropped = fit_lint(&mut lint);
+        let size = serde_json::to_vec(&lint).unwrap().len();
+        assert!(size <= LINT_BUDGET_BYTES + 1024, "{size}");
+        assert_eq!(dropped + lint.diagnostics.len(), 20_000);
+        assert!(dropped > 0);
+        assert!(
+            lint.diagnostics
+                .iter()
+                .all(|d| d.message.chars().count() <= MAX_DIAGNOSTIC_CHARS + 1)
+        );
+        // A small report is left alone.
+        let mut small = LintReport::from_diagnostics(
+            vec!["x".into()],
+            vec![Diagnostic::at(1, 1, Severity::Error, None, "short", "x")],
+        );
+        assert_eq!(fit_lint(&mut small), 0);
+        assert_eq!(small.diagnostics[0].message, "short");
+    }
+
+    #[test]
+    fn the_policy_file_and_its_extends_chain_join_the_protected_set() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().canonicalize().unwrap().join("ws");
+        std::fs::create_dir_all(root.join("conf")).unwrap();
+        let outside = t.path().canonicalize().unwrap().join("grand.toml");
+        std::fs::write(&outside, "extends = \"default\"\n").unwrap();
+        std::fs::write(
+            root.join("conf/base.toml"),
+            format!("extends = {:?}\n", outside.display().to_string()),
+        )
+        .unwrap();
+        std::fs::write(root.join("conf/child.toml"), "extends = \"base.toml\"\n").unwrap();
+        let policy = Policy::load(root.join("conf/child.toml").to_str().unwrap()).unwrap();
+        assert_eq!(policy.sources.len(), 3, "{:?}", policy.sources);
+        let protected = protected_paths(&policy, &root);
+        assert!(
+            protected.contains(&"conf/child.toml".to_owned()),
+            "{protected:?}"
+        );
+        assert!(
+            protected.contains(&"conf/base.toml".to_owned()),
+            "{protected:?}"
+        );
+        // The one outside the workspace is not a workspace path at all.
+        assert!(
+            !protected.iter().any(|p| p.contains("grand")),
+            "{protected:?}"
+        );
+        assert!(protected.contains(&".git/hooks".to_owned()));
+        // Built-in policies are no files.
+        assert!(Policy::builtin_default().sources.is_empty());
+    }
+}
