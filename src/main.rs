@@ -284,12 +284,8 @@ async fn serve(
     };
     let executor = Arc::new(Executor::new(confinement, &policy));
     let lint = cordon::lint::Linting::for_policy(&policy, Some(Arc::clone(&executor)))?;
-    let mut protected = policy.filesystem.protected.clone();
-    if let Ok(policy_file) = std::path::Path::new(&policy.origin).canonicalize()
-        && let Ok(inside) = policy_file.strip_prefix(workspace.root())
-    {
-        protected.push(inside.to_string_lossy().into_owned());
-    }
+    // The policy's list plus every policy file (the whole `extends` chain) in the workspace.
+    let protected = cordon::tools::protected_paths(&policy, workspace.root());
     let interpreter = cordon::interpreter::SessionManager::new(Arc::clone(&executor), &policy)?;
     let ctx = cordon::tools::ToolContext {
         executor,

@@ -9,7 +9,7 @@
 //! (`similar`'s own line splitter treats a lone `\r` as a line break, which would shift line
 //! numbers away from read_file's, so we split ourselves and diff the line slices.)
 
-use std::fmt::Write as _;
+use std::fmt::Write;
 use std::time::{Duration, Instant};
 
 use similar::udiff::UnifiedHunkHeader;
@@ -25,6 +25,14 @@ const DIFF_TIME_BUDGET: Duration = Duration::from_millis(500);
 /// A unified diff of `old` → `new` with `--- a/PATH` / `+++ b/PATH` headers, or an empty string
 /// when they are equal.
 pub fn unified_diff(path: &str, old: &str, new: &str) -> String {
+    let mut out = String::new();
+    write_unified_diff(&mut out, path, old, new);
+    out
+}
+
+/// [`unified_diff`] rendered into any writer, so a caller can keep only part of a huge diff in
+/// memory and stream the rest elsewhere.
+pub fn write_unified_diff(out: &mut dyn Write, path: &str, old: &str, new: &str) {
     let old_lines: Vec<&str> = old.split_inclusive('\n').collect();
     let new_lines: Vec<&str> = new.split_inclusive('\n').collect();
     let deadline = Instant::now() + DIFF_TIME_BUDGET;
@@ -32,17 +40,16 @@ pub fn unified_diff(path: &str, old: &str, new: &str) -> String {
         capture_diff_slices_deadline(Algorithm::Myers, &old_lines, &new_lines, Some(deadline));
     let hunks = group_diff_ops(ops, CONTEXT_LINES);
     if hunks.is_empty() {
-        return String::new();
+        return;
     }
-    let mut out = format!("--- a/{path}\n+++ b/{path}\n");
+    // Writers here are in-memory or best-effort sinks: a failed write loses text, not safety.
+    let _ = write!(out, "--- a/{path}\n+++ b/{path}\n");
     for hunk in &hunks {
-        render_hunk(&mut out, hunk, &old_lines, &new_lines);
+        render_hunk(out, hunk, &old_lines, &new_lines);
     }
-    out
 }
 
-fn render_hunk(out: &mut String, ops: &[DiffOp], old_lines: &[&str], new_lines: &[&str]) {
-    // Writing to a String cannot fail.
+fn render_hunk(out: &mut dyn Write, ops: &[DiffOp], old_lines: &[&str], new_lines: &[&str]) {
     let _ = writeln!(out, "{}", UnifiedHunkHeader::new(ops));
     for op in ops {
         let (tag, old_range, new_range) = op.as_tag_tuple();
@@ -58,12 +65,12 @@ fn render_hunk(out: &mut String, ops: &[DiffOp], old_lines: &[&str], new_lines: 
     }
 }
 
-fn push_lines(out: &mut String, prefix: char, lines: &[&str]) {
+fn push_lines(out: &mut dyn Write, prefix: char, lines: &[&str]) {
     for line in lines {
-        out.push(prefix);
-        out.push_str(line);
+        let _ = out.write_char(prefix);
+        let _ = out.write_str(line);
         if !line.ends_with('\n') {
-            out.push_str("\n\\ No newline at end of file\n");
+            let _ = out.write_str("\n\\ No newline at end of file\n");
         }
     }
 }

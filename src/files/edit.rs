@@ -73,6 +73,18 @@ pub enum EditError {
         hint: Option<String>,
     },
 
+    #[error(
+        "edits[{edit_index}] would make the file {size} bytes, more than the {limit}-byte limit \
+         for a file the tools write, so nothing was changed (no edit of this call was applied). \
+         Replace fewer occurrences per call, or restructure the content with shell_exec"
+    )]
+    TooLarge {
+        edit_index: usize,
+        /// The size the content would have had (computed, never built).
+        size: u128,
+        limit: usize,
+    },
+
     #[error("{}", multiple_matches_message(*.edit_index, *.count, .line_numbers))]
     MultipleMatches {
         edit_index: usize,
@@ -83,9 +95,13 @@ pub enum EditError {
 }
 
 impl EditError {
-    /// The SPEC error kind: a bad edit is always something the model fixes in its arguments.
+    /// The SPEC error kind: a bad edit is something the model fixes in its arguments; a result
+    /// over the size limit is a resource limit.
     pub fn kind_str(&self) -> &'static str {
-        "invalid_argument"
+        match self {
+            EditError::TooLarge { .. } => "resource_limit",
+            _ => "invalid_argument",
+        }
     }
 }
 
@@ -95,13 +111,24 @@ impl EditError {
 /// `replace_all` (then every non-overlapping occurrence is replaced, left to right). On any
 /// error no result is produced, so the caller writes nothing.
 pub fn apply_edits(original: &[u8], edits: &[Edit]) -> Result<EditOutcome, EditError> {
+    apply_edits_within(original, edits, usize::MAX)
+}
+
+/// [`apply_edits`] with a bound on the content: an edit whose result would exceed `max_bytes`
+/// is refused before its result is built (the size is computed from the match count), so one
+/// call holds at most about twice `max_bytes` however many edits chain.
+pub fn apply_edits_within(
+    original: &[u8],
+    edits: &[Edit],
+    max_bytes: usize,
+) -> Result<EditOutcome, EditError> {
     if edits.is_empty() {
         return Err(EditError::NoEdits);
     }
     let mut content = as_text(original).map_err(EditError::NotText)?.to_owned();
     let mut replacements = 0;
     for (edit_index, edit) in edits.iter().enumerate() {
-        replacements += apply_one(&mut content, edit_index, edit)?;
+        replacements += apply_one(&mut content, edit_index, edit, max_bytes)?;
     }
     Ok(EditOutcome {
         new_content: content,
@@ -109,50 +136,112 @@ pub fn apply_edits(original: &[u8], edits: &[Edit]) -> Result<EditOutcome, EditE
     })
 }
 
-fn apply_one(content: &mut String, edit_index: usize, edit: &Edit) -> Result<usize, EditError> {
+fn apply_one(
+    content: &mut String,
+    edit_index: usize,
+    edit: &Edit,
+    max_bytes: usize,
+) -> Result<usize, EditError> {
     let old = edit.old_string.as_str();
+    let new = edit.new_string.as_str();
     if old.is_empty() {
         return Err(EditError::EmptyOldString { edit_index });
     }
-    if old == edit.new_string {
+    if old == new {
         return Err(EditError::Unchanged { edit_index });
     }
-    let starts = match_starts(content, old);
-    match starts.as_slice() {
-        [] => Err(EditError::NoMatch {
-            edit_index,
-            nearest: nearest_lines(content, old, MAX_CANDIDATES),
-            hint: mismatch_hint(content, old),
-        }),
-        [at] => {
-            content.replace_range(*at..*at + old.len(), &edit.new_string);
+    if edit.replace_all {
+        // Non-overlapping occurrences are what gets replaced; one pass counts them, so the
+        // size is known before the result is allocated, and a second builds it.
+        let count = content.matches(old).count();
+        if count == 0 {
+            return Err(no_match(content, edit_index, old));
+        }
+        let size = fits(content, edit_index, count, old, new, max_bytes)?;
+        let mut out = String::with_capacity(size);
+        let mut last = 0;
+        for (at, _) in content.match_indices(old) {
+            out.push_str(&content[last..at]);
+            out.push_str(new);
+            last = at + old.len();
+        }
+        out.push_str(&content[last..]);
+        *content = out;
+        return Ok(count);
+    }
+    let matches = scan_matches(content, old);
+    match matches.count {
+        0 => Err(no_match(content, edit_index, old)),
+        1 => {
+            fits(content, edit_index, 1, old, new, max_bytes)?;
+            let at = matches.first[0];
+            content.replace_range(at..at + old.len(), new);
             Ok(1)
         }
-        _ if edit.replace_all => {
-            let count = content.matches(old).count();
-            *content = content.replace(old, &edit.new_string);
-            Ok(count)
-        }
-        _ => Err(EditError::MultipleMatches {
+        count => Err(EditError::MultipleMatches {
             edit_index,
-            count: starts.len(),
-            line_numbers: line_numbers(content, &starts[..starts.len().min(MAX_LISTED_MATCHES)]),
+            count,
+            line_numbers: line_numbers(content, &matches.first),
         }),
     }
 }
 
-/// Byte offsets of every occurrence of `needle`, overlapping ones included: "aa" occurs twice
-/// in "aaa", and that is ambiguous even though `str::replace` would only see one.
-fn match_starts(haystack: &str, needle: &str) -> Vec<usize> {
+fn no_match(content: &str, edit_index: usize, old: &str) -> EditError {
+    EditError::NoMatch {
+        edit_index,
+        nearest: nearest_lines(content, old, MAX_CANDIDATES),
+        hint: mismatch_hint(content, old),
+    }
+}
+
+/// The size `content` has after `count` replacements of `old` by `new`, computed (never
+/// built); refused when over `max_bytes`. u128: no count × length can overflow it.
+fn fits(
+    content: &str,
+    edit_index: usize,
+    count: usize,
+    old: &str,
+    new: &str,
+    max_bytes: usize,
+) -> Result<usize, EditError> {
+    let size = content.len() as u128 + count as u128 * new.len() as u128
+        - count as u128 * old.len() as u128;
+    if size > max_bytes as u128 {
+        Err(EditError::TooLarge {
+            edit_index,
+            size,
+            limit: max_bytes,
+        })
+    } else {
+        Ok(size as usize)
+    }
+}
+
+/// Occurrences of a needle: how many (overlapping ones included: "aa" occurs twice in "aaa",
+/// and that is ambiguous even though `str::replace` would only see one) and where the first
+/// few start. Only the first few are kept, so a one-letter needle in a large file costs no
+/// memory.
+struct Matches {
+    count: usize,
+    first: Vec<usize>,
+}
+
+fn scan_matches(haystack: &str, needle: &str) -> Matches {
     let step = needle.chars().next().map_or(1, char::len_utf8);
-    let mut starts = Vec::new();
+    let mut found = Matches {
+        count: 0,
+        first: Vec::new(),
+    };
     let mut from = 0;
-    while let Some(found) = haystack[from..].find(needle) {
-        let at = from + found;
-        starts.push(at);
+    while let Some(at) = haystack[from..].find(needle) {
+        let at = from + at;
+        found.count += 1;
+        if found.first.len() < MAX_LISTED_MATCHES {
+            found.first.push(at);
+        }
         from = at + step;
     }
-    starts
+    found
 }
 
 /// 1-based line numbers of ascending byte offsets.
@@ -377,6 +466,53 @@ mod tests {
         assert_eq!(err, EditError::Unchanged { edit_index: 0 });
         assert!(err.to_string().contains("nothing was changed"));
         assert_eq!(apply("a", &[]).unwrap_err(), EditError::NoEdits);
+    }
+
+    #[test]
+    fn growth_past_the_limit_is_refused_before_it_is_built() {
+        let mut grow = edit("ab", "abab");
+        grow.replace_all = true;
+        // 10 bytes -> 20 -> 40: the second edit would pass a 30-byte limit.
+        let err = apply_edits_within(b"ababababab", &[grow.clone(), grow.clone()], 30).unwrap_err();
+        assert_eq!(
+            err,
+            EditError::TooLarge {
+                edit_index: 1,
+                size: 40,
+                limit: 30
+            }
+        );
+        assert_eq!(err.kind_str(), "resource_limit");
+        assert!(err.to_string().contains("nothing was changed"), "{err}");
+        // Exactly at the limit is fine; a single replacement is checked too.
+        assert_eq!(
+            apply_edits_within(b"ababababab", &[grow], 20)
+                .unwrap()
+                .new_content
+                .len(),
+            20
+        );
+        let err = apply_edits_within(b"x", &[edit("x", "yyyy")], 3).unwrap_err();
+        assert!(matches!(err, EditError::TooLarge { size: 4, .. }));
+        // Shrinking never trips it, even when the file is already over the limit.
+        assert!(apply_edits_within(b"xxxx", &[edit("xxxx", "x")], 2).is_ok());
+    }
+
+    #[test]
+    fn many_matches_cost_no_memory_and_still_count() {
+        let text = "a".repeat(100_000);
+        let err = apply(&text, &[edit("a", "b")]).unwrap_err();
+        match err {
+            EditError::MultipleMatches {
+                count,
+                line_numbers,
+                ..
+            } => {
+                assert_eq!(count, 100_000);
+                assert_eq!(line_numbers.len(), MAX_LISTED_MATCHES);
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -12,7 +12,7 @@ mod nearest;
 pub mod read;
 pub mod text;
 
-pub use diff::unified_diff;
-pub use edit::{Candidate, Edit, EditError, EditOutcome, apply_edits};
+pub use diff::{unified_diff, write_unified_diff};
+pub use edit::{Candidate, Edit, EditError, EditOutcome, apply_edits, apply_edits_within};
 pub use read::{ReadError, ReadLimits, ReadOutcome, read_lines, read_lines_with};
 pub use text::{NotText, as_text};

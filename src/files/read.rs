@@ -23,15 +23,39 @@ pub struct ReadLimits {
     pub max_line_chars: usize,
     /// Bytes of `content` per call; reading stops at the line that would exceed it.
     pub max_content_bytes: usize,
+    /// What `content` may cost once escaped as a JSON string (a control character takes six
+    /// bytes there): reading also stops at the line that would exceed this, so a file of
+    /// control characters cannot make a result six times its budget on the wire.
+    pub max_escaped_bytes: usize,
 }
+
+/// read_file's default byte budget (policy `files.read_budget_kb`), well under what hosts
+/// accept in one tool result (Claude Code cuts at 25,000 tokens).
+pub const DEFAULT_BUDGET_BYTES: usize = 48 * 1024;
+
+/// The escaped-size bound: with the content in the structured result and the text block, two
+/// of these plus framing stay under the 1 MiB a result may take.
+pub const MAX_ESCAPED_BYTES: usize = 384 * 1024;
 
 impl Default for ReadLimits {
     fn default() -> Self {
         ReadLimits {
             max_line_chars: 2000,
-            max_content_bytes: 256 * 1024,
+            max_content_bytes: DEFAULT_BUDGET_BYTES,
+            max_escaped_bytes: MAX_ESCAPED_BYTES,
         }
     }
+}
+
+/// Bytes `text` takes as the inside of a JSON string (serde_json's escaping).
+pub fn json_escaped_len(text: &str) -> usize {
+    text.bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
+            0..=0x1f => 6,
+            _ => 1,
+        })
+        .sum()
 }
 
 /// A window of lines. Matches the SPEC output `{content, start_line, end_line, total_lines,
@@ -122,13 +146,19 @@ pub fn read_lines_with(
     let mut cut_lines = Vec::new();
     let mut end_line = offset - 1;
     let mut hit_byte_cap = false;
+    let mut escaped = 0usize;
     for (line_no, line) in (offset..).zip(text.split_inclusive('\n').skip(offset - 1).take(limit)) {
         let (piece, was_cut) = cap_line(line, limits.max_line_chars);
+        let piece_escaped = json_escaped_len(&piece);
         // Always return at least one line, or a huge line could make no progress possible.
-        if line_no > offset && content.len() + piece.len() > limits.max_content_bytes {
+        if line_no > offset
+            && (content.len() + piece.len() > limits.max_content_bytes
+                || escaped + piece_escaped > limits.max_escaped_bytes)
+        {
             hit_byte_cap = true;
             break;
         }
+        escaped += piece_escaped;
         content.push_str(&piece);
         if was_cut {
             cut_lines.push(line_no);
@@ -306,6 +336,7 @@ mod tests {
         let limits = ReadLimits {
             max_line_chars: 5,
             max_content_bytes: 1 << 20,
+            ..ReadLimits::default()
         };
         let text = "short\r\n\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\r\nok\n";
         let out = read_lines_with(text.as_bytes(), 1, 10, &limits).unwrap();
@@ -324,6 +355,7 @@ mod tests {
         let limits = ReadLimits {
             max_line_chars: 2000,
             max_content_bytes: 20,
+            ..ReadLimits::default()
         };
         let text = lines(10); // "line N\n" = 7 bytes each
         let out = read_lines_with(text.as_bytes(), 1, 100, &limits).unwrap();
@@ -335,10 +367,28 @@ mod tests {
     }
 
     #[test]
+    fn control_characters_count_at_their_escaped_size() {
+        let limits = ReadLimits {
+            max_line_chars: 2000,
+            max_content_bytes: 1 << 20,
+            max_escaped_bytes: 100,
+        };
+        // 10 lines of 10 \x01 + newline: 11 raw bytes, 62 escaped bytes each.
+        let text: String = (0..10).map(|_| "\u{1}".repeat(10) + "\n").collect();
+        let out = read_lines_with(text.as_bytes(), 1, 100, &limits).unwrap();
+        assert_eq!(out.end_line, 1);
+        assert!(out.note.unwrap().contains("offset=2"));
+        assert_eq!(json_escaped_len("a\"\\\n\u{1}"), 1 + 2 + 2 + 2 + 6);
+        let json = serde_json::to_string("a\"\\\n\u{1}\u{7f}é").unwrap();
+        assert_eq!(json.len() - 2, json_escaped_len("a\"\\\n\u{1}\u{7f}é"));
+    }
+
+    #[test]
     fn one_line_is_always_returned_even_over_the_byte_cap() {
         let limits = ReadLimits {
             max_line_chars: 2000,
             max_content_bytes: 3,
+            ..ReadLimits::default()
         };
         let out = read_lines_with(b"abcdef\nx\n", 1, 10, &limits).unwrap();
         assert_eq!((out.end_line, out.content.as_str()), (1, "abcdef\n"));

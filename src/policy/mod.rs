@@ -64,7 +64,23 @@ pub struct Policy {
     /// Command rules for `shell_exec` (a courtesy layer; see `commands`).
     pub commands: commands::CommandRules,
     pub interpreter: InterpreterPolicy,
+    pub files: FilesPolicy,
+    /// The files this policy was read from (itself first, then each file it `extends`),
+    /// canonical; built-in layers are not files and are not listed. The server protects the
+    /// ones inside the workspace, so a call cannot rewrite the policy it runs under.
+    pub sources: Vec<PathBuf>,
 }
+
+/// `[files]`: bounds of the file tools' answers.
+#[derive(Debug, Clone, Serialize)]
+pub struct FilesPolicy {
+    /// The most `content` one read_file call returns, in bytes (it ends on a whole line).
+    pub read_budget_bytes: usize,
+}
+
+/// The largest `files.read_budget_kb`: with the content in both the structured result and
+/// the text block, a larger one could not stay under the 1 MiB a result may take on the wire.
+pub const MAX_READ_BUDGET_KB: u64 = 256;
 
 /// The `code_interpreter` sessions: which Python, and each session's own budget. A session is
 /// one long-lived worker, so its limits are for its whole life, not per cell.
@@ -219,6 +235,7 @@ fn load_chain(
     // (origin, text, parsed), child first; the text points a validation error at the line
     // that set the bad value.
     let mut layers: Vec<(String, String, RawPolicy)> = Vec::new();
+    let mut sources: Vec<PathBuf> = Vec::new();
     let first_origin = first.0.clone();
     let mut next = Some(first);
     while let Some((origin, text, dir)) = next.take() {
@@ -226,6 +243,11 @@ fn load_chain(
             return Err(PolicyError::ExtendsTooDeep {
                 origin: first_origin,
             });
+        }
+        // A layer has a directory exactly when it was read from a file.
+        if dir.is_some() {
+            let path = PathBuf::from(&origin);
+            sources.push(std::fs::canonicalize(&path).unwrap_or(path));
         }
         let raw: RawPolicy = toml::from_str(&text).map_err(|e| PolicyError::Parse {
             origin: origin.clone(),
@@ -265,7 +287,7 @@ fn load_chain(
         .fold(default_raw, |base, (_, _, layer)| {
             layer.clone().overlay(base)
         });
-    resolve(merged, origin).map_err(|e| match e {
+    let mut policy = resolve(merged, origin).map_err(|e| match e {
         PolicyError::Invalid { field, message, .. } => match layers
             .iter()
             .find_map(|(o, t, _)| field_line(t, field).map(|line| (o.clone(), line)))
@@ -282,7 +304,9 @@ fn load_chain(
             },
         },
         other => other,
-    })
+    })?;
+    policy.sources = sources;
+    Ok(policy)
 }
 
 /// Finds the text of a policy reference: a file path (relative to the extending file's
@@ -551,7 +575,23 @@ fn resolve(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
         ));
     }
 
+    let read_budget_kb = positive("files.read_budget_kb", raw.files.read_budget_kb)?;
+    if read_budget_kb > MAX_READ_BUDGET_KB {
+        return Err(invalid(
+            "files.read_budget_kb",
+            format!(
+                "{read_budget_kb} is above {MAX_READ_BUDGET_KB}: read_file's content goes out \
+                 twice (structured and text) and a result must stay under 1 MiB"
+            ),
+        ));
+    }
+    let files = FilesPolicy {
+        read_budget_bytes: read_budget_kb as usize * 1024,
+    };
+
     Ok(Policy {
+        files,
+        sources: Vec::new(),
         name: raw.name.unwrap_or_else(|| origin.clone()),
         description: raw.description.unwrap_or_default(),
         origin,

@@ -34,6 +34,15 @@ pub struct RawPolicy {
     pub commands: RawCommands,
     #[serde(default)]
     pub interpreter: RawInterpreter,
+    #[serde(default)]
+    pub files: RawFiles,
+}
+
+/// `[files]`: bounds of the file tools' answers.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawFiles {
+    pub read_budget_kb: Option<u64>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -213,6 +222,7 @@ overlay_struct!(RawOutput {
     tail_lines,
     memory_cap_kb
 });
+overlay_struct!(RawFiles { read_budget_kb });
 overlay_struct!(RawServer {
     max_concurrent_calls,
     audit_log
@@ -235,6 +245,7 @@ impl Overlay for RawPolicy {
             lint: self.lint.overlay(base.lint),
             commands: self.commands.overlay(base.commands),
             interpreter: self.interpreter.overlay(base.interpreter),
+            files: self.files.overlay(base.files),
         }
     }
 }

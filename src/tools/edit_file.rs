@@ -4,9 +4,10 @@
 //! `files::edit`, the diff `files::diff`, the atomic write `workspace`, the checks `lint`.
 
 use super::{SharedContext, error_text, kind_from_spec, path_error};
+use crate::exec::Captured;
 use crate::files::{self, Edit};
 use crate::lint::LintReport;
-use crate::shape::{ToolError, tool_result};
+use crate::shape::{ShapedStream, ToolError, shape_stream, tool_result};
 use rmcp::model::CallToolResult;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -43,8 +44,16 @@ pub struct EditFileOutput {
     pub path: String,
     /// Total number of replacements made (or that would be made, on a dry run).
     pub replacements: u64,
-    /// Unified diff of the change.
+    /// Unified diff of the change; a long one is cut like long command output (first and last
+    /// lines, with a marker saying what was left out and where the whole diff is).
     pub diff: String,
+    /// Workspace-relative path of the complete diff when `diff` was cut, else null.
+    pub full_diff: Option<String>,
+    /// Permission bits of the old file that the edited one does not keep (`setuid`,
+    /// `setgid`): the server may run as root, so it never writes a set-id file.
+    pub dropped_permissions: Vec<String>,
+    /// Lint diagnostics left out of `lint.diagnostics` to keep the result small.
+    pub lint_omitted: u64,
     /// True when the file was written; false on a dry run or an error.
     pub applied: bool,
     pub lint: LintReport,
@@ -64,12 +73,14 @@ pub async fn run(ctx: SharedContext, args: EditFileArgs) -> CallToolResult {
                 "dry run, nothing written:"
             };
             let text = format!(
-                "{verb} {} ({} replacement{})\n{}{}",
+                "{verb} {} ({} replacement{}){}\n{}{}{}",
                 output.path,
                 output.replacements,
                 if output.replacements == 1 { "" } else { "s" },
+                super::write_file::dropped_note(&output.dropped_permissions),
                 output.diff,
-                output.lint.summary(10)
+                output.lint.summary(10),
+                super::write_file::omitted_note(output.lint_omitted),
             );
             (output, text, false)
         }
@@ -80,6 +91,9 @@ pub async fn run(ctx: SharedContext, args: EditFileArgs) -> CallToolResult {
                     path: super::echo_arg(&args.path),
                     replacements: 0,
                     diff: String::new(),
+                    full_diff: None,
+                    dropped_permissions: Vec::new(),
+                    lint_omitted: 0,
                     applied: false,
                     lint: LintReport::skipped("nothing was changed"),
                     error: Some(error),
@@ -101,7 +115,30 @@ pub async fn run(ctx: SharedContext, args: EditFileArgs) -> CallToolResult {
         }),
         started,
     );
-    tool_result(&output, text, is_error)
+    let result = tool_result(&output, text, is_error);
+    let size = super::wire_size(&result);
+    if size <= super::MAX_RESULT_BYTES {
+        return result;
+    }
+    let what = if output.applied {
+        "the edit was applied; check the file with read_file"
+    } else {
+        "nothing was changed"
+    };
+    let error = super::oversized_error(size, what);
+    let text = error_text(&error);
+    let output = EditFileOutput {
+        path: super::echo_arg(&args.path),
+        replacements: output.replacements,
+        diff: String::new(),
+        full_diff: output.full_diff,
+        dropped_permissions: output.dropped_permissions,
+        lint_omitted: output.lint.diagnostics.len() as u64 + output.lint_omitted,
+        applied: output.applied,
+        lint: LintReport::skipped("left out: the result was too large"),
+        error: Some(error),
+    };
+    tool_result(&output, text, true)
 }
 
 async fn edit(ctx: &SharedContext, args: &EditFileArgs) -> Result<EditFileOutput, ToolError> {
@@ -118,9 +155,6 @@ async fn edit(ctx: &SharedContext, args: &EditFileArgs) -> Result<EditFileOutput
         .workspace
         .resolve_arg(&args.path)
         .map_err(|e| path_error(&e))?;
-    if !args.dry_run {
-        ctx.refuse_protected(&rel)?;
-    }
     // Read, match and write under one lock, so two edits of the same file cannot interleave.
     let _guard = ctx.file_lock.lock().await;
     let original = ctx
@@ -136,16 +170,27 @@ async fn edit(ctx: &SharedContext, args: &EditFileArgs) -> Result<EditFileOutput
             replace_all: e.replace_all,
         })
         .collect();
-    let outcome = files::apply_edits(&original, &edits)
-        .map_err(|e| ToolError::new(kind_from_spec(e.kind_str()), e.to_string()))?;
+    // The result must stay writable (policy file-size limit) and editable again (read limit);
+    // growth is checked before each edit's result is built.
+    let max_bytes = ctx.max_file_bytes().min(crate::workspace::MAX_READ_BYTES);
+    let outcome = files::apply_edits_within(
+        &original,
+        &edits,
+        usize::try_from(max_bytes).unwrap_or(usize::MAX),
+    )
+    .map_err(|e| ToolError::new(kind_from_spec(e.kind_str()), e.to_string()))?;
     // apply_edits has already refused non-UTF-8 content.
     let before = String::from_utf8_lossy(&original).into_owned();
-    let diff = files::unified_diff(rel.as_str(), &before, &outcome.new_content);
+    drop(original);
+    let diff = shaped_diff(ctx, rel.as_str(), &before, &outcome.new_content);
     if args.dry_run {
         return Ok(EditFileOutput {
             path: rel.as_str().to_owned(),
             replacements: outcome.replacements as u64,
-            diff,
+            diff: diff.text,
+            full_diff: diff.full_output,
+            dropped_permissions: Vec::new(),
+            lint_omitted: 0,
             applied: false,
             lint: LintReport::skipped("dry run: nothing was written"),
             error: None,
@@ -153,19 +198,135 @@ async fn edit(ctx: &SharedContext, args: &EditFileArgs) -> Result<EditFileOutput
     }
     let report = ctx
         .workspace
-        .write_atomic(&rel, outcome.new_content.as_bytes(), false)
-        .map_err(|e| path_error(&e))?;
-    let written = report.via_symlink.unwrap_or(rel);
-    let lint = ctx
+        .write_checked(
+            &rel,
+            outcome.new_content.as_bytes(),
+            false,
+            &ctx.write_rules(),
+        )
+        .map_err(|e| ctx.write_error(&e))?;
+    let mut lint = ctx
         .lint
-        .check(written.as_str(), Some(&before), &outcome.new_content)
+        .check(rel.as_str(), Some(&before), &outcome.new_content)
         .await;
+    let lint_omitted = super::fit_lint(&mut lint) as u64;
     Ok(EditFileOutput {
-        path: written.as_str().to_owned(),
+        path: rel.as_str().to_owned(),
         replacements: outcome.replacements as u64,
-        diff,
+        diff: diff.text,
+        full_diff: diff.full_output,
+        dropped_permissions: report
+            .dropped_bits
+            .iter()
+            .map(|b| (*b).to_owned())
+            .collect(),
+        lint_omitted,
         applied: true,
         lint,
         error: None,
     })
+}
+
+/// The diff as the result shows it: rendered into a sink that keeps only the first and last
+/// part in memory (the output memory cap) and streams the whole to a spill file once it is
+/// larger, then cut by the same rule as long command output.
+fn shaped_diff(ctx: &SharedContext, path: &str, old: &str, new: &str) -> ShapedStream {
+    let open = || ctx.workspace.create_spill_std("edit_file-diff");
+    let mut sink = DiffSink::new(ctx.policy.output.memory_cap_bytes, &open);
+    files::write_unified_diff(&mut sink, path, old, new);
+    let captured = sink.finish();
+    let spill = |_: &str| ctx.workspace.create_spill_std("edit_file-diff");
+    shape_stream(&captured, &ctx.policy.output, "diff", Some(&spill))
+}
+
+/// A `fmt::Write` that keeps a head and a tail of what it is given, up to `memory_cap` bytes
+/// in all, counts bytes and lines, and once the text outgrows the cap writes all of it to a
+/// spill file opened on demand.
+struct DiffSink<'a> {
+    memory_cap: usize,
+    head: Vec<u8>,
+    tail: std::collections::VecDeque<u8>,
+    total_bytes: u64,
+    total_lines: u64,
+    open: &'a dyn Fn() -> std::io::Result<(String, std::fs::File)>,
+    spill: Option<(String, std::fs::File)>,
+    spill_error: Option<String>,
+}
+
+impl<'a> DiffSink<'a> {
+    fn new(
+        memory_cap: usize,
+        open: &'a dyn Fn() -> std::io::Result<(String, std::fs::File)>,
+    ) -> Self {
+        DiffSink {
+            memory_cap: memory_cap.max(2),
+            head: Vec::new(),
+            tail: std::collections::VecDeque::new(),
+            total_bytes: 0,
+            total_lines: 0,
+            open,
+            spill: None,
+            spill_error: None,
+        }
+    }
+
+    fn finish(self) -> Captured {
+        Captured {
+            head: self.head,
+            tail: self.tail.into(),
+            total_bytes: self.total_bytes,
+            total_lines: self.total_lines,
+            spill_path: self.spill.map(|(path, _)| path),
+            spill_error: self.spill_error,
+        }
+    }
+}
+
+impl std::fmt::Write for DiffSink<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        use std::io::Write as _;
+        let bytes = s.as_bytes();
+        self.total_bytes += bytes.len() as u64;
+        self.total_lines += bytes.iter().filter(|&&b| b == b'\n').count() as u64;
+        let held = self.head.len() + self.tail.len();
+        // The moment the whole no longer fits, everything so far goes to the spill file
+        // (nothing has been dropped yet), and from then on every piece does.
+        if self.spill.is_none()
+            && self.spill_error.is_none()
+            && held + bytes.len() > self.memory_cap
+        {
+            match (self.open)() {
+                Ok((path, mut file)) => {
+                    let (a, b) = self.tail.as_slices();
+                    let written = file
+                        .write_all(&self.head)
+                        .and_then(|()| file.write_all(a))
+                        .and_then(|()| file.write_all(b));
+                    match written {
+                        Ok(()) => self.spill = Some((path, file)),
+                        Err(e) => {
+                            self.spill_error = Some(format!("could not save the full diff: {e}"))
+                        }
+                    }
+                }
+                Err(e) => self.spill_error = Some(format!("could not save the full diff: {e}")),
+            }
+        }
+        if let Some((_, file)) = &mut self.spill
+            && let Err(e) = file.write_all(bytes)
+        {
+            self.spill_error = Some(format!("the saved diff is incomplete: {e}"));
+            self.spill = None;
+        }
+        let half = self.memory_cap / 2;
+        let room = half.saturating_sub(self.head.len());
+        let (to_head, to_tail) = bytes.split_at(room.min(bytes.len()));
+        self.head.extend_from_slice(to_head);
+        self.tail.extend(to_tail);
+        if self.tail.len() > half {
+            let excess = self.tail.len() - half;
+            self.tail.drain(..excess);
+        }
+        Ok(())
+    }
 }

@@ -15,7 +15,8 @@ use crate::audit::{AuditLog, AuditRecord};
 use crate::exec::{CaptureSpec, Executor};
 use crate::policy::Policy;
 use crate::shape::{ErrorKind, ToolError};
-use crate::workspace::{PathError, Workspace};
+use crate::workspace::{PathError, Workspace, WriteRules};
+use rmcp::model::CallToolResult;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -33,29 +34,41 @@ pub struct ToolContext {
     pub slots: tokio::sync::Semaphore,
     /// Serialises read-modify-write of files, so two edits of one file cannot interleave.
     pub file_lock: tokio::sync::Mutex<()>,
-    /// Workspace-relative paths the file tools refuse to write (policy + the policy file
-    /// itself when it lies in the workspace).
+    /// Workspace-relative patterns the file tools refuse to write: the policy's list plus
+    /// every policy source file inside the workspace ([`protected_paths`]).
     pub protected: Vec<String>,
 }
 
 pub type SharedContext = Arc<ToolContext>;
 
 impl ToolContext {
-    /// Refuses a write into a protected path, naming the rule and how to change it.
-    pub fn refuse_protected(&self, rel: &crate::workspace::RelPath) -> Result<(), ToolError> {
+    /// The rules every file-tool write must pass, judged by the workspace on the path as it
+    /// resolves on disk (see `workspace::write`).
+    pub fn write_rules(&self) -> WriteRules<'_> {
         let fs = &self.policy.filesystem;
-        if fs.workspace == crate::policy::WorkspaceAccess::ReadOnly
-            && self
-                .workspace
-                .protected_match(rel, &fs.workspace_writable)
-                .is_none()
-        {
-            return Err(ToolError::new(
+        WriteRules {
+            protected: &self.protected,
+            writable_only: (fs.workspace == crate::policy::WorkspaceAccess::ReadOnly)
+                .then_some(fs.workspace_writable.as_slice()),
+        }
+    }
+
+    /// A failed write as a tool error; protection refusals name the policy to change.
+    pub fn write_error(&self, e: &PathError) -> ToolError {
+        let fs = &self.policy.filesystem;
+        match e {
+            PathError::Protected { entry, .. } => ToolError::new(
                 ErrorKind::Denied,
                 format!(
-                    "`{rel}` is not writable: policy `{}` makes the workspace read-only except \
-                     {}. Write inside one of those, or ask the operator to add the directory \
-                     to `filesystem.workspace_writable` ({}).",
+                    "{e}, or to remove `{entry}` from `filesystem.protected` in the policy ({}).",
+                    self.policy.origin
+                ),
+            ),
+            PathError::NotWritable { .. } => ToolError::new(
+                ErrorKind::Denied,
+                format!(
+                    "{e}: policy `{}` makes the workspace read-only except {}. Or ask the \
+                     operator to add the directory to `filesystem.workspace_writable` ({}).",
                     self.policy.name,
                     if fs.workspace_writable.is_empty() {
                         "nothing".to_owned()
@@ -64,22 +77,15 @@ impl ToolContext {
                     },
                     self.policy.origin
                 ),
-            ));
+            ),
+            other => path_error(other),
         }
-        match self.workspace.protected_match(rel, &self.protected) {
-            None => Ok(()),
-            Some(entry) => Err(ToolError::new(
-                ErrorKind::Denied,
-                format!(
-                    "`{rel}` is inside the protected path `{entry}`: files there run or are \
-                     trusted outside the sandbox (git hooks, git config, cordon's own state, \
-                     policy files), so the file tools never write them. Ask the operator to \
-                     make the change, or to remove `{entry}` from `filesystem.protected` in \
-                     the policy ({}).",
-                    self.policy.origin
-                ),
-            )),
-        }
+    }
+
+    /// The most bytes a write or edit may leave in a file: the policy's file-size limit
+    /// (the same RLIMIT_FSIZE a command gets), refused before the content is built.
+    pub fn max_file_bytes(&self) -> u64 {
+        self.policy.limits.file_size_bytes
     }
 
     /// Records a finished call in the audit log, if there is one.
@@ -165,4 +171,140 @@ pub fn echo_arg(arg: &str) -> String {
     }
     let kept: String = arg.chars().take(MAX).collect();
     format!("{kept}…({} chars)", arg.chars().count())
+}
+
+/// The protected set the server enforces: `filesystem.protected`, plus each file the policy
+/// was read from (itself and its whole `extends` chain) that lies inside the workspace, so no
+/// call can rewrite the rules it runs under. `*` in a file name is a pattern character, so a
+/// policy file whose name holds one protects a little more, never less.
+pub fn protected_paths(policy: &Policy, workspace_root: &std::path::Path) -> Vec<String> {
+    let mut protected = policy.filesystem.protected.clone();
+    for source in &policy.sources {
+        let canonical = source.canonicalize().unwrap_or_else(|_| source.clone());
+        if let Ok(inside) = canonical.strip_prefix(workspace_root) {
+            let rel = inside.to_string_lossy().into_owned();
+            if !rel.is_empty() && !protected.contains(&rel) {
+                protected.push(rel);
+            }
+        }
+    }
+    protected
+}
+
+/// No tool result may take more than this on the wire (JSON-RPC framing included), whatever
+/// the file or the linters produced: hosts cut or reject far smaller answers, and building a
+/// bigger one costs the server memory on behalf of a call.
+pub const MAX_RESULT_BYTES: usize = 1024 * 1024;
+
+/// How much of a result's budget the lint diagnostics may take; the rest is for the diff or
+/// content, the text block and the framing.
+const LINT_BUDGET_BYTES: usize = 256 * 1024;
+
+/// One diagnostic message is cut to this many characters in a result.
+const MAX_DIAGNOSTIC_CHARS: usize = 1000;
+
+/// Keeps a lint report within [`LINT_BUDGET_BYTES`] when serialized: long messages are cut and
+/// diagnostics past the budget dropped (they are sorted most relevant first). Returns how many
+/// were dropped, for the caller to say.
+pub fn fit_lint(lint: &mut crate::lint::LintReport) -> usize {
+    let mut used = 0usize;
+    let mut kept = 0usize;
+    for d in &mut lint.diagnostics {
+        if let Some((cut, _)) = d.message.char_indices().nth(MAX_DIAGNOSTIC_CHARS) {
+            d.message.truncate(cut);
+            d.message.push('…');
+        }
+        let size = serde_json::to_vec(&*d).map_or(usize::MAX, |v| v.len());
+        if used.saturating_add(size) > LINT_BUDGET_BYTES {
+            break;
+        }
+        used += size;
+        kept += 1;
+    }
+    let dropped = lint.diagnostics.len() - kept;
+    lint.diagnostics.truncate(kept);
+    dropped
+}
+
+/// The size of a result on the wire (its JSON), for the last check against
+/// [`MAX_RESULT_BYTES`]. Tools bound their parts so that check does not fire.
+pub fn wire_size(result: &CallToolResult) -> usize {
+    serde_json::to_vec(result).map_or(usize::MAX, |v| v.len())
+}
+
+/// The error for a result that would still exceed [`MAX_RESULT_BYTES`]; `what_happened` says
+/// what the call did (a write may already have landed).
+pub fn oversized_error(size: usize, what_happened: &str) -> ToolError {
+    ToolError::new(
+        ErrorKind::ResourceLimit,
+        format!(
+            "the result of this call would be {size} bytes, more than the {MAX_RESULT_BYTES} a \
+             result may take; {what_happened}"
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lint::{Diagnostic, LintReport, Severity};
+
+    #[test]
+    fn lint_reports_are_cut_to_their_budget() {
+        let diags: Vec<Diagnostic> = (0..20_000)
+            .map(|i| Diagnostic::at(i, 1, Severity::Warning, None, "m".repeat(5000), "x"))
+            .collect();
+        let mut lint = LintReport::from_diagnostics(vec!["x".into()], diags);
+        let dropped = fit_lint(&mut lint);
+        let size = serde_json::to_vec(&lint).unwrap().len();
+        assert!(size <= LINT_BUDGET_BYTES + 1024, "{size}");
+        assert_eq!(dropped + lint.diagnostics.len(), 20_000);
+        assert!(dropped > 0);
+        assert!(
+            lint.diagnostics
+                .iter()
+                .all(|d| d.message.chars().count() <= MAX_DIAGNOSTIC_CHARS + 1)
+        );
+        // A small report is left alone.
+        let mut small = LintReport::from_diagnostics(
+            vec!["x".into()],
+            vec![Diagnostic::at(1, 1, Severity::Error, None, "short", "x")],
+        );
+        assert_eq!(fit_lint(&mut small), 0);
+        assert_eq!(small.diagnostics[0].message, "short");
+    }
+
+    #[test]
+    fn the_policy_file_and_its_extends_chain_join_the_protected_set() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().canonicalize().unwrap().join("ws");
+        std::fs::create_dir_all(root.join("conf")).unwrap();
+        let outside = t.path().canonicalize().unwrap().join("grand.toml");
+        std::fs::write(&outside, "extends = \"default\"\n").unwrap();
+        std::fs::write(
+            root.join("conf/base.toml"),
+            format!("extends = {:?}\n", outside.display().to_string()),
+        )
+        .unwrap();
+        std::fs::write(root.join("conf/child.toml"), "extends = \"base.toml\"\n").unwrap();
+        let policy = Policy::load(root.join("conf/child.toml").to_str().unwrap()).unwrap();
+        assert_eq!(policy.sources.len(), 3, "{:?}", policy.sources);
+        let protected = protected_paths(&policy, &root);
+        assert!(
+            protected.contains(&"conf/child.toml".to_owned()),
+            "{protected:?}"
+        );
+        assert!(
+            protected.contains(&"conf/base.toml".to_owned()),
+            "{protected:?}"
+        );
+        // The one outside the workspace is not a workspace path at all.
+        assert!(
+            !protected.iter().any(|p| p.contains("grand")),
+            "{protected:?}"
+        );
+        assert!(protected.contains(&".git/hooks".to_owned()));
+        // Built-in policies are no files.
+        assert!(Policy::builtin_default().sources.is_empty());
+    }
 }

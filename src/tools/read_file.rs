@@ -45,6 +45,9 @@ pub struct ReadFileOutput {
     pub total_lines: u64,
     /// True when lines remain after end_line or an over-long line was cut.
     pub truncated: bool,
+    /// The `offset` that continues where this window stopped (lines remain after end_line);
+    /// null when the window reaches the end of the file.
+    pub next_offset: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<ToolError>,
 }
@@ -60,10 +63,10 @@ pub async fn run(ctx: SharedContext, args: ReadFileArgs) -> CallToolResult {
                 output.start_line,
                 output.end_line,
                 output.total_lines,
-                if output.truncated {
-                    " (more available)"
-                } else {
-                    ""
+                match output.next_offset {
+                    Some(next) => format!(" (more available: continue with offset={next})"),
+                    None if output.truncated => " (long lines cut)".to_owned(),
+                    None => String::new(),
                 }
             );
             if let Some(note) = note {
@@ -92,7 +95,19 @@ pub async fn run(ctx: SharedContext, args: ReadFileArgs) -> CallToolResult {
         serde_json::json!({"ok": !is_error, "error": output.error.as_ref().map(|e| e.kind)}),
         started,
     );
-    tool_result(&output, text, is_error)
+    let result = tool_result(&output, text, is_error);
+    let size = super::wire_size(&result);
+    if size <= super::MAX_RESULT_BYTES {
+        return result;
+    }
+    let error = super::oversized_error(size, "nothing was read; ask for fewer lines with `limit`");
+    let text = error_text(&error);
+    let output = ReadFileOutput {
+        path: super::echo_arg(&args.path),
+        error: Some(error),
+        ..Default::default()
+    };
+    tool_result(&output, text, true)
 }
 
 fn read(
@@ -107,11 +122,15 @@ fn read(
         .workspace
         .read_bytes_limited(&rel, crate::workspace::MAX_READ_BYTES)
         .map_err(|e| path_error(&e))?;
+    let limits = ReadLimits {
+        max_content_bytes: ctx.policy.files.read_budget_bytes,
+        ..ReadLimits::default()
+    };
     let window = files::read_lines_with(
         &bytes,
         usize::try_from(args.offset).unwrap_or(usize::MAX),
         usize::try_from(args.limit).unwrap_or(usize::MAX),
-        &ReadLimits::default(),
+        &limits,
     )
     .map_err(|e| ToolError::new(super::kind_from_spec(e.kind_str()), e.to_string()))?;
     Ok((
@@ -122,6 +141,8 @@ fn read(
             end_line: window.end_line as u64,
             total_lines: window.total_lines as u64,
             truncated: window.truncated,
+            next_offset: (window.end_line < window.total_lines)
+                .then_some(window.end_line as u64 + 1),
             error: None,
         },
         window.note,

@@ -6,7 +6,7 @@
 
 use super::{SharedContext, error_text, path_error};
 use crate::lint::LintReport;
-use crate::shape::{ToolError, tool_result};
+use crate::shape::{ErrorKind, ToolError, tool_result};
 use rmcp::model::CallToolResult;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -36,6 +36,11 @@ pub struct WriteFileOutput {
     pub bytes: u64,
     /// True when the file did not exist before.
     pub created: bool,
+    /// Permission bits of the replaced file that the new one does not keep (`setuid`,
+    /// `setgid`): the server may run as root, so it never writes a set-id file.
+    pub dropped_permissions: Vec<String>,
+    /// Lint diagnostics left out of `lint.diagnostics` to keep the result small.
+    pub lint_omitted: u64,
     pub lint: LintReport,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<ToolError>,
@@ -46,7 +51,7 @@ pub async fn run(ctx: SharedContext, args: WriteFileArgs) -> CallToolResult {
     let (output, text, is_error) = match write(&ctx, &args).await {
         Ok(output) => {
             let text = format!(
-                "{} {} ({} bytes)\n{}",
+                "{} {} ({} bytes){}\n{}{}",
                 if output.created {
                     "created"
                 } else {
@@ -54,7 +59,9 @@ pub async fn run(ctx: SharedContext, args: WriteFileArgs) -> CallToolResult {
                 },
                 output.path,
                 output.bytes,
-                output.lint.summary(10)
+                dropped_note(&output.dropped_permissions),
+                output.lint.summary(10),
+                omitted_note(output.lint_omitted),
             );
             (output, text, false)
         }
@@ -65,6 +72,8 @@ pub async fn run(ctx: SharedContext, args: WriteFileArgs) -> CallToolResult {
                     path: super::echo_arg(&args.path),
                     bytes: 0,
                     created: false,
+                    dropped_permissions: Vec::new(),
+                    lint_omitted: 0,
                     lint: LintReport::skipped("nothing was written"),
                     error: Some(error),
                 },
@@ -85,15 +94,73 @@ pub async fn run(ctx: SharedContext, args: WriteFileArgs) -> CallToolResult {
         }),
         started,
     );
-    tool_result(&output, text, is_error)
+    let result = tool_result(&output, text, is_error);
+    let size = super::wire_size(&result);
+    if size <= super::MAX_RESULT_BYTES {
+        return result;
+    }
+    let what = if output.error.is_none() {
+        "the file was written; check it with read_file"
+    } else {
+        "nothing was written"
+    };
+    let error = super::oversized_error(size, what);
+    let text = error_text(&error);
+    let output = WriteFileOutput {
+        path: super::echo_arg(&args.path),
+        bytes: output.bytes,
+        created: output.created,
+        dropped_permissions: output.dropped_permissions,
+        lint_omitted: output.lint.diagnostics.len() as u64 + output.lint_omitted,
+        lint: LintReport::skipped("left out: the result was too large"),
+        error: Some(error),
+    };
+    tool_result(&output, text, true)
+}
+
+/// The text-block note for dropped set-id bits.
+pub(super) fn dropped_note(dropped: &[String]) -> String {
+    if dropped.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; the {} bit{} of the old file {} not kept",
+            dropped.join(" and "),
+            if dropped.len() == 1 { "" } else { "s" },
+            if dropped.len() == 1 { "was" } else { "were" }
+        )
+    }
+}
+
+/// The text-block note for diagnostics left out of the result.
+pub(super) fn omitted_note(omitted: u64) -> String {
+    if omitted == 0 {
+        String::new()
+    } else {
+        format!(
+            "\n  ({omitted} more diagnostics left out to keep the result small; run the linter \
+             with shell_exec to see them all)"
+        )
+    }
 }
 
 async fn write(ctx: &SharedContext, args: &WriteFileArgs) -> Result<WriteFileOutput, ToolError> {
+    let size = args.content.len() as u64;
+    if size > ctx.max_file_bytes() {
+        return Err(ToolError::new(
+            ErrorKind::ResourceLimit,
+            format!(
+                "`content` is {size} bytes, more than the policy's file-size limit of {} bytes \
+                 (limits.file_size_mb); nothing was written. Write a smaller file, or produce \
+                 it with shell_exec",
+                ctx.max_file_bytes()
+            ),
+        ));
+    }
     let rel = ctx
         .workspace
         .resolve_arg(&args.path)
         .map_err(|e| path_error(&e))?;
-    ctx.refuse_protected(&rel)?;
     let _guard = ctx.file_lock.lock().await;
     // The previous content, when it is text, lets lint tell new findings from old ones.
     let before = ctx
@@ -103,17 +170,28 @@ async fn write(ctx: &SharedContext, args: &WriteFileArgs) -> Result<WriteFileOut
         .and_then(|b| String::from_utf8(b).ok());
     let report = ctx
         .workspace
-        .write_atomic(&rel, args.content.as_bytes(), args.create_dirs)
-        .map_err(|e| path_error(&e))?;
-    let written = report.via_symlink.clone().unwrap_or(rel);
-    let lint = ctx
+        .write_checked(
+            &rel,
+            args.content.as_bytes(),
+            args.create_dirs,
+            &ctx.write_rules(),
+        )
+        .map_err(|e| ctx.write_error(&e))?;
+    let mut lint = ctx
         .lint
-        .check(written.as_str(), before.as_deref(), &args.content)
+        .check(rel.as_str(), before.as_deref(), &args.content)
         .await;
+    let lint_omitted = super::fit_lint(&mut lint) as u64;
     Ok(WriteFileOutput {
-        path: written.as_str().to_owned(),
+        path: rel.as_str().to_owned(),
         bytes: report.bytes,
         created: report.created,
+        dropped_permissions: report
+            .dropped_bits
+            .iter()
+            .map(|b| (*b).to_owned())
+            .collect(),
+        lint_omitted,
         lint,
         error: None,
     })

@@ -89,6 +89,36 @@ pub enum PathError {
     )]
     TooLarge { path: String, size: u64, limit: u64 },
 
+    /// The target is, or lies in, a protected entry (decided on the path as resolved on disk).
+    #[error(
+        "`{path}` is inside the protected path `{entry}`{}: files there run or are trusted \
+         outside the sandbox (git hooks and configuration, cordon's own state, policy files), \
+         so the file tools never write them; ask the operator to make this change",
+        resolved_note(.path, .resolved)
+    )]
+    Protected {
+        path: String,
+        /// The path as resolved on disk (symlinked directories followed).
+        resolved: String,
+        entry: String,
+    },
+
+    /// The workspace is read-only and the target lies outside its writable directories.
+    #[error(
+        "`{path}`{} is not in a writable directory of this read-only workspace; write inside \
+         one of them",
+        resolved_note(.path, .resolved)
+    )]
+    NotWritable { path: String, resolved: String },
+
+    /// The final component is a symbolic link: the file tools never write through one.
+    #[error("{}", final_symlink_message(.path, .target.as_deref()))]
+    FinalSymlink {
+        path: String,
+        /// Where it leads, workspace-relative, when that could be worked out.
+        target: Option<String>,
+    },
+
     /// Any other operating-system error; the source says what it was.
     #[error("I/O error on `{path}`: {source}")]
     Io {
@@ -96,6 +126,32 @@ pub enum PathError {
         #[source]
         source: io::Error,
     },
+}
+
+/// ` (resolved on disk to `X`)` when the resolved path differs from the spelling.
+fn resolved_note(path: &str, resolved: &str) -> String {
+    let spelled = path.trim_start_matches("./");
+    if resolved.is_empty() || resolved == spelled {
+        String::new()
+    } else {
+        format!(" (resolved on disk to `{resolved}`)")
+    }
+}
+
+fn final_symlink_message(path: &str, target: Option<&str>) -> String {
+    let leads = match target {
+        Some(t) => format!(" to `{t}`"),
+        None => String::new(),
+    };
+    let instead = match target {
+        Some(t) => format!("write `{t}` by its own path instead, or "),
+        None => String::new(),
+    };
+    format!(
+        "`{path}` is a symbolic link{leads}; write_file and edit_file never write through a \
+         symbolic link (nor replace it). Nothing was written: {instead}remove the link with \
+         shell_exec first if a regular file should take its place"
+    )
 }
 
 impl PathError {
@@ -106,10 +162,13 @@ impl PathError {
             | PathError::NotAFile { .. }
             | PathError::IsADirectory { .. }
             | PathError::NotADirectory { .. }
-            | PathError::SymlinkLoop { .. } => "invalid_argument",
+            | PathError::SymlinkLoop { .. }
+            | PathError::FinalSymlink { .. } => "invalid_argument",
             PathError::Escape { .. } => "path_escape",
             PathError::NotFound { .. } | PathError::ParentMissing { .. } => "not_found",
-            PathError::PermissionDenied { .. } => "denied",
+            PathError::PermissionDenied { .. }
+            | PathError::Protected { .. }
+            | PathError::NotWritable { .. } => "denied",
             PathError::TooLarge { .. } => "resource_limit",
             PathError::Io { .. } => "io",
         }

@@ -10,21 +10,23 @@
 //! confinement of child processes (they get the root's host path and are confined separately).
 
 mod error;
-mod protect;
+pub mod protect;
 mod relpath;
+mod resolve;
 mod spill;
 mod write;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use cap_fs_ext::OpenOptionsSyncExt;
+use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt, OpenOptionsSyncExt};
 use cap_std::ambient_authority;
 use cap_std::fs::{Dir, File, FileType, Metadata, OpenOptions};
 
 pub use error::PathError;
+pub use protect::{EntryKind, GIT_CONTROL_PATHS, ProtectedEntry, existing_protected};
 pub use relpath::RelPath;
-pub use write::WriteReport;
+pub use write::{WriteReport, WriteRules};
 
 /// Files larger than this are not loaded by [`Workspace::read_bytes`]; the model is pointed to
 /// shell tools instead. Large enough for any source file, small enough to keep the server's
@@ -120,18 +122,15 @@ impl Workspace {
     }
 
     /// [`Workspace::read_bytes`] with a caller-chosen size limit.
+    ///
+    /// The workspace is writable by confined processes, so nothing here trusts a name: the
+    /// path is resolved by hand (`resolve`: symlinks inside the workspace are followed by the
+    /// walk, never by the kernel), the file is opened with `O_NOFOLLOW | O_NONBLOCK` in the
+    /// directory the walk reached, `fstat` must say regular file, and the read stops at the
+    /// limit whatever the file does meanwhile.
     pub fn read_bytes_limited(&self, rel: &RelPath, limit: u64) -> Result<Vec<u8>, PathError> {
-        // Look before opening so a FIFO or device is never even opened; then check the opened
-        // handle again, because the name may have been swapped in between.
-        require_regular_file(rel, &self.metadata(rel)?)?;
-        let mut options = OpenOptions::new();
-        options.read(true).nonblock(true);
-        let file = self
-            .dir
-            .open_with(rel, &options)
-            .map_err(|e| PathError::at(rel, e))?;
+        let file = self.open_regular(rel)?;
         let meta = file.metadata().map_err(|e| PathError::at(rel, e))?;
-        require_regular_file(rel, &meta)?;
         if meta.len() > limit {
             return Err(PathError::TooLarge {
                 path: rel.to_string(),
@@ -140,6 +139,35 @@ impl Workspace {
             });
         }
         read_capped(rel, file, meta.len(), limit)
+    }
+
+    /// Opens `rel` for reading as described at [`Workspace::read_bytes_limited`], checked to
+    /// be a regular file on the opened handle.
+    pub fn open_regular(&self, rel: &RelPath) -> Result<File, PathError> {
+        let shown = rel.as_str();
+        let (dir, name) =
+            resolve::resolve_file(&self.dir, rel.as_path(), shown).map_err(|e| match e {
+                // For a read, a missing directory on the way is simply "does not exist".
+                PathError::ParentMissing { path, .. } => PathError::NotFound { path },
+                other => other,
+            })?;
+        // Look before opening so a FIFO or device is never even opened (a non-blocking open
+        // of a FIFO still succeeds); then check the opened handle, because the name may have
+        // been swapped in between.
+        let meta = dir
+            .dir
+            .symlink_metadata(&name)
+            .map_err(|e| PathError::at(rel, e))?;
+        require_regular_file(rel, &meta)?;
+        let mut options = OpenOptions::new();
+        options.read(true).nonblock(true).follow(FollowSymlinks::No);
+        let file = dir
+            .dir
+            .open_with(&name, &options)
+            .map_err(|e| PathError::at(rel, e))?;
+        let meta = file.metadata().map_err(|e| PathError::at(rel, e))?;
+        require_regular_file(rel, &meta)?;
+        Ok(file)
     }
 }
 

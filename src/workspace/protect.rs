@@ -1,142 +1,434 @@
-//! Protected paths inside the workspace (`.git/hooks`, `.git/config`, `.cordon`, …): places the
-//! file tools refuse to write, because what lands there later runs or is trusted outside any
-//! sandbox (a git hook runs on the operator's next commit).
+//! Protected paths inside the workspace (`.git/hooks`, `.git/config`, `.cordon`, the policy
+//! file, …): places the file tools never write, because what lands there later runs or is
+//! trusted outside any sandbox (a git hook runs on the operator's next commit, a `.git/config`
+//! can name a command git runs).
 //!
-//! The check is by identity, not by spelling: a path is protected when the file it names, or
-//! any directory it lies in, *is* (same device and inode) a protected entry, so an alias
-//! through a symlink inside the workspace (`hooks -> .git/hooks`) is caught too. Confining
-//! shell commands away from these paths is `confine`'s business, not this module's.
+//! Owns: the pattern language (`/`-separated, workspace-relative segments; `*` inside a segment
+//! matches any run of characters of that segment; a pattern protects the entry it names and
+//! everything beneath it), the decision on a *resolved* target ([`protected_entry`], pure, so
+//! it can be fuzzed), the identity snapshot that catches aliases the spelling cannot show (a
+//! bind mount, a case-folding directory), and [`existing_protected`], the list the sandbox
+//! turns into read-only binds for commands.
+//!
+//! Does not own: resolving a tool path to its final directory (`resolve`) or the write itself
+//! (`write`); the decision is only ever asked about a path that `resolve` walked component by
+//! component without following symlinks, so the spelling it judges is the one written through.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::PathBuf;
 
+use cap_fs_ext::DirExt;
 use cap_std::fs::{Dir, MetadataExt};
 
-use super::{RelPath, Workspace};
+/// Directory entries looked at per `*` segment, so a directory of a million entries cannot
+/// stall every write. The lexical decision does not depend on this; only the identity
+/// snapshot (a second line of defence) may miss entries past it.
+const MAX_GLOB_ENTRIES: usize = 4096;
 
-/// How far up from a target we walk before giving up (deep trees are fine; loops are not).
-const MAX_DEPTH: usize = 256;
+/// What git executes or reads as configuration, from gitrepository-layout(5), plus cordon's
+/// own state: the protected list of the built-in policies (see policies/default.toml).
+pub const GIT_CONTROL_PATHS: &[&str] = &[
+    ".git/hooks",
+    ".git/config",
+    ".git/config.worktree",
+    ".git/commondir",
+    ".git/info",
+    ".git/objects/info/alternates",
+    ".git/objects/info/http-alternates",
+    ".git/remotes",
+    ".git/branches",
+    ".git/worktrees/*/config",
+    ".git/worktrees/*/config.worktree",
+    ".git/worktrees/*/commondir",
+    ".git/worktrees/*/gitdir",
+    ".git/worktrees/*/hooks",
+    ".git/worktrees/*/info",
+    ".git/modules/*/config",
+    ".git/modules/*/config.worktree",
+    ".git/modules/*/commondir",
+    ".git/modules/*/gitdir",
+    ".git/modules/*/hooks",
+    ".git/modules/*/info",
+    ".git/modules/*/objects/info/alternates",
+    ".cordon",
+];
 
-impl Workspace {
-    /// The protected entry `rel` would write into, if any. `protected` are workspace-relative.
-    pub fn protected_match<'a>(&self, rel: &RelPath, protected: &'a [String]) -> Option<&'a str> {
-        // Lexical first: cheap, and covers entries that do not exist yet.
-        let normal = normalize(rel.as_str());
-        if let Some(p) = protected
-            .iter()
-            .find(|p| normal == normalize(p) || normal.starts_with(&format!("{}/", normalize(p))))
-        {
-            return Some(p);
-        }
-        let identities: Vec<(u64, u64, &str)> = protected
-            .iter()
-            .filter_map(|p| {
-                let m = self.dir().metadata(p.as_str()).ok()?;
-                Some((m.dev(), m.ino(), p.as_str()))
-            })
-            .collect();
-        if identities.is_empty() {
-            return None;
-        }
-        let hit = |dev: u64, ino: u64| {
-            identities
-                .iter()
-                .find(|(d, i, _)| *d == dev && *i == ino)
-                .map(|(_, _, p)| *p)
-        };
-        if let Ok(m) = self.dir().metadata(rel.as_path())
-            && let Some(p) = hit(m.dev(), m.ino())
-        {
-            return Some(p);
-        }
-        let parent = rel.as_path().parent().filter(|p| !p.as_os_str().is_empty());
-        let start = match parent {
-            Some(parent) => self.dir().open_dir(parent).ok()?,
-            None => return None,
-        };
-        for (dev, ino) in ancestors(&start, self.dir()) {
-            if let Some(p) = hit(dev, ino) {
-                return Some(p);
-            }
-        }
-        None
-    }
+/// The name git looks for in every directory: as a file ("gitdir: PATH") it says where the
+/// repository is, so writing one points git at a repository (and its config) of the writer's
+/// choosing. Refused at any depth and whatever the policy lists; a `.git` *directory* is never
+/// written by the file tools anyway (it is a directory).
+pub const GITFILE_NAME: &str = ".git";
+
+/// `(device, inode)`: what a file *is*, whatever it is called.
+pub type FileId = (u64, u64);
+
+/// The segments of a pattern or path that matter: empty and `.` segments are noise.
+fn segments(p: &str) -> impl Iterator<Item = &str> {
+    p.split('/').filter(|c| !c.is_empty() && *c != ".")
 }
 
-/// (dev, ino) of `dir` and each directory above it, up to (not including) `root`.
-fn ancestors(dir: &Dir, root: &Dir) -> Vec<(u64, u64)> {
-    let Ok(root_meta) = root.dir_metadata() else {
-        return Vec::new();
-    };
-    let root_id = (root_meta.dev(), root_meta.ino());
-    let mut seen = HashSet::new();
-    let mut out = Vec::new();
-    let Ok(mut current) = dir.try_clone() else {
-        return out;
-    };
-    for _ in 0..MAX_DEPTH {
-        let Ok(m) = current.dir_metadata() else { break };
-        let id = (m.dev(), m.ino());
-        if id == root_id || !seen.insert(id) {
-            break;
+/// Whether `name` matches one pattern segment, where `*` matches any run of characters.
+pub fn segment_matches(pattern: &str, name: &str) -> bool {
+    if !pattern.contains('*') {
+        return pattern == name;
+    }
+    // Classic greedy wildcard match with one backtrack point; linear enough for file names.
+    let (p, n) = (pattern.as_bytes(), name.as_bytes());
+    let (mut pi, mut ni) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ni < n.len() {
+        if pi < p.len() && p[pi] == b'*' {
+            star = Some((pi, ni));
+            pi += 1;
+        } else if pi < p.len() && p[pi] == n[ni] {
+            pi += 1;
+            ni += 1;
+        } else if let Some((sp, sn)) = star {
+            pi = sp + 1;
+            ni = sn + 1;
+            star = Some((sp, sn + 1));
+        } else {
+            return false;
         }
-        out.push(id);
-        // `..` of a directory inside the root stays inside; cap-std refuses to climb above.
-        match current.open_dir("..") {
-            Ok(up) => current = up,
-            Err(_) => break,
-        }
+    }
+    p[pi..].iter().all(|&b| b == b'*')
+}
+
+/// The pattern that protects the resolved workspace-relative path `path` (its components, as
+/// `resolve` found them on disk), if any: a pattern protects what it names and everything
+/// beneath it, and a final `.git` is always protected (see [`GITFILE_NAME`]).
+pub fn protected_entry<'a, S: AsRef<str>>(patterns: &'a [String], path: &[S]) -> Option<&'a str> {
+    let path = clean(path);
+    if path.last() == Some(&GITFILE_NAME) {
+        return Some(GITFILE_NAME);
+    }
+    matching_pattern(patterns, &path)
+}
+
+/// Whether the resolved directory `dir` lies in (or is) a protected entry, so that nothing
+/// may be created in it. A directory named `.git` is not itself protected: git keeps objects
+/// and refs there; only a `.git` written as a file is, which [`protected_entry`] decides.
+pub fn inside_protected<'a, S: AsRef<str>>(patterns: &'a [String], dir: &[S]) -> Option<&'a str> {
+    matching_pattern(patterns, &clean(dir))
+}
+
+fn clean<S: AsRef<str>>(path: &[S]) -> Vec<&str> {
+    path.iter()
+        .map(AsRef::as_ref)
+        .filter(|c| !c.is_empty() && *c != ".")
+        .collect()
+}
+
+fn matching_pattern<'a>(patterns: &'a [String], path: &[&str]) -> Option<&'a str> {
+    patterns.iter().map(String::as_str).find(|pattern| {
+        let segs: Vec<&str> = segments(pattern).collect();
+        !segs.is_empty()
+            && segs.len() <= path.len()
+            && segs
+                .iter()
+                .zip(path)
+                .all(|(seg, name)| segment_matches(seg, name))
+    })
+}
+
+/// Kind of an existing protected entry, as the sandbox needs to know it for a bind mount.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    Directory,
+    File,
+    /// A symbolic link, reported as such and not followed: redirecting it would redirect
+    /// whatever reads the protected path, so the link itself is what must stay put.
+    Symlink,
+    /// A FIFO, socket or device.
+    Other,
+}
+
+/// One protected entry that exists now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProtectedEntry {
+    /// Workspace-relative path, as found on disk (globs expanded).
+    pub path: PathBuf,
+    pub kind: EntryKind,
+    /// The pattern it matched (`.git` for a gitfile).
+    pub pattern: String,
+}
+
+/// The protected entries that exist beneath `root` right now, globs expanded, walked without
+/// following any symlink: a symlink on the way to (or at) a protected path is itself reported,
+/// as [`EntryKind::Symlink`]. For the sandbox to make them read-only for commands. A gitfile
+/// (`.git` that is not a directory) at the root is included.
+pub fn existing_protected(root: &Dir, patterns: &[String]) -> Vec<ProtectedEntry> {
+    let mut out: Vec<ProtectedEntry> = Vec::new();
+    if let Ok(meta) = root.symlink_metadata(GITFILE_NAME)
+        && !meta.is_dir()
+    {
+        out.push(ProtectedEntry {
+            path: PathBuf::from(GITFILE_NAME),
+            kind: kind_of(&meta),
+            pattern: GITFILE_NAME.to_owned(),
+        });
+    }
+    for pattern in patterns {
+        expand(root, pattern, false, &mut |path, meta| {
+            let path: PathBuf = path.iter().collect();
+            if !out.iter().any(|e| e.path == path) {
+                out.push(ProtectedEntry {
+                    path,
+                    kind: kind_of(meta),
+                    pattern: pattern.clone(),
+                });
+            }
+        });
     }
     out
 }
 
-fn normalize(p: &str) -> String {
-    p.split('/')
-        .filter(|c| !c.is_empty() && *c != ".")
-        .collect::<Vec<_>>()
-        .join("/")
+fn kind_of(meta: &cap_std::fs::Metadata) -> EntryKind {
+    let ft = meta.file_type();
+    if ft.is_symlink() {
+        EntryKind::Symlink
+    } else if ft.is_dir() {
+        EntryKind::Directory
+    } else if ft.is_file() {
+        EntryKind::File
+    } else {
+        EntryKind::Other
+    }
+}
+
+/// Calls `found` for every existing entry `pattern` names.
+///
+/// Without `follow`, nothing is followed: a symlink met on the way (or at the end) is reported
+/// itself and not walked through. With `follow`, a symlink is followed beneath the root (a
+/// `stat`/directory open, which cannot block on a FIFO) and the walk goes on from its target,
+/// and `found` gets the target's metadata.
+fn expand(
+    root: &Dir,
+    pattern: &str,
+    follow: bool,
+    found: &mut dyn FnMut(&[OsString], &cap_std::fs::Metadata),
+) {
+    let segs: Vec<&str> = segments(pattern).collect();
+    if segs.is_empty() {
+        return;
+    }
+    let Ok(start) = root.try_clone() else { return };
+    let mut stack: Vec<(Dir, Vec<OsString>)> = vec![(start, Vec::new())];
+    // Symlink loops through directories cannot loop here: each step consumes one segment.
+    while let Some((dir, path)) = stack.pop() {
+        let depth = path.len();
+        let seg = segs[depth];
+        let last = depth + 1 == segs.len();
+        let names: Vec<OsString> = if seg.contains('*') {
+            let Ok(entries) = dir.entries() else { continue };
+            entries
+                .flatten()
+                .take(MAX_GLOB_ENTRIES)
+                .map(|e| e.file_name())
+                .filter(|n| segment_matches(seg, &n.to_string_lossy()))
+                .collect()
+        } else {
+            vec![OsString::from(seg)]
+        };
+        for name in names {
+            let Ok(meta) = dir.symlink_metadata(&name) else {
+                continue;
+            };
+            let mut child = path.clone();
+            child.push(name.clone());
+            if meta.file_type().is_symlink() {
+                if !follow {
+                    found(&child, &meta);
+                    continue;
+                }
+                found(&child, &meta);
+                let rel: PathBuf = child.iter().collect();
+                if last {
+                    if let Ok(target) = root.metadata(&rel) {
+                        found(&child, &target);
+                    }
+                } else if let Ok(sub) = root.open_dir(&rel) {
+                    stack.push((sub, child));
+                }
+            } else if last {
+                found(&child, &meta);
+            } else if meta.is_dir()
+                && let Ok(sub) = dir.open_dir_nofollow(&name)
+            {
+                stack.push((sub, child));
+            }
+        }
+    }
+}
+
+/// Identities of the existing protected entries (symlinks followed beneath the root, so an
+/// entry reached through `.git -> real-git-dir` is known by the directory it really is), for
+/// catching a target whose spelling matches no pattern but which *is* a protected entry.
+#[derive(Debug, Default)]
+pub struct IdentitySnapshot {
+    ids: HashMap<FileId, String>,
+}
+
+impl IdentitySnapshot {
+    /// Takes the snapshot. Costs a few `statx` per pattern; taken once per write.
+    pub fn take(root: &Dir, patterns: &[String]) -> Self {
+        let mut ids = HashMap::new();
+        for pattern in patterns {
+            expand(root, pattern, true, &mut |_, meta| {
+                ids.entry((meta.dev(), meta.ino()))
+                    .or_insert_with(|| pattern.clone());
+            });
+        }
+        IdentitySnapshot { ids }
+    }
+
+    /// The pattern whose entry has this identity, if any.
+    pub fn entry_for(&self, id: FileId) -> Option<&str> {
+        self.ids.get(&id).map(String::as_str)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn ws() -> (tempfile::TempDir, Workspace) {
+    fn pats(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn segments_glob_within_one_component() {
+        assert!(segment_matches("*", "anything"));
+        assert!(segment_matches("*.lock", "Cargo.lock"));
+        assert!(segment_matches("a*b*c", "aXXbYYc"));
+        assert!(!segment_matches("a*b", "ac"));
+        assert!(!segment_matches("config", "config.worktree"));
+        assert!(segment_matches("**", ""));
+    }
+
+    #[test]
+    fn a_pattern_protects_its_entry_and_everything_beneath() {
+        let p = pats(&[".git/hooks", ".git/worktrees/*/config"]);
+        assert_eq!(protected_entry(&p, &[".git", "hooks"]), Some(".git/hooks"));
+        assert_eq!(
+            protected_entry(&p, &[".git", "hooks", "pre-commit"]),
+            Some(".git/hooks")
+        );
+        assert_eq!(
+            protected_entry(&p, &[".git", "worktrees", "wt1", "config"]),
+            Some(".git/worktrees/*/config")
+        );
+        assert_eq!(
+            protected_entry(&p, &[".git", "worktrees", "wt1", "HEAD"]),
+            None
+        );
+        assert_eq!(protected_entry(&p, &[".git", "HEAD"]), None);
+        assert_eq!(protected_entry(&p, &["src", "hooks"]), None);
+        assert_eq!(
+            protected_entry(&p, &[".", ".git", "", "hooks"]),
+            Some(".git/hooks")
+        );
+    }
+
+    #[test]
+    fn a_gitfile_is_protected_at_any_depth() {
+        let none: Vec<String> = Vec::new();
+        assert_eq!(protected_entry(&none, &[".git"]), Some(".git"));
+        assert_eq!(
+            protected_entry(&none, &["vendor", "sub", ".git"]),
+            Some(".git")
+        );
+        assert_eq!(
+            protected_entry(&none, &[".github", "workflows", "ci.yml"]),
+            None
+        );
+        // Creating directories under a `.git` directory is not refused by this rule.
+        assert_eq!(inside_protected(&none, &[".git"]), None);
+    }
+
+    #[test]
+    fn the_builtin_list_covers_what_git_runs_or_reads() {
+        let p: Vec<String> = GIT_CONTROL_PATHS.iter().map(|s| (*s).to_owned()).collect();
+        for path in [
+            ".git/config",
+            ".git/config.worktree",
+            ".git/commondir",
+            ".git/info/attributes",
+            ".git/objects/info/alternates",
+            ".git/hooks/pre-commit",
+            ".git/worktrees/x/commondir",
+            ".git/worktrees/x/gitdir",
+            ".git/modules/lib/config",
+            ".git/modules/lib/hooks/post-checkout",
+            ".cordon/outputs/x",
+        ] {
+            let parts: Vec<&str> = path.split('/').collect();
+            assert!(protected_entry(&p, &parts).is_some(), "{path}");
+        }
+        for path in [
+            ".git/HEAD",
+            ".git/objects/ab/cdef",
+            ".git/refs/heads/main",
+            "src/config",
+        ] {
+            let parts: Vec<&str> = path.split('/').collect();
+            assert!(protected_entry(&p, &parts).is_none(), "{path}");
+        }
+    }
+
+    #[test]
+    fn the_default_policy_protects_exactly_the_builtin_list() {
+        let policy = crate::policy::Policy::builtin_default();
+        assert_eq!(policy.filesystem.protected, GIT_CONTROL_PATHS);
+    }
+
+    #[test]
+    fn existing_entries_are_listed_with_symlinks_as_such() {
         let t = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(t.path().join(".git/hooks")).unwrap();
-        std::fs::write(t.path().join(".git/config"), "[core]\n").unwrap();
-        let w = Workspace::open(t.path()).unwrap();
-        (t, w)
-    }
-
-    fn protected() -> Vec<String> {
-        vec![".git/hooks".into(), ".git/config".into(), ".cordon".into()]
+        std::fs::create_dir_all(t.path().join(".git/worktrees/a")).unwrap();
+        std::fs::write(t.path().join(".git/worktrees/a/gitdir"), "x").unwrap();
+        std::os::unix::fs::symlink("../elsewhere", t.path().join(".git/config")).unwrap();
+        let root = Dir::open_ambient_dir(t.path(), cap_std::ambient_authority()).unwrap();
+        let p = pats(&[
+            ".git/hooks",
+            ".git/config",
+            ".git/worktrees/*/gitdir",
+            ".git/info",
+        ]);
+        let mut found = existing_protected(&root, &p);
+        found.sort_by(|a, b| a.path.cmp(&b.path));
+        let got: Vec<(String, EntryKind)> = found
+            .iter()
+            .map(|e| (e.path.display().to_string(), e.kind))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (".git/config".to_owned(), EntryKind::Symlink),
+                (".git/hooks".to_owned(), EntryKind::Directory),
+                (".git/worktrees/a/gitdir".to_owned(), EntryKind::File),
+            ]
+        );
     }
 
     #[test]
-    fn direct_spellings_are_protected() {
-        let (_t, w) = ws();
-        for p in [
-            ".git/hooks/pre-commit",
-            "./.git/config",
-            ".cordon/x",
-            ".git//hooks/a",
-        ] {
-            let rel = w.resolve_arg(p).unwrap();
-            assert!(w.protected_match(&rel, &protected()).is_some(), "{p}");
-        }
-        let rel = w.resolve_arg("src/main.rs").unwrap();
-        assert!(w.protected_match(&rel, &protected()).is_none());
-    }
-
-    #[test]
-    fn symlink_aliases_are_protected() {
-        let (t, w) = ws();
-        std::os::unix::fs::symlink(".git/hooks", t.path().join("hooks")).unwrap();
-        std::os::unix::fs::symlink(".git/config", t.path().join("cfg")).unwrap();
-        std::os::unix::fs::symlink(".git", t.path().join("g")).unwrap();
-        for p in ["hooks/pre-commit", "cfg", "g/hooks/post-merge", "g/config"] {
-            let rel = w.resolve_arg(p).unwrap();
-            assert!(w.protected_match(&rel, &protected()).is_some(), "{p}");
-        }
+    fn a_symlinked_git_dir_is_reported_as_the_link() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(t.path().join("real/hooks")).unwrap();
+        std::os::unix::fs::symlink("real", t.path().join(".git")).unwrap();
+        let root = Dir::open_ambient_dir(t.path(), cap_std::ambient_authority()).unwrap();
+        let found = existing_protected(&root, &pats(&[".git/hooks"]));
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].path, std::path::Path::new(".git"));
+        assert_eq!(found[0].kind, EntryKind::Symlink);
+        // ...and the identity snapshot knows the real directory behind it, and only that one.
+        let snap = IdentitySnapshot::take(&root, &pats(&[".git/hooks"]));
+        use std::os::unix::fs::MetadataExt as _;
+        let hooks = std::fs::metadata(t.path().join("real/hooks")).unwrap();
+        assert!(snap.entry_for((hooks.dev(), hooks.ino())).is_some());
+        let real = std::fs::metadata(t.path().join("real")).unwrap();
+        assert!(snap.entry_for((real.dev(), real.ino())).is_none());
     }
 }

@@ -13,7 +13,7 @@ use std::io::{self, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use cap_fs_ext::DirExt;
+use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt, OpenOptionsSyncExt};
 use cap_std::fs::{Dir, File, OpenOptions};
 
 use super::{PathError, RelPath, Workspace};
@@ -48,7 +48,14 @@ impl Workspace {
         let prefix = sanitize_prefix(prefix);
         let stamp = utc_stamp(SystemTime::now());
         let mut options = OpenOptions::new();
-        options.read(true).write(true).create_new(true);
+        // create_new (O_EXCL) already refuses any existing name, link or FIFO included; no
+        // follow and non-blocking say so explicitly, for the day someone drops create_new.
+        options
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .follow(FollowSymlinks::No)
+            .nonblock(true);
         for _ in 0..MAX_NAME_ATTEMPTS {
             let n = SPILL_COUNTER.fetch_add(1, Ordering::Relaxed);
             let name = format!("{prefix}-{stamp}-{n:04}.txt");

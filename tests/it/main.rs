@@ -8,6 +8,7 @@ mod common;
 mod confinement;
 mod doctor;
 mod fail_closed;
+mod file_attacks;
 mod interpreter;
 mod lint_confined;
 mod lint_introduced;

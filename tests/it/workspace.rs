@@ -205,8 +205,10 @@ fn outward_symlink_with_relative_target_is_an_escape() {
     assert!(f.outside_intruders().is_empty());
 }
 
+/// Directory symlinks inside the workspace are followed (by the walk, not the kernel); a final
+/// symlink is never written through nor replaced: the write is refused and names the target.
 #[test]
-fn symlink_inside_the_workspace_is_followed() {
+fn final_symlink_is_refused_and_names_its_target() {
     let f = Fixture::new();
     fs::create_dir_all(f.root.join("real/dir")).unwrap();
     fs::write(f.root.join("real/a.txt"), "original\n").unwrap();
@@ -214,11 +216,17 @@ fn symlink_inside_the_workspace_is_followed() {
     symlink("real/dir", f.root.join("dirlink")).unwrap();
     assert_eq!(f.read("link").unwrap(), b"original\n");
 
-    let report =
+    let err =
         f.ws.write_atomic(&f.rel("link"), b"through the link\n", false)
-            .unwrap();
-    assert!(!report.created);
-    assert_eq!(report.via_symlink.unwrap().as_str(), "real/a.txt");
+            .unwrap_err();
+    match &err {
+        PathError::FinalSymlink { target, .. } => {
+            assert_eq!(target.as_deref(), Some("real/a.txt"));
+        }
+        other => panic!("expected FinalSymlink, got {other:?}"),
+    }
+    assert_eq!(err.kind_str(), "invalid_argument");
+    assert!(err.to_string().contains("write `real/a.txt`"), "{err}");
     assert!(
         fs::symlink_metadata(f.root.join("link"))
             .unwrap()
@@ -228,11 +236,15 @@ fn symlink_inside_the_workspace_is_followed() {
     );
     assert_eq!(
         fs::read_to_string(f.root.join("real/a.txt")).unwrap(),
-        "through the link\n"
+        "original\n"
     );
 
     assert!(f.write("dirlink/inner.txt", "x").unwrap());
     assert!(f.root.join("real/dir/inner.txt").is_file());
+    let report =
+        f.ws.write_atomic(&f.rel("dirlink/inner.txt"), b"y", false)
+            .unwrap();
+    assert_eq!(report.resolved.as_str(), "real/dir/inner.txt");
 }
 
 /// The kernel (RESOLVE_BENEATH) refuses absolute symlinks even when they point inside; reads
@@ -336,7 +348,10 @@ fn file_swapped_for_outward_symlink_never_writes_through_it() {
     };
     for _ in 0..2000 {
         match f.ws.write_atomic(&f.rel("t.txt"), b"clobber", false) {
-            Ok(_) | Err(PathError::Escape { .. }) => {}
+            // A link seen at the check is refused (as an escape, or as a final symlink when it
+            // changed again before its target was read); one swapped in later is replaced by
+            // the rename, never written through.
+            Ok(_) | Err(PathError::Escape { .. } | PathError::FinalSymlink { .. }) => {}
             Err(other) => panic!("unexpected error: {other:?}"),
         }
     }
@@ -363,7 +378,7 @@ fn atomic_write_keeps_mode_and_leaves_no_temp_files() {
             .unwrap();
     assert!(!report.created);
     assert_eq!(report.bytes, 19);
-    assert_eq!(report.via_symlink, None);
+    assert!(report.dropped_bits.is_empty());
     let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o7777;
     assert_eq!(mode, 0o751);
     assert_eq!(fs::read_to_string(&path).unwrap(), "#!/bin/sh\necho new\n");
@@ -622,4 +637,182 @@ fn spill_area_refuses_a_symlinked_cordon_dir() {
     symlink(&g.outside, g.root.join(".cordon")).unwrap();
     assert!(g.ws.spill_dir().is_err());
     assert!(g.outside_intruders().is_empty());
+}
+
+// ---------------------------------------------------------------- protected targets
+
+fn protected() -> Vec<String> {
+    cordon::workspace::GIT_CONTROL_PATHS
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect()
+}
+
+fn write_protected(f: &Fixture, arg: &str) -> Result<cordon::workspace::WriteReport, PathError> {
+    let patterns = protected();
+    let rules = cordon::workspace::WriteRules {
+        protected: &patterns,
+        writable_only: None,
+    };
+    f.ws.write_checked(&f.rel(arg), b"[core]\n\tfsmonitor = evil\n", true, &rules)
+}
+
+/// Protection is decided on the path as resolved on disk, so every alias a symlinked directory
+/// gives a protected entry is refused, and nothing is created inside one on the way.
+#[test]
+fn protected_targets_are_refused_under_every_alias() {
+    let f = Fixture::new();
+    fs::create_dir_all(f.root.join(".git/hooks")).unwrap();
+    fs::create_dir_all(f.root.join("sub")).unwrap();
+    symlink(".git", f.root.join("g")).unwrap();
+    symlink("../.git/hooks", f.root.join("sub/h")).unwrap();
+    symlink("sub", f.root.join("s")).unwrap();
+    for arg in [
+        ".git/config",
+        "g/config",
+        "./g/../.git/commondir",
+        "s/h/pre-commit",
+        "sub/h/new/deeper/x",
+        "g/worktrees/w/gitdir",
+        ".cordon/outputs/x",
+    ] {
+        match write_protected(&f, arg) {
+            Err(e @ PathError::Protected { .. }) => assert_eq!(e.kind_str(), "denied"),
+            other => panic!("{arg}: expected Protected, got {other:?}"),
+        }
+    }
+    assert!(!f.root.join(".git/config").exists());
+    assert!(!f.root.join(".git/commondir").exists());
+    assert!(!f.root.join(".git/hooks/new").exists());
+    // (Unprotected directories on the way may be created; the control file is not.)
+    assert!(!f.root.join(".git/worktrees/w/gitdir").exists());
+    assert!(!f.root.join(".cordon").exists());
+    // What the message says: the spelling and the resolved path.
+    let msg = write_protected(&f, "g/config").unwrap_err().to_string();
+    assert!(msg.contains("`.git/config`"), "{msg}");
+    // Ordinary files next to them are fine, also through the same links.
+    assert!(write_protected(&f, "g/HEAD").is_ok());
+    assert!(write_protected(&f, "s/notes.txt").is_ok());
+}
+
+/// The library-level rename race at a higher rate than the end-to-end test: a directory is
+/// swapped for a symlink to `.git` while writes of `dir/config` run; none reaches `.git/config`.
+#[test]
+fn rename_race_never_lets_a_protected_write_through() {
+    let f = Fixture::new();
+    fs::create_dir_all(f.root.join(".git")).unwrap();
+    fs::write(f.root.join(".git/config"), "original\n").unwrap();
+    let d = f.root.join("dir");
+    fs::create_dir(&d).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let swapper = {
+        let (d, parked, stop) = (d.clone(), f.root.join("parked"), stop.clone());
+        thread::spawn(move || {
+            let mut swaps = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                if fs::rename(&d, &parked).is_ok() {
+                    let _ = symlink(".git", &d);
+                    thread::sleep(Duration::from_micros(20));
+                    let _ = fs::remove_file(&d);
+                    let _ = fs::rename(&parked, &d);
+                    swaps += 1;
+                }
+                thread::sleep(Duration::from_micros(20));
+            }
+            swaps
+        })
+    };
+    let patterns = protected();
+    let rules = cordon::workspace::WriteRules {
+        protected: &patterns,
+        writable_only: None,
+    };
+    let (mut landed, mut protected_refusals) = (0, 0);
+    for i in 0..3000 {
+        match f
+            .ws
+            .write_checked(&f.rel("dir/config"), b"evil", false, &rules)
+        {
+            Ok(_) => landed += 1,
+            Err(PathError::Protected { .. }) => protected_refusals += 1,
+            Err(PathError::ParentMissing { .. } | PathError::NotFound { .. }) => {}
+            Err(other) => panic!("write {i}: unexpected {other:?}"),
+        }
+        assert_eq!(
+            fs::read_to_string(f.root.join(".git/config")).unwrap(),
+            "original\n",
+            "write {i} reached .git/config"
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    let swaps = swapper.join().unwrap();
+    eprintln!("race: {landed} landed, {protected_refusals} refused as protected, {swaps} swaps");
+    assert!(
+        landed > 0 && protected_refusals > 0,
+        "the race never happened"
+    );
+}
+
+/// A read-only workspace's writable directories are judged on the resolved path too: a
+/// symlinked directory inside `out/` that leads back into the read-only part is refused.
+#[test]
+fn read_only_workspace_judges_writable_dirs_on_the_resolved_path() {
+    let f = Fixture::new();
+    fs::create_dir_all(f.root.join("out")).unwrap();
+    fs::create_dir_all(f.root.join("src")).unwrap();
+    symlink("../src", f.root.join("out/back")).unwrap();
+    let writable = vec!["out".to_owned()];
+    let rules = cordon::workspace::WriteRules {
+        protected: &[],
+        writable_only: Some(&writable),
+    };
+    assert!(
+        f.ws.write_checked(&f.rel("out/a.txt"), b"x", true, &rules)
+            .is_ok()
+    );
+    assert!(
+        f.ws.write_checked(&f.rel("out/new/b.txt"), b"x", true, &rules)
+            .is_ok()
+    );
+    for arg in [
+        "out/back/main.rs",
+        "src/main.rs",
+        "top.txt",
+        "elsewhere/x.txt",
+    ] {
+        match f.ws.write_checked(&f.rel(arg), b"x", true, &rules) {
+            Err(PathError::NotWritable { .. }) => {}
+            other => panic!("{arg}: expected NotWritable, got {other:?}"),
+        }
+    }
+    assert!(!f.root.join("src/main.rs").exists());
+    assert!(!f.root.join("elsewhere").exists());
+}
+
+/// Reads resolve by hand too: a final symlink inside the workspace is followed, a FIFO behind
+/// one is refused without blocking, and a chain that leaves the workspace is an escape.
+#[test]
+fn reads_follow_inside_links_by_hand_and_refuse_what_is_not_a_file() {
+    let f = Fixture::new();
+    fs::write(f.root.join("real.txt"), "real\n").unwrap();
+    symlink("real.txt", f.root.join("l1")).unwrap();
+    symlink("l1", f.root.join("l2")).unwrap();
+    symlink("../outside/secret.txt", f.root.join("out")).unwrap();
+    symlink("out", f.root.join("to_out")).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        f.root.join("fifo"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap();
+    symlink("fifo", f.root.join("to_fifo")).unwrap();
+    assert_eq!(f.read("l2").unwrap(), b"real\n");
+    assert_escape(f.read("to_out"));
+    assert!(matches!(f.read("to_fifo"), Err(PathError::NotAFile { .. })));
+    assert!(matches!(
+        f.read("missing/x"),
+        Err(PathError::NotFound { .. })
+    ));
 }
