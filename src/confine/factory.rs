@@ -36,23 +36,44 @@ pub struct Factory {
     /// What the init was started with, to start a new one when the protected set changes.
     plan: InitPlan,
     program: PathBuf,
-    /// Identity of every pinned and protected path when the view was built.
-    signature: Vec<Option<(u64, u64, bool)>>,
+    /// The protected patterns (globs, workspace-relative), expanded anew for every view.
+    patterns: Vec<String>,
+    /// Identity of every pinned and protected entry when the view was built.
+    signature: Signature,
 }
 
-/// (device, inode, is a symlink) of each pinned and protected path, None where absent: the
-/// view binds what existed when it was built, so a change means the view is out of date.
-fn signature(plan: &InitPlan) -> Vec<Option<(u64, u64, bool)>> {
+/// (workspace-relative path, device, inode, is a symlink) of every existing pinned or
+/// protected entry: the view binds what existed when it was built, so any change (an entry
+/// appeared, vanished or was replaced) means the view is out of date.
+type Signature = Vec<(PathBuf, u64, u64, bool)>;
+
+/// The protected entries that exist now, and their signature. Walks the workspace beneath
+/// its root without following symlinks (a few `lstat`/`readdir` calls).
+fn protected_now(
+    workspace: &Path,
+    patterns: &[String],
+) -> (Vec<crate::workspace::ProtectedEntry>, Signature) {
     use std::os::unix::fs::MetadataExt;
-    plan.pinned
+    let Ok(root) = cap_std::fs::Dir::open_ambient_dir(workspace, cap_std::ambient_authority())
+    else {
+        return (Vec::new(), Vec::new());
+    };
+    let entries = crate::workspace::existing_protected(&root, patterns);
+    let mut signature: Signature = entries
         .iter()
-        .chain(&plan.protected)
-        .map(|p| {
-            p.symlink_metadata()
-                .ok()
-                .map(|m| (m.dev(), m.ino(), m.file_type().is_symlink()))
+        .chain(std::iter::once(&crate::workspace::ProtectedEntry {
+            path: PathBuf::from(".git"),
+            kind: crate::workspace::EntryKind::Directory,
+            pattern: String::new(),
+        }))
+        .filter_map(|e| {
+            let m = workspace.join(&e.path).symlink_metadata().ok()?;
+            Some((e.path.clone(), m.dev(), m.ino(), m.file_type().is_symlink()))
         })
-        .collect()
+        .collect();
+    signature.sort();
+    signature.dedup();
+    (entries, signature)
 }
 
 /// What the view is built from, gathered by `Confinement::build`.
@@ -62,8 +83,8 @@ pub(crate) struct ViewInputs<'a> {
     pub read_only_workspace: bool,
     pub calls_tmp: &'a Path,
     pub private_root: &'a Path,
-    /// Absolute protected entries (existing or not).
-    pub protected: &'a [PathBuf],
+    /// Workspace-relative protected patterns (globs), expanded when the view is built.
+    pub protected: &'a [String],
     pub isolate_network: bool,
     pub seccomp: &'a [BpfProgram],
     pub read_exec: &'a [PathBuf],
@@ -75,11 +96,22 @@ pub(crate) struct ViewInputs<'a> {
 impl Factory {
     /// Starts the init. `program` is the cordon binary (it runs `cordon __sandbox-init`).
     pub(crate) fn start(inputs: &ViewInputs<'_>, program: PathBuf) -> Result<Self, SandboxError> {
-        Self::start_plan(plan(inputs), program)
+        Self::start_plan(plan(inputs), program, inputs.protected.to_vec())
     }
 
-    fn start_plan(plan: InitPlan, program: PathBuf) -> Result<Self, SandboxError> {
-        let signature = signature(&plan);
+    fn start_plan(
+        mut plan: InitPlan,
+        program: PathBuf,
+        patterns: Vec<String>,
+    ) -> Result<Self, SandboxError> {
+        let (entries, signature) = protected_now(&plan.workspace, &patterns);
+        // Symbolic links are never bound (a bind follows them out of the workspace); the
+        // enforcement notes name them.
+        plan.protected = entries
+            .iter()
+            .filter(|e| e.kind != crate::workspace::EntryKind::Symlink)
+            .map(|e| plan.workspace.join(&e.path))
+            .collect();
         let sandbox = Sandbox::start(plan.clone(), program.clone())?;
         Ok(Self {
             pool: Mutex::new(Vec::new()),
@@ -87,19 +119,24 @@ impl Factory {
             sandbox,
             plan,
             program,
+            patterns,
             signature,
         })
     }
 
-    /// Whether the view still matches the workspace: no protected path (or `.git`) appeared,
-    /// vanished or was replaced since it was built. A few `lstat` calls.
+    /// Whether the view still matches the workspace: no protected entry (or `.git`)
+    /// appeared, vanished or was replaced since it was built.
     pub fn is_current(&self) -> bool {
-        signature(&self.plan) == self.signature
+        protected_now(&self.plan.workspace, &self.patterns).1 == self.signature
     }
 
-    /// A new init with the same plan, whose view binds the protected paths as they are now.
+    /// A new init with the same plan, whose view binds the protected entries as they are now.
     pub fn rebuilt(&self) -> Result<Self, SandboxError> {
-        Self::start_plan(self.plan.clone(), self.program.clone())
+        Self::start_plan(
+            self.plan.clone(),
+            self.program.clone(),
+            self.patterns.clone(),
+        )
     }
 
     pub fn namespaces(&self) -> Namespaces {
@@ -199,7 +236,7 @@ fn plan(inputs: &ViewInputs<'_>) -> InitPlan {
         read_write,
         workspace: inputs.workspace.to_path_buf(),
         pinned: vec![git],
-        protected: inputs.protected.to_vec(),
+        protected: Vec::new(),
         devices: inputs.devices.to_vec(),
         isolate_network: inputs.isolate_network,
         user_namespace: (!inputs.is_root).then(|| {

@@ -176,7 +176,8 @@ pub struct Confinement {
     private_root: tempfile::TempDir,
     workspace: PathBuf,
     /// Absolute protected paths (workspace + `filesystem.protected`).
-    protected: Vec<PathBuf>,
+    /// Workspace-relative protected patterns (policy + its files inside the workspace).
+    protected: Vec<String>,
     /// What the Landlock ruleset was built from, kept so a long-lived worker can get a ruleset
     /// whose only private directory is its own (`private_ruleset`); None without Landlock.
     landlock_inputs: Option<LandlockInputs>,
@@ -314,12 +315,7 @@ impl Confinement {
             .prefix("cordon-private-")
             .tempdir()
             .map_err(ConfineError::TempDir)?;
-        let protected: Vec<PathBuf> = policy
-            .filesystem
-            .protected
-            .iter()
-            .map(|p| workspace.join(p))
-            .collect();
+        let protected = policy.protected_patterns(workspace);
         let factory = start_factory(
             policy,
             workspace,
@@ -565,10 +561,18 @@ impl Confinement {
         if !self.drop_capabilities {
             return Vec::new();
         }
-        self.protected
-            .iter()
-            .filter(|p| p.symlink_metadata().is_ok())
-            .filter_map(|p| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).ok())
+        let Ok(root) =
+            cap_std::fs::Dir::open_ambient_dir(&self.workspace, cap_std::ambient_authority())
+        else {
+            return Vec::new();
+        };
+        crate::workspace::existing_protected(&root, &self.protected)
+            .into_iter()
+            .filter(|e| e.kind != crate::workspace::EntryKind::Symlink)
+            .filter_map(|e| {
+                let path = self.workspace.join(e.path);
+                std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()
+            })
             .collect()
     }
 }
@@ -584,7 +588,7 @@ fn start_factory(
     seccomp: &[BpfProgram],
     calls_tmp: &Path,
     private_root: &Path,
-    protected: &[PathBuf],
+    protected: &[String],
     notes: &mut Vec<String>,
 ) -> Option<factory::Factory> {
     const WEAKER: &str = "confined processes then share the host's mount, PID and IPC \
@@ -634,16 +638,16 @@ fn start_factory(
         devices: &fs.devices,
         is_root: kernel.is_root,
     };
-    for path in protected {
-        if path
-            .symlink_metadata()
-            .is_ok_and(|m| m.file_type().is_symlink())
-        {
-            notes.push(format!(
-                "protected path {} is a symbolic link: it cannot be made read-only for \
-                 commands (replace it with the real file or directory)",
-                path.display()
-            ));
+    if let Ok(root) = cap_std::fs::Dir::open_ambient_dir(workspace, cap_std::ambient_authority()) {
+        for entry in crate::workspace::existing_protected(&root, protected) {
+            if entry.kind == crate::workspace::EntryKind::Symlink {
+                notes.push(format!(
+                    "protected path {} is a symbolic link: it cannot be made read-only for \
+                     commands (the file tools still refuse it); replace it with the real file \
+                     or directory",
+                    entry.path.display()
+                ));
+            }
         }
     }
     match factory::Factory::start(&inputs, program) {

@@ -207,6 +207,24 @@ fn embedded_source(name: &str) -> Option<&'static str> {
 }
 
 impl Policy {
+    /// The workspace-relative patterns nothing confined may write: the policy's
+    /// `filesystem.protected` plus every file of its `extends` chain that lies inside the
+    /// workspace (a policy the agent could edit would loosen its own sandbox). One list for
+    /// the file tools and for the sandbox's read-only binds.
+    pub fn protected_patterns(&self, workspace_root: &std::path::Path) -> Vec<String> {
+        let mut protected = self.filesystem.protected.clone();
+        for source in &self.sources {
+            let canonical = source.canonicalize().unwrap_or_else(|_| source.clone());
+            if let Ok(inside) = canonical.strip_prefix(workspace_root) {
+                let rel = inside.to_string_lossy().into_owned();
+                if !rel.is_empty() && !protected.contains(&rel) {
+                    protected.push(rel);
+                }
+            }
+        }
+        protected
+    }
+
     /// Loads a policy by built-in name or file path. A name wins over a file of the same name
     /// only when no such file exists, so `./strict.toml` and `strict` never surprise.
     pub fn load(name_or_path: &str) -> Result<Self, PolicyError> {

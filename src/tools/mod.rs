@@ -178,17 +178,7 @@ pub fn echo_arg(arg: &str) -> String {
 /// call can rewrite the rules it runs under. `*` in a file name is a pattern character, so a
 /// policy file whose name holds one protects a little more, never less.
 pub fn protected_paths(policy: &Policy, workspace_root: &std::path::Path) -> Vec<String> {
-    let mut protected = policy.filesystem.protected.clone();
-    for source in &policy.sources {
-        let canonical = source.canonicalize().unwrap_or_else(|_| source.clone());
-        if let Ok(inside) = canonical.strip_prefix(workspace_root) {
-            let rel = inside.to_string_lossy().into_owned();
-            if !rel.is_empty() && !protected.contains(&rel) {
-                protected.push(rel);
-            }
-        }
-    }
-    protected
+    policy.protected_patterns(workspace_root)
 }
 
 /// No tool result may take more than this on the wire (JSON-RPC framing included), whatever
