@@ -360,6 +360,9 @@ async fn exec(
     {
         eprintln!("cordon: {reason}");
     }
+    for notice in &outcome.notices {
+        eprintln!("cordon: {notice}");
+    }
     if outcome.output_cut_short {
         eprintln!(
             "cordon: a process that escaped the process group still holds the output; \

@@ -130,6 +130,67 @@ impl Factory {
         protected_now(&self.plan.workspace, &self.patterns).1 == self.signature
     }
 
+    /// Moves protected entries that did not exist when the view was built, in a repository
+    /// that did (the operator's), and that changed since `since` (the call's start), to
+    /// `.cordon/quarantine/`: a confined command could create them — the view cannot bind
+    /// a path that does not exist — and git would read them outside any sandbox. Returns
+    /// what it did, in words for the call's result. In a repository the call created itself
+    /// nothing is moved (it is the agent's own), but the result says so.
+    pub fn quarantine_created_since(&self, since: std::time::SystemTime) -> Vec<String> {
+        let (entries, _) = protected_now(&self.plan.workspace, &self.patterns);
+        let known: std::collections::HashSet<&Path> =
+            self.signature.iter().map(|(p, ..)| p.as_path()).collect();
+        let repo_existed = known.contains(Path::new(".git"));
+        let Ok(root) =
+            cap_std::fs::Dir::open_ambient_dir(&self.plan.workspace, cap_std::ambient_authority())
+        else {
+            return Vec::new();
+        };
+        let mut notices = Vec::new();
+        for entry in entries.iter().filter(|e| !known.contains(e.path.as_path())) {
+            let changed = root
+                .symlink_metadata(&entry.path)
+                .and_then(|m| m.modified())
+                .map(|t| t.into_std() >= since - std::time::Duration::from_secs(1))
+                .unwrap_or(false);
+            // `.cordon` is the server's own; the policy's files are the operator's to edit.
+            if !changed || !entry.path.starts_with(".git") || entry.path == Path::new(".git") {
+                continue;
+            }
+            if !repo_existed {
+                notices.push(format!(
+                    "this call created {} in a new git repository: it was written by a confined \
+                     process, so inspect it before running git there outside cordon",
+                    entry.path.display()
+                ));
+                continue;
+            }
+            let flat = entry.path.to_string_lossy().replace('/', "_");
+            let stamp = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis())
+                .unwrap_or_default();
+            let dest = PathBuf::from(".cordon/quarantine").join(format!("{stamp}-{flat}"));
+            let moved = root
+                .create_dir_all(".cordon/quarantine")
+                .and_then(|()| root.rename(&entry.path, &root, &dest));
+            notices.push(match moved {
+                Ok(()) => format!(
+                    "the command created {}, a protected git control file (git reads it as \
+                     configuration outside any sandbox); cordon moved it to {}",
+                    entry.path.display(),
+                    dest.display()
+                ),
+                Err(e) => format!(
+                    "the command created {}, a protected git control file, and cordon could \
+                     not move it away ({e}): remove it before running git here",
+                    entry.path.display()
+                ),
+            });
+        }
+        notices
+    }
+
     /// A new init with the same plan, whose view binds the protected entries as they are now.
     pub fn rebuilt(&self) -> Result<Self, SandboxError> {
         Self::start_plan(

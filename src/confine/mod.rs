@@ -553,7 +553,7 @@ impl Confinement {
 
     /// Whether protected paths are read-only for confined commands on this host.
     pub fn protects_paths(&self) -> bool {
-        self.drop_capabilities && !self.protected.is_empty()
+        (self.uses_sandbox_init() || self.drop_capabilities) && !self.protected.is_empty()
     }
 
     /// The protected paths that exist right now, as paths for the child's bind mounts.

@@ -192,6 +192,18 @@ impl Executor {
         let (stdout, stderr, output_cut_short) =
             collect_output(&stop_reading, stdout, stderr).await;
         let hits = cgroup.as_ref().map(|c| c.limit_hits());
+        // The tree is dead: nothing of this call can still write. A protected control file it
+        // created (git reads `.git/commondir` as configuration) goes to quarantine now.
+        let notices = match &factory {
+            Some(f) if !f.is_current() => {
+                let f = Arc::clone(f);
+                let since = std::time::SystemTime::now() - started.elapsed();
+                tokio::task::spawn_blocking(move || f.quarantine_created_since(since))
+                    .await
+                    .unwrap_or_default()
+            }
+            _ => Vec::new(),
+        };
         // The tree is dead; removing its directories and preparing the next call's cgroup
         // need not delay the answer.
         let confinement = Arc::clone(&self.confinement);
@@ -230,6 +242,7 @@ impl Executor {
             duration: started.elapsed(),
             output_cut_short,
             enforcement: self.confinement.enforcement().clone(),
+            notices,
         })
     }
 }

@@ -52,6 +52,9 @@ pub struct ExecOutcome {
     /// later is not in the output.
     pub output_cut_short: bool,
     pub enforcement: Enforcement,
+    /// What cordon did about the call that the agent should know (e.g. a protected git
+    /// control file the command created, moved to quarantine).
+    pub notices: Vec<String>,
 }
 
 impl ExecOutcome {

@@ -358,7 +358,13 @@ fn shape_outcome(
 ) -> (ShellExecOutput, String, bool) {
     let open = |stream: &str| ctx.workspace.create_spill_std(&format!("shell-{stream}"));
     let stdout = shape_stream(&outcome.stdout, &ctx.policy.output, "stdout", Some(&open));
-    let stderr = shape_stream(&outcome.stderr, &ctx.policy.output, "stderr", Some(&open));
+    let mut stderr = shape_stream(&outcome.stderr, &ctx.policy.output, "stderr", Some(&open));
+    for notice in &outcome.notices {
+        if !stderr.text.is_empty() && !stderr.text.ends_with('\n') {
+            stderr.text.push('\n');
+        }
+        stderr.text.push_str(&format!("[cordon] {notice}\n"));
+    }
     let scene = explain::Scene {
         policy: &ctx.policy,
         workspace: ctx.workspace.root(),
