@@ -15,5 +15,6 @@ mod lint_introduced;
 mod lint_parsers;
 mod lint_syntax;
 mod mcp_rmcp_client;
+mod protected_view;
 mod python_e2e;
 mod workspace;
