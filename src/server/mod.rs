@@ -367,7 +367,7 @@ fn unknown_tool(name: &str, router: &ToolRouter<CordonServer>) -> McpError {
     names.sort_unstable();
     McpError::invalid_params(
         format!(
-            "unknown tool `{}`: this server has the tools {}",
+            "tool not found: `{}` is not a tool of this server; its tools are {}",
             crate::tools::echo_arg(name),
             names.join(", ")
         ),

@@ -16,5 +16,6 @@ mod lint_syntax;
 mod mcp_rmcp_client;
 mod node_e2e;
 mod python_e2e;
+mod schemas;
 mod suites;
 mod workspace;

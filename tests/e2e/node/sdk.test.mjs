@@ -235,7 +235,7 @@ describe("approvals (elicitation in the initialize lifecycle)", () => {
 describe("protocol errors", () => {
   test("an unknown tool is named, with the tools there are", async () => {
     await assert.rejects(client.callTool({ name: "run_shell", arguments: {} }), (e) => {
-      assert.match(e.message, /unknown tool `run_shell`/);
+      assert.match(e.message, /tool not found: `run_shell`/);
       assert.match(e.message, /shell_exec/);
       return true;
     });
