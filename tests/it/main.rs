@@ -17,5 +17,6 @@ mod mcp_rmcp_client;
 mod node_e2e;
 mod python_e2e;
 mod schemas;
+mod startup;
 mod suites;
 mod workspace;
