@@ -16,6 +16,7 @@ mod lint_syntax;
 mod mcp_rmcp_client;
 mod node_e2e;
 mod python_e2e;
+mod readme;
 mod schemas;
 mod startup;
 mod suites;
