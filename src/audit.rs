@@ -272,7 +272,10 @@ mod tests {
         for n in 1..=3 {
             let rotated = dir.path().join(format!("audit.jsonl.{n}"));
             let text = std::fs::read_to_string(&rotated).unwrap();
-            assert!(text.len() <= 1000 && text.lines().count() >= 2, "{rotated:?}");
+            assert!(
+                text.len() <= 1000 && text.lines().count() >= 2,
+                "{rotated:?}"
+            );
         }
         assert!(!dir.path().join("audit.jsonl.4").exists());
     }

@@ -113,7 +113,9 @@ pub fn shape_stream(
         if !shaped.text.is_empty() && !shaped.text.ends_with('\n') {
             shaped.text.push('\n');
         }
-        shaped.text.push_str(&format!("[... {} ...]\n", notes.join("; ")));
+        shaped
+            .text
+            .push_str(&format!("[... {} ...]\n", notes.join("; ")));
     }
     shaped
 }
@@ -368,7 +370,12 @@ mod tests {
 
     #[test]
     fn escapes_are_removed_and_counted() {
-        let s = shape_stream(&captured("\u{1b}[32mok\u{1b}[0m\n"), &policy(), "stdout", None);
+        let s = shape_stream(
+            &captured("\u{1b}[32mok\u{1b}[0m\n"),
+            &policy(),
+            "stdout",
+            None,
+        );
         assert_eq!(
             s.text,
             "ok\n[... 2 terminal escape sequences or control characters removed ...]\n"
@@ -396,7 +403,11 @@ mod tests {
         let s = shape_stream(&c, &policy(), "stdout", Some(&open));
         assert!(s.invalid_utf8 && !s.truncated);
         assert!(s.text.starts_with("caf\u{fffd}\n"), "{}", s.text);
-        assert!(s.text.contains("the exact bytes are in spill"), "{}", s.text);
+        assert!(
+            s.text.contains("the exact bytes are in spill"),
+            "{}",
+            s.text
+        );
         assert_eq!(s.full_output.as_deref(), Some("spill"));
         assert_eq!(std::fs::read(path).unwrap(), bytes);
     }

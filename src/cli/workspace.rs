@@ -24,7 +24,9 @@ const SYSTEM_DIRS: &[&str] = &[
 pub enum WorkspaceError {
     #[error("cannot read the current directory: {0}")]
     NoCurrentDir(std::io::Error),
-    #[error("workspace {path} does not exist or cannot be opened ({source}); pass --workspace DIR with the project directory")]
+    #[error(
+        "workspace {path} does not exist or cannot be opened ({source}); pass --workspace DIR with the project directory"
+    )]
     Missing {
         path: String,
         source: std::io::Error,
@@ -102,14 +104,20 @@ mod tests {
     fn root_system_directories_and_home_are_refused_when_implicit() {
         for dir in ["/", "/usr", "/usr/lib", "/etc", "/tmp", "/proc/self"] {
             let err = implicit(dir, None).unwrap_err();
-            assert!(matches!(err, WorkspaceError::Refused { .. }), "{dir}: {err}");
+            assert!(
+                matches!(err, WorkspaceError::Refused { .. }),
+                "{dir}: {err}"
+            );
             assert!(err.to_string().contains("--workspace"), "{err}");
         }
         let home = std::env::temp_dir().canonicalize().unwrap();
         let home = home.to_str().unwrap();
         assert!(matches!(
             implicit(home, Some(home)),
-            Err(WorkspaceError::Refused { what: "the home directory itself", .. })
+            Err(WorkspaceError::Refused {
+                what: "the home directory itself",
+                ..
+            })
         ));
     }
 

@@ -355,8 +355,8 @@ impl ServerHandler for CordonServer {
                 .enable_resources()
                 .build(),
         )
-            .with_server_info(Implementation::new("cordon", env!("CARGO_PKG_VERSION")))
-            .with_instructions(self.instructions.as_str())
+        .with_server_info(Implementation::new("cordon", env!("CARGO_PKG_VERSION")))
+        .with_instructions(self.instructions.as_str())
     }
 }
 

@@ -190,7 +190,10 @@ fn placeholder_at(schema: &Value, depth: usize) -> Value {
     }
     for key in ["anyOf", "oneOf"] {
         if let Some(Value::Array(alternatives)) = map.get(key) {
-            if alternatives.iter().any(|a| a.get("type") == Some(&"null".into())) {
+            if alternatives
+                .iter()
+                .any(|a| a.get("type") == Some(&"null".into()))
+            {
                 return Value::Null;
             }
             if let Some(first) = alternatives.first() {
@@ -275,7 +278,10 @@ mod tests {
         let text = out.to_string();
         assert!(!text.contains("$ref") && !text.contains("$defs") && !text.contains("$schema"));
         assert!(!text.contains("uint64"));
-        assert_eq!(out["properties"]["edits"]["items"]["properties"]["n"]["type"], "integer");
+        assert_eq!(
+            out["properties"]["edits"]["items"]["properties"]["n"]["type"],
+            "integer"
+        );
         assert_eq!(out["properties"]["when"]["format"], "date-time");
     }
 
@@ -287,7 +293,10 @@ mod tests {
             "required": []
         }));
         let out = Value::Object(portable_input(&schema));
-        assert_eq!(out["properties"]["t"], json!({"type": "integer", "minimum": 1}));
+        assert_eq!(
+            out["properties"]["t"],
+            json!({"type": "integer", "minimum": 1})
+        );
     }
 
     #[test]
@@ -299,7 +308,10 @@ mod tests {
         }));
         let out = Value::Object(portable_output(&schema));
         assert_eq!(out["properties"]["error"]["anyOf"][1]["type"], "null");
-        assert_eq!(out["properties"]["error"]["anyOf"][0]["required"], json!(["m"]));
+        assert_eq!(
+            out["properties"]["error"]["anyOf"][0]["required"],
+            json!(["m"])
+        );
     }
 
     #[test]

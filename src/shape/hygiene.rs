@@ -51,7 +51,10 @@ fn skip_escape(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) {
         }
         // Intermediate bytes (e.g. `ESC ( B`), then one final byte.
         Some(c) if ('\u{20}'..='\u{2f}').contains(&c) => {
-            while chars.next_if(|c| ('\u{20}'..='\u{2f}').contains(c)).is_some() {}
+            while chars
+                .next_if(|c| ('\u{20}'..='\u{2f}').contains(c))
+                .is_some()
+            {}
             chars.next_if(|c| ('\u{30}'..='\u{7e}').contains(c));
         }
         Some(c) if ('\u{30}'..='\u{7e}').contains(&c) => {
@@ -63,8 +66,14 @@ fn skip_escape(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) {
 
 /// CSI: parameter bytes 0x30–0x3F, intermediate bytes 0x20–0x2F, one final byte 0x40–0x7E.
 fn skip_csi(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) {
-    while chars.next_if(|c| ('\u{30}'..='\u{3f}').contains(c)).is_some() {}
-    while chars.next_if(|c| ('\u{20}'..='\u{2f}').contains(c)).is_some() {}
+    while chars
+        .next_if(|c| ('\u{30}'..='\u{3f}').contains(c))
+        .is_some()
+    {}
+    while chars
+        .next_if(|c| ('\u{20}'..='\u{2f}').contains(c))
+        .is_some()
+    {}
     chars.next_if(|c| ('\u{40}'..='\u{7e}').contains(c));
 }
 

@@ -97,8 +97,11 @@ impl Workspace {
                 Some((modified, e.file_name().to_str()?.to_owned(), meta.len()))
             })
             .collect();
-        files.sort_by(|a, b| b.0.cmp(&a.0));
-        files.into_iter().map(|(_, name, len)| (name, len)).collect()
+        files.sort_by_key(|f| std::cmp::Reverse(f.0));
+        files
+            .into_iter()
+            .map(|(_, name, len)| (name, len))
+            .collect()
     }
 
     /// Reads the spill file `name` (one plain file name, no directories) through the

@@ -17,7 +17,11 @@ fn missing() -> Option<String> {
         Ok(out) if out.status.success() => {}
         _ => return Some("`node` is not installed".into()),
     }
-    for package in ["@modelcontextprotocol/sdk", "@modelcontextprotocol/inspector-cli", "ajv"] {
+    for package in [
+        "@modelcontextprotocol/sdk",
+        "@modelcontextprotocol/inspector-cli",
+        "ajv",
+    ] {
         let manifest = Path::new(NODE_DIR)
             .join("node_modules")
             .join(package)
@@ -57,7 +61,9 @@ fn run_suite(name: &str, file: &str) {
         last_lines(&stderr, 20),
     );
     assert!(
-        counts.iter().any(|c| c.starts_with("ℹ pass") && c != &"ℹ pass 0"),
+        counts
+            .iter()
+            .any(|c| c.starts_with("ℹ pass") && c != &"ℹ pass 0"),
         "{file} ran no test:\n{stdout}"
     );
 }

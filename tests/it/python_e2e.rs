@@ -22,7 +22,10 @@ fn probe(python: &str) -> Result<String, String> {
     if !out.status.success() {
         return Err(format!(
             "`{python}` cannot import pytest and mcp ({})",
-            String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
         ));
     }
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())

@@ -20,8 +20,15 @@ fn snippet(name: &str) -> String {
         .split_once(&marker)
         .unwrap_or_else(|| panic!("README has no {marker}"))
         .1;
-    let body = after.trim_start().split_once('\n').expect("a fenced block").1;
-    body.split_once("\n```").expect("a closed fence").0.to_owned()
+    let body = after
+        .trim_start()
+        .split_once('\n')
+        .expect("a fenced block")
+        .1;
+    body.split_once("\n```")
+        .expect("a closed fence")
+        .0
+        .to_owned()
 }
 
 /// A workspace with a file the snippets' `ls -la` must show.
@@ -33,10 +40,13 @@ fn workspace() -> tempfile::TempDir {
 
 fn substitute(text: &str, ws: &Path) -> String {
     let ws = ws.to_str().unwrap();
-    text.replace("/path/to/cordon-audit.jsonl", &format!("{ws}/cordon-audit.jsonl"))
-        .replace("/path/to/cordon", CORDON)
-        .replace("/path/to/project", ws)
-        .replace("${workspaceFolder}", ws)
+    text.replace(
+        "/path/to/cordon-audit.jsonl",
+        &format!("{ws}/cordon-audit.jsonl"),
+    )
+    .replace("/path/to/cordon", CORDON)
+    .replace("/path/to/project", ws)
+    .replace("${workspaceFolder}", ws)
 }
 
 /// Starts `argv` as a client would, initializes, and returns the tool names it lists.
@@ -79,7 +89,13 @@ fn tools_of(argv: &[String]) -> Vec<String> {
 fn assert_serves_all_tools(argv: &[String]) {
     assert_eq!(
         tools_of(argv),
-        ["code_interpreter", "edit_file", "read_file", "shell_exec", "write_file"],
+        [
+            "code_interpreter",
+            "edit_file",
+            "read_file",
+            "shell_exec",
+            "write_file"
+        ],
         "{argv:?}"
     );
 }
@@ -104,9 +120,13 @@ fn cordon_argv(entry: &Value) -> Vec<String> {
 
 #[test]
 fn readme_test_command_is_the_one_ci_runs_and_says_how_to_install_nextest() {
-    assert!(README.contains("cargo install --locked cargo-nextest\ncargo nextest run --no-fail-fast\n"));
     assert!(
-        CI_RUN.lines().any(|l| l.trim() == "cargo nextest run --no-fail-fast"),
+        README.contains("cargo install --locked cargo-nextest\ncargo nextest run --no-fail-fast\n")
+    );
+    assert!(
+        CI_RUN
+            .lines()
+            .any(|l| l.trim() == "cargo nextest run --no-fail-fast"),
         ".ci/run must run the README's test command"
     );
 }
@@ -115,7 +135,10 @@ fn readme_test_command_is_the_one_ci_runs_and_says_how_to_install_nextest() {
 fn readme_claude_code_snippet_starts_a_server() {
     let ws = workspace();
     let line = substitute(&snippet("claude"), ws.path());
-    let (claude, server) = line.trim().split_once(" -- ").expect("claude mcp add NAME -- CMD");
+    let (claude, server) = line
+        .trim()
+        .split_once(" -- ")
+        .expect("claude mcp add NAME -- CMD");
     assert!(claude.starts_with("claude mcp add cordon"), "{claude}");
     let argv: Vec<String> = server.split_whitespace().map(str::to_owned).collect();
     assert_serves_all_tools(&argv);
@@ -148,7 +171,9 @@ fn readme_mcpservers_and_remote_snippets_start_servers() {
 #[test]
 fn readme_python_snippet_runs_verbatim() {
     let python = std::env::var("CORDON_PYTHON").unwrap_or_else(|_| "python3".into());
-    let probe = Command::new(&python).args(["-c", "import mcp.client.client"]).output();
+    let probe = Command::new(&python)
+        .args(["-c", "import mcp.client.client"])
+        .output();
     if !probe.is_ok_and(|o| o.status.success()) {
         return missing_prerequisites(
             "readme_python_snippet_runs_verbatim",
@@ -173,7 +198,9 @@ fn readme_typescript_snippet_runs_verbatim() {
     let modules = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2e/node/node_modules");
     let node = Command::new("node").arg("--version").output();
     if !node.is_ok_and(|o| o.status.success())
-        || !modules.join("@modelcontextprotocol/sdk/package.json").exists()
+        || !modules
+            .join("@modelcontextprotocol/sdk/package.json")
+            .exists()
     {
         return missing_prerequisites(
             "readme_typescript_snippet_runs_verbatim",
@@ -184,8 +211,11 @@ fn readme_typescript_snippet_runs_verbatim() {
     let ws = workspace();
     let dir = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(&modules, dir.path().join("node_modules")).unwrap();
-    std::fs::write(dir.path().join("list.mjs"), substitute(&snippet("typescript"), ws.path()))
-        .unwrap();
+    std::fs::write(
+        dir.path().join("list.mjs"),
+        substitute(&snippet("typescript"), ws.path()),
+    )
+    .unwrap();
     let out = Command::new("node")
         .arg("list.mjs")
         .current_dir(dir.path())

@@ -70,9 +70,12 @@ fn check(schema: &Value, at: &str, output: bool, problems: &mut Vec<String>) {
                 }
             }
             "items" => check(value, &format!("{at}.items"), output, problems),
-            "additionalProperties" if value.is_object() => {
-                check(value, &format!("{at}.additionalProperties"), output, problems)
-            }
+            "additionalProperties" if value.is_object() => check(
+                value,
+                &format!("{at}.additionalProperties"),
+                output,
+                problems,
+            ),
             "anyOf" | "oneOf" => {
                 for (i, sub) in value.as_array().into_iter().flatten().enumerate() {
                     check(sub, &format!("{at}.{key}[{i}]"), output, problems);
@@ -86,16 +89,20 @@ fn check(schema: &Value, at: &str, output: bool, problems: &mut Vec<String>) {
                     }
                 }
             }
-            "default" if value.is_null() => {
-                problems.push(format!("{at}: `default: null` (leave the input out instead)"))
-            }
+            "default" if value.is_null() => problems.push(format!(
+                "{at}: `default: null` (leave the input out instead)"
+            )),
             _ => {}
         }
     }
-    if !output && map.get("type") == Some(&"object".into()) && map.contains_key("properties") {
-        if map.get("additionalProperties") != Some(&Value::Bool(false)) {
-            problems.push(format!("{at}: an argument object needs additionalProperties: false"));
-        }
+    if !output
+        && map.get("type") == Some(&"object".into())
+        && map.contains_key("properties")
+        && map.get("additionalProperties") != Some(&Value::Bool(false))
+    {
+        problems.push(format!(
+            "{at}: an argument object needs additionalProperties: false"
+        ));
     }
 }
 
@@ -110,7 +117,11 @@ fn check_type(value: &Value, at: &str, output: bool, problems: &mut Vec<String>)
         Value::String(t) if output && t == "null" => {}
         other => problems.push(format!(
             "{at}: type {other} is not portable (one of {TYPES:?}{})",
-            if output { ", or [X, \"null\"]" } else { "; optional inputs are left out of required" }
+            if output {
+                ", or [X, \"null\"]"
+            } else {
+                "; optional inputs are left out of required"
+            }
         )),
     }
 }
@@ -123,19 +134,37 @@ async fn every_tool_schema_follows_the_strictest_host_converters_rules() {
     for tool in &tools {
         let input = Value::Object((*tool.input_schema).clone());
         assert_eq!(input["type"], "object", "{}: top-level type", tool.name);
-        check(&input, &format!("{}.inputSchema", tool.name), false, &mut problems);
+        check(
+            &input,
+            &format!("{}.inputSchema", tool.name),
+            false,
+            &mut problems,
+        );
         let output = tool
             .output_schema
             .as_ref()
             .unwrap_or_else(|| panic!("{} has no outputSchema", tool.name));
         let output = Value::Object((**output).clone());
-        check(&output, &format!("{}.outputSchema", tool.name), true, &mut problems);
+        check(
+            &output,
+            &format!("{}.outputSchema", tool.name),
+            true,
+            &mut problems,
+        );
         for (what, schema) in [("inputSchema", &input), ("outputSchema", &output)] {
             let text = schema.to_string();
             for banned in ["\"$ref\"", "\"$defs\"", "\"format\"", "\"$schema\""] {
-                assert!(!text.contains(banned), "{}.{what} has {banned}: {text}", tool.name);
+                assert!(
+                    !text.contains(banned),
+                    "{}.{what} has {banned}: {text}",
+                    tool.name
+                );
             }
         }
     }
-    assert!(problems.is_empty(), "schemas that some hosts reject:\n{}", problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "schemas that some hosts reject:\n{}",
+        problems.join("\n")
+    );
 }

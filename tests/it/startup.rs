@@ -34,7 +34,11 @@ fn a_start_failure_is_one_stderr_line_and_the_answer_to_initialize() {
         "{answer}"
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(stderr.lines().count(), 1, "one line a host can show: {stderr}");
+    assert_eq!(
+        stderr.lines().count(),
+        1,
+        "one line a host can show: {stderr}"
+    );
     assert!(stderr.starts_with("cordon: cannot start: "), "{stderr}");
     assert_eq!(out.status.code(), Some(2));
 }
@@ -54,7 +58,10 @@ fn info_logging_always_names_workspace_policy_and_enforcement_at_start() {
         .find(|l| l.contains("waiting for an MCP client on stdin"))
         .unwrap_or_else(|| panic!("no startup line: {run:?}"));
     assert!(startup.contains(&*ws.to_string_lossy()), "{startup}");
-    assert!(startup.contains("policy `default`") && startup.contains("enforcement "), "{startup}");
+    assert!(
+        startup.contains("policy `default`") && startup.contains("enforcement "),
+        "{startup}"
+    );
     // Closing stdin before any client spoke is a normal end, not "could not start".
     assert_eq!(run.code(), 0, "{run:?}");
     assert!(!run.stderr.contains("could not start"), "{run:?}");
@@ -102,7 +109,10 @@ fn root_as_implicit_workspace_is_refused_with_what_to_pass() {
     let home = tempfile::tempdir().unwrap();
     for args in [&["serve"][..], &["exec", "--", "true"][..]] {
         let stderr = implicit_workspace_run(args, std::path::Path::new("/"), home.path());
-        assert!(stderr.contains("refusing to use / (the root of the file system)"), "{stderr}");
+        assert!(
+            stderr.contains("refusing to use / (the root of the file system)"),
+            "{stderr}"
+        );
         assert!(stderr.contains("--workspace DIR"), "{stderr}");
     }
 }

@@ -34,15 +34,13 @@ export function makeWorkspace() {
       "",
     ].join("\n"),
   );
-  return { root, ws, policy };
+  return { root, ws, policy, audit: join(root, "audit.jsonl") };
 }
 
-export function serverParams(ws, policy) {
-  return {
-    command: CORDON,
-    args: ["serve", "--workspace", ws, "--policy", policy],
-    stderr: "pipe",
-  };
+export function serverParams(ws, policy, audit) {
+  const args = ["serve", "--workspace", ws, "--policy", policy];
+  if (audit) args.push("--audit-log", audit);
+  return { command: CORDON, args, stderr: "pipe" };
 }
 
 /// Ajv as strict as it goes: unknown keywords, formats and types are errors, not warnings.

@@ -5,7 +5,7 @@
 // strict mode. Run through tests/it/node_e2e.rs (`node --test`).
 import { test, before, after, describe } from "node:test";
 import assert from "node:assert/strict";
-import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, writeFileSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
@@ -13,7 +13,7 @@ import { ElicitRequestSchema } from "@modelcontextprotocol/sdk/types.js";
 import { z } from "zod";
 import { makeWorkspace, serverParams, strictAjv } from "./common.mjs";
 
-const { ws, policy } = makeWorkspace();
+const { ws, policy, audit } = makeWorkspace();
 mkdirSync(join(ws, "scratch"));
 let client;
 let stderr = "";
@@ -37,7 +37,7 @@ before(async () => {
     if (answer === "accept") return { action: "accept", content: { approve: true } };
     return { action: answer };
   });
-  const transport = new StdioClientTransport(serverParams(ws, policy));
+  const transport = new StdioClientTransport(serverParams(ws, policy, audit));
   transport.stderr?.on("data", (d) => (stderr += d));
   await client.connect(transport);
   for (const tool of (await client.listTools()).tools) {
@@ -142,6 +142,27 @@ describe("shell_exec", () => {
     assert.equal(read.contents[0].text, expected);
     const listed = await client.listResources();
     assert.ok(listed.resources.some((res) => res.uri === link.uri));
+  });
+  test("invalid UTF-8 is shown as U+FFFD with a note, and the exact bytes are served", async () => {
+    const r = await call("shell_exec", { command: "printf 'caf\\351\\n'" }, null);
+    const { stdout, full_output } = r.structuredContent;
+    assert.ok(stdout.startsWith("caf\ufffd\n"), JSON.stringify(stdout));
+    assert.ok(full_output && stdout.includes(`the exact bytes are in ${full_output}`), stdout);
+    const link = r.content.find((c) => c.type === "resource_link");
+    const read = await client.readResource({ uri: link.uri });
+    assert.deepEqual([...Buffer.from(read.contents[0].blob, "base64")], [0x63, 0x61, 0x66, 0xe9, 0x0a]);
+  });
+  test("the audit log redacts env values and stdin, and names client and policy", async () => {
+    await call("shell_exec", { command: "true", env: { API_KEY: "sk-live-123" }, stdin: "hunter2" }, null);
+    const records = readFileSync(audit, "utf8").trim().split("\n").map((l) => JSON.parse(l));
+    const last = records.at(-1);
+    assert.ok(!JSON.stringify(records).includes("sk-live-123"));
+    assert.ok(!JSON.stringify(records).includes("hunter2"));
+    assert.equal(last.arguments.env.API_KEY, "[redacted: 11 bytes]");
+    assert.equal(last.arguments.stdin, "[redacted: 7 bytes]");
+    assert.equal(last.client.name, "cordon-node-e2e");
+    assert.match(last.policy, /^node-e2e /);
+    assert.ok(["full", "reduced", "degraded"].includes(last.enforcement));
   });
   test("resources/read refuses anything outside the spill area", async () => {
     await assert.rejects(client.readResource({ uri: "file:///etc/passwd" }), /only the saved outputs/);
