@@ -163,6 +163,16 @@ fn error_chain(error: &anyhow::Error) -> String {
     line
 }
 
+/// `text` on one line: hosts show the first stderr line of a server that failed, and some only
+/// that. Multi-line messages (a TOML parse error quotes the line) are joined with " | ".
+fn one_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && *l != "|")
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
 fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -257,7 +267,7 @@ async fn serve(
         Ok(server) => server,
         Err(e) => {
             // One line a host shows, then the same reason as the answer to `initialize`.
-            let reason = error_chain(&e);
+            let reason = one_line(&error_chain(&e));
             eprintln!("cordon: cannot start: {reason}");
             if !std::io::IsTerminal::is_terminal(&std::io::stdin()) {
                 cordon::server::failed_start::answer_first_request(

@@ -44,6 +44,25 @@ fn a_start_failure_is_one_stderr_line_and_the_answer_to_initialize() {
 }
 
 #[test]
+fn a_multi_line_start_failure_is_still_one_stderr_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("broken.toml");
+    std::fs::write(&policy, "name = \"x\"\n[limits\n").unwrap();
+    let mut cmd = Command::new(CORDON);
+    cmd.args(["serve", "--workspace"])
+        .arg(dir.path())
+        .arg("--policy")
+        .arg(&policy);
+    let run = run_guarded(cmd, HANG_GUARD);
+    assert_eq!(run.code(), 2, "{run:?}");
+    assert_eq!(run.stderr.lines().count(), 1, "{run:?}");
+    assert!(
+        run.stderr.contains("TOML parse error") && run.stderr.contains("unclosed table"),
+        "{run:?}"
+    );
+}
+
+#[test]
 fn info_logging_always_names_workspace_policy_and_enforcement_at_start() {
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(CORDON);
