@@ -1,8 +1,11 @@
 //! The MCP face of cordon: rmcp handler, tool registration, protocol revisions, progress and
 //! cancellation, and shutdown.
 //!
-//! Owns everything that knows MCP types on the way in: tool descriptions and annotations,
-//! schemas patched with the policy's bounds, the server instructions. The work itself is in
+//! Owns everything that knows MCP types on the way in and out: tool descriptions and
+//! annotations, schemas patched with the policy's bounds and made portable (`schema`), results
+//! made to fit their `outputSchema` (argument errors included), unknown tools and methods named
+//! back, the spill area as resources (`resources`), asking the user (`approval`), the server
+//! instructions, and what a failed start answers (`failed_start`). The work itself is in
 //! `tools`; this module only translates a request context into `tools::*::run` arguments.
 
 mod approval;
