@@ -56,7 +56,8 @@ pub struct ShellExecOutput {
     pub stderr: String,
     /// True when stdout or stderr was cut to its head and tail.
     pub truncated: bool,
-    /// Workspace-relative path of the complete output when it was cut, else null.
+    /// Workspace-relative path of the complete output when it was cut (or was not valid
+    /// UTF-8: the file keeps the exact bytes), else null.
     pub full_output: Option<String>,
     pub duration_ms: u64,
     /// The limit that stopped the command, with the evidence, or null.
