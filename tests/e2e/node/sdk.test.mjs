@@ -5,7 +5,8 @@
 // strict mode. Run through tests/it/node_e2e.rs (`node --test`).
 import { test, before, after, describe } from "node:test";
 import assert from "node:assert/strict";
-import { mkdirSync, writeFileSync, readFileSync } from "node:fs";
+import { mkdirSync, writeFileSync, readFileSync, symlinkSync } from "node:fs";
+import { spawnSync } from "node:child_process";
 import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
@@ -168,6 +169,17 @@ describe("shell_exec", () => {
     await assert.rejects(client.readResource({ uri: "file:///etc/passwd" }), /only the saved outputs/);
     const escape = `file://${ws}/.cordon/outputs/../.gitignore`;
     await assert.rejects(client.readResource({ uri: escape }), /not a spill file name/);
+  });
+  test("resources/read follows no symlink and never blocks on a FIFO planted in the spill area", async () => {
+    // What a confined command could plant there: a link to a secret, a pipe nobody writes.
+    const outputs = join(ws, ".cordon", "outputs");
+    symlinkSync("/etc/shadow", join(outputs, "planted-link.txt"));
+    assert.equal(spawnSync("mkfifo", [join(outputs, "planted-fifo.txt")]).status, 0);
+    for (const name of ["planted-link.txt", "planted-fifo.txt"]) {
+      await assert.rejects(client.readResource({ uri: `file://${ws}/.cordon/outputs/${name}` }), /cannot read/);
+    }
+    const listed = (await client.listResources()).resources.map((r) => r.name);
+    assert.ok(!listed.includes("planted-link.txt") && !listed.includes("planted-fifo.txt"), listed);
   });
 });
 
