@@ -1,22 +1,47 @@
 //! The audit log: one JSON line per tool call with what was asked, what was decided, what
-//! happened and under which enforcement.
+//! happened, which client asked, under which policy and enforcement.
 //!
 //! Append-only and line-buffered so `tail -f` and log shippers see whole records; long
-//! argument strings are shortened so a log cannot balloon with file contents. Owns the file
-//! format only; callers decide what an outcome is.
+//! argument strings are shortened so a log cannot balloon with file contents, and `env`
+//! values and `stdin` are redacted to their sizes unless the policy opts in
+//! (`server.audit_log_values`), since that is where secrets are passed. The file is rotated by
+//! size (`<file>.1` .. `.3`). Owns the file format only; callers decide what an outcome is.
 
 use serde::Serialize;
 use serde_json::Value;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Strings in logged arguments longer than this are cut (with their length noted).
 const MAX_LOGGED_STRING: usize = 200;
 
+/// Rotated files kept beside the live one (`.1` is the newest).
+const KEEP_ROTATED: u32 = 3;
+
+/// How the log is kept.
+#[derive(Debug, Clone)]
+pub struct AuditOptions {
+    /// Rotate before the file would grow past this; 0 never rotates.
+    pub max_bytes: u64,
+    /// Log `env` values and `stdin` verbatim.
+    pub keep_values: bool,
+    /// The policy's name and where it came from, named in every record.
+    pub policy: String,
+}
+
 pub struct AuditLog {
-    file: Mutex<std::fs::File>,
+    path: PathBuf,
+    options: AuditOptions,
+    file: Mutex<Open>,
+    /// `clientInfo` of the client (`{name, version}`), once known.
+    client: Mutex<Option<Value>>,
+}
+
+struct Open {
+    file: std::fs::File,
+    written: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -30,29 +55,119 @@ pub struct AuditRecord<'a> {
     pub enforcement: &'a str,
 }
 
+/// What is written: the record plus the fields the log itself knows.
+#[derive(Serialize)]
+struct Line<'a> {
+    #[serde(flatten)]
+    record: &'a AuditRecord<'a>,
+    client: Value,
+    policy: &'a str,
+}
+
 impl AuditLog {
-    pub fn open(path: &Path) -> std::io::Result<Self> {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)?;
+    pub fn open(path: &Path, options: AuditOptions) -> std::io::Result<Self> {
+        let file = open_append(path)?;
+        let written = file.metadata()?.len();
         Ok(Self {
-            file: Mutex::new(file),
+            path: path.to_owned(),
+            options,
+            file: Mutex::new(Open { file, written }),
+            client: Mutex::new(None),
         })
     }
 
+    /// Remembers the client named in `initialize` (or a request's `_meta`); one stdio server
+    /// serves one client, so the latest is the one.
+    pub fn set_client(&self, client: Value) {
+        if let Ok(mut c) = self.client.lock() {
+            *c = Some(client);
+        }
+    }
+
+    /// Whether `env` values and `stdin` are logged verbatim.
+    pub fn keeps_values(&self) -> bool {
+        self.options.keep_values
+    }
+
     pub fn record(&self, record: &AuditRecord<'_>) {
-        let Ok(mut line) = serde_json::to_vec(record) else {
+        let client = self
+            .client
+            .lock()
+            .ok()
+            .and_then(|c| c.clone())
+            .unwrap_or(Value::Null);
+        let line = Line {
+            record,
+            client,
+            policy: &self.options.policy,
+        };
+        let Ok(mut line) = serde_json::to_vec(&line) else {
             return;
         };
         line.push(b'\n');
-        if let Ok(mut f) = self.file.lock() {
+        if let Ok(mut open) = self.file.lock() {
+            let max = self.options.max_bytes;
+            if max > 0 && open.written > 0 && open.written + line.len() as u64 > max {
+                match self.rotate() {
+                    Ok(file) => *open = Open { file, written: 0 },
+                    Err(e) => tracing::warn!("audit log rotation failed: {e}"),
+                }
+            }
             // One write per record keeps lines whole even with concurrent calls (O_APPEND).
-            if let Err(e) = f.write_all(&line) {
-                tracing::warn!("audit log write failed: {e}");
+            match open.file.write_all(&line) {
+                Ok(()) => open.written += line.len() as u64,
+                Err(e) => tracing::warn!("audit log write failed: {e}"),
             }
         }
     }
+
+    /// `<file>.2` -> `.3`, `.1` -> `.2`, `<file>` -> `.1`, then a fresh `<file>`.
+    fn rotate(&self) -> std::io::Result<std::fs::File> {
+        let numbered = |n: u32| {
+            let mut p = self.path.clone().into_os_string();
+            p.push(format!(".{n}"));
+            PathBuf::from(p)
+        };
+        for n in (1..KEEP_ROTATED).rev() {
+            let from = numbered(n);
+            if from.exists() {
+                std::fs::rename(&from, numbered(n + 1))?;
+            }
+        }
+        std::fs::rename(&self.path, numbered(1))?;
+        open_append(&self.path)
+    }
+}
+
+fn open_append(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+}
+
+/// The arguments as logged: unless `keep_values`, each `env` value and `stdin` replaced by
+/// its size (names kept); then long strings shortened.
+pub fn loggable(arguments: &Value, keep_values: bool) -> Value {
+    let mut value = arguments.clone();
+    if !keep_values && let Value::Object(map) = &mut value {
+        let redact = |v: &mut Value| {
+            if let Value::String(s) = v {
+                *v = Value::String(format!("[redacted: {} bytes]", s.len()));
+            } else if !v.is_null() {
+                *v = Value::String("[redacted]".into());
+            }
+        };
+        if let Some(Value::Object(env)) = map.get_mut("env") {
+            env.values_mut().for_each(redact);
+        }
+        if let Some(stdin) = map.get_mut("stdin") {
+            redact(stdin);
+        }
+    }
+    shorten(&value)
 }
 
 /// The arguments with every long string shortened.
@@ -110,6 +225,74 @@ mod tests {
                 .ends_with("…(300 chars)")
         );
         assert_eq!(s["n"], 3);
+    }
+
+    #[test]
+    fn env_values_and_stdin_are_redacted_to_their_sizes_by_default() {
+        let args = serde_json::json!({"command": "deploy", "env": {"API_KEY": "sk-secret"}, "stdin": "password\n"});
+        let logged = loggable(&args, false);
+        assert_eq!(logged["env"]["API_KEY"], "[redacted: 9 bytes]");
+        assert_eq!(logged["stdin"], "[redacted: 9 bytes]");
+        assert_eq!(logged["command"], "deploy");
+        assert!(!logged.to_string().contains("sk-secret"));
+        assert_eq!(loggable(&args, true)["env"]["API_KEY"], "sk-secret");
+        let none = serde_json::json!({"command": "ls", "stdin": null});
+        assert_eq!(loggable(&none, false)["stdin"], serde_json::Value::Null);
+    }
+
+    fn options(max_bytes: u64) -> AuditOptions {
+        AuditOptions {
+            max_bytes,
+            keep_values: false,
+            policy: "default".into(),
+        }
+    }
+
+    fn record() -> AuditRecord<'static> {
+        AuditRecord {
+            time: now_rfc3339(),
+            tool: "shell_exec",
+            arguments: serde_json::json!({"command": "x".repeat(100)}),
+            decision: "allow",
+            outcome: serde_json::json!({}),
+            duration_ms: 1,
+            enforcement: "full",
+        }
+    }
+
+    #[test]
+    fn the_log_rotates_by_size_and_keeps_three_old_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let log = AuditLog::open(&path, options(1000)).unwrap();
+        for _ in 0..60 {
+            log.record(&record());
+        }
+        assert!(std::fs::metadata(&path).unwrap().len() <= 1000);
+        for n in 1..=3 {
+            let rotated = dir.path().join(format!("audit.jsonl.{n}"));
+            let text = std::fs::read_to_string(&rotated).unwrap();
+            assert!(
+                text.len() <= 1000 && text.lines().count() >= 2,
+                "{rotated:?}"
+            );
+        }
+        assert!(!dir.path().join("audit.jsonl.4").exists());
+    }
+
+    #[test]
+    fn records_name_the_client_and_policy() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let log = AuditLog::open(&path, options(0)).unwrap();
+        log.set_client(serde_json::json!({"name": "claude-code", "version": "2.1"}));
+        log.record(&record());
+        let line: Value =
+            serde_json::from_str(std::fs::read_to_string(&path).unwrap().trim()).unwrap();
+        assert_eq!(line["client"]["name"], "claude-code");
+        assert_eq!(line["policy"], "default");
+        assert_eq!(line["enforcement"], "full");
+        assert_eq!(line["tool"], "shell_exec");
     }
 
     #[test]

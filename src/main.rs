@@ -24,12 +24,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve the MCP tools on stdin/stdout (logs go to stderr).
+    /// Serve the MCP tools on stdin/stdout (logs go to stderr; CORDON_LOG=info for more).
     Serve {
-        /// Workspace root; default: the current directory.
+        /// Workspace root, the only directory the tools may write. Default: the current
+        /// directory, unless that is `/`, a system directory or the home directory itself
+        /// (then this option is required).
         #[arg(long)]
         workspace: Option<PathBuf>,
-        /// Built-in policy name or policy file.
+        /// Built-in policy name (default, dev, strict) or a policy file.
         #[arg(long, default_value = "default")]
         policy: String,
         /// Append one JSON line per tool call to this file (default: the policy's
@@ -42,10 +44,11 @@ enum Command {
     },
     /// Run one command confined by a policy, passing its output through.
     Exec {
-        /// Workspace root (read-write for the command); default: the current directory.
+        /// Workspace root (read-write for the command). Default: the current directory,
+        /// unless that is `/`, a system directory or the home directory itself.
         #[arg(long)]
         workspace: Option<PathBuf>,
-        /// Built-in policy name or policy file.
+        /// Built-in policy name (default, dev, strict) or a policy file.
         #[arg(long, default_value = "default")]
         policy: String,
         /// Wall-clock limit in seconds (default: the policy's).
@@ -60,8 +63,11 @@ enum Command {
     },
     /// Check that this kernel enforces the confinement, with live probes.
     Doctor {
+        /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+        /// Built-in policy name (default, dev, strict) or a policy file whose confinement
+        /// is checked.
         #[arg(long, default_value = "default")]
         policy: String,
     },
@@ -73,11 +79,15 @@ enum Command {
         /// Print the reports as JSON.
         #[arg(long)]
         json: bool,
-        /// Workspace root; default: the current directory.
+        /// Workspace root. Default: the current directory, unless that is `/`, a system
+        /// directory or the home directory itself.
         #[arg(long)]
         workspace: Option<PathBuf>,
+        /// Built-in policy name (default, dev, strict) or a policy file (its `[lint]`
+        /// section is used).
         #[arg(long, default_value = "default")]
         policy: String,
+        /// Run the linters with whatever confinement the kernel offers instead of refusing.
         #[arg(long)]
         allow_degraded: bool,
     },
@@ -88,22 +98,33 @@ enum Command {
     },
     /// Attempt one forbidden operation (used by `doctor` and the tests).
     #[command(hide = true)]
-    Probe { name: String, arg: Option<String> },
+    Probe {
+        /// The probe to run.
+        name: String,
+        /// Its argument, if it takes one.
+        arg: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]
 enum PolicyAction {
     /// Print the fully resolved policy (TOML, or JSON with --json).
     Show {
+        /// Built-in policy name (default, dev, strict) or a policy file.
         #[arg(default_value = "default")]
         policy: String,
+        /// Print JSON instead of TOML.
         #[arg(long)]
         json: bool,
     },
     /// Validate a policy file, including its seccomp profile and rule examples.
-    Check { policy: String },
+    Check {
+        /// Built-in policy name or a policy file.
+        policy: String,
+    },
     /// Say in plain language what the policy allows and what this kernel enforces.
     Explain {
+        /// Built-in policy name (default, dev, strict) or a policy file.
         #[arg(default_value = "default")]
         policy: String,
     },
@@ -160,6 +181,16 @@ fn error_chain(error: &anyhow::Error) -> String {
         line.push_str(&text);
     }
     line
+}
+
+/// `text` on one line: hosts show the first stderr line of a server that failed, and some only
+/// that. Multi-line messages (a TOML parse error quotes the line) are joined with " | ".
+fn one_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && *l != "|")
+        .collect::<Vec<_>>()
+        .join(" | ")
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -235,13 +266,7 @@ async fn run(command: Command) -> Result<i32> {
 }
 
 fn workspace_or_cwd(workspace: Option<PathBuf>) -> Result<PathBuf> {
-    let workspace = match workspace {
-        Some(w) => w,
-        None => std::env::current_dir().context("cannot read the current directory")?,
-    };
-    workspace
-        .canonicalize()
-        .with_context(|| format!("workspace {} does not exist", workspace.display()))
+    Ok(cordon::cli::workspace::resolve_from_env(workspace)?)
 }
 
 async fn serve(
@@ -258,6 +283,34 @@ async fn serve(
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .init();
+    let server = match start(workspace, policy, audit_log, allow_degraded) {
+        Ok(server) => server,
+        Err(e) => {
+            // One line a host shows, then the same reason as the answer to `initialize`.
+            let reason = one_line(&error_chain(&e));
+            eprintln!("cordon: cannot start: {reason}");
+            if !std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+                cordon::server::failed_start::answer_first_request(
+                    &reason,
+                    cordon::server::failed_start::WAIT_FOR_REQUEST,
+                )
+                .await;
+            }
+            return Ok(2);
+        }
+    };
+    cordon::server::serve_stdio(server).await?;
+    Ok(0)
+}
+
+/// Everything `serve` needs before it reads its first message; any failure here is a start
+/// failure (see `cordon::server::failed_start`).
+fn start(
+    workspace: Option<PathBuf>,
+    policy: &str,
+    audit_log: Option<PathBuf>,
+    allow_degraded: bool,
+) -> Result<cordon::server::CordonServer> {
     let root = workspace_or_cwd(workspace)?;
     let policy = Policy::load(policy)?;
     let workspace = cordon::workspace::Workspace::open(&root)?;
@@ -276,10 +329,17 @@ async fn serve(
         }
     }
     let audit = match audit_log.or_else(|| policy.server.audit_log.clone()) {
-        Some(path) => Some(
-            cordon::audit::AuditLog::open(&path)
-                .with_context(|| format!("cannot open the audit log {}", path.display()))?,
-        ),
+        Some(path) => {
+            let options = cordon::audit::AuditOptions {
+                max_bytes: policy.server.audit_log_max_bytes,
+                keep_values: policy.server.audit_log_values,
+                policy: format!("{} ({})", policy.name, policy.origin),
+            };
+            Some(
+                cordon::audit::AuditLog::open(&path, options)
+                    .with_context(|| format!("cannot open the audit log {}", path.display()))?,
+            )
+        }
         None => None,
     };
     let executor = Arc::new(Executor::new(confinement, &policy));
@@ -298,8 +358,7 @@ async fn serve(
         audit,
         policy,
     };
-    cordon::server::serve_stdio(cordon::server::CordonServer::new(ctx)).await?;
-    Ok(0)
+    Ok(cordon::server::CordonServer::new(ctx))
 }
 
 async fn exec(

@@ -1,8 +1,14 @@
 //! Shaping what a tool returns: error kinds, long-output truncation with spill, and the
 //! `CallToolResult` (structured content plus a short text block for the model).
 //!
+//! Text results pass through [`hygiene`] (escape sequences and control characters removed,
+//! unless the policy keeps them) and invalid UTF-8 is replaced with a note saying where the
+//! exact bytes are.
+//!
 //! Owns presentation only. It never decides whether something is an error (tools do) and
 //! never touches processes; it writes a spill file only through the opener it is given.
+
+pub mod hygiene;
 
 use crate::exec::Captured;
 use crate::policy::OutputPolicy;
@@ -70,8 +76,13 @@ pub fn tool_result(structured: &impl Serialize, text: String, is_error: bool) ->
 pub struct ShapedStream {
     pub text: String,
     pub truncated: bool,
-    /// Workspace-relative path of the complete stream, when it was cut.
+    /// Workspace-relative path of the complete stream, when it was cut (or when its bytes
+    /// were not valid UTF-8, so the exact bytes are kept somewhere).
     pub full_output: Option<String>,
+    /// Escape sequences and control characters removed from `text`.
+    pub controls_removed: usize,
+    /// The stream was not valid UTF-8; `text` shows U+FFFD in place of the bad bytes.
+    pub invalid_utf8: bool,
 }
 
 /// Opens a spill file for a stream that was cut but fit in memory: (display path, file).
@@ -86,6 +97,75 @@ pub fn shape_stream(
     spill: Option<SpillWriter<'_>>,
 ) -> ShapedStream {
     let complete = captured.complete_bytes();
+    let invalid_utf8 = match &complete {
+        Some(bytes) => !utf8_ok(bytes, false, false),
+        None => !utf8_ok(&captured.head, false, true) || !utf8_ok(&captured.tail, true, false),
+    };
+    let mut shaped = cut_stream(captured, complete, policy, stream_name, spill, invalid_utf8);
+    shaped.invalid_utf8 = invalid_utf8;
+    if !policy.keep_control_chars {
+        let (clean, removed) = hygiene::strip_controls(&shaped.text);
+        shaped.text = clean;
+        shaped.controls_removed = removed;
+    }
+    let notes = notes(&shaped);
+    if !notes.is_empty() {
+        if !shaped.text.is_empty() && !shaped.text.ends_with('\n') {
+            shaped.text.push('\n');
+        }
+        shaped
+            .text
+            .push_str(&format!("[... {} ...]\n", notes.join("; ")));
+    }
+    shaped
+}
+
+/// Whether `bytes` is UTF-8, allowing a character cut at the start or end (a kept head or
+/// tail of a longer stream may begin or end mid-character).
+fn utf8_ok(bytes: &[u8], cut_start: bool, cut_end: bool) -> bool {
+    let bytes = if cut_start {
+        let skip = bytes
+            .iter()
+            .take(3)
+            .take_while(|&&b| b & 0xC0 == 0x80)
+            .count();
+        &bytes[skip..]
+    } else {
+        bytes
+    };
+    match std::str::from_utf8(bytes) {
+        Ok(_) => true,
+        Err(e) => cut_end && e.error_len().is_none(),
+    }
+}
+
+fn notes(shaped: &ShapedStream) -> Vec<String> {
+    let mut notes = Vec::new();
+    if shaped.controls_removed > 0 {
+        notes.push(format!(
+            "{} terminal escape sequences or control characters removed",
+            shaped.controls_removed
+        ));
+    }
+    if shaped.invalid_utf8 {
+        notes.push(match &shaped.full_output {
+            Some(path) => format!("invalid UTF-8 shown as U+FFFD; the exact bytes are in {path}"),
+            None => "invalid UTF-8 shown as U+FFFD; the exact bytes were not kept".into(),
+        });
+    }
+    notes
+}
+
+/// Truncation and spill, before hygiene. Invalid UTF-8 is spilled even when short, so the
+/// exact bytes exist somewhere.
+fn cut_stream(
+    captured: &Captured,
+    complete: Option<Vec<u8>>,
+    policy: &OutputPolicy,
+    stream_name: &str,
+    spill: Option<SpillWriter<'_>>,
+    invalid_utf8: bool,
+) -> ShapedStream {
     let lines = count_lines(captured);
     // A UTF-8 character is at most 4 bytes, so only plausible candidates are decoded.
     if let Some(bytes) = &complete
@@ -94,10 +174,20 @@ pub fn shape_stream(
     {
         let text = String::from_utf8_lossy(bytes);
         if text.chars().count() <= policy.max_chars {
+            let full_output = match (invalid_utf8, spill) {
+                (true, Some(open)) => open(stream_name)
+                    .and_then(|(path, mut file)| {
+                        std::io::Write::write_all(&mut file, bytes)?;
+                        Ok(path)
+                    })
+                    .ok(),
+                _ => None,
+            };
             return ShapedStream {
                 text: text.into_owned(),
                 truncated: false,
-                full_output: None,
+                full_output,
+                ..Default::default()
             };
         }
     }
@@ -176,6 +266,7 @@ pub fn shape_stream(
         text,
         truncated: true,
         full_output,
+        ..Default::default()
     }
 }
 
@@ -240,6 +331,7 @@ mod tests {
             head_lines: 50,
             tail_lines: 50,
             memory_cap_bytes: 1 << 20,
+            keep_control_chars: false,
         }
     }
 
@@ -274,6 +366,58 @@ mod tests {
         assert!(!s.text.contains("line 51\n"));
         assert_eq!(s.full_output.as_deref(), Some("spill"));
         assert_eq!(std::fs::read_to_string(path).unwrap(), text);
+    }
+
+    #[test]
+    fn escapes_are_removed_and_counted() {
+        let s = shape_stream(
+            &captured("\u{1b}[32mok\u{1b}[0m\n"),
+            &policy(),
+            "stdout",
+            None,
+        );
+        assert_eq!(
+            s.text,
+            "ok\n[... 2 terminal escape sequences or control characters removed ...]\n"
+        );
+        assert_eq!(s.controls_removed, 2);
+        let mut keep = policy();
+        keep.keep_control_chars = true;
+        let s = shape_stream(&captured("\u{1b}[32mok\u{1b}[0m\n"), &keep, "stdout", None);
+        assert_eq!(s.text, "\u{1b}[32mok\u{1b}[0m\n");
+    }
+
+    #[test]
+    fn invalid_utf8_is_noted_and_its_exact_bytes_spilled() {
+        let bytes = b"caf\xe9\n".to_vec();
+        let c = Captured {
+            head: bytes.clone(),
+            total_bytes: bytes.len() as u64,
+            total_lines: 1,
+            ..Default::default()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("spill");
+        let p = path.clone();
+        let open = move |_: &str| Ok(("spill".to_owned(), std::fs::File::create(&p)?));
+        let s = shape_stream(&c, &policy(), "stdout", Some(&open));
+        assert!(s.invalid_utf8 && !s.truncated);
+        assert!(s.text.starts_with("caf\u{fffd}\n"), "{}", s.text);
+        assert!(
+            s.text.contains("the exact bytes are in spill"),
+            "{}",
+            s.text
+        );
+        assert_eq!(s.full_output.as_deref(), Some("spill"));
+        assert_eq!(std::fs::read(path).unwrap(), bytes);
+    }
+
+    #[test]
+    fn a_character_cut_at_the_edge_of_a_kept_head_is_not_invalid() {
+        assert!(utf8_ok("é".as_bytes(), false, false));
+        assert!(utf8_ok(&"é".as_bytes()[..1], false, true));
+        assert!(utf8_ok(&"é".as_bytes()[1..], true, false));
+        assert!(!utf8_ok(b"a\xffb", true, true));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Terminal commands that are more than a call into the library: `cordon lint` and
-//! `cordon policy …`. They print for people (or `--json` for scripts); the MCP server never
-//! uses this module.
+//! `cordon policy …`, and the choice of workspace every command makes. They print for people
+//! (or `--json` for scripts); the MCP server itself never uses this module.
 
 pub mod lint;
 pub mod policy;
+pub mod workspace;

@@ -186,6 +186,8 @@ pub struct OutputPolicy {
     pub head_lines: usize,
     pub tail_lines: usize,
     pub memory_cap_bytes: usize,
+    /// Keep ANSI escapes and control characters in text results (default: removed).
+    pub keep_control_chars: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -193,6 +195,14 @@ pub struct ServerPolicy {
     pub max_concurrent_calls: usize,
     /// Audit log used when `--audit-log` is not given.
     pub audit_log: Option<PathBuf>,
+    /// The audit log is rotated (to `<file>.1`, `.2`, `.3`) before it grows past this;
+    /// 0 never rotates.
+    pub audit_log_max_bytes: u64,
+    /// Log `env` values and `stdin` verbatim instead of only their names and sizes.
+    pub audit_log_values: bool,
+    /// How long a question to the user (an `ask` rule) waits for an answer before the
+    /// command is refused.
+    pub approval_timeout: Duration,
 }
 
 pub fn embedded_names() -> Vec<&'static str> {
@@ -517,6 +527,7 @@ fn resolve(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
         memory_cap_bytes: positive("output.memory_cap_kb", o.memory_cap_kb.map(|v| v as u64))?
             as usize
             * 1024,
+        keep_control_chars: o.keep_control_chars.unwrap_or(false),
     };
     if output.head_lines + output.tail_lines >= output.max_lines {
         return Err(invalid(
@@ -531,6 +542,12 @@ fn resolve(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
             raw.server.max_concurrent_calls.map(|v| v as u64),
         )? as usize,
         audit_log: raw.server.audit_log.map(PathBuf::from),
+        audit_log_max_bytes: raw.server.audit_log_max_kb.unwrap_or(10 * 1024) * 1024,
+        audit_log_values: raw.server.audit_log_values.unwrap_or(false),
+        approval_timeout: Duration::from_secs(positive(
+            "server.approval_timeout_secs",
+            Some(raw.server.approval_timeout_secs.unwrap_or(300)),
+        )?),
     };
 
     let lint = LintPolicy {

@@ -140,6 +140,7 @@ pub struct RawOutput {
     pub head_lines: Option<usize>,
     pub tail_lines: Option<usize>,
     pub memory_cap_kb: Option<usize>,
+    pub keep_control_chars: Option<bool>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -147,6 +148,9 @@ pub struct RawOutput {
 pub struct RawServer {
     pub max_concurrent_calls: Option<usize>,
     pub audit_log: Option<String>,
+    pub audit_log_max_kb: Option<u64>,
+    pub audit_log_values: Option<bool>,
+    pub approval_timeout_secs: Option<u64>,
 }
 
 /// Field-by-field overlay: what `self` (the extending policy) sets wins, the rest comes from
@@ -220,12 +224,16 @@ overlay_struct!(RawOutput {
     max_chars,
     head_lines,
     tail_lines,
-    memory_cap_kb
+    memory_cap_kb,
+    keep_control_chars
 });
 overlay_struct!(RawFiles { read_budget_kb });
 overlay_struct!(RawServer {
     max_concurrent_calls,
-    audit_log
+    audit_log,
+    audit_log_max_kb,
+    audit_log_values,
+    approval_timeout_secs
 });
 
 impl Overlay for RawPolicy {

@@ -26,8 +26,6 @@ use std::time::{Duration, Instant};
 
 /// Key of our question in `inputRequests` / `inputResponses`.
 const INPUT_KEY: &str = "approve_command";
-/// How long an input-required question stays answerable.
-const PENDING_TTL: Duration = Duration::from_secs(600);
 /// Open questions kept at most; the oldest is forgotten first (its retry is simply asked again).
 const MAX_PENDING: usize = 64;
 
@@ -53,9 +51,11 @@ struct Pending {
     issued: Instant,
 }
 
-#[derive(Default)]
+/// The open questions, and how long any question waits for its answer (the policy's
+/// `server.approval_timeout_secs`, in both protocol generations).
 pub struct Approvals {
     pending: Mutex<HashMap<String, Pending>>,
+    timeout: Duration,
 }
 
 /// The question shown to the user.
@@ -67,6 +67,13 @@ fn question(args: &ShellExecArgs, reason: &Reason) -> String {
 }
 
 impl Approvals {
+    pub fn new(timeout: Duration) -> Self {
+        Self {
+            pending: Mutex::default(),
+            timeout,
+        }
+    }
+
     /// Asks the user through `rctx`'s client. `state` and `responses` are the MRTR retry
     /// fields of this call (None on a first call and in legacy sessions).
     pub async fn obtain(
@@ -83,7 +90,7 @@ impl Approvals {
         if modern {
             self.round_trip(rctx, args, reason, state, responses)
         } else {
-            elicit(rctx, args, reason).await
+            elicit(rctx, args, reason, self.timeout).await
         }
     }
 
@@ -108,16 +115,18 @@ impl Approvals {
             && let Some(p) = self.take(&handle)
             && p.arguments == arguments
             && p.rule == reason.rule
-            && p.issued.elapsed() < PENDING_TTL
         {
+            if p.issued.elapsed() >= self.timeout {
+                return Approval::Refused(Refusal::Expired(self.timeout));
+            }
             let answer = responses.as_ref().and_then(|r| r.get(INPUT_KEY));
-            let accepted = answer.is_some_and(|a| {
-                a["action"] == "accept" && a["content"]["approve"] == serde_json::Value::Bool(true)
-            });
-            return if accepted {
-                Approval::Approved
-            } else {
-                Approval::Refused(Refusal::Declined)
+            return match answer.map(|a| (&a["action"], &a["content"]["approve"])) {
+                Some((action, serde_json::Value::Bool(true))) if action == "accept" => {
+                    Approval::Approved
+                }
+                Some((action, _)) if action == "cancel" => Approval::Refused(Refusal::Cancelled),
+                // `decline`, an accepted "no", or no answer at all.
+                _ => Approval::Refused(Refusal::Declined),
             };
         }
         let schema = match ElicitationSchema::builder()
@@ -155,7 +164,10 @@ impl Approvals {
     fn issue(&self, pending: Pending) -> String {
         let handle = random_handle();
         if let Ok(mut map) = self.pending.lock() {
-            map.retain(|_, p| p.issued.elapsed() < PENDING_TTL);
+            // Kept a little past the timeout, so a late answer is told it expired rather
+            // than asked again.
+            let keep = self.timeout.saturating_mul(2);
+            map.retain(|_, p| p.issued.elapsed() < keep);
             while map.len() >= MAX_PENDING {
                 let Some(oldest) = map
                     .iter()
@@ -180,6 +192,7 @@ async fn elicit(
     rctx: &RequestContext<RoleServer>,
     args: &ShellExecArgs,
     reason: &Reason,
+    timeout: Duration,
 ) -> Approval {
     if !rctx
         .peer
@@ -194,13 +207,13 @@ async fn elicit(
     let answer = tokio::select! {
         answer = asked => answer,
         // The call was cancelled while the user looked at the question: nothing runs.
-        _ = rctx.ct.cancelled() => return Approval::Refused(Refusal::Declined),
+        _ = rctx.ct.cancelled() => return Approval::Refused(Refusal::Cancelled),
+        _ = tokio::time::sleep(timeout) => return Approval::Refused(Refusal::Expired(timeout)),
     };
     match answer {
         Ok(Some(ApproveCommand { approve: true })) => Approval::Approved,
-        Ok(_) | Err(ElicitationError::UserDeclined | ElicitationError::UserCancelled) => {
-            Approval::Refused(Refusal::Declined)
-        }
+        Ok(_) | Err(ElicitationError::UserDeclined) => Approval::Refused(Refusal::Declined),
+        Err(ElicitationError::UserCancelled) => Approval::Refused(Refusal::Cancelled),
         Err(ElicitationError::CapabilityNotSupported) => Approval::Refused(Refusal::Unavailable(
             "the client does not support elicitation".into(),
         )),
@@ -232,7 +245,7 @@ mod tests {
 
     #[test]
     fn handles_are_unique_and_single_use() {
-        let a = Approvals::default();
+        let a = Approvals::new(Duration::from_secs(300));
         let pending = || Pending {
             arguments: "{}".into(),
             rule: "r".into(),
@@ -249,7 +262,7 @@ mod tests {
 
     #[test]
     fn pending_questions_are_bounded() {
-        let a = Approvals::default();
+        let a = Approvals::new(Duration::from_secs(300));
         let first = a.issue(Pending {
             arguments: "{}".into(),
             rule: "r".into(),

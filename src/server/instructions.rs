@@ -24,7 +24,8 @@ pub fn render(ctx: &ToolContext) -> String {
          so start servers and watch jobs within one command.\n\
          Prefer read_file/write_file/edit_file over shell redirection for files: they are exact \
          and return lint diagnostics. Long command output is cut to head and tail with the full \
-         text saved under .cordon/outputs/.\n\
+         text saved under .cordon/outputs/ (read it with read_file or grep; the result also links it \
+         as a resource). Terminal escape sequences are removed from command output.\n\
          code_interpreter keeps Python state per `session` between calls (up to {sessions} \
          sessions, {imem} MiB each, ended after {idle}s unused); a cell past its timeout is \
          interrupted, and if it will not stop the session restarts and its state is lost.",

@@ -1,13 +1,19 @@
 //! The MCP face of cordon: rmcp handler, tool registration, protocol revisions, progress and
 //! cancellation, and shutdown.
 //!
-//! Owns everything that knows MCP types on the way in: tool descriptions and annotations,
-//! schemas patched with the policy's bounds, the server instructions. The work itself is in
+//! Owns everything that knows MCP types on the way in and out: tool descriptions and
+//! annotations, schemas patched with the policy's bounds and made portable (`schema`), results
+//! made to fit their `outputSchema` (argument errors included), unknown tools and methods named
+//! back, the spill area as resources (`resources`), asking the user (`approval`), the server
+//! instructions, and what a failed start answers (`failed_start`). The work itself is in
 //! `tools`; this module only translates a request context into `tools::*::run` arguments.
 
 mod approval;
+pub mod failed_start;
 mod framing;
 mod instructions;
+mod resources;
+pub mod schema;
 
 use crate::policy::commands::Decision;
 use crate::shape::{ErrorKind, ToolError};
@@ -52,12 +58,14 @@ impl CordonServer {
         let ctx = Arc::new(ctx);
         let mut tool_router = Self::tool_router();
         patch_schemas(&mut tool_router, &ctx);
+        make_portable(&mut tool_router);
         let instructions = Arc::new(instructions::render(&ctx));
+        let approvals = Arc::new(approval::Approvals::new(ctx.policy.server.approval_timeout));
         Self {
             ctx,
             tool_router,
             instructions,
-            approvals: Arc::default(),
+            approvals,
         }
     }
 
@@ -270,6 +278,27 @@ fn patch_schemas(router: &mut ToolRouter<CordonServer>, ctx: &ToolContext) {
     }
 }
 
+impl CordonServer {
+    /// Hands the calling client's `clientInfo` to the audit log.
+    fn note_client(&self, context: &RequestContext<RoleServer>) {
+        if let Some(log) = &self.ctx.audit
+            && let Some(info) = context.client_info()
+        {
+            log.set_client(serde_json::json!({"name": info.name, "version": info.version}));
+        }
+    }
+}
+
+/// Rewrites every tool's schemas into the portable form of [`schema`].
+fn make_portable(router: &mut ToolRouter<CordonServer>) {
+    for route in router.map.values_mut() {
+        route.attr.input_schema = Arc::new(schema::portable_input(&route.attr.input_schema));
+        if let Some(output) = &route.attr.output_schema {
+            route.attr.output_schema = Some(Arc::new(schema::portable_output(output)));
+        }
+    }
+}
+
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for CordonServer {
     async fn call_tool(
@@ -277,23 +306,91 @@ impl ServerHandler for CordonServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        let name = request.name.to_string();
+        let Some(route) = self.tool_router.map.get(name.as_str()) else {
+            return Err(unknown_tool(&name, &self.tool_router));
+        };
+        let output_schema = route.attr.output_schema.clone();
+        self.note_client(&context);
         let tcc = ToolCallContext::new(self, request, context);
         let response = self.tool_router.call(tcc).await?;
-        Ok(with_structured_argument_error(response))
+        let response = fits_output_schema(response, output_schema.as_deref());
+        Ok(resources::link_spilled(response, &self.ctx))
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<rmcp::model::PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourcesResult, McpError> {
+        Ok(resources::list(&self.ctx))
+    }
+
+    async fn read_resource(
+        &self,
+        request: rmcp::model::ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
+        resources::read(&self.ctx, &request.uri).map(Into::into)
+    }
+
+    async fn on_custom_request(
+        &self,
+        request: rmcp::model::CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CustomResult, McpError> {
+        Err(McpError::new(
+            rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+            format!(
+                "method not found: `{}` is not an MCP method this server implements; it \
+                 serves initialize, ping, tools/list, tools/call, resources/list and \
+                 resources/read (and server/discover in the 2026-07-28 revision)",
+                request.method
+            ),
+            None,
+        ))
     }
 
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("cordon", env!("CARGO_PKG_VERSION")))
-            .with_instructions(self.instructions.as_str())
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .build(),
+        )
+        .with_server_info(Implementation::new("cordon", env!("CARGO_PKG_VERSION")))
+        .with_instructions(self.instructions.as_str())
     }
 }
 
-/// rmcp answers arguments that do not deserialize (unknown field, wrong type) with a bare
-/// text result; SPEC.md wants every `isError` result to carry `structuredContent.error`.
-fn with_structured_argument_error(response: CallToolResponse) -> CallToolResponse {
+/// The JSON-RPC error for a `tools/call` naming no tool of this server: which name was asked
+/// for and which exist, so a model can correct the call.
+fn unknown_tool(name: &str, router: &ToolRouter<CordonServer>) -> McpError {
+    let mut names: Vec<&str> = router.map.keys().map(|k| k.as_ref()).collect();
+    names.sort_unstable();
+    McpError::invalid_params(
+        format!(
+            "tool not found: `{}` is not a tool of this server; its tools are {}",
+            crate::tools::echo_arg(name),
+            names.join(", ")
+        ),
+        Some(serde_json::json!({ "tool": crate::tools::echo_arg(name), "tools": names })),
+    )
+}
+
+/// Makes a result validate against its tool's `outputSchema`.
+///
+/// rmcp answers arguments that do not deserialize (unknown field, wrong type, a negative
+/// `limit`) with a bare text result before the tool runs. SPEC.md wants every `isError` result
+/// to carry `structuredContent.error`, and clients that validate error results (the TypeScript
+/// SDK, the Inspector) want every required field too, so such a result gets the schema's
+/// placeholder with the error in it. Required fields a tool left out are filled the same way.
+fn fits_output_schema(response: CallToolResponse, schema: Option<&JsonObject>) -> CallToolResponse {
     let CallToolResponse::Complete(mut result) = response else {
         return response;
+    };
+    let Some(schema) = schema else {
+        return CallToolResponse::Complete(result);
     };
     if result.is_error == Some(true) && result.structured_content.is_none() {
         let message = result
@@ -306,19 +403,71 @@ fn with_structured_argument_error(response: CallToolResponse) -> CallToolRespons
             format!("{message}; check the arguments against the tool's inputSchema"),
         );
         result.content = vec![ContentBlock::text(crate::tools::error_text(&error))];
-        result.structured_content = Some(serde_json::json!({ "error": error }));
+        result.structured_content = Some(error_placeholder(schema, &error));
+    }
+    if let Some(serde_json::Value::Object(content)) = &mut result.structured_content
+        && let serde_json::Value::Object(empty) =
+            schema::placeholder(&serde_json::Value::Object(schema.clone()))
+    {
+        for (key, value) in empty {
+            content.entry(key).or_insert(value);
+        }
     }
     CallToolResponse::Complete(result)
 }
 
+/// The output schema's placeholder with `error` set: `{kind, message, retriable}`, plus the
+/// `type` a `code_interpreter` error names (`cordon.<kind>`).
+fn error_placeholder(schema: &JsonObject, error: &ToolError) -> serde_json::Value {
+    let mut value = schema::placeholder(&serde_json::Value::Object(schema.clone()));
+    let mut error_value = serde_json::to_value(error).unwrap_or_default();
+    if let Some(error_schema) = schema::property(schema, "error") {
+        let error_schema = schema::non_null(error_schema);
+        if let (serde_json::Value::Object(filled), serde_json::Value::Object(given)) =
+            (schema::placeholder(error_schema), &error_value)
+        {
+            let mut filled = filled;
+            if filled.contains_key("type") {
+                let kind = given["kind"].as_str().unwrap_or("internal");
+                filled.insert("type".into(), format!("cordon.{kind}").into());
+            }
+            filled.extend(given.clone());
+            error_value = serde_json::Value::Object(filled);
+        }
+    }
+    if let serde_json::Value::Object(map) = &mut value {
+        map.insert("error".into(), error_value);
+    }
+    value
+}
+
 /// Serves MCP on stdin/stdout until the client disconnects, then kills whatever is still
-/// running and returns.
+/// running and returns. Says so when it starts: at `info` always, and on stderr when a person
+/// started it on a terminal (where a silent server looks hung).
 pub async fn serve_stdio(server: CordonServer) -> Result<(), ServeError> {
     let ctx = Arc::clone(&server.ctx);
-    let service = server
+    let ready = startup_line(&ctx);
+    tracing::info!("{ready}");
+    if std::io::IsTerminal::is_terminal(&std::io::stdin())
+        && !tracing::enabled!(tracing::Level::INFO)
+    {
+        eprintln!(
+            "{ready} (this is an MCP server: configure it in an MCP client rather than typing \
+             here; Ctrl-D quits)"
+        );
+    }
+    let service = match server
         .serve(framing::frame(tokio::io::stdin(), tokio::io::stdout()))
         .await
-        .map_err(|e| ServeError::Start(e.to_string()))?;
+    {
+        Ok(service) => service,
+        // Ctrl-D on a terminal, or a client that connected and left: nothing went wrong.
+        Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => {
+            tracing::info!("stdin closed before an MCP client initialized; exiting");
+            return Ok(());
+        }
+        Err(e) => return Err(ServeError::Start(e.to_string())),
+    };
     // SIGTERM/SIGINT (clients send them on close) end the session like EOF does: every
     // in-flight call is cancelled, which kills its tree, before the process exits. Were the
     // server killed outright, the kernel still ends every confined process with the sandbox
@@ -346,6 +495,21 @@ pub async fn serve_stdio(server: CordonServer) -> Result<(), ServeError> {
     let all = ctx.policy.server.max_concurrent_calls as u32;
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, ctx.slots.acquire_many(all)).await;
     quit.map(|_| ()).map_err(|e| ServeError::Run(e.to_string()))
+}
+
+/// The one line that says the server is up: workspace, policy, enforcement, and what it
+/// waits for.
+pub fn startup_line(ctx: &ToolContext) -> String {
+    let enforcement = ctx.executor.confinement().enforcement();
+    format!(
+        "cordon {}: workspace {}, policy `{}` ({}), enforcement {}; waiting for an MCP client \
+         on stdin",
+        env!("CARGO_PKG_VERSION"),
+        ctx.workspace.root().display(),
+        ctx.policy.name,
+        ctx.policy.origin,
+        enforcement.level,
+    )
 }
 
 #[derive(Debug, thiserror::Error)]

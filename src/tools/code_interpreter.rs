@@ -102,7 +102,8 @@ pub struct CodeInterpreterOutput {
     pub state_lost: bool,
     /// Anything else the caller should know (a restart, a fresh interpreter after `reset`).
     pub notice: Option<String>,
-    /// Workspace-relative path of the complete output when it was cut, else null.
+    /// Workspace-relative path of the complete output when it was cut (or was not valid
+    /// UTF-8: the file keeps the exact bytes), else null.
     pub full_output: Option<String>,
     /// The limit that stopped the cell, with the evidence, or null.
     pub limit: Option<LimitHit>,

@@ -102,7 +102,7 @@ impl ToolContext {
         log.record(&AuditRecord {
             time: crate::audit::now_rfc3339(),
             tool,
-            arguments: crate::audit::shorten(&arguments),
+            arguments: crate::audit::loggable(&arguments, log.keeps_values()),
             decision,
             outcome,
             duration_ms: started.elapsed().as_millis() as u64,

@@ -56,7 +56,8 @@ pub struct ShellExecOutput {
     pub stderr: String,
     /// True when stdout or stderr was cut to its head and tail.
     pub truncated: bool,
-    /// Workspace-relative path of the complete output when it was cut, else null.
+    /// Workspace-relative path of the complete output when it was cut (or was not valid
+    /// UTF-8: the file keeps the exact bytes), else null.
     pub full_output: Option<String>,
     pub duration_ms: u64,
     /// The limit that stopped the command, with the evidence, or null.
@@ -90,8 +91,13 @@ pub fn precheck(ctx: &SharedContext, args: &ShellExecArgs) -> Result<(), ToolErr
 pub enum Refusal {
     /// A `deny` rule (or `on_unknown = "deny"`).
     Denied,
-    /// The user said no (or dismissed the question).
+    /// The user said no.
     Declined,
+    /// The user dismissed the question without answering (or the call was cancelled while
+    /// it was open).
+    Cancelled,
+    /// Nobody answered within the policy's `server.approval_timeout_secs`.
+    Expired(Duration),
     /// The rule asks, but the client cannot be asked; says why.
     Unavailable(String),
 }
@@ -102,6 +108,8 @@ impl Refusal {
         match self {
             Refusal::Denied => format!("deny:{rule}"),
             Refusal::Declined => format!("ask:{rule}:declined"),
+            Refusal::Cancelled => format!("ask:{rule}:cancelled"),
+            Refusal::Expired(_) => format!("ask:{rule}:expired"),
             Refusal::Unavailable(_) => format!("ask:{rule}:unavailable"),
         }
     }
@@ -136,6 +144,20 @@ pub fn refusal_error(ctx: &ToolContext, reason: &Reason, refusal: &Refusal) -> T
             "not run: the user declined it when asked ({rule_ref} asks before `{}`: {}). Do not \
              retry it; ask the user how to proceed.",
             reason.command, reason.justification
+        ),
+        Refusal::Cancelled => format!(
+            "not run: the user dismissed the approval question without answering ({rule_ref} \
+             asks before `{}`: {}). Nothing ran; ask the user whether they want it before \
+             trying again.",
+            reason.command, reason.justification
+        ),
+        Refusal::Expired(after) => format!(
+            "not run: nobody answered the approval question within {}s ({rule_ref} asks before \
+             `{}`: {}), so it was refused. Ask the user to watch for the question and retry, or \
+             ask the operator to raise `server.approval_timeout_secs` in policy {origin}.",
+            after.as_secs(),
+            reason.command,
+            reason.justification
         ),
         Refusal::Unavailable(why) => format!(
             "not run: {rule_ref} needs the user's approval for `{}` ({}), but {why}. To run such \

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt, OpenOptionsSyncExt};
+use cap_std::fs::OpenOptionsExt;
 use cap_std::fs::{Dir, File, OpenOptions};
 
 use super::{PathError, RelPath, Workspace};
@@ -81,6 +82,82 @@ impl Workspace {
         self.create_spill_file(prefix)
             .map(|(path, file)| (path.as_str().to_owned(), file.into_std()))
             .map_err(|e| io::Error::other(e.to_string()))
+    }
+
+    /// The spill files, newest first: (name, size in bytes). Best effort: an unreadable area
+    /// lists nothing.
+    pub fn list_spill_files(&self) -> Vec<(String, u64)> {
+        let Ok(outputs) = self.open_spill_dir() else {
+            return Vec::new();
+        };
+        let Ok(entries) = outputs.entries() else {
+            return Vec::new();
+        };
+        let mut files: Vec<(SystemTime, String, u64)> = entries
+            .flatten()
+            .filter_map(|e| {
+                let meta = e.metadata().ok()?;
+                if !meta.is_file() {
+                    return None;
+                }
+                let modified = meta.modified().ok()?.into_std();
+                Some((modified, e.file_name().to_str()?.to_owned(), meta.len()))
+            })
+            .collect();
+        files.sort_by_key(|f| std::cmp::Reverse(f.0));
+        files
+            .into_iter()
+            .map(|(_, name, len)| (name, len))
+            .collect()
+    }
+
+    /// Reads the spill file `name` (one plain file name, no directories) through the
+    /// workspace capability: opened without following a symlink, never blocking on a FIFO,
+    /// refused unless it is a regular file of at most `limit` bytes.
+    pub fn read_spill_file(&self, name: &str, limit: u64) -> Result<Vec<u8>, PathError> {
+        let rel = RelPath::from_trusted(format!("{SPILL_REL}/{name}"));
+        let plain = !name.is_empty()
+            && !name.starts_with('.')
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        if !plain {
+            return Err(PathError::invalid(
+                rel.as_str(),
+                "not a spill file name: spill files are plain names in .cordon/outputs/ (as \
+                 a result's full_output gives them)",
+            ));
+        }
+        let outputs = self.open_spill_dir()?;
+        let mut options = OpenOptions::new();
+        options.read(true);
+        options.follow(FollowSymlinks::No);
+        options.custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32);
+        let file = outputs
+            .open_with(name, &options)
+            .map_err(|e| PathError::at(&rel, e))?;
+        let meta = file.metadata().map_err(|e| PathError::at(&rel, e))?;
+        if !meta.is_file() {
+            return Err(PathError::invalid(rel.as_str(), "not a regular file"));
+        }
+        if meta.len() > limit {
+            return Err(PathError::TooLarge {
+                path: rel.to_string(),
+                size: meta.len(),
+                limit,
+            });
+        }
+        let mut bytes = Vec::with_capacity(meta.len() as usize);
+        std::io::Read::read_to_end(&mut std::io::Read::take(file, limit + 1), &mut bytes)
+            .map_err(|e| PathError::at(&rel, e))?;
+        if bytes.len() as u64 > limit {
+            return Err(PathError::TooLarge {
+                path: rel.to_string(),
+                size: bytes.len() as u64,
+                limit,
+            });
+        }
+        Ok(bytes)
     }
 
     fn open_spill_dir(&self) -> Result<Dir, PathError> {
@@ -217,6 +294,31 @@ mod tests {
 
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn spill_files_are_read_without_following_links_or_leaving_the_area() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = crate::workspace::Workspace::open(dir.path()).unwrap();
+        let (rel, mut file) = ws.create_spill_file("t").unwrap();
+        file.write_all(b"hello").unwrap();
+        let name = rel.as_str().rsplit('/').next().unwrap().to_owned();
+        assert_eq!(ws.read_spill_file(&name, 100).unwrap(), b"hello");
+        assert!(matches!(
+            ws.read_spill_file(&name, 2),
+            Err(PathError::TooLarge { .. })
+        ));
+        std::fs::write(dir.path().join("secret"), "s").unwrap();
+        std::os::unix::fs::symlink(
+            dir.path().join("secret"),
+            dir.path().join(".cordon/outputs/link.txt"),
+        )
+        .unwrap();
+        assert!(ws.read_spill_file("link.txt", 100).is_err());
+        assert!(ws.read_spill_file("../.gitignore", 100).is_err());
+        assert!(ws.read_spill_file(".hidden", 100).is_err());
+        let listed: Vec<String> = ws.list_spill_files().into_iter().map(|f| f.0).collect();
+        assert_eq!(listed, vec![name], "links are not listed");
+    }
 
     #[test]
     fn stamps_are_utc_calendar_dates() {

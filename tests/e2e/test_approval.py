@@ -44,17 +44,34 @@ class ApprovalServer:
         self.workspace.mkdir()
         (self.workspace / "keep.txt").write_text("precious\n")
         self.audit = root / "audit.jsonl"
+        self.policy = "default"
+
+    def use_policy(self, toml_text: str) -> None:
+        path = self.workspace.parent / "policy.toml"
+        path.write_text(toml_text)
+        self.policy = str(path)
 
     def params(self) -> StdioServerParameters:
         return StdioServerParameters(
             command=approval_cordon_bin(),
-            args=["serve", "--workspace", str(self.workspace), "--audit-log", str(self.audit)],
+            args=[
+                "serve",
+                "--workspace",
+                str(self.workspace),
+                "--audit-log",
+                str(self.audit),
+                "--policy",
+                self.policy,
+            ],
         )
 
-    def decisions(self) -> list[str]:
+    def records(self) -> list[dict]:
         if not self.audit.exists():
             return []
-        return [json.loads(line)["decision"] for line in self.audit.read_text().splitlines()]
+        return [json.loads(line) for line in self.audit.read_text().splitlines()]
+
+    def decisions(self) -> list[str]:
+        return [record["decision"] for record in self.records()]
 
     def close(self) -> None:
         self._tmp.cleanup()
@@ -112,10 +129,42 @@ def test_declined_ask_runs_nothing(approval_server, mode, action, approve):
     assert result.is_error
     error = result.structured_content["error"]
     assert error["kind"] == "denied", error
-    assert ASK_RULE in error["message"] and "declined" in error["message"]
+    # A dismissed question (cancel) is told apart from a "no" (decline, or accept unticked).
+    said = "dismissed" if action == "cancel" else "declined"
+    outcome = "cancelled" if action == "cancel" else "declined"
+    assert ASK_RULE in error["message"] and said in error["message"], error
     assert result.structured_content["exit_code"] is None
     assert (approval_server.workspace / "keep.txt").read_text() == "precious\n"
-    assert f"ask:{ASK_RULE}:declined" in approval_server.decisions()
+    assert f"ask:{ASK_RULE}:{outcome}" in approval_server.decisions()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_unanswered_question_expires_after_the_policy_timeout(approval_server, mode):
+    approval_server.use_policy('extends = "default"\n[server]\napproval_timeout_secs = 1\n')
+    seen: list[str] = []
+
+    async def slow(_context, params):
+        seen.append(params.message)
+        await anyio.sleep(2.5)
+        return ElicitResult(action="accept", content={"approve": True})
+
+    result = anyio.run(call, approval_server, mode, slow)
+    assert result.is_error
+    error = result.structured_content["error"]
+    assert error["kind"] == "denied", error
+    assert "within 1s" in error["message"] and "approval_timeout_secs" in error["message"], error
+    assert (approval_server.workspace / "keep.txt").read_text() == "precious\n"
+    assert f"ask:{ASK_RULE}:expired" in approval_server.decisions()
+
+
+def test_audit_records_name_client_policy_and_enforcement(approval_server):
+    seen: list[str] = []
+    result = anyio.run(call, approval_server, "legacy", answering("decline", None, seen))
+    assert result.is_error
+    record = approval_server.records()[-1]
+    assert record["client"]["name"], record
+    assert record["policy"].startswith("default"), record
+    assert record["enforcement"] in ("full", "reduced", "degraded"), record
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -1,27 +1,47 @@
 //! Runs the Python SDK end-to-end suite (`tests/e2e`, pytest + the official `mcp` SDK) against
 //! the `cordon` binary this build produced, so one command (`cargo nextest run`) runs every
-//! test. When `pytest` or `mcp==2.3.0` is not importable it skips with a message saying what
-//! to install (`.ci/run` installs both, so CI never skips it).
+//! test. When `pytest` or `mcp==2.3.0` is not importable the suite cannot run: CI fails, a
+//! local run prints `SKIPPED` with what to install (see `suites`).
 
+use crate::suites::{last_lines, missing_prerequisites};
 use std::process::Command;
 
-#[test]
-fn python_sdk_end_to_end_suite() {
-    let python = std::env::var("CORDON_PYTHON").unwrap_or_else(|_| "python3".into());
-    let probe = Command::new(&python)
+fn python() -> String {
+    std::env::var("CORDON_PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
+/// The installed `mcp` version, or why the suite cannot run.
+fn probe(python: &str) -> Result<String, String> {
+    let out = Command::new(python)
         .args([
             "-c",
             "import pytest, mcp, importlib.metadata as m; print(m.version('mcp'))",
         ])
-        .output();
-    let version = match probe {
-        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).trim().to_owned(),
-        _ => {
-            eprintln!(
-                "SKIP python_sdk_end_to_end_suite: `{python}` cannot import pytest and mcp; \
-                 run `python3 -m pip install mcp==2.3.0 pytest` (as .ci/run does)"
+        .output()
+        .map_err(|e| format!("`{python}` cannot be run ({e})"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "`{python}` cannot import pytest and mcp ({})",
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+#[test]
+fn python_sdk_end_to_end_suite() {
+    let python = python();
+    let version = match probe(&python) {
+        Ok(v) => v,
+        Err(why) => {
+            return missing_prerequisites(
+                "python_sdk_end_to_end_suite",
+                &why,
+                "python3 -m pip install mcp==2.3.0 pytest (as .ci/run does)",
             );
-            return;
         }
     };
     assert_eq!(version, "2.3.0", "the suite is written against mcp==2.3.0");
@@ -45,23 +65,7 @@ fn python_sdk_end_to_end_suite() {
     assert!(
         out.status.success(),
         "the Python SDK suite failed:\n{}\n{}",
-        stdout
-            .lines()
-            .rev()
-            .take(80)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect::<Vec<_>>()
-            .join("\n"),
-        stderr
-            .lines()
-            .rev()
-            .take(20)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect::<Vec<_>>()
-            .join("\n"),
+        last_lines(&stdout, 80),
+        last_lines(&stderr, 20),
     );
 }

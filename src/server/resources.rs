@@ -1,0 +1,172 @@
+//! Spilled outputs as MCP resources: the `resource_link` a cut-short result carries, and
+//! `resources/list` / `resources/read` over `.cordon/outputs/`.
+//!
+//! Only the spill area is served, read-only, through the workspace capability
+//! ([`crate::workspace::Workspace::read_spill_file`]: no symlinks followed, regular files
+//! only, size-bounded). A URI is `file://` + the absolute path of the spill file; anything
+//! else is refused with an error that says which URIs exist.
+
+use crate::tools::ToolContext;
+use rmcp::ErrorData as McpError;
+use rmcp::model::{
+    CallToolResponse, ContentBlock, ListResourcesResult, ReadResourceResult, Resource,
+    ResourceContents,
+};
+
+/// Spill directory, relative to the workspace root.
+const SPILL_REL: &str = ".cordon/outputs";
+
+/// The largest spill file `resources/read` returns; larger ones are for read_file or grep.
+pub const MAX_RESOURCE_BYTES: u64 = 8 * 1024 * 1024;
+
+/// Files listed by `resources/list` at most (the spill area keeps 100).
+const MAX_LISTED: usize = 100;
+
+/// The `file://` URI of a spill file named `name`.
+pub fn spill_uri(ctx: &ToolContext, name: &str) -> String {
+    let root = ctx.workspace.root().to_string_lossy();
+    format!("file://{}/{SPILL_REL}/{name}", percent_encode(&root))
+}
+
+/// Percent-encodes everything but unreserved characters and `/` (RFC 3986 path).
+fn percent_encode(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for b in path.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'/') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Adds a `resource_link` block for the `full_output` a result names, so a client can fetch
+/// the whole output through `resources/read`.
+pub fn link_spilled(response: CallToolResponse, ctx: &ToolContext) -> CallToolResponse {
+    let CallToolResponse::Complete(mut result) = response else {
+        return response;
+    };
+    let spilled = result
+        .structured_content
+        .as_ref()
+        .and_then(|s| s.get("full_output"))
+        .and_then(|v| v.as_str())
+        .and_then(|p| p.strip_prefix(SPILL_REL))
+        .and_then(|p| p.strip_prefix('/'))
+        .map(str::to_owned);
+    if let Some(name) = spilled {
+        let size = ctx
+            .workspace
+            .list_spill_files()
+            .into_iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, size)| size);
+        let mut link = Resource::new(spill_uri(ctx, &name), name.clone())
+            .with_title("Full output")
+            .with_description(format!(
+                "The complete output that the result shows cut short ({SPILL_REL}/{name})"
+            ))
+            .with_mime_type("text/plain");
+        if let Some(size) = size {
+            link = link.with_size(size);
+        }
+        result.content.push(ContentBlock::resource_link(link));
+    }
+    CallToolResponse::Complete(result)
+}
+
+/// `resources/list`: the spill files, newest first.
+pub fn list(ctx: &ToolContext) -> ListResourcesResult {
+    let resources = ctx
+        .workspace
+        .list_spill_files()
+        .into_iter()
+        .take(MAX_LISTED)
+        .map(|(name, size)| {
+            Resource::new(spill_uri(ctx, &name), name.clone())
+                .with_description(format!("Saved full output ({SPILL_REL}/{name})"))
+                .with_mime_type("text/plain")
+                .with_size(size)
+        })
+        .collect();
+    ListResourcesResult::with_all_items(resources)
+}
+
+/// `resources/read` of one spill file: text when it is UTF-8, else its exact bytes as a blob.
+pub fn read(ctx: &ToolContext, uri: &str) -> Result<ReadResourceResult, McpError> {
+    let prefix = spill_uri(ctx, "");
+    let Some(name) = uri.strip_prefix(&prefix) else {
+        return Err(McpError::resource_not_found(
+            format!(
+                "resource `{}` is not served: cordon serves only the saved outputs under \
+                 {prefix} (see resources/list, or the resource_link of a cut-short result)",
+                crate::tools::echo_arg(uri)
+            ),
+            None,
+        ));
+    };
+    let bytes = ctx
+        .workspace
+        .read_spill_file(name, MAX_RESOURCE_BYTES)
+        .map_err(|e| {
+            McpError::resource_not_found(
+                format!(
+                    "cannot read `{}`: {e}; read large outputs with read_file (offset/limit) \
+                     or grep in shell_exec",
+                    crate::tools::echo_arg(uri)
+                ),
+                None,
+            )
+        })?;
+    let contents = match String::from_utf8(bytes) {
+        Ok(text) => ResourceContents::text(text, uri),
+        Err(e) => ResourceContents::blob(base64(e.as_bytes()), uri)
+            .with_mime_type("application/octet-stream"),
+    };
+    Ok(ReadResourceResult::new(vec![contents]))
+}
+
+/// Standard base64 with padding (RFC 4648), for the exact bytes of a non-UTF-8 output.
+fn base64(bytes: &[u8]) -> String {
+    const TABLE: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = (u32::from(chunk[0]) << 16)
+            | (u32::from(*chunk.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*chunk.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(TABLE[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_rfc4648_vectors() {
+        for (input, expected) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(base64(input.as_bytes()), expected);
+        }
+    }
+
+    #[test]
+    fn paths_are_percent_encoded() {
+        assert_eq!(percent_encode("/tmp/my ws/ü"), "/tmp/my%20ws/%C3%BC");
+    }
+}
