@@ -144,7 +144,13 @@ fn main() {
     let cli = Cli::parse();
     let code = match cli.command {
         Command::Probe { name, arg } => cordon::confine::selftest::run(&name, arg.as_deref()),
-        command => match runtime().and_then(|rt| rt.block_on(run(command))) {
+        command => match runtime().and_then(|rt| {
+            let result = rt.block_on(run(command));
+            // rmcp reads stdin on a blocking thread; after SIGTERM that read never ends, and
+            // dropping the runtime would wait for it for ever.
+            rt.shutdown_timeout(std::time::Duration::from_secs(1));
+            result
+        }) {
             Ok(code) => code,
             Err(e) => {
                 eprintln!("cordon: {}", error_chain(&e));

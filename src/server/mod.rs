@@ -46,6 +46,9 @@ pub struct CordonServer {
     tool_router: ToolRouter<Self>,
     instructions: Arc<String>,
     approvals: Arc<approval::Approvals>,
+    /// Cancelled on SIGTERM/SIGINT: every running call ends (its tree killed) and is answered
+    /// before the session closes.
+    shutdown: tokio_util::sync::CancellationToken,
 }
 
 fn output_schema<T: schemars::JsonSchema + 'static>() -> Arc<JsonObject> {
@@ -66,6 +69,7 @@ impl CordonServer {
             tool_router,
             instructions,
             approvals,
+            shutdown: tokio_util::sync::CancellationToken::new(),
         }
     }
 
@@ -147,10 +151,9 @@ Long output is cut to its first and last lines, and the full text is saved under
                 });
             }) as Box<dyn Fn(Duration, String) + Send + Sync>
         });
-        let hooks = CallHooks {
-            cancel: rctx.ct.clone(),
-            progress,
-        };
+        let cancel = self.call_token(&rctx);
+        let _ends_with_the_call = cancel.clone().drop_guard();
+        let hooks = CallHooks { cancel, progress };
         Ok(
             shell_exec::run(Arc::clone(&self.ctx), args, hooks, &decision)
                 .await
@@ -183,7 +186,9 @@ fresh. Example: {\"code\": \"import statistics\\nxs = [3, 1, 4, 1, 5]\\nstatisti
         Parameters(args): Parameters<CodeInterpreterArgs>,
         rctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
-        Ok(code_interpreter::run(Arc::clone(&self.ctx), args, rctx.ct.clone()).await)
+        let cancel = self.call_token(&rctx);
+        let _ends_with_the_call = cancel.clone().drop_guard();
+        Ok(code_interpreter::run(Arc::clone(&self.ctx), args, cancel).await)
     }
 
     #[tool(
@@ -279,6 +284,21 @@ fn patch_schemas(router: &mut ToolRouter<CordonServer>, ctx: &ToolContext) {
 }
 
 impl CordonServer {
+    /// The call's cancellation: the client's (`notifications/cancelled`, disconnect) or the
+    /// server's own shutdown, whichever comes first. The caller drops a guard of it when the
+    /// call ends, which also ends the watcher task.
+    fn call_token(&self, rctx: &RequestContext<RoleServer>) -> tokio_util::sync::CancellationToken {
+        let call = self.shutdown.child_token();
+        let (client, watched) = (rctx.ct.clone(), call.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = client.cancelled() => watched.cancel(),
+                _ = watched.cancelled() => {}
+            }
+        });
+        call
+    }
+
     /// Hands the calling client's `clientInfo` to the audit log.
     fn note_client(&self, context: &RequestContext<RoleServer>) {
         if let Some(log) = &self.ctx.audit
@@ -446,6 +466,7 @@ fn error_placeholder(schema: &JsonObject, error: &ToolError) -> serde_json::Valu
 /// started it on a terminal (where a silent server looks hung).
 pub async fn serve_stdio(server: CordonServer) -> Result<(), ServeError> {
     let ctx = Arc::clone(&server.ctx);
+    let shutdown = server.shutdown.clone();
     let ready = startup_line(&ctx);
     tracing::info!("{ready}");
     if std::io::IsTerminal::is_terminal(&std::io::stdin())
@@ -468,11 +489,11 @@ pub async fn serve_stdio(server: CordonServer) -> Result<(), ServeError> {
         }
         Err(e) => return Err(ServeError::Start(e.to_string())),
     };
-    // SIGTERM/SIGINT (clients send them on close) end the session like EOF does: every
-    // in-flight call is cancelled, which kills its tree, before the process exits. Were the
-    // server killed outright, the kernel still ends every confined process with the sandbox
-    // init's PID namespace.
+    // SIGTERM/SIGINT (clients send them on close): every running call is cancelled, which
+    // kills its tree, and answered; then the session ends. Were the server killed outright,
+    // the kernel still ends every confined process with the sandbox init's PID namespace.
     let stop = service.cancellation_token();
+    let signal_ctx = Arc::clone(&ctx);
     tokio::spawn(async move {
         use tokio::signal::unix::{SignalKind, signal};
         let (Ok(mut term), Ok(mut int)) = (
@@ -485,6 +506,11 @@ pub async fn serve_stdio(server: CordonServer) -> Result<(), ServeError> {
             _ = term.recv() => tracing::info!("SIGTERM: ending the session and every running call"),
             _ = int.recv() => tracing::info!("SIGINT: ending the session and every running call"),
         }
+        shutdown.cancel();
+        let all = signal_ctx.policy.server.max_concurrent_calls as u32;
+        let _ = tokio::time::timeout(SHUTDOWN_GRACE, signal_ctx.slots.acquire_many(all)).await;
+        // The last answers are on their way to stdout; give the writer a moment.
+        tokio::time::sleep(Duration::from_millis(100)).await;
         stop.cancel();
     });
     let quit = service.waiting().await;
