@@ -445,7 +445,7 @@ async fn start_worker(
         remove_dir(dir).await;
         return Err(InterpreterError::Start("the worker has no pipes".into()));
     };
-    // Until the driver moves fd 2 to the capture file, stderr is where Python reports a failed
+    // Until the driver moves fd 2 to its output file, stderr is where Python reports a failed
     // start; after that this pipe reaches EOF.
     let diag = tokio::spawn(async move {
         use tokio::io::AsyncReadExt;
