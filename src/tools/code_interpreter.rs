@@ -162,7 +162,9 @@ pub async fn run(
                              `interpreter.python` in the policy",
                         );
                     }
-                    let error = ToolError::new(kind, message);
+                    let mut error = ToolError::new(kind, message);
+                    // Every session was running a cell: the same call works once one is done.
+                    error.retriable |= matches!(e, InterpreterError::TooManySessions { .. });
                     let text = error_text(&error);
                     let output = CodeInterpreterOutput {
                         session: args.session.clone(),

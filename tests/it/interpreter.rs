@@ -1,6 +1,9 @@
 //! `code_interpreter` end to end on the running kernel: notebook semantics, timeouts with and
-//! without a cooperative interrupt, limits, escapes, isolation between sessions, reaping and
-//! shutdown. Every escape test attempts the real violation from inside a confined worker.
+//! without a cooperative interrupt, limits, escapes, isolation between sessions, hostile cell
+//! output (links, FIFOs and devices where the output used to be read back), sessions that heal
+//! (killed workers, eviction of the least recently used idle session, background processes),
+//! reaping and shutdown. Every escape test attempts the real violation from inside a confined
+//! worker.
 //!
 //! Needs Python 3 on the sandbox PATH (skipped with a message otherwise) and a kernel that
 //! can enforce the default policy (Landlock ABI 6+, seccomp); the image test also needs
@@ -675,11 +678,14 @@ async fn figures_come_back_as_png_images_and_are_closed() {
 // --- Through the tool: the SPEC result shape ---------------------------------------------
 
 fn tool_ctx(s: &Shared) -> cordon::tools::SharedContext {
-    let policy = s.policy.clone();
+    tool_ctx_with(s, s.policy.clone())
+}
+
+fn tool_ctx_with(s: &Shared, policy: Policy) -> cordon::tools::SharedContext {
     Arc::new(cordon::tools::ToolContext {
         workspace: cordon::workspace::Workspace::open(s._workspace.path()).unwrap(),
         executor: Arc::clone(&s.executor),
-        interpreter: manager(s),
+        interpreter: SessionManager::new(Arc::clone(&s.executor), &policy).unwrap(),
         lint: cordon::lint::Linting::new(&policy.lint, SANDBOX_PATH, None).unwrap(),
         audit: None,
         slots: tokio::sync::Semaphore::new(4),
@@ -1213,5 +1219,60 @@ async fn another_sessions_output_files_are_out_of_reach() {
     }
     let a = run(&m, "out-a", "print('again')").await;
     assert_eq!(text(&a.stdout), "again\n", "{}", show(&a));
+    m.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_tool_result_counts_killed_background_processes_and_names_an_evicted_session() {
+    let s = setup!();
+    let mut policy = s.policy.clone();
+    policy.interpreter.max_sessions = 1;
+    let ctx = tool_ctx_with(s, policy);
+    let (is_error, out, content) = call(
+        &ctx,
+        serde_json::json!({"code": "import subprocess\nsubprocess.Popen(['sleep', '60']);", "session": "t1"}),
+    )
+    .await;
+    assert!(!is_error, "{out}");
+    assert_eq!(out["background_killed"], 1, "{out}");
+    assert!(out["evicted_session"].is_null(), "{out}");
+    let text = content[0].as_text().unwrap().text.clone();
+    assert!(text.contains("killed 1 process"), "{text}");
+    let (is_error, out, content) =
+        call(&ctx, serde_json::json!({"code": "2", "session": "t2"})).await;
+    assert!(!is_error, "{out}");
+    assert_eq!(out["evicted_session"], "t1", "{out}");
+    assert_eq!(out["background_killed"], 0, "{out}");
+    let text = content[0].as_text().unwrap().text.clone();
+    assert!(text.contains("session \"t1\" was ended"), "{text}");
+    let (_, out, _) = call(&ctx, serde_json::json!({"code": "3", "session": "t1"})).await;
+    assert_eq!(out["state_lost"], true, "{out}");
+    assert!(
+        out["notice"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("make room"),
+        "{out}"
+    );
+    ctx.interpreter.shutdown().await;
+}
+
+#[tokio::test]
+async fn capture_sparse_tail_is_not_read() {
+    let s = setup!();
+    let m = manager(s);
+    // A cell makes its stdout huge without writing it (a sparse file costs it nothing).
+    let o = run_bounded(
+        &m,
+        "sparse",
+        "import os\nprint('real', flush=True)\ntry:\n    os.ftruncate(1, 4 << 30)\nexcept OSError:\n    pass",
+    )
+    .await;
+    assert!(
+        o.stdout.total_bytes <= 1 << 16,
+        "{} bytes read",
+        o.stdout.total_bytes
+    );
+    assert!(text(&o.stdout).starts_with("real\n"), "{}", show(&o));
     m.shutdown().await;
 }
