@@ -1188,18 +1188,6 @@ async fn driver_not_in_argv() {
         cmdline.len()
     );
     assert!(!shown.contains("_run_cell"), "{shown}");
-    // The driver's descriptor is closed before any cell runs.
-    let fds = run(
-        &m,
-        "argv",
-        "links = []\nfor f in os.listdir('/proc/self/fd'):\n    try:\n        \
-         links.append(os.readlink('/proc/self/fd/' + f))\n    except OSError:\n        \
-         pass\nlinks",
-    )
-    .await;
-    let links = fds.result.clone().unwrap_or_default();
-    assert!(links.contains("memfd:cordon-cell-stdout"), "{}", show(&fds));
-    assert!(!links.contains("cordon-driver"), "{}", show(&fds));
     m.shutdown().await;
 }
 
@@ -1274,5 +1262,46 @@ async fn capture_sparse_tail_is_not_read() {
         o.stdout.total_bytes
     );
     assert!(text(&o.stdout).starts_with("real\n"), "{}", show(&o));
+    m.shutdown().await;
+}
+
+#[tokio::test]
+async fn worker_holds_only_its_pipes_and_output_files() {
+    let s = setup!();
+    let m = manager(s);
+    let o = run(
+        &m,
+        "fds",
+        "import os\nlinks = {}\nfor f in os.listdir('/proc/self/fd'):\n    try:\n        \
+         links[int(f)] = os.readlink('/proc/self/fd/' + f)\n    except OSError:\n        \
+         pass\nsorted(links.items())",
+    )
+    .await;
+    let links = o.result.clone().unwrap_or_default();
+    assert!(
+        links.contains("(1, '/memfd:cordon-cell-stdout"),
+        "{}",
+        show(&o)
+    );
+    assert!(
+        links.contains("(2, '/memfd:cordon-cell-stderr"),
+        "{}",
+        show(&o)
+    );
+    // The driver image was closed by the bootstrap, and nothing of the server's leaked in
+    // (workspace or cgroup descriptors, other sessions' files).
+    let entries: Vec<&str> = links
+        .trim_matches(|c| c == '[' || c == ']')
+        .split("), (")
+        .collect();
+    for entry in entries {
+        let target = entry.split_once(", ").map_or(entry, |(_, t)| t);
+        assert!(
+            target.contains("pipe:")
+                || target.contains("/memfd:cordon-cell-")
+                || target.contains("/dev/null"),
+            "unexpected descriptor {entry} in {links}"
+        );
+    }
     m.shutdown().await;
 }
