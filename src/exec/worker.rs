@@ -183,14 +183,16 @@ impl ConfinedWorker {
                 None => process_group_members(main),
             }
             .into_iter()
-            .filter(|&p| p != main && !killed.contains(&p))
+            .filter(|&p| p != main)
             .collect();
-            // Done when every member left is one already killed (dying, not yet gone).
+            // Done when the killed ones are gone too (exited processes are not listed), so
+            // none of them still writes when the caller reads the request's output.
             if others.is_empty() || tokio::time::Instant::now() >= deadline {
                 return killed.len();
             }
             for pid in others {
-                if let Some(p) = rustix::process::Pid::from_raw(pid)
+                if !killed.contains(&pid)
+                    && let Some(p) = rustix::process::Pid::from_raw(pid)
                     && rustix::process::kill_process(p, rustix::process::Signal::KILL).is_ok()
                 {
                     killed.insert(pid);

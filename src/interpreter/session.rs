@@ -215,8 +215,14 @@ impl Session {
         }
         if state.worker.is_none() {
             state.generation += 1;
-            let worker = start_worker(shared, &self.name, state.generation).await?;
-            state.worker = Some(worker);
+            match start_worker(shared, &self.name, state.generation).await {
+                Ok(worker) => state.worker = Some(worker),
+                Err(e) => {
+                    // Still to be told, by the call that gets an interpreter again.
+                    state.pending_lost = (!lost_before.is_empty()).then(|| lost_before.join("; "));
+                    return Err(e);
+                }
+            }
             out.fresh_start = true;
         }
         let worker = state.worker.as_mut().expect("started above");
@@ -240,7 +246,10 @@ impl Session {
         };
         state.in_flight = false;
 
-        if matches!(waited, Waited::Reply(_)) && !policy.keep_background {
+        // At the process limit the whole tree is killed below (one cgroup.kill), not chased
+        // process by process while it forks.
+        let hits = worker.proc.limit_hits();
+        if matches!(waited, Waited::Reply(_)) && !policy.keep_background && !hits.pids {
             // Before reading the output, so nothing the cell left behind writes after it.
             out.background_killed = worker.proc.kill_background().await;
         }
@@ -267,7 +276,6 @@ impl Session {
                     out.result = reply.result;
                     out.exception = reply.error;
                     out.images = reply.images;
-                    let hits = worker.proc.limit_hits();
                     if hits.pids {
                         // Processes left forking at the limit would starve every later cell.
                         let w = state.worker.take().expect("present");
