@@ -4,7 +4,8 @@
 //! Everything here must be async-signal-safe: no allocation, no locks, raw syscalls on data
 //! prepared by the parent (`ChildSetup`). The order matters and is the same on every call:
 //! new session → cwd → cgroups → rlimits → parent-death signal → drop capabilities →
-//! no_new_privs → Landlock → seccomp (last, so our own setup syscalls are not filtered).
+//! no_new_privs → Landlock → passed descriptors → seccomp (last, so our own setup syscalls are
+//! not filtered).
 
 use rustix::process::{Resource, Rlimit};
 use seccompiler::BpfProgram;
@@ -23,6 +24,10 @@ pub struct ChildSetup {
     pub readonly_binds: Vec<std::ffi::CString>,
     pub landlock_ruleset_fd: Option<RawFd>,
     pub seccomp_programs: std::sync::Arc<Vec<BpfProgram>>,
+    /// `(number in the child, source fd in the parent)`: descriptors the program starts with
+    /// besides stdio. When not empty, every other descriptor ≥ 3 is closed at exec. The parent
+    /// guarantees each source number is above every target number (see `exec::worker`).
+    pub pass_fds: Vec<(RawFd, RawFd)>,
 }
 
 /// Applies the confinement to the calling (freshly forked) process.
@@ -70,8 +75,45 @@ pub unsafe fn enter(setup: &ChildSetup) -> io::Result<()> {
             return Err(io::Error::last_os_error());
         }
     }
+    if !setup.pass_fds.is_empty() {
+        place_fds(&setup.pass_fds)?;
+    }
     for program in setup.seccomp_programs.iter() {
         seccompiler::apply_filter(program).map_err(|_| io::Error::last_os_error())?;
+    }
+    Ok(())
+}
+
+/// Puts each passed descriptor at its number and marks every other descriptor ≥ 3
+/// close-on-exec, so the program starts with stdio and exactly these. Sources are all above
+/// all targets, so no `dup2` overwrites a source still to be placed; `dup2` onto a different
+/// number leaves the copy without close-on-exec.
+fn place_fds(fds: &[(RawFd, RawFd)]) -> io::Result<()> {
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only changes descriptor flags.
+    let marked = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    } == 0;
+    if !marked {
+        // Kernels before 5.11: mark them one by one up to the descriptor limit.
+        let limit = rustix::process::getrlimit(Resource::Nofile)
+            .current
+            .unwrap_or(1 << 16)
+            .min(1 << 20) as RawFd;
+        for fd in 3..limit {
+            // SAFETY: F_SETFD on a descriptor number; EBADF for unused numbers is ignored.
+            unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+        }
+    }
+    for &(target, source) in fds {
+        // SAFETY: both are descriptor numbers; `source` is open (owned by the parent's spec).
+        if unsafe { libc::dup2(source, target) } != target {
+            return Err(io::Error::last_os_error());
+        }
     }
     Ok(())
 }

@@ -548,6 +548,7 @@ impl Confinement {
             landlock_ruleset_fd: self.landlock_fd.as_ref().map(AsRawFd::as_raw_fd),
             seccomp_programs: Arc::clone(&self.seccomp),
             readonly_binds: self.protected_binds(),
+            pass_fds: Vec::new(),
         }
     }
 

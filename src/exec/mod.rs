@@ -44,6 +44,8 @@ pub enum ExecError {
     },
     #[error("cannot create the call's temporary directory: {0}")]
     TempDir(std::io::Error),
+    #[error("cannot pass descriptors to the worker: {0}")]
+    PassFds(std::io::Error),
 }
 
 impl ExecError {

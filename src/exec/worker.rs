@@ -34,6 +34,10 @@ pub struct WorkerSpec {
     /// RLIMIT_CPU of the worker, replacing the policy's per-call value: a session lives much
     /// longer than one command.
     pub cpu_seconds: Option<u64>,
+    /// Descriptors the worker starts with besides stdio, each at the given number (3 or
+    /// more); when any are given, every other descriptor ≥ 3 is closed in the worker. The
+    /// server's copies are not affected: what it keeps of them it keeps.
+    pub pass_fds: Vec<(i32, OwnedFd)>,
 }
 
 /// A running confined worker. Dropping it kills its whole tree (the child is `kill_on_drop`
@@ -80,6 +84,7 @@ impl Executor {
                 }
             }
         };
+        let pass_fds = spec.pass_fds;
         if let Some(factory) = conf.sandbox_init() {
             let factory = factory?;
             let warm = conf.make_worker_slot(&factory, &spec.limits, &spec.private_dir)?;
@@ -93,7 +98,7 @@ impl Executor {
                     cwd: ".".into(),
                     piped_stdin: true,
                     rlimits: rlimits.iter().map(|&(r, v)| (r as i32, v)).collect(),
-                    extra_fds: Vec::new(),
+                    extra_fds: pass_fds,
                 },
             )?;
             let mut worker = ConfinedWorker::new(child, pipes, warm.cgroup);
@@ -104,7 +109,12 @@ impl Executor {
         let cgroup = conf.create_cgroup_with(&spec.limits)?;
         let root_fd =
             OwnedFd::from(std::fs::File::open(conf.workspace()).map_err(ExecError::TempDir)?);
+        let passed = fds_above_targets(pass_fds)?;
         let mut setup = conf.child_setup(Some(root_fd.as_raw_fd()), cgroup.as_ref());
+        setup.pass_fds = passed
+            .iter()
+            .map(|(target, fd)| (*target, fd.as_raw_fd()))
+            .collect();
         if let Some(fd) = &ruleset {
             setup.landlock_ruleset_fd = Some(fd.as_raw_fd());
         }
@@ -113,11 +123,39 @@ impl Executor {
         setup.rlimits = Arc::new(rlimits);
 
         let mut child = super::spawn_confined(&spec.argv, &env, Stdio::piped(), setup)?;
-        // The ruleset and cwd fds were only needed until exec.
-        drop((ruleset, root_fd));
+        // The ruleset, cwd and passed fds were only needed until exec.
+        drop((ruleset, root_fd, passed));
         let pipes = Pipes::of_child(&mut child);
         Ok(ConfinedWorker::new(Process::Forked(child), pipes, cgroup))
     }
+}
+
+/// Checks the target numbers and makes sure every source descriptor is numbered above every
+/// target, so the child can `dup2` them into place in any order without overwriting a source
+/// it has yet to place (the child may not allocate, so it cannot shuffle them itself).
+fn fds_above_targets(fds: Vec<(i32, OwnedFd)>) -> Result<Vec<(i32, OwnedFd)>, ExecError> {
+    let mut seen = std::collections::BTreeSet::new();
+    for (target, _) in &fds {
+        if *target < 3 || !seen.insert(*target) {
+            return Err(ExecError::PassFds(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("descriptor number {target} is below 3 or given twice"),
+            )));
+        }
+    }
+    let Some(&floor) = seen.last() else {
+        return Ok(fds);
+    };
+    fds.into_iter()
+        .map(|(target, fd)| {
+            if fd.as_raw_fd() > floor {
+                return Ok((target, fd));
+            }
+            rustix::io::fcntl_dupfd_cloexec(&fd, floor + 1)
+                .map(|high| (target, high))
+                .map_err(|e| ExecError::PassFds(e.into()))
+        })
+        .collect()
 }
 
 impl ConfinedWorker {
@@ -157,6 +195,42 @@ impl ConfinedWorker {
             .unwrap_or_default()
     }
 
+    /// Kills every process of the worker's tree except the worker itself (what a request left
+    /// running in the background) and returns how many it killed. Membership comes from the
+    /// worker's cgroup; without one, from its process group, which a process that called
+    /// `setsid` has left and so is out of reach here (it still dies with the worker).
+    pub async fn kill_background(&self) -> usize {
+        let Some(main) = self.pid.map(|p| p as i32) else {
+            return 0;
+        };
+        let mut killed = std::collections::HashSet::new();
+        let deadline = tokio::time::Instant::now() + KILL_WAIT;
+        loop {
+            let others: Vec<i32> = match self.cgroup.as_ref().and_then(CallCgroup::member_pids) {
+                Some(pids) => pids,
+                None => process_group_members(main),
+            }
+            .into_iter()
+            .filter(|&p| p != main)
+            .collect();
+            // Done when the killed ones are gone too (exited processes are not listed), so
+            // none of them still writes when the caller reads the request's output.
+            if others.is_empty() || tokio::time::Instant::now() >= deadline {
+                return killed.len();
+            }
+            for pid in others {
+                if !killed.contains(&pid)
+                    && let Some(p) = rustix::process::Pid::from_raw(pid)
+                    && rustix::process::kill_process(p, rustix::process::Signal::KILL).is_ok()
+                {
+                    killed.insert(pid);
+                }
+            }
+            // A member may have forked between the read and the kill: look again.
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
     /// Waits up to `wait` for the main process to exit by itself.
     pub async fn wait_for_exit(&mut self, wait: Duration) -> Option<ExitStatus> {
         tokio::time::timeout(wait, self.child.wait())
@@ -184,4 +258,27 @@ impl ConfinedWorker {
         }
         WorkerEnd { status, hits }
     }
+}
+
+/// Live processes whose process group is `pgid` (read from /proc, which the kernel writes).
+fn process_group_members(pgid: i32) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            // After the command name (which may hold anything): state, ppid, pgrp.
+            let Some((_, rest)) = stat.rsplit_once(") ") else {
+                return false;
+            };
+            let mut fields = rest.split(' ');
+            let state = fields.next();
+            let pgrp = fields.nth(1).and_then(|f| f.parse::<i32>().ok());
+            state != Some("Z") && pgrp == Some(pgid)
+        })
+        .collect()
 }

@@ -3,12 +3,14 @@
 # Protocol (see protocol.rs): frames of a 4-byte big-endian length and UTF-8 JSON. Requests
 # arrive on the worker's original fd 0, replies leave on its original fd 1. Both are moved to
 # private, non-inheritable descriptors before any user code runs; fd 0 becomes /dev/null and
-# fds 1 and 2 become the session's per-cell capture files, so `print`, `os.write(1, ...)`,
-# C extensions and subprocesses all land in the cell's stdout/stderr and never in a frame.
-# Forked children close the protocol descriptors at fork and never return into this loop.
+# fds 1 and 2 become the cell-output files the server passed as fds 3 and 4 (memory files it
+# keeps open and empties before each cell), so `print`, `os.write(1, ...)`, C extensions and
+# subprocesses all land in the cell's stdout/stderr and never in a frame. Forked children
+# close the protocol descriptors at fork and never return into this loop.
 #
-# argv[1] is the directory holding the capture files (`stdout`, `stderr`); the server reads
-# them after each reply. This file is compiled into the cordon binary (include_str!).
+# The server hands this script over as descriptor 5 and starts it with a one-line bootstrap
+# (boot.rs), never in argv. argv[1] is the longest repr to send back. This file is compiled
+# into the cordon binary (include_str!).
 
 import ast
 import builtins
@@ -24,8 +26,7 @@ import linecache
 _PROTO_IN = os.dup(0)  # os.dup makes non-inheritable descriptors (PEP 446)
 _PROTO_OUT = os.dup(1)
 _MAIN_PID = os.getpid()
-_IO_DIR = sys.argv[1]
-_MAX_REPR = int(sys.argv[2]) if len(sys.argv) > 2 else 1 << 20
+_MAX_REPR = int(sys.argv[1]) if len(sys.argv) > 1 else 1 << 20
 _MAX_IMAGES = 20
 _DRIVER_FILE = sys._getframe().f_code.co_filename
 _CELL_PREFIX = "<cell-"
@@ -47,11 +48,9 @@ def _redirect_fds():
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-    for target, name in ((1, "stdout"), (2, "stderr")):
-        fd = os.open(os.path.join(_IO_DIR, name), flags, 0o600)
-        os.dup2(fd, target)
-        os.close(fd)
+    for target, passed in ((1, 3), (2, 4)):
+        os.dup2(passed, target)
+        os.close(passed)
 
 
 _redirect_fds()
@@ -199,8 +198,6 @@ def _run_cell(request):
     code = request["code"]
     filename = "%s%d>" % (_CELL_PREFIX, counter)
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
-    for fd in (1, 2):
-        os.ftruncate(fd, 0)
     sys.stdout, sys.stderr = _STDOUT, _STDERR
     reply = {"id": counter, "result": None, "error": None, "interrupted": False}
     try:

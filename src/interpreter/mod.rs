@@ -1,14 +1,19 @@
 //! Persistent Python sessions for `code_interpreter`: one long-lived, confined worker per
-//! session name, running an embedded driver script (`driver.py`) that speaks a framed protocol
-//! (`protocol`) on its own pipes, never on the MCP stdio.
+//! session name, running an embedded driver script (`driver.py`, handed over by `boot`) that
+//! speaks a framed protocol (`protocol`) on its own pipes, never on the MCP stdio.
 //!
-//! This module owns which sessions exist: creating them on first use (up to the policy's
-//! `max_sessions`), reaping the idle ones in the background, and killing every worker at
-//! shutdown. `session` owns one session's worker and its cells. Confinement is `exec`'s
+//! This module owns which sessions exist and which hold a slot: creating them on first use,
+//! making room when every slot (`max_sessions`) is taken (sessions whose interpreter died
+//! first, else the least recently used idle one), freeing the slot of a worker that died
+//! between calls as soon as it dies, reaping idle sessions, remembering for a session's next
+//! call why its state went, and killing every worker at shutdown. `session` owns one session's
+//! worker and its cells, `output` the files a cell's output goes to. Confinement is `exec`'s
 //! `spawn_worker` (the same Landlock, seccomp, cgroup and rlimit path as shell commands, with
 //! a private directory per worker); presenting results is the tool's job
 //! (`tools::code_interpreter`).
 
+mod boot;
+mod output;
 pub mod protocol;
 mod session;
 
@@ -16,24 +21,24 @@ pub use session::{CellOutcome, CellRequest};
 
 use crate::exec::{ExecError, Executor};
 use crate::policy::{InterpreterPolicy, Policy};
-use session::Session;
-use std::collections::HashMap;
+use session::{Session, Worker};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// How many ended sessions' reasons are remembered for their next call.
+const ENDED_MEMORY: usize = 256;
 
 #[derive(Debug, thiserror::Error)]
 pub enum InterpreterError {
     #[error(
-        "{max} interpreter sessions are already live ({}); reuse one of them, or wait until \
-         an idle one is ended (after {idle}s unused)",
+        "all {max} interpreter sessions are running a cell right now ({}); wait for one of them \
+         to finish, or run this cell in one of them",
         live.join(", ")
     )]
-    TooManySessions {
-        max: usize,
-        live: Vec<String>,
-        idle: u64,
-    },
+    TooManySessions { max: usize, live: Vec<String> },
     #[error("cannot start the interpreter `{python}`: {source}")]
     Spawn { python: String, source: ExecError },
     #[error("{0}")]
@@ -42,6 +47,8 @@ pub enum InterpreterError {
     ShuttingDown,
     #[error("cannot prepare the session's private directory: {0}")]
     Io(std::io::Error),
+    #[error("cannot prepare the cell's output files: {0}")]
+    Output(std::io::Error),
 }
 
 impl InterpreterError {
@@ -49,6 +56,12 @@ impl InterpreterError {
     pub fn is_not_found(&self) -> bool {
         matches!(self, Self::Spawn { source, .. } if source.is_not_found())
     }
+}
+
+/// A worker's main process ended without being asked to (reported by its session's watch).
+pub(crate) struct Death {
+    pub name: String,
+    pub generation: u64,
 }
 
 /// What every session of a manager shares.
@@ -60,18 +73,62 @@ pub(crate) struct Shared {
     root: tempfile::TempDir,
     /// Longest `repr` a driver sends back; the tool shapes it further.
     max_repr: usize,
+    driver: boot::DriverImage,
+    deaths: mpsc::UnboundedSender<Death>,
+}
+
+/// The sessions, and why recently ended ones lost their state.
+#[derive(Default)]
+struct Registry {
+    sessions: HashMap<String, Arc<Session>>,
+    ended: VecDeque<(String, String)>,
+}
+
+impl Registry {
+    fn remember(&mut self, name: &str, why: String) {
+        self.ended.retain(|(n, _)| n != name);
+        if self.ended.len() >= ENDED_MEMORY {
+            self.ended.pop_front();
+        }
+        self.ended.push_back((name.to_owned(), why));
+    }
+
+    fn recall(&mut self, name: &str) -> Option<String> {
+        let at = self.ended.iter().position(|(n, _)| n == name)?;
+        self.ended.remove(at).map(|(_, why)| why)
+    }
+
+    /// Takes session `name` out when no call holds it (a call keeps its `Arc` for as long as
+    /// it runs, and only takes one under this registry's lock) and records `why` for its next
+    /// call if it had anything to lose. Returns its worker, to be ended outside the lock.
+    fn retire(&mut self, name: &str, why: Option<String>) -> Option<Option<Worker>> {
+        let session = self.sessions.get(name)?;
+        if Arc::strong_count(session) != 1 {
+            return None;
+        }
+        let (worker, pending) = session.try_idle()?.take();
+        self.sessions.remove(name);
+        let why = match (pending, why.filter(|_| worker.is_some())) {
+            (Some(p), Some(w)) => Some(format!("{p}; {w}")),
+            (p, w) => p.or(w),
+        };
+        if let Some(why) = why {
+            self.remember(name, why);
+        }
+        Some(worker)
+    }
 }
 
 /// All sessions of one server.
 pub struct SessionManager {
     shared: Shared,
-    sessions: Mutex<HashMap<String, Arc<Session>>>,
+    registry: Mutex<Registry>,
     closed: AtomicBool,
 }
 
 impl SessionManager {
-    /// Creates the manager; inside a Tokio runtime it also starts the idle reaper, which ends
-    /// with the manager.
+    /// Creates the manager; inside a Tokio runtime it also starts the task that frees the
+    /// slots of dead workers and reaps idle sessions, which ends with the manager.
     pub fn new(executor: Arc<Executor>, policy: &Policy) -> Result<Arc<Self>, InterpreterError> {
         // Below the confinement's private root: the one place the sandbox's view holds for
         // workers, each granted only its own directory.
@@ -79,20 +136,24 @@ impl SessionManager {
             .prefix("cordon-sessions-")
             .tempdir_in(executor.confinement().private_root())
             .map_err(InterpreterError::Io)?;
+        let driver = boot::DriverImage::new().map_err(InterpreterError::Output)?;
+        let (deaths, death_rx) = mpsc::unbounded_channel();
         let manager = Arc::new(Self {
             shared: Shared {
                 executor,
                 policy: policy.interpreter.clone(),
                 root,
                 max_repr: policy.output.memory_cap_bytes,
+                driver,
+                deaths,
             },
-            sessions: Mutex::new(HashMap::new()),
+            registry: Mutex::new(Registry::default()),
             closed: AtomicBool::new(false),
         });
         if tokio::runtime::Handle::try_current().is_ok() {
             let period = (policy.interpreter.idle_timeout / 4)
                 .clamp(Duration::from_millis(100), Duration::from_secs(30));
-            tokio::spawn(reap_loop(Arc::downgrade(&manager), period));
+            tokio::spawn(upkeep(Arc::downgrade(&manager), period, death_rx));
         }
         Ok(manager)
     }
@@ -103,72 +164,158 @@ impl SessionManager {
 
     /// Names of the live sessions, sorted.
     pub fn sessions(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.lock().keys().cloned().collect();
+        let mut names: Vec<String> = self.lock().sessions.keys().cloned().collect();
         names.sort();
         names
     }
 
     /// Runs one cell in session `name`, creating the session on first use.
     pub async fn run(&self, name: &str, req: CellRequest) -> Result<CellOutcome, InterpreterError> {
-        let session = self.get_or_create(name)?;
-        session.run(&self.shared, req).await
+        let (session, freed) = self.get_or_create(name)?;
+        // The ended workers' memory and processes go before the new one starts.
+        for worker in freed.workers {
+            session::end_worker(worker).await;
+        }
+        let mut outcome = session.run(&self.shared, req).await?;
+        outcome.evicted = freed.evicted;
+        Ok(outcome)
     }
 
-    fn get_or_create(&self, name: &str) -> Result<Arc<Session>, InterpreterError> {
+    fn get_or_create(&self, name: &str) -> Result<(Arc<Session>, Freed), InterpreterError> {
         if self.closed.load(Ordering::SeqCst) {
             return Err(InterpreterError::ShuttingDown);
         }
-        let mut sessions = self.lock();
-        if let Some(s) = sessions.get(name) {
-            // Under the map lock, so the reaper cannot take a session a call just picked.
+        let mut reg = self.lock();
+        if let Some(s) = reg.sessions.get(name) {
+            // Under the registry lock, so nothing can end a session a call just picked.
             s.touch();
-            return Ok(Arc::clone(s));
+            return Ok((Arc::clone(s), Freed::default()));
         }
-        let max = self.shared.policy.max_sessions;
-        if sessions.len() >= max {
-            let mut live: Vec<String> = sessions.keys().cloned().collect();
-            live.sort();
-            return Err(InterpreterError::TooManySessions {
-                max,
-                live,
-                idle: self.shared.policy.idle_timeout.as_secs(),
-            });
+        let mut freed = Freed::default();
+        if reg.sessions.len() >= self.shared.policy.max_sessions {
+            self.free_slot(&mut reg, name, &mut freed)?;
         }
-        let session = Arc::new(Session::new(name.to_owned()));
-        sessions.insert(name.to_owned(), Arc::clone(&session));
-        Ok(session)
+        let lost = reg.recall(name);
+        let session = Arc::new(Session::new(name.to_owned(), lost));
+        reg.sessions.insert(name.to_owned(), Arc::clone(&session));
+        Ok((session, freed))
+    }
+
+    /// Makes room for session `wanted`. Sessions without a live interpreter go first (their
+    /// slot holds nothing); else the least recently used idle session is ended. A session a
+    /// call holds is never ended; when every one is held, the call is refused.
+    fn free_slot(
+        &self,
+        reg: &mut Registry,
+        wanted: &str,
+        freed: &mut Freed,
+    ) -> Result<(), InterpreterError> {
+        let policy = &self.shared.policy;
+        let mut empty: Vec<(String, Option<String>)> = Vec::new();
+        let mut lru: Option<(String, Duration)> = None;
+        for (name, session) in &reg.sessions {
+            if Arc::strong_count(session) != 1 {
+                continue;
+            }
+            let Some(mut idle) = session.try_idle() else {
+                continue;
+            };
+            if !idle.has_worker() {
+                empty.push((name.clone(), None));
+            } else if let Some(how) = idle.exited(policy) {
+                empty.push((
+                    name.clone(),
+                    Some(format!("the session's interpreter {how} between calls")),
+                ));
+            } else {
+                let unused = session.idle_for();
+                if lru.as_ref().is_none_or(|(_, d)| unused > *d) {
+                    lru = Some((name.clone(), unused));
+                }
+            }
+        }
+        if empty.is_empty() {
+            let Some((victim, _)) = lru else {
+                let mut live: Vec<String> = reg.sessions.keys().cloned().collect();
+                live.sort();
+                return Err(InterpreterError::TooManySessions {
+                    max: policy.max_sessions,
+                    live,
+                });
+            };
+            let why = format!(
+                "the session was ended to make room for session \"{wanted}\" (all {} session \
+                 slots were taken and it was the least recently used idle one)",
+                policy.max_sessions
+            );
+            empty.push((victim.clone(), Some(why)));
+            freed.evicted = Some(victim);
+        }
+        for (name, why) in empty {
+            if let Some(worker) = reg.retire(&name, why) {
+                freed.workers.extend(worker);
+            }
+        }
+        Ok(())
     }
 
     /// Ends the sessions unused for longer than the idle timeout (never one in a call).
     pub async fn reap_idle(&self) -> Vec<String> {
         let idle = self.shared.policy.idle_timeout;
-        let candidates: Vec<Arc<Session>> = self
-            .lock()
-            .values()
-            .filter(|s| s.idle_for() >= idle)
-            .cloned()
-            .collect();
         let mut reaped = Vec::new();
-        for session in candidates {
-            {
-                let mut sessions = self.lock();
-                // Re-checked under the map lock: a call may have picked it meanwhile.
-                if session.idle_for() < idle || Arc::strong_count(&session) > 2 {
-                    continue;
+        let mut workers = Vec::new();
+        {
+            let mut reg = self.lock();
+            let due: Vec<String> = reg
+                .sessions
+                .iter()
+                .filter(|(_, s)| s.idle_for() >= idle)
+                .map(|(n, _)| n.clone())
+                .collect();
+            for name in due {
+                let why = format!("the session was ended after {}s unused", idle.as_secs());
+                if let Some(worker) = reg.retire(&name, Some(why)) {
+                    workers.extend(worker);
+                    reaped.push(name);
                 }
-                sessions.remove(&session.name);
-            }
-            if session.end_if_idle().await {
-                reaped.push(session.name.clone());
             }
         }
+        for worker in workers {
+            session::end_worker(worker).await;
+        }
         reaped
+    }
+
+    /// Frees the slot of a session whose worker died between calls. A call on the session
+    /// deals with its own worker's death instead.
+    async fn bury(&self, death: Death) {
+        let worker = {
+            let mut reg = self.lock();
+            let Some(session) = reg.sessions.get(&death.name) else {
+                return;
+            };
+            if Arc::strong_count(session) != 1 {
+                return;
+            }
+            let how = match session.try_idle() {
+                Some(mut idle) if idle.generation() == death.generation => {
+                    idle.exited(&self.shared.policy)
+                }
+                _ => None,
+            };
+            let Some(how) = how else { return };
+            let why = format!("the session's interpreter {how} between calls");
+            reg.retire(&death.name, Some(why)).flatten()
+        };
+        if let Some(worker) = worker {
+            session::end_worker(worker).await;
+        }
     }
 
     /// Kills every worker; new calls are refused from now on.
     pub async fn shutdown(&self) {
         self.closed.store(true, Ordering::SeqCst);
-        let all: Vec<Arc<Session>> = self.lock().drain().map(|(_, s)| s).collect();
+        let all: Vec<Arc<Session>> = self.lock().sessions.drain().map(|(_, s)| s).collect();
         // Abort every running cell first, so no session waits behind another's grace period.
         for session in &all {
             session.abort();
@@ -178,21 +325,44 @@ impl SessionManager {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Session>>> {
-        // A panic while holding the map lock leaves a usable map; keep serving.
-        self.sessions.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Registry> {
+        // A panic while holding the registry lock leaves a usable registry; keep serving.
+        self.registry.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
-async fn reap_loop(manager: Weak<SessionManager>, period: Duration) {
+/// What making room for a new session took away.
+#[derive(Default)]
+struct Freed {
+    workers: Vec<Worker>,
+    /// The live session that was ended for it, if one was.
+    evicted: Option<String>,
+}
+
+/// Frees dead workers' slots as their deaths are reported, and reaps idle sessions.
+async fn upkeep(
+    manager: Weak<SessionManager>,
+    period: Duration,
+    mut deaths: mpsc::UnboundedReceiver<Death>,
+) {
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tick.tick().await;
+        let death = tokio::select! {
+            _ = tick.tick() => None,
+            d = deaths.recv() => match d {
+                Some(d) => Some(d),
+                // Every sender is gone: so is the manager.
+                None => return,
+            },
+        };
         let Some(m) = manager.upgrade() else { return };
         if m.closed.load(Ordering::SeqCst) {
             return;
         }
-        m.reap_idle().await;
+        match death {
+            Some(death) => m.bury(death).await,
+            None => drop(m.reap_idle().await),
+        }
     }
 }

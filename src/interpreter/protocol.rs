@@ -3,8 +3,8 @@
 //!
 //! Owns the frame format and the message types. It runs over the worker's original stdin
 //! (requests) and stdout (replies), which the driver moves to private descriptors before any
-//! user code runs; cell output never travels here (it goes to the capture files). Knows nothing
-//! of processes, timeouts or MCP.
+//! user code runs; cell output never travels here (it goes to the output files of `output`).
+//! Knows nothing of processes, timeouts or MCP.
 
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};

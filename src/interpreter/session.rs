@@ -1,25 +1,26 @@
 //! One interpreter session: its confined worker, its private directory, and running cells on
-//! it one at a time, including what happens when a cell overruns, crashes the interpreter or
-//! hits a limit.
+//! it one at a time, including what happens when a cell overruns, crashes the interpreter,
+//! hits a limit or leaves processes running, and when the interpreter dies between calls.
 //!
-//! Owns the worker's lifecycle within a session (start, interrupt, kill, restart) and reading
-//! each cell's captured output. Does not own which sessions exist or when idle ones end (the
-//! manager, `super`), nor how results are shown (the tool).
+//! Owns the worker's lifecycle within a session (start, watch for its death, interrupt, kill,
+//! restart) and reading each cell's output from the server's own output files (`output`).
+//! Does not own which sessions exist or when idle ones end (the manager, `super`), nor how
+//! results are shown (the tool).
 
+use super::output::CellFiles;
 use super::protocol::{self, PyException, Ready, Reply, Request};
-use super::{InterpreterError, Shared};
+use super::{Death, InterpreterError, Shared, boot};
 use crate::confine::{CallLimits, LimitHits};
 use crate::exec::{
-    CaptureSpec, Captured, ConfinedWorker, LimitHit, LimitKind, WorkerSpec, capture, signal_name,
+    CaptureSpec, Captured, ConfinedWorker, LimitHit, LimitKind, WorkerSpec, signal_name,
 };
+use crate::policy::InterpreterPolicy;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::net::unix::pipe::{Receiver as ChildStdout, Sender as ChildStdin};
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
-/// The driver script, compiled in so the binary works from any directory.
-const DRIVER: &str = include_str!("driver.py");
 /// How long a worker whose protocol pipe closed gets to report its exit status.
 const DEATH_WAIT: Duration = Duration::from_millis(500);
 /// How much of a failed start's stderr is kept for the error message.
@@ -50,7 +51,8 @@ pub struct CellOutcome {
     pub stderr: Captured,
     pub timed_out: bool,
     pub cancelled: bool,
-    /// Why the session's variables are gone, when they are (the interpreter was restarted).
+    /// Why the session's variables are gone, when they are (the interpreter was restarted,
+    /// before this cell or during it).
     pub state_lost: Option<String>,
     /// The limit that stopped the cell, with the evidence.
     pub limit: Option<LimitHit>,
@@ -58,6 +60,10 @@ pub struct CellOutcome {
     pub worker_died: Option<String>,
     /// This call ran on an interpreter it started itself (first call, reset or restart).
     pub fresh_start: bool,
+    /// Processes the cell left running that were killed when it ended.
+    pub background_killed: usize,
+    /// The session that was ended to give this one a slot.
+    pub evicted: Option<String>,
     pub duration: Duration,
 }
 
@@ -77,14 +83,20 @@ struct State {
     /// dropped; the interpreter may still be running that cell.
     in_flight: bool,
     generation: u64,
+    /// Why an earlier session of this name lost its state between calls; told to the first
+    /// call of this one.
+    pending_lost: Option<String>,
 }
 
-struct Worker {
+pub(super) struct Worker {
     proc: ConfinedWorker,
     requests: ChildStdin,
     replies: ChildStdout,
+    output: CellFiles,
     dir: PathBuf,
     next_id: u64,
+    /// Stops the death watch when the worker is ended on purpose.
+    _watch: Option<DropGuard>,
 }
 
 /// How the wait for a reply ended.
@@ -96,11 +108,44 @@ enum Waited {
     Shutdown,
 }
 
+/// A session no call holds, locked so that none can start on it while this lives.
+pub(super) struct Idle<'a>(tokio::sync::MutexGuard<'a, State>);
+
+impl Idle<'_> {
+    pub fn generation(&self) -> u64 {
+        self.0.generation
+    }
+
+    pub fn has_worker(&self) -> bool {
+        self.0.worker.is_some()
+    }
+
+    /// How the worker ended, when its main process has exited by itself.
+    pub fn exited(&mut self, policy: &InterpreterPolicy) -> Option<String> {
+        let worker = self.0.worker.as_mut()?;
+        let status = worker.proc.try_status()?;
+        Some(describe_death(
+            worker.proc.limit_hits(),
+            Some(status),
+            policy,
+        ))
+    }
+
+    /// Takes out the worker (to be ended with [`end_worker`]) and what the session still had
+    /// to tell its next call.
+    pub fn take(mut self) -> (Option<Worker>, Option<String>) {
+        (self.0.worker.take(), self.0.pending_lost.take())
+    }
+}
+
 impl Session {
-    pub fn new(name: String) -> Self {
+    pub fn new(name: String, pending_lost: Option<String>) -> Self {
         Self {
             name,
-            state: Default::default(),
+            state: tokio::sync::Mutex::new(State {
+                pending_lost,
+                ..Default::default()
+            }),
             last_used: std::sync::Mutex::new(Instant::now()),
             kill: CancellationToken::new(),
         }
@@ -119,6 +164,11 @@ impl Session {
             .unwrap_or_default()
     }
 
+    /// The session, locked, when no call is on it.
+    pub(super) fn try_idle(&self) -> Option<Idle<'_>> {
+        self.state.try_lock().ok().map(Idle)
+    }
+
     /// Runs one cell. Calls on one session queue here, one at a time.
     pub async fn run(
         &self,
@@ -126,20 +176,37 @@ impl Session {
         req: CellRequest,
     ) -> Result<CellOutcome, InterpreterError> {
         let mut guard = self.state.lock().await;
+        if self.kill.is_cancelled() {
+            return Err(InterpreterError::ShuttingDown);
+        }
         // Through the guard's fields directly, so the worker and the flags borrow apart.
         let state = &mut *guard;
+        let policy = &shared.policy;
         let started = Instant::now();
         let mut out = CellOutcome::default();
+        // Why the state was gone before this cell ran, and why it went during the cell.
+        let mut lost_before: Vec<String> = state.pending_lost.take().into_iter().collect();
+        let mut lost_during: Option<String> = None;
         if state.in_flight {
             state.in_flight = false;
             if let Some(w) = state.worker.take() {
                 end_worker(w).await;
             }
-            out.state_lost = Some(
+            lost_before.push(
                 "the previous call on this session was abandoned while its cell was running, so \
                  the interpreter was restarted"
                     .into(),
             );
+        }
+        if let Some(w) = state.worker.as_mut()
+            && let Some(status) = w.proc.try_status()
+        {
+            // Died since the last call and not yet noticed: run the cell on a fresh one.
+            let how = describe_death(w.proc.limit_hits(), Some(status), policy);
+            end_worker(state.worker.take().expect("present")).await;
+            lost_before.push(format!(
+                "the session's interpreter {how} after the previous call"
+            ));
         }
         if req.reset
             && let Some(w) = state.worker.take()
@@ -148,11 +215,18 @@ impl Session {
         }
         if state.worker.is_none() {
             state.generation += 1;
-            let worker = start_worker(shared, &self.name, state.generation).await?;
-            state.worker = Some(worker);
+            match start_worker(shared, &self.name, state.generation).await {
+                Ok(worker) => state.worker = Some(worker),
+                Err(e) => {
+                    // Still to be told, by the call that gets an interpreter again.
+                    state.pending_lost = (!lost_before.is_empty()).then(|| lost_before.join("; "));
+                    return Err(e);
+                }
+            }
             out.fresh_start = true;
         }
         let worker = state.worker.as_mut().expect("started above");
+        worker.output.clear().map_err(InterpreterError::Output)?;
         worker.next_id += 1;
         let id = worker.next_id;
         let request = Request {
@@ -172,11 +246,14 @@ impl Session {
         };
         state.in_flight = false;
 
-        let dir = worker.dir.clone();
-        let (stdout, stderr) = (
-            read_capture(&dir.join("io/stdout"), req.stdout).await,
-            read_capture(&dir.join("io/stderr"), req.stderr).await,
-        );
+        // At the process limit the whole tree is killed below (one cgroup.kill), not chased
+        // process by process while it forks.
+        let hits = worker.proc.limit_hits();
+        if matches!(waited, Waited::Reply(_)) && !policy.keep_background && !hits.pids {
+            // Before reading the output, so nothing the cell left behind writes after it.
+            out.background_killed = worker.proc.kill_background().await;
+        }
+        let (stdout, stderr) = worker.output.read(req.stdout, req.stderr).await;
         out.stdout = stdout;
         out.stderr = stderr;
 
@@ -191,7 +268,7 @@ impl Session {
                 if reply.id != Some(id) {
                     let w = state.worker.take().expect("present");
                     end_worker(w).await;
-                    out.state_lost = Some(format!(
+                    lost_during = Some(format!(
                         "the interpreter answered request {:?} instead of {id}; it was restarted",
                         reply.id
                     ));
@@ -199,7 +276,6 @@ impl Session {
                     out.result = reply.result;
                     out.exception = reply.error;
                     out.images = reply.images;
-                    let hits = worker.proc.limit_hits();
                     if hits.pids {
                         // Processes left forking at the limit would starve every later cell.
                         let w = state.worker.take().expect("present");
@@ -208,10 +284,10 @@ impl Session {
                             kind: LimitKind::Pids,
                             evidence: format!(
                                 "the session's cgroup refused a fork (pids.max = {})",
-                                shared.policy.pids
+                                policy.pids
                             ),
                         });
-                        out.state_lost = Some(
+                        lost_during = Some(
                             "the cell reached the session's process limit, so everything it \
                              started was killed and the interpreter restarted"
                                 .into(),
@@ -233,11 +309,11 @@ impl Session {
                 } else {
                     "the cell ran past its timeout"
                 };
-                out.state_lost = Some(format!(
+                lost_during = Some(format!(
                     "{why} and did not stop within {}s of a KeyboardInterrupt, so the interpreter \
                      and everything it started were killed; variables, imports and functions of \
                      this session are gone",
-                    shared.policy.interrupt_grace.as_secs()
+                    policy.interrupt_grace.as_secs()
                 ));
             }
             Waited::Broken(problem) => {
@@ -248,18 +324,19 @@ impl Session {
                 };
                 let hits = w.proc.limit_hits();
                 end_worker(w).await;
-                let (limit, how) = classify_death(hits, status, &problem, &shared.policy);
+                let (limit, how) = classify_death(hits, status, Some(&problem), policy);
                 out.limit = limit;
-                out.state_lost = Some(format!(
+                lost_during = Some(format!(
                     "the interpreter {how}; variables, imports and functions of this session are \
                      gone"
                 ));
                 out.worker_died = Some(how);
             }
         }
-        if state.worker.is_none() && out.state_lost.is_some() {
-            // Start the replacement now, so the next cell does not pay for it; a failure here
-            // is reported by that next call.
+        out.state_lost = lost_text(&lost_before, lost_during);
+        if state.worker.is_none() {
+            // Ended during this call: start the replacement now, so the next cell does not pay
+            // for it; a failure here is reported by that next call.
             state.generation += 1;
             if let Ok(w) = start_worker(shared, &self.name, state.generation).await {
                 state.worker = Some(w);
@@ -306,17 +383,6 @@ impl Session {
         }
     }
 
-    /// Ends the worker if the session is not busy; false when a call holds it.
-    pub async fn end_if_idle(&self) -> bool {
-        let Ok(mut state) = self.state.try_lock() else {
-            return false;
-        };
-        if let Some(w) = state.worker.take() {
-            end_worker(w).await;
-        }
-        true
-    }
-
     /// Makes a running cell end at once, killing its worker (shutdown).
     pub fn abort(&self) {
         self.kill.cancel();
@@ -338,19 +404,26 @@ async fn start_worker(
     generation: u64,
 ) -> Result<Worker, InterpreterError> {
     let dir = shared.root.path().join(format!("{name}-{generation}"));
-    let io_dir = dir.join("io");
-    std::fs::create_dir_all(&io_dir).map_err(InterpreterError::Io)?;
+    std::fs::create_dir_all(&dir).map_err(InterpreterError::Io)?;
     let policy = &shared.policy;
     let env = BTreeMap::from([
         // matplotlib picks this up at import: no display, figures rendered off-screen.
         ("MPLBACKEND".to_owned(), "Agg".to_owned()),
     ]);
+    let output = CellFiles::new().map_err(InterpreterError::Output)?;
+    let mut pass_fds = output.for_worker().map_err(InterpreterError::Output)?;
+    pass_fds.push((
+        boot::DRIVER_FD,
+        shared
+            .driver
+            .for_worker()
+            .map_err(InterpreterError::Output)?,
+    ));
     let spec = WorkerSpec {
         argv: vec![
             policy.python.clone().into(),
             "-c".into(),
-            DRIVER.into(),
-            io_dir.clone().into(),
+            boot::bootstrap().into(),
             shared.max_repr.to_string().into(),
         ],
         env,
@@ -361,6 +434,7 @@ async fn start_worker(
             cpu_percent: policy.cpu_percent,
         },
         cpu_seconds: Some(policy.cpu_seconds),
+        pass_fds,
     };
     let mut proc = match shared.executor.spawn_worker(spec) {
         Ok(p) => p,
@@ -379,7 +453,7 @@ async fn start_worker(
         remove_dir(dir).await;
         return Err(InterpreterError::Start("the worker has no pipes".into()));
     };
-    // Until the driver moves fd 2 to the capture file, stderr is where Python reports a failed
+    // Until the driver moves fd 2 to its output file, stderr is where Python reports a failed
     // start; after that this pipe reaches EOF.
     let diag = tokio::spawn(async move {
         use tokio::io::AsyncReadExt;
@@ -432,25 +506,68 @@ async fn start_worker(
             }
         )));
     }
+    let watch = watch_for_death(&proc, shared, name, generation);
     Ok(Worker {
         proc,
         requests,
         replies,
+        output,
         dir,
         next_id: 0,
+        _watch: watch,
     })
 }
 
+/// Tells the manager as soon as the worker's main process exits while nobody asked it to
+/// (killed from outside, the OOM killer): a pidfd turns readable when its process ends. The
+/// guard stops the watch when the worker is ended on purpose. None where pidfds are not
+/// available; the manager then finds dead workers when it needs their slot, and a call finds
+/// its own before it sends the cell.
+fn watch_for_death(
+    proc: &ConfinedWorker,
+    shared: &Shared,
+    name: &str,
+    generation: u64,
+) -> Option<DropGuard> {
+    let pid = rustix::process::Pid::from_raw(proc.pid()? as i32)?;
+    let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()?;
+    // Deprecated because a borrowed raw fd could be closed while registered; an `OwnedFd`
+    // moved into the `AsyncFd` lives exactly as long as the registration.
+    #[allow(deprecated)]
+    let pidfd =
+        tokio::io::unix::AsyncFd::with_interest(pidfd, tokio::io::Interest::READABLE).ok()?;
+    let stop = CancellationToken::new();
+    let stopped = stop.clone();
+    let deaths = shared.deaths.clone();
+    let death = Death {
+        name: name.to_owned(),
+        generation,
+    };
+    tokio::spawn(async move {
+        tokio::select! {
+            biased;
+            _ = stopped.cancelled() => {}
+            ready = pidfd.readable() => {
+                if ready.is_ok() {
+                    let _ = deaths.send(death);
+                }
+            }
+        }
+    });
+    Some(stop.drop_guard())
+}
+
 /// Kills the worker's tree and removes its private directory.
-async fn end_worker(worker: Worker) {
+pub(super) async fn end_worker(worker: Worker) {
     let Worker {
         proc,
         requests,
         replies,
         dir,
+        _watch,
         ..
     } = worker;
-    drop((requests, replies));
+    drop((_watch, requests, replies));
     proc.terminate().await;
     remove_dir(dir).await;
 }
@@ -459,11 +576,19 @@ async fn remove_dir(dir: PathBuf) {
     let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir)).await;
 }
 
-async fn read_capture(path: &Path, spec: CaptureSpec) -> Captured {
-    match tokio::fs::File::open(path).await {
-        Ok(file) => capture::drain(file, spec, None, CancellationToken::new()).await,
-        Err(_) => Captured::default(),
+/// The one `state_lost` text of a call: what was gone before the cell ran (it then ran in a
+/// fresh interpreter), then what went during it.
+fn lost_text(before: &[String], during: Option<String>) -> Option<String> {
+    let mut parts = Vec::new();
+    if !before.is_empty() {
+        parts.push(format!(
+            "{}; this cell ran in a fresh interpreter, so variables, imports and functions of \
+             earlier cells are gone",
+            before.join("; ")
+        ));
     }
+    parts.extend(during);
+    (!parts.is_empty()).then(|| parts.join("; "))
 }
 
 fn describe_status(status: std::process::ExitStatus) -> String {
@@ -475,17 +600,31 @@ fn describe_status(status: std::process::ExitStatus) -> String {
     }
 }
 
-/// Why a worker died during a cell: a limit when the kernel says so, else its exit status.
+/// How a worker that ended by itself died, in one clause ("was killed by SIGKILL (the
+/// session's cgroup OOM killer fired ...)").
+fn describe_death(
+    hits: LimitHits,
+    status: Option<std::process::ExitStatus>,
+    policy: &InterpreterPolicy,
+) -> String {
+    match classify_death(hits, status, None, policy) {
+        (Some(limit), how) => format!("{how} ({})", limit.evidence),
+        (None, how) => how,
+    }
+}
+
+/// Why a worker died: a limit when the kernel says so, else its exit status.
 fn classify_death(
     hits: LimitHits,
     status: Option<std::process::ExitStatus>,
-    problem: &protocol::ProtocolError,
-    policy: &crate::policy::InterpreterPolicy,
+    problem: Option<&protocol::ProtocolError>,
+    policy: &InterpreterPolicy,
 ) -> (Option<LimitHit>, String) {
     use std::os::unix::process::ExitStatusExt;
-    let how = match status {
-        Some(s) => describe_status(s),
-        None => format!("stopped answering ({problem})"),
+    let how = match (status, problem) {
+        (Some(s), _) => describe_status(s),
+        (None, Some(problem)) => format!("stopped answering ({problem})"),
+        (None, None) => "ended".to_owned(),
     };
     let limit = if hits.memory {
         Some(LimitHit {

@@ -107,6 +107,8 @@ pub struct InterpreterPolicy {
     #[serde(serialize_with = "secs")]
     pub idle_timeout: Duration,
     pub max_sessions: usize,
+    /// Leave processes a cell started running after the cell ends (default: they are killed).
+    pub keep_background: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -602,6 +604,7 @@ fn resolve(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
         )?),
         max_sessions: positive("interpreter.max_sessions", i.max_sessions.map(|v| v as u64))?
             as usize,
+        keep_background: i.keep_background.unwrap_or(false),
     };
     if interpreter.timeout > interpreter.max_timeout {
         return Err(invalid(

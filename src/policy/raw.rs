@@ -66,6 +66,7 @@ pub struct RawInterpreter {
     pub start_timeout_secs: Option<u64>,
     pub idle_timeout_secs: Option<u64>,
     pub max_sessions: Option<usize>,
+    pub keep_background: Option<bool>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -197,6 +198,7 @@ overlay_struct!(RawInterpreter {
     start_timeout_secs,
     idle_timeout_secs,
     max_sessions,
+    keep_background,
 });
 overlay_struct!(RawNetwork {
     tcp_connect,

@@ -107,6 +107,12 @@ pub struct CodeInterpreterOutput {
     pub full_output: Option<String>,
     /// The limit that stopped the cell, with the evidence, or null.
     pub limit: Option<LimitHit>,
+    /// Processes the cell started and left running that were killed when it ended (0 when
+    /// the policy's `interpreter.keep_background` keeps them).
+    pub background_killed: u32,
+    /// The idle session that was ended to give this one a slot (every slot was taken), or
+    /// null; its next call starts afresh and says so.
+    pub evicted_session: Option<String>,
     /// Enforcement in force: "full", "reduced" or "degraded".
     pub enforcement: String,
 }
@@ -157,7 +163,9 @@ pub async fn run(
                              `interpreter.python` in the policy",
                         );
                     }
-                    let error = ToolError::new(kind, message);
+                    let mut error = ToolError::new(kind, message);
+                    // Every session was running a cell: the same call works once one is done.
+                    error.retriable |= matches!(e, InterpreterError::TooManySessions { .. });
                     let text = error_text(&error);
                     let output = CodeInterpreterOutput {
                         session: args.session.clone(),
@@ -180,6 +188,8 @@ pub async fn run(
             "timed_out": output.timed_out,
             "state_lost": output.state_lost,
             "images": output.images,
+            "background_killed": output.background_killed,
+            "evicted_session": output.evicted_session,
             "limit": output.limit.as_ref().map(|l| l.kind),
             "error": output.error.as_ref().map(|e| e.kind),
             "exception": output.error.as_ref().map(|e| e.type_name.clone()),
@@ -268,6 +278,20 @@ fn shape_outcome(
     if let Some(n) = &outcome.state_lost {
         text.push_str(&format!("[session state lost: {n}]\n"));
     }
+    if let Some(victim) = &outcome.evicted {
+        text.push_str(&format!(
+            "[session \"{victim}\" was ended to free a slot: all {} were taken and it was the \
+             least recently used idle one]\n",
+            ctx.interpreter.policy().max_sessions
+        ));
+    }
+    if outcome.background_killed > 0 {
+        text.push_str(&format!(
+            "[killed {} process(es) the cell left running; the policy's \
+             interpreter.keep_background keeps them]\n",
+            outcome.background_killed
+        ));
+    }
     for (name, s) in [("stdout", &stdout), ("stderr", &stderr)] {
         if !s.text.is_empty() {
             text.push_str(&format!("--- {name} ---\n{}", s.text));
@@ -320,6 +344,8 @@ fn shape_outcome(
         notice,
         full_output,
         limit: outcome.limit.clone(),
+        background_killed: u32::try_from(outcome.background_killed).unwrap_or(u32::MAX),
+        evicted_session: outcome.evicted.clone(),
         enforcement,
     };
     (output, text, outcome.images)

@@ -1,6 +1,9 @@
 //! `code_interpreter` end to end on the running kernel: notebook semantics, timeouts with and
-//! without a cooperative interrupt, limits, escapes, isolation between sessions, reaping and
-//! shutdown. Every escape test attempts the real violation from inside a confined worker.
+//! without a cooperative interrupt, limits, escapes, isolation between sessions, hostile cell
+//! output (links, FIFOs and devices where the output used to be read back), sessions that heal
+//! (killed workers, eviction of the least recently used idle session, background processes),
+//! reaping and shutdown. Every escape test attempts the real violation from inside a confined
+//! worker.
 //!
 //! Needs Python 3 on the sandbox PATH (skipped with a message otherwise) and a kernel that
 //! can enforce the default policy (Landlock ABI 6+, seccomp); the image test also needs
@@ -46,7 +49,12 @@ fn shared() -> Option<&'static Shared> {
             let workspace = tempfile::tempdir().unwrap();
             let outside = tempfile::tempdir().unwrap();
             let root = workspace.path().canonicalize().unwrap();
-            let confinement = match Confinement::build(&policy, &root, &ConfineOptions::default()) {
+            // The test binary cannot run the sandbox init itself: name the real cordon binary.
+            let options = ConfineOptions {
+                init_program: Some(env!("CARGO_BIN_EXE_cordon").into()),
+                ..ConfineOptions::default()
+            };
+            let confinement = match Confinement::build(&policy, &root, &options) {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("SKIP: this kernel cannot enforce the default policy: {e}");
@@ -129,14 +137,53 @@ fn show(o: &CellOutcome) -> String {
     )
 }
 
+/// Whether the process a cell knows as `pid` is alive (a zombie does not count).
 fn alive(pid: u32) -> bool {
-    // A zombie still has /proc/<pid>; only a running or sleeping process counts.
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            s.rsplit_once(") ")
-                .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+    host_pid(pid).is_some()
+}
+
+/// The pid in this (the host's) namespace of the live process a cell knows as `pid`. Cells
+/// run in the sandbox init's PID namespace, so their pids are that namespace's: the process
+/// is found among this test process's descendants by the last entry of its `NSpid` line (the
+/// same number as the pid itself where there are no namespaces).
+fn host_pid(pid: u32) -> Option<u32> {
+    let me = std::process::id();
+    let dir = std::fs::read_dir("/proc").ok()?;
+    let field = |status: &str, name: &str| -> Option<String> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.trim().to_owned())
+    };
+    let descends_from_me = |mut host: u32| {
+        for _ in 0..64 {
+            if host == me {
+                return true;
+            }
+            let Ok(status) = std::fs::read_to_string(format!("/proc/{host}/status")) else {
+                return false;
+            };
+            match field(&status, "PPid:").and_then(|p| p.parse::<u32>().ok()) {
+                Some(parent) if parent > 1 => host = parent,
+                _ => return false,
+            }
+        }
+        false
+    };
+    dir.filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .find(|&host| {
+            let Ok(status) = std::fs::read_to_string(format!("/proc/{host}/status")) else {
+                return false;
+            };
+            let inner = field(&status, "NSpid:").and_then(|v| {
+                v.split_whitespace()
+                    .last()
+                    .and_then(|p| p.parse::<u32>().ok())
+            });
+            let zombie = field(&status, "State:").is_some_and(|s| s.starts_with('Z'));
+            inner == Some(pid) && !zombie && descends_from_me(host)
         })
-        .unwrap_or(false)
 }
 
 #[tokio::test]
@@ -351,7 +398,12 @@ async fn escapes_are_denied_secret_network_ptrace_and_writes_outside() {
         &format!("open({:?}).read()", secret.to_str().unwrap()),
     )
     .await;
-    assert_eq!(exc_type(&o), Some("PermissionError"), "{}", show(&o));
+    // Refused by Landlock, or absent: the sandbox's view holds only what the policy grants.
+    assert!(
+        matches!(exc_type(&o), Some("PermissionError" | "FileNotFoundError")),
+        "{}",
+        show(&o)
+    );
     let o = run(&m, "esc", "open('/etc/shadow').read()").await;
     assert_eq!(exc_type(&o), Some("PermissionError"), "{}", show(&o));
 
@@ -400,7 +452,11 @@ async fn escapes_are_denied_secret_network_ptrace_and_writes_outside() {
         &format!("open({:?}, 'w').write('x')", target.to_str().unwrap()),
     )
     .await;
-    assert_eq!(exc_type(&o), Some("PermissionError"), "{}", show(&o));
+    assert!(
+        matches!(exc_type(&o), Some("PermissionError" | "FileNotFoundError")),
+        "{}",
+        show(&o)
+    );
     assert!(!target.exists());
     let o = run(&m, "esc", "open('/usr/pwned', 'w')").await;
     assert!(
@@ -542,7 +598,8 @@ async fn idle_sessions_are_reaped_and_their_workers_killed() {
 #[tokio::test]
 async fn shutdown_kills_every_worker_and_refuses_new_calls() {
     let s = setup!();
-    let m = manager(s);
+    // Background children are kept past their cell here, so shutdown has them to kill.
+    let m = manager_with(s, |p| p.interpreter.keep_background = true);
     let mut pids = Vec::new();
     for name in ["down-a", "down-b"] {
         // A background child too: the whole tree must go.
@@ -578,15 +635,29 @@ async fn shutdown_kills_every_worker_and_refuses_new_calls() {
 }
 
 #[tokio::test]
-async fn too_many_sessions_are_refused_with_the_live_names() {
+async fn sessions_all_running_a_cell_refuse_a_new_one_with_the_live_names() {
     let s = setup!();
     let m = manager_with(s, |p| p.interpreter.max_sessions = 2);
-    run(&m, "one", "1").await;
-    run(&m, "two", "2").await;
+    run(&m, "one", "import time").await;
+    run(&m, "two", "import time").await;
+    let busy: Vec<_> = ["one", "two"]
+        .into_iter()
+        .map(|name| {
+            let m = Arc::clone(&m);
+            tokio::spawn(async move { m.run(name, cell("time.sleep(1.5)", 10)).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let err = m.run("three", cell("3", 5)).await.unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, InterpreterError::TooManySessions { .. }));
     assert!(msg.contains("one, two"), "{msg}");
+    for b in busy {
+        assert!(b.await.unwrap().unwrap().exception.is_none());
+    }
+    // Once they are idle again, a new session gets a slot.
+    let o = run(&m, "three", "3").await;
+    assert_eq!(o.result.as_deref(), Some("3"), "{}", show(&o));
     m.shutdown().await;
 }
 
@@ -660,11 +731,14 @@ async fn figures_come_back_as_png_images_and_are_closed() {
 // --- Through the tool: the SPEC result shape ---------------------------------------------
 
 fn tool_ctx(s: &Shared) -> cordon::tools::SharedContext {
-    let policy = s.policy.clone();
+    tool_ctx_with(s, s.policy.clone())
+}
+
+fn tool_ctx_with(s: &Shared, policy: Policy) -> cordon::tools::SharedContext {
     Arc::new(cordon::tools::ToolContext {
         workspace: cordon::workspace::Workspace::open(s._workspace.path()).unwrap(),
         executor: Arc::clone(&s.executor),
-        interpreter: manager(s),
+        interpreter: SessionManager::new(Arc::clone(&s.executor), &policy).unwrap(),
         lint: cordon::lint::Linting::new(&policy.lint, SANDBOX_PATH, None).unwrap(),
         audit: None,
         slots: tokio::sync::Semaphore::new(4),
@@ -708,6 +782,8 @@ async fn the_tool_result_carries_the_spec_fields() {
         "timed_out",
         "truncated",
         "duration_ms",
+        "background_killed",
+        "evicted_session",
     ] {
         assert!(out.get(field).is_some(), "missing {field}: {out}");
     }
@@ -821,4 +897,469 @@ async fn figures_are_image_content_blocks() {
     assert_eq!(images.len(), 1);
     assert_eq!(images[0].mime_type, "image/png");
     ctx.interpreter.shutdown().await;
+}
+
+// --- Hostile cell output: the server reads only descriptors it opened itself -------------
+
+/// Longest any of the hostile-output calls below may take; past it the call hung.
+const HANG: Duration = Duration::from_secs(30);
+
+/// A cell that swaps every path its output could be read back from (the targets of its own fd
+/// 1 and 2, and the `io/stdout`, `io/stderr` files next to its HOME) for `make(path)`, then
+/// prints one line.
+fn swap_capture_paths(make: &str) -> String {
+    format!(
+        r#"import os
+def make(p):
+{make}
+for fd in (1, 2):
+    try:
+        p = os.readlink('/proc/self/fd/%d' % fd)
+        os.unlink(p)
+        make(p)
+    except OSError:
+        pass
+io = os.path.join(os.path.dirname(os.environ['HOME']), 'io')
+os.makedirs(io, exist_ok=True)
+for name in ('stdout', 'stderr'):
+    p = os.path.join(io, name)
+    try:
+        os.unlink(p)
+    except OSError:
+        pass
+    make(p)
+print('x')
+"#
+    )
+}
+
+async fn run_bounded(m: &SessionManager, session: &str, code: &str) -> CellOutcome {
+    match tokio::time::timeout(HANG, m.run(session, cell(code, 20))).await {
+        Ok(o) => o.unwrap(),
+        Err(_) => panic!("the call hung on hostile cell output"),
+    }
+}
+
+#[tokio::test]
+async fn capture_link_to_secret_is_not_read() {
+    let s = setup!();
+    let m = manager(s);
+    // Another session's private file: the old layout put sessions side by side.
+    let victim = run(
+        &m,
+        "victim",
+        "import os\np = os.path.join(os.environ['HOME'], 'private.txt')\n\
+         open(p, 'w').write('VICTIM-PRIVATE')\np",
+    )
+    .await;
+    let victim_file = victim.result.clone().unwrap().trim_matches('\'').to_owned();
+    let secret = s.outside.path().join("capture-secret.txt");
+    std::fs::write(&secret, "OUTSIDE-SECRET").unwrap();
+    let mut targets = vec![
+        (
+            secret.to_str().unwrap().to_owned(),
+            "OUTSIDE-SECRET".to_owned(),
+        ),
+        (victim_file, "VICTIM-PRIVATE".to_owned()),
+        // The server's own environment, as the server would read it.
+        (
+            "/proc/self/environ".to_owned(),
+            "CARGO_MANIFEST_DIR=".to_owned(),
+        ),
+    ];
+    if let Ok(shadow) = std::fs::read_to_string("/etc/shadow")
+        && let Some(line) = shadow.lines().next()
+    {
+        targets.push(("/etc/shadow".into(), line.to_owned()));
+    }
+    for (target, marker) in targets {
+        let o = run_bounded(
+            &m,
+            "attacker",
+            &swap_capture_paths(&format!("    os.symlink({target:?}, p)")),
+        )
+        .await;
+        assert!(
+            !show(&o).contains(&marker),
+            "cell output read through a link to {target}: {}",
+            show(&o)
+        );
+        assert_eq!(text(&o.stdout), "x\n", "{}", show(&o));
+        assert!(o.exception.is_none(), "{}", show(&o));
+    }
+    m.shutdown().await;
+}
+
+#[tokio::test]
+async fn capture_fifo_does_not_hang() {
+    let s = setup!();
+    let m = manager(s);
+    let o = run_bounded(&m, "fifo", &swap_capture_paths("    os.mkfifo(p)")).await;
+    assert_eq!(text(&o.stdout), "x\n", "{}", show(&o));
+    // The session keeps working, and shutdown does not hang either.
+    let next = run_bounded(&m, "fifo", "6 * 7").await;
+    assert_eq!(next.result.as_deref(), Some("42"), "{}", show(&next));
+    tokio::time::timeout(HANG, m.shutdown())
+        .await
+        .expect("shutdown hung");
+}
+
+#[tokio::test]
+async fn capture_link_to_dev_zero_is_bounded() {
+    let s = setup!();
+    let ctx = tool_ctx(s);
+    let code = swap_capture_paths("    os.symlink('/dev/zero', p)");
+    let (_, out, _) = tokio::time::timeout(
+        HANG,
+        call(&ctx, serde_json::json!({"code": code, "session": "zero"})),
+    )
+    .await
+    .expect("the call hung reading a device");
+    assert_eq!(out["stdout"], "x\n", "{out}");
+    assert!(out["full_output"].is_null(), "{out}");
+    let outputs = s._workspace.path().join(".cordon/outputs");
+    for entry in std::fs::read_dir(outputs).into_iter().flatten().flatten() {
+        let len = entry.metadata().unwrap().len();
+        assert!(len < 1 << 20, "{:?} is {len} bytes", entry.path());
+    }
+    ctx.interpreter.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_cell_replacing_its_own_stdout_cannot_redirect_what_the_server_reads() {
+    let s = setup!();
+    let m = manager(s);
+    let secret = s.outside.path().join("dup2-secret.txt");
+    std::fs::write(&secret, "DUP2-SECRET").unwrap();
+    // The cell points fd 1 at a FIFO of its own and writes there; the server must neither
+    // block on it nor follow it.
+    let o = run_bounded(
+        &m,
+        "dup2",
+        "import os\nprint('before', flush=True)\np = os.path.join(os.environ['HOME'], 'f')\n\
+         os.mkfifo(p)\nfd = os.open(p, os.O_RDWR)\nos.dup2(fd, 1)\nos.write(1, b'into fifo')\n'done'",
+    )
+    .await;
+    assert_eq!(text(&o.stdout), "before\n", "{}", show(&o));
+    assert_eq!(o.result.as_deref(), Some("'done'"), "{}", show(&o));
+    m.shutdown().await;
+}
+
+// --- Sessions that heal --------------------------------------------------------------------
+
+fn pid_of(o: &CellOutcome) -> u32 {
+    o.result
+        .as_deref()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or_else(|| panic!("no pid: {}", show(o)))
+}
+
+fn kill9(pid: u32) {
+    let host = host_pid(pid).unwrap_or_else(|| panic!("no live process {pid} of this test"));
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(host as i32).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+}
+
+async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn killed_worker_frees_slot_and_next_call_runs() {
+    let s = setup!();
+    let m = manager_with(s, |p| p.interpreter.max_sessions = 2);
+    let a = pid_of(&run(&m, "ka", "import os\nx = 1\nos.getpid()").await);
+    let b = pid_of(&run(&m, "kb", "import os\nos.getpid()").await);
+    // Killed from outside, as the OOM killer or an operator would.
+    kill9(a);
+    kill9(b);
+    wait_until("both dead sessions left the list", || {
+        m.sessions().is_empty()
+    })
+    .await;
+    // Their slots are free: a new session takes one without ending anyone.
+    let c = run(&m, "kc", "1").await;
+    assert_eq!(c.evicted, None, "{}", show(&c));
+    // The killed session's next call runs its code in a fresh interpreter and says so.
+    let again = run(&m, "ka", "2 + 2").await;
+    assert_eq!(again.result.as_deref(), Some("4"), "{}", show(&again));
+    assert!(
+        again.exception.is_none() && again.worker_died.is_none(),
+        "{}",
+        show(&again)
+    );
+    let lost = again.state_lost.as_deref().unwrap_or_default();
+    assert!(
+        lost.contains("SIGKILL") && lost.contains("between calls"),
+        "{}",
+        show(&again)
+    );
+    let gone = run(&m, "ka", "x").await;
+    assert_eq!(exc_type(&gone), Some("NameError"), "{}", show(&gone));
+    assert!(gone.state_lost.is_none(), "{}", show(&gone));
+    m.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_call_right_after_the_kill_runs_its_code_instead_of_reporting_a_death() {
+    let s = setup!();
+    let m = manager(s);
+    let pid = pid_of(&run(&m, "quick", "import os\nos.getpid()").await);
+    kill9(pid);
+    wait_until("the worker is dead", || !alive(pid)).await;
+    // No wait for the manager to notice: the call itself must find the dead worker.
+    let o = run(&m, "quick", "'ran'").await;
+    assert_eq!(o.result.as_deref(), Some("'ran'"), "{}", show(&o));
+    assert!(
+        o.worker_died.is_none() && o.exception.is_none(),
+        "{}",
+        show(&o)
+    );
+    assert!(o.state_lost.is_some() && o.fresh_start, "{}", show(&o));
+    m.shutdown().await;
+}
+
+#[tokio::test]
+async fn lru_idle_session_is_evicted() {
+    let s = setup!();
+    let m = manager_with(s, |p| p.interpreter.max_sessions = 2);
+    let one = pid_of(&run(&m, "l1", "import os\nos.getpid()").await);
+    let two = pid_of(&run(&m, "l2", "import os\nv = 'two'\nos.getpid()").await);
+    // l1 is used again, so l2 is now the least recently used.
+    run(&m, "l1", "1").await;
+    let three = run(&m, "l3", "3").await;
+    assert_eq!(three.result.as_deref(), Some("3"), "{}", show(&three));
+    assert_eq!(three.evicted.as_deref(), Some("l2"), "{}", show(&three));
+    assert_eq!(m.sessions(), ["l1", "l3"]);
+    wait_until("the evicted worker is dead", || !alive(two)).await;
+    assert!(alive(one));
+    // The evicted session comes back fresh, says why, and itself evicts the LRU (l1).
+    let back = run(&m, "l2", "'back'").await;
+    assert_eq!(back.result.as_deref(), Some("'back'"), "{}", show(&back));
+    let lost = back.state_lost.as_deref().unwrap_or_default();
+    assert!(
+        lost.contains("make room for session \"l3\""),
+        "{}",
+        show(&back)
+    );
+    assert_eq!(back.evicted.as_deref(), Some("l1"), "{}", show(&back));
+    let v = run(&m, "l2", "v").await;
+    assert_eq!(exc_type(&v), Some("NameError"), "{}", show(&v));
+    m.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_session_running_a_cell_is_never_evicted() {
+    let s = setup!();
+    let m = manager_with(s, |p| p.interpreter.max_sessions = 2);
+    run(&m, "busy", "import time").await;
+    run(&m, "idle", "1").await;
+    let m2 = Arc::clone(&m);
+    // `busy` is the least recently used, but it is running a cell.
+    let running =
+        tokio::spawn(async move { m2.run("busy", cell("time.sleep(1); 'slept'", 10)).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let o = run(&m, "new", "1").await;
+    assert_eq!(o.evicted.as_deref(), Some("idle"), "{}", show(&o));
+    let busy = running.await.unwrap().unwrap();
+    assert_eq!(busy.result.as_deref(), Some("'slept'"), "{}", show(&busy));
+    assert!(busy.state_lost.is_none(), "{}", show(&busy));
+    m.shutdown().await;
+}
+
+#[tokio::test]
+async fn cell_background_child_is_killed() {
+    let s = setup!();
+    let m = manager(s);
+    let o = run(
+        &m,
+        "bg",
+        "import os, subprocess\np = subprocess.Popen(['sleep', '60'])\n\
+         d = subprocess.run(['sh', '-c', 'setsid sleep 60 >/dev/null 2>&1 & echo $!'], \
+         capture_output=True, text=True).stdout.strip()\n(p.pid, int(d))",
+    )
+    .await;
+    let r = o.result.clone().unwrap_or_default();
+    let pids: Vec<u32> = r
+        .trim_matches(|c| c == '(' || c == ')')
+        .split(", ")
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    assert_eq!(pids.len(), 2, "{}", show(&o));
+    let with_cgroup = !matches!(
+        s.executor.confinement().enforcement().cgroups,
+        cordon::confine::CgroupMode::None
+    );
+    // The child it kept a handle on, and (where a cgroup tracks it) a setsid daemon.
+    let expected = if with_cgroup { 2 } else { 1 };
+    assert_eq!(o.background_killed, expected, "{}", show(&o));
+    assert!(!alive(pids[0]), "the background child outlived its cell");
+    if with_cgroup {
+        assert!(!alive(pids[1]), "the setsid daemon outlived its cell");
+    }
+    // The session is intact, and sees its child killed.
+    let poll = run(&m, "bg", "p.poll()").await;
+    assert_eq!(poll.result.as_deref(), Some("-9"), "{}", show(&poll));
+    assert!(poll.state_lost.is_none(), "{}", show(&poll));
+    let quiet = run(&m, "bg", "1").await;
+    assert_eq!(quiet.background_killed, 0, "{}", show(&quiet));
+    m.shutdown().await;
+}
+
+#[tokio::test]
+async fn cell_background_child_is_kept_when_the_policy_says_so() {
+    let s = setup!();
+    let m = manager_with(s, |p| p.interpreter.keep_background = true);
+    let o = run(
+        &m,
+        "keep",
+        "import subprocess\np = subprocess.Popen(['sleep', '60'])\np.pid",
+    )
+    .await;
+    assert_eq!(o.background_killed, 0, "{}", show(&o));
+    let child = pid_of(&o);
+    let poll = run(&m, "keep", "p.poll()").await;
+    assert_eq!(poll.result, None, "still running: {}", show(&poll));
+    assert!(alive(child));
+    m.shutdown().await;
+    assert!(!alive(child), "the kept child outlived its session");
+}
+
+#[tokio::test]
+async fn driver_not_in_argv() {
+    let s = setup!();
+    let m = manager(s);
+    let pid = pid_of(&run(&m, "argv", "import os\nos.getpid()").await);
+    let host = host_pid(pid).expect("the worker is alive");
+    let cmdline = std::fs::read(format!("/proc/{host}/cmdline")).unwrap();
+    let shown = String::from_utf8_lossy(&cmdline);
+    assert!(
+        cmdline.len() < 400,
+        "{} bytes of argv: {shown}",
+        cmdline.len()
+    );
+    assert!(!shown.contains("_run_cell"), "{shown}");
+    m.shutdown().await;
+}
+
+#[tokio::test]
+async fn another_sessions_output_files_are_out_of_reach() {
+    let s = setup!();
+    let m = manager(s);
+    let victim = pid_of(&run(&m, "out-a", "import os\nprint('A-OUTPUT')\nos.getpid()").await);
+    for fd in [1, 2] {
+        let o = run(
+            &m,
+            "out-b",
+            &format!("open('/proc/{victim}/fd/{fd}', 'a').write('INJECTED')"),
+        )
+        .await;
+        assert_eq!(exc_type(&o), Some("PermissionError"), "{}", show(&o));
+    }
+    let a = run(&m, "out-a", "print('again')").await;
+    assert_eq!(text(&a.stdout), "again\n", "{}", show(&a));
+    m.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_tool_result_counts_killed_background_processes_and_names_an_evicted_session() {
+    let s = setup!();
+    let mut policy = s.policy.clone();
+    policy.interpreter.max_sessions = 1;
+    let ctx = tool_ctx_with(s, policy);
+    let (is_error, out, content) = call(
+        &ctx,
+        serde_json::json!({"code": "import subprocess\nsubprocess.Popen(['sleep', '60']);", "session": "t1"}),
+    )
+    .await;
+    assert!(!is_error, "{out}");
+    assert_eq!(out["background_killed"], 1, "{out}");
+    assert!(out["evicted_session"].is_null(), "{out}");
+    let text = content[0].as_text().unwrap().text.clone();
+    assert!(text.contains("killed 1 process"), "{text}");
+    let (is_error, out, content) =
+        call(&ctx, serde_json::json!({"code": "2", "session": "t2"})).await;
+    assert!(!is_error, "{out}");
+    assert_eq!(out["evicted_session"], "t1", "{out}");
+    assert_eq!(out["background_killed"], 0, "{out}");
+    let text = content[0].as_text().unwrap().text.clone();
+    assert!(text.contains("session \"t1\" was ended"), "{text}");
+    let (_, out, _) = call(&ctx, serde_json::json!({"code": "3", "session": "t1"})).await;
+    assert_eq!(out["state_lost"], true, "{out}");
+    assert!(
+        out["notice"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("make room"),
+        "{out}"
+    );
+    ctx.interpreter.shutdown().await;
+}
+
+#[tokio::test]
+async fn capture_sparse_tail_is_not_read() {
+    let s = setup!();
+    let m = manager(s);
+    // A cell makes its stdout huge without writing it (a sparse file costs it nothing).
+    let o = run_bounded(
+        &m,
+        "sparse",
+        "import os\nprint('real', flush=True)\ntry:\n    os.ftruncate(1, 4 << 30)\nexcept OSError:\n    pass",
+    )
+    .await;
+    assert!(
+        o.stdout.total_bytes <= 1 << 16,
+        "{} bytes read",
+        o.stdout.total_bytes
+    );
+    assert!(text(&o.stdout).starts_with("real\n"), "{}", show(&o));
+    m.shutdown().await;
+}
+
+#[tokio::test]
+async fn worker_holds_only_its_pipes_and_output_files() {
+    let s = setup!();
+    let m = manager(s);
+    let o = run(
+        &m,
+        "fds",
+        "import os\nlinks = {}\nfor f in os.listdir('/proc/self/fd'):\n    try:\n        \
+         links[int(f)] = os.readlink('/proc/self/fd/' + f)\n    except OSError:\n        \
+         pass\nsorted(links.items())",
+    )
+    .await;
+    let links = o.result.clone().unwrap_or_default();
+    assert!(
+        links.contains("(1, '/memfd:cordon-cell-stdout"),
+        "{}",
+        show(&o)
+    );
+    assert!(
+        links.contains("(2, '/memfd:cordon-cell-stderr"),
+        "{}",
+        show(&o)
+    );
+    // The driver image was closed by the bootstrap, and nothing of the server's leaked in
+    // (workspace or cgroup descriptors, other sessions' files).
+    let entries: Vec<&str> = links
+        .trim_matches(|c| c == '[' || c == ']')
+        .split("), (")
+        .collect();
+    for entry in entries {
+        let target = entry.split_once(", ").map_or(entry, |(_, t)| t);
+        assert!(
+            target.contains("pipe:")
+                || target.contains("/memfd:cordon-cell-")
+                || target.contains("/dev/null"),
+            "unexpected descriptor {entry} in {links}"
+        );
+    }
+    m.shutdown().await;
 }
