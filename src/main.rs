@@ -89,6 +89,9 @@ enum Command {
     /// Attempt one forbidden operation (used by `doctor` and the tests).
     #[command(hide = true)]
     Probe { name: String, arg: Option<String> },
+    /// The confined parser worker the server starts (frames on stdin/stdout; not for people).
+    #[command(hide = true, name = "__parse-worker")]
+    ParseWorker,
 }
 
 #[derive(Subcommand)]
@@ -113,6 +116,7 @@ fn main() {
     let cli = Cli::parse();
     let code = match cli.command {
         Command::Probe { name, arg } => cordon::confine::selftest::run(&name, arg.as_deref()),
+        Command::ParseWorker => cordon::parser::worker::run(),
         command => match runtime().and_then(|rt| rt.block_on(run(command))) {
             Ok(code) => code,
             Err(e) => {
@@ -202,7 +206,9 @@ async fn run(command: Command) -> Result<i32> {
                     }
                 }
                 PolicyAction::Check { policy: name } => {
-                    print!("{}", policy::check(&Policy::load(&name)?)?);
+                    let loaded = Policy::load(&name)?;
+                    cordon::parser::check_policy_examples(&loaded).await?;
+                    print!("{}", policy::check(&loaded)?);
                 }
                 PolicyAction::Explain { policy: name } => {
                     print!("{}", policy::explain(&Policy::load(&name)?));
@@ -210,7 +216,9 @@ async fn run(command: Command) -> Result<i32> {
             }
             Ok(0)
         }
-        Command::Probe { .. } => unreachable!("handled before the runtime starts"),
+        Command::Probe { .. } | Command::ParseWorker => {
+            unreachable!("handled before the runtime starts")
+        }
     }
 }
 
@@ -243,9 +251,11 @@ async fn serve(
     let workspace = cordon::workspace::Workspace::open(&root)?;
     // Created up front so `.cordon` exists, and is protected, before the first command runs.
     workspace.spill_dir()?;
+    // The parser worker is this binary: children must be able to execute it.
+    let parser_program = cordon::parser::worker_program()?;
     let options = ConfineOptions {
         allow_degraded,
-        ..Default::default()
+        extra_read_exec: vec![parser_program.clone()],
     };
     let confinement = Arc::new(Confinement::build(&policy, workspace.root(), &options)?);
     let enforcement = confinement.enforcement().clone();
@@ -263,7 +273,13 @@ async fn serve(
         None => None,
     };
     let executor = Arc::new(Executor::new(confinement, &policy));
-    let lint = cordon::lint::Linting::for_policy(&policy, Some(Arc::clone(&executor)))?;
+    let parser =
+        cordon::parser::start(Arc::clone(&executor), parser_program, &policy.commands).await?;
+    let lint = cordon::lint::Linting::for_policy(
+        &policy,
+        Some(Arc::clone(&executor)),
+        Some(Arc::clone(&parser)),
+    )?;
     let mut protected = policy.filesystem.protected.clone();
     if let Ok(policy_file) = std::path::Path::new(&policy.origin).canonicalize()
         && let Ok(inside) = policy_file.strip_prefix(workspace.root())
@@ -275,6 +291,7 @@ async fn serve(
         executor,
         interpreter,
         lint,
+        parser,
         slots: tokio::sync::Semaphore::new(policy.server.max_concurrent_calls),
         file_lock: tokio::sync::Mutex::new(()),
         protected,
