@@ -378,9 +378,18 @@ mod tests {
             LintReport::from_diagnostics(vec!["syntax".into(), "ruff".into()], vec![]).summary(5),
             "lint: clean (syntax, ruff)"
         );
-        let issues = LintReport::from_diagnostics(vec!["syntax".into()], vec![diag(1, Severity::Error, true)])
-            .with_skipped(vec![ruff_missing]);
-        assert!(issues.summary(5).ends_with("\n  not run: ruff: not installed"), "{}", issues.summary(5));
+        let issues = LintReport::from_diagnostics(
+            vec!["syntax".into()],
+            vec![diag(1, Severity::Error, true)],
+        )
+        .with_skipped(vec![ruff_missing]);
+        assert!(
+            issues
+                .summary(5)
+                .ends_with("\n  not run: ruff: not installed"),
+            "{}",
+            issues.summary(5)
+        );
         assert_eq!(
             LintReport::skipped("no linter for .txt").summary(5),
             "lint: skipped: no linter for .txt"

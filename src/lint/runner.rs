@@ -258,7 +258,8 @@ impl Linting {
                 name: SYNTAX.into(),
                 reason: reason.clone(),
             });
-            f.problems.push(format!("syntax check unavailable: {reason}"));
+            f.problems
+                .push(format!("syntax check unavailable: {reason}"));
         };
         let Some(parser) = &self.parser else {
             skip(&mut f, "no parser worker in this process".into());
@@ -274,7 +275,10 @@ impl Linting {
                 old = Some(diagnostics);
             }
         }
-        match parser.syntax(lang, after, Some(after_key), before_key).await {
+        match parser
+            .syntax(lang, after, Some(after_key), before_key)
+            .await
+        {
             Ok(SyntaxOutcome::Checked { diagnostics, .. }) => {
                 f.ran.push(SYNTAX.to_owned());
                 f.fresh.push((SYNTAX.to_owned(), diagnostics.clone()));
@@ -289,7 +293,10 @@ impl Linting {
                 ),
             }),
             Ok(SyntaxOutcome::Grammar { detail }) => {
-                skip(&mut f, format!("the {} grammar does not load: {detail}", lang.name()));
+                skip(
+                    &mut f,
+                    format!("the {} grammar does not load: {detail}", lang.name()),
+                );
             }
             Err(e) => skip(&mut f, e.to_string()),
         }

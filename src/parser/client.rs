@@ -12,9 +12,7 @@
 //! Nothing the worker sends is trusted: frames are bounded by `protocol`, answers must carry
 //! the id of the request, and its stderr is kept only as a short, cleaned tail for messages.
 
-use super::protocol::{
-    self, MAX_LINES, MAX_TEXT, ProtocolError, Request, Response, SyntaxOutcome,
-};
+use super::protocol::{self, MAX_LINES, MAX_TEXT, ProtocolError, Request, Response, SyntaxOutcome};
 use crate::confine::CallLimits;
 use crate::exec::{ConfinedWorker, Executor, WorkerSpec, signal_name};
 use crate::lint::SyntaxLanguage;
@@ -148,7 +146,12 @@ impl ParserClient {
 
     /// The running worker's pid, if one runs (for tests and diagnostics).
     pub async fn worker_pid(&self) -> Option<u32> {
-        self.state.lock().await.live.as_ref().and_then(|l| l.proc.pid())
+        self.state
+            .lock()
+            .await
+            .live
+            .as_ref()
+            .and_then(|l| l.proc.pid())
     }
 
     /// The syntax check of `text`. `remember` keeps its tree in the worker under that key;

@@ -82,8 +82,7 @@ fn allowlist() -> Result<BpfProgram, LockdownError> {
             SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, own_pid)
                 .map_err(|e| LockdownError::Seccomp(e.to_string()))?;
         Ok(vec![
-            SeccompRule::new(vec![condition])
-                .map_err(|e| LockdownError::Seccomp(e.to_string()))?,
+            SeccompRule::new(vec![condition]).map_err(|e| LockdownError::Seccomp(e.to_string()))?,
         ])
     };
     rules.insert(i64::from(libc::SYS_tgkill), to_self()?);

@@ -95,11 +95,20 @@ impl Request {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Response {
-    Syntax { id: u64, outcome: SyntaxOutcome },
+    Syntax {
+        id: u64,
+        outcome: SyntaxOutcome,
+    },
     /// One analysis per requested line, in order.
-    Commands { id: u64, analyses: Vec<Analysis> },
+    Commands {
+        id: u64,
+        analyses: Vec<Analysis>,
+    },
     /// The request could not be understood (bad frame, wrong version, over a bound).
-    Error { id: u64, message: String },
+    Error {
+        id: u64,
+        message: String,
+    },
 }
 
 impl Response {

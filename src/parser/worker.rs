@@ -167,7 +167,9 @@ mod tests {
     #[test]
     fn incremental_answers_equal_fresh_ones() {
         let mut trees = Trees::default();
-        let base: String = (0..100).map(|i| format!("def f{i}():\n    return {i}\n")).collect();
+        let base: String = (0..100)
+            .map(|i| format!("def f{i}():\n    return {i}\n"))
+            .collect();
         let edited = base.replacen("return 7", "return (7", 1);
         let ask = |trees: &mut Trees, text: &str, remember, previous| {
             answer(
@@ -183,20 +185,22 @@ mod tests {
         };
         ask(&mut trees, &base, Some(1), None);
         let Response::Syntax {
-            outcome: SyntaxOutcome::Checked {
-                diagnostics: inc,
-                incremental: true,
-            },
+            outcome:
+                SyntaxOutcome::Checked {
+                    diagnostics: inc,
+                    incremental: true,
+                },
             ..
         } = ask(&mut trees, &edited, Some(2), Some(1))
         else {
             panic!("the remembered tree was not reused");
         };
         let Response::Syntax {
-            outcome: SyntaxOutcome::Checked {
-                diagnostics: fresh,
-                incremental: false,
-            },
+            outcome:
+                SyntaxOutcome::Checked {
+                    diagnostics: fresh,
+                    incremental: false,
+                },
             ..
         } = ask(&mut Trees::default(), &edited, None, Some(1))
         else {

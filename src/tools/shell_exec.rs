@@ -85,7 +85,11 @@ pub async fn assess(ctx: &ToolContext, args: &ShellExecArgs) -> Verdict {
             reason: None,
         };
     }
-    match ctx.parser.analyze(std::slice::from_ref(&args.command)).await {
+    match ctx
+        .parser
+        .analyze(std::slice::from_ref(&args.command))
+        .await
+    {
         Ok(mut analyses) if analyses.len() == 1 => rules.decide(&analyses.remove(0)),
         Ok(_) => rules.decide_unanalysed(&args.command, "the analysis came back empty"),
         Err(e) => rules.decide_unanalysed(&args.command, &e.to_string()),

@@ -14,5 +14,6 @@ mod lint_introduced;
 mod lint_parsers;
 mod lint_syntax;
 mod mcp_rmcp_client;
+mod parser_worker;
 mod python_e2e;
 mod workspace;
