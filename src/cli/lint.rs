@@ -44,7 +44,6 @@ pub async fn run(
     let options = ConfineOptions {
         allow_degraded,
         extra_read_exec: vec![program.clone()],
-        ..Default::default()
     };
     let confinement = Arc::new(Confinement::build(policy, ws.root(), &options)?);
     let executor = Arc::new(Executor::new(confinement, policy));

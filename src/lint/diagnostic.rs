@@ -132,8 +132,8 @@ pub struct LintReport {
     /// Names of the checks that ran (`syntax`, `ruff`, ...).
     pub linters: Vec<String>,
     pub diagnostics: Vec<Diagnostic>,
-    /// Configured checks for this file type that did not run, with the reason.
-    #[serde(default)]
+    /// Configured checks for this file type that did not run, with the reason. Always
+    /// present (required in the output schema), empty when everything configured ran.
     pub skipped: Vec<SkippedCheck>,
     /// Why the status is `unavailable` or `skipped`; absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -70,10 +70,8 @@ pub fn apply() -> Result<(), LockdownError> {
 fn allowlist() -> Result<BpfProgram, LockdownError> {
     let arch = TargetArch::try_from(std::env::consts::ARCH)
         .map_err(|e| LockdownError::Seccomp(e.to_string()))?;
-    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = ALLOWED
-        .iter()
-        .map(|&nr| (i64::from(nr), Vec::new()))
-        .collect();
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
+        ALLOWED.iter().map(|&nr| (nr, Vec::new())).collect();
     // `abort()` (a grammar's failed assertion) signals its own process; no other process may
     // be signalled, so the first argument must be our own pid.
     let own_pid = u64::from(std::process::id());
@@ -85,8 +83,8 @@ fn allowlist() -> Result<BpfProgram, LockdownError> {
             SeccompRule::new(vec![condition]).map_err(|e| LockdownError::Seccomp(e.to_string()))?,
         ])
     };
-    rules.insert(i64::from(libc::SYS_tgkill), to_self()?);
-    rules.insert(i64::from(libc::SYS_kill), to_self()?);
+    rules.insert(libc::SYS_tgkill, to_self()?);
+    rules.insert(libc::SYS_kill, to_self()?);
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Errno(libc::EPERM as u32),

@@ -44,10 +44,10 @@ impl Trees {
         if text.len() > TREE_TEXT_BYTES / 4 {
             return;
         }
-        if let Some(i) = self.entries.iter().position(|(k, _, _)| *k == key) {
-            if let Some((_, old, _)) = self.entries.remove(i) {
-                self.bytes -= old.len();
-            }
+        if let Some(i) = self.entries.iter().position(|(k, _, _)| *k == key)
+            && let Some((_, old, _)) = self.entries.remove(i)
+        {
+            self.bytes -= old.len();
         }
         self.bytes += text.len();
         self.entries.push_back((key, text, tree));

@@ -385,3 +385,49 @@ install_hint = "pip install ruff"
         "`clean` says it was the syntax check only and what did not run: {text}"
     );
 }
+
+/// Workers that die as soon as they start are not restarted without end: after
+/// `MAX_STARTS` starts within the window, requests fail at once with a reason that says so.
+#[tokio::test]
+async fn parser_restart_storm_is_bounded() {
+    use cordon::parser::client::MAX_STARTS;
+    use cordon::parser::{ParserClient, ParserConfig, ParserError};
+    if skip("parser_restart_storm_is_bounded", Need::LandlockSeccomp) {
+        return;
+    }
+    let policy = cordon::policy::Policy::builtin_default();
+    let ws = tempfile::tempdir().unwrap();
+    let root = ws.path().canonicalize().unwrap();
+    let confinement = cordon::confine::Confinement::build(
+        &policy,
+        &root,
+        &cordon::confine::ConfineOptions::default(),
+    )
+    .expect("confinement");
+    let executor = std::sync::Arc::new(cordon::exec::Executor::new(
+        std::sync::Arc::new(confinement),
+        &policy,
+    ));
+    // A "worker" that exits at once without reading a byte: every request finds it dead.
+    let client = ParserClient::new(executor, "/bin/true".into(), ParserConfig::default());
+    let lines = vec!["ls".to_owned()];
+    let mut crashes = 0;
+    for _ in 0..MAX_STARTS {
+        match client.analyze(&lines).await {
+            Err(ParserError::Crashed(_)) => crashes += 1,
+            other => panic!("a dead worker cannot answer: {other:?}"),
+        }
+    }
+    assert_eq!(crashes, MAX_STARTS);
+    let started = Instant::now();
+    match client.analyze(&lines).await {
+        Err(e @ ParserError::RestartStorm { .. }) => {
+            assert!(e.to_string().contains("not started again"), "{e}");
+        }
+        other => panic!("the restart bound did not hold: {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "refused without a start"
+    );
+}
