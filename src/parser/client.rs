@@ -324,9 +324,16 @@ impl ParserClient {
         let sink = Arc::clone(&tail);
         tokio::spawn(async move {
             let mut buf = [0u8; 1024];
+            // What the worker says (e.g. that its own lockdown failed) reaches the server's
+            // log, but only its first few KiB: a subverted worker must not flood it.
+            let mut logged = 0;
             while let Ok(n) = stderr.read(&mut buf).await {
                 if n == 0 {
                     break;
+                }
+                if logged < STDERR_TAIL {
+                    logged += n;
+                    tracing::warn!("parser worker says: {}", last_line(&buf[..n]));
                 }
                 if let Ok(mut t) = sink.lock() {
                     t.extend(&buf[..n]);

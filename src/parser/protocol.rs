@@ -128,7 +128,8 @@ pub enum SyntaxOutcome {
     /// The grammar ran; an empty list means it accepted the text.
     Checked {
         diagnostics: Vec<Diagnostic>,
-        /// True when the remembered tree of `previous` was reused.
+        /// True when the worker still had the remembered tree of `previous` (it reuses it
+        /// unless most of the text changed, where a fresh parse is cheaper).
         incremental: bool,
     },
     /// The parse exceeded its budget.

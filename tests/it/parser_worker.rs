@@ -269,6 +269,22 @@ fn parser_worker_killed_mid_request_is_restarted() {
     let workers = workers_with(&token);
     assert_eq!(workers.len(), 1, "one parser worker runs: {workers:?}");
     let first = workers[0];
+    // The worker confined itself on top of the executor's confinement: a second seccomp
+    // filter (its allowlist) and no new privileges.
+    let status = std::fs::read_to_string(format!("/proc/{first}/status")).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(str::trim)
+            .unwrap_or("")
+            .to_owned()
+    };
+    assert_eq!(field("NoNewPrivs:"), "1", "{status}");
+    assert!(
+        field("Seccomp_filters:").parse::<u32>().unwrap_or(0) >= 2,
+        "the worker's own seccomp allowlist is missing: {status}"
+    );
     // A request the worker will not finish (it stops at the marker), killed from outside
     // while the server waits for its answer.
     let id = server.next_id;
