@@ -1,5 +1,7 @@
 //! Measures the embedded syntax check on a generated 1,000-line Python file (and a few other
-//! languages), plus `mark_introduced` on the same file. Run with
+//! languages), plus `mark_introduced` on the same file, and the same check through the
+//! confined parser worker (what the server does: the request over a pipe, the parse in the
+//! worker, the answer back), fresh and as an incremental one-line edit. Run with
 //! `cargo bench --bench syntax`.
 
 use cordon::lint::syntax::{SyntaxLanguage, check_syntax};
@@ -146,4 +148,55 @@ fn main() {
         mark_introduced(Some(&py), &edited, &old_diags, &mut new_diags);
     });
     assert!(new_diags.iter().all(|d| !d.introduced));
+
+    through_the_worker(&py);
+}
+
+/// The syntax check as the server runs it: through the confined parser worker.
+fn through_the_worker(py: &str) {
+    use cordon::parser::protocol::SyntaxOutcome;
+    use cordon::parser::{ParserClient, ParserConfig};
+    use std::sync::Arc;
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let ws = tempfile::tempdir().expect("workspace");
+    let root = ws.path().canonicalize().expect("workspace path");
+    let program = std::path::PathBuf::from(env!("CARGO_BIN_EXE_cordon"));
+    let policy = cordon::policy::Policy::builtin_default();
+    let options = cordon::confine::ConfineOptions {
+        allow_degraded: true,
+        extra_read_exec: vec![program.clone()],
+        init_program: Some(program.clone()),
+    };
+    let Ok(confinement) = cordon::confine::Confinement::build(&policy, &root, &options) else {
+        println!("parser worker series skipped: no confinement on this machine");
+        return;
+    };
+    let executor = Arc::new(cordon::exec::Executor::new(Arc::new(confinement), &policy));
+    let client = ParserClient::new(executor, program, ParserConfig::default());
+    let check = |text: &str, remember, previous| {
+        let outcome = runtime
+            .block_on(client.syntax(SyntaxLanguage::Python, text, remember, previous))
+            .expect("the worker answers");
+        assert!(
+            matches!(outcome, SyntaxOutcome::Checked { .. }),
+            "{outcome:?}"
+        );
+    };
+    measure("worker: python 1000 lines, fresh parse", 300, || {
+        check(py, None, None)
+    });
+    let a = py.to_owned();
+    let b = py.replacen("self.name = name", "self.name = name  # edited", 1);
+    check(&a, Some(1), None);
+    check(&b, Some(2), Some(1));
+    let mut flip = false;
+    measure("worker: python 1000 lines, one-line edit", 300, || {
+        flip = !flip;
+        // Each edit is re-parsed from the tree of the text before it.
+        if flip {
+            check(&a, Some(1), Some(2))
+        } else {
+            check(&b, Some(2), Some(1))
+        }
+    });
 }

@@ -28,6 +28,7 @@ pub mod exec;
 pub mod files;
 pub mod interpreter;
 pub mod lint;
+pub mod parser;
 pub mod policy;
 pub mod server;
 pub mod shape;

@@ -104,6 +104,9 @@ enum Command {
         /// Its argument, if it takes one.
         arg: Option<String>,
     },
+    /// The confined parser worker the server starts (frames on stdin/stdout; not for people).
+    #[command(hide = true, name = "__parse-worker")]
+    ParseWorker,
 }
 
 #[derive(Subcommand)]
@@ -144,6 +147,7 @@ fn main() {
     let cli = Cli::parse();
     let code = match cli.command {
         Command::Probe { name, arg } => cordon::confine::selftest::run(&name, arg.as_deref()),
+        Command::ParseWorker => cordon::parser::worker::run(),
         command => match runtime().and_then(|rt| {
             let result = rt.block_on(run(command));
             // rmcp reads stdin on a blocking thread; after SIGTERM that read never ends, and
@@ -259,7 +263,9 @@ async fn run(command: Command) -> Result<i32> {
                     }
                 }
                 PolicyAction::Check { policy: name } => {
-                    print!("{}", policy::check(&Policy::load(&name)?)?);
+                    let loaded = Policy::load(&name)?;
+                    cordon::parser::check_policy_examples(&loaded).await?;
+                    print!("{}", policy::check(&loaded)?);
                 }
                 PolicyAction::Explain { policy: name } => {
                     print!("{}", policy::explain(&Policy::load(&name)?));
@@ -267,7 +273,9 @@ async fn run(command: Command) -> Result<i32> {
             }
             Ok(0)
         }
-        Command::Probe { .. } => unreachable!("handled before the runtime starts"),
+        Command::Probe { .. } | Command::ParseWorker => {
+            unreachable!("handled before the runtime starts")
+        }
     }
 }
 
@@ -289,7 +297,7 @@ async fn serve(
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .init();
-    let server = match start(workspace, policy, audit_log, allow_degraded) {
+    let server = match start(workspace, policy, audit_log, allow_degraded).await {
         Ok(server) => server,
         Err(e) => {
             // One line a host shows, then the same reason as the answer to `initialize`.
@@ -311,7 +319,7 @@ async fn serve(
 
 /// Everything `serve` needs before it reads its first message; any failure here is a start
 /// failure (see `cordon::server::failed_start`).
-fn start(
+async fn start(
     workspace: Option<PathBuf>,
     policy: &str,
     audit_log: Option<PathBuf>,
@@ -322,9 +330,12 @@ fn start(
     let workspace = cordon::workspace::Workspace::open(&root)?;
     // Created up front so `.cordon` exists, and is protected, before the first command runs.
     workspace.spill_dir()?;
+    // The parser worker is this binary: children must be able to execute it.
+    let parser_program = cordon::parser::worker_program()?;
     let options = ConfineOptions {
         allow_degraded,
-        ..Default::default()
+        extra_read_exec: vec![parser_program.clone()],
+        ..ConfineOptions::default()
     };
     let confinement = Arc::new(Confinement::build(&policy, workspace.root(), &options)?);
     let enforcement = confinement.enforcement().clone();
@@ -349,7 +360,13 @@ fn start(
         None => None,
     };
     let executor = Arc::new(Executor::new(confinement, &policy));
-    let lint = cordon::lint::Linting::for_policy(&policy, Some(Arc::clone(&executor)))?;
+    let parser =
+        cordon::parser::start(Arc::clone(&executor), parser_program, &policy.commands).await?;
+    let lint = cordon::lint::Linting::for_policy(
+        &policy,
+        Some(Arc::clone(&executor)),
+        Some(Arc::clone(&parser)),
+    )?;
     // The policy's list plus every policy file (the whole `extends` chain) in the workspace.
     let protected = cordon::tools::protected_paths(&policy, workspace.root());
     let interpreter = cordon::interpreter::SessionManager::new(Arc::clone(&executor), &policy)?;
@@ -357,6 +374,7 @@ fn start(
         executor,
         interpreter,
         lint,
+        parser,
         slots: tokio::sync::Semaphore::new(policy.server.max_concurrent_calls),
         file_lock: tokio::sync::Mutex::new(()),
         protected,

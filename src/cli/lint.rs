@@ -4,6 +4,7 @@
 use crate::confine::{ConfineOptions, Confinement};
 use crate::exec::Executor;
 use crate::lint::{LintReport, LintStatus, Linting};
+use crate::parser::{ParserClient, ParserConfig};
 use crate::policy::Policy;
 use crate::workspace::Workspace;
 use std::path::{Path, PathBuf};
@@ -36,13 +37,23 @@ pub async fn run(
     allow_degraded: bool,
 ) -> Result<Vec<FileLint>, LintCliError> {
     let ws = Workspace::open(workspace)?;
+    let program = crate::parser::worker_program().map_err(|e| LintCliError::File {
+        path: "cordon".into(),
+        message: format!("cannot find this program's own binary for the parser worker: {e}"),
+    })?;
     let options = ConfineOptions {
         allow_degraded,
-        ..Default::default()
+        extra_read_exec: vec![program.clone()],
+        ..ConfineOptions::default()
     };
     let confinement = Arc::new(Confinement::build(policy, ws.root(), &options)?);
     let executor = Arc::new(Executor::new(confinement, policy));
-    let linting = Linting::for_policy(policy, Some(executor))?;
+    let parser = Arc::new(ParserClient::new(
+        Arc::clone(&executor),
+        program,
+        ParserConfig::default(),
+    ));
+    let linting = Linting::for_policy(policy, Some(executor), Some(parser))?;
     let mut out = Vec::new();
     for file in files {
         let shown = file.display().to_string();

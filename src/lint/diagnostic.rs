@@ -116,6 +116,15 @@ pub enum LintStatus {
     Skipped,
 }
 
+/// A configured check that did not run on this file, and why (not installed, with how to
+/// install it; crashed; timed out; too slow).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SkippedCheck {
+    /// The linter's name as configured (`ruff`), or `syntax` for the embedded check.
+    pub name: String,
+    pub reason: String,
+}
+
 /// The `lint` object of `write_file` / `edit_file` results.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LintReport {
@@ -123,6 +132,9 @@ pub struct LintReport {
     /// Names of the checks that ran (`syntax`, `ruff`, ...).
     pub linters: Vec<String>,
     pub diagnostics: Vec<Diagnostic>,
+    /// Configured checks for this file type that did not run, with the reason. Always
+    /// present (required in the output schema), empty when everything configured ran.
+    pub skipped: Vec<SkippedCheck>,
     /// Why the status is `unavailable` or `skipped`; absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -142,8 +154,15 @@ impl LintReport {
             status,
             linters,
             diagnostics,
+            skipped: Vec::new(),
             reason: None,
         }
+    }
+
+    /// The same report, naming the configured checks that did not run.
+    pub fn with_skipped(mut self, skipped: Vec<SkippedCheck>) -> Self {
+        self.skipped = skipped;
+        self
     }
 
     /// A check could not run. Diagnostics that other checks did produce are kept, so a working
@@ -165,6 +184,7 @@ impl LintReport {
             status: LintStatus::Skipped,
             linters: Vec::new(),
             diagnostics: Vec::new(),
+            skipped: Vec::new(),
             reason: Some(reason.into()),
         }
     }
@@ -179,9 +199,23 @@ impl LintReport {
             format!(" ({})", self.linters.join(", "))
         };
         let reason = self.reason.as_deref().unwrap_or("no reason given");
+        // What did not run, so `clean` is never read as more than it is.
+        let not_run = if self.skipped.is_empty() {
+            String::new()
+        } else {
+            let names: Vec<String> = self
+                .skipped
+                .iter()
+                .map(|s| format!("{}: {}", s.name, s.reason))
+                .collect();
+            format!("; not run: {}", names.join("; "))
+        };
         let mut out = match self.status {
-            LintStatus::Clean => return format!("lint: clean{ran}"),
-            LintStatus::Skipped => return format!("lint: skipped: {reason}"),
+            LintStatus::Clean if self.linters.iter().all(|l| l == "syntax") => {
+                return format!("lint: clean (syntax check only; no linter ran){not_run}");
+            }
+            LintStatus::Clean => return format!("lint: clean{ran}{not_run}"),
+            LintStatus::Skipped => return format!("lint: skipped: {reason}{not_run}"),
             LintStatus::Unavailable => format!("lint: unavailable{ran}: {reason}"),
             LintStatus::Issues => String::new(),
         };
@@ -229,6 +263,11 @@ impl LintReport {
                 "\n  pre-existing (not from this edit): {}",
                 count_by_severity(&existing)
             );
+        }
+        if let Some(rest) = not_run.strip_prefix("; ")
+            && self.status == LintStatus::Issues
+        {
+            let _ = write!(out, "\n  {rest}");
         }
         out
     }
@@ -279,7 +318,8 @@ mod tests {
             value,
             json!({"status": "issues", "linters": ["syntax"], "diagnostics": [{
                 "line": 3, "column": 7, "end_line": 3, "end_column": 7, "severity": "error",
-                "code": null, "message": "missing `)`", "source": "syntax", "introduced": false}]})
+                "code": null, "message": "missing `)`", "source": "syntax", "introduced": false}],
+                "skipped": []})
         );
         let back: LintReport = serde_json::from_value(value).unwrap();
         assert_eq!(back, report);
@@ -322,7 +362,33 @@ mod tests {
     fn summary_of_other_statuses() {
         assert_eq!(
             LintReport::from_diagnostics(vec!["syntax".into()], vec![]).summary(5),
-            "lint: clean (syntax)"
+            "lint: clean (syntax check only; no linter ran)"
+        );
+        let ruff_missing = SkippedCheck {
+            name: "ruff".into(),
+            reason: "not installed".into(),
+        };
+        assert_eq!(
+            LintReport::from_diagnostics(vec!["syntax".into()], vec![])
+                .with_skipped(vec![ruff_missing.clone()])
+                .summary(5),
+            "lint: clean (syntax check only; no linter ran); not run: ruff: not installed"
+        );
+        assert_eq!(
+            LintReport::from_diagnostics(vec!["syntax".into(), "ruff".into()], vec![]).summary(5),
+            "lint: clean (syntax, ruff)"
+        );
+        let issues = LintReport::from_diagnostics(
+            vec!["syntax".into()],
+            vec![diag(1, Severity::Error, true)],
+        )
+        .with_skipped(vec![ruff_missing]);
+        assert!(
+            issues
+                .summary(5)
+                .ends_with("\n  not run: ruff: not installed"),
+            "{}",
+            issues.summary(5)
         );
         assert_eq!(
             LintReport::skipped("no linter for .txt").summary(5),

@@ -1,17 +1,20 @@
-//! The lint pipeline run after every write and edit: the embedded syntax check plus the
-//! policy's external linters, each run **confined** like any shell command (a workspace
-//! config can make a linter load plugins: that is code execution), then `introduced` marking.
+//! The lint pipeline run after every write and edit: the syntax check (tree-sitter, in the
+//! confined parser worker) plus the policy's external linters, each run **confined** like any
+//! shell command (a workspace config can make a linter load plugins: that is code execution),
+//! then `introduced` marking.
 //!
 //! Owns choosing which checks apply, running them with their timeout, and folding their
-//! results into one [`LintReport`] that never claims "clean" when a check did not run.
-//! Parsing output is `parsers`, the syntax check `syntax`, the marking `introduced`.
+//! results into one [`LintReport`] that never claims "clean" when a check did not run, and
+//! names every configured check that did not (`skipped`). Parsing output is `parsers`, the
+//! grammars run in `crate::parser`'s worker, the marking is `introduced`. This module never
+//! calls a grammar itself: the server process must not run their C code.
 
+use super::diagnostic::SkippedCheck;
 use super::parsers::{CompiledLinter, LinterConfig, ParseError};
-use super::syntax::{ParsedSource, check_syntax_edited, check_syntax_keeping_tree};
-use super::{
-    Diagnostic, LintReport, SyntaxCheckError, check_syntax, detect_language, mark_introduced,
-};
+use super::{Diagnostic, LintReport, SyntaxLanguage, detect_language, mark_introduced};
 use crate::exec::{CaptureSpec, ExecRequest, Executor};
+use crate::parser::ParserClient;
+use crate::parser::protocol::SyntaxOutcome;
 use crate::policy::LintPolicy;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -27,7 +30,8 @@ const CACHE_ENTRIES: usize = 64;
 
 /// Diagnostics per check for recently linted contents, keyed by path and content hash. A
 /// stale entry (a linter config changed in between) can only affect `introduced`, never the
-/// diagnostics reported, which always come from a fresh run on the new content.
+/// diagnostics reported, which always come from a fresh run on the new content. The same key
+/// names the content's syntax tree in the parser worker, for an incremental re-parse.
 #[derive(Default)]
 struct ResultCache {
     entries: std::sync::Mutex<std::collections::VecDeque<(u64, Remembered)>>,
@@ -35,14 +39,7 @@ struct ResultCache {
 
 /// Diagnostics of one content, per check (`syntax`, `ruff`, …).
 type CheckResults = Vec<(String, Vec<Diagnostic>)>;
-
-/// What is remembered of one content: its diagnostics per check and its syntax tree (for an
-/// incremental re-parse of the next edit).
-#[derive(Clone, Default)]
-struct Remembered {
-    results: std::collections::HashMap<String, Vec<Diagnostic>>,
-    tree: Option<ParsedSource>,
-}
+type Remembered = std::collections::HashMap<String, Vec<Diagnostic>>;
 
 impl ResultCache {
     fn get(&self, key: &u64) -> Option<Remembered> {
@@ -54,14 +51,13 @@ impl ResultCache {
             .map(|(_, v)| v.clone())
     }
 
-    fn put(&self, key: u64, results: CheckResults, tree: Option<ParsedSource>) {
+    fn put(&self, key: u64, results: CheckResults) {
         if let Ok(mut entries) = self.entries.lock() {
             entries.retain(|(k, _)| *k != key);
             if entries.len() >= CACHE_ENTRIES {
                 entries.pop_front();
             }
-            let results = results.into_iter().collect();
-            entries.push_back((key, Remembered { results, tree }));
+            entries.push_back((key, results.into_iter().collect()));
         }
     }
 }
@@ -86,15 +82,43 @@ pub struct Linting {
     cache: ResultCache,
     linters: Vec<ExternalLinter>,
     executor: Option<Arc<Executor>>,
+    parser: Option<Arc<ParserClient>>,
+}
+
+/// What one group of checks (the syntax check, or the external linters) contributed.
+#[derive(Default)]
+struct Findings {
+    ran: Vec<String>,
+    problems: Vec<String>,
+    skipped: Vec<SkippedCheck>,
+    new_diags: Vec<Diagnostic>,
+    old_diags: Vec<Diagnostic>,
+    /// Diagnostics of linters that could not see the old content: judged by changed lines.
+    unpaired: Vec<Diagnostic>,
+    fresh: CheckResults,
+}
+
+impl Findings {
+    fn merge(&mut self, other: Findings) {
+        self.ran.extend(other.ran);
+        self.problems.extend(other.problems);
+        self.skipped.extend(other.skipped);
+        self.new_diags.extend(other.new_diags);
+        self.old_diags.extend(other.old_diags);
+        self.unpaired.extend(other.unpaired);
+        self.fresh.extend(other.fresh);
+    }
 }
 
 impl Linting {
     /// Compiles the policy's linters and finds their commands on `search_path` (the sandbox's
-    /// PATH). Without an executor only the embedded syntax check runs.
+    /// PATH). Without an executor no external linter runs; without a parser client no syntax
+    /// check does (both are then reported in `skipped`).
     pub fn new(
         policy: &LintPolicy,
         search_path: &str,
         executor: Option<Arc<Executor>>,
+        parser: Option<Arc<ParserClient>>,
     ) -> Result<Self, ParseError> {
         let linters = policy
             .linters
@@ -111,6 +135,7 @@ impl Linting {
             cache: ResultCache::default(),
             linters,
             executor,
+            parser,
         })
     }
 
@@ -119,6 +144,7 @@ impl Linting {
     pub fn for_policy(
         policy: &crate::policy::Policy,
         executor: Option<Arc<Executor>>,
+        parser: Option<Arc<ParserClient>>,
     ) -> Result<Self, ParseError> {
         let home = std::env::var("HOME").unwrap_or_default();
         let search_path = policy
@@ -127,7 +153,7 @@ impl Linting {
             .get("PATH")
             .map(|p| p.replace("{home}", &home))
             .unwrap_or_default();
-        Self::new(&policy.lint, &search_path, executor)
+        Self::new(&policy.lint, &search_path, executor, parser)
     }
 
     /// Names of the external linters that will run for files they apply to.
@@ -151,54 +177,141 @@ impl Linting {
                 self.policy.max_file_bytes / 1024
             ));
         }
-        let mut ran = Vec::new();
-        let mut problems = Vec::new();
-        let mut skipped = Vec::new();
-        let mut new_diags: Vec<Diagnostic> = Vec::new();
-        let mut old_diags: Vec<Diagnostic> = Vec::new();
-        // Diagnostics of linters that could not see the old content: judged by changed lines.
-        let mut unpaired: Vec<Diagnostic> = Vec::new();
-
         // What the checks said about the previous content, when it was the content of an
         // earlier check of this file (the usual edit-after-edit case): saves a second parse
         // and a second linter run per write.
         let after_key = content_key(path, after);
-        let cached_before = before.and_then(|b| self.cache.get(&content_key(path, b)));
-        let mut fresh: CheckResults = Vec::new();
+        let before_key = before.map(|b| content_key(path, b));
+        let cached_before = before_key.and_then(|k| self.cache.get(&k));
 
-        // The syntax check runs on the blocking pool while the external linters run, so a
-        // write costs the slower of the two, not their sum.
-        let syntax = self
+        let language = self
             .policy
             .syntax
             .then(|| detect_language(Path::new(path), after))
-            .flatten()
-            .map(|lang| {
-                let cached_old = cached_before
-                    .as_ref()
-                    .and_then(|c| c.results.get(SYNTAX).cloned());
-                // With the previous content's tree, only the edited region is re-parsed.
-                let old_tree = cached_before
-                    .as_ref()
-                    .and_then(|c| c.tree.clone())
-                    .filter(|t| t.language() == lang)
-                    .zip(before.map(str::to_owned));
-                let a = after.to_owned();
-                let new_task = tokio::task::spawn_blocking(move || match old_tree {
-                    Some((tree, old_text)) => check_syntax_edited(&tree, &old_text, &a),
-                    None => check_syntax_keeping_tree(lang, &a),
-                });
-                // The old content is parsed on the other core while the new one is.
-                let old_task = match (&cached_old, before) {
-                    (None, Some(b)) => {
-                        let b = b.to_owned();
-                        Some(tokio::task::spawn_blocking(move || check_syntax(lang, &b)))
-                    }
-                    _ => None,
-                };
-                (lang, new_task, old_task, cached_old)
-            });
+            .flatten();
+        // The syntax check (in the parser worker) runs while the external linters run, so a
+        // write costs the slower of the two, not their sum.
+        let syntax = async {
+            match language {
+                Some(lang) => {
+                    self.syntax_check(lang, before, after, after_key, before_key, &cached_before)
+                        .await
+                }
+                None => Findings::default(),
+            }
+        };
+        let external = self.external_linters(path, before, after, &cached_before);
+        let (mut all, external) = tokio::join!(syntax, external);
+        all.merge(external);
 
+        let Findings {
+            ran,
+            problems,
+            skipped,
+            mut new_diags,
+            old_diags,
+            mut unpaired,
+            fresh,
+        } = all;
+        self.cache.put(after_key, fresh);
+
+        mark_introduced(before, after, &old_diags, &mut new_diags);
+        // A second line diff only when some linter could not see the old content.
+        if let (Some(old_text), false) = (before, unpaired.is_empty()) {
+            let changed = changed_lines(old_text, after);
+            for d in &mut unpaired {
+                d.introduced = (d.line..=d.end_line.max(d.line)).any(|l| changed.contains(&l));
+            }
+        }
+        new_diags.extend(unpaired);
+
+        if !problems.is_empty() {
+            return LintReport::unavailable(ran, new_diags, problems.join("; "))
+                .with_skipped(skipped);
+        }
+        if ran.is_empty() {
+            let reason = if skipped.is_empty() {
+                format!("no syntax check or linter is configured for `{path}`")
+            } else {
+                "no configured check could run".to_owned()
+            };
+            return LintReport::skipped(reason).with_skipped(skipped);
+        }
+        LintReport::from_diagnostics(ran, new_diags).with_skipped(skipped)
+    }
+
+    /// The syntax check of `after` (and of `before` when its result is not remembered), in
+    /// the parser worker. The old content is checked first and remembered, so the new one is
+    /// an incremental re-parse of it.
+    async fn syntax_check(
+        &self,
+        lang: SyntaxLanguage,
+        before: Option<&str>,
+        after: &str,
+        after_key: u64,
+        before_key: Option<u64>,
+        cached_before: &Option<Remembered>,
+    ) -> Findings {
+        let mut f = Findings::default();
+        let skip = |f: &mut Findings, reason: String| {
+            f.skipped.push(SkippedCheck {
+                name: SYNTAX.into(),
+                reason: reason.clone(),
+            });
+            f.problems
+                .push(format!("syntax check unavailable: {reason}"));
+        };
+        let Some(parser) = &self.parser else {
+            skip(&mut f, "no parser worker in this process".into());
+            return f;
+        };
+        let mut old = cached_before.as_ref().and_then(|c| c.get(SYNTAX).cloned());
+        if let (None, Some(b)) = (&old, before) {
+            // Best effort: without the old result every syntax error counts as introduced
+            // only where lines changed (mark_introduced pairs against nothing).
+            if let Ok(SyntaxOutcome::Checked { diagnostics, .. }) =
+                parser.syntax(lang, b, before_key, None).await
+            {
+                old = Some(diagnostics);
+            }
+        }
+        match parser
+            .syntax(lang, after, Some(after_key), before_key)
+            .await
+        {
+            Ok(SyntaxOutcome::Checked { diagnostics, .. }) => {
+                f.ran.push(SYNTAX.to_owned());
+                f.fresh.push((SYNTAX.to_owned(), diagnostics.clone()));
+                f.new_diags.extend(diagnostics);
+                f.old_diags.extend(old.unwrap_or_default());
+            }
+            Ok(SyntaxOutcome::TooSlow { budget_ms }) => f.skipped.push(SkippedCheck {
+                name: SYNTAX.into(),
+                reason: format!(
+                    "the {} parse took longer than {budget_ms} ms and was stopped",
+                    lang.name()
+                ),
+            }),
+            Ok(SyntaxOutcome::Grammar { detail }) => {
+                skip(
+                    &mut f,
+                    format!("the {} grammar does not load: {detail}", lang.name()),
+                );
+            }
+            Err(e) => skip(&mut f, e.to_string()),
+        }
+        f
+    }
+
+    /// Every configured linter that applies to `path`, one after another.
+    async fn external_linters(
+        &self,
+        path: &str,
+        before: Option<&str>,
+        after: &str,
+        cached_before: &Option<Remembered>,
+    ) -> Findings {
+        let mut f = Findings::default();
         let ext = Path::new(path)
             .extension()
             .map(|e| e.to_string_lossy().into_owned())
@@ -210,20 +323,34 @@ impl Linting {
         {
             let config = linter.compiled.config();
             let Some(command) = &linter.command else {
+                let hint = config
+                    .install_hint
+                    .as_deref()
+                    .map(|h| format!("; install it with `{h}`"))
+                    .unwrap_or_default();
+                let reason = format!(
+                    "not installed: `{}` is not on the sandbox PATH{hint}",
+                    config.command
+                );
                 if !config.optional {
-                    problems.push(format!(
-                        "{}: command `{}` not found on the sandbox PATH",
-                        config.name, config.command
-                    ));
+                    f.problems.push(format!("{}: {reason}", config.name));
                 }
+                f.skipped.push(SkippedCheck {
+                    name: config.name.clone(),
+                    reason,
+                });
                 continue;
             };
             let Some(executor) = &self.executor else {
+                f.skipped.push(SkippedCheck {
+                    name: config.name.clone(),
+                    reason: "no confined executor in this process".into(),
+                });
                 continue;
             };
             let cached_old = cached_before
                 .as_ref()
-                .and_then(|c| c.results.get(&config.name).cloned());
+                .and_then(|c| c.get(&config.name).cloned());
             let run_after = self.run_one(executor, command, config, path, after);
             let (after_result, old) = match (config.stdin, before, cached_old) {
                 (true, Some(_), Some(old)) => (run_after.await, Some(old)),
@@ -246,67 +373,33 @@ impl Linting {
                     .map_err(|e| e.to_string())
             }) {
                 Ok(diags) => {
-                    ran.push(config.name.clone());
+                    f.ran.push(config.name.clone());
                     if config.stdin {
-                        fresh.push((config.name.clone(), diags.clone()));
+                        f.fresh.push((config.name.clone(), diags.clone()));
                     }
                     match old {
                         Some(old) => {
-                            new_diags.extend(diags);
-                            old_diags.extend(old);
+                            f.new_diags.extend(diags);
+                            f.old_diags.extend(old);
                         }
-                        None if before.is_some() => unpaired.extend(diags),
-                        None => new_diags.extend(diags),
+                        None if before.is_some() => f.unpaired.extend(diags),
+                        None => f.new_diags.extend(diags),
                     }
                 }
-                Err(reason) => problems.push(reason),
-            }
-        }
-        let mut tree = None;
-        if let Some((lang, new_task, old_task, cached_old)) = syntax {
-            let old = match old_task {
-                Some(t) => t.await.ok().and_then(Result::ok),
-                None => cached_old,
-            };
-            match new_task.await {
-                Ok(Ok((new, parsed))) => {
-                    tree = Some(parsed);
-                    // Listed first: the check every file type has.
-                    ran.insert(0, SYNTAX.to_owned());
-                    fresh.push((SYNTAX.to_owned(), new.clone()));
-                    new_diags.extend(new);
-                    old_diags.extend(old.unwrap_or_default());
+                Err(reason) => {
+                    let why = reason
+                        .strip_prefix(&format!("{}: ", config.name))
+                        .unwrap_or(&reason)
+                        .to_owned();
+                    f.skipped.push(SkippedCheck {
+                        name: config.name.clone(),
+                        reason: why,
+                    });
+                    f.problems.push(reason);
                 }
-                Ok(Err(SyntaxCheckError::TooSlow { .. })) => {
-                    skipped.push(format!("syntax check of {} took too long", lang.name()));
-                }
-                Ok(Err(e)) => problems.push(e.to_string()),
-                Err(e) => problems.push(format!("syntax check crashed: {e}")),
             }
         }
-        self.cache.put(after_key, fresh, tree);
-
-        mark_introduced(before, after, &old_diags, &mut new_diags);
-        // A second line diff only when some linter could not see the old content.
-        if let (Some(old_text), false) = (before, unpaired.is_empty()) {
-            let changed = changed_lines(old_text, after);
-            for d in &mut unpaired {
-                d.introduced = (d.line..=d.end_line.max(d.line)).any(|l| changed.contains(&l));
-            }
-        }
-        new_diags.extend(unpaired);
-
-        if !problems.is_empty() {
-            return LintReport::unavailable(ran, new_diags, problems.join("; "));
-        }
-        if ran.is_empty() {
-            return LintReport::skipped(if skipped.is_empty() {
-                format!("no syntax check or linter is configured for `{path}`")
-            } else {
-                skipped.join("; ")
-            });
-        }
-        LintReport::from_diagnostics(ran, new_diags)
+        f
     }
 
     /// Runs one linter confined on `content`; returns (stdout, exit code) or why it failed.

@@ -34,8 +34,9 @@ pub const MAX_SYNTAX_DIAGNOSTICS: usize = 50;
 /// Longest excerpt quoted in "syntax error near `…`", in characters.
 const EXCERPT_CHARS: usize = 40;
 
-/// The languages with an embedded grammar.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// The languages with an embedded grammar. Serialized as [`SyntaxLanguage::name`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum SyntaxLanguage {
     Python,
     JavaScript,

@@ -266,6 +266,9 @@ fn load_chain(
     // that set the bad value.
     let mut layers: Vec<(String, String, RawPolicy)> = Vec::new();
     let mut sources: Vec<PathBuf> = Vec::new();
+    // Where each command rule was written, child first: its examples are checked later,
+    // through the parser worker, and their errors must still cite the file and line.
+    let mut rule_sites: Vec<(String, String, usize)> = Vec::new();
     let first_origin = first.0.clone();
     let mut next = Some(first);
     while let Some((origin, text, dir)) = next.take() {
@@ -285,12 +288,19 @@ fn load_chain(
         })?;
         if let Some(rules) = raw.commands.rules.clone() {
             // Checked per file, while the text is at hand, so errors cite the file's line.
-            commands::CommandRules::compile(commands::Decision::Allow, rules, Some(&text))
-                .map_err(|e| PolicyError::Invalid {
-                    origin: origin.clone(),
-                    field: "commands.rules",
-                    message: e.to_string(),
-                })?;
+            let compiled =
+                commands::CommandRules::compile(commands::Decision::Allow, rules, Some(&text))
+                    .map_err(|e| PolicyError::Invalid {
+                        origin: origin.clone(),
+                        field: "commands.rules",
+                        message: e.to_string(),
+                    })?;
+            rule_sites.extend(
+                compiled
+                    .rules
+                    .into_iter()
+                    .map(|r| (origin.clone(), r.name, r.line)),
+            );
         }
         next = match raw.extends.as_deref() {
             None => None,
@@ -317,7 +327,7 @@ fn load_chain(
         .fold(default_raw, |base, (_, _, layer)| {
             layer.clone().overlay(base)
         });
-    let mut policy = resolve(merged, origin).map_err(|e| match e {
+    let resolved = resolve(merged, origin).map_err(|e| match e {
         PolicyError::Invalid { field, message, .. } => match layers
             .iter()
             .find_map(|(o, t, _)| field_line(t, field).map(|line| (o.clone(), line)))
@@ -334,9 +344,12 @@ fn load_chain(
             },
         },
         other => other,
-    })?;
-    policy.sources = sources;
-    Ok(policy)
+    });
+    resolved.map(|mut policy| {
+        policy.commands.locate(&rule_sites);
+        policy.sources = sources;
+        policy
+    })
 }
 
 /// Finds the text of a policy reference: a file path (relative to the extending file's
@@ -565,12 +578,16 @@ fn resolve(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
             .map_err(|e| invalid("lint.linters", e.to_string()))?;
     }
 
-    let commands = commands::CommandRules::compile(
+    let mut commands = commands::CommandRules::compile(
         raw.commands.on_unknown.unwrap_or(commands::Decision::Allow),
         raw.commands.rules.unwrap_or_default(),
         None,
     )
     .map_err(|e| invalid("commands.rules", e.to_string()))?;
+    commands.on_analysis_failure = raw
+        .commands
+        .on_analysis_failure
+        .unwrap_or(commands::DEFAULT_ON_ANALYSIS_FAILURE);
     let i = raw.interpreter;
     let python = i.python.ok_or_else(|| missing("interpreter.python"))?;
     if python.trim().is_empty() || python.contains('\0') {
@@ -648,6 +665,7 @@ fn resolve(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
 
 #[cfg(test)]
 mod tests {
+    use super::commands::parse::analyze;
     use super::*;
 
     #[test]
@@ -745,10 +763,13 @@ mod tests {
                 "{expected} missing from {names:?}"
             );
         }
+        p.commands
+            .verify_examples(&|l| Some(analyze(l)))
+            .expect("the shipped examples pass");
         for rule in &p.commands.rules {
             assert!(!rule.examples.matches.is_empty() && !rule.examples.not_match.is_empty());
             for example in &rule.examples.matches {
-                let v = p.commands.decide(example);
+                let v = p.commands.decide(&analyze(example));
                 assert!(
                     v.decision >= rule.decision,
                     "{}: `{example}` got {v:?}",
@@ -769,7 +790,14 @@ mod tests {
              examples = { match = [\"ls\"], not_match = [\"ls -la\"] }\n",
         )
         .unwrap();
-        let err = Policy::load(f.to_str().unwrap()).unwrap_err().to_string();
+        // Loading checks the rule's shape; its examples are run through the parser worker
+        // by the server, as here through the in-process analysis of the tests.
+        let p = Policy::load(f.to_str().unwrap()).unwrap();
+        let err = p
+            .commands
+            .verify_examples(&|l| Some(analyze(l)))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("p.toml"), "{err}");
         assert!(err.contains("line 4"), "{err}");
         assert!(err.contains("rule `no-ls`"), "{err}");
@@ -813,7 +841,7 @@ mod tests {
         let p = Policy::load(f.to_str().unwrap()).unwrap();
         assert!(p.commands.rules.is_empty());
         assert_eq!(
-            p.commands.decide("rm -rf /").decision,
+            p.commands.decide(&analyze("rm -rf /")).decision,
             commands::Decision::Allow
         );
     }
@@ -838,7 +866,7 @@ mod tests {
             "sh -c 'make -j2 && make install DESTDIR=$PWD/out'",
             "$EDITOR file",
         ] {
-            let v = p.commands.decide(line);
+            let v = p.commands.decide(&analyze(line));
             assert_eq!(v.decision, commands::Decision::Allow, "`{line}`: {v:?}");
         }
     }

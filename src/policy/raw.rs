@@ -49,6 +49,7 @@ pub struct RawFiles {
 #[serde(deny_unknown_fields)]
 pub struct RawCommands {
     pub on_unknown: Option<super::commands::Decision>,
+    pub on_analysis_failure: Option<super::commands::Decision>,
     pub rules: Option<Vec<super::commands::RawRule>>,
 }
 
@@ -216,7 +217,11 @@ overlay_struct!(RawLimits {
     address_space_mb,
 });
 overlay_struct!(RawEnvironment { pass, set });
-overlay_struct!(RawCommands { on_unknown, rules });
+overlay_struct!(RawCommands {
+    on_unknown,
+    on_analysis_failure,
+    rules
+});
 overlay_struct!(RawSandbox {
     seccomp_profile,
     fallback_unix_sockets

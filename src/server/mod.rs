@@ -100,7 +100,7 @@ Long output is cut to its first and last lines, and the full text is saved under
         rctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let ctx = &self.ctx;
-        let verdict = shell_exec::assess(ctx, &args);
+        let verdict = shell_exec::assess(ctx, &args).await;
         let decision = match (verdict.decision, verdict.reason) {
             (Decision::Allow, _) | (_, None) => "allow".to_owned(),
             (Decision::Deny, Some(reason)) => {

@@ -28,6 +28,9 @@ pub struct ToolContext {
     /// The `code_interpreter` sessions.
     pub interpreter: Arc<crate::interpreter::SessionManager>,
     pub lint: crate::lint::Linting,
+    /// The confined parser worker: command analysis for the rules (and, through `lint`, the
+    /// syntax check). The server never runs a grammar itself.
+    pub parser: Arc<crate::parser::ParserClient>,
     pub audit: Option<AuditLog>,
     /// Bounds how many shell commands and interpreter cells run at once; the rest wait their
     /// turn.

@@ -8,7 +8,7 @@
 
 use super::{SharedContext, ToolContext, error_text, path_error};
 use crate::exec::{ExecOutcome, ExecRequest, LimitHit, LiveStatus};
-use crate::policy::commands::{ON_UNKNOWN, Reason, Verdict};
+use crate::policy::commands::{ON_ANALYSIS_FAILURE, ON_UNKNOWN, Reason, Verdict};
 use crate::policy::explain;
 use crate::shape::{ErrorKind, ToolError, shape_stream, tool_result};
 use rmcp::model::CallToolResult;
@@ -75,9 +75,26 @@ pub struct CallHooks {
     pub progress: Option<Box<dyn Fn(Duration, String) + Send + Sync>>,
 }
 
-/// What the policy's command rules say about this call (see `policy::commands`).
-pub fn assess(ctx: &ToolContext, args: &ShellExecArgs) -> Verdict {
-    ctx.policy.commands.decide(&args.command)
+/// What the policy's command rules say about this call (see `policy::commands`). The command
+/// line is analysed by the parser worker; when that fails (the worker crashed, hung or hit a
+/// limit on this text) the policy's `commands.on_analysis_failure` decides.
+pub async fn assess(ctx: &ToolContext, args: &ShellExecArgs) -> Verdict {
+    let rules = &ctx.policy.commands;
+    if !rules.needs_analysis() {
+        return Verdict {
+            decision: crate::policy::commands::Decision::Allow,
+            reason: None,
+        };
+    }
+    match ctx
+        .parser
+        .analyze(std::slice::from_ref(&args.command))
+        .await
+    {
+        Ok(mut analyses) if analyses.len() == 1 => rules.decide(&analyses.remove(0)),
+        Ok(_) => rules.decide_unanalysed(&args.command, "the analysis came back empty"),
+        Err(e) => rules.decide_unanalysed(&args.command, &e.to_string()),
+    }
 }
 
 /// Validates the arguments without running anything, so nobody is asked to approve a call
@@ -122,6 +139,14 @@ pub fn refusal_error(ctx: &ToolContext, reason: &Reason, refusal: &Refusal) -> T
         (
             "the policy's `commands.on_unknown` setting".to_owned(),
             format!("set `commands.on_unknown = \"allow\"` in policy {origin}"),
+        )
+    } else if reason.rule == ON_ANALYSIS_FAILURE {
+        (
+            "the policy's `commands.on_analysis_failure` setting".to_owned(),
+            format!(
+                "set `commands.on_analysis_failure = \"allow\"` in policy {origin}, or simplify \
+                 the command so it can be analysed"
+            ),
         )
     } else {
         (

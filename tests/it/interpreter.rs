@@ -738,8 +738,14 @@ fn tool_ctx_with(s: &Shared, policy: Policy) -> cordon::tools::SharedContext {
     Arc::new(cordon::tools::ToolContext {
         workspace: cordon::workspace::Workspace::open(s._workspace.path()).unwrap(),
         executor: Arc::clone(&s.executor),
-        interpreter: SessionManager::new(Arc::clone(&s.executor), &policy).unwrap(),
-        lint: cordon::lint::Linting::new(&policy.lint, SANDBOX_PATH, None).unwrap(),
+        interpreter: manager(s),
+        lint: cordon::lint::Linting::new(&policy.lint, SANDBOX_PATH, None, None).unwrap(),
+        // Started only if a call needs it; these tests only run cells.
+        parser: Arc::new(cordon::parser::ParserClient::new(
+            Arc::clone(&s.executor),
+            env!("CARGO_BIN_EXE_cordon").into(),
+            cordon::parser::ParserConfig::default(),
+        )),
         audit: None,
         slots: tokio::sync::Semaphore::new(4),
         file_lock: tokio::sync::Mutex::new(()),

@@ -392,3 +392,60 @@ fn shebang_script_is_checked_as_bash() {
         one(2, 14, "missing `fi`")
     );
 }
+
+/// The server gets its syntax checks from the confined parser worker: for every grammar, a
+/// clean and a broken sample, fresh and as an incremental re-parse from the worker's
+/// remembered tree, must come back exactly as the in-process check computes them.
+#[tokio::test]
+async fn parser_worker_answers_equal_the_in_process_check_for_every_grammar() {
+    use crate::common::{Need, skip};
+    use cordon::parser::protocol::SyntaxOutcome;
+    use cordon::parser::{ParserClient, ParserConfig};
+    use std::sync::Arc;
+    if skip(
+        "parser_worker_answers_equal_the_in_process_check_for_every_grammar",
+        Need::LandlockSeccomp,
+    ) {
+        return;
+    }
+    let policy = cordon::policy::Policy::builtin_default();
+    let ws = tempfile::tempdir().unwrap();
+    let root = ws.path().canonicalize().unwrap();
+    let program = std::path::PathBuf::from(env!("CARGO_BIN_EXE_cordon"));
+    let options = cordon::confine::ConfineOptions {
+        allow_degraded: false,
+        extra_read_exec: vec![program.clone()],
+        init_program: Some(program.clone()),
+    };
+    let confinement = cordon::confine::Confinement::build(&policy, &root, &options).unwrap();
+    let executor = Arc::new(cordon::exec::Executor::new(Arc::new(confinement), &policy));
+    let client = ParserClient::new(executor, program, ParserConfig::default());
+    let mut key = 0;
+    for (lang, clean) in CLEAN {
+        // Broken in the middle, so the incremental re-parse has a tree on both sides of it.
+        let mid = clean.len() / 2;
+        let mid = (0..=mid)
+            .rev()
+            .find(|&i| clean.is_char_boundary(i))
+            .unwrap();
+        let broken = format!("{}(\"{{[ <\n{}", &clean[..mid], &clean[mid..]);
+        key += 2;
+        for (text, remember, previous) in [
+            (*clean, Some(key), None),
+            (broken.as_str(), Some(key + 1), Some(key)),
+            (*clean, None, Some(key + 1)),
+        ] {
+            let expected = errors(*lang, text);
+            match client.syntax(*lang, text, remember, previous).await {
+                Ok(SyntaxOutcome::Checked {
+                    diagnostics,
+                    incremental,
+                }) => {
+                    assert_eq!(diagnostics, expected, "{} {text:?}", lang.name());
+                    assert_eq!(incremental, previous.is_some(), "{}", lang.name());
+                }
+                other => panic!("{}: {other:?}", lang.name()),
+            }
+        }
+    }
+}

@@ -16,6 +16,7 @@ mod lint_parsers;
 mod lint_syntax;
 mod mcp_rmcp_client;
 mod node_e2e;
+mod parser_worker;
 mod protected_view;
 mod python_e2e;
 mod readme;

@@ -132,6 +132,10 @@ pub struct LinterConfig {
     /// lint result `unavailable`.
     #[serde(default)]
     pub optional: bool,
+    /// How to install the linter, shown in the lint result's `skipped` entry when its command
+    /// is not found (`pip install ruff`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub install_hint: Option<String>,
 }
 
 fn default_ok_exit_codes() -> Vec<i32> {

@@ -8,4 +8,7 @@
 pub mod parse;
 pub mod rules;
 
-pub use rules::{CommandRules, Decision, ON_UNKNOWN, RawRule, Reason, Verdict};
+pub use rules::{
+    CommandRules, DEFAULT_ON_ANALYSIS_FAILURE, Decision, ON_ANALYSIS_FAILURE, ON_UNKNOWN, RawRule,
+    Reason, Verdict,
+};

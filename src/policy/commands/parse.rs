@@ -31,13 +31,14 @@
 //! script nested deeper than [`MAX_DEPTH`], or input that does not parse is reported as
 //! [`Unknown`]; the policy's `commands.on_unknown` decides those.
 
+use serde::{Deserialize, Serialize};
 use tree_sitter::{Node, Parser};
 
 /// How many `sh -c` / `eval` levels are parsed again before the rest is called unknown.
 pub const MAX_DEPTH: usize = 4;
 
 /// One word of a command line as the rules see it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Word {
     /// The value after quote removal when `dynamic` is false; otherwise the source text with
     /// quote characters removed (`"$HOME"/` → `$HOME/`), never an expanded value.
@@ -56,7 +57,7 @@ impl Word {
 }
 
 /// One simple command that the command line would run.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SimpleCommand {
     /// `argv[0]` is the program as written (a path or a name), after wrappers were removed.
     pub argv: Vec<Word>,
@@ -67,7 +68,9 @@ pub struct SimpleCommand {
     pub feeds_into: Vec<String>,
     /// The shell function whose body contains this command, if any.
     pub in_function: Option<String>,
-    /// How many substitutions deep it sits (0 = top level of its script).
+    /// How many substitutions deep it sits (0 = top level of its script). Only the walk
+    /// needs it, so it does not cross the parser worker's pipe.
+    #[serde(skip)]
     subst_depth: usize,
 }
 
@@ -85,7 +88,7 @@ impl SimpleCommand {
 }
 
 /// A part of the command line no rule can judge.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Unknown {
     /// Why, in words a user understands.
     pub reason: String,
@@ -94,7 +97,7 @@ pub struct Unknown {
 }
 
 /// Everything the command line was found to run.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Analysis {
     pub commands: Vec<SimpleCommand>,
     pub unknown: Vec<Unknown>,

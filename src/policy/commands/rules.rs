@@ -12,7 +12,7 @@
 //! `parse` lists the forms they cannot see through, and a command they do not catch still runs
 //! confined.
 
-use super::parse::{Analysis, SimpleCommand, analyze, program_name};
+use super::parse::{Analysis, SimpleCommand, program_name};
 use serde::{Deserialize, Serialize};
 
 /// What happens to a command.
@@ -101,6 +101,15 @@ pub enum RuleError {
         name: String,
         message: String,
     },
+    /// An example that does not behave as listed, found after loading (the analysis runs in
+    /// the parser worker), so it names the policy file too.
+    #[error("{origin}: field `commands.rules`: line {line}: rule `{name}`: {message}")]
+    Example {
+        origin: String,
+        line: usize,
+        name: String,
+        message: String,
+    },
 }
 
 /// A validated rule.
@@ -112,6 +121,11 @@ pub struct Rule {
     #[serde(rename = "match")]
     pub pattern: Pattern,
     pub examples: Examples,
+    /// The policy file the rule was written in and its line there, when known, for messages.
+    #[serde(skip)]
+    pub origin: String,
+    #[serde(skip)]
+    pub line: usize,
 }
 
 /// The `[commands]` section, validated.
@@ -120,6 +134,9 @@ pub struct CommandRules {
     /// For commands no rule can judge: dynamic program names, unparsable input, scripts
     /// nested too deep.
     pub on_unknown: Decision,
+    /// For command lines the parser worker could not analyse at all (it crashed, hung or hit
+    /// a limit on them): no rule could look at any part of the line.
+    pub on_analysis_failure: Decision,
     pub rules: Vec<Rule>,
 }
 
@@ -143,6 +160,14 @@ pub struct Verdict {
 
 /// Name under which `on_unknown` decisions are reported and audited.
 pub const ON_UNKNOWN: &str = "on_unknown";
+
+/// Name under which `on_analysis_failure` decisions are reported and audited.
+pub const ON_ANALYSIS_FAILURE: &str = "on_analysis_failure";
+
+/// The default of `commands.on_analysis_failure`. Not `allow`: a line crafted to crash the
+/// analysis would otherwise slip past every deny rule; not `deny`: an honest command that
+/// trips a grammar bug should not be lost for good when someone can be asked.
+pub const DEFAULT_ON_ANALYSIS_FAILURE: Decision = Decision::Ask;
 
 impl CommandRules {
     /// Validates raw rules: names unique, justification and match non-empty, examples present
@@ -180,38 +205,116 @@ impl CommandRules {
                     "needs at least one `examples.match` and one `examples.not_match` entry".into(),
                 ));
             }
-            let rule = Rule {
+            rules.push(Rule {
                 name: name.clone(),
                 decision: r.decision,
                 justification: r.justification,
                 pattern: r.pattern,
                 examples: r.examples,
+                origin: String::new(),
+                line,
+            });
+        }
+        Ok(Self {
+            on_unknown,
+            on_analysis_failure: DEFAULT_ON_ANALYSIS_FAILURE,
+            rules,
+        })
+    }
+
+    /// Every example command line of every rule (match and not_match), each once, for one
+    /// batch through the parser worker before [`Self::verify_examples`].
+    pub fn example_lines(&self) -> Vec<String> {
+        let mut lines: Vec<String> = Vec::new();
+        for rule in &self.rules {
+            for l in rule.examples.matches.iter().chain(&rule.examples.not_match) {
+                if !lines.contains(l) {
+                    lines.push(l.clone());
+                }
+            }
+        }
+        lines
+    }
+
+    /// Checks that every rule matches each of its `examples.match` lines and none of its
+    /// `examples.not_match` lines. `analyzed` gives the analysis of an example line (the
+    /// parser worker's, looked up; the grammar never runs in the caller).
+    pub fn verify_examples(
+        &self,
+        analyzed: &dyn Fn(&str) -> Option<Analysis>,
+    ) -> Result<(), RuleError> {
+        for rule in &self.rules {
+            let fail = |message: String| RuleError::Example {
+                origin: rule.origin.clone(),
+                line: rule.line,
+                name: rule.name.clone(),
+                message,
+            };
+            let analysis = |example: &str| {
+                analyzed(example).ok_or_else(|| {
+                    fail(format!(
+                        "example `{example}` could not be analysed by the parser worker"
+                    ))
+                })
             };
             for example in &rule.examples.matches {
-                if rule.first_match(&analyze(example)).is_none() {
+                if rule.first_match(&analysis(example)?).is_none() {
                     return Err(fail(format!(
                         "example `{example}` is listed under examples.match but the rule does not match it"
                     )));
                 }
             }
             for example in &rule.examples.not_match {
-                if let Some(c) = rule.first_match(&analyze(example)) {
+                if let Some(c) = rule.first_match(&analysis(example)?) {
                     return Err(fail(format!(
                         "example `{example}` is listed under examples.not_match but the rule matches it (at `{}`)",
                         c.display()
                     )));
                 }
             }
-            rules.push(rule);
         }
-        Ok(Self { on_unknown, rules })
+        Ok(())
     }
 
-    /// The decision for a command line. Each simple command gets the decision of the first
-    /// rule (in policy order) that matches it, `allow` if none does; each unknown part gets
-    /// `on_unknown`. The line gets the most severe of these; on a tie the first one wins.
-    pub fn decide(&self, command_line: &str) -> Verdict {
-        let analysis = analyze(command_line);
+    /// Records where each rule was written: `sites` lists (origin, rule name, line) of every
+    /// policy file's rules, child first; the first site of a name wins (a child's list
+    /// replaces its parent's).
+    pub fn locate(&mut self, sites: &[(String, String, usize)]) {
+        for rule in &mut self.rules {
+            if let Some((origin, _, line)) = sites.iter().find(|(_, n, _)| *n == rule.name) {
+                rule.origin = origin.clone();
+                rule.line = *line;
+            }
+        }
+    }
+
+    /// Whether [`Self::decide`] can say anything but `allow`; when it cannot, the command
+    /// line need not be analysed at all.
+    pub fn needs_analysis(&self) -> bool {
+        !self.rules.is_empty() || self.on_unknown != Decision::Allow
+    }
+
+    /// The verdict for a command line whose analysis failed (`why`): `on_analysis_failure`.
+    pub fn decide_unanalysed(&self, command_line: &str, why: &str) -> Verdict {
+        let text: String = command_line.chars().take(80).collect();
+        Verdict {
+            decision: self.on_analysis_failure,
+            reason: Some(Reason {
+                rule: ON_ANALYSIS_FAILURE.into(),
+                justification: format!(
+                    "the command could not be analysed ({why}), so no command rule could judge \
+                     it (it would still run inside the sandbox)"
+                ),
+                command: text,
+            }),
+        }
+    }
+
+    /// The decision for a command line, from its analysis (by the parser worker). Each
+    /// simple command gets the decision of the first rule (in policy order) that matches it,
+    /// `allow` if none does; each unknown part gets `on_unknown`. The line gets the most
+    /// severe of these; on a tie the first one wins.
+    pub fn decide(&self, analysis: &Analysis) -> Verdict {
         let mut verdict = Verdict {
             decision: Decision::Allow,
             reason: None,
@@ -420,6 +523,7 @@ fn glob(pattern: &str, text: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::super::parse::analyze;
     use super::*;
 
     fn rule(toml_text: &str) -> Result<CommandRules, RuleError> {
@@ -428,7 +532,14 @@ mod tests {
             rules: Vec<RawRule>,
         }
         let doc: Doc = toml::from_str(toml_text).expect("test TOML parses");
-        CommandRules::compile(Decision::Allow, doc.rules, Some(toml_text))
+        let rules = CommandRules::compile(Decision::Allow, doc.rules, Some(toml_text))?;
+        rules.verify_examples(&|l| Some(analyze(l)))?;
+        Ok(rules)
+    }
+
+    /// Tests analyse in process; the server never does (it asks the parser worker).
+    fn decide(rules: &CommandRules, line: &str) -> Verdict {
+        rules.decide(&analyze(line))
     }
 
     const RM: &str = r#"
@@ -450,10 +561,10 @@ examples = { match = ["rm -rf /", "rm --recursive ~/"], not_match = ["rm -f /", 
             "rm --recursive --force /",
             "rm -r -- /",
         ] {
-            assert_eq!(r.decide(line).decision, Decision::Deny, "{line}");
+            assert_eq!(decide(&r, line).decision, Decision::Deny, "{line}");
         }
         for line in ["rm -f /", "rm -rf ./build", "rm -- -r /x", "echo rm -rf /"] {
-            assert_eq!(r.decide(line).decision, Decision::Allow, "{line}");
+            assert_eq!(decide(&r, line).decision, Decision::Allow, "{line}");
         }
     }
 
@@ -503,15 +614,15 @@ examples = { match = ["rm -rf /", "rm --recursive ~/"], not_match = ["rm -f /", 
     #[test]
     fn most_severe_wins_and_unknown_uses_on_unknown() {
         let mut r = rule(RM).unwrap();
-        let v = r.decide("ls; rm -rf /; $X");
+        let v = decide(&r, "ls; rm -rf /; $X");
         assert_eq!(v.decision, Decision::Deny);
         assert_eq!(v.reason.unwrap().rule, "rm-root");
-        assert_eq!(r.decide("$X").decision, Decision::Allow);
+        assert_eq!(decide(&r, "$X").decision, Decision::Allow);
         r.on_unknown = Decision::Ask;
-        let v = r.decide("ls && $X -rf");
+        let v = decide(&r, "ls && $X -rf");
         assert_eq!(v.decision, Decision::Ask);
         assert_eq!(v.reason.unwrap().rule, ON_UNKNOWN);
-        assert_eq!(r.decide("ls -la").reason, None);
+        assert_eq!(decide(&r, "ls -la").reason, None);
     }
 
     #[test]

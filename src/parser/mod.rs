@@ -1,0 +1,96 @@
+//! The parser worker: every tree-sitter grammar (the lint syntax check and the bash analysis
+//! behind the command rules) runs in a confined, restartable child process, never in the
+//! server, because grammars are C code fed hostile text.
+//!
+//! * [`protocol`]: the bounded, versioned frames between server and worker;
+//! * [`worker`]: the worker's loop (`cordon __parse-worker`) and its remembered trees;
+//! * [`lockdown`]: what the worker does to confine itself further;
+//! * [`client`]: the server's side: spawn, deadline, restart, and why a request failed.
+//!
+//! It does not decide what a failure means for a call: lint reports `unavailable`, the command
+//! rules apply `commands.on_analysis_failure`.
+
+pub mod client;
+pub mod lockdown;
+pub mod protocol;
+pub mod worker;
+
+pub use client::{ParserClient, ParserConfig, ParserError, WORKER_SUBCOMMAND};
+
+/// The program a worker runs: this very binary, under [`WORKER_SUBCOMMAND`]. The confinement
+/// must let children read and execute it (`ConfineOptions::extra_read_exec`).
+pub fn worker_program() -> std::io::Result<std::path::PathBuf> {
+    std::env::current_exe()
+}
+
+/// Why the server (or `cordon policy check`) could not get a working parser worker, or the
+/// policy's rule examples failed in it.
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error("the parser worker (tree-sitter, confined) does not work here: {0}")]
+    Worker(#[from] ParserError),
+    #[error(transparent)]
+    Examples(#[from] crate::policy::commands::rules::RuleError),
+    #[error(transparent)]
+    Confine(#[from] crate::confine::ConfineError),
+    #[error("cannot prepare the parser worker: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The server's parser worker, started, with the policy's command-rule examples checked in
+/// it (the examples are command lines like any other: the server does not parse them).
+pub async fn start(
+    executor: std::sync::Arc<crate::exec::Executor>,
+    program: std::path::PathBuf,
+    rules: &crate::policy::commands::CommandRules,
+) -> Result<std::sync::Arc<ParserClient>, StartupError> {
+    let client = std::sync::Arc::new(ParserClient::new(
+        executor,
+        program,
+        ParserConfig::default(),
+    ));
+    client.warm_up().await?;
+    check_examples(&client, rules).await?;
+    Ok(client)
+}
+
+/// Runs every rule example through the worker and checks each behaves as listed.
+pub async fn check_examples(
+    client: &ParserClient,
+    rules: &crate::policy::commands::CommandRules,
+) -> Result<(), StartupError> {
+    let lines = rules.example_lines();
+    if lines.is_empty() {
+        return Ok(());
+    }
+    let analyses = client.analyze(&lines).await?;
+    let by_line: std::collections::HashMap<&str, _> =
+        lines.iter().map(String::as_str).zip(analyses).collect();
+    rules.verify_examples(&|l| by_line.get(l).cloned())?;
+    Ok(())
+}
+
+/// `cordon policy check`: the rule examples of `policy`, checked in a parser worker confined
+/// in a throwaway workspace (degraded confinement is accepted: only the worker runs there).
+pub async fn check_policy_examples(policy: &crate::policy::Policy) -> Result<(), StartupError> {
+    if policy.commands.rules.is_empty() {
+        return Ok(());
+    }
+    let program = worker_program()?;
+    let workspace = tempfile::Builder::new()
+        .prefix("cordon-policy-check-")
+        .tempdir()?;
+    let options = crate::confine::ConfineOptions {
+        allow_degraded: true,
+        extra_read_exec: vec![program.clone()],
+        ..crate::confine::ConfineOptions::default()
+    };
+    let root = workspace.path().canonicalize()?;
+    let confinement = crate::confine::Confinement::build(policy, &root, &options)?;
+    let executor = std::sync::Arc::new(crate::exec::Executor::new(
+        std::sync::Arc::new(confinement),
+        policy,
+    ));
+    let client = ParserClient::new(executor, program, ParserConfig::default());
+    check_examples(&client, &policy.commands).await
+}
