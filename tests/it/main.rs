@@ -14,5 +14,7 @@ mod lint_introduced;
 mod lint_parsers;
 mod lint_syntax;
 mod mcp_rmcp_client;
+mod namespaces;
 mod python_e2e;
+mod stdio_server;
 mod workspace;
