@@ -15,6 +15,8 @@ mod lint_parsers;
 mod lint_syntax;
 mod mcp_rmcp_client;
 mod namespaces;
+mod protected_paths;
 mod python_e2e;
+mod server_lifetime;
 mod stdio_server;
 mod workspace;

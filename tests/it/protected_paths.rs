@@ -1,0 +1,187 @@
+//! Protected paths (`.git/hooks`, `.git/config`) against commands that try to get around the
+//! read-only binds: renaming `.git` away and putting a copy in its place, removing or moving
+//! the protected directory, a symlink at `.git/hooks`, and a protected path that only
+//! appears after the server started. The workspace has `.git` before cordon starts, as a real
+//! repository does.
+
+use crate::common::{Need, Sandbox, skip, skip_msg};
+use crate::stdio_server::{StdioServer, structured, text};
+use serde_json::json;
+
+/// Commands can be kept off protected paths only where the sandbox has its own mount
+/// namespace (root, or a user namespace).
+fn skip_unprotected(test: &str) -> bool {
+    if skip(test, Need::LandlockSeccomp) {
+        return true;
+    }
+    let sb = Sandbox::new();
+    std::fs::create_dir_all(sb.ws().join(".git/hooks")).unwrap();
+    let run = sb.exec(
+        &[],
+        &["sh", "-c", "touch .git/hooks/probe 2>/dev/null; true"],
+    );
+    if sb.ws().join(".git/hooks/probe").exists() {
+        skip_msg(
+            test,
+            &format!("protected paths are not enforced for commands here: {run:?}"),
+        );
+        return true;
+    }
+    false
+}
+
+fn git_workspace() -> Sandbox {
+    let sb = Sandbox::new();
+    std::fs::create_dir_all(sb.ws().join(".git/hooks")).unwrap();
+    std::fs::write(sb.ws().join(".git/config"), "[core]\n").unwrap();
+    std::fs::write(sb.ws().join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+    sb
+}
+
+#[test]
+fn git_directory_cannot_be_renamed_away_and_replaced() {
+    let test = "git_directory_cannot_be_renamed_away_and_replaced";
+    if skip_unprotected(test) {
+        return;
+    }
+    let sb = git_workspace();
+    let run = sb.exec(
+        &[],
+        &[
+            "sh",
+            "-c",
+            "mv .git .git.orig; echo mv=$?; \
+             mkdir -p .git.new/hooks && echo evil > .git.new/hooks/pre-commit && \
+             mv -T .git.new .git; echo swap=$?; \
+             rm -rf .git/hooks; mv .git/hooks .git/h2; mv .git/config .git/c2; \
+             ln -sf /tmp .git/hooks; true",
+        ],
+    );
+    assert!(
+        run.stderr.contains("Device or resource busy"),
+        "renaming a mount point must fail with EBUSY: {run:?}"
+    );
+    assert!(run.stdout.contains("mv=1"), "{run:?}");
+    assert!(!run.stdout.contains("swap=0"), "{run:?}");
+    assert!(!sb.ws().join(".git.orig").exists(), "{run:?}");
+    assert!(sb.ws().join(".git/hooks").is_dir(), "{run:?}");
+    assert!(!sb.ws().join(".git/hooks/pre-commit").exists(), "{run:?}");
+    assert!(!sb.ws().join(".git/h2").exists() && !sb.ws().join(".git/c2").exists());
+    assert_eq!(
+        std::fs::read_to_string(sb.ws().join(".git/config")).unwrap(),
+        "[core]\n"
+    );
+}
+
+#[test]
+fn git_hooks_and_config_cannot_be_written_by_commands() {
+    let test = "git_hooks_and_config_cannot_be_written_by_commands";
+    if skip_unprotected(test) {
+        return;
+    }
+    let sb = git_workspace();
+    let run = sb.exec(
+        &[],
+        &[
+            "sh",
+            "-c",
+            "echo evil > .git/hooks/pre-commit; chmod +x .git/hooks; \
+             printf '[core]\\n\\tfsmonitor = evil\\n' >> .git/config; \
+             cp .git/config c && echo x >> c && cp c .git/config; \
+             git config --file .git/config core.hooksPath /tmp 2>&1; \
+             touch -d 2001-01-01 .git/config; echo HEAD-ok >> .git/HEAD; true",
+        ],
+    );
+    assert!(run.stderr.contains("Read-only file system"), "{run:?}");
+    assert!(!sb.ws().join(".git/hooks/pre-commit").exists(), "{run:?}");
+    assert_eq!(
+        std::fs::read_to_string(sb.ws().join(".git/config")).unwrap(),
+        "[core]\n",
+        "{run:?}"
+    );
+    // The rest of .git stays writable (commits inside the sandbox keep working).
+    assert!(
+        std::fs::read_to_string(sb.ws().join(".git/HEAD"))
+            .unwrap()
+            .contains("HEAD-ok"),
+        "{run:?}"
+    );
+}
+
+#[test]
+fn symlinked_git_hooks_never_breaks_a_spawn() {
+    let test = "symlinked_git_hooks_never_breaks_a_spawn";
+    if skip_unprotected(test) {
+        return;
+    }
+    let sb = Sandbox::new();
+    std::fs::create_dir_all(sb.ws().join(".git")).unwrap();
+    std::fs::create_dir_all(sb.ws().join("shared-hooks")).unwrap();
+    std::os::unix::fs::symlink("../shared-hooks", sb.ws().join(".git/hooks")).unwrap();
+    // A dangling one and one leaving the workspace must not break a spawn either.
+    std::os::unix::fs::symlink("/nonexistent/cordon", sb.ws().join(".git/config")).unwrap();
+    for _ in 0..3 {
+        let run = sb.exec(&[], &["sh", "-c", "echo ran"]);
+        assert_eq!(run.code(), 0, "{run:?}");
+        assert_eq!(run.stdout, "ran\n", "{run:?}");
+    }
+    let mut server = StdioServer::start(sb.ws(), &[], "", &[]);
+    let result = server.call("shell_exec", json!({"command": "echo ran"}));
+    assert_eq!(structured(&result)["exit_code"], 0, "{result}");
+    assert!(text(&result).contains("ran"), "{result}");
+}
+
+#[test]
+fn hooks_cannot_be_written_through_a_symlinked_git_hooks() {
+    let test = "hooks_cannot_be_written_through_a_symlinked_git_hooks";
+    if skip_unprotected(test) {
+        return;
+    }
+    let sb = Sandbox::new();
+    std::fs::create_dir_all(sb.ws().join(".git")).unwrap();
+    std::fs::create_dir_all(sb.ws().join("shared-hooks")).unwrap();
+    std::os::unix::fs::symlink("../shared-hooks", sb.ws().join(".git/hooks")).unwrap();
+    // git follows the symlink: a hook written either way runs on the operator's next commit.
+    let run = sb.exec(
+        &[],
+        &[
+            "sh",
+            "-c",
+            "echo evil > .git/hooks/pre-commit; echo evil > shared-hooks/post-checkout; \
+             rm .git/hooks && mkdir .git/hooks && echo evil > .git/hooks/pre-push; true",
+        ],
+    );
+    for hook in [
+        "shared-hooks/pre-commit",
+        "shared-hooks/post-checkout",
+        ".git/hooks/pre-push",
+    ] {
+        assert!(
+            !sb.ws().join(hook).exists(),
+            "{hook} was written through the symlinked .git/hooks: {run:?}"
+        );
+    }
+}
+
+#[test]
+fn git_hooks_created_after_the_server_started_are_read_only() {
+    let test = "git_hooks_created_after_the_server_started_are_read_only";
+    if skip_unprotected(test) {
+        return;
+    }
+    let sb = Sandbox::new();
+    std::fs::create_dir_all(sb.ws().join(".git")).unwrap();
+    let mut server = StdioServer::start(sb.ws(), &[], "", &[]);
+    // One call makes the directory (harmless on its own) ...
+    let first = server.call("shell_exec", json!({"command": "mkdir -p .git/hooks"}));
+    assert_eq!(structured(&first)["exit_code"], 0, "{first}");
+    // ... a later call must not be able to put a hook in it.
+    let second = server.call(
+        "shell_exec",
+        json!({"command": "echo evil > .git/hooks/pre-commit; true"}),
+    );
+    assert!(
+        !sb.ws().join(".git/hooks/pre-commit").exists(),
+        "a hook was written into a .git/hooks made after start: {second}"
+    );
+}
