@@ -173,6 +173,9 @@ pub enum Need {
     LandlockSeccomp,
     /// Also cgroup limits (memory, pids, killing processes that left the process group).
     Cgroups,
+    /// Also the sandbox init's namespaces (mount, PID, IPC, network): cordon is root or may
+    /// create a user namespace.
+    Namespaces,
 }
 
 /// True (after saying what is missing) when this machine cannot give the test what it needs;
@@ -180,6 +183,10 @@ pub enum Need {
 pub fn skip(test: &str, need: Need) -> bool {
     let missing = match (level(), need) {
         (Level::Full, _) | (Level::Reduced(_), Need::LandlockSeccomp) => return false,
+        (Level::Reduced(line), Need::Namespaces) if !line.contains("NO namespaces") => {
+            return false;
+        }
+        (Level::Reduced(line), Need::Namespaces) => format!("no namespaces here ({line})"),
         (Level::Reduced(line), Need::Cgroups) => format!("no cgroup limits here ({line})"),
         (Level::Refused(why), _) => format!("cordon refuses to confine on this kernel: {why}"),
     };

@@ -143,7 +143,7 @@ fn sleep_cell(token: &str) -> serde_json::Value {
 fn sigkill_of_serve_kills_a_running_shell_exec() {
     if skip(
         "sigkill_of_serve_kills_a_running_shell_exec",
-        Need::LandlockSeccomp,
+        Need::Namespaces,
     ) {
         return;
     }
@@ -155,7 +155,7 @@ fn sigkill_of_serve_kills_a_running_shell_exec() {
 fn sigterm_of_serve_kills_a_running_shell_exec() {
     if skip(
         "sigterm_of_serve_kills_a_running_shell_exec",
-        Need::LandlockSeccomp,
+        Need::Namespaces,
     ) {
         return;
     }
@@ -167,7 +167,7 @@ fn sigterm_of_serve_kills_a_running_shell_exec() {
 fn sigterm_of_serve_answers_the_pending_call() {
     if skip(
         "sigterm_of_serve_answers_the_pending_call",
-        Need::LandlockSeccomp,
+        Need::Namespaces,
     ) {
         return;
     }
@@ -190,7 +190,7 @@ fn sigterm_of_serve_answers_the_pending_call() {
 fn sigkill_of_serve_kills_a_setsid_daemon_of_a_running_call() {
     if skip(
         "sigkill_of_serve_kills_a_setsid_daemon_of_a_running_call",
-        Need::LandlockSeccomp,
+        Need::Namespaces,
     ) {
         return;
     }
@@ -209,7 +209,7 @@ fn sigkill_of_serve_kills_a_setsid_daemon_of_a_running_call() {
 fn sigkill_of_serve_kills_a_running_code_interpreter_cell() {
     if skip(
         "sigkill_of_serve_kills_a_running_code_interpreter_cell",
-        Need::LandlockSeccomp,
+        Need::Namespaces,
     ) {
         return;
     }
@@ -226,7 +226,7 @@ fn sigkill_of_serve_kills_a_running_code_interpreter_cell() {
 fn sigterm_of_serve_kills_a_running_code_interpreter_cell() {
     if skip(
         "sigterm_of_serve_kills_a_running_code_interpreter_cell",
-        Need::LandlockSeccomp,
+        Need::Namespaces,
     ) {
         return;
     }
@@ -241,10 +241,7 @@ fn sigterm_of_serve_kills_a_running_code_interpreter_cell() {
 
 #[test]
 fn sigkill_of_cordon_exec_kills_its_command() {
-    if skip(
-        "sigkill_of_cordon_exec_kills_its_command",
-        Need::LandlockSeccomp,
-    ) {
+    if skip("sigkill_of_cordon_exec_kills_its_command", Need::Namespaces) {
         return;
     }
     let sb = Sandbox::new();
