@@ -5,6 +5,8 @@
 //! child, and compares what happened with what the policy promises. Owns the probe list and
 //! the report; the forbidden operations themselves live in `confine::selftest`.
 
+mod isolation;
+
 use crate::confine::{ConfineOptions, Confinement, KernelSupport};
 use crate::exec::{CaptureSpec, ExecOutcome, ExecRequest, Executor, LimitKind};
 use crate::policy::Policy;
@@ -119,10 +121,11 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
         init_program: None,
     };
     let ws = workspace.path().canonicalize()?;
+    // Before the confinement is built: the view makes what exists then read-only.
+    isolation::prepare_git(&ws)?;
     let confinement = Arc::new(Confinement::build(policy, &ws, &options)?);
     let executor = Executor::new(Arc::clone(&confinement), policy);
     let mut probes = Vec::new();
-    let sh = |script: &str| vec![OsString::from("/bin/sh"), "-c".into(), script.into()];
     let probe = |name: &str, arg: Option<String>| {
         let mut v = vec![
             self_exe.clone().into_os_string(),
@@ -159,7 +162,6 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
         !target.exists() && o.exit_code != Some(0)
     }));
     if confinement.protects_paths() {
-        std::fs::create_dir_all(ws.join(".git/hooks"))?;
         let o = run_one(
             &executor,
             sh("echo 'echo pwned' > .git/hooks/pre-commit"),
@@ -171,6 +173,19 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
             "denied",
             &o,
             |o| o.exit_code != Some(0) && !ws.join(".git/hooks/pre-commit").exists(),
+        ));
+        let o = run_one(
+            &executor,
+            sh("echo '[core] fsmonitor = pwned' >> .git/config"),
+            10,
+        )
+        .await;
+        let config = std::fs::read_to_string(ws.join(".git/config")).unwrap_or_default();
+        probes.push(result(
+            "write .git/config (protected path)",
+            "denied",
+            &o,
+            |o| o.exit_code != Some(0) && !config.contains("pwned"),
         ));
     }
     let o = run_one(&executor, sh("echo ok > inside.txt && cat inside.txt"), 10).await;
@@ -296,6 +311,18 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
             text_contains(o, "42")
         }));
     }
+    probes.extend(
+        isolation::probes(&isolation::Setup {
+            executor: &executor,
+            confinement: &confinement,
+            policy,
+            options: &options,
+            workspace: &ws,
+            outside: outside.path(),
+            self_exe: &self_exe,
+        })
+        .await?,
+    );
     drop(listener);
     Ok(DoctorReport {
         kernel,
@@ -303,6 +330,10 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
         policy: policy.origin.clone(),
         probes,
     })
+}
+
+fn sh(script: &str) -> Vec<OsString> {
+    vec![OsString::from("/bin/sh"), "-c".into(), script.into()]
 }
 
 async fn run_one(

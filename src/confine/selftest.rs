@@ -8,6 +8,8 @@
 
 mod isolation;
 
+pub use isolation::HostSysvObjects;
+
 use std::io::Error;
 use std::net::{Ipv4Addr, SocketAddrV4, TcpStream, UdpSocket};
 

@@ -15,7 +15,7 @@ fn doctor_passes_every_probe_here() {
     let report: serde_json::Value = serde_json::from_str(&run.stdout)
         .unwrap_or_else(|e| panic!("doctor --json is not JSON ({e}): {run:?}"));
     let probes = report["probes"].as_array().expect("probes");
-    assert!(probes.len() >= 18, "too few probes: {}", probes.len());
+    assert!(probes.len() >= 36, "too few probes: {}", probes.len());
     let failed: Vec<&serde_json::Value> = probes.iter().filter(|p| p["pass"] != true).collect();
     assert!(failed.is_empty(), "failed probes: {failed:#?}");
     assert_eq!(run.code(), 0, "{run:?}");
@@ -24,10 +24,37 @@ fn doctor_passes_every_probe_here() {
         "read a secret outside the workspace",
         "i386 int 0x80 syscall",
         "outlive the call with a setsid daemon",
+        // What the sandbox init and the seccomp additions promise (issue 9).
+        "connect to a Unix socket listening outside",
+        "connect to an abstract Unix socket of the host",
+        "chmod, chown, touch and setxattr a file outside",
+        "chmod 4755 / 2755 a copied shell inside the workspace",
+        "read a SysV shared-memory segment made outside",
+        "read a SysV message queue made outside",
+        "see a host process in /proc",
+        "write through a descriptor cordon inherited",
+        "the command is gone after kill -9 of its cordon",
+        "write a git hook (protected path)",
+        "write .git/config (protected path)",
+        "rename .git away",
+        "spawn with a symlinked .git/hooks",
     ] {
         assert!(
             probes.iter().any(|p| p["probe"] == expected),
             "probe `{expected}` missing"
+        );
+    }
+    for prefix in [
+        "TCP policy: connect to the allowed port",
+        "TCP policy: connect to a port not allowed",
+        "TCP policy: TCP Fast Open (MSG_FASTOPEN)",
+        "TCP policy: MPTCP socket",
+    ] {
+        assert!(
+            probes
+                .iter()
+                .any(|p| p["probe"].as_str().is_some_and(|n| n.starts_with(prefix))),
+            "probe `{prefix}…` missing"
         );
     }
 }

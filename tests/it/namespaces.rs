@@ -14,6 +14,7 @@ use crate::common::{
     unique_token,
 };
 use crate::stdio_server::{StdioServer, structured, text};
+use cordon::confine::selftest::HostSysvObjects;
 use serde_json::json;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -268,46 +269,6 @@ fn strict_read_only_workspace_refuses_chmod() {
 // System V IPC
 // ---------------------------------------------------------------------------------------
 
-/// A 0600 shared-memory segment and message queue made by this (unconfined) process,
-/// removed when dropped.
-struct HostIpc {
-    shm: i32,
-    msq: i32,
-}
-
-impl HostIpc {
-    fn new(secret: &[u8]) -> Self {
-        // SAFETY: plain SysV calls; the segment is mapped, written within its size and
-        // unmapped; the message buffer is a repr(C)-compatible [mtype, text] layout.
-        unsafe {
-            let shm = libc::shmget(libc::IPC_PRIVATE, 4096, libc::IPC_CREAT | 0o600);
-            assert!(shm >= 0, "shmget: {}", std::io::Error::last_os_error());
-            let addr = libc::shmat(shm, std::ptr::null(), 0);
-            assert_ne!(addr as isize, -1, "shmat");
-            std::ptr::copy_nonoverlapping(secret.as_ptr(), addr.cast(), secret.len().min(4096));
-            libc::shmdt(addr);
-            let msq = libc::msgget(libc::IPC_PRIVATE, libc::IPC_CREAT | 0o600);
-            assert!(msq >= 0, "msgget: {}", std::io::Error::last_os_error());
-            let mut buf = vec![0u8; 8 + secret.len()];
-            buf[..8].copy_from_slice(&1i64.to_ne_bytes());
-            buf[8..].copy_from_slice(secret);
-            let sent = libc::msgsnd(msq, buf.as_ptr().cast(), secret.len(), libc::IPC_NOWAIT);
-            assert_eq!(sent, 0, "msgsnd: {}", std::io::Error::last_os_error());
-            Self { shm, msq }
-        }
-    }
-}
-
-impl Drop for HostIpc {
-    fn drop(&mut self) {
-        // SAFETY: removing the objects this test made.
-        unsafe {
-            libc::shmctl(self.shm, libc::IPC_RMID, std::ptr::null_mut());
-            libc::msgctl(self.msq, libc::IPC_RMID, std::ptr::null_mut());
-        }
-    }
-}
-
 #[test]
 fn host_sysv_segment_and_queue_are_invisible() {
     let test = "host_sysv_segment_and_queue_are_invisible";
@@ -315,8 +276,8 @@ fn host_sysv_segment_and_queue_are_invisible() {
         return;
     }
     let secret = format!("cordon-sysv-secret-{}", unique_token());
-    let ipc = HostIpc::new(secret.as_bytes());
-    let (shm, msq) = (ipc.shm.to_string(), ipc.msq.to_string());
+    let ipc = HostSysvObjects::create(secret.as_bytes()).expect("make host SysV objects");
+    let (shm, msq) = (ipc.shm_id.to_string(), ipc.msq_id.to_string());
 
     assert_control_allowed(
         &unconfined(&[CORDON, "probe", "shm-read", &shm]),
@@ -487,7 +448,7 @@ fn without_namespaces_unix_sockets_and_sysv_ipc_are_refused() {
     let sb = Sandbox::new();
     let path = sb.outside().join("host.sock");
     let _listener = UnixListener::bind(&path).unwrap();
-    let ipc = HostIpc::new(b"cordon-fallback-secret");
+    let ipc = HostSysvObjects::create(b"cordon-fallback-secret").unwrap();
     let policy = sb.probe_policy();
     let with_env = |argv: &[&str]| {
         let mut cmd = sb.command(&["--policy", &policy], argv);
@@ -501,7 +462,7 @@ fn without_namespaces_unix_sockets_and_sysv_ipc_are_refused() {
         "the weaker level is not said: {run:?}"
     );
     assert_refused(
-        &with_env(&[CORDON, "probe", "shm-read", &ipc.shm.to_string()]),
+        &with_env(&[CORDON, "probe", "shm-read", &ipc.shm_id.to_string()]),
         "shmat without namespaces",
     );
     let script = "import socket, ctypes, os\n\

@@ -366,3 +366,60 @@ fn proc_visible(token: &str) -> Result<(), Error> {
         None => Err(Error::from_raw_os_error(libc::ESRCH)),
     }
 }
+
+/// A 0600 System V shared-memory segment holding a secret and a 0600 message queue holding it
+/// as one message, made by this (unconfined) process and removed on drop: what the
+/// `shm-read` and `msg-read` probes try to reach from inside.
+pub struct HostSysvObjects {
+    pub shm_id: i32,
+    pub msq_id: i32,
+}
+
+impl HostSysvObjects {
+    pub fn create(secret: &[u8]) -> Result<Self, Error> {
+        let len = secret.len().min(4096);
+        // SAFETY: a new private segment of 4096 bytes, mapped, written within its size and
+        // unmapped.
+        let shm_id = unsafe {
+            let id =
+                check(libc::shmget(libc::IPC_PRIVATE, 4096, libc::IPC_CREAT | 0o600) as _)? as i32;
+            let addr = libc::shmat(id, std::ptr::null(), 0);
+            if addr as isize == -1 {
+                let e = Error::last_os_error();
+                libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut());
+                return Err(e);
+            }
+            std::ptr::copy_nonoverlapping(secret.as_ptr(), addr.cast::<u8>(), len);
+            libc::shmdt(addr);
+            id
+        };
+        let objects = |msq_id| Self { shm_id, msq_id };
+        // SAFETY: msgget takes integers only.
+        let msq_id =
+            match check(unsafe { libc::msgget(libc::IPC_PRIVATE, libc::IPC_CREAT | 0o600) } as _) {
+                Ok(id) => id as i32,
+                Err(e) => {
+                    drop(objects(-1));
+                    return Err(e);
+                }
+            };
+        let made = objects(msq_id);
+        // A message is a long type followed by the text.
+        let mut buf = Vec::with_capacity(8 + len);
+        buf.extend_from_slice(&1i64.to_ne_bytes());
+        buf.extend_from_slice(&secret[..len]);
+        // SAFETY: msgsnd reads 8 + len bytes from `buf`.
+        check(unsafe { libc::msgsnd(msq_id, buf.as_ptr().cast(), len, libc::IPC_NOWAIT) } as _)?;
+        Ok(made)
+    }
+}
+
+impl Drop for HostSysvObjects {
+    fn drop(&mut self) {
+        // SAFETY: removing the objects this value made; a -1 id is simply EINVAL.
+        unsafe {
+            libc::shmctl(self.shm_id, libc::IPC_RMID, std::ptr::null_mut());
+            libc::msgctl(self.msq_id, libc::IPC_RMID, std::ptr::null_mut());
+        }
+    }
+}
