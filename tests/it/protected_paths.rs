@@ -1,8 +1,10 @@
 //! Protected paths (`.git/hooks`, `.git/config`) against commands that try to get around the
 //! read-only binds: renaming `.git` away and putting a copy in its place, removing or moving
-//! the protected directory, a symlink at `.git/hooks`, and a protected path that only
-//! appears after the server started. The workspace has `.git` before cordon starts, as a real
-//! repository does.
+//! the protected directory, a symlink at `.git/hooks`, a protected path that only appears
+//! after the server started, and git's own indirections to config and hooks elsewhere in the
+//! workspace (`.git/commondir`, a nested repository registered as a submodule), judged by
+//! what the operator's next `git status` / `git commit` on the host runs. The workspace has
+//! `.git` before cordon starts, as a real repository does.
 
 use crate::common::{Need, Sandbox, skip, skip_msg};
 use crate::stdio_server::{StdioServer, structured, text};
@@ -184,4 +186,102 @@ fn git_hooks_created_after_the_server_started_are_read_only() {
         !sb.ws().join(".git/hooks/pre-commit").exists(),
         "a hook was written into a .git/hooks made after start: {second}"
     );
+}
+
+/// `git` run on the host as the operator would, with no user or system configuration.
+fn operator_git(sb: &Sandbox, args: &[&str]) -> crate::common::Run {
+    let mut cmd = std::process::Command::new("git");
+    cmd.arg("-C")
+        .arg(sb.ws())
+        .args([
+            "-c",
+            "user.email=op@example.invalid",
+            "-c",
+            "user.name=operator",
+        ])
+        .args(args)
+        .env("HOME", sb.outside())
+        .env("GIT_CONFIG_NOSYSTEM", "1");
+    crate::common::run_guarded(cmd, crate::common::HANG_GUARD)
+}
+
+/// A real repository in the workspace, made before cordon starts; None (after saying why)
+/// where this machine has no git.
+fn git_repository(test: &str) -> Option<Sandbox> {
+    let sb = Sandbox::new();
+    let init = std::process::Command::new("git")
+        .arg("init")
+        .arg("-q")
+        .arg(sb.ws())
+        .status();
+    if !init.is_ok_and(|s| s.success()) {
+        skip_msg(test, "no git on this machine");
+        return None;
+    }
+    let commit = operator_git(&sb, &["commit", "-q", "--allow-empty", "-m", "init"]);
+    assert_eq!(commit.code(), 0, "{commit:?}");
+    Some(sb)
+}
+
+/// Runs what the operator runs next in the workspace, and asserts that nothing a confined
+/// command planted ran: `marker` (outside the workspace) must not exist.
+fn assert_operator_git_runs_nothing_planted(sb: &Sandbox, marker: &std::path::Path, planted: &str) {
+    let status = operator_git(sb, &["status"]);
+    let commit = operator_git(sb, &["commit", "-q", "--allow-empty", "-m", "operator"]);
+    assert!(
+        !marker.exists(),
+        "the operator's git ran code a confined command planted ({planted}): \
+         {status:?} {commit:?}; marker: {:?}",
+        std::fs::read_to_string(marker)
+    );
+}
+
+#[test]
+fn git_commondir_cannot_redirect_the_operators_git_to_planted_hooks_and_config() {
+    let test = "git_commondir_cannot_redirect_the_operators_git_to_planted_hooks_and_config";
+    if skip_unprotected(test) {
+        return;
+    }
+    let Some(sb) = git_repository(test) else {
+        return;
+    };
+    let marker = sb.outside().join("planted-ran");
+    // `.git/commondir` names the directory git takes config, hooks, refs and objects from:
+    // a copy of the repository with a planted fsmonitor and hook.
+    let script = format!(
+        "mkdir -p planted/hooks && cp -r .git/objects .git/refs .git/HEAD planted/ && \
+         printf '[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = \"echo fsmonitor >> {m}; false\"\\n' > planted/config && \
+         printf '#!/bin/sh\\necho hook >> {m}\\n' > planted/hooks/pre-commit && chmod +x planted/hooks/pre-commit && \
+         echo ../planted > .git/commondir; true",
+        m = marker.display()
+    );
+    let run = sb.exec(&[], &["sh", "-c", &script]);
+    assert_eq!(run.code(), 0, "{run:?}");
+    assert_operator_git_runs_nothing_planted(&sb, &marker, ".git/commondir");
+}
+
+#[test]
+fn nested_repository_cannot_plant_config_for_the_operators_git_status() {
+    let test = "nested_repository_cannot_plant_config_for_the_operators_git_status";
+    if skip_unprotected(test) {
+        return;
+    }
+    let Some(sb) = git_repository(test) else {
+        return;
+    };
+    let marker = sb.outside().join("planted-ran");
+    // A repository inside the workspace, registered as a submodule (a gitlink in the index,
+    // which commands may write): the operator's `git status` recurses into it and obeys its
+    // own .git/config.
+    let script = format!(
+        "export HOME=$TMPDIR GIT_CONFIG_NOSYSTEM=1; \
+         git init -q sub && git -C sub -c user.email=a@b.invalid -c user.name=a commit -q --allow-empty -m s && \
+         printf '\\tfsmonitor = \"echo fsmonitor >> {m}; false\"\\n' >> sub/.git/config && \
+         git update-index --add --cacheinfo 160000,$(git -C sub rev-parse HEAD),sub && \
+         printf '[submodule \"sub\"]\\n\\tpath = sub\\n\\turl = ./sub\\n' > .gitmodules; echo rc=$?",
+        m = marker.display()
+    );
+    let run = sb.exec(&[], &["sh", "-c", &script]);
+    assert!(run.stdout.contains("rc=0"), "{run:?}");
+    assert_operator_git_runs_nothing_planted(&sb, &marker, "sub/.git/config via a gitlink");
 }
