@@ -133,12 +133,14 @@ pub(super) async fn probes(s: &Setup<'_>) -> Result<Vec<ProbeResult>, DoctorErro
     )
     .await;
     let special = std::fs::metadata(&shell_copy)?.mode() & 0o6000;
+    let file_caps =
+        rustix::fs::getxattr(&shell_copy, "security.capability", &mut [0u8; 64][..]).is_ok();
     std::fs::remove_file(&shell_copy)?;
     probes.push(result(
-        "chmod 4755 / 2755 a copied shell inside the workspace",
+        "setuid, setgid or file capability on a copied shell",
         "denied",
         &o,
-        |o| o.exit_code == Some(1) && special == 0,
+        |o| o.exit_code == Some(1) && special == 0 && !file_caps,
     ));
 
     // System V IPC made outside.

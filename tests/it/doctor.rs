@@ -28,7 +28,7 @@ fn doctor_passes_every_probe_here() {
         "connect to a Unix socket listening outside",
         "connect to an abstract Unix socket of the host",
         "chmod, chown, touch and setxattr a file outside",
-        "chmod 4755 / 2755 a copied shell inside the workspace",
+        "setuid, setgid or file capability on a copied shell",
         "read a SysV shared-memory segment made outside",
         "read a SysV message queue made outside",
         "see a host process in /proc",

@@ -189,8 +189,8 @@ fn special_bits(path: &Path) -> u32 {
 }
 
 #[test]
-fn setuid_bit_cannot_be_set_on_a_copied_shell() {
-    let test = "setuid_bit_cannot_be_set_on_a_copied_shell";
+fn setuid_bit_or_file_capability_cannot_be_set_on_a_copied_shell() {
+    let test = "setuid_bit_or_file_capability_cannot_be_set_on_a_copied_shell";
     if skip(test, Need::LandlockSeccomp) {
         return;
     }
@@ -219,9 +219,13 @@ fn setuid_bit_cannot_be_set_on_a_copied_shell() {
     std::fs::copy("/bin/sh", sb.ws().join("y")).unwrap();
     assert_refused(
         &sb.probe("setuid-chmod", Some("y")),
-        "chmod/fchmod/fchmodat/fchmodat2 with S_ISUID",
+        "chmod/fchmod/fchmodat/fchmodat2 with S_ISUID, setxattr security.capability",
     );
     assert_eq!(special_bits(&sb.ws().join("y")), 0);
+    assert!(
+        rustix::fs::getxattr(sb.ws().join("y"), "security.capability", &mut [0u8; 64][..]).is_err(),
+        "a file capability was set"
+    );
     if have_python(test) {
         let script = "import os\nfor m in (0o4755, 0o2755, 0o6777):\n    try:\n        os.chmod('z', m); print('SET')\n    except OSError as e:\n        print('refused', e)\n    try:\n        os.chmod('z', m, dir_fd=os.open('.', os.O_RDONLY)); print('SET')\n    except OSError as e:\n        print('refused', e)";
         std::fs::copy("/bin/sh", sb.ws().join("z")).unwrap();

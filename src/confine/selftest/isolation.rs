@@ -157,8 +157,8 @@ fn metadata(path: &str) -> Result<(), Error> {
     any.outcome()
 }
 
-/// Sets S_ISUID (then S_ISGID) on `path` through chmod, fchmod, fchmodat and fchmodat2, then
-/// checks with stat that no such bit is set.
+/// Sets S_ISUID (then S_ISGID) on `path` through chmod, fchmod, fchmodat and fchmodat2, and a
+/// file capability, then checks that no such bit or capability is set.
 fn setuid_chmod(path: &str) -> Result<(), Error> {
     const FCHMODAT2: libc::c_long = 452;
     let c = cstring(path)?;
@@ -188,10 +188,32 @@ fn setuid_chmod(path: &str) -> Result<(), Error> {
             any.record(&format!("{name} {bit}"), r);
         }
     }
+    // A file capability is a setuid bit by other means (`setcap cap_setuid+ep`): revision 2
+    // with the effective flag, CAP_SETUID (7) permitted.
+    const CAP_SETUID: u32 = 7;
+    let cap_setuid: Vec<u8> = [0x0200_0001u32, 1 << CAP_SETUID, 0, 0, 0]
+        .iter()
+        .flat_map(|w| w.to_le_bytes())
+        .collect();
+    any.record(
+        "setxattr security.capability (cap_setuid+ep)",
+        rustix::fs::setxattr(
+            path,
+            "security.capability",
+            &cap_setuid,
+            rustix::fs::XattrFlags::empty(),
+        )
+        .map_err(Error::from),
+    );
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(path)?.permissions().mode();
-    println!("  mode afterwards: {:o}", mode & 0o7777);
-    if mode & 0o6000 != 0 {
+    let has_caps = rustix::fs::getxattr(path, "security.capability", &mut [0u8; 64][..]).is_ok();
+    println!(
+        "  afterwards: mode {:o}, file capabilities {}",
+        mode & 0o7777,
+        if has_caps { "set" } else { "none" }
+    );
+    if mode & 0o6000 != 0 || has_caps {
         return Ok(());
     }
     any.outcome()
