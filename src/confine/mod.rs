@@ -522,9 +522,10 @@ impl Confinement {
         }
     }
 
-    /// Whether protected paths are read-only for confined commands on this host.
+    /// Whether protected paths are read-only for confined commands on this host: in the
+    /// sandbox init's view (root or not), or through per-child binds (root without it).
     pub fn protects_paths(&self) -> bool {
-        self.drop_capabilities && !self.protected.is_empty()
+        (self.drop_capabilities || self.factory.is_some()) && !self.protected.is_empty()
     }
 
     /// The protected paths that exist right now, as paths for the child's bind mounts.
