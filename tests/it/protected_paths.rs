@@ -3,8 +3,10 @@
 //! the protected directory, a symlink at `.git/hooks`, a protected path that only appears
 //! after the server started, and git's own indirections to config and hooks elsewhere in the
 //! workspace (`.git/commondir`, a nested repository registered as a submodule), judged by
-//! what the operator's next `git status` / `git commit` on the host runs. The workspace has
-//! `.git` before cordon starts, as a real repository does.
+//! what the operator's next `git status` / `git commit` on the host runs; also a protected
+//! file deeper in the tree replaced by renaming its directory, and the policy file `serve`
+//! loads from the workspace. The workspace has `.git` before cordon starts, as a real
+//! repository does.
 
 use crate::common::{Need, Sandbox, skip, skip_msg};
 use crate::stdio_server::{StdioServer, structured, text};
@@ -284,4 +286,71 @@ fn nested_repository_cannot_plant_config_for_the_operators_git_status() {
     let run = sb.exec(&[], &["sh", "-c", &script]);
     assert!(run.stdout.contains("rc=0"), "{run:?}");
     assert_operator_git_runs_nothing_planted(&sb, &marker, "sub/.git/config via a gitlink");
+}
+
+#[test]
+fn policy_file_in_the_workspace_cannot_be_rewritten_by_commands() {
+    let test = "policy_file_in_the_workspace_cannot_be_rewritten_by_commands";
+    if skip_unprotected(test) {
+        return;
+    }
+    // The policy the next `cordon serve` loads: a command that rewrites it (or renames its
+    // directory away and plants another) widens every later session.
+    let sb = Sandbox::new();
+    let conf = sb.ws().join("conf");
+    std::fs::create_dir_all(&conf).unwrap();
+    let policy = conf.join("policy.toml");
+    let original = "extends = \"default\"\n";
+    std::fs::write(&policy, original).unwrap();
+    let mut server = StdioServer::start(
+        sb.ws(),
+        &["--policy", policy.to_str().expect("utf-8 temp path")],
+        "",
+        &[],
+    );
+    let widen = "printf '[network]\\ntcp_connect = [443]\\n' >> conf/policy.toml; \
+                 mv conf/policy.toml conf/old.toml; \
+                 mv conf conf.orig && mkdir conf && \
+                 printf 'extends = \"default\"\\n[network]\\ntcp_connect = [443]\\n' > conf/policy.toml; true";
+    let result = server.call("shell_exec", json!({"command": widen}));
+    drop(server);
+    assert_eq!(
+        std::fs::read_to_string(&policy).ok().as_deref(),
+        Some(original),
+        "the policy file the next server loads was changed by a command: {result}"
+    );
+    assert!(!sb.ws().join("conf.orig").exists(), "{result}");
+}
+
+#[test]
+fn protected_file_cannot_be_replaced_by_renaming_its_directory() {
+    let test = "protected_file_cannot_be_replaced_by_renaming_its_directory";
+    if skip_unprotected(test) {
+        return;
+    }
+    let sb = Sandbox::new();
+    std::fs::create_dir_all(sb.ws().join("deploy/keys")).unwrap();
+    std::fs::write(sb.ws().join("deploy/keys/trusted.pub"), "operator key\n").unwrap();
+    let policy = sb.policy(
+        "protect.toml",
+        "extends = \"default\"\n[filesystem]\n\
+         protected = [\".git/hooks\", \".git/config\", \".cordon\", \"deploy/keys/trusted.pub\"]\n",
+    );
+    let run = sb.exec(
+        &["--policy", &policy],
+        &[
+            "sh",
+            "-c",
+            "echo attacker >> deploy/keys/trusted.pub; \
+             mv deploy deploy.orig; mv deploy/keys deploy/keys.orig; \
+             mkdir -p deploy/keys && echo 'attacker key' > deploy/keys/trusted.pub; true",
+        ],
+    );
+    assert_eq!(
+        std::fs::read_to_string(sb.ws().join("deploy/keys/trusted.pub"))
+            .ok()
+            .as_deref(),
+        Some("operator key\n"),
+        "a protected file was replaced by renaming a directory above it: {run:?}"
+    );
 }
