@@ -123,6 +123,17 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
     let ws = workspace.path().canonicalize()?;
     // Before the confinement is built: the view makes what exists then read-only.
     isolation::prepare_git(&ws)?;
+    // A read-only workspace: its first writable directory must exist for its grant.
+    let read_only = policy.filesystem.workspace == crate::policy::WorkspaceAccess::ReadOnly;
+    let writable_dir = policy
+        .filesystem
+        .workspace_writable
+        .first()
+        .filter(|_| read_only)
+        .cloned();
+    if let Some(dir) = &writable_dir {
+        std::fs::create_dir_all(ws.join(dir))?;
+    }
     let confinement = Arc::new(Confinement::build(policy, &ws, &options)?);
     let executor = Executor::new(Arc::clone(&confinement), policy);
     let mut probes = Vec::new();
@@ -189,9 +200,28 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
         ));
     }
     let o = run_one(&executor, sh("echo ok > inside.txt && cat inside.txt"), 10).await;
-    probes.push(result("write inside the workspace", "allowed", &o, |o| {
-        o.exit_code == Some(0) && text_contains(o, "ok")
-    }));
+    if read_only {
+        probes.push(result(
+            "write inside the read-only workspace",
+            "denied",
+            &o,
+            |o| o.exit_code != Some(0) && !ws.join("inside.txt").exists(),
+        ));
+    } else {
+        probes.push(result("write inside the workspace", "allowed", &o, |o| {
+            o.exit_code == Some(0) && text_contains(o, "ok")
+        }));
+    }
+    if let Some(dir) = &writable_dir {
+        let script = format!("echo ok > '{dir}/inside.txt' && cat '{dir}/inside.txt'");
+        let o = run_one(&executor, sh(&script), 10).await;
+        probes.push(result(
+            &format!("write inside {dir}/ (workspace_writable)"),
+            "allowed",
+            &o,
+            |o| o.exit_code == Some(0) && text_contains(o, "ok"),
+        ));
+    }
 
     // Network.
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -206,7 +236,9 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
     let udp = std::net::UdpSocket::bind("127.0.0.1:0")?;
     let udp_port = udp.local_addr()?.port();
     let o = run_one(&executor, probe("udp", Some(udp_port.to_string())), 10).await;
-    probes.push(expect_refused("UDP send to loopback", &o, true));
+    // `tcp_udp` lets UDP through (Landlock cannot restrict it before ABI 10).
+    let udp_allowed = policy.sandbox.seccomp_profile == "tcp_udp";
+    probes.push(expect_refused("UDP send to loopback", &o, !udp_allowed));
 
     // Kernel attack surface.
     for name in [

@@ -187,7 +187,7 @@ pub(super) async fn probes(s: &Setup<'_>) -> Result<Vec<ProbeResult>, DoctorErro
     });
 
     probes.push(inherited_descriptor(s).await?);
-    probes.push(survives_sigkill_of_its_cordon(s).await);
+    probes.push(gone_after_sigkill_of_its_cordon(s).await);
     probes.extend(protected_git(s).await?);
     probes.extend(tcp_side_doors(s).await?);
     Ok(probes)
@@ -243,7 +243,7 @@ async fn inherited_descriptor(s: &Setup<'_>) -> Result<ProbeResult, DoctorError>
 
 /// `cordon exec -- sleep DURATION` (a duration only this doctor uses), then SIGKILL of that cordon process: the sleep must be gone
 /// within a few seconds, however cordon ended.
-async fn survives_sigkill_of_its_cordon(s: &Setup<'_>) -> ProbeResult {
+async fn gone_after_sigkill_of_its_cordon(s: &Setup<'_>) -> ProbeResult {
     const PROBE: &str = "the command is gone after kill -9 of its cordon";
     let duration = format!("3601.{}", std::process::id());
     let argv = ["sleep", duration.as_str()];

@@ -1,5 +1,6 @@
-//! `cordon doctor` passes every probe on a machine that gives full enforcement, and its JSON
-//! report is well formed; so CI proves the doctor's claims on its own kernel every run.
+//! `cordon doctor` passes every probe on a machine that gives full enforcement (under the
+//! default policy and the other shipped ones), and its JSON report is well formed; so CI
+//! proves the doctor's claims on its own kernel every run.
 
 use crate::common::{CORDON, HANG_GUARD, Need, run_guarded, skip};
 use std::process::Command;
@@ -56,5 +57,32 @@ fn doctor_passes_every_probe_here() {
                 .any(|p| p["probe"].as_str().is_some_and(|n| n.starts_with(prefix))),
             "probe `{prefix}…` missing"
         );
+    }
+}
+
+/// The shipped policies with other promises (TCP and UDP under `dev`, a read-only workspace
+/// under `strict`): doctor's expectations follow the policy, so every probe passes there too.
+#[test]
+fn doctor_passes_every_probe_under_dev_and_strict() {
+    if skip(
+        "doctor_passes_every_probe_under_dev_and_strict",
+        Need::Cgroups,
+    ) {
+        return;
+    }
+    for policy in ["dev", "strict"] {
+        let mut cmd = Command::new(CORDON);
+        cmd.args(["doctor", "--json", "--policy", policy]);
+        let run = run_guarded(cmd, HANG_GUARD);
+        let report: serde_json::Value = serde_json::from_str(&run.stdout)
+            .unwrap_or_else(|e| panic!("doctor --json is not JSON ({e}): {run:?}"));
+        let failed: Vec<&serde_json::Value> = report["probes"]
+            .as_array()
+            .expect("probes")
+            .iter()
+            .filter(|p| p["pass"] != true)
+            .collect();
+        assert!(failed.is_empty(), "{policy}: failed probes: {failed:#?}");
+        assert_eq!(run.code(), 0, "{policy}: {run:?}");
     }
 }
