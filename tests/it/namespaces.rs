@@ -352,7 +352,8 @@ fn proc_shows_no_host_process() {
         .next()
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or_else(|| panic!("{run:?}"));
-    assert!(pids <= 8, "/proc shows {pids} processes: {run:?}");
+    // The init, its warm slots and this pipeline; the host has hundreds.
+    assert!(pids <= 16, "/proc shows {pids} processes: {run:?}");
     let init = lines.next().unwrap_or_default();
     assert!(
         init.contains("__sandbox-init"),
