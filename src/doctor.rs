@@ -5,6 +5,8 @@
 //! child, and compares what happened with what the policy promises. Owns the probe list and
 //! the report; the forbidden operations themselves live in `confine::selftest`.
 
+mod isolation;
+
 use crate::confine::{ConfineOptions, Confinement, KernelSupport};
 use crate::exec::{CaptureSpec, ExecOutcome, ExecRequest, Executor, LimitKind};
 use crate::policy::Policy;
@@ -119,10 +121,22 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
         init_program: None,
     };
     let ws = workspace.path().canonicalize()?;
+    // Before the confinement is built: the view makes what exists then read-only.
+    isolation::prepare_git(&ws)?;
+    // A read-only workspace: its first writable directory must exist for its grant.
+    let read_only = policy.filesystem.workspace == crate::policy::WorkspaceAccess::ReadOnly;
+    let writable_dir = policy
+        .filesystem
+        .workspace_writable
+        .first()
+        .filter(|_| read_only)
+        .cloned();
+    if let Some(dir) = &writable_dir {
+        std::fs::create_dir_all(ws.join(dir))?;
+    }
     let confinement = Arc::new(Confinement::build(policy, &ws, &options)?);
     let executor = Executor::new(Arc::clone(&confinement), policy);
     let mut probes = Vec::new();
-    let sh = |script: &str| vec![OsString::from("/bin/sh"), "-c".into(), script.into()];
     let probe = |name: &str, arg: Option<String>| {
         let mut v = vec![
             self_exe.clone().into_os_string(),
@@ -159,7 +173,6 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
         !target.exists() && o.exit_code != Some(0)
     }));
     if confinement.protects_paths() {
-        std::fs::create_dir_all(ws.join(".git/hooks"))?;
         let o = run_one(
             &executor,
             sh("echo 'echo pwned' > .git/hooks/pre-commit"),
@@ -172,11 +185,43 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
             &o,
             |o| o.exit_code != Some(0) && !ws.join(".git/hooks/pre-commit").exists(),
         ));
+        let o = run_one(
+            &executor,
+            sh("echo '[core] fsmonitor = pwned' >> .git/config"),
+            10,
+        )
+        .await;
+        let config = std::fs::read_to_string(ws.join(".git/config")).unwrap_or_default();
+        probes.push(result(
+            "write .git/config (protected path)",
+            "denied",
+            &o,
+            |o| o.exit_code != Some(0) && !config.contains("pwned"),
+        ));
     }
     let o = run_one(&executor, sh("echo ok > inside.txt && cat inside.txt"), 10).await;
-    probes.push(result("write inside the workspace", "allowed", &o, |o| {
-        o.exit_code == Some(0) && text_contains(o, "ok")
-    }));
+    if read_only {
+        probes.push(result(
+            "write inside the read-only workspace",
+            "denied",
+            &o,
+            |o| o.exit_code != Some(0) && !ws.join("inside.txt").exists(),
+        ));
+    } else {
+        probes.push(result("write inside the workspace", "allowed", &o, |o| {
+            o.exit_code == Some(0) && text_contains(o, "ok")
+        }));
+    }
+    if let Some(dir) = &writable_dir {
+        let script = format!("echo ok > '{dir}/inside.txt' && cat '{dir}/inside.txt'");
+        let o = run_one(&executor, sh(&script), 10).await;
+        probes.push(result(
+            &format!("write inside {dir}/ (workspace_writable)"),
+            "allowed",
+            &o,
+            |o| o.exit_code == Some(0) && text_contains(o, "ok"),
+        ));
+    }
 
     // Network.
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -191,7 +236,9 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
     let udp = std::net::UdpSocket::bind("127.0.0.1:0")?;
     let udp_port = udp.local_addr()?.port();
     let o = run_one(&executor, probe("udp", Some(udp_port.to_string())), 10).await;
-    probes.push(expect_refused("UDP send to loopback", &o, true));
+    // `tcp_udp` lets UDP through (Landlock cannot restrict it before ABI 10).
+    let udp_allowed = policy.sandbox.seccomp_profile == "tcp_udp";
+    probes.push(expect_refused("UDP send to loopback", &o, !udp_allowed));
 
     // Kernel attack surface.
     for name in [
@@ -296,6 +343,18 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
             text_contains(o, "42")
         }));
     }
+    probes.extend(
+        isolation::probes(&isolation::Setup {
+            executor: &executor,
+            confinement: &confinement,
+            policy,
+            options: &options,
+            workspace: &ws,
+            outside: outside.path(),
+            self_exe: &self_exe,
+        })
+        .await?,
+    );
     drop(listener);
     Ok(DoctorReport {
         kernel,
@@ -303,6 +362,10 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
         policy: policy.origin.clone(),
         probes,
     })
+}
+
+fn sh(script: &str) -> Vec<OsString> {
+    vec![OsString::from("/bin/sh"), "-c".into(), script.into()]
 }
 
 async fn run_one(

@@ -105,13 +105,37 @@ impl Factory {
         patterns: Vec<String>,
     ) -> Result<Self, SandboxError> {
         let (entries, signature) = protected_now(&plan.workspace, &patterns);
-        // Symbolic links are never bound (a bind follows them out of the workspace); the
-        // enforcement notes name them.
-        plan.protected = entries
-            .iter()
-            .filter(|e| e.kind != crate::workspace::EntryKind::Symlink)
-            .map(|e| plan.workspace.join(&e.path))
-            .collect();
+        plan.protected.clear();
+        plan.pinned = vec![plan.workspace.join(".git")];
+        for entry in &entries {
+            let path = plan.workspace.join(&entry.path);
+            // A bind follows a symbolic link, so a link is never bound itself: its target is,
+            // when that lies in the workspace (`.git/hooks -> ../shared-hooks` makes the
+            // shared hooks what git runs). A link to outside points at nothing in the view.
+            let target = if entry.kind == crate::workspace::EntryKind::Symlink {
+                match path.canonicalize() {
+                    Ok(t) if t.starts_with(&plan.workspace) && t != plan.workspace => t,
+                    _ => continue,
+                }
+            } else {
+                path
+            };
+            // Every directory between the workspace root and the entry is pinned (a mount
+            // point of itself): renaming one away and planting a replacement fails (EBUSY).
+            let mut dir = target.parent();
+            while let Some(d) =
+                dir.filter(|d| d.starts_with(&plan.workspace) && *d != plan.workspace)
+            {
+                if !plan.pinned.iter().any(|p| p == d) {
+                    plan.pinned.push(d.to_path_buf());
+                }
+                dir = d.parent();
+            }
+            if !plan.protected.contains(&target) {
+                plan.protected.push(target);
+            }
+        }
+        plan.pinned.sort_by_key(|p| p.components().count());
         let sandbox = Sandbox::start(plan.clone(), program.clone())?;
         Ok(Self {
             pool: Mutex::new(Vec::new()),
@@ -137,17 +161,33 @@ impl Factory {
     /// what it did, in words for the call's result. In a repository the call created itself
     /// nothing is moved (it is the agent's own), but the result says so.
     pub fn quarantine_created_since(&self, since: std::time::SystemTime) -> Vec<String> {
+        use std::os::unix::fs::MetadataExt;
         let (entries, _) = protected_now(&self.plan.workspace, &self.patterns);
-        let known: std::collections::HashSet<&Path> =
-            self.signature.iter().map(|(p, ..)| p.as_path()).collect();
-        let repo_existed = known.contains(Path::new(".git"));
+        let known: std::collections::HashMap<&Path, (u64, u64, bool)> = self
+            .signature
+            .iter()
+            .map(|(p, dev, ino, link)| (p.as_path(), (*dev, *ino, *link)))
+            .collect();
+        let repo_existed = known.contains_key(Path::new(".git"));
         let Ok(root) =
             cap_std::fs::Dir::open_ambient_dir(&self.plan.workspace, cap_std::ambient_authority())
         else {
             return Vec::new();
         };
         let mut notices = Vec::new();
-        for entry in entries.iter().filter(|e| !known.contains(e.path.as_path())) {
+        // New entries, and entries replaced by something else (a symlinked `.git/hooks`
+        // removed and made a directory): what the view could not hold read-only.
+        let replaced_or_new = |e: &&crate::workspace::ProtectedEntry| {
+            let now = self
+                .plan
+                .workspace
+                .join(&e.path)
+                .symlink_metadata()
+                .ok()
+                .map(|m| (m.dev(), m.ino(), m.file_type().is_symlink()));
+            known.get(e.path.as_path()).copied() != now
+        };
+        for entry in entries.iter().filter(replaced_or_new) {
             let changed = root
                 .symlink_metadata(&entry.path)
                 .and_then(|m| m.modified())

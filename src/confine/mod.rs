@@ -552,7 +552,8 @@ impl Confinement {
         }
     }
 
-    /// Whether protected paths are read-only for confined commands on this host.
+    /// Whether protected paths are read-only for confined commands on this host: in the
+    /// sandbox init's view (root or not), or through per-child binds (root without it).
     pub fn protects_paths(&self) -> bool {
         (self.uses_sandbox_init() || self.drop_capabilities) && !self.protected.is_empty()
     }

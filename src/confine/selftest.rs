@@ -6,6 +6,10 @@
 //! killed by seccomp instead (int 0x80), which callers see as SIGSYS. Raw syscalls are needed
 //! because libc wrappers and std would hide or avoid exactly the paths we want to test.
 
+mod isolation;
+
+pub use isolation::HostSysvObjects;
+
 use std::io::Error;
 use std::net::{Ipv4Addr, SocketAddrV4, TcpStream, UdpSocket};
 
@@ -116,7 +120,11 @@ pub fn run(name: &str, arg: Option<&str>) -> i32 {
             syscall_result(unsafe { libc::syscall(X32_BIT | libc::SYS_getpid) })
         }
         "int80" => int80_getpid(),
-        _ => return usage("NAME"),
+        other => match isolation::run(other, arg) {
+            Some(Ok(outcome)) => outcome,
+            Some(Err(what)) => return usage(what),
+            None => return usage("NAME"),
+        },
     };
     match outcome {
         Ok(()) => {
@@ -131,7 +139,11 @@ pub fn run(name: &str, arg: Option<&str>) -> i32 {
 }
 
 fn usage(what: &str) -> i32 {
-    eprintln!("usage: cordon probe {what} (probes: {})", PROBES.join(", "));
+    eprintln!(
+        "usage: cordon probe {what} (probes: {}, {})",
+        PROBES.join(", "),
+        isolation::PROBES.join(", ")
+    );
     2
 }
 

@@ -1,5 +1,6 @@
-//! `cordon doctor` passes every probe on a machine that gives full enforcement, and its JSON
-//! report is well formed; so CI proves the doctor's claims on its own kernel every run.
+//! `cordon doctor` passes every probe on a machine that gives full enforcement (under the
+//! default policy and the other shipped ones), and its JSON report is well formed; so CI
+//! proves the doctor's claims on its own kernel every run.
 
 use crate::common::{CORDON, HANG_GUARD, Need, run_guarded, skip};
 use std::process::Command;
@@ -15,7 +16,7 @@ fn doctor_passes_every_probe_here() {
     let report: serde_json::Value = serde_json::from_str(&run.stdout)
         .unwrap_or_else(|e| panic!("doctor --json is not JSON ({e}): {run:?}"));
     let probes = report["probes"].as_array().expect("probes");
-    assert!(probes.len() >= 18, "too few probes: {}", probes.len());
+    assert!(probes.len() >= 36, "too few probes: {}", probes.len());
     let failed: Vec<&serde_json::Value> = probes.iter().filter(|p| p["pass"] != true).collect();
     assert!(failed.is_empty(), "failed probes: {failed:#?}");
     assert_eq!(run.code(), 0, "{run:?}");
@@ -24,10 +25,64 @@ fn doctor_passes_every_probe_here() {
         "read a secret outside the workspace",
         "i386 int 0x80 syscall",
         "outlive the call with a setsid daemon",
+        // What the sandbox init and the seccomp additions promise (issue 9).
+        "connect to a Unix socket listening outside",
+        "connect to an abstract Unix socket of the host",
+        "chmod, chown, touch and setxattr a file outside",
+        "setuid, setgid or file capability on a copied shell",
+        "read a SysV shared-memory segment made outside",
+        "read a SysV message queue made outside",
+        "see a host process in /proc",
+        "write through a descriptor cordon inherited",
+        "the command is gone after kill -9 of its cordon",
+        "write a git hook (protected path)",
+        "write .git/config (protected path)",
+        "rename .git away",
+        "spawn with a symlinked .git/hooks",
     ] {
         assert!(
             probes.iter().any(|p| p["probe"] == expected),
             "probe `{expected}` missing"
         );
+    }
+    for prefix in [
+        "TCP policy: connect to the allowed port",
+        "TCP policy: connect to a port not allowed",
+        "TCP policy: TCP Fast Open (MSG_FASTOPEN)",
+        "TCP policy: MPTCP socket",
+    ] {
+        assert!(
+            probes
+                .iter()
+                .any(|p| p["probe"].as_str().is_some_and(|n| n.starts_with(prefix))),
+            "probe `{prefix}…` missing"
+        );
+    }
+}
+
+/// The shipped policies with other promises (TCP and UDP under `dev`, a read-only workspace
+/// under `strict`): doctor's expectations follow the policy, so every probe passes there too.
+#[test]
+fn doctor_passes_every_probe_under_dev_and_strict() {
+    if skip(
+        "doctor_passes_every_probe_under_dev_and_strict",
+        Need::Cgroups,
+    ) {
+        return;
+    }
+    for policy in ["dev", "strict"] {
+        let mut cmd = Command::new(CORDON);
+        cmd.args(["doctor", "--json", "--policy", policy]);
+        let run = run_guarded(cmd, HANG_GUARD);
+        let report: serde_json::Value = serde_json::from_str(&run.stdout)
+            .unwrap_or_else(|e| panic!("doctor --json is not JSON ({e}): {run:?}"));
+        let failed: Vec<&serde_json::Value> = report["probes"]
+            .as_array()
+            .expect("probes")
+            .iter()
+            .filter(|p| p["pass"] != true)
+            .collect();
+        assert!(failed.is_empty(), "{policy}: failed probes: {failed:#?}");
+        assert_eq!(run.code(), 0, "{policy}: {run:?}");
     }
 }

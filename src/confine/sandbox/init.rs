@@ -186,7 +186,6 @@ fn pid1(plan: &InitPlan, control: &OwnedFd, alive: OwnedFd) -> ! {
     {
         std::process::exit(1);
     }
-    drop(fds);
     let _alive = alive;
     if let Err((stage, error)) = setup(plan) {
         eprintln!("cordon sandbox init: {stage}: {error}");

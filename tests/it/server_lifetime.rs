@@ -1,0 +1,263 @@
+//! Nothing reaches a confined process through cordon's own process, and nothing a call
+//! started outlives the server: descriptors cordon inherits (`exec 7>file; cordon …`) are
+//! closed before any command runs, for `cordon exec` and for `serve`'s shell_exec and
+//! code_interpreter; and SIGKILL or SIGTERM of `cordon serve` mid-call leaves no process of
+//! that call alive (a /proc scan for a token only that call carries).
+
+use crate::common::{
+    CORDON, HANG_GUARD, Need, Sandbox, assert_no_survivors, marker, path_str, processes_with,
+    run_guarded, skip, unique_token,
+};
+use crate::stdio_server::{StdioServer, eventually, structured};
+use serde_json::json;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+/// How long the kernel and cordon get to end a call's processes after the server is gone.
+const REAP_WITHIN: Duration = Duration::from_secs(5);
+
+fn shell_with_fd7(target: &Path, then: &str) -> Command {
+    let mut cmd = Command::new("/bin/sh");
+    cmd.arg("-c")
+        .arg(format!("exec 7>>\"$0\"; {then}"))
+        .arg(target);
+    cmd
+}
+
+#[test]
+fn inherited_descriptor_does_not_reach_cordon_exec_commands() {
+    if skip(
+        "inherited_descriptor_does_not_reach_cordon_exec_commands",
+        Need::LandlockSeccomp,
+    ) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let target = sb.outside().join("through-fd7");
+    std::fs::write(&target, "").unwrap();
+
+    // Control: an ordinary child of that shell writes through fd 7.
+    let control = run_guarded(
+        shell_with_fd7(&target, "sh -c 'echo control >&7'"),
+        HANG_GUARD,
+    );
+    assert_eq!(control.code(), 0, "{control:?}");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "control\n");
+    std::fs::write(&target, "").unwrap();
+
+    let ws = path_str(sb.ws());
+    let policy = sb.probe_policy();
+    let run = sb.exec_cmd(shell_with_fd7(
+        &target,
+        &format!(
+            "\"{CORDON}\" exec --workspace '{ws}' --policy '{policy}' -- sh -c \
+             'echo pwned >&7; \"{CORDON}\" probe write-fd 7; ls /proc/self/fd'"
+        ),
+    ));
+    assert!(run.stdout.contains("write-fd: refused"), "{run:?}");
+    assert_eq!(
+        std::fs::read_to_string(&target).unwrap(),
+        "",
+        "a command wrote through the inherited descriptor: {run:?}"
+    );
+}
+
+#[test]
+fn inherited_descriptor_does_not_reach_shell_exec_or_code_interpreter() {
+    if skip(
+        "inherited_descriptor_does_not_reach_shell_exec_or_code_interpreter",
+        Need::LandlockSeccomp,
+    ) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let target = sb.outside().join("through-fd7");
+    std::fs::write(&target, "").unwrap();
+    let prefix = format!("exec 7>>'{}';", path_str(&target));
+    let mut server = StdioServer::start(sb.ws(), &[], &prefix, &[]);
+
+    let result = server.call(
+        "shell_exec",
+        json!({"command": "echo pwned >&7; echo status=$?"}),
+    );
+    let out = structured(&result)["stdout"].as_str().unwrap_or_default();
+    assert!(
+        out.contains("status=") && !out.contains("status=0"),
+        "{result}"
+    );
+
+    let cell = server.call(
+        "code_interpreter",
+        json!({"code": "import os\ntry:\n    os.write(7, b'pwned\\n'); print('WROTE')\nexcept OSError as e:\n    print('refused', e.errno)"}),
+    );
+    let out = structured(&cell)["stdout"].as_str().unwrap_or_default();
+    assert_eq!(out.trim(), format!("refused {}", libc::EBADF), "{cell}");
+    assert_eq!(
+        std::fs::read_to_string(&target).unwrap(),
+        "",
+        "a tool wrote through the server's inherited descriptor"
+    );
+}
+
+/// Starts a call whose processes carry `token`, waits until they run, signals the server and
+/// asserts they are gone within `REAP_WITHIN`. Returns the pending call's answer, if the
+/// server gave one before exiting.
+fn kill_server_mid_call(
+    tool: &str,
+    arguments: serde_json::Value,
+    token: &str,
+    signal: i32,
+) -> Option<serde_json::Value> {
+    let ws = tempfile::tempdir().unwrap();
+    let mut server = StdioServer::start(ws.path(), &[], "", &[]);
+    let id = server.start_call(tool, arguments);
+    assert!(
+        eventually(Duration::from_secs(30), || !processes_with(token)
+            .is_empty()),
+        "the call's process never started"
+    );
+    server.signal(signal);
+    let answer = server.response(id, REAP_WITHIN);
+    let status = server.wait_exit(REAP_WITHIN);
+    let gone = eventually(REAP_WITHIN, || processes_with(token).is_empty());
+    let survivors = processes_with(token);
+    assert_no_survivors(token, &format!("{tool} after signal {signal} to serve"));
+    assert!(gone, "survivors: {survivors:?}");
+    assert!(
+        status.is_some(),
+        "cordon serve did not exit after signal {signal}"
+    );
+    answer
+}
+
+fn sleep_command(token: &str) -> serde_json::Value {
+    json!({"command": format!("sleep {token}"), "timeout_secs": 120})
+}
+
+fn sleep_cell(token: &str) -> serde_json::Value {
+    json!({"code": format!("import subprocess\nsubprocess.run(['sleep', '{token}'])"), "timeout_secs": 120})
+}
+
+#[test]
+fn sigkill_of_serve_kills_a_running_shell_exec() {
+    if skip(
+        "sigkill_of_serve_kills_a_running_shell_exec",
+        Need::Namespaces,
+    ) {
+        return;
+    }
+    let token = unique_token();
+    kill_server_mid_call("shell_exec", sleep_command(&token), &token, libc::SIGKILL);
+}
+
+#[test]
+fn sigterm_of_serve_kills_a_running_shell_exec() {
+    if skip(
+        "sigterm_of_serve_kills_a_running_shell_exec",
+        Need::Namespaces,
+    ) {
+        return;
+    }
+    let token = unique_token();
+    kill_server_mid_call("shell_exec", sleep_command(&token), &token, libc::SIGTERM);
+}
+
+#[test]
+fn sigterm_of_serve_answers_the_pending_call() {
+    if skip(
+        "sigterm_of_serve_answers_the_pending_call",
+        Need::Namespaces,
+    ) {
+        return;
+    }
+    // SIGTERM is a polite stop (clients send it 2 s after closing stdin): the in-flight call
+    // is killed and answered before the server exits.
+    for (tool, arguments) in [
+        ("shell_exec", sleep_command as fn(&str) -> serde_json::Value),
+        ("code_interpreter", sleep_cell),
+    ] {
+        let token = unique_token();
+        let answer = kill_server_mid_call(tool, arguments(&token), &token, libc::SIGTERM);
+        assert!(
+            answer.is_some(),
+            "the pending {tool} call got no answer before serve exited on SIGTERM"
+        );
+    }
+}
+
+#[test]
+fn sigkill_of_serve_kills_a_setsid_daemon_of_a_running_call() {
+    if skip(
+        "sigkill_of_serve_kills_a_setsid_daemon_of_a_running_call",
+        Need::Namespaces,
+    ) {
+        return;
+    }
+    let token = unique_token();
+    let m = marker(&token);
+    let command = format!("setsid sh -c 'sleep {token}; : {m}' & sleep {token}; : {m}");
+    kill_server_mid_call(
+        "shell_exec",
+        json!({"command": command, "timeout_secs": 120}),
+        &token,
+        libc::SIGKILL,
+    );
+}
+
+#[test]
+fn sigkill_of_serve_kills_a_running_code_interpreter_cell() {
+    if skip(
+        "sigkill_of_serve_kills_a_running_code_interpreter_cell",
+        Need::Namespaces,
+    ) {
+        return;
+    }
+    let token = unique_token();
+    kill_server_mid_call(
+        "code_interpreter",
+        sleep_cell(&token),
+        &token,
+        libc::SIGKILL,
+    );
+}
+
+#[test]
+fn sigterm_of_serve_kills_a_running_code_interpreter_cell() {
+    if skip(
+        "sigterm_of_serve_kills_a_running_code_interpreter_cell",
+        Need::Namespaces,
+    ) {
+        return;
+    }
+    let token = unique_token();
+    kill_server_mid_call(
+        "code_interpreter",
+        sleep_cell(&token),
+        &token,
+        libc::SIGTERM,
+    );
+}
+
+#[test]
+fn sigkill_of_cordon_exec_kills_its_command() {
+    if skip("sigkill_of_cordon_exec_kills_its_command", Need::Namespaces) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let token = unique_token();
+    let mut child = sb
+        .command(&[], &["sleep", &token])
+        .spawn()
+        .expect("spawn cordon exec");
+    assert!(
+        eventually(Duration::from_secs(30), || !processes_with(&token)
+            .is_empty()),
+        "the command never started"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let gone = eventually(REAP_WITHIN, || processes_with(&token).is_empty());
+    assert_no_survivors(&token, "sleep after SIGKILL of cordon exec");
+    assert!(gone);
+}
