@@ -160,6 +160,23 @@ impl Factory {
     /// a path that does not exist — and git would read them outside any sandbox. Returns
     /// what it did, in words for the call's result. In a repository the call created itself
     /// nothing is moved (it is the agent's own), but the result says so.
+    /// What a call may have left that git would run outside any sandbox, dealt with after
+    /// the call's tree is dead: protected control files it created or replaced, and a
+    /// submodule it planted through the index. A few `lstat` calls when nothing changed.
+    pub fn after_call(&self, since: std::time::SystemTime) -> Vec<String> {
+        let index_changed = self
+            .plan
+            .workspace
+            .join(".git/index")
+            .symlink_metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t >= since - std::time::Duration::from_secs(1));
+        if !index_changed && self.is_current() {
+            return Vec::new();
+        }
+        self.quarantine_created_since(since)
+    }
+
     pub fn quarantine_created_since(&self, since: std::time::SystemTime) -> Vec<String> {
         use std::os::unix::fs::MetadataExt;
         let (entries, _) = protected_now(&self.plan.workspace, &self.patterns);
@@ -227,6 +244,9 @@ impl Factory {
                     entry.path.display()
                 ),
             });
+        }
+        if repo_existed {
+            notices.extend(quarantine_planted_submodules(&root, since));
         }
         notices
     }
@@ -366,4 +386,84 @@ fn plan(inputs: &ViewInputs<'_>) -> InitPlan {
             .collect(),
         drop_capabilities: true,
     }
+}
+
+/// Reads a file a confined process may have written: beneath `root`, no symlink followed,
+/// non-blocking, a regular file by `fstat`, at most `limit` bytes.
+fn read_hostile(root: &cap_std::fs::Dir, path: &Path, limit: usize) -> Option<Vec<u8>> {
+    use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt};
+    use cap_std::fs::OpenOptionsExt;
+    use std::io::Read;
+    let mut options = cap_std::fs::OpenOptions::new();
+    options
+        .read(true)
+        .follow(FollowSymlinks::No)
+        .custom_flags(libc::O_NONBLOCK);
+    let file = root.open_with(path, &options).ok()?;
+    let meta = file.metadata().ok()?;
+    if !meta.is_file() || meta.len() as usize > limit {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    file.take(limit as u64).read_to_end(&mut bytes).ok()?;
+    Some(bytes)
+}
+
+/// After a call that changed the operator's index: a gitlink whose nested repository's
+/// config names a command (`core.fsmonitor`, hooks elsewhere, …) would make the operator's
+/// `git status` run it. That config goes to quarantine.
+fn quarantine_planted_submodules(
+    root: &cap_std::fs::Dir,
+    since: std::time::SystemTime,
+) -> Vec<String> {
+    let index_changed = root
+        .symlink_metadata(".git/index")
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| t.into_std() >= since - std::time::Duration::from_secs(1));
+    if !index_changed {
+        return Vec::new();
+    }
+    let Some(index) = read_hostile(
+        root,
+        Path::new(".git/index"),
+        crate::workspace::gitlinks::MAX_INDEX_BYTES,
+    ) else {
+        return Vec::new();
+    };
+    let mut notices = Vec::new();
+    for link in crate::workspace::gitlinks::gitlinks(&index).unwrap_or_default() {
+        let config = link.join(".git/config");
+        let Some(text) = read_hostile(root, &config, 1 << 20) else {
+            continue;
+        };
+        if !crate::workspace::gitlinks::runs_commands(&String::from_utf8_lossy(&text)) {
+            continue;
+        }
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or_default();
+        let flat = config.to_string_lossy().replace('/', "_");
+        let dest = PathBuf::from(".cordon/quarantine").join(format!("{stamp}-{flat}"));
+        let moved = root
+            .create_dir_all(".cordon/quarantine")
+            .and_then(|()| root.rename(&config, root, &dest));
+        notices.push(match moved {
+            Ok(()) => format!(
+                "the index now records {} as a submodule whose config names a command git \
+                 would run (e.g. core.fsmonitor) on the operator's next `git status`; cordon \
+                 moved {} to {}",
+                link.display(),
+                config.display(),
+                dest.display()
+            ),
+            Err(e) => format!(
+                "the index records {} as a submodule whose config names a command git would \
+                 run, and cordon could not move {} away ({e}): remove it before running git here",
+                link.display(),
+                config.display()
+            ),
+        });
+    }
+    notices
 }

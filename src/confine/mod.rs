@@ -403,6 +403,17 @@ impl Confinement {
     /// When a protected path appeared, vanished or was replaced since the init's view was
     /// built (`git init` in the workspace, a new `.git/hooks`), a new init is started first,
     /// so its view binds the paths as they are now. That is blocking (tens of ms, once).
+    /// The sandbox init if it is alive and its view up to date; None otherwise (then
+    /// [`Self::sandbox_init`] rebuilds it). A few `lstat` calls.
+    pub fn current_sandbox_init(&self) -> Option<Arc<factory::Factory>> {
+        self.factory
+            .read()
+            .ok()?
+            .as_ref()
+            .filter(|f| f.is_alive() && f.is_current())
+            .cloned()
+    }
+
     pub fn sandbox_init(&self) -> Option<Result<Arc<factory::Factory>, ConfineError>> {
         let current = self.factory.read().ok()?.as_ref().cloned()?;
         if current.is_alive() && current.is_current() {

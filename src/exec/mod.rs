@@ -197,14 +197,8 @@ impl Executor {
         // The tree is dead: nothing of this call can still write. A protected control file it
         // created (git reads `.git/commondir` as configuration) goes to quarantine now.
         let notices = match &factory {
-            Some(f) if !f.is_current() => {
-                let f = Arc::clone(f);
-                let since = std::time::SystemTime::now() - started.elapsed();
-                tokio::task::spawn_blocking(move || f.quarantine_created_since(since))
-                    .await
-                    .unwrap_or_default()
-            }
-            _ => Vec::new(),
+            Some(f) => f.after_call(std::time::SystemTime::now() - started.elapsed()),
+            None => Vec::new(),
         };
         // The tree is dead; removing its directories and preparing the next call's cgroup
         // need not delay the answer.
@@ -255,6 +249,9 @@ impl Executor {
     pub(crate) async fn sandbox_init(&self) -> Option<Result<Arc<Factory>, ConfineError>> {
         if !self.confinement.uses_sandbox_init() {
             return None;
+        }
+        if let Some(current) = self.confinement.current_sandbox_init() {
+            return Some(Ok(current));
         }
         let confinement = Arc::clone(&self.confinement);
         match tokio::task::spawn_blocking(move || confinement.sandbox_init()).await {

@@ -10,6 +10,7 @@
 //! confinement of child processes (they get the root's host path and are confined separately).
 
 mod error;
+pub mod gitlinks;
 pub mod protect;
 mod relpath;
 mod resolve;
