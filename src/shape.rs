@@ -240,6 +240,7 @@ mod tests {
             head_lines: 50,
             tail_lines: 50,
             memory_cap_bytes: 1 << 20,
+            spill_total_bytes: 2 << 30,
         }
     }
 

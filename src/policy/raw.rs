@@ -107,6 +107,7 @@ pub struct RawLimits {
     pub file_size_mb: Option<u64>,
     pub open_files: Option<u64>,
     pub address_space_mb: Option<u64>,
+    pub disk_mb: Option<u64>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -130,6 +131,7 @@ pub struct RawOutput {
     pub head_lines: Option<usize>,
     pub tail_lines: Option<usize>,
     pub memory_cap_kb: Option<usize>,
+    pub spill_total_mb: Option<u64>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -198,6 +200,7 @@ overlay_struct!(RawLimits {
     file_size_mb,
     open_files,
     address_space_mb,
+    disk_mb,
 });
 overlay_struct!(RawEnvironment { pass, set });
 overlay_struct!(RawCommands { on_unknown, rules });
@@ -207,7 +210,8 @@ overlay_struct!(RawOutput {
     max_chars,
     head_lines,
     tail_lines,
-    memory_cap_kb
+    memory_cap_kb,
+    spill_total_mb
 });
 overlay_struct!(RawServer {
     max_concurrent_calls,
