@@ -1,6 +1,6 @@
 //! The per-call disk budget: how much a call may shrink the free space of the filesystems it
-//! can write (the workspace's, and the one holding the calls' private TMPDIRs when that is a
-//! different one).
+//! can write (the workspace's, the one holding the calls' private TMPDIRs, and those of the
+//! policy's extra `read_write` paths, each filesystem once).
 //!
 //! Owns: taking a baseline of free space before the call starts, re-reading it a few times a
 //! second while the call runs, and saying when (and by how much) the budget was overrun. Does
@@ -29,8 +29,8 @@ use super::outcome::{LimitHit, LimitKind};
 /// filesystem per tick.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
 
-/// One filesystem under watch: a handle on a directory in it (so a rename of the path does
-/// not change which filesystem is read) and its free bytes when the call started.
+/// One filesystem under watch: a handle on a path in it (so a rename of the path does not
+/// change which filesystem is read) and its free bytes when the call started.
 struct Watched {
     shown: PathBuf,
     fd: OwnedFd,
@@ -47,7 +47,8 @@ pub struct DiskWatch {
 /// A call shrank a filesystem's free space by more than its budget.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DiskOverrun {
-    /// A directory on the filesystem that shrank (the workspace root or the TMPDIR root).
+    /// A path on the filesystem that shrank (the workspace root, the TMPDIR root, or an
+    /// extra writable path).
     pub filesystem: PathBuf,
     /// How much free space fell since the call started.
     pub used_bytes: u64,
@@ -84,31 +85,39 @@ impl DiskWatch {
         budget_bytes: u64,
         interval: Duration,
     ) -> std::io::Result<Self> {
-        let mut watched: Vec<Watched> = Vec::new();
-        let mut devices = Vec::new();
-        for dir in dirs {
-            let fd = rustix::fs::open(
-                *dir,
-                OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                Mode::empty(),
-            )?;
-            let dev = rustix::fs::fstat(&fd)?.st_dev;
-            if devices.contains(&dev) {
-                continue;
-            }
-            devices.push(dev);
-            let baseline_free = free_bytes(&fd)?;
-            watched.push(Watched {
-                shown: dir.to_path_buf(),
-                fd,
-                baseline_free,
-            });
-        }
-        Ok(Self {
-            watched,
+        let mut watch = Self {
+            watched: Vec::new(),
             budget_bytes,
             interval,
-        })
+        };
+        for dir in dirs {
+            watch.add(dir)?;
+        }
+        Ok(watch)
+    }
+
+    /// Also watches the filesystem of `path`, if it can be measured now (an extra writable
+    /// path of the policy may not exist yet; then there is nothing on it to protect).
+    pub fn also_watch(mut self, path: &Path) -> Self {
+        let _ = self.add(path);
+        self
+    }
+
+    fn add(&mut self, path: &Path) -> std::io::Result<()> {
+        // O_PATH: never blocks (a FIFO in place of the path is harmless) and reads nothing.
+        let fd = rustix::fs::open(path, OFlags::PATH | OFlags::CLOEXEC, Mode::empty())?;
+        let dev = rustix::fs::fstat(&fd)?.st_dev;
+        let mut seen = self.watched.iter().map(|w| rustix::fs::fstat(&w.fd));
+        if seen.any(|s| s.is_ok_and(|s| s.st_dev == dev)) {
+            return Ok(());
+        }
+        let baseline_free = free_bytes(&fd)?;
+        self.watched.push(Watched {
+            shown: path.to_path_buf(),
+            fd,
+            baseline_free,
+        });
+        Ok(())
     }
 
     /// Measures once: the first filesystem whose free space fell by more than the budget.
@@ -171,6 +180,15 @@ mod tests {
     fn a_missing_directory_is_an_error_not_a_silent_no_op() {
         let a = tempfile::tempdir().unwrap();
         assert!(DiskWatch::start(&[&a.path().join("gone")], 1 << 20).is_err());
+        // An optional extra path that is missing is skipped, the rest still watched.
+        let w = DiskWatch::start(&[a.path()], 1 << 20)
+            .unwrap()
+            .also_watch(&a.path().join("gone"));
+        assert_eq!(w.watched.len(), 1);
+        let w = DiskWatch::start(&[], 1 << 20)
+            .unwrap()
+            .also_watch(&a.path().join("gone"));
+        assert!(w.watched.is_empty());
     }
 
     #[tokio::test]

@@ -81,6 +81,8 @@ pub struct Executor {
     environment: crate::policy::EnvironmentPolicy,
     /// `limits.disk_mb` in bytes: how far one call may shrink free space (see `disk`).
     disk_budget: u64,
+    /// The policy's extra `read_write` paths, whose filesystems the budget also covers.
+    disk_extra: Vec<std::path::PathBuf>,
 }
 
 impl Executor {
@@ -89,11 +91,12 @@ impl Executor {
             confinement,
             environment: policy.environment.clone(),
             disk_budget: policy.limits.disk_bytes,
+            disk_extra: policy.filesystem.read_write.clone(),
         }
     }
 
-    /// Starts measuring the policy's per-call disk budget over the workspace's filesystem and
-    /// the one holding the calls' TMPDIRs. `run` uses it for every command; a long-lived
+    /// Starts measuring the policy's per-call disk budget over the workspace's filesystem, the
+    /// one holding the calls' TMPDIRs and those of extra `read_write` paths. `run` uses it for every command; a long-lived
     /// worker's owner (interpreter cells) starts one per cell and selects on
     /// [`disk::DiskWatch::overrun`]. None (with a warning) when a filesystem cannot be
     /// measured; the call then runs without the budget rather than not at all.
@@ -102,6 +105,7 @@ impl Executor {
         disk::DiskWatch::start(&[conf.workspace(), conf.tmp_root()], self.disk_budget)
             .inspect_err(|e| tracing::warn!("disk budget not enforced for this call: {e}"))
             .ok()
+            .map(|w| self.disk_extra.iter().fold(w, |w, p| w.also_watch(p)))
     }
 
     pub fn confinement(&self) -> &Confinement {
