@@ -12,7 +12,9 @@
 //! space is what runs out. It is a filesystem-wide figure, so writes by anything else on the
 //! same filesystem during the call (a concurrent call, another program) count too; the budget
 //! is meant to be generous enough that only a runaway call reaches it. Space freed during the
-//! call (a deleted build directory) is credited back: the budget is on the net shrink.
+//! call (a deleted build directory) is credited back: the budget is on the net shrink. So are
+//! the server's own spill files (the call's output saved in `.cordon/outputs/`): they have
+//! their own bounds, and a command printing a lot is not a command filling the disk.
 //! ext4 and XFS count delayed-allocation writes as used at once, so dirty page-cache data
 //! shows up before it reaches the disk.
 
@@ -42,6 +44,8 @@ pub struct DiskWatch {
     watched: Vec<Watched>,
     budget_bytes: u64,
     interval: Duration,
+    /// [`super::capture::spilled_total`] when the watch started.
+    spilled_at_start: u64,
 }
 
 /// A call shrank a filesystem's free space by more than its budget.
@@ -89,6 +93,7 @@ impl DiskWatch {
             watched: Vec::new(),
             budget_bytes,
             interval,
+            spilled_at_start: super::capture::spilled_total(),
         };
         for dir in dirs {
             watch.add(dir)?;
@@ -123,8 +128,12 @@ impl DiskWatch {
     /// Measures once: the first filesystem whose free space fell by more than the budget.
     /// A filesystem that cannot be measured right now is skipped for this tick.
     pub fn check(&self) -> Option<DiskOverrun> {
+        // Spilled by the server for any call meanwhile: crediting a concurrent call's spill
+        // too errs towards not killing.
+        let spilled = super::capture::spilled_total().saturating_sub(self.spilled_at_start);
         self.watched.iter().find_map(|w| {
-            let used = w.baseline_free.saturating_sub(free_bytes(&w.fd).ok()?);
+            let shrink = w.baseline_free.saturating_sub(free_bytes(&w.fd).ok()?);
+            let used = shrink.saturating_sub(spilled);
             (used > self.budget_bytes).then(|| DiskOverrun {
                 filesystem: w.shown.clone(),
                 used_bytes: used,

@@ -15,6 +15,31 @@ const FILL_2GIB: &str = "for i in $(seq 32); do head -c 64M /dev/zero > f$i || e
 
 const SMALL_BUDGET: &str = "extends = \"default\"\n[limits]\ndisk_mb = 256\n";
 
+type Client = rmcp::service::RunningService<rmcp::RoleClient, ()>;
+
+/// `cordon serve` on the sandbox's workspace with the policy `toml_text`.
+async fn serve(sb: &Sandbox, toml_text: &str) -> Client {
+    let policy = sb.policy("disk.toml", toml_text);
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_cordon"));
+    cmd.arg("serve")
+        .arg("--workspace")
+        .arg(sb.ws())
+        .arg("--policy")
+        .arg(&policy);
+    let transport = rmcp::transport::TokioChildProcess::new(cmd).expect("spawn cordon serve");
+    ().serve(transport).await.expect("MCP session starts")
+}
+
+async fn shell_exec(client: &Client, command: &str) -> rmcp::model::CallToolResult {
+    let Value::Object(args) = json!({"command": command, "timeout_secs": 120}) else {
+        unreachable!()
+    };
+    client
+        .call_tool(CallToolRequestParams::new("shell_exec").with_arguments(args))
+        .await
+        .expect("shell_exec answers")
+}
+
 /// Bytes of real data in the workspace's top-level files.
 fn written(ws: &std::path::Path) -> u64 {
     std::fs::read_dir(ws)
@@ -63,22 +88,8 @@ async fn disk_budget_overrun_is_a_resource_limit_named_disk_in_shell_exec() {
         return;
     }
     let sb = Sandbox::new();
-    let policy = sb.policy("disk.toml", SMALL_BUDGET);
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_cordon"));
-    cmd.arg("serve")
-        .arg("--workspace")
-        .arg(sb.ws())
-        .arg("--policy")
-        .arg(&policy);
-    let transport = rmcp::transport::TokioChildProcess::new(cmd).expect("spawn cordon serve");
-    let client = ().serve(transport).await.expect("MCP session starts");
-    let Value::Object(args) = json!({"command": FILL_2GIB, "timeout_secs": 120}) else {
-        unreachable!()
-    };
-    let result = client
-        .call_tool(CallToolRequestParams::new("shell_exec").with_arguments(args))
-        .await
-        .expect("shell_exec answers");
+    let client = serve(&sb, SMALL_BUDGET).await;
+    let result = shell_exec(&client, FILL_2GIB).await;
     assert_eq!(result.is_error, Some(true), "{result:?}");
     let sc = result
         .structured_content
@@ -97,5 +108,40 @@ async fn disk_budget_overrun_is_a_resource_limit_named_disk_in_shell_exec() {
         .clone();
     assert!(text.contains("disk budget"), "{text}");
     assert!(written(sb.ws()) < 1536 << 20);
+    client.cancel().await.ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disk_budget_does_not_count_the_servers_spill_of_the_output() {
+    if skip(
+        "disk_budget_does_not_count_the_servers_spill_of_the_output",
+        Need::LandlockSeccomp,
+    ) {
+        return;
+    }
+    // The full output (a 512 MiB spill file, its cap) is more than the budget; the command
+    // itself writes nothing to disk, so it must run to the end.
+    let sb = Sandbox::new();
+    let client = serve(&sb, "extends = \"default\"\n[limits]\ndisk_mb = 448\n").await;
+    let result = shell_exec(&client, "head -c 600M /dev/zero; echo done >&2").await;
+    let sc = result
+        .structured_content
+        .as_ref()
+        .expect("structuredContent");
+    // Not the whole result in a failure message: its stdout is 10,000 NUL characters.
+    let why = format!("error {} limit {}", sc["error"], sc["limit"]);
+    assert_eq!(sc["exit_code"], 0, "{why}");
+    assert!(sc["limit"].is_null(), "{why}");
+    assert!(
+        sc["stderr"].as_str().unwrap_or_default().contains("done"),
+        "{why}"
+    );
+    let spill = sc["full_output"].as_str().expect("the output was spilled");
+    let spilled = std::fs::metadata(sb.ws().join(spill)).unwrap().len();
+    assert_eq!(
+        spilled,
+        512 << 20,
+        "the spill file reached its cap, above the budget"
+    );
     client.cancel().await.ok();
 }
