@@ -38,17 +38,24 @@ if [[ ${#targets[@]} -eq 0 ]]; then
 fi
 
 echo "== building ${#targets[@]} fuzz targets (release, AddressSanitizer, coverage)"
-cargo fuzz build
+if [[ $# -gt 0 ]]; then
+    for target in "${targets[@]}"; do cargo fuzz build "$target"; done
+else
+    cargo fuzz build
+fi
+# The binaries are run directly: `cargo fuzz run` would rebuild whenever the sources changed
+# since, so every target of one invocation fuzzes the same build.
+bin_dir="target/$(rustc -vV | sed -n 's/^host: //p')/release"
 
 mkdir -p logs
 failed=()
 for target in "${targets[@]}"; do
-    mkdir -p "corpus/$target"
+    mkdir -p "corpus/$target" "artifacts/$target"
     dirs=("corpus/$target")
     [[ -d "seeds/$target" ]] && dirs+=("seeds/$target")
     echo "== $target: ${seconds}s"
     # -timeout: one input running this long is a hang; -rss_limit_mb: the machine is shared.
-    if cargo fuzz run "$target" "${dirs[@]}" -- \
+    if "$bin_dir/$target" "${dirs[@]}" -artifact_prefix="artifacts/$target/" \
         -max_total_time="$seconds" -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 \
         >"logs/$target.log" 2>&1; then
         grep -E '^#[0-9]+\s+DONE|^stat::number_of_executed_units|^stat::peak_rss_mb' \
