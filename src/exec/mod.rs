@@ -96,10 +96,10 @@ impl Executor {
     }
 
     /// Starts measuring the policy's per-call disk budget over the workspace's filesystem, the
-    /// one holding the calls' TMPDIRs and those of extra `read_write` paths. `run` uses it for every command; a long-lived
-    /// worker's owner (interpreter cells) starts one per cell and selects on
-    /// [`disk::DiskWatch::overrun`]. None (with a warning) when a filesystem cannot be
-    /// measured; the call then runs without the budget rather than not at all.
+    /// one holding the calls' TMPDIRs and those of extra `read_write` paths. `run` uses it for
+    /// every command; a long-lived worker's owner (interpreter cells) starts one per cell and
+    /// selects on [`disk::DiskWatch::overrun`]. None (with a warning) when a filesystem cannot
+    /// be measured; the call then runs without the budget rather than not at all.
     pub fn watch_disk(&self) -> Option<disk::DiskWatch> {
         let conf = &self.confinement;
         disk::DiskWatch::start(&[conf.workspace(), conf.tmp_root()], self.disk_budget)
