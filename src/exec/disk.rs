@@ -36,6 +36,8 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
 struct Watched {
     shown: PathBuf,
     fd: OwnedFd,
+    /// The filesystem's device, so a second path on it is not watched twice.
+    dev: u64,
     baseline_free: u64,
 }
 
@@ -112,14 +114,14 @@ impl DiskWatch {
         // O_PATH: never blocks (a FIFO in place of the path is harmless) and reads nothing.
         let fd = rustix::fs::open(path, OFlags::PATH | OFlags::CLOEXEC, Mode::empty())?;
         let dev = rustix::fs::fstat(&fd)?.st_dev;
-        let mut seen = self.watched.iter().map(|w| rustix::fs::fstat(&w.fd));
-        if seen.any(|s| s.is_ok_and(|s| s.st_dev == dev)) {
+        if self.watched.iter().any(|w| w.dev == dev) {
             return Ok(());
         }
         let baseline_free = free_bytes(&fd)?;
         self.watched.push(Watched {
             shown: path.to_path_buf(),
             fd,
+            dev,
             baseline_free,
         });
         Ok(())
