@@ -19,6 +19,7 @@ fn policy(keep: bool) -> OutputPolicy {
         tail_lines: 50,
         memory_cap_bytes: 4 << 20,
         keep_control_chars: keep,
+        spill_total_bytes: 2 << 30,
     }
 }
 

@@ -327,7 +327,8 @@ async fn start(
 ) -> Result<cordon::server::CordonServer> {
     let root = workspace_or_cwd(workspace)?;
     let policy = Policy::load(policy)?;
-    let workspace = cordon::workspace::Workspace::open(&root)?;
+    let workspace = cordon::workspace::Workspace::open(&root)?
+        .with_spill_total(policy.output.spill_total_bytes);
     // Created up front so `.cordon` exists, and is protected, before the first command runs.
     workspace.spill_dir()?;
     // The parser worker is this binary: children must be able to execute it.

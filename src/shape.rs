@@ -332,6 +332,7 @@ mod tests {
             tail_lines: 50,
             memory_cap_bytes: 1 << 20,
             keep_control_chars: false,
+            spill_total_bytes: 2 << 30,
         }
     }
 

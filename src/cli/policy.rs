@@ -186,6 +186,11 @@ pub fn explain(policy: &Policy) -> String {
     );
     let _ = writeln!(
         o,
+        "  Disk: a call that shrinks the workspace filesystem's free space by more than {} MiB is killed (checked every 200 ms).",
+        l.disk_bytes >> 20
+    );
+    let _ = writeln!(
+        o,
         "  Everything a call starts is killed when it ends. No ptrace, mount, namespaces, bpf, io_uring, keyrings, perf, kernel modules or kexec (seccomp profile `{}`).",
         policy.sandbox.seccomp_profile
     );

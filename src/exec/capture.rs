@@ -30,6 +30,20 @@ pub struct CaptureSpec {
 /// (the child's RLIMIT_FSIZE does not apply to files the server writes).
 pub const SPILL_LIMIT: u64 = 512 << 20;
 
+/// Bytes this process has written to spill files, ever. The disk budget (`disk`) credits a
+/// call with what the server spilled while it ran: output the server saves is bounded by the
+/// spill area's own limits, and is not the call's writing.
+static SPILLED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// See [`SPILLED`].
+pub fn spilled_total() -> u64 {
+    SPILLED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+fn count_spilled(n: usize) {
+    SPILLED.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// What was captured of one stream.
 #[derive(Debug, Default, Clone)]
 pub struct Captured {
@@ -157,16 +171,22 @@ async fn drain_with_limit(
         if let Some(file) = spill.as_mut() {
             let room = spill_limit.saturating_sub(spilled) as usize;
             let part = &rest[..rest.len().min(room)];
-            if let Err(e) = file.write_all(part).await {
-                out.spill_error = Some(format!("spill file incomplete: {e}"));
-                spill = None;
-            } else if part.len() < rest.len() {
-                // tokio's File writes in the background; flush before letting it go.
-                let _ = file.flush().await;
-                out.spill_error = Some(format!(
-                    "the saved output stops after its first {spill_limit} bytes"
-                ));
-                spill = None;
+            match file.write_all(part).await {
+                Err(e) => {
+                    out.spill_error = Some(format!("spill file incomplete: {e}"));
+                    spill = None;
+                }
+                Ok(()) => {
+                    count_spilled(part.len());
+                    if part.len() < rest.len() {
+                        // tokio's File writes in the background; flush before letting it go.
+                        let _ = file.flush().await;
+                        out.spill_error = Some(format!(
+                            "the saved output stops after its first {spill_limit} bytes"
+                        ));
+                        spill = None;
+                    }
+                }
             }
             spilled += part.len() as u64;
         }
@@ -196,6 +216,7 @@ async fn open_spill(
     let (a, b) = tail.as_slices();
     file.write_all(a).await?;
     file.write_all(b).await?;
+    count_spilled(head.len() + tail.len());
     Ok((path, file))
 }
 

@@ -8,6 +8,7 @@
 //! confined worker whose tree dies when it is terminated or dropped.
 
 pub mod capture;
+pub mod disk;
 pub mod env;
 mod outcome;
 pub mod process;
@@ -81,6 +82,10 @@ pub struct ExecRequest {
 pub struct Executor {
     confinement: Arc<Confinement>,
     environment: crate::policy::EnvironmentPolicy,
+    /// `limits.disk_mb` in bytes: how far one call may shrink free space (see `disk`).
+    disk_budget: u64,
+    /// The policy's extra `read_write` paths, whose filesystems the budget also covers.
+    disk_extra: Vec<std::path::PathBuf>,
 }
 
 impl Executor {
@@ -88,7 +93,22 @@ impl Executor {
         Self {
             confinement,
             environment: policy.environment.clone(),
+            disk_budget: policy.limits.disk_bytes,
+            disk_extra: policy.filesystem.read_write.clone(),
         }
+    }
+
+    /// Starts measuring the policy's per-call disk budget over the workspace's filesystem, the
+    /// one holding the calls' TMPDIRs and those of extra `read_write` paths. `run` uses it for
+    /// every command; a long-lived worker's owner (interpreter cells) starts one per cell and
+    /// selects on [`disk::DiskWatch::overrun`]. None (with a warning) when a filesystem cannot
+    /// be measured; the call then runs without the budget rather than not at all.
+    pub fn watch_disk(&self) -> Option<disk::DiskWatch> {
+        let conf = &self.confinement;
+        disk::DiskWatch::start(&[conf.workspace(), conf.tmp_root()], self.disk_budget)
+            .inspect_err(|e| tracing::warn!("disk budget not enforced for this call: {e}"))
+            .ok()
+            .map(|w| self.disk_extra.iter().fold(w, |w, p| w.also_watch(p)))
     }
 
     pub fn confinement(&self) -> &Confinement {
@@ -97,6 +117,7 @@ impl Executor {
 
     pub async fn run(&self, req: ExecRequest) -> Result<ExecOutcome, ExecError> {
         let started = Instant::now();
+        let disk = self.watch_disk();
         let conf = &self.confinement;
         let tmp = tempfile::Builder::new()
             .prefix("call-")
@@ -179,10 +200,15 @@ impl Executor {
         }
 
         let cancel = req.cancel.unwrap_or_default();
+        let mut disk_overrun = None;
         let (status, timed_out, cancelled) = tokio::select! {
             status = child.wait() => (status, false, false),
             _ = tokio::time::sleep(req.timeout) => (None, true, false),
             _ = cancel.cancelled() => (None, false, true),
+            hit = disk::overrun(disk.as_ref()) => {
+                disk_overrun = Some(hit);
+                (None, false, false)
+            }
         };
         // Whatever happened, the tree dies now: background jobs, double forks, setsid daemons.
         let cgroup = kill_tree(cgroup, pgid).await;
@@ -217,19 +243,17 @@ impl Executor {
             Some(s) => (s.code(), s.signal()),
             None => (None, None),
         };
-        let limit =
-            outcome::classify_limit(timed_out, hits, exit_code, signal, &stderr, req.timeout);
+        let limit = match &disk_overrun {
+            Some(hit) => Some(hit.limit_hit()),
+            None => {
+                outcome::classify_limit(timed_out, hits, exit_code, signal, &stderr, req.timeout)
+            }
+        };
+        // Killed by us (timeout, cancel, disk budget): the exit status is our SIGKILL.
+        let killed = timed_out || cancelled || disk_overrun.is_some();
         Ok(ExecOutcome {
-            exit_code: if timed_out || cancelled {
-                None
-            } else {
-                exit_code
-            },
-            signal: if timed_out || cancelled {
-                Some(libc::SIGKILL)
-            } else {
-                signal
-            },
+            exit_code: if killed { None } else { exit_code },
+            signal: if killed { Some(libc::SIGKILL) } else { signal },
             timed_out,
             cancelled,
             limit,

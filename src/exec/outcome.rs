@@ -15,6 +15,8 @@ pub enum LimitKind {
     FileSize,
     OpenFiles,
     WallTime,
+    /// The call shrank the free space of a filesystem it can write by more than its budget.
+    Disk,
 }
 
 impl LimitKind {
@@ -26,6 +28,7 @@ impl LimitKind {
             Self::FileSize => "file size limit",
             Self::OpenFiles => "open files limit",
             Self::WallTime => "wall-clock timeout",
+            Self::Disk => "disk budget",
         }
     }
 }

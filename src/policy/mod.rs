@@ -161,6 +161,9 @@ pub struct Limits {
     pub file_size_bytes: u64,
     pub open_files: u64,
     pub address_space_bytes: u64,
+    /// How far one call may shrink the free space of the filesystems it writes (the whole
+    /// tree; see `exec::disk`), in bytes.
+    pub disk_bytes: u64,
 }
 
 fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -190,6 +193,9 @@ pub struct OutputPolicy {
     pub memory_cap_bytes: usize,
     /// Keep ANSI escapes and control characters in text results (default: removed).
     pub keep_control_chars: bool,
+    /// Total size of the spill area (`.cordon/outputs/`); the oldest files are deleted to stay
+    /// under it.
+    pub spill_total_bytes: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -502,6 +508,7 @@ fn resolve(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
         file_size_bytes: mib(positive("limits.file_size_mb", l.file_size_mb)?),
         open_files: positive("limits.open_files", l.open_files)?,
         address_space_bytes: mib(positive("limits.address_space_mb", l.address_space_mb)?),
+        disk_bytes: mib(positive("limits.disk_mb", l.disk_mb)?),
     };
 
     let environment = EnvironmentPolicy {
@@ -543,7 +550,18 @@ fn resolve(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
             as usize
             * 1024,
         keep_control_chars: o.keep_control_chars.unwrap_or(false),
+        spill_total_bytes: mib(positive("output.spill_total_mb", o.spill_total_mb)?),
     };
+    let one_spill_file_mb = crate::exec::capture::SPILL_LIMIT >> 20;
+    if output.spill_total_bytes < crate::exec::capture::SPILL_LIMIT {
+        return Err(invalid(
+            "output.spill_total_mb",
+            format!(
+                "must be at least {one_spill_file_mb}, the most one spill file holds, so the \
+                 newest full output always fits"
+            ),
+        ));
+    }
     if output.head_lines + output.tail_lines >= output.max_lines {
         return Err(invalid(
             "output.head_lines",

@@ -118,6 +118,7 @@ pub struct RawLimits {
     pub file_size_mb: Option<u64>,
     pub open_files: Option<u64>,
     pub address_space_mb: Option<u64>,
+    pub disk_mb: Option<u64>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -143,6 +144,7 @@ pub struct RawOutput {
     pub tail_lines: Option<usize>,
     pub memory_cap_kb: Option<usize>,
     pub keep_control_chars: Option<bool>,
+    pub spill_total_mb: Option<u64>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -215,6 +217,7 @@ overlay_struct!(RawLimits {
     file_size_mb,
     open_files,
     address_space_mb,
+    disk_mb,
 });
 overlay_struct!(RawEnvironment { pass, set });
 overlay_struct!(RawCommands {
@@ -232,7 +235,8 @@ overlay_struct!(RawOutput {
     head_lines,
     tail_lines,
     memory_cap_kb,
-    keep_control_chars
+    keep_control_chars,
+    spill_total_mb
 });
 overlay_struct!(RawFiles { read_budget_kb });
 overlay_struct!(RawServer {

@@ -43,6 +43,8 @@ pub struct Workspace {
     /// Absolute spellings of the root that an argument may use (canonical first, then the path
     /// as given, when it differs, e.g. through a symlinked parent).
     root_aliases: Vec<PathBuf>,
+    /// Total bytes the spill area may hold (`output.spill_total_mb`); see `spill`.
+    spill_total: u64,
 }
 
 /// Opening the workspace root itself failed (a startup error, not a tool error).
@@ -76,7 +78,14 @@ impl Workspace {
             dir,
             root: canonical,
             root_aliases,
+            spill_total: spill::DEFAULT_SPILL_TOTAL,
         })
+    }
+
+    /// Sets the spill area's total size cap (the policy's `output.spill_total_mb`).
+    pub fn with_spill_total(mut self, bytes: u64) -> Self {
+        self.spill_total = bytes;
+        self
     }
 
     /// The canonical absolute path of the workspace root.

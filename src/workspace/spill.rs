@@ -2,8 +2,10 @@
 //! tool result has to be cut short.
 //!
 //! Owns: creating `.cordon/` (git-ignored through its own `.gitignore` holding `*`) and
-//! `.cordon/outputs/`, and handing out uniquely named files there. Does not own: what is written
-//! into them, truncation, or cleaning old files up.
+//! `.cordon/outputs/`, handing out uniquely named files there, and keeping the area bounded
+//! (at most [`KEEP_SPILL_FILES`] files, and a total size cap: the oldest files go first). Does
+//! not own: what is written into them (`exec::capture` stops one file at
+//! [`SPILL_LIMIT`] bytes) or truncation.
 //!
 //! `.cordon` and `outputs` are opened without following symlinks: if the agent replaced them by
 //! links into the tree (say to `src/`), a `.gitignore` of `*` written there would silently hide
@@ -18,6 +20,7 @@ use cap_std::fs::OpenOptionsExt;
 use cap_std::fs::{Dir, File, OpenOptions};
 
 use super::{PathError, RelPath, Workspace};
+use crate::exec::capture::SPILL_LIMIT;
 
 const CORDON_DIR: &str = ".cordon";
 const OUTPUTS_DIR: &str = "outputs";
@@ -31,6 +34,9 @@ static SPILL_COUNTER: AtomicU64 = AtomicU64::new(0);
 /// Spill files kept; the oldest beyond this are deleted when a new one is created, so the
 /// area cannot grow without bound across a long session.
 const KEEP_SPILL_FILES: usize = 100;
+
+/// The total size cap when the policy sets none (`output.spill_total_mb` of the default policy).
+pub const DEFAULT_SPILL_TOTAL: u64 = 2048 << 20;
 
 /// How many names to try before giving up (only reached if another process floods the area).
 const MAX_NAME_ATTEMPTS: usize = 1000;
@@ -63,7 +69,10 @@ impl Workspace {
             let rel = RelPath::from_trusted(format!("{SPILL_REL}/{name}"));
             match outputs.open_with(&name, &options) {
                 Ok(file) => {
-                    prune_oldest(&outputs, KEEP_SPILL_FILES);
+                    // Room for the new file to reach its own limit without the area passing
+                    // the total; a cap below one full file still keeps the new one.
+                    let others_budget = self.spill_total.saturating_sub(SPILL_LIMIT);
+                    prune_oldest(&outputs, &name, KEEP_SPILL_FILES, others_budget);
                     return Ok((rel, file));
                 }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
@@ -167,28 +176,40 @@ impl Workspace {
     }
 }
 
-/// Deletes the oldest regular files in `dir` beyond the newest `keep` (best effort: a file
-/// that vanished or cannot be removed is skipped).
-fn prune_oldest(dir: &Dir, keep: usize) {
+/// Deletes the oldest regular files in `dir` other than `new` (just created) until at most
+/// `keep` files remain in all and the others total at most `others_budget` bytes. Best
+/// effort: a file that vanished or cannot be removed is skipped. Sizes are the space the
+/// files take on disk (a sparse file planted here counts for what it uses, not its length).
+fn prune_oldest(dir: &Dir, new: &str, keep: usize, others_budget: u64) {
+    use cap_std::fs::MetadataExt;
     let Ok(entries) = dir.entries() else { return };
-    let mut files: Vec<(SystemTime, String)> = entries
+    let mut files: Vec<(SystemTime, String, u64)> = entries
         .flatten()
         .filter_map(|e| {
             let meta = e.metadata().ok()?;
             if !meta.is_file() {
                 return None;
             }
+            let name = e.file_name().to_str()?.to_owned();
+            if name == new {
+                return None;
+            }
             let modified = meta.modified().ok()?.into_std();
-            Some((modified, e.file_name().to_str()?.to_owned()))
+            Some((modified, name, meta.blocks().saturating_mul(512)))
         })
         .collect();
-    if files.len() <= keep {
-        return;
-    }
+    // Oldest first; the name breaks ties (its counter grows within one second).
     files.sort();
-    let excess = files.len() - keep;
-    for (_, name) in files.into_iter().take(excess) {
-        let _ = dir.remove_file(&name);
+    let mut count = files.len() + 1;
+    let mut total: u64 = files.iter().map(|f| f.2).sum();
+    for (_, name, size) in files {
+        if count <= keep && total <= others_budget {
+            break;
+        }
+        if dir.remove_file(&name).is_ok() {
+            count -= 1;
+            total = total.saturating_sub(size);
+        }
     }
 }
 
@@ -318,6 +339,29 @@ mod tests {
         assert!(ws.read_spill_file(".hidden", 100).is_err());
         let listed: Vec<String> = ws.list_spill_files().into_iter().map(|f| f.0).collect();
         assert_eq!(listed, vec![name], "links are not listed");
+    }
+
+    #[test]
+    fn spill_total_cap_drops_the_oldest_files() {
+        let dir = tempfile::tempdir().unwrap();
+        // Room for the new file's 512 MiB plus 3 MiB of older output.
+        let ws = crate::workspace::Workspace::open(dir.path())
+            .unwrap()
+            .with_spill_total(SPILL_LIMIT + (3 << 20));
+        let mut made = Vec::new();
+        for i in 0..6u8 {
+            let (rel, mut file) = ws.create_spill_file("t").unwrap();
+            // Real blocks (the cap counts disk usage), 1 MiB each.
+            file.write_all(&vec![i + 1; 1 << 20]).unwrap();
+            file.sync_all().unwrap();
+            made.push(rel.as_str().to_owned());
+            // Distinct modification times even on coarse-timestamp filesystems.
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let exists = |rel: &str| dir.path().join(rel).exists();
+        // Each new file leaves at most 3 MiB (three files) of older ones: the oldest went.
+        assert!(!exists(&made[0]) && !exists(&made[1]), "oldest kept");
+        assert!(made[2..].iter().all(|r| exists(r)), "newer ones deleted");
     }
 
     #[test]

@@ -1,0 +1,147 @@
+//! The per-call disk budget (`limits.disk_mb`): a call that fills the workspace's filesystem
+//! is killed with its whole tree and reported as `resource_limit` with limit `disk`.
+//!
+//! Each test writes real data (up to a few hundred MiB before the kill) into a fresh
+//! workspace under the system temporary directory, and the workspace is deleted afterwards.
+
+use crate::common::*;
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use serde_json::{Value, json};
+
+/// 2 GiB in 64 MiB files, as in the attack that went through before the budget existed.
+const FILL_2GIB: &str = "for i in $(seq 32); do head -c 64M /dev/zero > f$i || exit 1; done; \
+                         echo all-written";
+
+const SMALL_BUDGET: &str = "extends = \"default\"\n[limits]\ndisk_mb = 256\n";
+
+type Client = rmcp::service::RunningService<rmcp::RoleClient, ()>;
+
+/// `cordon serve` on the sandbox's workspace with the policy `toml_text`.
+async fn serve(sb: &Sandbox, toml_text: &str) -> Client {
+    let policy = sb.policy("disk.toml", toml_text);
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_cordon"));
+    cmd.arg("serve")
+        .arg("--workspace")
+        .arg(sb.ws())
+        .arg("--policy")
+        .arg(&policy);
+    let transport = rmcp::transport::TokioChildProcess::new(cmd).expect("spawn cordon serve");
+    ().serve(transport).await.expect("MCP session starts")
+}
+
+async fn shell_exec(client: &Client, command: &str) -> rmcp::model::CallToolResult {
+    let Value::Object(args) = json!({"command": command, "timeout_secs": 120}) else {
+        unreachable!()
+    };
+    client
+        .call_tool(CallToolRequestParams::new("shell_exec").with_arguments(args))
+        .await
+        .expect("shell_exec answers")
+}
+
+/// Bytes of real data in the workspace's top-level files.
+fn written(ws: &std::path::Path) -> u64 {
+    std::fs::read_dir(ws)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.metadata().ok())
+        .filter(|m| m.is_file())
+        .map(|m| m.len())
+        .sum()
+}
+
+#[test]
+fn disk_budget_kills_a_call_writing_2gib_in_64mib_files() {
+    if skip(
+        "disk_budget_kills_a_call_writing_2gib_in_64mib_files",
+        Need::LandlockSeccomp,
+    ) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let policy = sb.policy("disk.toml", SMALL_BUDGET);
+    let run = sb.exec(
+        &["--policy", &policy, "--timeout", "120"],
+        &["sh", "-c", FILL_2GIB],
+    );
+    assert_eq!(run.code(), 128 + libc::SIGKILL, "{run:?}");
+    assert!(!run.stdout.contains("all-written"), "{run:?}");
+    assert!(
+        run.stderr.contains("cordon: stopped by the disk budget"),
+        "{run:?}"
+    );
+    assert!(run.stderr.contains("limits.disk_mb"), "{run:?}");
+    // Far from the 2 GiB it meant to write: the watcher reads free space every 200 ms, so
+    // the overshoot is what `head` writes in a tick or two. (No lower bound: free space is
+    // filesystem-wide, and on a shared machine others' writes count against the budget too.)
+    let total = written(sb.ws());
+    assert!(total < 1536 << 20, "wrote {total} bytes before the kill");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disk_budget_overrun_is_a_resource_limit_named_disk_in_shell_exec() {
+    if skip(
+        "disk_budget_overrun_is_a_resource_limit_named_disk_in_shell_exec",
+        Need::LandlockSeccomp,
+    ) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let client = serve(&sb, SMALL_BUDGET).await;
+    let result = shell_exec(&client, FILL_2GIB).await;
+    assert_eq!(result.is_error, Some(true), "{result:?}");
+    let sc = result
+        .structured_content
+        .as_ref()
+        .expect("structuredContent");
+    assert_eq!(sc["error"]["kind"], "resource_limit", "{sc}");
+    assert_eq!(sc["limit"]["kind"], "disk", "{sc}");
+    assert_eq!(sc["timed_out"], false, "{sc}");
+    assert_eq!(sc["signal"], "SIGKILL", "{sc}");
+    let message = sc["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("disk budget"), "{message}");
+    let text = result.content[0]
+        .as_text()
+        .expect("text block")
+        .text
+        .clone();
+    assert!(text.contains("disk budget"), "{text}");
+    assert!(written(sb.ws()) < 1536 << 20);
+    client.cancel().await.ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disk_budget_does_not_count_the_servers_spill_of_the_output() {
+    if skip(
+        "disk_budget_does_not_count_the_servers_spill_of_the_output",
+        Need::LandlockSeccomp,
+    ) {
+        return;
+    }
+    // The full output (a 512 MiB spill file, its cap) is more than the budget; the command
+    // itself writes nothing to disk, so it must run to the end.
+    let sb = Sandbox::new();
+    let client = serve(&sb, "extends = \"default\"\n[limits]\ndisk_mb = 448\n").await;
+    let result = shell_exec(&client, "head -c 600M /dev/zero; echo done >&2").await;
+    let sc = result
+        .structured_content
+        .as_ref()
+        .expect("structuredContent");
+    // Not the whole result in a failure message: its stdout is 10,000 NUL characters.
+    let why = format!("error {} limit {}", sc["error"], sc["limit"]);
+    assert_eq!(sc["exit_code"], 0, "{why}");
+    assert!(sc["limit"].is_null(), "{why}");
+    assert!(
+        sc["stderr"].as_str().unwrap_or_default().contains("done"),
+        "{why}"
+    );
+    let spill = sc["full_output"].as_str().expect("the output was spilled");
+    let spilled = std::fs::metadata(sb.ws().join(spill)).unwrap().len();
+    assert_eq!(
+        spilled,
+        512 << 20,
+        "the spill file reached its cap, above the budget"
+    );
+    client.cancel().await.ok();
+}
