@@ -166,6 +166,17 @@ mod tests {
     }
 
     #[test]
+    fn reads_indexes_git_wrote_in_versions_2_and_4() {
+        // Written by git 2.47: a file `a` and a gitlink `sub` (see fuzz/seeds/git_index).
+        for index in [
+            &include_bytes!("../../fuzz/seeds/git_index/index-v2-gitlink")[..],
+            &include_bytes!("../../fuzz/seeds/git_index/index-v4-gitlink")[..],
+        ] {
+            assert_eq!(gitlinks(index).unwrap(), vec![PathBuf::from("sub")]);
+        }
+    }
+
+    #[test]
     fn truncated_or_foreign_input_is_none_not_a_panic() {
         let idx = index(&[(0o160000, "sub")]);
         for cut in 0..idx.len() {
