@@ -105,6 +105,8 @@ enum Waited {
     Broken(protocol::ProtocolError),
     /// The interrupt was not honoured within the grace period.
     Unresponsive,
+    /// The cell's writes shrank the workspace filesystem past `limits.disk_mb`.
+    DiskBudget(LimitHit),
     Shutdown,
 }
 
@@ -301,6 +303,18 @@ impl Session {
                 }
                 return Err(InterpreterError::ShuttingDown);
             }
+            Waited::DiskBudget(hit) => {
+                // Writing goes on while the worker lives: it is killed, not interrupted.
+                let w = state.worker.take().expect("present");
+                end_worker(w).await;
+                out.limit = Some(hit);
+                lost_during = Some(
+                    "the cell wrote past the per-call disk budget (limits.disk_mb), so the \
+                     interpreter and everything it started were killed; variables, imports and \
+                     functions of this session are gone (the files it wrote are still there)"
+                        .into(),
+                );
+            }
             Waited::Unresponsive => {
                 let w = state.worker.take().expect("present");
                 end_worker(w).await;
@@ -360,8 +374,11 @@ impl Session {
         // One read for the whole wait: a frame read is not cancel-safe.
         let read = protocol::read_frame::<Reply>(replies);
         tokio::pin!(read);
+        // The same per-call disk budget as a shell command, per cell.
+        let disk = shared.executor.watch_disk();
         let first = tokio::select! {
             r = &mut read => Some(r),
+            hit = crate::exec::disk::overrun(disk.as_ref()) => return Waited::DiskBudget(hit.limit_hit()),
             _ = tokio::time::sleep(timeout) => { out.timed_out = true; None }
             _ = cancel.cancelled() => { out.cancelled = true; None }
             _ = self.kill.cancelled() => return Waited::Shutdown,

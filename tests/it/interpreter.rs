@@ -1369,3 +1369,40 @@ async fn worker_holds_only_its_pipes_and_output_files() {
     }
     m.shutdown().await;
 }
+
+#[tokio::test]
+async fn cell_writing_past_the_disk_budget_is_killed_and_reported() {
+    let s = setup!();
+    // An executor of its own: the budget is the executor's (the policy's limits.disk_mb).
+    let mut policy = s.policy.clone();
+    policy.limits.disk_bytes = 64 << 20;
+    let options = ConfineOptions {
+        init_program: Some(env!("CARGO_BIN_EXE_cordon").into()),
+        ..ConfineOptions::default()
+    };
+    let confinement =
+        Confinement::build(&policy, s.executor.confinement().workspace(), &options).unwrap();
+    let executor = Arc::new(Executor::new(Arc::new(confinement), &policy));
+    let m = SessionManager::new(executor, &policy).unwrap();
+    let o = run(
+        &m,
+        "disk",
+        "import os\nchunk = os.urandom(1 << 20)\nwith open('disk-hog.bin', 'wb') as f:\n    \
+         for _ in range(2048):\n        f.write(chunk); f.flush(); os.fsync(f.fileno())\n'done'",
+    )
+    .await;
+    let written = std::fs::metadata(s.executor.confinement().workspace().join("disk-hog.bin"))
+        .map(|m| m.len())
+        .unwrap_or(0);
+    let _ = std::fs::remove_file(s.executor.confinement().workspace().join("disk-hog.bin"));
+    assert_eq!(
+        o.limit.as_ref().map(|l| l.kind),
+        Some(LimitKind::Disk),
+        "{}",
+        show(&o)
+    );
+    assert_ne!(o.result.as_deref(), Some("'done'"), "{}", show(&o));
+    assert!(written < 1 << 30, "the cell wrote {written} bytes");
+    assert!(o.state_lost.is_some(), "{}", show(&o));
+    m.shutdown().await;
+}
