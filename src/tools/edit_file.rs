@@ -1,7 +1,11 @@
 //! `edit_file`: exact, ordered, all-or-nothing replacements in a text file, then lint.
 //!
-//! Owns the argument contract and the result. Matching and its error messages are
-//! `files::edit`, the diff `files::diff`, the atomic write `workspace`, the checks `lint`.
+//! Owns the argument contract and the result, and bounding it: the edited content may not
+//! outgrow the file-size limit (checked before it is built, in `files::edit`), and the diff is
+//! rendered into a sink that keeps only its ends in memory, spills the whole, and is cut like
+//! long command output. Matching and its error messages are `files::edit`, the diff
+//! `files::diff`, the atomic write and the protected-path decision `workspace`, the checks
+//! `lint`.
 
 use super::{SharedContext, error_text, kind_from_spec, path_error};
 use crate::exec::Captured;

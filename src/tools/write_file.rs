@@ -1,6 +1,8 @@
 //! `write_file`: create or replace a file atomically, then lint it.
 //!
-//! Owns the argument contract and the result. Atomicity and path rooting are `workspace`;
+//! Owns the argument contract and the result (content over the policy's file-size limit is
+//! refused before anything is touched). Atomicity, path rooting, protected paths and set-id
+//! bits are `workspace`;
 //! the checks after the write are `lint`. The write is never rolled back by lint findings:
 //! the agent decides what to do with them.
 

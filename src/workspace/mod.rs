@@ -2,9 +2,16 @@
 //!
 //! Owns: the single ambient-authority call of the file tools (`Dir::open_ambient_dir` on the
 //! workspace root), the turning of tool `path`/`cwd` arguments into workspace-relative paths, and
-//! every file-system access the file tools make — all of it through that one `Dir`, so that the
-//! kernel (openat2 `RESOLVE_BENEATH`, via cap-std) refuses `..`, absolute paths and symlinks that
-//! lead outside, atomically at open time, with no check-then-use race.
+//! every file-system access the file tools make — all of it through that one `Dir`. Paths are
+//! resolved beneath it either by the kernel (openat2 `RESOLVE_BENEATH`, via cap-std: `..`,
+//! absolute paths and outward symlinks refused atomically at open time) or, for anything that
+//! is read or written, by `resolve`, which opens one component at a time with no symlink
+//! followed by the kernel, so that the directory a decision is about is the one used.
+//!
+//! Confined processes can write the workspace, so nothing found in it is trusted: files are
+//! opened no-follow and non-blocking, checked regular on the open handle, and read with a bound;
+//! protected entries (`protect`) are decided on the resolved target inside the handle that
+//! writes (`write`).
 //!
 //! Does not own: what the tools do with the bytes (see `crate::files`), MCP types, policy, or the
 //! confinement of child processes (they get the root's host path and are confined separately).

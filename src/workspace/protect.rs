@@ -169,18 +169,16 @@ pub fn existing_protected(root: &Dir, patterns: &[String]) -> Vec<ProtectedEntry
             pattern: GITFILE_NAME.to_owned(),
         });
     }
-    for pattern in patterns {
-        expand(root, pattern, false, &mut |path, meta| {
-            let path: PathBuf = path.iter().collect();
-            if !out.iter().any(|e| e.path == path) {
-                out.push(ProtectedEntry {
-                    path,
-                    kind: kind_of(meta),
-                    pattern: pattern.clone(),
-                });
-            }
-        });
-    }
+    expand_all(root, patterns, false, &mut |path, meta, pattern| {
+        let path: PathBuf = path.iter().collect();
+        if !out.iter().any(|e| e.path == path) {
+            out.push(ProtectedEntry {
+                path,
+                kind: kind_of(meta),
+                pattern: pattern.to_owned(),
+            });
+        }
+    });
     out
 }
 
@@ -197,66 +195,104 @@ fn kind_of(meta: &cap_std::fs::Metadata) -> EntryKind {
     }
 }
 
-/// Calls `found` for every existing entry `pattern` names.
+/// Calls `found` for every existing entry a pattern names, with the (first) pattern naming it.
+///
+/// All patterns are walked together, as a tree of their shared prefixes, so each directory is
+/// opened, listed (for a `*` segment) and each name looked at once however many patterns pass
+/// through it: the built-in list is two dozen patterns under `.git`, and this runs per write.
 ///
 /// Without `follow`, nothing is followed: a symlink met on the way (or at the end) is reported
-/// itself and not walked through. With `follow`, a symlink is followed beneath the root (a
-/// `stat`/directory open, which cannot block on a FIFO) and the walk goes on from its target,
-/// and `found` gets the target's metadata.
-fn expand(
+/// itself and not walked through. With `follow`, a symlink is reported and then followed
+/// beneath the root (a `stat` or directory open, which cannot block on a FIFO): the walk goes on
+/// from its target, and a final one's target is reported too.
+fn expand_all(
     root: &Dir,
-    pattern: &str,
+    patterns: &[String],
     follow: bool,
-    found: &mut dyn FnMut(&[OsString], &cap_std::fs::Metadata),
+    found: &mut dyn FnMut(&[OsString], &cap_std::fs::Metadata, &str),
 ) {
-    let segs: Vec<&str> = segments(pattern).collect();
-    if segs.is_empty() {
+    let segs: Vec<Vec<&str>> = patterns.iter().map(|p| segments(p).collect()).collect();
+    let active: Vec<usize> = (0..segs.len()).filter(|&i| !segs[i].is_empty()).collect();
+    if active.is_empty() {
         return;
     }
     let Ok(start) = root.try_clone() else { return };
-    let mut stack: Vec<(Dir, Vec<OsString>)> = vec![(start, Vec::new())];
-    // Symlink loops through directories cannot loop here: each step consumes one segment.
-    while let Some((dir, path)) = stack.pop() {
+    // Each step consumes one segment, so symlinks cannot make this loop.
+    let mut stack: Vec<(Dir, Vec<OsString>, Vec<usize>)> = vec![(start, Vec::new(), active)];
+    while let Some((dir, path, active)) = stack.pop() {
         let depth = path.len();
-        let seg = segs[depth];
-        let last = depth + 1 == segs.len();
-        let names: Vec<OsString> = if seg.contains('*') {
-            let Ok(entries) = dir.entries() else { continue };
-            entries
+        let mut names: Vec<OsString> = Vec::new();
+        for &i in &active {
+            let seg = segs[i][depth];
+            if !seg.contains('*') && !names.iter().any(|n| n == seg) {
+                names.push(OsString::from(seg));
+            }
+        }
+        if active.iter().any(|&i| segs[i][depth].contains('*'))
+            && let Ok(entries) = dir.entries()
+        {
+            for name in entries
                 .flatten()
                 .take(MAX_GLOB_ENTRIES)
                 .map(|e| e.file_name())
-                .filter(|n| segment_matches(seg, &n.to_string_lossy()))
-                .collect()
-        } else {
-            vec![OsString::from(seg)]
-        };
+            {
+                let text = name.to_string_lossy();
+                let globbed = active.iter().any(|&i| {
+                    let seg = segs[i][depth];
+                    seg.contains('*') && segment_matches(seg, &text)
+                });
+                if globbed && !names.contains(&name) {
+                    names.push(name);
+                }
+            }
+        }
         for name in names {
+            let text = name.to_string_lossy();
+            let matching: Vec<usize> = active
+                .iter()
+                .copied()
+                .filter(|&i| segment_matches(segs[i][depth], &text))
+                .collect();
+            let Some(&first) = matching.first() else {
+                continue;
+            };
             let Ok(meta) = dir.symlink_metadata(&name) else {
                 continue;
             };
+            let ending = matching.iter().find(|&&i| segs[i].len() == depth + 1);
+            let going_on: Vec<usize> = matching
+                .iter()
+                .copied()
+                .filter(|&i| segs[i].len() > depth + 1)
+                .collect();
             let mut child = path.clone();
             child.push(name.clone());
             if meta.file_type().is_symlink() {
+                found(&child, &meta, &patterns[*ending.unwrap_or(&first)]);
                 if !follow {
-                    found(&child, &meta);
                     continue;
                 }
-                found(&child, &meta);
                 let rel: PathBuf = child.iter().collect();
-                if last {
-                    if let Ok(target) = root.metadata(&rel) {
-                        found(&child, &target);
-                    }
-                } else if let Ok(sub) = root.open_dir(&rel) {
-                    stack.push((sub, child));
+                if let Some(&i) = ending
+                    && let Ok(target) = root.metadata(&rel)
+                {
+                    found(&child, &target, &patterns[i]);
                 }
-            } else if last {
-                found(&child, &meta);
-            } else if meta.is_dir()
-                && let Ok(sub) = dir.open_dir_nofollow(&name)
-            {
-                stack.push((sub, child));
+                if !going_on.is_empty()
+                    && let Ok(sub) = root.open_dir(&rel)
+                {
+                    stack.push((sub, child, going_on));
+                }
+            } else {
+                if let Some(&i) = ending {
+                    found(&child, &meta, &patterns[i]);
+                }
+                if !going_on.is_empty()
+                    && meta.is_dir()
+                    && let Ok(sub) = dir.open_dir_nofollow(&name)
+                {
+                    stack.push((sub, child, going_on));
+                }
             }
         }
     }
@@ -271,15 +307,14 @@ pub struct IdentitySnapshot {
 }
 
 impl IdentitySnapshot {
-    /// Takes the snapshot. Costs a few `statx` per pattern; taken once per write.
+    /// Takes the snapshot: one `statx` per distinct name the patterns lead to, one open per
+    /// directory they pass through; taken once per write.
     pub fn take(root: &Dir, patterns: &[String]) -> Self {
         let mut ids = HashMap::new();
-        for pattern in patterns {
-            expand(root, pattern, true, &mut |_, meta| {
-                ids.entry((meta.dev(), meta.ino()))
-                    .or_insert_with(|| pattern.clone());
-            });
-        }
+        expand_all(root, patterns, true, &mut |_, meta, pattern| {
+            ids.entry((meta.dev(), meta.ino()))
+                .or_insert_with(|| pattern.to_owned());
+        });
         IdentitySnapshot { ids }
     }
 
