@@ -269,11 +269,33 @@ pub fn explain(policy: &Policy) -> String {
             "NO: cordon refuses to run unless --allow-degraded"
         }
     );
+    let namespaces = !crate::confine::kernel::simulated_missing("namespaces")
+        && (kernel.is_root || kernel.user_namespaces);
     let _ = writeln!(
         o,
-        "  Running as root: {} (capabilities are dropped in every child; protected paths {}enforced for commands)",
+        "  Running as root: {} (capabilities are dropped in every child)",
         if kernel.is_root { "yes" } else { "no" },
-        if kernel.is_root { "" } else { "NOT " }
+    );
+    let _ = writeln!(
+        o,
+        "  Namespaces: {}",
+        if namespaces {
+            if kernel.is_root {
+                "yes: a sandbox init built once (mount, PID, IPC, UTS and, without network, \
+                 net namespaces) holds only what the policy grants; protected paths are \
+                 read-only for commands and every confined process dies with the server"
+            } else {
+                "yes, through a user namespace: a sandbox init built once (mount, PID, IPC, \
+                 UTS and, without network, net namespaces) holds only what the policy grants; \
+                 protected paths are read-only for commands and every confined process dies \
+                 with the server"
+            }
+        } else {
+            "NO (not root, and unprivileged user namespaces are refused): each child is forked \
+             by the server; seccomp refuses Unix sockets and System V IPC instead, /proc shows \
+             host processes, metadata changes outside the workspace are not stopped and \
+             protected paths are refused by the file tools only (enforcement `reduced`)"
+        }
     );
     let (mode, notes) = crate::confine::probe_cgroups();
     let cgroups = match mode {

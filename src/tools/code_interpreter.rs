@@ -311,10 +311,30 @@ fn shape_outcome(
             text.push('\n');
         }
     }
-    if !outcome.images.is_empty() {
+    // Figures share the result's 1 MiB wire budget with everything else: keep them in order
+    // while they fit, and say how many did not.
+    let mut images = outcome.images;
+    let mut used = 0usize;
+    let kept = images
+        .iter()
+        .take_while(|png| {
+            used += png.len();
+            used <= IMAGE_BUDGET_BYTES
+        })
+        .count();
+    let omitted = images.len() - kept;
+    images.truncate(kept);
+    if !images.is_empty() {
         text.push_str(&format!(
             "[{} figure(s) attached as PNG images]\n",
-            outcome.images.len()
+            images.len()
+        ));
+    }
+    if omitted > 0 {
+        text.push_str(&format!(
+            "[{omitted} more figure(s) not attached: together they exceed the {} KiB a result \
+             may carry in images; save them with savefig and read them from the workspace]\n",
+            IMAGE_BUDGET_BYTES / 1024
         ));
     }
     if enforcement != "full" {
@@ -336,7 +356,7 @@ fn shape_outcome(
         stderr: stderr.text,
         result: result.map(|r| r.text),
         error,
-        images: outcome.images.len() as u32,
+        images: images.len() as u32,
         timed_out: outcome.timed_out,
         truncated,
         duration_ms: outcome.duration.as_millis() as u64,
@@ -348,8 +368,12 @@ fn shape_outcome(
         evicted_session: outcome.evicted.clone(),
         enforcement,
     };
-    (output, text, outcome.images)
+    (output, text, images)
 }
+
+/// Base64 bytes of figures one result may carry: most of the 1 MiB a result may take on the
+/// wire (`tools::MAX_RESULT_BYTES`), leaving room for the text and structured content.
+const IMAGE_BUDGET_BYTES: usize = 768 * 1024;
 
 /// The call's error, if it failed: limits and timeouts first (they explain an exception such
 /// as KeyboardInterrupt), then a dead interpreter, then the cell's own exception.

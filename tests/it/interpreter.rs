@@ -697,11 +697,11 @@ async fn figures_come_back_as_png_images_and_are_closed() {
     let m = manager(s);
     let probe = run(&m, "img", "import matplotlib").await;
     if let Some(e) = probe.exception {
-        eprintln!(
-            "SKIP: matplotlib is not importable by the sandbox's python3 ({}); install it for \
+        missing_in_ci(&format!(
+            "matplotlib is not importable by the sandbox's python3 ({}); install it for \
              /usr/bin/python3, e.g. `apt-get install -y python3-matplotlib`",
             e.message
-        );
+        ));
         return;
     }
     let o = run(
@@ -738,7 +738,7 @@ fn tool_ctx_with(s: &Shared, policy: Policy) -> cordon::tools::SharedContext {
     Arc::new(cordon::tools::ToolContext {
         workspace: cordon::workspace::Workspace::open(s._workspace.path()).unwrap(),
         executor: Arc::clone(&s.executor),
-        interpreter: manager(s),
+        interpreter: SessionManager::new(Arc::clone(&s.executor), &policy).unwrap(),
         lint: cordon::lint::Linting::new(&policy.lint, SANDBOX_PATH, None, None).unwrap(),
         // Started only if a call needs it; these tests only run cells.
         parser: Arc::new(cordon::parser::ParserClient::new(
@@ -1405,4 +1405,51 @@ async fn cell_writing_past_the_disk_budget_is_killed_and_reported() {
     assert!(written < 1 << 30, "the cell wrote {written} bytes");
     assert!(o.state_lost.is_some(), "{}", show(&o));
     m.shutdown().await;
+}
+
+#[tokio::test]
+async fn figures_past_the_result_budget_are_counted_not_attached() {
+    let s = setup!();
+    let ctx = tool_ctx(s);
+    // Noise compresses badly: each 600x600 figure is a PNG of several hundred KiB.
+    let (is_error, out, content) = call(
+        &ctx,
+        serde_json::json!({
+            "code": "import matplotlib.pyplot as plt, numpy as np\nfor _ in range(6):\n    \
+                     plt.figure(figsize=(6, 6), dpi=100); plt.imshow(np.random.rand(600, 600))\n\
+                     plt.show()",
+            "session": "figs",
+        }),
+    )
+    .await;
+    if out["error"]["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("No module named"))
+    {
+        missing_in_ci("matplotlib/numpy are not importable by the sandbox's python3");
+        return;
+    }
+    assert!(!is_error, "{out}");
+    let attached: usize = content
+        .iter()
+        .filter_map(|c| c.as_image())
+        .map(|i| i.data.len())
+        .sum();
+    let images = out["images"].as_u64().unwrap() as usize;
+    assert!(images < 6, "all six figures were attached: {out}");
+    assert!(attached <= 768 * 1024, "{attached} bytes of images");
+    let text = content[0].as_text().unwrap().text.clone();
+    assert!(
+        text.contains(&format!("{} more figure(s) not attached", 6 - images)),
+        "{text}"
+    );
+}
+
+/// A prerequisite of a test is missing: a failure in CI (which installs it), a visible skip
+/// locally.
+fn missing_in_ci(what: &str) {
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("cannot run in CI: {what}");
+    }
+    eprintln!("SKIP: {what}");
 }
