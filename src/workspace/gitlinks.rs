@@ -98,10 +98,10 @@ pub fn runs_commands(config: &str) -> bool {
             let name = rest.split([']', ' ', '"', '.']).next().unwrap_or("");
             section = name.to_ascii_lowercase();
             // `[core] fsmonitor = …` may follow on the same line after `]`.
-            if let Some((_, after)) = rest.split_once(']') {
-                if key_runs_commands(&section, after.trim()) {
-                    return true;
-                }
+            if let Some((_, after)) = rest.split_once(']')
+                && key_runs_commands(&section, after.trim())
+            {
+                return true;
             }
             continue;
         }
