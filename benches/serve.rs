@@ -20,7 +20,9 @@
 //!
 //! Run with `cargo bench --bench serve`. `BENCH_N` (default 300) and `BENCH_N_SPACED`
 //! (default 100) set round-trip samples per series, `BENCH_GAP_MS` (default 50) the spaced
-//! pause, `BENCH_STARTS` (default 20) the server starts timed.
+//! pause, `BENCH_BLOCK` (default 10) back-to-back samples of one series in a row,
+//! `BENCH_STARTS` (default 20) the server starts timed, `BENCH_CORDON` another
+//! `cordon` binary to measure.
 
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -29,7 +31,10 @@ use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const CORDON: &str = env!("CARGO_BIN_EXE_cordon");
+/// The server under test: the release build beside this bench, or `BENCH_CORDON`.
+fn cordon() -> std::ffi::OsString {
+    std::env::var_os("BENCH_CORDON").unwrap_or_else(|| env!("CARGO_BIN_EXE_cordon").into())
+}
 
 struct Server {
     child: Child,
@@ -42,7 +47,7 @@ impl Server {
     /// Starts `cordon serve` and returns it with the time from spawn to the `tools/list`
     /// answer (initialize, initialized, tools/list: what every client does first).
     fn start(workspace: &Path, per_child: bool) -> (Server, Duration) {
-        let mut cmd = Command::new(CORDON);
+        let mut cmd = Command::new(cordon());
         cmd.args(["serve", "--workspace"])
             .arg(workspace)
             .stdin(Stdio::piped())
@@ -155,6 +160,7 @@ fn main() {
     let n_spaced = env("BENCH_N_SPACED", 100) as usize;
     let gap = Duration::from_millis(env("BENCH_GAP_MS", 50));
     let starts = env("BENCH_STARTS", 20) as usize;
+    let block = env("BENCH_BLOCK", 10).max(1) as usize;
 
     let dir = tempfile::tempdir().expect("tempdir");
     let ws = dir.path().join("ws");
@@ -178,25 +184,33 @@ fn main() {
     println!("\nper-child server, for comparison:\n");
     memory(per_child.pid());
 
-    let mut phase = |title: &str, n: usize, warmup: usize, gap: Option<Duration>| {
+    // With `block` > 1, each series runs `block` times in a row and the first of each block is
+    // dropped: it overlaps the previous series' background work (a call's refill and cleanup
+    // run after its answer).
+    let mut phase = |title: &str, n: usize, warmup: usize, gap: Option<Duration>, block: usize| {
         println!("\n## {title}\n");
         let names = ["ping", "shell_exec", "shell_exec_per_child", "bare_spawn"];
         let mut samples: Vec<Vec<Duration>> = vec![Vec::with_capacity(n); names.len()];
-        for round in 0..warmup + n {
+        let skip = usize::from(block > 1);
+        let mut round = 0;
+        while samples.iter().any(|s| s.len() < n) {
             for (i, sample) in samples.iter_mut().enumerate() {
-                if let Some(gap) = gap {
-                    std::thread::sleep(gap);
-                }
-                let t = match i {
-                    0 => sandboxed.ping(),
-                    1 => sandboxed.shell_true(),
-                    2 => per_child.shell_true(),
-                    _ => bare_spawn(),
-                };
-                if round >= warmup {
-                    sample.push(t);
+                for k in 0..block {
+                    if let Some(gap) = gap {
+                        std::thread::sleep(gap);
+                    }
+                    let t = match i {
+                        0 => sandboxed.ping(),
+                        1 => sandboxed.shell_true(),
+                        2 => per_child.shell_true(),
+                        _ => bare_spawn(),
+                    };
+                    if round >= warmup && k >= skip && sample.len() < n {
+                        sample.push(t);
+                    }
                 }
             }
+            round += 1;
         }
         println!("| series | min | median | p90 | p99 | max |");
         println!("|---|---:|---:|---:|---:|---:|");
@@ -223,10 +237,14 @@ fn main() {
         );
     };
     phase(
-        &format!("back-to-back: {n} samples per series after 20 warm-up rounds, interleaved"),
+        &format!(
+            "back-to-back: {n} samples per series after 2 warm-up rounds, interleaved in blocks \
+             of {block} (first of each block dropped)"
+        ),
         n,
-        20,
+        2,
         None,
+        block,
     );
     phase(
         &format!(
@@ -236,6 +254,7 @@ fn main() {
         n_spaced,
         5,
         Some(gap),
+        1,
     );
 }
 

@@ -188,18 +188,21 @@ fn pid1(plan: &InitPlan, control: &OwnedFd, alive: OwnedFd) -> ! {
     }
     drop(fds);
     let _alive = alive;
-    if let Err((stage, error)) = setup(plan) {
-        eprintln!("cordon sandbox init: {stage}: {error}");
-        send_msg(
-            control,
-            &FromInit::Failed {
-                stage: stage.into(),
-                error,
-            },
-            &[],
-        );
-        std::process::exit(1);
-    }
+    let calls_layer = match setup(plan) {
+        Ok(layer) => layer,
+        Err((stage, error)) => {
+            eprintln!("cordon sandbox init: {stage}: {error}");
+            send_msg(
+                control,
+                &FromInit::Failed {
+                    stage: stage.into(),
+                    error,
+                },
+                &[],
+            );
+            std::process::exit(1);
+        }
+    };
     send_msg(
         control,
         &FromInit::Ready {
@@ -209,11 +212,15 @@ fn pid1(plan: &InitPlan, control: &OwnedFd, alive: OwnedFd) -> ! {
         },
         &[],
     );
-    serve(plan, control)
+    serve(plan, control, calls_layer.as_ref())
 }
 
 /// Everything PID 1 does once, in order; the last step (seccomp) also binds PID 1 itself.
-fn setup(plan: &InitPlan) -> Result<(), StageError> {
+/// Returns the Landlock ruleset of the call slots' own layer, built here once: expanding the
+/// policy's grants around its denied paths reads whole directories (/etc), which every slot
+/// would otherwise repeat. Reusing it grants no more than building it per slot would, since
+/// PID 1's own layer, built from the same plan at the same moment, already bounds every slot.
+fn setup(plan: &InitPlan) -> Result<Option<OwnedFd>, StageError> {
     // stdin was the plan pipe; nothing in the sandbox reads it.
     if let Ok(null) = std::fs::File::open("/dev/null") {
         // SAFETY: dup2 onto fd 0, which this process owns.
@@ -234,7 +241,13 @@ fn setup(plan: &InitPlan) -> Result<(), StageError> {
         crate::confine::child::drop_all_capabilities(),
     )?;
     stage("no_new_privs", rustix::thread::set_no_new_privs(true))?;
+    let mut calls_layer = None;
     if let Some(landlock) = &plan.landlock {
+        // Ruleset descriptors are always close-on-exec: no job inherits it.
+        calls_layer = Some(stage(
+            "landlock",
+            ruleset(landlock, std::slice::from_ref(&landlock.calls_tmp)),
+        )?);
         let fd = stage(
             "landlock",
             ruleset(
@@ -251,7 +264,7 @@ fn setup(plan: &InitPlan) -> Result<(), StageError> {
             .collect();
         stage("seccomp", seccompiler::apply_filter(&program))?;
     }
-    Ok(())
+    Ok(calls_layer)
 }
 
 fn ruleset(
@@ -326,7 +339,7 @@ fn child_signals() -> io::Result<OwnedFd> {
 
 /// PID 1's loop: fork slots on request, reap every child (orphans of calls included) and
 /// report the slots' ends. Exits when the server closes the control socket.
-fn serve(plan: &InitPlan, control: &OwnedFd) -> ! {
+fn serve(plan: &InitPlan, control: &OwnedFd, calls_layer: Option<&OwnedFd>) -> ! {
     let Ok(signals) = child_signals() else {
         std::process::exit(1)
     };
@@ -357,7 +370,13 @@ fn serve(plan: &InitPlan, control: &OwnedFd) -> ! {
             };
             match wire::decode::<ToInit>(&received.data, wire::MAX_MESSAGE) {
                 Ok(ToInit::Slot { id, layer }) => {
-                    fork_slot(plan, control, &signals, id, layer, received.fds, &mut slots)
+                    let parent = SlotParent {
+                        plan,
+                        control,
+                        signals: &signals,
+                        calls_layer,
+                    };
+                    fork_slot(&parent, id, layer, received.fds, &mut slots)
                 }
                 Err(e) => eprintln!("cordon sandbox init: ignoring a malformed request: {e}"),
             }
@@ -379,15 +398,23 @@ fn reap(control: &OwnedFd, slots: &mut HashMap<i32, u64>) {
     }
 }
 
+/// What PID 1 hands down to the slots it forks.
+struct SlotParent<'a> {
+    plan: &'a InitPlan,
+    control: &'a OwnedFd,
+    signals: &'a OwnedFd,
+    /// The prebuilt Landlock ruleset of [`SlotLayer::Calls`] (see `setup`).
+    calls_layer: Option<&'a OwnedFd>,
+}
+
 fn fork_slot(
-    plan: &InitPlan,
-    control: &OwnedFd,
-    signals: &OwnedFd,
+    parent: &SlotParent<'_>,
     id: u64,
     layer: SlotLayer,
     cgroup_procs: Vec<OwnedFd>,
     slots: &mut HashMap<i32, u64>,
 ) {
+    let control = parent.control;
     let (ours, theirs) = match fdpass::seqpacket_pair() {
         Ok(pair) => pair,
         Err(e) => {
@@ -418,10 +445,10 @@ fn fork_slot(
             // never uses them (it talks only on its own socket).
             unsafe {
                 libc::close(control.as_raw_fd());
-                libc::close(signals.as_raw_fd());
+                libc::close(parent.signals.as_raw_fd());
                 libc::close(ours.as_raw_fd());
             }
-            slot(plan, layer, theirs, cgroup_procs)
+            slot(parent.plan, layer, parent.calls_layer, theirs, cgroup_procs)
         }
         child => {
             slots.insert(child, id);
@@ -444,7 +471,13 @@ fn slot_fail(sock: &OwnedFd, stage: &str, errno: i32) -> ! {
     unsafe { libc::_exit(127) }
 }
 
-fn slot(plan: &InitPlan, layer: SlotLayer, sock: OwnedFd, cgroup_procs: Vec<OwnedFd>) -> ! {
+fn slot(
+    plan: &InitPlan,
+    layer: SlotLayer,
+    calls_layer: Option<&OwnedFd>,
+    sock: OwnedFd,
+    cgroup_procs: Vec<OwnedFd>,
+) -> ! {
     // The signal mask survives exec: a blocked SIGCHLD would break every shell's job control.
     // SAFETY: sigprocmask with an empty local set.
     unsafe {
@@ -462,17 +495,20 @@ fn slot(plan: &InitPlan, layer: SlotLayer, sock: OwnedFd, cgroup_procs: Vec<Owne
     }
     drop(cgroup_procs);
     if let Some(landlock) = &plan.landlock {
-        let extra = match &layer {
-            SlotLayer::Calls => landlock.calls_tmp.clone(),
-            SlotLayer::Private(dir) => dir.clone(),
-        };
-        match ruleset(landlock, &[extra]) {
-            Ok(fd) => {
-                if let Err(e) = restrict_self(&fd) {
-                    slot_fail(&sock, "landlock layer", errno_of(&e));
+        let built;
+        let fd = match (&layer, calls_layer) {
+            (SlotLayer::Calls, Some(fd)) => fd,
+            (SlotLayer::Calls, None) => slot_fail(&sock, "landlock layer", libc::EINVAL),
+            (SlotLayer::Private(dir), _) => match ruleset(landlock, std::slice::from_ref(dir)) {
+                Ok(fd) => {
+                    built = fd;
+                    &built
                 }
-            }
-            Err(_) => slot_fail(&sock, "landlock layer", libc::EINVAL),
+                Err(_) => slot_fail(&sock, "landlock layer", libc::EINVAL),
+            },
+        };
+        if let Err(e) = restrict_self(fd) {
+            slot_fail(&sock, "landlock layer", errno_of(&e));
         }
     }
     let pidfd = match rustix::process::pidfd_open(
