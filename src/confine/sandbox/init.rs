@@ -186,23 +186,19 @@ fn pid1(plan: &InitPlan, control: &OwnedFd, alive: OwnedFd) -> ! {
     {
         std::process::exit(1);
     }
-    drop(fds);
     let _alive = alive;
-    let calls_layer = match setup(plan) {
-        Ok(layer) => layer,
-        Err((stage, error)) => {
-            eprintln!("cordon sandbox init: {stage}: {error}");
-            send_msg(
-                control,
-                &FromInit::Failed {
-                    stage: stage.into(),
-                    error,
-                },
-                &[],
-            );
-            std::process::exit(1);
-        }
-    };
+    if let Err((stage, error)) = setup(plan) {
+        eprintln!("cordon sandbox init: {stage}: {error}");
+        send_msg(
+            control,
+            &FromInit::Failed {
+                stage: stage.into(),
+                error,
+            },
+            &[],
+        );
+        std::process::exit(1);
+    }
     send_msg(
         control,
         &FromInit::Ready {
@@ -212,15 +208,11 @@ fn pid1(plan: &InitPlan, control: &OwnedFd, alive: OwnedFd) -> ! {
         },
         &[],
     );
-    serve(plan, control, calls_layer.as_ref())
+    serve(plan, control)
 }
 
 /// Everything PID 1 does once, in order; the last step (seccomp) also binds PID 1 itself.
-/// Returns the Landlock ruleset of the call slots' own layer, built here once: expanding the
-/// policy's grants around its denied paths reads whole directories (/etc), which every slot
-/// would otherwise repeat. Reusing it grants no more than building it per slot would, since
-/// PID 1's own layer, built from the same plan at the same moment, already bounds every slot.
-fn setup(plan: &InitPlan) -> Result<Option<OwnedFd>, StageError> {
+fn setup(plan: &InitPlan) -> Result<(), StageError> {
     // stdin was the plan pipe; nothing in the sandbox reads it.
     if let Ok(null) = std::fs::File::open("/dev/null") {
         // SAFETY: dup2 onto fd 0, which this process owns.
@@ -241,13 +233,7 @@ fn setup(plan: &InitPlan) -> Result<Option<OwnedFd>, StageError> {
         crate::confine::child::drop_all_capabilities(),
     )?;
     stage("no_new_privs", rustix::thread::set_no_new_privs(true))?;
-    let mut calls_layer = None;
     if let Some(landlock) = &plan.landlock {
-        // Ruleset descriptors are always close-on-exec: no job inherits it.
-        calls_layer = Some(stage(
-            "landlock",
-            ruleset(landlock, std::slice::from_ref(&landlock.calls_tmp)),
-        )?);
         let fd = stage(
             "landlock",
             ruleset(
@@ -264,7 +250,7 @@ fn setup(plan: &InitPlan) -> Result<Option<OwnedFd>, StageError> {
             .collect();
         stage("seccomp", seccompiler::apply_filter(&program))?;
     }
-    Ok(calls_layer)
+    Ok(())
 }
 
 fn ruleset(
@@ -339,10 +325,17 @@ fn child_signals() -> io::Result<OwnedFd> {
 
 /// PID 1's loop: fork slots on request, reap every child (orphans of calls included) and
 /// report the slots' ends. Exits when the server closes the control socket.
-fn serve(plan: &InitPlan, control: &OwnedFd, calls_layer: Option<&OwnedFd>) -> ! {
+fn serve(plan: &InitPlan, control: &OwnedFd) -> ! {
     let Ok(signals) = child_signals() else {
         std::process::exit(1)
     };
+    // The Landlock ruleset of the call slots' own layer, built at the first call slot and
+    // reused: expanding the policy's grants around its denied paths reads whole directories
+    // (/etc), which every slot would otherwise repeat. A ruleset may restrict any number of
+    // processes. Reusing it grants no more than building it per slot: PID 1's own layer, built
+    // earlier from the same plan, bounds every slot anyway. Ruleset descriptors are always
+    // close-on-exec, so no job inherits it. If building fails, each slot builds its own.
+    let mut calls_layer: Option<OwnedFd> = None;
     let mut slots: HashMap<i32, u64> = HashMap::new();
     loop {
         let (control_ready, child_ready) = {
@@ -370,11 +363,17 @@ fn serve(plan: &InitPlan, control: &OwnedFd, calls_layer: Option<&OwnedFd>) -> !
             };
             match wire::decode::<ToInit>(&received.data, wire::MAX_MESSAGE) {
                 Ok(ToInit::Slot { id, layer }) => {
+                    if let (SlotLayer::Calls, None, Some(landlock)) =
+                        (&layer, &calls_layer, &plan.landlock)
+                    {
+                        calls_layer =
+                            ruleset(landlock, std::slice::from_ref(&landlock.calls_tmp)).ok();
+                    }
                     let parent = SlotParent {
                         plan,
                         control,
                         signals: &signals,
-                        calls_layer,
+                        calls_layer: calls_layer.as_ref(),
                     };
                     fork_slot(&parent, id, layer, received.fds, &mut slots)
                 }
@@ -403,7 +402,7 @@ struct SlotParent<'a> {
     plan: &'a InitPlan,
     control: &'a OwnedFd,
     signals: &'a OwnedFd,
-    /// The prebuilt Landlock ruleset of [`SlotLayer::Calls`] (see `setup`).
+    /// The shared Landlock ruleset of [`SlotLayer::Calls`] (see `serve`), if built.
     calls_layer: Option<&'a OwnedFd>,
 }
 
@@ -497,15 +496,20 @@ fn slot(
     if let Some(landlock) = &plan.landlock {
         let built;
         let fd = match (&layer, calls_layer) {
-            (SlotLayer::Calls, Some(fd)) => fd,
-            (SlotLayer::Calls, None) => slot_fail(&sock, "landlock layer", libc::EINVAL),
-            (SlotLayer::Private(dir), _) => match ruleset(landlock, std::slice::from_ref(dir)) {
-                Ok(fd) => {
-                    built = fd;
-                    &built
+            (SlotLayer::Calls, Some(shared)) => shared,
+            _ => {
+                let extra = match &layer {
+                    SlotLayer::Calls => landlock.calls_tmp.clone(),
+                    SlotLayer::Private(dir) => dir.clone(),
+                };
+                match ruleset(landlock, &[extra]) {
+                    Ok(fd) => {
+                        built = fd;
+                        &built
+                    }
+                    Err(_) => slot_fail(&sock, "landlock layer", libc::EINVAL),
                 }
-                Err(_) => slot_fail(&sock, "landlock layer", libc::EINVAL),
-            },
+            }
         };
         if let Err(e) = restrict_self(fd) {
             slot_fail(&sock, "landlock layer", errno_of(&e));
