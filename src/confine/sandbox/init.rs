@@ -329,6 +329,13 @@ fn serve(plan: &InitPlan, control: &OwnedFd) -> ! {
     let Ok(signals) = child_signals() else {
         std::process::exit(1)
     };
+    // The Landlock ruleset of the call slots' own layer, built at the first call slot and
+    // reused: expanding the policy's grants around its denied paths reads whole directories
+    // (/etc), which every slot would otherwise repeat. A ruleset may restrict any number of
+    // processes. Reusing it grants no more than building it per slot: PID 1's own layer, built
+    // earlier from the same plan, bounds every slot anyway. Ruleset descriptors are always
+    // close-on-exec, so no job inherits it. If building fails, each slot builds its own.
+    let mut calls_layer: Option<OwnedFd> = None;
     let mut slots: HashMap<i32, u64> = HashMap::new();
     loop {
         let (control_ready, child_ready) = {
@@ -356,7 +363,19 @@ fn serve(plan: &InitPlan, control: &OwnedFd) -> ! {
             };
             match wire::decode::<ToInit>(&received.data, wire::MAX_MESSAGE) {
                 Ok(ToInit::Slot { id, layer }) => {
-                    fork_slot(plan, control, &signals, id, layer, received.fds, &mut slots)
+                    if let (SlotLayer::Calls, None, Some(landlock)) =
+                        (&layer, &calls_layer, &plan.landlock)
+                    {
+                        calls_layer =
+                            ruleset(landlock, std::slice::from_ref(&landlock.calls_tmp)).ok();
+                    }
+                    let parent = SlotParent {
+                        plan,
+                        control,
+                        signals: &signals,
+                        calls_layer: calls_layer.as_ref(),
+                    };
+                    fork_slot(&parent, id, layer, received.fds, &mut slots)
                 }
                 Err(e) => eprintln!("cordon sandbox init: ignoring a malformed request: {e}"),
             }
@@ -378,15 +397,23 @@ fn reap(control: &OwnedFd, slots: &mut HashMap<i32, u64>) {
     }
 }
 
+/// What PID 1 hands down to the slots it forks.
+struct SlotParent<'a> {
+    plan: &'a InitPlan,
+    control: &'a OwnedFd,
+    signals: &'a OwnedFd,
+    /// The shared Landlock ruleset of [`SlotLayer::Calls`] (see `serve`), if built.
+    calls_layer: Option<&'a OwnedFd>,
+}
+
 fn fork_slot(
-    plan: &InitPlan,
-    control: &OwnedFd,
-    signals: &OwnedFd,
+    parent: &SlotParent<'_>,
     id: u64,
     layer: SlotLayer,
     cgroup_procs: Vec<OwnedFd>,
     slots: &mut HashMap<i32, u64>,
 ) {
+    let control = parent.control;
     let (ours, theirs) = match fdpass::seqpacket_pair() {
         Ok(pair) => pair,
         Err(e) => {
@@ -417,10 +444,10 @@ fn fork_slot(
             // never uses them (it talks only on its own socket).
             unsafe {
                 libc::close(control.as_raw_fd());
-                libc::close(signals.as_raw_fd());
+                libc::close(parent.signals.as_raw_fd());
                 libc::close(ours.as_raw_fd());
             }
-            slot(plan, layer, theirs, cgroup_procs)
+            slot(parent.plan, layer, parent.calls_layer, theirs, cgroup_procs)
         }
         child => {
             slots.insert(child, id);
@@ -443,7 +470,13 @@ fn slot_fail(sock: &OwnedFd, stage: &str, errno: i32) -> ! {
     unsafe { libc::_exit(127) }
 }
 
-fn slot(plan: &InitPlan, layer: SlotLayer, sock: OwnedFd, cgroup_procs: Vec<OwnedFd>) -> ! {
+fn slot(
+    plan: &InitPlan,
+    layer: SlotLayer,
+    calls_layer: Option<&OwnedFd>,
+    sock: OwnedFd,
+    cgroup_procs: Vec<OwnedFd>,
+) -> ! {
     // The signal mask survives exec: a blocked SIGCHLD would break every shell's job control.
     // SAFETY: sigprocmask with an empty local set.
     unsafe {
@@ -461,17 +494,25 @@ fn slot(plan: &InitPlan, layer: SlotLayer, sock: OwnedFd, cgroup_procs: Vec<Owne
     }
     drop(cgroup_procs);
     if let Some(landlock) = &plan.landlock {
-        let extra = match &layer {
-            SlotLayer::Calls => landlock.calls_tmp.clone(),
-            SlotLayer::Private(dir) => dir.clone(),
-        };
-        match ruleset(landlock, &[extra]) {
-            Ok(fd) => {
-                if let Err(e) = restrict_self(&fd) {
-                    slot_fail(&sock, "landlock layer", errno_of(&e));
+        let built;
+        let fd = match (&layer, calls_layer) {
+            (SlotLayer::Calls, Some(shared)) => shared,
+            _ => {
+                let extra = match &layer {
+                    SlotLayer::Calls => landlock.calls_tmp.clone(),
+                    SlotLayer::Private(dir) => dir.clone(),
+                };
+                match ruleset(landlock, &[extra]) {
+                    Ok(fd) => {
+                        built = fd;
+                        &built
+                    }
+                    Err(_) => slot_fail(&sock, "landlock layer", libc::EINVAL),
                 }
             }
-            Err(_) => slot_fail(&sock, "landlock layer", libc::EINVAL),
+        };
+        if let Err(e) = restrict_self(fd) {
+            slot_fail(&sock, "landlock layer", errno_of(&e));
         }
     }
     let pidfd = match rustix::process::pidfd_open(
