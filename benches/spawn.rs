@@ -151,9 +151,13 @@ async fn run(
     }
     // The first call would otherwise make its slot on demand.
     let warm = Arc::clone(&sandboxed);
-    tokio::task::spawn_blocking(move || warm.refill_call_slots())
-        .await
-        .expect("refill");
+    tokio::task::spawn_blocking(move || {
+        if let Some(Ok(factory)) = warm.sandbox_init() {
+            warm.refill_call_slots(&factory);
+        }
+    })
+    .await
+    .expect("refill");
 
     println!(
         "\n## back-to-back: {n} samples per variant after 5 warm-up rounds, interleaved in \
@@ -374,11 +378,16 @@ impl Bench<'_> {
             Variant::SlotOnly => self.slot_only().await,
             Variant::SlotMake => {
                 let c = Arc::clone(self.sandboxed);
-                let warm = tokio::task::spawn_blocking(move || c.make_call_slot())
-                    .await
-                    .expect("make slot")
-                    .expect("sandbox init alive")
-                    .expect("make slot");
+                let warm = tokio::task::spawn_blocking(move || {
+                    let factory = c
+                        .sandbox_init()
+                        .expect("a sandbox init")
+                        .expect("sandbox init alive");
+                    c.make_call_slot(&factory)
+                })
+                .await
+                .expect("make slot")
+                .expect("make slot");
                 let taken = t.elapsed();
                 // Unused: its socket closes and it exits; the groups go off the runtime.
                 tokio::task::spawn_blocking(move || drop(warm))
@@ -408,15 +417,18 @@ impl Bench<'_> {
     /// A warm slot's spawn and nothing else (what `Executor::run` adds is the difference to
     /// `confined`). Refills the pool afterwards off the runtime threads, as `run` does.
     async fn slot_only(&self) {
-        let warm = match self.sandboxed.pop_warm_slot() {
+        let factory = self
+            .sandboxed
+            .current_sandbox_init()
+            .expect("a live, current sandbox init");
+        let warm = match factory.pop_warm() {
             Some(w) => w,
             None => {
                 POOL_MISSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let c = Arc::clone(self.sandboxed);
-                tokio::task::spawn_blocking(move || c.make_call_slot())
+                let (c, f) = (Arc::clone(self.sandboxed), Arc::clone(&factory));
+                tokio::task::spawn_blocking(move || c.make_call_slot(&f))
                     .await
                     .expect("make slot")
-                    .expect("sandbox init alive")
                     .expect("make slot")
             }
         };
@@ -451,7 +463,7 @@ impl Bench<'_> {
         let c = Arc::clone(self.sandboxed);
         tokio::task::spawn_blocking(move || {
             drop(warm.cgroup);
-            c.refill_call_slots();
+            c.refill_call_slots(&factory);
         });
     }
 }
