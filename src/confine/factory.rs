@@ -18,9 +18,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Slots kept ready for calls. Two cover an agent's sequential calls plus one overlap; more
-/// would only hold memory and cgroup directories.
-const WARM_SLOTS: usize = 2;
+/// Slots kept ready for calls: an agent's sequential calls plus a little overlap (a
+/// back-to-back series ran dry with two); more would only hold memory and cgroup directories.
+const WARM_SLOTS: usize = 3;
 
 /// A ready slot with the cgroups it has joined.
 pub struct WarmSlot {
@@ -314,25 +314,45 @@ impl Factory {
     }
 
     /// Tops the pool up to [`WARM_SLOTS`]. Blocking; one refill at a time (a second caller
-    /// returns at once). Failures are logged: the next call then makes its own slot and
-    /// reports the error if it persists.
+    /// returns at once). Every missing slot is asked for before any is waited for, so their
+    /// forks and cgroup migrations overlap. Failures are logged: the next call then makes its
+    /// own slot and reports the error if it persists.
     pub fn refill(&self, cgroups: &Cgroups, limits: &CallLimits) {
         if self.refilling.swap(true, Ordering::AcqRel) {
             return;
         }
-        while self.sandbox.is_alive()
-            && self.pool.lock().map(|p| p.len()).unwrap_or(WARM_SLOTS) < WARM_SLOTS
-        {
-            match self.make(cgroups, limits, SlotLayer::Calls) {
-                Ok(warm) => {
-                    if let Ok(mut pool) = self.pool.lock() {
-                        pool.push(warm);
+        let missing =
+            WARM_SLOTS.saturating_sub(self.pool.lock().map(|p| p.len()).unwrap_or(WARM_SLOTS));
+        let mut asked = Vec::with_capacity(missing);
+        for _ in 0..missing {
+            let cgroup = if matches!(cgroups.mode(), super::CgroupMode::None) {
+                None
+            } else {
+                match cgroups.create_call(limits) {
+                    Ok(c) => Some(c),
+                    Err(e) => {
+                        tracing::warn!("cannot prepare a warm slot's cgroup: {e}");
+                        break;
                     }
                 }
+            };
+            let fds: &[OwnedFd] = cgroup.as_ref().map(CallCgroup::procs_fds).unwrap_or(&[]);
+            match self.sandbox.request_slot(SlotLayer::Calls, fds) {
+                Ok(pending) => asked.push((pending, cgroup)),
                 Err(e) => {
-                    tracing::warn!("cannot prepare a warm slot: {e}");
+                    tracing::warn!("cannot ask for a warm slot: {e}");
                     break;
                 }
+            }
+        }
+        for (pending, cgroup) in asked {
+            match pending.wait() {
+                Ok(slot) => {
+                    if let Ok(mut pool) = self.pool.lock() {
+                        pool.push(WarmSlot { slot, cgroup });
+                    }
+                }
+                Err(e) => tracing::warn!("cannot prepare a warm slot: {e}"),
             }
         }
         self.refilling.store(false, Ordering::Release);

@@ -90,6 +90,17 @@ pub struct Executor {
 
 impl Executor {
     pub fn new(confinement: Arc<Confinement>, policy: &crate::policy::Policy) -> Self {
+        // The first call finds warm slots too: fill the pool now, off every async thread.
+        if confinement.uses_sandbox_init() {
+            let warm = Arc::clone(&confinement);
+            let _ = std::thread::Builder::new()
+                .name("cordon-warm-slots".into())
+                .spawn(move || {
+                    if let Some(factory) = warm.current_sandbox_init() {
+                        warm.refill_call_slots(&factory);
+                    }
+                });
+        }
         Self {
             confinement,
             environment: policy.environment.clone(),

@@ -136,6 +136,16 @@ impl Sandbox {
         layer: SlotLayer,
         cgroup_procs: &[OwnedFd],
     ) -> Result<Slot, SandboxError> {
+        self.request_slot(layer, cgroup_procs)?.wait()
+    }
+
+    /// Asks for a slot without waiting for it: several requests made first and waited for
+    /// after overlap their forks and cgroup migrations (which can share one RCU grace period).
+    pub fn request_slot(
+        &self,
+        layer: SlotLayer,
+        cgroup_procs: &[OwnedFd],
+    ) -> Result<PendingSlot<'_>, SandboxError> {
         if !self.is_alive() {
             return Err(SandboxError::Gone);
         }
@@ -144,22 +154,47 @@ impl Sandbox {
         let (reply_tx, reply_rx) = mpsc::channel();
         lock(&self.shared.exits).insert(id, exit_tx);
         lock(&self.shared.pending).insert(id, reply_tx);
-        let forget = |e| {
-            lock(&self.shared.exits).remove(&id);
-            lock(&self.shared.pending).remove(&id);
-            e
+        let pending = PendingSlot {
+            sandbox: self,
+            id,
+            reply: reply_rx,
+            exit: Some(exit_rx),
         };
-        let request = wire::encode(&ToInit::Slot { id, layer }).map_err(|e| forget(e.into()))?;
+        let request = wire::encode(&ToInit::Slot { id, layer })?;
         fdpass::send(
             self.shared.control.as_fd(),
             &request,
             &fdpass::borrow_all(cgroup_procs),
-        )
-        .map_err(|e| forget(e.into()))?;
-        let socket = match reply_rx.recv_timeout(SLOT_TIMEOUT) {
+        )?;
+        Ok(pending)
+    }
+}
+
+/// A slot asked for and not yet ready. Dropped unwaited, it is forgotten (the slot exits when
+/// its socket closes).
+pub struct PendingSlot<'a> {
+    sandbox: &'a Sandbox,
+    id: u64,
+    reply: mpsc::Receiver<SlotReply>,
+    exit: Option<watch::Receiver<Option<i32>>>,
+}
+
+impl Drop for PendingSlot<'_> {
+    fn drop(&mut self) {
+        if self.exit.is_some() {
+            lock(&self.sandbox.shared.exits).remove(&self.id);
+            lock(&self.sandbox.shared.pending).remove(&self.id);
+        }
+    }
+}
+
+impl PendingSlot<'_> {
+    /// Waits until the slot is forked, in its cgroups and ready.
+    pub fn wait(mut self) -> Result<Slot, SandboxError> {
+        let socket = match self.reply.recv_timeout(SLOT_TIMEOUT) {
             Ok(Ok(fd)) => fd,
-            Ok(Err(e)) => return Err(forget(SandboxError::Slot(e))),
-            Err(_) => return Err(forget(SandboxError::Slot("no answer from the init".into()))),
+            Ok(Err(e)) => return Err(SandboxError::Slot(e)),
+            Err(_) => return Err(SandboxError::Slot("no answer from the init".into())),
         };
         // From here the exit report arrives on its own; only the ready message is awaited.
         if !poll_readable(&socket, SLOT_TIMEOUT)? {
@@ -186,11 +221,11 @@ impl Sandbox {
             .next()
             .ok_or_else(|| SandboxError::Slot("ready without a pidfd".into()))?;
         Ok(Slot {
-            id,
+            id: self.id,
             pid: pid_of(&pidfd),
             pidfd,
             socket,
-            exit: exit_rx,
+            exit: self.exit.take().expect("taken only here"),
         })
     }
 }
