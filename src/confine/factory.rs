@@ -222,17 +222,8 @@ impl Factory {
                 ));
                 continue;
             }
-            let flat = entry.path.to_string_lossy().replace('/', "_");
-            let stamp = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_millis())
-                .unwrap_or_default();
-            let dest = PathBuf::from(".cordon/quarantine").join(format!("{stamp}-{flat}"));
-            let moved = root
-                .create_dir_all(".cordon/quarantine")
-                .and_then(|()| root.rename(&entry.path, &root, &dest));
-            notices.push(match moved {
-                Ok(()) => format!(
+            notices.push(match quarantine(&root, &entry.path) {
+                Ok(dest) => format!(
                     "the command created {}, a protected git control file (git reads it as \
                      configuration outside any sandbox); cordon moved it to {}",
                     entry.path.display(),
@@ -459,17 +450,8 @@ fn quarantine_planted_submodules(
         if !crate::workspace::gitlinks::runs_commands(&String::from_utf8_lossy(&text)) {
             continue;
         }
-        let stamp = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis())
-            .unwrap_or_default();
-        let flat = config.to_string_lossy().replace('/', "_");
-        let dest = PathBuf::from(".cordon/quarantine").join(format!("{stamp}-{flat}"));
-        let moved = root
-            .create_dir_all(".cordon/quarantine")
-            .and_then(|()| root.rename(&config, root, &dest));
-        notices.push(match moved {
-            Ok(()) => format!(
+        notices.push(match quarantine(root, &config) {
+            Ok(dest) => format!(
                 "the index now records {} as a submodule whose config names a command git \
                  would run (e.g. core.fsmonitor) on the operator's next `git status`; cordon \
                  moved {} to {}",
@@ -486,4 +468,18 @@ fn quarantine_planted_submodules(
         });
     }
     notices
+}
+
+/// Moves `path` (workspace-relative) into `.cordon/quarantine/`, beneath the workspace
+/// capability (a swapped directory on the way cannot send it elsewhere), and returns where.
+fn quarantine(root: &cap_std::fs::Dir, path: &Path) -> std::io::Result<PathBuf> {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or_default();
+    let flat = path.to_string_lossy().replace('/', "_");
+    let dest = PathBuf::from(".cordon/quarantine").join(format!("{stamp}-{flat}"));
+    root.create_dir_all(".cordon/quarantine")?;
+    root.rename(path, root, &dest)?;
+    Ok(dest)
 }
