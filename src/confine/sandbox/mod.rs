@@ -35,6 +35,9 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 const SLOT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a slot may take between a job and its exec.
 const EXEC_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long PID 1's exit report may lag behind the kernel's (the pidfd) before the status
+/// is taken to be a kill.
+const EXIT_REPORT_WAIT: Duration = Duration::from_millis(500);
 
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
@@ -493,7 +496,26 @@ impl SandboxChild {
         {
             self.status = Some(ExitStatus::from_raw(raw));
         }
+        if self.status.is_none() && self.has_exited() {
+            // The kernel says it is gone (the pidfd is readable) but PID 1's report is still on
+            // its way: it follows within moments, so wait for it rather than answer "running".
+            let deadline = std::time::Instant::now() + EXIT_REPORT_WAIT;
+            while self.status.is_none() && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_micros(200));
+                if let Some(raw) = *self.exit.borrow() {
+                    self.status = Some(ExitStatus::from_raw(raw));
+                }
+            }
+            if self.status.is_none() {
+                self.status = Some(ExitStatus::from_raw(KILLED_STATUS));
+            }
+        }
         self.status
+    }
+
+    /// Whether the process has exited, straight from the kernel (a pidfd turns readable).
+    fn has_exited(&self) -> bool {
+        poll_readable(&self.pidfd, Duration::ZERO).unwrap_or(false)
     }
 
     pub async fn wait(&mut self) -> ExitStatus {
