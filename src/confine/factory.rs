@@ -164,13 +164,7 @@ impl Factory {
     /// the call's tree is dead: protected control files it created or replaced, and a
     /// submodule it planted through the index. A few `lstat` calls when nothing changed.
     pub fn after_call(&self, since: std::time::SystemTime) -> Vec<String> {
-        let index_changed = self
-            .plan
-            .workspace
-            .join(".git/index")
-            .symlink_metadata()
-            .and_then(|m| m.modified())
-            .is_ok_and(|t| t >= since - std::time::Duration::from_secs(1));
+        let index_changed = changed_since(&self.plan.workspace.join(".git/index"), since);
         if !index_changed && self.is_current() {
             return Vec::new();
         }
@@ -205,11 +199,7 @@ impl Factory {
             known.get(e.path.as_path()).copied() != now
         };
         for entry in entries.iter().filter(replaced_or_new) {
-            let changed = root
-                .symlink_metadata(&entry.path)
-                .and_then(|m| m.modified())
-                .map(|t| t.into_std() >= since - std::time::Duration::from_secs(1))
-                .unwrap_or(false);
+            let changed = changed_since(&self.plan.workspace.join(&entry.path), since);
             // `.cordon` is the server's own; the policy's files are the operator's to edit.
             if !changed || !entry.path.starts_with(".git") || entry.path == Path::new(".git") {
                 continue;
@@ -237,7 +227,11 @@ impl Factory {
             });
         }
         if repo_existed {
-            notices.extend(quarantine_planted_submodules(&root, since));
+            notices.extend(quarantine_planted_submodules(
+                &root,
+                &self.plan.workspace,
+                since,
+            ));
         }
         notices
     }
@@ -425,13 +419,10 @@ fn read_hostile(root: &cap_std::fs::Dir, path: &Path, limit: usize) -> Option<Ve
 /// `git status` run it. That config goes to quarantine.
 fn quarantine_planted_submodules(
     root: &cap_std::fs::Dir,
+    workspace: &Path,
     since: std::time::SystemTime,
 ) -> Vec<String> {
-    let index_changed = root
-        .symlink_metadata(".git/index")
-        .and_then(|m| m.modified())
-        .is_ok_and(|t| t.into_std() >= since - std::time::Duration::from_secs(1));
-    if !index_changed {
+    if !changed_since(&workspace.join(".git/index"), since) {
         return Vec::new();
     }
     let Some(index) = read_hostile(
@@ -443,7 +434,9 @@ fn quarantine_planted_submodules(
     };
     let mut notices = Vec::new();
     for link in crate::workspace::gitlinks::gitlinks(&index).unwrap_or_default() {
-        let config = link.join(".git/config");
+        let Some(config) = submodule_config(root, workspace, &link) else {
+            continue;
+        };
         let Some(text) = read_hostile(root, &config, 1 << 20) else {
             continue;
         };
@@ -482,4 +475,43 @@ fn quarantine(root: &cap_std::fs::Dir, path: &Path) -> std::io::Result<PathBuf> 
     root.create_dir_all(".cordon/quarantine")?;
     root.rename(path, root, &dest)?;
     Ok(dest)
+}
+
+/// Whether the inode at `path` changed at or after `since` (less a second of clock slack).
+/// By ctime, not mtime: a confined process can set a file's mtime back (`touch -d`) to look
+/// old, but never its ctime.
+fn changed_since(path: &Path, since: std::time::SystemTime) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = path.symlink_metadata() else {
+        return false;
+    };
+    let ctime = std::time::UNIX_EPOCH
+        + std::time::Duration::new(
+            meta.ctime().max(0) as u64,
+            meta.ctime_nsec().clamp(0, 999_999_999) as u32,
+        );
+    ctime >= since - std::time::Duration::from_secs(1)
+}
+
+/// The config git reads for the submodule at `link` (workspace-relative): `link/.git/config`,
+/// or, when `link/.git` is a gitfile (`gitdir: …`), the config of the directory it names,
+/// inside the workspace. None when there is none to check there.
+fn submodule_config(root: &cap_std::fs::Dir, workspace: &Path, link: &Path) -> Option<PathBuf> {
+    let dot_git = link.join(".git");
+    if root.symlink_metadata(&dot_git).ok()?.is_dir() {
+        return Some(dot_git.join("config"));
+    }
+    let text = read_hostile(root, &dot_git, 4096)?;
+    let target = String::from_utf8_lossy(&text)
+        .lines()
+        .find_map(|l| l.strip_prefix("gitdir:"))
+        .map(|t| PathBuf::from(t.trim()))?;
+    // A relative gitdir is relative to the submodule; an absolute one counts only inside the
+    // workspace (the capability refuses anything that climbs out either way).
+    let gitdir = if target.is_absolute() {
+        target.strip_prefix(workspace).ok()?.to_path_buf()
+    } else {
+        link.join(target)
+    };
+    Some(gitdir.join("config"))
 }

@@ -145,3 +145,59 @@ async fn symlinked_hooks_never_break_a_spawn() {
     assert!(!elsewhere.path().join("pre-commit").exists());
     client.cancel().await.ok();
 }
+
+#[tokio::test]
+async fn commondir_backdated_with_touch_is_still_quarantined() {
+    if skip(
+        "commondir_backdated_with_touch_is_still_quarantined",
+        Need::Namespaces,
+    ) {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    git_init(ws.path());
+    let client = connect(ws.path()).await;
+    // mtime can be set back by the writer; the check must not trust it.
+    let run = shell(
+        &client,
+        "echo ../evil > .git/commondir && touch -d '2001-01-01' .git/commondir && echo planted",
+    )
+    .await;
+    assert_eq!(run["stdout"], "planted\n", "{run}");
+    assert!(
+        !ws.path().join(".git/commondir").exists(),
+        "a back-dated .git/commondir survived the call: {run}"
+    );
+    client.cancel().await.ok();
+}
+
+#[tokio::test]
+async fn submodule_planted_through_a_gitfile_has_its_config_quarantined() {
+    if skip(
+        "submodule_planted_through_a_gitfile_has_its_config_quarantined",
+        Need::Namespaces,
+    ) {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    git_init(ws.path());
+    let client = connect(ws.path()).await;
+    // `sub/.git` is a gitfile naming a repository elsewhere in the workspace, whose config
+    // names a command; the index records `sub` as a gitlink.
+    let script = "git init -q store && git -C store -c user.email=a@b.invalid -c user.name=a \
+         commit -q --allow-empty -m s && mkdir sub && echo 'gitdir: ../store/.git' > sub/.git && \
+         printf '[core]\\n\\tfsmonitor = \"touch pwned\"\\n' >> store/.git/config && \
+         git update-index --add --cacheinfo 160000,$(git -C store rev-parse HEAD),sub && echo ok";
+    let run = shell(&client, script).await;
+    assert_eq!(run["stdout"], "ok\n", "{run}");
+    let config = std::fs::read_to_string(ws.path().join("store/.git/config")).unwrap_or_default();
+    assert!(
+        !config.contains("fsmonitor"),
+        "the planted config is still where git reads it: {run}"
+    );
+    assert!(
+        run["stderr"].as_str().unwrap_or("").contains("submodule"),
+        "the result does not say: {run}"
+    );
+    client.cancel().await.ok();
+}
