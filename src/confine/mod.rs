@@ -274,11 +274,6 @@ impl Confinement {
                       (check /sys/kernel/security/lsm).",
             });
         };
-        let landlock_fd = landlock_inputs
-            .as_ref()
-            .map(|inputs| inputs.build(tmp_root.path()))
-            .transpose()?;
-
         let seccomp = if kernel.seccomp_filter {
             seccomp::compile_profile(&policy.sandbox.seccomp_profile)?
         } else if options.allow_degraded {
@@ -342,8 +337,18 @@ impl Confinement {
                 );
             }
         }
+        // The parent-built ruleset serves only the per-child path; with the sandbox init, PID 1
+        // builds its own inside the view (paths resolve there), so building it here too would
+        // only cost start-up time.
+        let landlock_fd = match &factory {
+            Some(_) => None,
+            None => landlock_inputs
+                .as_ref()
+                .map(|inputs| inputs.build(tmp_root.path()))
+                .transpose()?,
+        };
         let rlimits = rlimits::plan(&policy.limits, !cgroups.has_limits(), kernel.is_root);
-        let landlock = landlock_fd.is_some() && kernel.landlock_abi >= REQUIRED_LANDLOCK_ABI;
+        let landlock = landlock_inputs.is_some() && kernel.landlock_abi >= REQUIRED_LANDLOCK_ABI;
         let level = match (
             landlock && !seccomp.is_empty(),
             cgroups.has_limits() && factory.is_some(),
@@ -354,7 +359,7 @@ impl Confinement {
         };
         let enforcement = Enforcement {
             level,
-            landlock_abi: if landlock_fd.is_some() {
+            landlock_abi: if landlock_inputs.is_some() {
                 kernel.landlock_abi
             } else {
                 0
