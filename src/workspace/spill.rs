@@ -99,25 +99,9 @@ impl Workspace {
         let Ok(outputs) = self.open_spill_dir() else {
             return Vec::new();
         };
-        let Ok(entries) = outputs.entries() else {
-            return Vec::new();
-        };
-        let mut files: Vec<(SystemTime, String, u64)> = entries
-            .flatten()
-            .filter_map(|e| {
-                let meta = e.metadata().ok()?;
-                if !meta.is_file() {
-                    return None;
-                }
-                let modified = meta.modified().ok()?.into_std();
-                Some((modified, e.file_name().to_str()?.to_owned(), meta.len()))
-            })
-            .collect();
-        files.sort_by_key(|f| std::cmp::Reverse(f.0));
-        files
-            .into_iter()
-            .map(|(_, name, len)| (name, len))
-            .collect()
+        let mut files = spill_entries(&outputs);
+        files.sort_by_key(|f| std::cmp::Reverse(f.modified));
+        files.into_iter().map(|f| (f.name, f.len)).collect()
     }
 
     /// Reads the spill file `name` (one plain file name, no directories) through the
@@ -181,22 +165,10 @@ impl Workspace {
 /// effort: a file that vanished or cannot be removed is skipped. Sizes are the space the
 /// files take on disk (a sparse file planted here counts for what it uses, not its length).
 fn prune_oldest(dir: &Dir, new: &str, keep: usize, others_budget: u64) {
-    use cap_std::fs::MetadataExt;
-    let Ok(entries) = dir.entries() else { return };
-    let mut files: Vec<(SystemTime, String, u64)> = entries
-        .flatten()
-        .filter_map(|e| {
-            let meta = e.metadata().ok()?;
-            if !meta.is_file() {
-                return None;
-            }
-            let name = e.file_name().to_str()?.to_owned();
-            if name == new {
-                return None;
-            }
-            let modified = meta.modified().ok()?.into_std();
-            Some((modified, name, meta.blocks().saturating_mul(512)))
-        })
+    let mut files: Vec<(SystemTime, String, u64)> = spill_entries(dir)
+        .into_iter()
+        .filter(|f| f.name != new)
+        .map(|f| (f.modified, f.name, f.on_disk))
         .collect();
     // Oldest first; the name breaks ties (its counter grows within one second).
     files.sort();
@@ -211,6 +183,40 @@ fn prune_oldest(dir: &Dir, new: &str, keep: usize, others_budget: u64) {
             total = total.saturating_sub(size);
         }
     }
+}
+
+/// One regular file of the spill area.
+struct SpillEntry {
+    modified: SystemTime,
+    name: String,
+    /// Length in bytes.
+    len: u64,
+    /// Space it takes on disk (a sparse file counts for what it uses).
+    on_disk: u64,
+}
+
+/// The regular files of the spill area with UTF-8 names (symlinks and others are not
+/// listed: the metadata is the entry's own, never a link's target). Best effort.
+fn spill_entries(dir: &Dir) -> Vec<SpillEntry> {
+    use cap_std::fs::MetadataExt;
+    let Ok(entries) = dir.entries() else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let meta = e.metadata().ok()?;
+            if !meta.is_file() {
+                return None;
+            }
+            Some(SpillEntry {
+                modified: meta.modified().ok()?.into_std(),
+                name: e.file_name().to_str()?.to_owned(),
+                len: meta.len(),
+                on_disk: meta.blocks().saturating_mul(512),
+            })
+        })
+        .collect()
 }
 
 /// Creates `name` in `parent` if missing and opens it, refusing a symlink in its place.
