@@ -59,19 +59,48 @@ where
     }
 }
 
-/// Builds the tool result: `structuredContent` is the full typed output, the text block is a
-/// short human-readable rendering (not the JSON again) so a model reads it cheaply.
-pub fn tool_result(structured: &impl Serialize, text: String, is_error: bool) -> CallToolResult {
-    let value = serde_json::to_value(structured).unwrap_or_else(|e| {
-        serde_json::json!({"error": {"kind": "internal", "message": format!("cannot serialize result: {e}"), "retriable": false}})
-    });
-    let mut result = if is_error {
-        CallToolResult::structured_error(value)
-    } else {
-        CallToolResult::structured(value)
-    };
-    result.content = vec![ContentBlock::text(text)];
-    result
+/// What a tool answers, already in the form it goes on the wire: `structuredContent` is the
+/// full typed output, the text block a short human-readable rendering (not the JSON again) so
+/// a model reads it cheaply, then any figures. Tools build it without knowing the protocol;
+/// `server` takes the result out with [`ToolOutcome::into_result`].
+#[derive(Debug, Clone)]
+pub struct ToolOutcome(CallToolResult);
+
+impl ToolOutcome {
+    pub fn new(structured: &impl Serialize, text: String, is_error: bool) -> Self {
+        let value = serde_json::to_value(structured).unwrap_or_else(|e| {
+            serde_json::json!({"error": {"kind": "internal", "message": format!("cannot serialize result: {e}"), "retriable": false}})
+        });
+        let mut result = if is_error {
+            CallToolResult::structured_error(value)
+        } else {
+            CallToolResult::structured(value)
+        };
+        result.content = vec![ContentBlock::text(text)];
+        Self(result)
+    }
+
+    /// Appends a PNG image (base64) after the text.
+    pub fn with_png(mut self, base64: String) -> Self {
+        self.0
+            .content
+            .push(ContentBlock::image(base64, "image/png"));
+        self
+    }
+
+    /// The size of the result on the wire (its JSON), for the check against the most a
+    /// result may take.
+    pub fn wire_size(&self) -> usize {
+        serde_json::to_vec(&self.0).map_or(usize::MAX, |v| v.len())
+    }
+
+    pub fn is_error(&self) -> bool {
+        self.0.is_error == Some(true)
+    }
+
+    pub fn into_result(self) -> CallToolResult {
+        self.0
+    }
 }
 
 /// Appends `--- name ---` sections to a result's text block, one per non-empty stream, each

@@ -119,6 +119,19 @@ impl Registry {
     }
 }
 
+/// The SPEC kind of a session that could not run a cell: every slot busy is a resource limit,
+/// a missing Python is `not_found`, the rest (a worker that would not start, shutdown) ours.
+impl From<&InterpreterError> for crate::error_kind::ErrorKind {
+    fn from(e: &InterpreterError) -> Self {
+        use crate::error_kind::ErrorKind;
+        match e {
+            InterpreterError::TooManySessions { .. } => ErrorKind::ResourceLimit,
+            _ if e.is_not_found() => ErrorKind::NotFound,
+            _ => ErrorKind::Internal,
+        }
+    }
+}
+
 /// All sessions of one server.
 pub struct SessionManager {
     shared: Shared,

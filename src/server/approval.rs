@@ -12,7 +12,7 @@
 //! the user is asked afresh; an approval can never be forged or carried over to another command.
 
 use crate::policy::commands::Reason;
-use crate::tools::shell_exec::{Refusal, ShellExecArgs};
+use crate::tools::shell_exec::{self, Refusal, ShellExecArgs};
 use rmcp::RoleServer;
 use rmcp::model::{
     ElicitRequest, ElicitRequestParams, ElicitationSchema, InputRequest, InputRequests,
@@ -38,11 +38,26 @@ pub struct ApproveCommand {
 rmcp::elicit_safe!(ApproveCommand);
 
 /// What asking came to.
-pub enum Approval {
-    Approved,
-    Refused(Refusal),
-    /// 2026-07-28: return this to the client; its retry carries the answer.
-    Pending(InputRequiredResult),
+/// The user's answer; `Pending` (2026-07-28) is returned to the client, whose retry carries
+/// the answer.
+pub type Approval = shell_exec::Approval<InputRequiredResult>;
+
+/// How `shell_exec` asks the user, for one call: through this session's open questions.
+pub struct Asker<'a> {
+    pub approvals: &'a Approvals,
+    pub rctx: &'a RequestContext<RoleServer>,
+    pub state: Option<String>,
+    pub responses: Option<rmcp::model::InputResponses>,
+}
+
+impl shell_exec::Approver for Asker<'_> {
+    type Pending = InputRequiredResult;
+
+    async fn ask(self, args: &ShellExecArgs, reason: &Reason) -> Approval {
+        self.approvals
+            .obtain(self.rctx, args, reason, self.state, self.responses)
+            .await
+    }
 }
 
 struct Pending {

@@ -15,15 +15,14 @@ mod instructions;
 mod resources;
 pub mod schema;
 
-use crate::audit::{Answer, Decision as AuditDecision, Outcome};
-use crate::policy::commands::Decision;
 use crate::runtime::Session;
 use crate::shape::{ErrorKind, ToolError};
+use crate::tools::CallHooks;
 use crate::tools::SharedContext;
 use crate::tools::code_interpreter::{self, CodeInterpreterArgs, CodeInterpreterOutput};
 use crate::tools::edit_file::{self, EditFileArgs, EditFileOutput};
 use crate::tools::read_file::{self, ReadFileArgs, ReadFileOutput};
-use crate::tools::shell_exec::{self, CallHooks, Refusal, ShellExecArgs, ShellExecOutput};
+use crate::tools::shell_exec::{self, ShellExecArgs, ShellExecOutput};
 use crate::tools::write_file::{self, WriteFileArgs, WriteFileOutput};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::{InputResponses, RequestState, ToolCallContext};
@@ -101,47 +100,6 @@ Long output is cut to its first and last lines, and the full text is saved under
         InputResponses(responses): InputResponses,
         rctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let ctx = &self.ctx;
-        let verdict = shell_exec::assess(ctx, &args).await;
-        let ask = |rule: &str, answer| AuditDecision::Ask {
-            rule: rule.to_owned(),
-            answer,
-        };
-        let decision = match (verdict.decision, verdict.reason) {
-            (Decision::Allow, _) | (_, None) => AuditDecision::Allow,
-            (Decision::Deny, Some(reason)) => {
-                return Ok(shell_exec::refuse(ctx, &args, &reason, &Refusal::Denied).into());
-            }
-            (Decision::Ask, Some(reason)) => {
-                // Nobody should be asked about a call that would fail its argument checks.
-                if let Err(error) = shell_exec::precheck(ctx, &args).await {
-                    let label = ask(&reason.rule, Answer::NotAsked);
-                    return Ok(shell_exec::rejected(ctx, &args, error, &label).into());
-                }
-                match self
-                    .approvals
-                    .obtain(&rctx, &args, &reason, state, responses)
-                    .await
-                {
-                    approval::Approval::Approved => ask(&reason.rule, Answer::Approved),
-                    approval::Approval::Refused(refusal) => {
-                        return Ok(shell_exec::refuse(ctx, &args, &reason, &refusal).into());
-                    }
-                    approval::Approval::Pending(input_required) => {
-                        ctx.runtime.audit(
-                            "shell_exec",
-                            &args,
-                            &ask(&reason.rule, Answer::Pending),
-                            Outcome::InputRequired {
-                                input_required: true,
-                            },
-                            std::time::Instant::now(),
-                        );
-                        return Ok(input_required.into());
-                    }
-                }
-            }
-        };
         let progress = rctx.meta.get_progress_token().map(|token| {
             let peer = rctx.peer.clone();
             Box::new(move |elapsed: Duration, line: String| {
@@ -161,10 +119,17 @@ Long output is cut to its first and last lines, and the full text is saved under
         let cancel = self.call_token(&rctx);
         let _ends_with_the_call = cancel.clone().drop_guard();
         let hooks = CallHooks { cancel, progress };
+        let approver = approval::Asker {
+            approvals: &self.approvals,
+            rctx: &rctx,
+            state,
+            responses,
+        };
         Ok(
-            shell_exec::run(Arc::clone(&self.ctx), args, hooks, &decision)
-                .await
-                .into(),
+            match shell_exec::call(Arc::clone(&self.ctx), args, approver, hooks).await {
+                shell_exec::Answer::Done(outcome) => outcome.into_result().into(),
+                shell_exec::Answer::Pending(input_required) => input_required.into(),
+            },
         )
     }
 
@@ -195,7 +160,9 @@ fresh. Example: {\"code\": \"import statistics\\nxs = [3, 1, 4, 1, 5]\\nstatisti
     ) -> Result<CallToolResult, McpError> {
         let cancel = self.call_token(&rctx);
         let _ends_with_the_call = cancel.clone().drop_guard();
-        Ok(code_interpreter::run(Arc::clone(&self.ctx), args, cancel).await)
+        Ok(code_interpreter::run(Arc::clone(&self.ctx), args, cancel)
+            .await
+            .into_result())
     }
 
     #[tool(
@@ -216,7 +183,9 @@ of `cat` in shell_exec. Example: {\"path\": \"src/lib.rs\", \"offset\": 120, \"l
         &self,
         Parameters(args): Parameters<ReadFileArgs>,
     ) -> Result<CallToolResult, McpError> {
-        Ok(read_file::run(Arc::clone(&self.ctx), args).await)
+        Ok(read_file::run(Arc::clone(&self.ctx), args)
+            .await
+            .into_result())
     }
 
     #[tool(
@@ -238,7 +207,9 @@ write introduced marked. Use edit_file to change part of an existing file. Examp
         &self,
         Parameters(args): Parameters<WriteFileArgs>,
     ) -> Result<CallToolResult, McpError> {
-        Ok(write_file::run(Arc::clone(&self.ctx), args).await)
+        Ok(write_file::run(Arc::clone(&self.ctx), args)
+            .await
+            .into_result())
     }
 
     #[tool(
@@ -261,7 +232,9 @@ writing. The result includes a unified diff and lint diagnostics. Example: {\"pa
         &self,
         Parameters(args): Parameters<EditFileArgs>,
     ) -> Result<CallToolResult, McpError> {
-        Ok(edit_file::run(Arc::clone(&self.ctx), args).await)
+        Ok(edit_file::run(Arc::clone(&self.ctx), args)
+            .await
+            .into_result())
     }
 }
 

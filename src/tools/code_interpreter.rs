@@ -13,13 +13,12 @@
 //! `cordon.Unavailable`) so it is never mistaken for a Python class. A cell whose timeout was
 //! honoured by a KeyboardInterrupt reports `type` `KeyboardInterrupt` with kind `timeout`.
 
-use super::SharedContext;
+use super::{Done, SharedContext, Tool};
 use crate::audit::{Decision, Outcome};
 use crate::exec::{Captured, LimitHit};
 use crate::interpreter::{CellOutcome, CellRequest, InterpreterError};
 use crate::runtime::Session;
-use crate::shape::{ErrorKind, ToolError, push_sections, shape_stream, tool_result};
-use rmcp::model::{CallToolResult, ContentBlock};
+use crate::shape::{ErrorKind, ToolError, ToolOutcome, push_sections, shape_stream};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
@@ -119,72 +118,29 @@ pub struct CodeInterpreterOutput {
     pub enforcement: String,
 }
 
-pub async fn run(
-    ctx: SharedContext,
-    args: CodeInterpreterArgs,
-    cancel: CancellationToken,
-) -> CallToolResult {
-    let started = Instant::now();
-    let enforcement = ctx.runtime.enforcement_level().as_str().to_owned();
-    let (output, text, images) = match prepare(&ctx, &args) {
-        Err(error) => {
-            let text = error.text();
-            let output = CodeInterpreterOutput {
-                session: args.session.clone(),
-                enforcement,
-                error: Some(CellError::cordon("InvalidArgument", error)),
-                ..Default::default()
-            };
-            (output, text, Vec::new())
+/// The tool as the shared skeleton sees it.
+pub struct CodeInterpreter;
+
+impl Tool for CodeInterpreter {
+    const NAME: &'static str = "code_interpreter";
+    type Args = CodeInterpreterArgs;
+    type Output = CodeInterpreterOutput;
+
+    /// Only argument errors end a call before it has an output.
+    fn failed(
+        ctx: &Session,
+        args: &CodeInterpreterArgs,
+        error: ToolError,
+    ) -> CodeInterpreterOutput {
+        CodeInterpreterOutput {
+            session: args.session.clone(),
+            enforcement: ctx.runtime.enforcement_level().as_str().to_owned(),
+            error: Some(CellError::cordon("InvalidArgument", error)),
+            ..Default::default()
         }
-        Ok(timeout) => {
-            let _slot = ctx.runtime.slots.acquire().await;
-            let request = CellRequest {
-                code: args.code.clone(),
-                reset: args.reset,
-                timeout,
-                cancel,
-                stdout: super::capture_spec(&ctx, "interp", "stdout"),
-                stderr: super::capture_spec(&ctx, "interp", "stderr"),
-            };
-            match ctx.interpreter.run(&args.session, request).await {
-                Ok(outcome) => shape_outcome(&ctx, &args.session, outcome, enforcement),
-                Err(e) => {
-                    let (type_name, kind) = match &e {
-                        InterpreterError::TooManySessions { .. } => {
-                            ("ResourceLimit", ErrorKind::ResourceLimit)
-                        }
-                        _ if e.is_not_found() => ("Unavailable", ErrorKind::NotFound),
-                        InterpreterError::ShuttingDown => ("Unavailable", ErrorKind::Internal),
-                        _ => ("Unavailable", ErrorKind::Internal),
-                    };
-                    let mut message = e.to_string();
-                    if e.is_not_found() {
-                        message.push_str(
-                            "; install Python 3 where the sandbox can see it, or set \
-                             `interpreter.python` in the policy",
-                        );
-                    }
-                    let mut error = ToolError::new(kind, message);
-                    // Every session was running a cell: the same call works once one is done.
-                    error.retriable |= matches!(e, InterpreterError::TooManySessions { .. });
-                    let text = error.text();
-                    let output = CodeInterpreterOutput {
-                        session: args.session.clone(),
-                        enforcement,
-                        duration_ms: started.elapsed().as_millis() as u64,
-                        error: Some(CellError::cordon(type_name, error)),
-                        ..Default::default()
-                    };
-                    (output, text, Vec::new())
-                }
-            }
-        }
-    };
-    ctx.runtime.audit(
-        "code_interpreter",
-        &args,
-        &Decision::Allow,
+    }
+
+    fn audit(output: &CodeInterpreterOutput, _is_error: bool) -> Outcome {
         Outcome::Interpreter {
             background_killed: output.background_killed,
             error: output.error.as_ref().map(|e| e.kind),
@@ -195,15 +151,76 @@ pub async fn run(
             session: output.session.clone(),
             state_lost: output.state_lost,
             timed_out: output.timed_out,
-        },
-        started,
-    );
-    let is_error = output.error.is_some();
-    let mut result = tool_result(&output, text, is_error);
-    for png in images {
-        result.content.push(ContentBlock::image(png, "image/png"));
+        }
     }
-    result
+}
+
+pub async fn run(
+    ctx: SharedContext,
+    args: CodeInterpreterArgs,
+    cancel: CancellationToken,
+) -> ToolOutcome {
+    let started = Instant::now();
+    let result = match prepare(&ctx, &args) {
+        Err(error) => Err(error),
+        Ok(timeout) => Ok(run_cell(&ctx, &args, timeout, cancel, started).await),
+    };
+    super::finish::<CodeInterpreter>(&ctx, &args, &Decision::Allow, started, result)
+}
+
+/// Runs the checked cell in its session, in one of the concurrency slots.
+async fn run_cell(
+    ctx: &SharedContext,
+    args: &CodeInterpreterArgs,
+    timeout: Duration,
+    cancel: CancellationToken,
+    started: Instant,
+) -> Done<CodeInterpreter> {
+    let _slot = ctx.runtime.slots.acquire().await;
+    let request = CellRequest {
+        code: args.code.clone(),
+        reset: args.reset,
+        timeout,
+        cancel,
+        stdout: super::capture_spec(ctx, "interp", "stdout"),
+        stderr: super::capture_spec(ctx, "interp", "stderr"),
+    };
+    let enforcement = ctx.runtime.enforcement_level().as_str().to_owned();
+    match ctx.interpreter.run(&args.session, request).await {
+        Ok(outcome) => shape_outcome(ctx, &args.session, outcome, enforcement),
+        Err(e) => {
+            let kind = ErrorKind::from(&e);
+            let type_name = if kind == ErrorKind::ResourceLimit {
+                "ResourceLimit"
+            } else {
+                "Unavailable"
+            };
+            let mut message = e.to_string();
+            if e.is_not_found() {
+                message.push_str(
+                    "; install Python 3 where the sandbox can see it, or set \
+                     `interpreter.python` in the policy",
+                );
+            }
+            let mut error = ToolError::new(kind, message);
+            // Every session was running a cell: the same call works once one is done.
+            error.retriable |= matches!(e, InterpreterError::TooManySessions { .. });
+            let text = error.text();
+            let output = CodeInterpreterOutput {
+                session: args.session.clone(),
+                enforcement,
+                duration_ms: started.elapsed().as_millis() as u64,
+                error: Some(CellError::cordon(type_name, error)),
+                ..Default::default()
+            };
+            Done {
+                output,
+                text,
+                is_error: true,
+                images: Vec::new(),
+            }
+        }
+    }
 }
 
 /// Validates the arguments; returns the cell's timeout.
@@ -232,7 +249,7 @@ fn shape_outcome(
     session: &str,
     outcome: CellOutcome,
     enforcement: String,
-) -> (CodeInterpreterOutput, String, Vec<String>) {
+) -> Done<CodeInterpreter> {
     let open = |stream: &str| {
         ctx.runtime
             .workspace
@@ -362,7 +379,12 @@ fn shape_outcome(
         evicted_session: outcome.evicted.clone(),
         enforcement,
     };
-    (output, text, images)
+    Done {
+        is_error: output.error.is_some(),
+        output,
+        text,
+        images,
+    }
 }
 
 /// Base64 bytes of figures one result may carry: most of the 1 MiB a result may take on the

@@ -7,15 +7,15 @@
 //! `files::diff`, the atomic write and the protected-path decision `workspace`, the checks
 //! `lint`.
 
-use super::SharedContext;
+use super::{Done, SharedContext, Tool};
 use crate::audit::{Decision, Outcome};
 use crate::exec::Captured;
 use crate::files::{self, Edit};
 use crate::lint::LintReport;
 use crate::runtime::Runtime;
-use crate::shape::{ShapedStream, ToolError, shape_stream, tool_result};
+use crate::runtime::Session;
+use crate::shape::{ShapedStream, ToolError, ToolOutcome, shape_stream};
 use crate::workspace::{RelPath, WriteReport};
-use rmcp::model::CallToolResult;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
@@ -70,82 +70,79 @@ pub struct EditFileOutput {
 
 const MAX_EDITS: usize = 100;
 
-pub async fn run(ctx: SharedContext, args: EditFileArgs) -> CallToolResult {
-    let started = Instant::now();
-    let (output, text, is_error) = match edit(&ctx, &args).await {
-        Ok(output) => {
-            let verb = if output.applied {
-                "edited"
-            } else {
-                "dry run, nothing written:"
-            };
-            let text = format!(
-                "{verb} {} ({} replacement{}){}\n{}{}{}",
-                output.path,
-                output.replacements,
-                if output.replacements == 1 { "" } else { "s" },
-                super::write_file::dropped_note(&output.dropped_permissions),
-                output.diff,
-                output.lint.summary(10),
-                super::write_file::omitted_note(output.lint_omitted),
-            );
-            (output, text, false)
+pub struct EditFile;
+
+impl Tool for EditFile {
+    const NAME: &'static str = "edit_file";
+    type Args = EditFileArgs;
+    type Output = EditFileOutput;
+
+    fn failed(_ctx: &Session, args: &EditFileArgs, error: ToolError) -> EditFileOutput {
+        EditFileOutput {
+            path: super::echo_arg(&args.path),
+            replacements: 0,
+            diff: String::new(),
+            full_diff: None,
+            dropped_permissions: Vec::new(),
+            lint_omitted: 0,
+            applied: false,
+            lint: LintReport::skipped("nothing was changed"),
+            error: Some(error),
         }
-        Err(error) => {
-            let text = error.text();
-            (
-                EditFileOutput {
-                    path: super::echo_arg(&args.path),
-                    replacements: 0,
-                    diff: String::new(),
-                    full_diff: None,
-                    dropped_permissions: Vec::new(),
-                    lint_omitted: 0,
-                    applied: false,
-                    lint: LintReport::skipped("nothing was changed"),
-                    error: Some(error),
-                },
-                text,
-                true,
-            )
-        }
-    };
-    ctx.runtime.audit(
-        "edit_file",
-        &args,
-        &Decision::Allow,
+    }
+
+    fn audit(output: &EditFileOutput, _is_error: bool) -> Outcome {
         Outcome::Edit {
             applied: output.applied,
             error: output.error.as_ref().map(|e| e.kind),
             lint: output.lint.status,
             replacements: output.replacements,
-        },
-        started,
-    );
-    let result = tool_result(&output, text, is_error);
-    let size = super::wire_size(&result);
-    if size <= super::MAX_RESULT_BYTES {
-        return result;
+        }
     }
-    let what = if output.applied {
-        "the edit was applied; check the file with read_file"
-    } else {
-        "nothing was changed"
-    };
-    let error = super::oversized_error(size, what);
-    let text = error.text();
-    let output = EditFileOutput {
-        path: super::echo_arg(&args.path),
-        replacements: output.replacements,
-        diff: String::new(),
-        full_diff: output.full_diff,
-        dropped_permissions: output.dropped_permissions,
-        lint_omitted: output.lint.diagnostics.len() as u64 + output.lint_omitted,
-        applied: output.applied,
-        lint: LintReport::skipped("left out: the result was too large"),
-        error: Some(error),
-    };
-    tool_result(&output, text, true)
+
+    fn oversized(args: &EditFileArgs, output: EditFileOutput, size: usize) -> Option<Done<Self>> {
+        let what = if output.applied {
+            "the edit was applied; check the file with read_file"
+        } else {
+            "nothing was changed"
+        };
+        let error = super::oversized_error(size, what);
+        let smaller = EditFileOutput {
+            path: super::echo_arg(&args.path),
+            replacements: output.replacements,
+            diff: String::new(),
+            full_diff: output.full_diff,
+            dropped_permissions: output.dropped_permissions,
+            lint_omitted: output.lint.diagnostics.len() as u64 + output.lint_omitted,
+            applied: output.applied,
+            lint: LintReport::skipped("left out: the result was too large"),
+            error: Some(error.clone()),
+        };
+        Some(Done::error(smaller, &error))
+    }
+}
+
+pub async fn run(ctx: SharedContext, args: EditFileArgs) -> ToolOutcome {
+    let started = Instant::now();
+    let result = edit(&ctx, &args).await.map(|output| {
+        let verb = if output.applied {
+            "edited"
+        } else {
+            "dry run, nothing written:"
+        };
+        let text = format!(
+            "{verb} {} ({} replacement{}){}\n{}{}{}",
+            output.path,
+            output.replacements,
+            if output.replacements == 1 { "" } else { "s" },
+            super::write_file::dropped_note(&output.dropped_permissions),
+            output.diff,
+            output.lint.summary(10),
+            super::write_file::omitted_note(output.lint_omitted),
+        );
+        Done::ok(output, text)
+    });
+    super::finish::<EditFile>(&ctx, &args, &Decision::Allow, started, result)
 }
 
 async fn edit(ctx: &SharedContext, args: &EditFileArgs) -> Result<EditFileOutput, ToolError> {

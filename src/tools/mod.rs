@@ -1,10 +1,16 @@
 //! The tools of SPEC.md, one file each: argument structs (their schema is the contract),
-//! output structs, and the function that turns arguments into a request for the stages to
-//! the right (workspace, exec, lint) and shapes the answer.
+//! output structs, and the function that turns arguments into requests for the stages to the
+//! right (policy, workspace, exec, interpreter, lint).
+//!
+//! Every tool ends through one skeleton, [`finish`]: a call that failed before it produced an
+//! output gets the tool's default output carrying the error ([`Tool::failed`]), the call is
+//! audited ([`Tool::audit`]), the answer is shaped ([`ToolOutcome`]) and bounded
+//! ([`MAX_RESULT_BYTES`], [`Tool::oversized`]). A new tool is a file with its arguments, its
+//! output, its work and a `Tool` impl.
 //!
 //! Tools know nothing of the wire: `server` registers them with rmcp and passes the client's
-//! [`Session`] (and through it the shared `Runtime`); tools return `CallToolResult`s built by
-//! `shape`.
+//! [`Session`] (and through it the shared `Runtime`); the answer is `shape`'s
+//! [`ToolOutcome`], which only `server` unwraps.
 
 pub mod code_interpreter;
 pub mod edit_file;
@@ -12,14 +18,124 @@ pub mod read_file;
 pub mod shell_exec;
 pub mod write_file;
 
+use crate::audit::{Decision, Outcome};
 use crate::exec::CaptureSpec;
 use crate::runtime::Session;
-use crate::shape::{ErrorKind, ToolError};
-use rmcp::model::CallToolResult;
+use crate::shape::{ErrorKind, ToolError, ToolOutcome};
+use serde::Serialize;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
 
 /// What a tool call may use: the client's session and, through it, the shared runtime.
 pub type SharedContext = Arc<Session>;
+
+/// What the server hands a call besides its arguments.
+pub struct CallHooks {
+    /// Cancelled when the client cancels the call, disconnects, or the server shuts down.
+    pub cancel: CancellationToken,
+    /// Called about once a second while a command runs: (elapsed, latest output line).
+    pub progress: Option<Box<dyn Fn(Duration, String) + Send + Sync>>,
+}
+
+impl CallHooks {
+    /// Hooks that nobody cancels and nobody watches (the CLI, tests).
+    pub fn none() -> Self {
+        Self {
+            cancel: CancellationToken::new(),
+            progress: None,
+        }
+    }
+}
+
+/// One tool, as the shared skeleton [`finish`] sees it.
+pub trait Tool {
+    /// The tool's name, as registered and audited.
+    const NAME: &'static str;
+    type Args: Serialize;
+    type Output: Serialize;
+
+    /// The output of a call that failed before it produced one: the defaults with `error`.
+    fn failed(ctx: &Session, args: &Self::Args, error: ToolError) -> Self::Output;
+
+    /// What the audit log keeps of a call's output.
+    fn audit(output: &Self::Output, is_error: bool) -> Outcome;
+
+    /// The answer that replaces one of `size` bytes, more than [`MAX_RESULT_BYTES`]. None
+    /// keeps it: the tool bounds every part itself.
+    fn oversized(_args: &Self::Args, _output: Self::Output, _size: usize) -> Option<Done<Self>> {
+        None
+    }
+}
+
+/// What a call produced: its output, the text block for the model, whether it failed, and any
+/// figures (base64 PNG).
+pub struct Done<T: Tool + ?Sized> {
+    pub output: T::Output,
+    pub text: String,
+    pub is_error: bool,
+    pub images: Vec<String>,
+}
+
+impl<T: Tool + ?Sized> Done<T> {
+    pub fn ok(output: T::Output, text: String) -> Self {
+        Self {
+            output,
+            text,
+            is_error: false,
+            images: Vec::new(),
+        }
+    }
+
+    /// A failed call's output, with the error's own text block.
+    pub fn error(output: T::Output, error: &ToolError) -> Self {
+        Self {
+            output,
+            text: error.text(),
+            is_error: true,
+            images: Vec::new(),
+        }
+    }
+}
+
+/// The end every call goes through: the default output for an early failure, the audit
+/// record, the shaped answer, and its bound.
+pub fn finish<T: Tool>(
+    ctx: &Session,
+    args: &T::Args,
+    decision: &Decision,
+    started: Instant,
+    result: Result<Done<T>, ToolError>,
+) -> ToolOutcome {
+    let done = result.unwrap_or_else(|error| {
+        let text = error.text();
+        Done {
+            output: T::failed(ctx, args, error),
+            text,
+            is_error: true,
+            images: Vec::new(),
+        }
+    });
+    ctx.runtime.audit(
+        T::NAME,
+        args,
+        decision,
+        T::audit(&done.output, done.is_error),
+        started,
+    );
+    let outcome = done.images.into_iter().fold(
+        ToolOutcome::new(&done.output, done.text, done.is_error),
+        |o, png| o.with_png(png),
+    );
+    let size = outcome.wire_size();
+    if size <= MAX_RESULT_BYTES {
+        return outcome;
+    }
+    match T::oversized(args, done.output, size) {
+        Some(smaller) => ToolOutcome::new(&smaller.output, smaller.text, smaller.is_error),
+        None => outcome,
+    }
+}
 
 /// How a tool captures one output stream: the policy's memory cap, then a spill file named
 /// `<prefix>-<stream>` in `.cordon/outputs/`.
@@ -80,12 +196,6 @@ pub fn fit_lint(lint: &mut crate::lint::LintReport) -> usize {
     let dropped = lint.diagnostics.len() - kept;
     lint.diagnostics.truncate(kept);
     dropped
-}
-
-/// The size of a result on the wire (its JSON), for the last check against
-/// [`MAX_RESULT_BYTES`]. Tools bound their parts so that check does not fire.
-pub fn wire_size(result: &CallToolResult) -> usize {
-    serde_json::to_vec(result).map_or(usize::MAX, |v| v.len())
 }
 
 /// The error for a result that would still exceed [`MAX_RESULT_BYTES`]; `what_happened` says

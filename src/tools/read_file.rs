@@ -3,12 +3,12 @@
 //! Owns the argument contract and the result; line paging and binary refusal are
 //! `files::read`, path rooting is `workspace`.
 
-use super::SharedContext;
+use super::{Done, SharedContext, Tool};
 use crate::audit::{Decision, Outcome};
 use crate::files::{self, ReadLimits};
 use crate::runtime::Runtime;
-use crate::shape::{ToolError, tool_result};
-use rmcp::model::CallToolResult;
+use crate::runtime::Session;
+use crate::shape::{ToolError, ToolOutcome};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
@@ -54,16 +54,49 @@ pub struct ReadFileOutput {
     pub error: Option<ToolError>,
 }
 
-pub async fn run(ctx: SharedContext, args: ReadFileArgs) -> CallToolResult {
+pub struct ReadFile;
+
+impl Tool for ReadFile {
+    const NAME: &'static str = "read_file";
+    type Args = ReadFileArgs;
+    type Output = ReadFileOutput;
+
+    fn failed(_ctx: &Session, args: &ReadFileArgs, error: ToolError) -> ReadFileOutput {
+        ReadFileOutput {
+            path: super::echo_arg(&args.path),
+            error: Some(error),
+            ..Default::default()
+        }
+    }
+
+    fn audit(output: &ReadFileOutput, is_error: bool) -> Outcome {
+        Outcome::Read {
+            error: output.error.as_ref().map(|e| e.kind),
+            ok: !is_error,
+        }
+    }
+
+    fn oversized(args: &ReadFileArgs, _output: ReadFileOutput, size: usize) -> Option<Done<Self>> {
+        let error =
+            super::oversized_error(size, "nothing was read; ask for fewer lines with `limit`");
+        let output = ReadFileOutput {
+            path: super::echo_arg(&args.path),
+            error: Some(error.clone()),
+            ..Default::default()
+        };
+        Some(Done::error(output, &error))
+    }
+}
+
+pub async fn run(ctx: SharedContext, args: ReadFileArgs) -> ToolOutcome {
     let started = Instant::now();
     let (path, offset, limit) = (args.path.clone(), args.offset, args.limit);
     // Opening and reading the file is blocking work: it goes to the blocking pool.
     let result = ctx
         .runtime
         .blocking(move |rt| read(rt, &path, offset, limit))
-        .await;
-    let (output, text, is_error) = match result {
-        Ok((output, note)) => {
+        .await
+        .map(|(output, note)| {
             let mut text = format!(
                 "{} lines {}-{} of {}{}\n",
                 output.path,
@@ -80,44 +113,9 @@ pub async fn run(ctx: SharedContext, args: ReadFileArgs) -> CallToolResult {
                 text.push_str(&format!("note: {note}\n"));
             }
             text.push_str(&output.content);
-            (output, text, false)
-        }
-        Err(error) => {
-            let text = error.text();
-            (
-                ReadFileOutput {
-                    path: super::echo_arg(&args.path),
-                    error: Some(error),
-                    ..Default::default()
-                },
-                text,
-                true,
-            )
-        }
-    };
-    ctx.runtime.audit(
-        "read_file",
-        &args,
-        &Decision::Allow,
-        Outcome::Read {
-            error: output.error.as_ref().map(|e| e.kind),
-            ok: !is_error,
-        },
-        started,
-    );
-    let result = tool_result(&output, text, is_error);
-    let size = super::wire_size(&result);
-    if size <= super::MAX_RESULT_BYTES {
-        return result;
-    }
-    let error = super::oversized_error(size, "nothing was read; ask for fewer lines with `limit`");
-    let text = error.text();
-    let output = ReadFileOutput {
-        path: super::echo_arg(&args.path),
-        error: Some(error),
-        ..Default::default()
-    };
-    tool_result(&output, text, true)
+            Done::ok(output, text)
+        });
+    super::finish::<ReadFile>(&ctx, &args, &Decision::Allow, started, result)
 }
 
 fn read(

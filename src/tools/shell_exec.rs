@@ -6,20 +6,20 @@
 //! process is `exec`; truncation and spill are `shape`; what a permission error means under
 //! the policy is `policy::explain`.
 
-use super::SharedContext;
-use crate::audit::{Answer, Decision, Outcome};
+use super::{CallHooks, Done, SharedContext, Tool, finish};
+use crate::audit::{Answer as Answer_, Decision, Outcome};
 use crate::exec::{ExecOutcome, ExecRequest, LimitHit, LiveStatus};
-use crate::policy::commands::{ON_ANALYSIS_FAILURE, ON_UNKNOWN, Reason, Verdict};
+use crate::policy::commands::{
+    Decision as RuleDecision, ON_ANALYSIS_FAILURE, ON_UNKNOWN, Reason, Verdict,
+};
 use crate::policy::explain;
 use crate::runtime::Session;
-use crate::shape::{ErrorKind, ToolError, push_sections, shape_stream, tool_result};
-use rmcp::model::CallToolResult;
+use crate::shape::{ErrorKind, ToolError, ToolOutcome, push_sections, shape_stream};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -70,13 +70,6 @@ pub struct ShellExecOutput {
     pub error: Option<ToolError>,
 }
 
-/// What the server hands a call besides its arguments.
-pub struct CallHooks {
-    pub cancel: CancellationToken,
-    /// Called about once a second while the command runs: (elapsed, latest output line).
-    pub progress: Option<Box<dyn Fn(Duration, String) + Send + Sync>>,
-}
-
 /// What the policy's command rules say about this call (see `policy::commands`). The command
 /// line is analysed by the parser worker; when that fails (the worker crashed, hung or hit a
 /// limit on this text) the policy's `commands.on_analysis_failure` decides.
@@ -98,10 +91,114 @@ pub async fn assess(ctx: &Session, args: &ShellExecArgs) -> Verdict {
     }
 }
 
-/// Validates the arguments without running anything, so nobody is asked to approve a call
-/// that would fail anyway.
-pub async fn precheck(ctx: &SharedContext, args: &ShellExecArgs) -> Result<(), ToolError> {
-    prepare(ctx, args).await.map(drop)
+/// Asks the user whether a command an `ask` rule names may run. The server implements it:
+/// it knows how to ask over MCP (elicitation, or `input_required` in the 2026-07-28
+/// revision); this module only knows the answer.
+pub trait Approver {
+    /// What the server answers while the user's reply is outstanding; opaque here.
+    type Pending;
+    fn ask(
+        self,
+        args: &ShellExecArgs,
+        reason: &Reason,
+    ) -> impl std::future::Future<Output = Approval<Self::Pending>> + Send;
+}
+
+/// The user's answer (or why there is none yet).
+pub enum Approval<P> {
+    Approved,
+    Refused(Refusal),
+    /// Asked; the reply comes with a later request.
+    Pending(P),
+}
+
+/// How a `shell_exec` call ends: answered, or waiting for the user.
+pub enum Answer<P> {
+    Done(ToolOutcome),
+    Pending(P),
+}
+
+/// The whole `shell_exec` decision and run, in one place: the command rules' verdict, the
+/// argument checks (once, before anyone is asked: nobody should approve a call that would
+/// fail anyway), the user's approval where a rule asks, then the run.
+pub async fn call<A: Approver>(
+    ctx: SharedContext,
+    args: ShellExecArgs,
+    approver: A,
+    hooks: CallHooks,
+) -> Answer<A::Pending> {
+    let verdict = assess(&ctx, &args).await;
+    let (decision, reason) = match (verdict.decision, verdict.reason) {
+        (RuleDecision::Allow, _) | (_, None) => (Decision::Allow, None),
+        (RuleDecision::Deny, Some(reason)) => {
+            return Answer::Done(refuse(&ctx, &args, &reason, &Refusal::Denied));
+        }
+        (RuleDecision::Ask, Some(reason)) => (Decision::Allow, Some(reason)),
+    };
+    let prepared = prepare(&ctx, &args).await;
+    let checked = prepared.is_ok();
+    let decision = match reason {
+        None => decision,
+        Some(reason) if !checked => ask(&reason.rule, Answer_::NotAsked),
+        Some(reason) => match approver.ask(&args, &reason).await {
+            Approval::Approved => ask(&reason.rule, Answer_::Approved),
+            Approval::Refused(refusal) => {
+                return Answer::Done(refuse(&ctx, &args, &reason, &refusal));
+            }
+            Approval::Pending(pending) => {
+                ctx.runtime.audit(
+                    "shell_exec",
+                    &args,
+                    &ask(&reason.rule, Answer_::Pending),
+                    Outcome::InputRequired {
+                        input_required: true,
+                    },
+                    Instant::now(),
+                );
+                return Answer::Pending(pending);
+            }
+        },
+    };
+    Answer::Done(run_prepared(ctx, args, prepared, hooks, &decision).await)
+}
+
+/// The output of a call that ran nothing: the error in an otherwise default output.
+fn nothing_ran(ctx: &Session, error: ToolError) -> ShellExecOutput {
+    ShellExecOutput {
+        enforcement: ctx.runtime.enforcement_level().as_str().into(),
+        error: Some(error),
+        ..Default::default()
+    }
+}
+
+fn ask(rule: &str, answer: Answer_) -> Decision {
+    Decision::Ask {
+        rule: rule.to_owned(),
+        answer,
+    }
+}
+
+/// The tool as the shared skeleton sees it.
+pub struct ShellExec;
+
+impl Tool for ShellExec {
+    const NAME: &'static str = "shell_exec";
+    type Args = ShellExecArgs;
+    type Output = ShellExecOutput;
+
+    fn failed(ctx: &Session, _args: &ShellExecArgs, error: ToolError) -> ShellExecOutput {
+        nothing_ran(ctx, error)
+    }
+
+    fn audit(output: &ShellExecOutput, _is_error: bool) -> Outcome {
+        Outcome::Shell {
+            error: output.error.as_ref().map(|e| e.kind),
+            exit_code: output.exit_code,
+            limit: output.limit.as_ref().map(|l| l.kind),
+            signal: output.signal.clone(),
+            timed_out: output.timed_out,
+        }
+    }
 }
 
 /// Why a command the rules stopped did not run.
@@ -131,10 +228,10 @@ impl Refusal {
             Refusal::Denied => Decision::Deny {
                 rule: rule.to_owned(),
             },
-            Refusal::Declined => ask(Answer::Declined),
-            Refusal::Cancelled => ask(Answer::Cancelled),
-            Refusal::Expired(_) => ask(Answer::Expired),
-            Refusal::Unavailable(_) => ask(Answer::Unavailable),
+            Refusal::Declined => ask(Answer_::Declined),
+            Refusal::Cancelled => ask(Answer_::Cancelled),
+            Refusal::Expired(_) => ask(Answer_::Expired),
+            Refusal::Unavailable(_) => ask(Answer_::Unavailable),
         }
     }
 }
@@ -201,84 +298,35 @@ pub fn refusal_error(ctx: &Session, reason: &Reason, refusal: &Refusal) -> ToolE
 }
 
 /// The result of a call the command rules stopped: `denied`, nothing run, audited.
-pub fn refuse(
+fn refuse(
     ctx: &SharedContext,
     args: &ShellExecArgs,
     reason: &Reason,
     refusal: &Refusal,
-) -> CallToolResult {
+) -> ToolOutcome {
     let error = refusal_error(ctx, reason, refusal);
-    rejected(ctx, args, error, &refusal.audit_decision(&reason.rule))
+    let decision = refusal.audit_decision(&reason.rule);
+    finish::<ShellExec>(ctx, args, &decision, Instant::now(), Err(error))
 }
 
-/// A call that ends before running anything: the error in an otherwise default output.
-pub fn rejected(
-    ctx: &SharedContext,
-    args: &ShellExecArgs,
-    error: ToolError,
-    decision: &Decision,
-) -> CallToolResult {
-    let started = Instant::now();
-    let (output, text) = error_output(ctx, error);
-    ctx.runtime.audit(
-        "shell_exec",
-        args,
-        decision,
-        audit_outcome(&output),
-        started,
-    );
-    tool_result(&output, text, true)
-}
-
-/// The output of a call that ran nothing: the error in an otherwise default output.
-fn error_output(ctx: &Session, error: ToolError) -> (ShellExecOutput, String) {
-    let text = error.text();
-    let output = ShellExecOutput {
-        enforcement: ctx.runtime.enforcement_level().as_str().into(),
-        error: Some(error),
-        ..Default::default()
-    };
-    (output, text)
-}
-
-/// What the audit log keeps of a result.
-fn audit_outcome(output: &ShellExecOutput) -> Outcome {
-    Outcome::Shell {
-        error: output.error.as_ref().map(|e| e.kind),
-        exit_code: output.exit_code,
-        limit: output.limit.as_ref().map(|l| l.kind),
-        signal: output.signal.clone(),
-        timed_out: output.timed_out,
-    }
-}
-
-/// Runs the command. `decision` is what the command rules (and the user) decided, for the
-/// audit log: `allow` or `ask:<rule>:approved`.
-pub async fn run(
+/// Runs the checked command. `decision` is what the command rules (and the user) decided, for
+/// the audit log: `allow` or `ask:<rule>:approved`.
+async fn run_prepared(
     ctx: SharedContext,
     args: ShellExecArgs,
+    prepared: Result<Prepared, ToolError>,
     hooks: CallHooks,
     decision: &Decision,
-) -> CallToolResult {
+) -> ToolOutcome {
     let started = Instant::now();
-    let (output, text, is_error) = match prepare(&ctx, &args).await {
-        Err(error) => {
-            let (output, text) = error_output(&ctx, error);
-            (output, text, true)
-        }
+    let result = match prepared {
+        Err(error) => Err(error),
         Ok(request) => {
             let _slot = ctx.runtime.slots.acquire().await;
-            execute(&ctx, request, hooks).await
+            Ok(execute(&ctx, request, hooks).await)
         }
     };
-    ctx.runtime.audit(
-        "shell_exec",
-        &args,
-        decision,
-        audit_outcome(&output),
-        started,
-    );
-    tool_result(&output, text, is_error)
+    finish::<ShellExec>(&ctx, &args, decision, started, result)
 }
 
 /// Linux's MAX_ARG_STRLEN (32 pages): execve refuses any single argument or environment
@@ -350,11 +398,7 @@ async fn prepare(ctx: &SharedContext, args: &ShellExecArgs) -> Result<Prepared, 
     })
 }
 
-async fn execute(
-    ctx: &SharedContext,
-    prepared: Prepared,
-    hooks: CallHooks,
-) -> (ShellExecOutput, String, bool) {
+async fn execute(ctx: &SharedContext, prepared: Prepared, hooks: CallHooks) -> Done<ShellExec> {
     let Prepared {
         mut request,
         live,
@@ -383,8 +427,7 @@ async fn execute(
                 ErrorKind::from(&e),
                 format!("could not start the command: {e}"),
             );
-            let (output, text) = error_output(ctx, error);
-            (output, text, true)
+            Done::error(nothing_ran(ctx, error.clone()), &error)
         }
         Ok(outcome) => {
             // Shaping may write spill files: blocking work.
@@ -398,11 +441,7 @@ async fn execute(
     }
 }
 
-fn shape_outcome(
-    ctx: &Session,
-    outcome: ExecOutcome,
-    cwd: &std::path::Path,
-) -> (ShellExecOutput, String, bool) {
+fn shape_outcome(ctx: &Session, outcome: ExecOutcome, cwd: &std::path::Path) -> Done<ShellExec> {
     let enforcement = outcome.enforcement.level.as_str().to_owned();
     let open = |stream: &str| {
         ctx.runtime
@@ -471,7 +510,12 @@ fn shape_outcome(
         error,
     };
     let is_error = output.error.is_some();
-    (output, text, is_error)
+    Done {
+        output,
+        text,
+        is_error,
+        images: Vec::new(),
+    }
 }
 
 fn outcome_error(o: &ExecOutcome, scene: &explain::Scene<'_>) -> Option<ToolError> {

@@ -6,11 +6,11 @@
 //! the checks after the write are `lint`. The write is never rolled back by lint findings:
 //! the agent decides what to do with them.
 
-use super::SharedContext;
+use super::{Done, SharedContext, Tool};
 use crate::audit::{Decision, Outcome};
 use crate::lint::LintReport;
-use crate::shape::{ErrorKind, ToolError, tool_result};
-use rmcp::model::CallToolResult;
+use crate::runtime::Session;
+use crate::shape::{ErrorKind, ToolError, ToolOutcome};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
@@ -49,76 +49,73 @@ pub struct WriteFileOutput {
     pub error: Option<ToolError>,
 }
 
-pub async fn run(ctx: SharedContext, args: WriteFileArgs) -> CallToolResult {
-    let started = Instant::now();
-    let (output, text, is_error) = match write(&ctx, &args).await {
-        Ok(output) => {
-            let text = format!(
-                "{} {} ({} bytes){}\n{}{}",
-                if output.created {
-                    "created"
-                } else {
-                    "replaced"
-                },
-                output.path,
-                output.bytes,
-                dropped_note(&output.dropped_permissions),
-                output.lint.summary(10),
-                omitted_note(output.lint_omitted),
-            );
-            (output, text, false)
+pub struct WriteFile;
+
+impl Tool for WriteFile {
+    const NAME: &'static str = "write_file";
+    type Args = WriteFileArgs;
+    type Output = WriteFileOutput;
+
+    fn failed(_ctx: &Session, args: &WriteFileArgs, error: ToolError) -> WriteFileOutput {
+        WriteFileOutput {
+            path: super::echo_arg(&args.path),
+            bytes: 0,
+            created: false,
+            dropped_permissions: Vec::new(),
+            lint_omitted: 0,
+            lint: LintReport::skipped("nothing was written"),
+            error: Some(error),
         }
-        Err(error) => {
-            let text = error.text();
-            (
-                WriteFileOutput {
-                    path: super::echo_arg(&args.path),
-                    bytes: 0,
-                    created: false,
-                    dropped_permissions: Vec::new(),
-                    lint_omitted: 0,
-                    lint: LintReport::skipped("nothing was written"),
-                    error: Some(error),
-                },
-                text,
-                true,
-            )
-        }
-    };
-    ctx.runtime.audit(
-        "write_file",
-        &args,
-        &Decision::Allow,
+    }
+
+    fn audit(output: &WriteFileOutput, _is_error: bool) -> Outcome {
         Outcome::Write {
             bytes: output.bytes,
             created: output.created,
             error: output.error.as_ref().map(|e| e.kind),
             lint: output.lint.status,
-        },
-        started,
-    );
-    let result = tool_result(&output, text, is_error);
-    let size = super::wire_size(&result);
-    if size <= super::MAX_RESULT_BYTES {
-        return result;
+        }
     }
-    let what = if output.error.is_none() {
-        "the file was written; check it with read_file"
-    } else {
-        "nothing was written"
-    };
-    let error = super::oversized_error(size, what);
-    let text = error.text();
-    let output = WriteFileOutput {
-        path: super::echo_arg(&args.path),
-        bytes: output.bytes,
-        created: output.created,
-        dropped_permissions: output.dropped_permissions,
-        lint_omitted: output.lint.diagnostics.len() as u64 + output.lint_omitted,
-        lint: LintReport::skipped("left out: the result was too large"),
-        error: Some(error),
-    };
-    tool_result(&output, text, true)
+
+    fn oversized(args: &WriteFileArgs, output: WriteFileOutput, size: usize) -> Option<Done<Self>> {
+        let what = if output.error.is_none() {
+            "the file was written; check it with read_file"
+        } else {
+            "nothing was written"
+        };
+        let error = super::oversized_error(size, what);
+        let smaller = WriteFileOutput {
+            path: super::echo_arg(&args.path),
+            bytes: output.bytes,
+            created: output.created,
+            dropped_permissions: output.dropped_permissions,
+            lint_omitted: output.lint.diagnostics.len() as u64 + output.lint_omitted,
+            lint: LintReport::skipped("left out: the result was too large"),
+            error: Some(error.clone()),
+        };
+        Some(Done::error(smaller, &error))
+    }
+}
+
+pub async fn run(ctx: SharedContext, args: WriteFileArgs) -> ToolOutcome {
+    let started = Instant::now();
+    let result = write(&ctx, &args).await.map(|output| {
+        let text = format!(
+            "{} {} ({} bytes){}\n{}{}",
+            if output.created {
+                "created"
+            } else {
+                "replaced"
+            },
+            output.path,
+            output.bytes,
+            dropped_note(&output.dropped_permissions),
+            output.lint.summary(10),
+            omitted_note(output.lint_omitted),
+        );
+        Done::ok(output, text)
+    });
+    super::finish::<WriteFile>(&ctx, &args, &Decision::Allow, started, result)
 }
 
 /// The text-block note for dropped set-id bits.

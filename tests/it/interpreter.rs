@@ -755,8 +755,9 @@ async fn call(
     args: serde_json::Value,
 ) -> (bool, serde_json::Value, Vec<rmcp::model::ContentBlock>) {
     let args = serde_json::from_value(args).unwrap();
-    let r =
-        cordon::tools::code_interpreter::run(Arc::clone(ctx), args, CancellationToken::new()).await;
+    let r = cordon::tools::code_interpreter::run(Arc::clone(ctx), args, CancellationToken::new())
+        .await
+        .into_result();
     (
         r.is_error == Some(true),
         r.structured_content.unwrap(),
