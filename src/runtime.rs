@@ -23,7 +23,7 @@ use crate::exec::Executor;
 use crate::interpreter::{InterpreterError, SessionManager};
 use crate::lint::Linting;
 use crate::parser::ParserClient;
-use crate::policy::{Policy, WorkspaceAccess};
+use crate::policy::Policy;
 use crate::shape::{ErrorKind, ToolError};
 use crate::workspace::{PathError, Workspace, WriteRules};
 use std::collections::HashMap;
@@ -99,6 +99,8 @@ pub struct Runtime {
     /// `filesystem.protected` plus every policy file of its `extends` chain inside the
     /// workspace): the sandbox's read-only binds and the file tools' refusals are this list.
     pub protected: Vec<String>,
+    /// With a read-only workspace, the only directories the file tools may write.
+    pub writable_only: Option<Vec<String>>,
     /// The confined parser worker: command analysis for the rules (and, through `lint`, the
     /// syntax check). The server never runs a grammar itself.
     pub parser: Option<Arc<ParserClient>>,
@@ -130,13 +132,10 @@ impl Runtime {
             extra_read_exec,
             init_program: options.init_program.clone(),
         };
-        let confinement = Arc::new(Confinement::build(
-            &policy,
-            workspace.root(),
-            &confine_options,
-        )?);
-        let protected = confinement.protected().to_vec();
-        let executor = Arc::new(Executor::new(Arc::clone(&confinement), &policy));
+        // The policy, resolved once: every stage below gets its plan, none the policy.
+        let plans = policy.resolve(workspace.root());
+        let confinement = Arc::new(Confinement::build(&plans.confine, &confine_options)?);
+        let executor = Arc::new(Executor::new(Arc::clone(&confinement), plans.exec));
         let parser = options.parser_program.clone().map(|program| {
             Arc::new(ParserClient::new(
                 Arc::clone(&executor),
@@ -147,7 +146,7 @@ impl Runtime {
         let slots = Arc::new(tokio::sync::Semaphore::new(
             policy.server.max_concurrent_calls,
         ));
-        let lint = Linting::for_policy(&policy, Some(Arc::clone(&executor)), parser.clone())?
+        let lint = Linting::new(plans.lint, Some(Arc::clone(&executor)), parser.clone())
             .with_slots(Arc::clone(&slots));
         let audit = open_audit(&policy, &options.audit)?;
         Ok(Self {
@@ -158,7 +157,8 @@ impl Runtime {
             workspace,
             confinement,
             executor,
-            protected,
+            protected: plans.protected,
+            writable_only: plans.writable_only,
             parser,
             lint,
             audit,
@@ -187,40 +187,18 @@ impl Runtime {
     /// The rules every file-tool write must pass, judged by the workspace on the path as it
     /// resolves on disk (see `workspace::write`).
     pub fn write_rules(&self) -> WriteRules<'_> {
-        let fs = &self.policy.filesystem;
         WriteRules {
             protected: &self.protected,
-            writable_only: (fs.workspace == WorkspaceAccess::ReadOnly)
-                .then_some(fs.workspace_writable.as_slice()),
+            writable_only: self.writable_only.as_deref(),
         }
     }
 
-    /// A failed write as a tool error; protection refusals name the policy to change.
+    /// A failed write as a tool error; a refusal by the policy's write rules names the
+    /// policy setting to change (`policy::explain`).
     pub fn write_error(&self, e: &PathError) -> ToolError {
-        let fs = &self.policy.filesystem;
-        match e {
-            PathError::Protected { entry, .. } => ToolError::new(
-                ErrorKind::Denied,
-                format!(
-                    "{e}, or to remove `{entry}` from `filesystem.protected` in the policy ({}).",
-                    self.policy.origin
-                ),
-            ),
-            PathError::NotWritable { .. } => ToolError::new(
-                ErrorKind::Denied,
-                format!(
-                    "{e}: policy `{}` makes the workspace read-only except {}. Or ask the \
-                     operator to add the directory to `filesystem.workspace_writable` ({}).",
-                    self.policy.name,
-                    if fs.workspace_writable.is_empty() {
-                        "nothing".to_owned()
-                    } else {
-                        fs.workspace_writable.join(", ")
-                    },
-                    self.policy.origin
-                ),
-            ),
-            other => ToolError::from(other),
+        match crate::policy::explain::write_refusal(&self.policy, e) {
+            Some(message) => ToolError::new(ErrorKind::Denied, message),
+            None => ToolError::from(e),
         }
     }
 

@@ -11,7 +11,6 @@
 pub mod hygiene;
 
 use crate::exec::Captured;
-use crate::policy::OutputPolicy;
 use rmcp::model::{CallToolResult, ContentBlock};
 use schemars::JsonSchema;
 use serde::Serialize;
@@ -114,6 +113,21 @@ pub fn push_sections(text: &mut String, sections: &[(&str, &str)]) {
             }
         }
     }
+}
+
+/// The policy's `[output]` section: how long output is cut and kept.
+#[derive(Debug, Clone, Serialize)]
+pub struct OutputPolicy {
+    pub max_lines: usize,
+    pub max_chars: usize,
+    pub head_lines: usize,
+    pub tail_lines: usize,
+    pub memory_cap_bytes: usize,
+    /// Keep ANSI escapes and control characters in text results (default: removed).
+    pub keep_control_chars: bool,
+    /// Total size of the spill area (`.cordon/outputs/`); the oldest files are deleted to stay
+    /// under it.
+    pub spill_total_bytes: u64,
 }
 
 /// One output stream as shown to the agent.

@@ -1,15 +1,17 @@
-//! Confinement: turning a validated policy into what the kernel enforces on each child.
+//! Confinement: turning a resolved [`ConfinePlan`] into what the kernel enforces on each child.
 //!
 //! Owns the Landlock ruleset, the seccomp programs, the rlimit plan and the cgroups, all
-//! built once when a policy is loaded ("build once, apply many"), and the only `unsafe` code
-//! in cordon (`child`, `kernel`, `selftest`). It never reads a policy file, never spawns a
-//! process itself (that is `exec`), and knows nothing of MCP.
+//! built once when the runtime is built ("build once, apply many"), and the only `unsafe`
+//! code in cordon (`child`, `kernel`, `selftest`). It never sees a policy (`policy::resolve`
+//! hands it the plan), never spawns a process itself (that is `exec`), and knows nothing of
+//! MCP.
 
 mod cgroup;
 mod child;
 mod factory;
 pub mod kernel;
 pub mod landlock;
+mod plan;
 mod rlimits;
 pub mod sandbox;
 pub mod seccomp;
@@ -19,9 +21,9 @@ pub use cgroup::{CallCgroup, CallLimits, CgroupMode, LimitHits};
 pub use child::ChildSetup;
 pub use factory::{Factory, WarmSlot};
 pub use kernel::{KernelSupport, REQUIRED_LANDLOCK_ABI};
+pub use plan::{ConfinePlan, RlimitPlan};
 pub use sandbox::{SandboxChild, Slot};
 
-use crate::policy::{Policy, WorkspaceAccess};
 use seccompiler::BpfProgram;
 use serde::Serialize;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -226,27 +228,24 @@ pub(crate) struct LandlockInputs {
 }
 
 impl LandlockInputs {
-    fn new(policy: &Policy, workspace: &Path, options: &ConfineOptions, best_effort: bool) -> Self {
-        let fs = &policy.filesystem;
-        let mut read_exec = fs.read_exec.clone();
+    fn new(plan: &ConfinePlan, options: &ConfineOptions, best_effort: bool) -> Self {
+        let mut read_exec = plan.read_exec.clone();
         read_exec.extend(options.extra_read_exec.iter().cloned());
-        let mut read_write = fs.read_write.clone();
+        let mut read_write = plan.read_write.clone();
         let mut read_only = Vec::new();
-        match fs.workspace {
-            WorkspaceAccess::ReadWrite => read_write.push(workspace.to_path_buf()),
-            WorkspaceAccess::ReadOnly => {
-                read_only.push(workspace.to_path_buf());
-                read_write.extend(fs.workspace_writable.iter().map(|p| workspace.join(p)));
-            }
+        if plan.read_only_workspace {
+            read_only.push(plan.workspace.clone());
+        } else {
+            read_write.push(plan.workspace.clone());
         }
         Self {
             read_exec,
             read_write,
             read_only,
-            devices: fs.devices.clone(),
-            deny: fs.deny.clone(),
-            tcp_connect: policy.network.tcp_connect.clone(),
-            tcp_bind: policy.network.tcp_bind.clone(),
+            devices: plan.devices.clone(),
+            deny: plan.deny.clone(),
+            tcp_connect: plan.tcp_connect.clone(),
+            tcp_bind: plan.tcp_bind.clone(),
             best_effort,
         }
     }
@@ -269,13 +268,10 @@ impl LandlockInputs {
 }
 
 impl Confinement {
-    /// Builds the confinement for `policy` over `workspace` (an absolute, canonical path).
-    /// Fails closed when the kernel cannot enforce the policy, unless degraded mode is allowed.
-    pub fn build(
-        policy: &Policy,
-        workspace: &Path,
-        options: &ConfineOptions,
-    ) -> Result<Self, ConfineError> {
+    /// Builds the confinement `plan` describes over its workspace. Fails closed when the
+    /// kernel cannot enforce it, unless degraded mode is allowed.
+    pub fn build(plan: &ConfinePlan, options: &ConfineOptions) -> Result<Self, ConfineError> {
+        let workspace = plan.workspace.as_path();
         let kernel = KernelSupport::detect();
         let mut notes = Vec::new();
 
@@ -285,13 +281,13 @@ impl Confinement {
             .map_err(ConfineError::TempDir)?;
 
         let landlock_inputs = if kernel.landlock_abi >= REQUIRED_LANDLOCK_ABI {
-            Some(LandlockInputs::new(policy, workspace, options, false))
+            Some(LandlockInputs::new(plan, options, false))
         } else if options.allow_degraded {
             notes.push(format!(
                 "Landlock ABI {} < {REQUIRED_LANDLOCK_ABI}: file/TCP rules only as far as this kernel supports",
                 kernel.landlock_abi
             ));
-            (kernel.landlock_abi > 0).then(|| LandlockInputs::new(policy, workspace, options, true))
+            (kernel.landlock_abi > 0).then(|| LandlockInputs::new(plan, options, true))
         } else {
             return Err(ConfineError::Unenforceable {
                 feature: "Landlock ABI 6 or newer",
@@ -305,7 +301,7 @@ impl Confinement {
             });
         };
         let seccomp = if kernel.seccomp_filter {
-            seccomp::compile_profile(&policy.sandbox.seccomp_profile)?
+            seccomp::compile_profile(&plan.seccomp_profile)?
         } else if options.allow_degraded {
             notes.push("seccomp filters unavailable: no syscall filtering".into());
             Vec::new()
@@ -340,10 +336,9 @@ impl Confinement {
             .prefix("cordon-private-")
             .tempdir()
             .map_err(ConfineError::TempDir)?;
-        let protected = policy.protected_patterns(workspace);
+        let protected = plan.protected.clone();
         let factory = start_factory(
-            policy,
-            workspace,
+            plan,
             options,
             &kernel,
             landlock_inputs.as_ref(),
@@ -356,10 +351,8 @@ impl Confinement {
         let mut seccomp = seccomp;
         if factory.is_none() && !seccomp.is_empty() {
             // No namespaces to hide the host's sockets and IPC: seccomp refuses them instead.
-            seccomp.extend(seccomp::fallback_programs(
-                policy.sandbox.fallback_unix_sockets,
-            )?);
-            if !kernel.is_root && !policy.filesystem.protected.is_empty() {
+            seccomp.extend(seccomp::fallback_programs(plan.fallback_unix_sockets)?);
+            if !kernel.is_root && plan.names_protected_paths {
                 notes.push(
                     "protected paths are refused by the file tools only: without namespaces, \
                      shell commands can still write them"
@@ -377,7 +370,7 @@ impl Confinement {
                 .map(|inputs| inputs.build(tmp_root.path()))
                 .transpose()?,
         };
-        let rlimits = rlimits::plan(&policy.limits, !cgroups.has_limits(), kernel.is_root);
+        let rlimits = rlimits::plan(&plan.rlimits, !cgroups.has_limits(), kernel.is_root);
         let landlock = landlock_inputs.is_some() && kernel.landlock_abi >= REQUIRED_LANDLOCK_ABI;
         let level = match (
             landlock && !seccomp.is_empty(),
@@ -408,11 +401,7 @@ impl Confinement {
             seccomp: Arc::new(seccomp),
             rlimits: Arc::new(rlimits),
             drop_capabilities,
-            call_limits: CallLimits {
-                memory_bytes: policy.limits.memory_bytes,
-                pids: policy.limits.pids,
-                cpu_percent: policy.limits.cpu_percent,
-            },
+            call_limits: plan.call_limits,
             spare: std::sync::Mutex::new(None),
             factory: std::sync::RwLock::new(factory.map(Arc::new)),
             cgroups,
@@ -634,8 +623,7 @@ impl Confinement {
 /// Starts the sandbox init when namespaces can be had; otherwise says why not in `notes`.
 #[allow(clippy::too_many_arguments)]
 fn start_factory(
-    policy: &Policy,
-    workspace: &Path,
+    plan: &ConfinePlan,
     options: &ConfineOptions,
     kernel: &KernelSupport,
     landlock: Option<&LandlockInputs>,
@@ -671,25 +659,21 @@ fn start_factory(
         ));
         return None;
     };
-    let fs = &policy.filesystem;
-    let mut read_exec = fs.read_exec.clone();
+    let workspace = plan.workspace.as_path();
+    let mut read_exec = plan.read_exec.clone();
     read_exec.extend(options.extra_read_exec.iter().cloned());
-    let mut read_write = fs.read_write.clone();
-    if fs.workspace == WorkspaceAccess::ReadOnly {
-        read_write.extend(fs.workspace_writable.iter().map(|p| workspace.join(p)));
-    }
     let inputs = factory::ViewInputs {
         landlock,
         workspace,
-        read_only_workspace: fs.workspace == WorkspaceAccess::ReadOnly,
+        read_only_workspace: plan.read_only_workspace,
         calls_tmp,
         private_root,
         protected,
-        isolate_network: policy.network.is_off() && policy.sandbox.seccomp_profile == "default",
+        isolate_network: plan.isolate_network,
         seccomp,
         read_exec: &read_exec,
-        read_write: &read_write,
-        devices: &fs.devices,
+        read_write: &plan.read_write,
+        devices: &plan.devices,
         is_root: kernel.is_root,
     };
     if let Ok(root) = cap_std::fs::Dir::open_ambient_dir(workspace, cap_std::ambient_authority()) {

@@ -7,13 +7,13 @@
 //! the whole host, so with cgroups `pids.max` is the real bound. Without cgroups, RLIMIT_AS
 //! stands in for the memory limit, per process.
 
-use crate::policy::Limits;
+use super::RlimitPlan;
 use rustix::process::{Resource, getrlimit};
 
 /// `no_cgroup_limits`: there is no cgroup to bound memory and pids, so RLIMIT_AS takes the
 /// memory limit (per process: the weaker substitute) and, for non-root users, RLIMIT_NPROC the
 /// pids limit (the kernel ignores it for root).
-pub fn plan(limits: &Limits, no_cgroup_limits: bool, is_root: bool) -> Vec<(Resource, u64)> {
+pub fn plan(limits: &RlimitPlan, no_cgroup_limits: bool, is_root: bool) -> Vec<(Resource, u64)> {
     let address_space = if no_cgroup_limits {
         limits.address_space_bytes.min(limits.memory_bytes)
     } else {

@@ -1,38 +1,44 @@
 //! The child's environment: a scrubbed allow-list, never the server's environment.
 //!
-//! Built from the policy's `pass` (copied from the server's environment when present) and
-//! `set` (with `{tmp}`, `{workspace}` and `{home}` (the server user's home) expanded), then the caller's overrides. Nothing else
+//! Built from an [`EnvTemplate`] (the policy's `pass` and `set`, resolved once by
+//! `policy::resolve`: `{home}` and `{workspace}` are already expanded there), with `{tmp}`
+//! expanded per call (each call has its own), then the caller's overrides. Nothing else
 //! reaches a child: API keys and tokens in the server's environment stay there.
 
-use crate::policy::EnvironmentPolicy;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-pub fn build(
-    policy: &EnvironmentPolicy,
-    tmp: &Path,
-    workspace: &Path,
-    overrides: &BTreeMap<String, String>,
-) -> BTreeMap<String, String> {
-    let mut env = BTreeMap::new();
-    for name in &policy.pass {
-        if let Ok(value) = std::env::var(name) {
-            env.insert(name.clone(), value);
+/// The environment every child starts from, resolved for one workspace.
+#[derive(Debug, Clone, Default)]
+pub struct EnvTemplate {
+    /// Names copied from the server's environment when it has them.
+    pub pass: Vec<String>,
+    /// Values set for every child; `{tmp}` is the call's own temporary directory.
+    pub set: BTreeMap<String, String>,
+}
+
+impl EnvTemplate {
+    /// The environment of one child whose temporary directory is `tmp`.
+    pub fn build(
+        &self,
+        tmp: &Path,
+        overrides: &BTreeMap<String, String>,
+    ) -> BTreeMap<String, String> {
+        let mut env = BTreeMap::new();
+        for name in &self.pass {
+            if let Ok(value) = std::env::var(name) {
+                env.insert(name.clone(), value);
+            }
         }
+        let tmp = tmp.to_string_lossy();
+        for (name, value) in &self.set {
+            env.insert(name.clone(), value.replace("{tmp}", &tmp));
+        }
+        for (name, value) in overrides {
+            env.insert(name.clone(), value.clone());
+        }
+        env
     }
-    let home = std::env::var("HOME").unwrap_or_default();
-    let expand = |v: &str| {
-        v.replace("{tmp}", &tmp.to_string_lossy())
-            .replace("{workspace}", &workspace.to_string_lossy())
-            .replace("{home}", &home)
-    };
-    for (name, value) in &policy.set {
-        env.insert(name.clone(), expand(value));
-    }
-    for (name, value) in overrides {
-        env.insert(name.clone(), value.clone());
-    }
-    env
 }
 
 /// Checks a caller-supplied variable; the message says how to fix it.

@@ -112,18 +112,24 @@ pub struct ExecRequest {
     pub live: Option<Arc<LiveStatus>>,
 }
 
-/// Runs confined commands for one policy. Cheap to share (`Arc`).
+/// What an executor needs besides the confinement, resolved from the policy.
+#[derive(Debug, Clone, Default)]
+pub struct ExecPlan {
+    pub env: env::EnvTemplate,
+    /// `limits.disk_mb` in bytes: how far one call may shrink free space (see `disk`).
+    pub disk_budget: u64,
+    /// The policy's extra `read_write` paths, whose filesystems the budget also covers.
+    pub disk_extra: Vec<std::path::PathBuf>,
+}
+
+/// Runs confined commands for one workspace. Cheap to share (`Arc`).
 pub struct Executor {
     confinement: Arc<Confinement>,
-    environment: crate::policy::EnvironmentPolicy,
-    /// `limits.disk_mb` in bytes: how far one call may shrink free space (see `disk`).
-    disk_budget: u64,
-    /// The policy's extra `read_write` paths, whose filesystems the budget also covers.
-    disk_extra: Vec<std::path::PathBuf>,
+    plan: ExecPlan,
 }
 
 impl Executor {
-    pub fn new(confinement: Arc<Confinement>, policy: &crate::policy::Policy) -> Self {
+    pub fn new(confinement: Arc<Confinement>, plan: ExecPlan) -> Self {
         // The first call finds warm slots too: fill the pool now, off every async thread.
         if confinement.uses_sandbox_init() {
             let warm = Arc::clone(&confinement);
@@ -135,12 +141,7 @@ impl Executor {
                     }
                 });
         }
-        Self {
-            confinement,
-            environment: policy.environment.clone(),
-            disk_budget: policy.limits.disk_bytes,
-            disk_extra: policy.filesystem.read_write.clone(),
-        }
+        Self { confinement, plan }
     }
 
     /// Starts measuring the policy's per-call disk budget over the workspace's filesystem, the
@@ -150,10 +151,10 @@ impl Executor {
     /// be measured; the call then runs without the budget rather than not at all.
     pub fn watch_disk(&self) -> Option<disk::DiskWatch> {
         let conf = &self.confinement;
-        disk::DiskWatch::start(&[conf.workspace(), conf.tmp_root()], self.disk_budget)
+        disk::DiskWatch::start(&[conf.workspace(), conf.tmp_root()], self.plan.disk_budget)
             .inspect_err(|e| tracing::warn!("disk budget not enforced for this call: {e}"))
             .ok()
-            .map(|w| self.disk_extra.iter().fold(w, |w, p| w.also_watch(p)))
+            .map(|w| self.plan.disk_extra.iter().fold(w, |w, p| w.also_watch(p)))
     }
 
     pub fn confinement(&self) -> &Confinement {
@@ -168,7 +169,7 @@ impl Executor {
             .prefix("call-")
             .tempdir_in(conf.tmp_root())
             .map_err(ExecError::TempDir)?;
-        let env = env::build(&self.environment, tmp.path(), conf.workspace(), &req.env);
+        let env = self.plan.env.build(tmp.path(), &req.env);
         // Held for the whole call: a replaced init stays up until its last process is done.
         let factory = self.sandbox_init().await.transpose()?;
         let (mut child, pipes, cgroup) = match &factory {

@@ -8,7 +8,7 @@
 //! deadline of its own.
 
 use super::process::{Pipes, Process, SlotSpawn, spawn_in_slot};
-use super::{ExecError, Executor, KILL_WAIT, env, kill_tree};
+use super::{ExecError, Executor, KILL_WAIT, kill_tree};
 use crate::confine::{CallCgroup, CallLimits, LimitHits};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -72,7 +72,7 @@ impl Executor {
         let conf = &self.confinement;
         let home = spec.private_dir.join("home");
         std::fs::create_dir_all(&home).map_err(ExecError::TempDir)?;
-        let env = env::build(&self.environment, &home, conf.workspace(), &spec.env);
+        let env = self.plan.env.build(&home, &spec.env);
         let cpu_override = |rlimits: &mut Vec<(rustix::process::Resource, u64)>| {
             if let Some(cpu) = spec.cpu_seconds {
                 for (resource, value) in rlimits.iter_mut() {

@@ -20,7 +20,6 @@ mod session;
 pub use session::{CellOutcome, CellRequest};
 
 use crate::exec::{ExecError, Executor};
-use crate::policy::{InterpreterPolicy, Policy};
 use session::{Session, Worker};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -56,6 +55,47 @@ impl InterpreterError {
     pub fn is_not_found(&self) -> bool {
         matches!(self, Self::Spawn { source, .. } if source.is_not_found())
     }
+}
+
+/// The policy's `[interpreter]` section: which Python, and each session's own budget. A
+/// session is one long-lived worker, so its limits are for its whole life, not per cell.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct InterpreterPolicy {
+    /// Python executable; a name without `/` is looked up on the sandbox PATH.
+    pub python: String,
+    pub memory_bytes: u64,
+    pub pids: u64,
+    pub cpu_percent: u64,
+    /// RLIMIT_CPU of a worker: CPU seconds over the session's whole life.
+    pub cpu_seconds: u64,
+    #[serde(serialize_with = "secs")]
+    pub timeout: Duration,
+    #[serde(serialize_with = "secs")]
+    pub max_timeout: Duration,
+    /// After a timeout's interrupt, how long the cell has to stop before the worker is killed.
+    #[serde(serialize_with = "secs")]
+    pub interrupt_grace: Duration,
+    /// How long a new worker may take to report ready.
+    #[serde(serialize_with = "secs")]
+    pub start_timeout: Duration,
+    /// A session unused this long is ended and its state dropped.
+    #[serde(serialize_with = "secs")]
+    pub idle_timeout: Duration,
+    pub max_sessions: usize,
+    /// Leave processes a cell started running after the cell ends (default: they are killed).
+    pub keep_background: bool,
+}
+
+fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(d.as_secs())
+}
+
+/// What a session manager is built from: the interpreter settings and the longest `repr` a
+/// driver may send back (the policy's output memory cap). `policy::resolve` derives it.
+#[derive(Debug, Clone)]
+pub struct InterpreterPlan {
+    pub policy: InterpreterPolicy,
+    pub max_repr: usize,
 }
 
 /// A worker's main process ended without being asked to (reported by its session's watch).
@@ -142,7 +182,11 @@ pub struct SessionManager {
 impl SessionManager {
     /// Creates the manager; inside a Tokio runtime it also starts the task that frees the
     /// slots of dead workers and reaps idle sessions, which ends with the manager.
-    pub fn new(executor: Arc<Executor>, policy: &Policy) -> Result<Arc<Self>, InterpreterError> {
+    pub fn new(
+        executor: Arc<Executor>,
+        plan: impl Into<InterpreterPlan>,
+    ) -> Result<Arc<Self>, InterpreterError> {
+        let InterpreterPlan { policy, max_repr } = plan.into();
         // Below the confinement's private root: the one place the sandbox's view holds for
         // workers, each granted only its own directory.
         let root = tempfile::Builder::new()
@@ -154,9 +198,9 @@ impl SessionManager {
         let manager = Arc::new(Self {
             shared: Shared {
                 executor,
-                policy: policy.interpreter.clone(),
+                policy: policy.clone(),
                 root,
-                max_repr: policy.output.memory_cap_bytes,
+                max_repr,
                 driver,
                 deaths,
             },
@@ -164,7 +208,7 @@ impl SessionManager {
             closed: AtomicBool::new(false),
         });
         if tokio::runtime::Handle::try_current().is_ok() {
-            let period = (policy.interpreter.idle_timeout / 4)
+            let period = (policy.idle_timeout / 4)
                 .clamp(Duration::from_millis(100), Duration::from_secs(30));
             tokio::spawn(upkeep(Arc::downgrade(&manager), period, death_rx));
         }

@@ -7,6 +7,7 @@
 //! Does not own which sessions exist or when idle ones end (the manager, `super`), nor how
 //! results are shown (the tool).
 
+use super::InterpreterPolicy;
 use super::output::CellFiles;
 use super::protocol::{self, PyException, Ready, Reply, Request};
 use super::{Death, InterpreterError, Shared, boot};
@@ -15,7 +16,6 @@ use crate::exec::{
     CaptureSpec, Captured, ConfinedWorker, LimitHit, LimitKind, WorkerSpec, kernel_limit,
     signal_name,
 };
-use crate::policy::InterpreterPolicy;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -17,7 +17,7 @@ pub use diagnostic::{Diagnostic, LintReport, LintStatus, Severity};
 pub use introduced::mark_introduced;
 pub use parsers::{CompiledLinter, LinterConfig, OutputFormat, ParseError, parse_builtin};
 pub use position::ColumnUnit;
-pub use runner::Linting;
+pub use runner::{LintPlan, Linting};
 pub use syntax::{
     SyntaxCheckError, SyntaxLanguage, check_syntax, detect_language, language_for_path,
 };

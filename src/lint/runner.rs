@@ -10,14 +10,30 @@
 //! calls a grammar itself: the server process must not run their C code.
 
 use super::diagnostic::SkippedCheck;
-use super::parsers::{CompiledLinter, LinterConfig, ParseError};
+use super::parsers::{CompiledLinter, LinterConfig};
 use super::{Diagnostic, LintReport, SyntaxLanguage, detect_language, mark_introduced};
 use crate::exec::{CaptureSpec, ExecRequest, Executor};
 use crate::parser::ParserClient;
 use crate::parser::protocol::SyntaxOutcome;
-use crate::policy::LintPolicy;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
+
+/// The lint settings of one runtime, resolved from the policy by `policy::resolve`: the
+/// linters already compiled (once, when the policy loaded), the sandbox's PATH already
+/// expanded.
+#[derive(Debug, Clone)]
+pub struct LintPlan {
+    pub enabled: bool,
+    /// The embedded tree-sitter syntax check.
+    pub syntax: bool,
+    /// Per external linter run.
+    pub timeout: Duration,
+    pub max_file_bytes: usize,
+    pub linters: Vec<CompiledLinter>,
+    /// The sandbox's PATH: what `execvp` in the confined child will search.
+    pub search_path: String,
+}
 
 /// Linter output kept in memory; JSON for one file is far below this.
 const LINTER_OUTPUT_CAP: usize = 8 << 20;
@@ -78,7 +94,7 @@ struct ExternalLinter {
 
 /// The configured lint pipeline of one server.
 pub struct Linting {
-    policy: LintPolicy,
+    policy: LintPlan,
     cache: ResultCache,
     linters: Vec<ExternalLinter>,
     executor: Option<Arc<Executor>>,
@@ -114,56 +130,36 @@ impl Findings {
 }
 
 impl Linting {
-    /// Compiles the policy's linters and finds their commands on `search_path` (the sandbox's
-    /// PATH). Without an executor no external linter runs; without a parser client no syntax
-    /// check does (both are then reported in `skipped`).
+    /// The pipeline `plan` describes, each linter's command found on the plan's search path.
+    /// Without an executor no external linter runs; without a parser client no syntax check
+    /// does (both are then reported in `skipped`).
     pub fn new(
-        policy: &LintPolicy,
-        search_path: &str,
+        plan: LintPlan,
         executor: Option<Arc<Executor>>,
         parser: Option<Arc<ParserClient>>,
-    ) -> Result<Self, ParseError> {
-        let linters = policy
+    ) -> Self {
+        let linters = plan
             .linters
             .iter()
-            .map(|config| {
-                Ok(ExternalLinter {
-                    compiled: config.compile()?,
-                    command: find_command(&config.command, search_path),
-                })
+            .map(|compiled| ExternalLinter {
+                command: find_command(&compiled.config().command, &plan.search_path),
+                compiled: compiled.clone(),
             })
-            .collect::<Result<_, ParseError>>()?;
-        Ok(Self {
-            policy: policy.clone(),
+            .collect();
+        Self {
+            policy: plan,
             cache: ResultCache::default(),
             linters,
             executor,
             parser,
             slots: None,
-        })
+        }
     }
 
     /// Makes every external linter run take one of `slots` while it runs.
     pub fn with_slots(mut self, slots: Arc<tokio::sync::Semaphore>) -> Self {
         self.slots = Some(slots);
         self
-    }
-
-    /// The pipeline of `policy`, finding linter commands on the sandbox's own PATH (what
-    /// `execvp` in the confined child will search).
-    pub fn for_policy(
-        policy: &crate::policy::Policy,
-        executor: Option<Arc<Executor>>,
-        parser: Option<Arc<ParserClient>>,
-    ) -> Result<Self, ParseError> {
-        let home = std::env::var("HOME").unwrap_or_default();
-        let search_path = policy
-            .environment
-            .set
-            .get("PATH")
-            .map(|p| p.replace("{home}", &home))
-            .unwrap_or_default();
-        Self::new(&policy.lint, &search_path, executor, parser)
     }
 
     /// Names of the external linters that will run for files they apply to.

@@ -475,6 +475,32 @@ pub fn explain_stderr(scene: &Scene<'_>, stderr: &str) -> Option<String> {
     ))
 }
 
+/// What to tell a file tool whose write the policy's write rules refused (a protected path,
+/// or a read-only workspace): which setting of which policy to change. None for any other
+/// failure, which says enough by itself.
+pub fn write_refusal(policy: &Policy, e: &crate::workspace::PathError) -> Option<String> {
+    use crate::workspace::PathError;
+    let fs = &policy.filesystem;
+    match e {
+        PathError::Protected { entry, .. } => Some(format!(
+            "{e}, or to remove `{entry}` from `filesystem.protected` in the policy ({}).",
+            policy.origin
+        )),
+        PathError::NotWritable { .. } => Some(format!(
+            "{e}: policy `{}` makes the workspace read-only except {}. Or ask the operator to \
+             add the directory to `filesystem.workspace_writable` ({}).",
+            policy.name,
+            if fs.workspace_writable.is_empty() {
+                "nothing".to_owned()
+            } else {
+                fs.workspace_writable.join(", ")
+            },
+            policy.origin
+        )),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,11 +5,18 @@
 //! else: how a policy is *enforced* belongs to `confine`, which never sees a policy file.
 
 pub mod commands;
+pub mod decide;
 pub mod explain;
 mod raw;
+pub mod resolve;
 
+pub use crate::interpreter::InterpreterPolicy;
+pub use crate::shape::OutputPolicy;
+pub use decide::{Analysed, Request};
 pub use raw::WorkspaceAccess;
 use raw::{Overlay, RawPolicy};
+use resolve::expand_home;
+pub use resolve::{Plans, server_home};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -82,35 +89,6 @@ pub struct FilesPolicy {
 /// the text block, a larger one could not stay under the 1 MiB a result may take on the wire.
 pub const MAX_READ_BUDGET_KB: u64 = 256;
 
-/// The `code_interpreter` sessions: which Python, and each session's own budget. A session is
-/// one long-lived worker, so its limits are for its whole life, not per cell.
-#[derive(Debug, Clone, Serialize)]
-pub struct InterpreterPolicy {
-    /// Python executable; a name without `/` is looked up on the sandbox PATH.
-    pub python: String,
-    pub memory_bytes: u64,
-    pub pids: u64,
-    pub cpu_percent: u64,
-    /// RLIMIT_CPU of a worker: CPU seconds over the session's whole life.
-    pub cpu_seconds: u64,
-    #[serde(serialize_with = "secs")]
-    pub timeout: Duration,
-    #[serde(serialize_with = "secs")]
-    pub max_timeout: Duration,
-    /// After a timeout's interrupt, how long the cell has to stop before the worker is killed.
-    #[serde(serialize_with = "secs")]
-    pub interrupt_grace: Duration,
-    /// How long a new worker may take to report ready.
-    #[serde(serialize_with = "secs")]
-    pub start_timeout: Duration,
-    /// A session unused this long is ended and its state dropped.
-    #[serde(serialize_with = "secs")]
-    pub idle_timeout: Duration,
-    pub max_sessions: usize,
-    /// Leave processes a cell started running after the cell ends (default: they are killed).
-    pub keep_background: bool,
-}
-
 #[derive(Debug, Clone, Serialize)]
 pub struct LintPolicy {
     pub enabled: bool,
@@ -120,7 +98,8 @@ pub struct LintPolicy {
     #[serde(serialize_with = "secs")]
     pub timeout: Duration,
     pub max_file_bytes: usize,
-    pub linters: Vec<crate::lint::LinterConfig>,
+    /// Compiled when the policy loads (which is what validates them), and only then.
+    pub linters: Vec<crate::lint::CompiledLinter>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -182,20 +161,6 @@ pub struct SandboxPolicy {
     /// Where namespaces cannot be had, seccomp refuses `socket(AF_UNIX, …)` so no host
     /// socket can be reached; true opts back in (socketpair works either way).
     pub fallback_unix_sockets: bool,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct OutputPolicy {
-    pub max_lines: usize,
-    pub max_chars: usize,
-    pub head_lines: usize,
-    pub tail_lines: usize,
-    pub memory_cap_bytes: usize,
-    /// Keep ANSI escapes and control characters in text results (default: removed).
-    pub keep_control_chars: bool,
-    /// Total size of the spill area (`.cordon/outputs/`); the oldest files are deleted to stay
-    /// under it.
-    pub spill_total_bytes: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -266,24 +231,6 @@ pub fn timeout_within(
 }
 
 impl Policy {
-    /// The workspace-relative patterns nothing confined may write: the policy's
-    /// `filesystem.protected` plus every file of its `extends` chain that lies inside the
-    /// workspace (a policy the agent could edit would loosen its own sandbox). One list for
-    /// the file tools and for the sandbox's read-only binds.
-    pub fn protected_patterns(&self, workspace_root: &std::path::Path) -> Vec<String> {
-        let mut protected = self.filesystem.protected.clone();
-        for source in &self.sources {
-            let canonical = source.canonicalize().unwrap_or_else(|_| source.clone());
-            if let Ok(inside) = canonical.strip_prefix(workspace_root) {
-                let rel = inside.to_string_lossy().into_owned();
-                if !rel.is_empty() && !protected.contains(&rel) {
-                    protected.push(rel);
-                }
-            }
-        }
-        protected
-    }
-
     /// Loads a policy by built-in name or file path. A name wins over a file of the same name
     /// only when no such file exists, so `./strict.toml` and `strict` never surprise.
     pub fn load(name_or_path: &str) -> Result<Self, PolicyError> {
@@ -453,16 +400,6 @@ fn field_line(text: &str, field: &str) -> Option<usize> {
     header_line
 }
 
-/// `~/x` means the home of the user running cordon, so one policy file fits every operator.
-fn expand_home(path: String) -> String {
-    match (path.strip_prefix("~/"), std::env::var("HOME")) {
-        (Some(rest), Ok(home)) if home.starts_with('/') => {
-            format!("{}/{rest}", home.trim_end_matches('/'))
-        }
-        _ => path,
-    }
-}
-
 fn resolve(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
     let invalid = |field: &'static str, message: String| PolicyError::Invalid {
         origin: origin.clone(),
@@ -629,13 +566,18 @@ fn resolve(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
         syntax: raw.lint.syntax.unwrap_or(true),
         timeout: Duration::from_secs(positive("lint.timeout_secs", raw.lint.timeout_secs)?),
         max_file_bytes: positive("lint.max_file_kb", raw.lint.max_file_kb)? as usize * 1024,
-        linters: raw.lint.linters.unwrap_or_default(),
+        linters: raw
+            .lint
+            .linters
+            .unwrap_or_default()
+            .iter()
+            .map(|linter| {
+                linter
+                    .compile()
+                    .map_err(|e| invalid("lint.linters", e.to_string()))
+            })
+            .collect::<Result<_, _>>()?,
     };
-    for linter in &lint.linters {
-        linter
-            .compile()
-            .map_err(|e| invalid("lint.linters", e.to_string()))?;
-    }
 
     let mut commands = commands::CommandRules::compile(
         raw.commands.on_unknown.unwrap_or(commands::Decision::Allow),

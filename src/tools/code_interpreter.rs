@@ -14,7 +14,7 @@
 //! honoured by a KeyboardInterrupt reports `type` `KeyboardInterrupt` with kind `timeout`.
 
 use super::{Done, SharedContext, Tool};
-use crate::audit::{Decision, Outcome};
+use crate::audit::Outcome;
 use crate::exec::{Captured, LimitHit};
 use crate::interpreter::{CellOutcome, CellRequest, InterpreterError};
 use crate::runtime::Session;
@@ -161,11 +161,17 @@ pub async fn run(
     cancel: CancellationToken,
 ) -> ToolOutcome {
     let started = Instant::now();
+    let decision = match super::admitted(&ctx, &crate::policy::Request::CodeInterpreter) {
+        Ok(decision) => decision,
+        Err((decision, error)) => {
+            return super::finish::<CodeInterpreter>(&ctx, &args, &decision, started, Err(error));
+        }
+    };
     let result = match prepare(&ctx, &args) {
         Err(error) => Err(error),
         Ok(timeout) => Ok(run_cell(&ctx, &args, timeout, cancel, started).await),
     };
-    super::finish::<CodeInterpreter>(&ctx, &args, &Decision::Allow, started, result)
+    super::finish::<CodeInterpreter>(&ctx, &args, &decision, started, result)
 }
 
 /// Runs the checked cell in its session, in one of the concurrency slots.

@@ -8,7 +8,7 @@
 //! `lint`.
 
 use super::{Done, SharedContext, Tool};
-use crate::audit::{Decision, Outcome};
+use crate::audit::Outcome;
 use crate::exec::Captured;
 use crate::files::{self, Edit};
 use crate::lint::LintReport;
@@ -124,6 +124,12 @@ impl Tool for EditFile {
 
 pub async fn run(ctx: SharedContext, args: EditFileArgs) -> ToolOutcome {
     let started = Instant::now();
+    let decision = match super::admitted(&ctx, &crate::policy::Request::EditFile) {
+        Ok(decision) => decision,
+        Err((decision, error)) => {
+            return super::finish::<EditFile>(&ctx, &args, &decision, started, Err(error));
+        }
+    };
     let result = edit(&ctx, &args).await.map(|output| {
         let verb = if output.applied {
             "edited"
@@ -142,7 +148,7 @@ pub async fn run(ctx: SharedContext, args: EditFileArgs) -> ToolOutcome {
         );
         Done::ok(output, text)
     });
-    super::finish::<EditFile>(&ctx, &args, &Decision::Allow, started, result)
+    super::finish::<EditFile>(&ctx, &args, &decision, started, result)
 }
 
 async fn edit(ctx: &SharedContext, args: &EditFileArgs) -> Result<EditFileOutput, ToolError> {

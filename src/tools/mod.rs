@@ -98,6 +98,33 @@ impl<T: Tool + ?Sized> Done<T> {
     }
 }
 
+/// The policy's answer to a file or interpreter call (`policy::decide`), as the audit log's
+/// decision, or the `denied` error. These tools cannot ask the user, so a rule that asks
+/// refuses here.
+pub fn admitted(
+    ctx: &Session,
+    request: &crate::policy::Request<'_>,
+) -> Result<Decision, (Decision, ToolError)> {
+    use crate::policy::commands::Decision as Rule;
+    let verdict = ctx.runtime.policy.decide(request);
+    match (verdict.decision, verdict.reason) {
+        (Rule::Allow, _) | (_, None) => Ok(Decision::Allow),
+        (_, Some(reason)) => Err((
+            Decision::Deny {
+                rule: reason.rule.clone(),
+            },
+            ToolError::new(
+                ErrorKind::Denied,
+                format!(
+                    "refused by the policy's rule `{}` ({}); ask the operator to change \
+                     policy {}",
+                    reason.rule, reason.justification, ctx.runtime.policy.origin
+                ),
+            ),
+        )),
+    }
+}
+
 /// The end every call goes through: the default output for an early failure, the audit
 /// record, the shaped answer, and its bound.
 pub fn finish<T: Tool>(

@@ -4,7 +4,7 @@
 //! `files::read`, path rooting is `workspace`.
 
 use super::{Done, SharedContext, Tool};
-use crate::audit::{Decision, Outcome};
+use crate::audit::Outcome;
 use crate::files::{self, ReadLimits};
 use crate::runtime::Runtime;
 use crate::runtime::Session;
@@ -90,6 +90,12 @@ impl Tool for ReadFile {
 
 pub async fn run(ctx: SharedContext, args: ReadFileArgs) -> ToolOutcome {
     let started = Instant::now();
+    let decision = match super::admitted(&ctx, &crate::policy::Request::ReadFile) {
+        Ok(decision) => decision,
+        Err((decision, error)) => {
+            return super::finish::<ReadFile>(&ctx, &args, &decision, started, Err(error));
+        }
+    };
     let (path, offset, limit) = (args.path.clone(), args.offset, args.limit);
     // Opening and reading the file is blocking work: it goes to the blocking pool.
     let result = ctx
@@ -115,7 +121,7 @@ pub async fn run(ctx: SharedContext, args: ReadFileArgs) -> ToolOutcome {
             text.push_str(&output.content);
             Done::ok(output, text)
         });
-    super::finish::<ReadFile>(&ctx, &args, &Decision::Allow, started, result)
+    super::finish::<ReadFile>(&ctx, &args, &decision, started, result)
 }
 
 fn read(

@@ -13,6 +13,7 @@ use crate::policy::commands::{
     Decision as RuleDecision, ON_ANALYSIS_FAILURE, ON_UNKNOWN, Reason, Verdict,
 };
 use crate::policy::explain;
+use crate::policy::{Analysed, Request};
 use crate::runtime::Session;
 use crate::shape::{ErrorKind, ToolError, ToolOutcome, push_sections, shape_stream};
 use schemars::JsonSchema;
@@ -74,20 +75,23 @@ pub struct ShellExecOutput {
 /// line is analysed by the parser worker; when that fails (the worker crashed, hung or hit a
 /// limit on this text) the policy's `commands.on_analysis_failure` decides.
 pub async fn assess(ctx: &Session, args: &ShellExecArgs) -> Verdict {
-    let rules = &ctx.runtime.policy.commands;
-    if !rules.needs_analysis() {
-        return Verdict {
-            decision: crate::policy::commands::Decision::Allow,
-            reason: None,
-        };
+    let policy = &ctx.runtime.policy;
+    let decide = |analysis| {
+        policy.decide(&Request::ShellExec {
+            command: &args.command,
+            analysis,
+        })
+    };
+    if !policy.needs_analysis() {
+        return decide(Analysed::NotNeeded);
     }
     let Some(parser) = &ctx.runtime.parser else {
-        return rules.decide_unanalysed(&args.command, "this runtime has no parser worker");
+        return decide(Analysed::Failed("this runtime has no parser worker"));
     };
     match parser.analyze(std::slice::from_ref(&args.command)).await {
-        Ok(mut analyses) if analyses.len() == 1 => rules.decide(&analyses.remove(0)),
-        Ok(_) => rules.decide_unanalysed(&args.command, "the analysis came back empty"),
-        Err(e) => rules.decide_unanalysed(&args.command, &e.to_string()),
+        Ok(analyses) if analyses.len() == 1 => decide(Analysed::Done(&analyses[0])),
+        Ok(_) => decide(Analysed::Failed("the analysis came back empty")),
+        Err(e) => decide(Analysed::Failed(&e.to_string())),
     }
 }
 

@@ -7,7 +7,7 @@
 //! the agent decides what to do with them.
 
 use super::{Done, SharedContext, Tool};
-use crate::audit::{Decision, Outcome};
+use crate::audit::Outcome;
 use crate::lint::LintReport;
 use crate::runtime::Session;
 use crate::shape::{ErrorKind, ToolError, ToolOutcome};
@@ -99,6 +99,12 @@ impl Tool for WriteFile {
 
 pub async fn run(ctx: SharedContext, args: WriteFileArgs) -> ToolOutcome {
     let started = Instant::now();
+    let decision = match super::admitted(&ctx, &crate::policy::Request::WriteFile) {
+        Ok(decision) => decision,
+        Err((decision, error)) => {
+            return super::finish::<WriteFile>(&ctx, &args, &decision, started, Err(error));
+        }
+    };
     let result = write(&ctx, &args).await.map(|output| {
         let text = format!(
             "{} {} ({} bytes){}\n{}{}",
@@ -115,7 +121,7 @@ pub async fn run(ctx: SharedContext, args: WriteFileArgs) -> ToolOutcome {
         );
         Done::ok(output, text)
     });
-    super::finish::<WriteFile>(&ctx, &args, &Decision::Allow, started, result)
+    super::finish::<WriteFile>(&ctx, &args, &decision, started, result)
 }
 
 /// The text-block note for dropped set-id bits.

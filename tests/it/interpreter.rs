@@ -9,7 +9,6 @@
 //! can enforce the default policy (Landlock ABI 6+, seccomp); the image test also needs
 //! matplotlib importable by that Python.
 
-use cordon::confine::{ConfineOptions, Confinement};
 use cordon::exec::{CaptureSpec, Executor, LimitKind};
 use cordon::interpreter::{CellOutcome, CellRequest, InterpreterError, SessionManager};
 use cordon::policy::Policy;
@@ -1373,14 +1372,13 @@ async fn cell_writing_past_the_disk_budget_is_killed_and_reported() {
     // An executor of its own: the budget is the executor's (the policy's limits.disk_mb).
     let mut policy = s.policy.clone();
     policy.limits.disk_bytes = 64 << 20;
-    let options = ConfineOptions {
+    let options = RuntimeOptions {
+        workspace: s.executor.confinement().workspace().to_path_buf(),
         init_program: Some(env!("CARGO_BIN_EXE_cordon").into()),
-        ..ConfineOptions::default()
+        ..RuntimeOptions::default()
     };
-    let confinement =
-        Confinement::build(&policy, s.executor.confinement().workspace(), &options).unwrap();
-    let executor = Arc::new(Executor::new(Arc::new(confinement), &policy));
-    let m = SessionManager::new(executor, &policy).unwrap();
+    let runtime = Runtime::build(policy.clone(), options).unwrap();
+    let m = SessionManager::new(Arc::clone(&runtime.executor), &policy).unwrap();
     let o = run(
         &m,
         "disk",

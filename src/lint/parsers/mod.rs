@@ -203,11 +203,18 @@ impl LinterConfig {
     }
 }
 
-/// A validated [`LinterConfig`], ready to parse runs.
+/// A validated [`LinterConfig`], ready to parse runs. It is shown (`cordon policy show`) as
+/// the entry it was compiled from.
 #[derive(Debug, Clone)]
 pub struct CompiledLinter {
     config: LinterConfig,
     reader: Reader,
+}
+
+impl serde::Serialize for CompiledLinter {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.config.serialize(serializer)
+    }
 }
 
 #[derive(Debug, Clone)]

@@ -1,0 +1,56 @@
+//! What `Confinement::build` is given: the policy's file, network, syscall and resource rules,
+//! resolved against one workspace (paths joined, `~` expanded, the protected set derived).
+//!
+//! Owns the shape of that input only. `policy::resolve` fills it in; `confine` never sees a
+//! policy file or a `Policy`, so nothing here can reach back to what the policy's TOML said.
+
+use super::CallLimits;
+use std::path::PathBuf;
+
+/// Everything the kernel is to enforce on the confined processes of one workspace.
+#[derive(Debug, Clone)]
+pub struct ConfinePlan {
+    /// The workspace root: absolute and canonical.
+    pub workspace: PathBuf,
+    /// The workspace is read-only for confined processes (its `writable` directories
+    /// excepted, which are in `read_write`).
+    pub read_only_workspace: bool,
+    /// Read and execute, nothing else.
+    pub read_exec: Vec<PathBuf>,
+    /// Read-write besides the workspace itself: the policy's `read_write`, and with a
+    /// read-only workspace its writable directories.
+    pub read_write: Vec<PathBuf>,
+    /// Device files that may be opened.
+    pub devices: Vec<PathBuf>,
+    /// Never reachable, even below a granted directory.
+    pub deny: Vec<PathBuf>,
+    pub tcp_connect: Vec<u16>,
+    pub tcp_bind: Vec<u16>,
+    /// No network at all: the sandbox init gets its own, empty network namespace.
+    pub isolate_network: bool,
+    /// The seccomp profile's name (built-in) or file.
+    pub seccomp_profile: String,
+    /// Without namespaces, allow `socket(AF_UNIX, …)` anyway.
+    pub fallback_unix_sockets: bool,
+    /// Workspace-relative patterns nothing confined may write (bound read-only in the view).
+    pub protected: Vec<String>,
+    /// The policy itself names protected paths (not only its own files): worth a note when
+    /// commands cannot be kept from them.
+    pub names_protected_paths: bool,
+    pub rlimits: RlimitPlan,
+    /// Each call's cgroup quotas.
+    pub call_limits: CallLimits,
+}
+
+/// The per-process limits every child gets (see `rlimits`).
+#[derive(Debug, Clone, Copy)]
+pub struct RlimitPlan {
+    pub file_size_bytes: u64,
+    pub open_files: u64,
+    pub cpu_seconds: u64,
+    pub address_space_bytes: u64,
+    /// Stand-ins where there are no cgroups: the memory limit (as RLIMIT_AS) and pids (as
+    /// RLIMIT_NPROC).
+    pub memory_bytes: u64,
+    pub pids: u64,
+}

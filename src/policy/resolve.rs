@@ -1,0 +1,196 @@
+//! The policy resolved against one workspace, once, into the plans the stages to the right
+//! take: [`ConfinePlan`] for `confine`, [`ExecPlan`] (with its [`EnvTemplate`]) for `exec`,
+//! [`LintPlan`] for `lint`, and the protected set and write rules the workspace enforces for
+//! the file tools. Those modules never see a `Policy`.
+//!
+//! Owns the derivations and the one meaning of "home" ([`server_home`]): `~/` in a policy
+//! path and `{home}` in an environment value are both the home of the user running cordon.
+//! It does not validate the TOML (that is `policy::load`) and builds nothing that runs.
+
+use super::{Policy, WorkspaceAccess};
+use crate::confine::{CallLimits, ConfinePlan, RlimitPlan};
+use crate::exec::ExecPlan;
+use crate::exec::env::EnvTemplate;
+use crate::lint::LintPlan;
+use std::path::Path;
+
+/// Everything a runtime derives from its policy.
+#[derive(Debug, Clone)]
+pub struct Plans {
+    pub confine: ConfinePlan,
+    pub exec: ExecPlan,
+    pub lint: LintPlan,
+    /// Workspace-relative patterns nothing confined may write: the sandbox's read-only binds
+    /// and the file tools' refusals are this one list.
+    pub protected: Vec<String>,
+    /// With a read-only workspace, the only directories the file tools may write; None: the
+    /// whole workspace (protected paths aside).
+    pub writable_only: Option<Vec<String>>,
+}
+
+/// The home directory of the user running cordon, when `$HOME` names an absolute path.
+pub fn server_home() -> Option<String> {
+    std::env::var("HOME")
+        .ok()
+        .filter(|home| home.starts_with('/'))
+        .map(|home| home.trim_end_matches('/').to_owned())
+        .map(|home| if home.is_empty() { "/".into() } else { home })
+}
+
+/// `~/x` as the server user's home joined with `x`; any other spelling unchanged.
+pub(super) fn expand_home(path: String) -> String {
+    match (path.strip_prefix("~/"), server_home()) {
+        (Some(rest), Some(home)) => format!("{}/{rest}", home.trim_end_matches('/')),
+        _ => path,
+    }
+}
+
+/// A session manager's settings, from the policy it serves.
+impl From<&Policy> for crate::interpreter::InterpreterPlan {
+    fn from(policy: &Policy) -> Self {
+        Self {
+            policy: policy.interpreter.clone(),
+            max_repr: policy.output.memory_cap_bytes,
+        }
+    }
+}
+
+impl Policy {
+    /// The plans for `workspace` (absolute and canonical).
+    pub fn resolve(&self, workspace: &Path) -> Plans {
+        let protected = self.protected_patterns(workspace);
+        let fs = &self.filesystem;
+        let read_only_workspace = fs.workspace == WorkspaceAccess::ReadOnly;
+        let mut read_write = fs.read_write.clone();
+        if read_only_workspace {
+            read_write.extend(fs.workspace_writable.iter().map(|p| workspace.join(p)));
+        }
+        let limits = &self.limits;
+        let confine = ConfinePlan {
+            workspace: workspace.to_path_buf(),
+            read_only_workspace,
+            read_exec: fs.read_exec.clone(),
+            read_write,
+            devices: fs.devices.clone(),
+            deny: fs.deny.clone(),
+            tcp_connect: self.network.tcp_connect.clone(),
+            tcp_bind: self.network.tcp_bind.clone(),
+            isolate_network: self.network.is_off() && self.sandbox.seccomp_profile == "default",
+            seccomp_profile: self.sandbox.seccomp_profile.clone(),
+            fallback_unix_sockets: self.sandbox.fallback_unix_sockets,
+            protected: protected.clone(),
+            names_protected_paths: !fs.protected.is_empty(),
+            rlimits: RlimitPlan {
+                file_size_bytes: limits.file_size_bytes,
+                open_files: limits.open_files,
+                cpu_seconds: limits.cpu_seconds,
+                address_space_bytes: limits.address_space_bytes,
+                memory_bytes: limits.memory_bytes,
+                pids: limits.pids,
+            },
+            call_limits: CallLimits {
+                memory_bytes: limits.memory_bytes,
+                pids: limits.pids,
+                cpu_percent: limits.cpu_percent,
+            },
+        };
+        let env = self.env_template(workspace);
+        let lint = LintPlan {
+            enabled: self.lint.enabled,
+            syntax: self.lint.syntax,
+            timeout: self.lint.timeout,
+            max_file_bytes: self.lint.max_file_bytes,
+            linters: self.lint.linters.clone(),
+            // A linter is found where the confined child's `execvp` will look.
+            search_path: env.set.get("PATH").cloned().unwrap_or_default(),
+        };
+        let exec = ExecPlan {
+            env,
+            disk_budget: limits.disk_bytes,
+            disk_extra: fs.read_write.clone(),
+        };
+        Plans {
+            confine,
+            exec,
+            lint,
+            protected,
+            writable_only: read_only_workspace.then(|| fs.workspace_writable.clone()),
+        }
+    }
+
+    /// `environment` with `{home}` and `{workspace}` expanded; `{tmp}` stays, it differs per
+    /// call.
+    fn env_template(&self, workspace: &Path) -> EnvTemplate {
+        let home = server_home().unwrap_or_default();
+        let workspace = workspace.to_string_lossy();
+        let set = self
+            .environment
+            .set
+            .iter()
+            .map(|(name, value)| {
+                let value = value
+                    .replace("{workspace}", &workspace)
+                    .replace("{home}", &home);
+                (name.clone(), value)
+            })
+            .collect();
+        EnvTemplate {
+            pass: self.environment.pass.clone(),
+            set,
+        }
+    }
+
+    /// The workspace-relative patterns nothing confined may write: the policy's
+    /// `filesystem.protected` plus every file of its `extends` chain that lies inside the
+    /// workspace (a policy the agent could edit would loosen its own sandbox). `*` in a file
+    /// name is a pattern character, so a policy file whose name holds one protects a little
+    /// more, never less.
+    pub fn protected_patterns(&self, workspace_root: &Path) -> Vec<String> {
+        let mut protected = self.filesystem.protected.clone();
+        for source in &self.sources {
+            let canonical = source.canonicalize().unwrap_or_else(|_| source.clone());
+            if let Ok(inside) = canonical.strip_prefix(workspace_root) {
+                let rel = inside.to_string_lossy().into_owned();
+                if !rel.is_empty() && !protected.contains(&rel) {
+                    protected.push(rel);
+                }
+            }
+        }
+        protected
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn home_means_the_same_in_paths_and_in_environment_values() {
+        let Some(home) = server_home() else { return };
+        assert_eq!(expand_home("~/bin".into()), format!("{home}/bin"));
+        let mut policy = Policy::builtin_default();
+        policy
+            .environment
+            .set
+            .insert("X".into(), "{home}/bin:{workspace}:{tmp}".into());
+        let plans = policy.resolve(Path::new("/ws"));
+        assert_eq!(plans.exec.env.set["X"], format!("{home}/bin:/ws:{{tmp}}"));
+    }
+
+    #[test]
+    fn a_read_only_workspace_keeps_its_writable_directories_writable() {
+        let mut policy = Policy::builtin_default();
+        policy.filesystem.workspace = WorkspaceAccess::ReadOnly;
+        policy.filesystem.workspace_writable = vec!["out".into()];
+        let plans = policy.resolve(Path::new("/ws"));
+        assert!(plans.confine.read_only_workspace);
+        assert!(
+            plans
+                .confine
+                .read_write
+                .contains(&Path::new("/ws/out").to_path_buf())
+        );
+        assert_eq!(plans.writable_only, Some(vec!["out".to_owned()]));
+        assert_eq!(plans.protected, policy.protected_patterns(Path::new("/ws")));
+    }
+}
