@@ -37,7 +37,6 @@ pub struct ApproveCommand {
 }
 rmcp::elicit_safe!(ApproveCommand);
 
-/// What asking came to.
 /// The user's answer; `Pending` (2026-07-28) is returned to the client, whose retry carries
 /// the answer.
 pub type Approval = shell_exec::Approval<InputRequiredResult>;
@@ -53,10 +52,19 @@ pub struct Asker<'a> {
 impl shell_exec::Approver for Asker<'_> {
     type Pending = InputRequiredResult;
 
+    /// Asks the user through `rctx`'s client. `state` and `responses` are the MRTR retry
+    /// fields of this call (None on a first call and in legacy sessions).
     async fn ask(self, args: &ShellExecArgs, reason: &Reason) -> Approval {
-        self.approvals
-            .obtain(self.rctx, args, reason, self.state, self.responses)
-            .await
+        let modern = self
+            .rctx
+            .protocol_version()
+            .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+        if modern {
+            self.approvals
+                .round_trip(self.rctx, args, reason, self.state, self.responses)
+        } else {
+            elicit(self.rctx, args, reason, self.approvals.timeout).await
+        }
     }
 }
 
@@ -86,26 +94,6 @@ impl Approvals {
         Self {
             pending: Mutex::default(),
             timeout,
-        }
-    }
-
-    /// Asks the user through `rctx`'s client. `state` and `responses` are the MRTR retry
-    /// fields of this call (None on a first call and in legacy sessions).
-    pub async fn obtain(
-        &self,
-        rctx: &RequestContext<RoleServer>,
-        args: &ShellExecArgs,
-        reason: &Reason,
-        state: Option<String>,
-        responses: Option<rmcp::model::InputResponses>,
-    ) -> Approval {
-        let modern = rctx
-            .protocol_version()
-            .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
-        if modern {
-            self.round_trip(rctx, args, reason, state, responses)
-        } else {
-            elicit(rctx, args, reason, self.timeout).await
         }
     }
 

@@ -17,6 +17,7 @@ use super::{Done, SharedContext, Tool};
 use crate::audit::Outcome;
 use crate::exec::{Captured, LimitHit};
 use crate::interpreter::{CellOutcome, CellRequest, InterpreterError};
+use crate::policy::Request;
 use crate::runtime::Session;
 use crate::shape::{ErrorKind, ToolError, ToolOutcome, push_sections, shape_stream};
 use schemars::JsonSchema;
@@ -161,17 +162,11 @@ pub async fn run(
     cancel: CancellationToken,
 ) -> ToolOutcome {
     let started = Instant::now();
-    let decision = match super::admitted(&ctx, &crate::policy::Request::CodeInterpreter) {
-        Ok(decision) => decision,
-        Err((decision, error)) => {
-            return super::finish::<CodeInterpreter>(&ctx, &args, &decision, started, Err(error));
-        }
+    let work = async {
+        let timeout = prepare(&ctx, &args)?;
+        Ok(run_cell(&ctx, &args, timeout, cancel, started).await)
     };
-    let result = match prepare(&ctx, &args) {
-        Err(error) => Err(error),
-        Ok(timeout) => Ok(run_cell(&ctx, &args, timeout, cancel, started).await),
-    };
-    super::finish::<CodeInterpreter>(&ctx, &args, &decision, started, result)
+    super::run::<CodeInterpreter>(&ctx, &args, Request::CodeInterpreter, work).await
 }
 
 /// Runs the checked cell in its session, in one of the concurrency slots.

@@ -12,13 +12,13 @@ use crate::audit::Outcome;
 use crate::exec::Captured;
 use crate::files::{self, Edit};
 use crate::lint::LintReport;
+use crate::policy::Request;
 use crate::runtime::Runtime;
 use crate::runtime::Session;
 use crate::shape::{ShapedStream, ToolError, ToolOutcome, shape_stream};
 use crate::workspace::{RelPath, WriteReport};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use std::time::Instant;
 
 #[derive(Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -107,15 +107,16 @@ impl Tool for EditFile {
             "nothing was changed"
         };
         let error = super::oversized_error(size, what);
+        let (lint, lint_omitted) = super::lint_left_out(&output.lint, output.lint_omitted);
         let smaller = EditFileOutput {
             path: super::echo_arg(&args.path),
             replacements: output.replacements,
             diff: String::new(),
             full_diff: output.full_diff,
             dropped_permissions: output.dropped_permissions,
-            lint_omitted: output.lint.diagnostics.len() as u64 + output.lint_omitted,
+            lint_omitted,
             applied: output.applied,
-            lint: LintReport::skipped("left out: the result was too large"),
+            lint,
             error: Some(error.clone()),
         };
         Some(Done::error(smaller, &error))
@@ -123,14 +124,8 @@ impl Tool for EditFile {
 }
 
 pub async fn run(ctx: SharedContext, args: EditFileArgs) -> ToolOutcome {
-    let started = Instant::now();
-    let decision = match super::admitted(&ctx, &crate::policy::Request::EditFile) {
-        Ok(decision) => decision,
-        Err((decision, error)) => {
-            return super::finish::<EditFile>(&ctx, &args, &decision, started, Err(error));
-        }
-    };
-    let result = edit(&ctx, &args).await.map(|output| {
+    let work = async {
+        let output = edit(&ctx, &args).await?;
         let verb = if output.applied {
             "edited"
         } else {
@@ -146,9 +141,9 @@ pub async fn run(ctx: SharedContext, args: EditFileArgs) -> ToolOutcome {
             output.lint.summary(10),
             super::write_file::omitted_note(output.lint_omitted),
         );
-        Done::ok(output, text)
-    });
-    super::finish::<EditFile>(&ctx, &args, &decision, started, result)
+        Ok(Done::ok(output, text))
+    };
+    super::run::<EditFile>(&ctx, &args, Request::EditFile, work).await
 }
 
 async fn edit(ctx: &SharedContext, args: &EditFileArgs) -> Result<EditFileOutput, ToolError> {
@@ -162,14 +157,9 @@ async fn edit(ctx: &SharedContext, args: &EditFileArgs) -> Result<EditFileOutput
         ));
     }
     let rt = &ctx.runtime;
-    let path = args.path.clone();
-    let rel = rt
-        .blocking(move |rt| rt.workspace.resolve_arg(&path))
-        .await
-        .map_err(|e| ToolError::from(&e))?;
     // Read, match, write and lint under the file's lock, so two edits of the same file cannot
     // interleave (and lint reads back this edit's content).
-    let _guard = rt.file_locks.lock(rel.as_str()).await;
+    let (rel, _guard) = super::resolve_and_lock(ctx, &args.path).await?;
     let edits: Vec<Edit> = args
         .edits
         .iter()
@@ -212,11 +202,7 @@ async fn edit(ctx: &SharedContext, args: &EditFileArgs) -> Result<EditFileOutput
         replacements,
         diff: diff.text,
         full_diff: diff.full_output,
-        dropped_permissions: report
-            .dropped_bits
-            .iter()
-            .map(|b| (*b).to_owned())
-            .collect(),
+        dropped_permissions: super::dropped_bits(&report),
         lint_omitted,
         applied: true,
         lint,

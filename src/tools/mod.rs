@@ -22,6 +22,7 @@ use crate::audit::{Decision, Outcome};
 use crate::exec::CaptureSpec;
 use crate::runtime::Session;
 use crate::shape::{ErrorKind, ToolError, ToolOutcome};
+use crate::workspace::{RelPath, WriteReport};
 use serde::Serialize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -123,6 +124,59 @@ pub fn admitted(
             ),
         )),
     }
+}
+
+/// A file or interpreter call from start to end: the policy's answer to `request` first
+/// ([`admitted`]), then `work` (not started when the policy refuses), then [`finish`].
+pub async fn run<T: Tool>(
+    ctx: &Session,
+    args: &T::Args,
+    request: crate::policy::Request<'_>,
+    work: impl std::future::Future<Output = Result<Done<T>, ToolError>>,
+) -> ToolOutcome {
+    let started = Instant::now();
+    let (decision, result) = match admitted(ctx, &request) {
+        Ok(decision) => (decision, work.await),
+        Err((decision, error)) => (decision, Err(error)),
+    };
+    finish::<T>(ctx, args, &decision, started, result)
+}
+
+/// Resolves a file argument beneath the workspace (file-system calls: on the blocking pool)
+/// and waits for that file's lock, held by the caller until it has written and linted.
+pub async fn resolve_and_lock(
+    ctx: &Session,
+    path: &str,
+) -> Result<(RelPath, tokio::sync::OwnedMutexGuard<()>), ToolError> {
+    let path = path.to_owned();
+    let rel = ctx
+        .runtime
+        .blocking(move |rt| rt.workspace.resolve_arg(&path))
+        .await
+        .map_err(|e| ToolError::from(&e))?;
+    let guard = ctx.runtime.file_locks.lock(rel.as_str()).await;
+    Ok((rel, guard))
+}
+
+/// The set-id bits of the old file a write did not keep, by name.
+pub fn dropped_bits(report: &WriteReport) -> Vec<String> {
+    report
+        .dropped_bits
+        .iter()
+        .map(|b| (*b).to_owned())
+        .collect()
+}
+
+/// The lint part of an answer that was too large: the report left out, and how many
+/// diagnostics that leaves unsaid.
+pub fn lint_left_out(
+    lint: &crate::lint::LintReport,
+    omitted: u64,
+) -> (crate::lint::LintReport, u64) {
+    (
+        crate::lint::LintReport::skipped("left out: the result was too large"),
+        lint.diagnostics.len() as u64 + omitted,
+    )
 }
 
 /// The end every call goes through: the default output for an early failure, the audit

@@ -6,12 +6,12 @@
 use super::{Done, SharedContext, Tool};
 use crate::audit::Outcome;
 use crate::files::{self, ReadLimits};
+use crate::policy::Request;
 use crate::runtime::Runtime;
 use crate::runtime::Session;
 use crate::shape::{ToolError, ToolOutcome};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use std::time::Instant;
 
 #[derive(Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -89,20 +89,14 @@ impl Tool for ReadFile {
 }
 
 pub async fn run(ctx: SharedContext, args: ReadFileArgs) -> ToolOutcome {
-    let started = Instant::now();
-    let decision = match super::admitted(&ctx, &crate::policy::Request::ReadFile) {
-        Ok(decision) => decision,
-        Err((decision, error)) => {
-            return super::finish::<ReadFile>(&ctx, &args, &decision, started, Err(error));
-        }
-    };
     let (path, offset, limit) = (args.path.clone(), args.offset, args.limit);
     // Opening and reading the file is blocking work: it goes to the blocking pool.
-    let result = ctx
-        .runtime
-        .blocking(move |rt| read(rt, &path, offset, limit))
-        .await
-        .map(|(output, note)| {
+    let work = async {
+        let (output, note) = ctx
+            .runtime
+            .blocking(move |rt| read(rt, &path, offset, limit))
+            .await?;
+        {
             let mut text = format!(
                 "{} lines {}-{} of {}{}\n",
                 output.path,
@@ -119,9 +113,10 @@ pub async fn run(ctx: SharedContext, args: ReadFileArgs) -> ToolOutcome {
                 text.push_str(&format!("note: {note}\n"));
             }
             text.push_str(&output.content);
-            Done::ok(output, text)
-        });
-    super::finish::<ReadFile>(&ctx, &args, &decision, started, result)
+            Ok(Done::ok(output, text))
+        }
+    };
+    super::run::<ReadFile>(&ctx, &args, Request::ReadFile, work).await
 }
 
 fn read(

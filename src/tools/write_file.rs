@@ -9,11 +9,11 @@
 use super::{Done, SharedContext, Tool};
 use crate::audit::Outcome;
 use crate::lint::LintReport;
+use crate::policy::Request;
 use crate::runtime::Session;
 use crate::shape::{ErrorKind, ToolError, ToolOutcome};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use std::time::Instant;
 
 #[derive(Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -84,13 +84,14 @@ impl Tool for WriteFile {
             "nothing was written"
         };
         let error = super::oversized_error(size, what);
+        let (lint, lint_omitted) = super::lint_left_out(&output.lint, output.lint_omitted);
         let smaller = WriteFileOutput {
             path: super::echo_arg(&args.path),
             bytes: output.bytes,
             created: output.created,
             dropped_permissions: output.dropped_permissions,
-            lint_omitted: output.lint.diagnostics.len() as u64 + output.lint_omitted,
-            lint: LintReport::skipped("left out: the result was too large"),
+            lint_omitted,
+            lint,
             error: Some(error.clone()),
         };
         Some(Done::error(smaller, &error))
@@ -98,14 +99,8 @@ impl Tool for WriteFile {
 }
 
 pub async fn run(ctx: SharedContext, args: WriteFileArgs) -> ToolOutcome {
-    let started = Instant::now();
-    let decision = match super::admitted(&ctx, &crate::policy::Request::WriteFile) {
-        Ok(decision) => decision,
-        Err((decision, error)) => {
-            return super::finish::<WriteFile>(&ctx, &args, &decision, started, Err(error));
-        }
-    };
-    let result = write(&ctx, &args).await.map(|output| {
+    let work = async {
+        let output = write(&ctx, &args).await?;
         let text = format!(
             "{} {} ({} bytes){}\n{}{}",
             if output.created {
@@ -119,9 +114,9 @@ pub async fn run(ctx: SharedContext, args: WriteFileArgs) -> ToolOutcome {
             output.lint.summary(10),
             omitted_note(output.lint_omitted),
         );
-        Done::ok(output, text)
-    });
-    super::finish::<WriteFile>(&ctx, &args, &decision, started, result)
+        Ok(Done::ok(output, text))
+    };
+    super::run::<WriteFile>(&ctx, &args, Request::WriteFile, work).await
 }
 
 /// The text-block note for dropped set-id bits.
@@ -164,13 +159,9 @@ async fn write(ctx: &SharedContext, args: &WriteFileArgs) -> Result<WriteFileOut
             ),
         ));
     }
-    let path = args.path.clone();
-    let rel = rt
-        .blocking(move |rt| rt.workspace.resolve_arg(&path))
-        .await
-        .map_err(|e| ToolError::from(&e))?;
-    // Held until lint has read the file back: another write of it waits, others do not.
-    let _guard = rt.file_locks.lock(rel.as_str()).await;
+    // The lock is held until lint has read the file back: another write of it waits, writes
+    // of other files do not.
+    let (rel, _guard) = super::resolve_and_lock(ctx, &args.path).await?;
     let content: std::sync::Arc<str> = args.content.as_str().into();
     let (create_dirs, written) = (args.create_dirs, std::sync::Arc::clone(&content));
     let (rel, before, report) = rt
@@ -198,11 +189,7 @@ async fn write(ctx: &SharedContext, args: &WriteFileArgs) -> Result<WriteFileOut
         path: rel.as_str().to_owned(),
         bytes: report.bytes,
         created: report.created,
-        dropped_permissions: report
-            .dropped_bits
-            .iter()
-            .map(|b| (*b).to_owned())
-            .collect(),
+        dropped_permissions: super::dropped_bits(&report),
         lint_omitted,
         lint,
         error: None,

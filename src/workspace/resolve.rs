@@ -27,6 +27,18 @@ use super::protect::FileId;
 /// How many symlinks a walk follows before calling it a loop (Linux's own limit).
 pub(crate) const MAX_SYMLINK_HOPS: usize = 40;
 
+/// Counts one more retry or link followed while resolving `shown`; past
+/// [`MAX_SYMLINK_HOPS`] the path is a loop (or is being swapped under us without end).
+fn next_hop(hops: &mut usize, shown: &str) -> Result<(), PathError> {
+    *hops += 1;
+    if *hops > MAX_SYMLINK_HOPS {
+        return Err(PathError::SymlinkLoop {
+            path: shown.to_owned(),
+        });
+    }
+    Ok(())
+}
+
 /// errno values the walk tells apart (stable Linux ABI).
 const ENOTDIR: i32 = 20;
 const ELOOP: i32 = 40;
@@ -135,24 +147,14 @@ pub(crate) fn walk(
                     Ok(meta) => meta,
                     // Changed under us; try the same name again (bounded by `hops`).
                     Err(_) => {
-                        hops += 1;
-                        if hops > MAX_SYMLINK_HOPS {
-                            return Err(PathError::SymlinkLoop {
-                                path: shown.to_owned(),
-                            });
-                        }
+                        next_hop(&mut hops, shown)?;
                         queue.push_front(name);
                         continue;
                     }
                 };
                 if meta.is_dir() {
                     // It was swapped back to a directory meanwhile: open it again.
-                    hops += 1;
-                    if hops > MAX_SYMLINK_HOPS {
-                        return Err(PathError::SymlinkLoop {
-                            path: shown.to_owned(),
-                        });
-                    }
+                    next_hop(&mut hops, shown)?;
                     queue.push_front(name);
                     continue;
                 }
@@ -161,12 +163,7 @@ pub(crate) fn walk(
                         path: shown.to_owned(),
                     });
                 }
-                hops += 1;
-                if hops > MAX_SYMLINK_HOPS {
-                    return Err(PathError::SymlinkLoop {
-                        path: shown.to_owned(),
-                    });
-                }
+                next_hop(&mut hops, shown)?;
                 let target = match current.read_link(&name) {
                     Ok(target) => target,
                     // Removed, or no longer a link (EINVAL): look at the name again.

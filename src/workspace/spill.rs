@@ -140,17 +140,7 @@ impl Workspace {
                 limit,
             });
         }
-        let mut bytes = Vec::with_capacity(meta.len() as usize);
-        std::io::Read::read_to_end(&mut std::io::Read::take(file, limit + 1), &mut bytes)
-            .map_err(|e| PathError::at(&rel, e))?;
-        if bytes.len() as u64 > limit {
-            return Err(PathError::TooLarge {
-                path: rel.to_string(),
-                size: bytes.len() as u64,
-                limit,
-            });
-        }
-        Ok(bytes)
+        super::read_capped(&rel, file, meta.len(), limit)
     }
 
     fn open_spill_dir(&self) -> Result<Dir, PathError> {
