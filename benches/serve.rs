@@ -22,7 +22,9 @@
 //! (default 100) set round-trip samples per series, `BENCH_GAP_MS` (default 50) the spaced
 //! pause, `BENCH_BLOCK` (default 10) back-to-back samples of one series in a row,
 //! `BENCH_STARTS` (default 20) the server starts timed, `BENCH_CORDON` another
-//! `cordon` binary to measure.
+//! `cordon` binary to measure. `BENCH_BASELINE=/path/to/an/older/cordon` adds that binary's
+//! start times and a `baseline_shell_exec` series, interleaved with this build's, so a change
+//! is compared with its base under the same load.
 
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -47,7 +49,15 @@ impl Server {
     /// Starts `cordon serve` and returns it with the time from spawn to the `tools/list`
     /// answer (initialize, initialized, tools/list: what every client does first).
     fn start(workspace: &Path, per_child: bool) -> (Server, Duration) {
-        let mut cmd = Command::new(cordon());
+        Self::start_binary(&cordon(), workspace, per_child)
+    }
+
+    fn start_binary(
+        program: &std::ffi::OsStr,
+        workspace: &Path,
+        per_child: bool,
+    ) -> (Server, Duration) {
+        let mut cmd = Command::new(program);
         cmd.args(["serve", "--workspace"])
             .arg(workspace)
             .stdin(Stdio::piped())
@@ -167,8 +177,12 @@ fn main() {
     std::fs::create_dir(&ws).expect("workspace");
     let ws = ws.canonicalize().expect("canonical workspace");
 
-    start_times(&ws, starts);
+    let baseline = std::env::var_os("BENCH_BASELINE");
+    start_times(&ws, starts, baseline.as_deref());
 
+    let mut base = baseline
+        .as_deref()
+        .map(|program| Server::start_binary(program, &ws, false).0);
     let (mut sandboxed, _) = Server::start(&ws, false);
     let (mut per_child, _) = Server::start(&ws, true);
     println!("\n## idle memory right after start (no call yet)\n");
@@ -176,6 +190,9 @@ fn main() {
     for _ in 0..20 {
         sandboxed.shell_true();
         per_child.shell_true();
+        if let Some(base) = &mut base {
+            base.shell_true();
+        }
     }
     // Let the refill after the last call finish.
     std::thread::sleep(Duration::from_millis(500));
@@ -189,7 +206,10 @@ fn main() {
     // run after its answer).
     let mut phase = |title: &str, n: usize, warmup: usize, gap: Option<Duration>, block: usize| {
         println!("\n## {title}\n");
-        let names = ["ping", "shell_exec", "shell_exec_per_child", "bare_spawn"];
+        let mut names = vec!["ping", "shell_exec", "shell_exec_per_child", "bare_spawn"];
+        if base.is_some() {
+            names.push("baseline_shell_exec");
+        }
         let mut samples: Vec<Vec<Duration>> = vec![Vec::with_capacity(n); names.len()];
         let skip = usize::from(block > 1);
         let mut round = 0;
@@ -199,10 +219,11 @@ fn main() {
                     if let Some(gap) = gap {
                         std::thread::sleep(gap);
                     }
-                    let t = match i {
-                        0 => sandboxed.ping(),
-                        1 => sandboxed.shell_true(),
-                        2 => per_child.shell_true(),
+                    let t = match (i, &mut base) {
+                        (0, _) => sandboxed.ping(),
+                        (1, _) => sandboxed.shell_true(),
+                        (2, _) => per_child.shell_true(),
+                        (4, Some(base)) => base.shell_true(),
                         _ => bare_spawn(),
                     };
                     if round >= warmup && k >= skip && sample.len() < n {
@@ -258,9 +279,10 @@ fn main() {
     );
 }
 
-/// Starts the server `starts` times each way, interleaved, and prints spawn → tools/list.
-fn start_times(ws: &Path, starts: usize) {
-    let (mut with_init, mut without) = (Vec::new(), Vec::new());
+/// Starts the server `starts` times each way (and the baseline's, if any), interleaved, and
+/// prints spawn → tools/list.
+fn start_times(ws: &Path, starts: usize, baseline: Option<&std::ffi::OsStr>) {
+    let (mut with_init, mut without, mut base) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..starts {
         let (s, t) = Server::start(ws, false);
         drop(s);
@@ -268,6 +290,12 @@ fn start_times(ws: &Path, starts: usize) {
         let (s, t) = Server::start(ws, true);
         drop(s);
         without.push(t);
+        if let Some(program) = baseline {
+            std::thread::sleep(Duration::from_millis(50));
+            let (s, t) = Server::start_binary(program, ws, false);
+            drop(s);
+            base.push(t);
+        }
         // Let the killed server's init tree go before the next start.
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -281,7 +309,11 @@ fn start_times(ws: &Path, starts: usize) {
             "per-child (CORDON_SIMULATE_MISSING=namespaces)",
             &mut without,
         ),
+        ("baseline, with the sandbox init", &mut base),
     ] {
+        if s.is_empty() {
+            continue;
+        }
         let st = Stats::of(s);
         if median.is_zero() {
             median = st.median;

@@ -5,7 +5,9 @@
 //! argument strings are shortened so a log cannot balloon with file contents, and `env`
 //! values and `stdin` are redacted to their sizes unless the policy opts in
 //! (`server.audit_log_values`), since that is where secrets are passed. The file is rotated by
-//! size (`<file>.1` .. `.3`). Owns the file format only; callers decide what an outcome is.
+//! size (`<file>.1` .. `.3`). Owns the typed record ([`AuditRecord`] with its [`Decision`] and
+//! per-tool [`Outcome`]) and the file; records are written at one point, `Runtime::audit`,
+//! which every tool reaches through `tools::finish`. Tools decide what their outcome is.
 
 use crate::confine::EnforcementLevel;
 use crate::error_kind::ErrorKind;

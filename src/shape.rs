@@ -1,5 +1,8 @@
-//! Shaping what a tool returns: error kinds, long-output truncation with spill, and the
-//! `CallToolResult` (structured content plus a short text block for the model).
+//! Shaping what a tool returns: the tool error (kinds are `error_kind`'s, and a lower layer's
+//! error becomes one through `From`), long-output truncation with spill (by the policy's
+//! [`OutputPolicy`], which this module owns), the `--- stream ---` sections of a text block,
+//! and [`ToolOutcome`]: the `CallToolResult` (structured content plus a short text block for
+//! the model) that tools build without knowing MCP and only `server` unwraps.
 //!
 //! Text results pass through [`hygiene`] (escape sequences and control characters removed,
 //! unless the policy keeps them) and invalid UTF-8 is replaced with a note saying where the
@@ -177,6 +180,17 @@ pub fn shape_stream(
             .push_str(&format!("[... {} ...]\n", notes.join("; ")));
     }
     shaped
+}
+
+/// Whether [`shape_stream`] shows `captured` whole and so writes no spill file: it is all in
+/// memory, valid UTF-8, and within the line and character thresholds. A caller may then
+/// shape it without moving to the blocking pool.
+pub fn shown_whole(captured: &Captured, policy: &OutputPolicy) -> bool {
+    captured.is_complete()
+        && captured.tail.is_empty()
+        && captured.head.len() <= policy.max_chars
+        && count_lines(captured) <= policy.max_lines as u64
+        && std::str::from_utf8(&captured.head).is_ok()
 }
 
 /// Whether `bytes` is UTF-8, allowing a character cut at the start or end (a kept head or
@@ -478,6 +492,24 @@ mod tests {
         assert!(utf8_ok(&"é".as_bytes()[..1], false, true));
         assert!(utf8_ok(&"é".as_bytes()[1..], true, false));
         assert!(!utf8_ok(b"a\xffb", true, true));
+    }
+
+    #[test]
+    fn shown_whole_is_true_only_where_shaping_writes_nothing() {
+        assert!(shown_whole(&captured("a\nb\n"), &policy()));
+        let long: String = (1..=1000).map(|i| format!("line {i}\n")).collect();
+        assert!(!shown_whole(&captured(&long), &policy()));
+        let bytes = b"caf\xe9\n".to_vec();
+        let invalid = Captured {
+            head: bytes.clone(),
+            total_bytes: bytes.len() as u64,
+            total_lines: 1,
+            ..Default::default()
+        };
+        assert!(!shown_whole(&invalid, &policy()));
+        // Wherever it says "whole", the shaped text is the input, untouched.
+        let s = shape_stream(&captured("a\nb\n"), &policy(), "stdout", None);
+        assert!(!s.truncated && s.full_output.is_none());
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! Spawning one confined child and seeing it through: output capture, stdin, timeout,
 //! cancellation, and killing the whole tree when the call ends.
 //!
-//! Owns the process lifecycle, not the confinement itself (`confine` builds it; this module
-//! only hands the prepared `ChildSetup` to `pre_exec`) and not how results are shown (`shape`).
+//! Owns the process lifecycle and the child's environment ([`ExecPlan`], resolved from the
+//! policy by `policy::resolve`; this module never sees a policy), not the confinement itself
+//! (`confine` builds it; this module only hands the prepared `ChildSetup` to `pre_exec`) and
+//! not how results are shown (`shape`).
 //! The rule it guarantees: when `run` returns, no process the call started is alive. The one
 //! exception is deliberate and explicit: `spawn_worker` (in `worker`) hands back a live,
 //! confined worker whose tree dies when it is terminated or dropped.

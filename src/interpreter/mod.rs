@@ -10,7 +10,9 @@
 //! worker and its cells, `output` the files a cell's output goes to. Confinement is `exec`'s
 //! `spawn_worker` (the same Landlock, seccomp, cgroup and rlimit path as shell commands, with
 //! a private directory per worker); presenting results is the tool's job
-//! (`tools::code_interpreter`).
+//! (`tools::code_interpreter`). A manager is built from an [`InterpreterPlan`] (the policy's
+//! `[interpreter]` section, [`InterpreterPolicy`], which this module owns); it never sees the
+//! rest of a policy.
 
 mod boot;
 mod output;

@@ -1,10 +1,12 @@
-//! Lint feedback for `write_file` / `edit_file`: the pure-logic half.
+//! Lint feedback for `write_file` / `edit_file`.
 //!
-//! This module owns the diagnostic data model ([`diagnostic`]), the embedded tree-sitter syntax
-//! check ([`syntax`]), the translation of external linters' output into diagnostics
-//! ([`parsers`]), and the decision whether a diagnostic was introduced by an edit
-//! ([`introduced`]). It does **not** spawn processes, read files or apply policy: the caller runs
-//! external linters inside the confinement and hands their stdout and exit code to [`parsers`].
+//! This module owns the diagnostic data model ([`diagnostic`]), the syntax check's logic
+//! ([`syntax`]; the grammars themselves run in `crate::parser`'s confined worker), the
+//! translation of external linters' output into diagnostics ([`parsers`]), the decision
+//! whether a diagnostic was introduced by an edit ([`introduced`]), and the pipeline that runs
+//! them for one file ([`Linting`], built from a [`LintPlan`]): external linters run through
+//! the confined `exec::Executor`, each in a concurrency slot. It reads no files (the caller
+//! hands it the content) and never sees a policy: `policy::resolve` hands it the plan.
 
 pub mod diagnostic;
 pub mod introduced;

@@ -1,8 +1,11 @@
 //! Policies: what a confined call may do, as data.
 //!
 //! A policy is TOML (schema in `policies/README.md`). This module owns loading it (embedded
-//! name or file, following `extends`), validating it into the typed [`Policy`] and nothing
-//! else: how a policy is *enforced* belongs to `confine`, which never sees a policy file.
+//! name or file, following `extends`, `raw` holding all of serde) and validating it into the
+//! typed [`Policy`]; resolving it against a workspace into the plans the other stages take
+//! ([`resolve`]); answering allow, deny or ask for each tool request ([`decide`], with the
+//! command rules in [`commands`]); and saying what a denial means ([`explain`]). How a policy
+//! is *enforced* belongs to `confine`, `exec` and `workspace`, which never see a `Policy`.
 
 pub mod commands;
 pub mod decide;

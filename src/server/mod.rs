@@ -6,7 +6,10 @@
 //! made to fit their `outputSchema` (argument errors included), unknown tools and methods named
 //! back, the spill area as resources (`resources`), asking the user (`approval`), the server
 //! instructions, and what a failed start answers (`failed_start`). The work itself is in
-//! `tools`; this module only translates a request context into `tools::*::run` arguments.
+//! `tools`; this module only translates a request context into a tool's arguments and hooks
+//! (cancellation, progress, the `approval::Asker` `shell_exec` asks through) and unwraps the
+//! `shape::ToolOutcome` it answers. One [`CordonServer`] serves one client session
+//! (`runtime::Session`) over a shared `runtime::Runtime`.
 
 mod approval;
 pub mod failed_start;

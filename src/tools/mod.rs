@@ -142,17 +142,16 @@ pub async fn run<T: Tool>(
     finish::<T>(ctx, args, &decision, started, result)
 }
 
-/// Resolves a file argument beneath the workspace (file-system calls: on the blocking pool)
-/// and waits for that file's lock, held by the caller until it has written and linted.
+/// Turns a file argument into a workspace-relative path (a lexical check, no file-system
+/// call) and waits for that file's lock, held by the caller until it has written and linted.
 pub async fn resolve_and_lock(
     ctx: &Session,
     path: &str,
 ) -> Result<(RelPath, tokio::sync::OwnedMutexGuard<()>), ToolError> {
-    let path = path.to_owned();
     let rel = ctx
         .runtime
-        .blocking(move |rt| rt.workspace.resolve_arg(&path))
-        .await
+        .workspace
+        .resolve_arg(path)
         .map_err(|e| ToolError::from(&e))?;
     let guard = ctx.runtime.file_locks.lock(rel.as_str()).await;
     Ok((rel, guard))

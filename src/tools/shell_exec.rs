@@ -1,10 +1,11 @@
 //! `shell_exec`: one shell command, confined, with its output shaped for a model.
 //!
 //! Owns the argument contract, validation against the policy (timeout bound, cwd rooting,
-//! env names), the command-rule verdict and the refusals it leads to, progress notifications
-//! and the result. Asking the user is the server's (it knows MCP); running and killing the
-//! process is `exec`; truncation and spill are `shape`; what a permission error means under
-//! the policy is `policy::explain`.
+//! env names, done once per call), the whole decision ([`call`]: the command rules' verdict
+//! through `policy::decide`, the refusals it leads to, asking through an [`Approver`]),
+//! progress ticks and the result. How the user is asked is the server's (it knows MCP);
+//! running and killing the process is `exec`; truncation and spill are `shape`; what a
+//! permission error means under the policy is `policy::explain`.
 
 use super::{CallHooks, Done, SharedContext, Tool, finish};
 use crate::audit::{Answer as Answer_, Decision, Outcome};
@@ -15,7 +16,7 @@ use crate::policy::commands::{
 use crate::policy::explain;
 use crate::policy::{Analysed, Request};
 use crate::runtime::Session;
-use crate::shape::{ErrorKind, ToolError, ToolOutcome, push_sections, shape_stream};
+use crate::shape::{ErrorKind, ToolError, ToolOutcome, push_sections, shape_stream, shown_whole};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -434,13 +435,15 @@ async fn execute(ctx: &SharedContext, prepared: Prepared, hooks: CallHooks) -> D
             Done::error(nothing_ran(ctx, error.clone()), &error)
         }
         Ok(outcome) => {
-            // Shaping may write spill files: blocking work.
-            let session = Arc::clone(ctx);
-            match tokio::task::spawn_blocking(move || shape_outcome(&session, outcome, &cwd)).await
-            {
-                Ok(shaped) => shaped,
-                Err(e) => std::panic::resume_unwind(e.into_panic()),
+            let output = &ctx.runtime.policy.output;
+            if shown_whole(&outcome.stdout, output) && shown_whole(&outcome.stderr, output) {
+                return shape_outcome(ctx, outcome, &cwd);
             }
+            // Shaping will write spill files: blocking work.
+            let session = Arc::clone(ctx);
+            ctx.runtime
+                .blocking(move |_| shape_outcome(&session, outcome, &cwd))
+                .await
         }
     }
 }
