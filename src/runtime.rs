@@ -111,7 +111,8 @@ pub struct Runtime {
     /// the rest wait their turn.
     pub slots: Arc<tokio::sync::Semaphore>,
     /// Serialises read-modify-write of one file, so two edits of it cannot interleave.
-    pub file_locks: FileLocks,
+    /// Crate-private, so a `Runtime` can only come from [`Runtime::build`].
+    pub(crate) file_locks: FileLocks,
     /// Cancelled when the server shuts down: every session's calls end with it.
     pub shutdown: CancellationToken,
 }

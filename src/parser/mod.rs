@@ -18,7 +18,7 @@ pub mod worker;
 pub use client::{ParserClient, ParserConfig, ParserError, WORKER_SUBCOMMAND};
 
 /// The program a worker runs: this very binary, under [`WORKER_SUBCOMMAND`]. The confinement
-/// must let children read and execute it (`ConfineOptions::extra_read_exec`).
+/// must let children read and execute it (`RuntimeOptions::parser_program` grants it).
 pub fn worker_program() -> std::io::Result<std::path::PathBuf> {
     std::env::current_exe()
 }
