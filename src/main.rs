@@ -24,7 +24,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve the MCP tools on stdin/stdout (logs go to stderr; CORDON_LOG=info for more).
+    /// Serve the MCP tools on stdin/stdout, or over Streamable HTTP with --http (logs go to
+    /// stderr; CORDON_LOG=info for more).
     Serve {
         /// Workspace root, the only directory the tools may write. Default: the current
         /// directory, unless that is `/`, a system directory or the home directory itself
@@ -41,6 +42,8 @@ enum Command {
         /// Run with whatever confinement the kernel offers instead of refusing.
         #[arg(long)]
         allow_degraded: bool,
+        #[command(flatten)]
+        http: HttpArgs,
     },
     /// Run one command confined by a policy, passing its output through.
     Exec {
@@ -107,6 +110,61 @@ enum Command {
     /// The confined parser worker the server starts (frames on stdin/stdout; not for people).
     #[command(hide = true, name = "__parse-worker")]
     ParseWorker,
+}
+
+/// `serve --http`: where to listen and where the bearer token is.
+#[derive(clap::Args)]
+struct HttpArgs {
+    /// Serve MCP's Streamable HTTP transport at http://ADDR:PORT/mcp instead of stdio
+    /// (a bare port, or `:PORT`, means 127.0.0.1). A non-loopback address needs a token.
+    #[arg(long, value_name = "ADDR:PORT")]
+    http: Option<String>,
+    /// File holding the bearer token every HTTP request must carry (mode 0600).
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "http",
+        conflicts_with = "http_token_env"
+    )]
+    http_token_file: Option<PathBuf>,
+    /// Environment variable holding the bearer token every HTTP request must carry.
+    #[arg(long, value_name = "VAR", requires = "http")]
+    http_token_env: Option<String>,
+}
+
+impl HttpArgs {
+    /// The listen address and authenticator, or why they cannot be had.
+    fn options(&self) -> Result<Option<cordon::server::http::HttpOptions>> {
+        use cordon::server::http::auth::{Authenticator, TokenSource};
+        let Some(spec) = &self.http else {
+            return Ok(None);
+        };
+        let addr = parse_listen_addr(spec)?;
+        let auth = match (&self.http_token_file, &self.http_token_env) {
+            (Some(file), _) => Authenticator::load(&TokenSource::File(file.clone()))?,
+            (None, Some(var)) => Authenticator::load(&TokenSource::Env(var.clone()))?,
+            (None, None) => Authenticator::none(),
+        };
+        let options = cordon::server::http::HttpOptions { addr, auth };
+        cordon::server::http::check_options(&options)?;
+        Ok(Some(options))
+    }
+}
+
+/// `ADDR:PORT`, `[V6]:PORT`, `:PORT` or `PORT` (the last two on 127.0.0.1).
+fn parse_listen_addr(spec: &str) -> Result<std::net::SocketAddr> {
+    let spec = spec.trim();
+    let full = match spec.strip_prefix(':') {
+        Some(port) => format!("127.0.0.1:{port}"),
+        None if spec.bytes().all(|b| b.is_ascii_digit()) => format!("127.0.0.1:{spec}"),
+        None => spec.to_owned(),
+    };
+    full.parse().with_context(|| {
+        format!(
+            "--http {spec:?} is not ADDR:PORT: write e.g. 127.0.0.1:8080, [::1]:8080, :8080 or \
+             0.0.0.0:8080 (with a token)"
+        )
+    })
 }
 
 #[derive(Subcommand)]
@@ -217,7 +275,8 @@ async fn run(command: Command) -> Result<i32> {
             policy,
             audit_log,
             allow_degraded,
-        } => serve(workspace, &policy, audit_log, allow_degraded).await,
+            http,
+        } => serve(workspace, &policy, audit_log, allow_degraded, &http).await,
         Command::Exec {
             workspace,
             policy,
@@ -288,6 +347,7 @@ async fn serve(
     policy: &str,
     audit_log: Option<PathBuf>,
     allow_degraded: bool,
+    http: &HttpArgs,
 ) -> Result<i32> {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -297,6 +357,26 @@ async fn serve(
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .init();
+    if http.http.is_some() {
+        // Over HTTP nobody reads an `initialize` answer on stdin: a failed start is the
+        // message on stderr and exit status 2.
+        let started = async {
+            let options = http.options()?.expect("--http was given");
+            Ok::<_, anyhow::Error>((
+                start(workspace, policy, audit_log, allow_degraded).await?,
+                options,
+            ))
+        };
+        let (server, options) = match started.await {
+            Ok(started) => started,
+            Err(e) => {
+                eprintln!("cordon: cannot start: {}", one_line(&error_chain(&e)));
+                return Ok(2);
+            }
+        };
+        cordon::server::http::serve(server, options).await?;
+        return Ok(0);
+    }
     let server = match start(workspace, policy, audit_log, allow_degraded).await {
         Ok(server) => server,
         Err(e) => {
@@ -370,10 +450,8 @@ async fn start(
     )?;
     // The policy's list plus every policy file (the whole `extends` chain) in the workspace.
     let protected = cordon::tools::protected_paths(&policy, workspace.root());
-    let interpreter = cordon::interpreter::SessionManager::new(Arc::clone(&executor), &policy)?;
     let ctx = cordon::tools::ToolContext {
         executor,
-        interpreter,
         lint,
         parser,
         slots: tokio::sync::Semaphore::new(policy.server.max_concurrent_calls),
@@ -383,7 +461,11 @@ async fn start(
         audit,
         policy,
     };
-    Ok(cordon::server::CordonServer::new(ctx))
+    let server = cordon::server::CordonServer::new(ctx);
+    // The interpreter sessions of the first (stdio: only) session, made now so a failure is
+    // a start failure; HTTP sessions make theirs on first use.
+    server.open_interpreter().await?;
+    Ok(server)
 }
 
 async fn exec(

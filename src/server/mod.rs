@@ -11,9 +11,11 @@
 mod approval;
 pub mod failed_start;
 mod framing;
+pub mod http;
 mod instructions;
 mod resources;
 pub mod schema;
+pub mod scope;
 
 use crate::policy::commands::Decision;
 use crate::shape::{ErrorKind, ToolError};
@@ -45,10 +47,15 @@ pub struct CordonServer {
     ctx: SharedContext,
     tool_router: ToolRouter<Self>,
     instructions: Arc<String>,
-    approvals: Arc<approval::Approvals>,
-    /// Cancelled on SIGTERM/SIGINT: every running call ends (its tree killed) and is answered
-    /// before the session closes.
-    shutdown: tokio_util::sync::CancellationToken,
+    /// This MCP session's own state (interpreters, approvals, cancellation, call bound).
+    scope: Arc<scope::SessionScope>,
+    /// Over HTTP: the scopes of stateless (2026-07-28) requests, which have no session.
+    stateless: Option<Arc<scope::StatelessScopes>>,
+    /// Cancelled on SIGTERM/SIGINT: every running call of every session ends (its tree
+    /// killed) and is answered before the server stops. Each scope's token is its child.
+    server_shutdown: tokio_util::sync::CancellationToken,
+    /// Over HTTP: the most calls one session may run at once.
+    max_calls_per_session: Option<usize>,
 }
 
 fn output_schema<T: schemars::JsonSchema + 'static>() -> Arc<JsonObject> {
@@ -57,20 +64,94 @@ fn output_schema<T: schemars::JsonSchema + 'static>() -> Arc<JsonObject> {
 
 #[tool_router]
 impl CordonServer {
+    /// The server of one client (stdio): one scope for its whole life.
     pub fn new(ctx: ToolContext) -> Self {
         let ctx = Arc::new(ctx);
         let mut tool_router = Self::tool_router();
         patch_schemas(&mut tool_router, &ctx);
         make_portable(&mut tool_router);
         let instructions = Arc::new(instructions::render(&ctx));
-        let approvals = Arc::new(approval::Approvals::new(ctx.policy.server.approval_timeout));
+        let server_shutdown = tokio_util::sync::CancellationToken::new();
+        let scope = Arc::new(scope::SessionScope::new(&ctx, &server_shutdown, None));
         Self {
             ctx,
             tool_router,
             instructions,
-            approvals,
-            shutdown: tokio_util::sync::CancellationToken::new(),
+            scope,
+            stateless: None,
+            server_shutdown,
+            max_calls_per_session: None,
         }
+    }
+
+    /// Makes the interpreter sessions now, so a failure there fails the start (stdio).
+    pub async fn open_interpreter(&self) -> Result<(), crate::interpreter::InterpreterError> {
+        self.scope.open_interpreter(&self.ctx).await
+    }
+
+    /// The template the HTTP service factory copies for each MCP session: sessions share
+    /// the context and the shutdown, each gets its own scope ([`Self::new_session`]).
+    pub fn into_http_template(mut self) -> Self {
+        let http = &self.ctx.policy.server.http;
+        self.max_calls_per_session = Some(http.max_calls_per_session);
+        self.stateless = Some(Arc::new(scope::StatelessScopes::new(
+            http.max_sessions,
+            http.max_calls_per_session,
+        )));
+        self
+    }
+
+    /// A server for a new MCP session: the shared parts of this one, a fresh scope.
+    pub fn new_session(&self) -> Self {
+        let scope = Arc::new(scope::SessionScope::new(
+            &self.ctx,
+            &self.server_shutdown,
+            self.max_calls_per_session,
+        ));
+        Self {
+            scope,
+            ..self.clone()
+        }
+    }
+
+    /// Ends every call of every session (SIGTERM/SIGINT).
+    pub fn shutdown_token(&self) -> tokio_util::sync::CancellationToken {
+        self.server_shutdown.clone()
+    }
+
+    pub fn context(&self) -> &SharedContext {
+        &self.ctx
+    }
+
+    /// The scope a request runs in: its session's, or for a stateless (2026-07-28) request
+    /// over HTTP its subject's. `Err` names the bound that refused it.
+    fn call_scope(
+        &self,
+        rctx: &RequestContext<RoleServer>,
+    ) -> Result<Arc<scope::SessionScope>, ToolError> {
+        let Some(stateless) = &self.stateless else {
+            return Ok(Arc::clone(&self.scope));
+        };
+        let is_stateless = rctx
+            .protocol_version()
+            .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28);
+        if !is_stateless {
+            return Ok(Arc::clone(&self.scope));
+        }
+        let subject = http::subject_of(rctx).unwrap_or_else(|| "anonymous".to_owned());
+        stateless
+            .for_subject(&subject, &self.ctx, &self.server_shutdown)
+            .ok_or_else(|| {
+                ToolError::new(
+                    ErrorKind::ResourceLimit,
+                    format!(
+                        "every one of the {} stateless client scopes has a call running; retry \
+                         when one ends, or ask the operator to raise \
+                         `server.http.max_sessions` ({})",
+                        self.ctx.policy.server.http.max_sessions, self.ctx.policy.origin
+                    ),
+                )
+            })
     }
 
     #[tool(
@@ -100,6 +181,10 @@ Long output is cut to its first and last lines, and the full text is saved under
         rctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let ctx = &self.ctx;
+        let scope = match self.call_scope(&rctx) {
+            Ok(scope) => scope,
+            Err(error) => return Ok(shell_exec::rejected(ctx, &args, error, "refused").into()),
+        };
         let verdict = shell_exec::assess(ctx, &args).await;
         let decision = match (verdict.decision, verdict.reason) {
             (Decision::Allow, _) | (_, None) => "allow".to_owned(),
@@ -112,7 +197,7 @@ Long output is cut to its first and last lines, and the full text is saved under
                     let label = format!("ask:{}:not-asked", reason.rule);
                     return Ok(shell_exec::rejected(ctx, &args, error, &label).into());
                 }
-                match self
+                match scope
                     .approvals
                     .obtain(&rctx, &args, &reason, state, responses)
                     .await
@@ -151,7 +236,7 @@ Long output is cut to its first and last lines, and the full text is saved under
                 });
             }) as Box<dyn Fn(Duration, String) + Send + Sync>
         });
-        let cancel = self.call_token(&rctx);
+        let cancel = self.call_token(&rctx, &scope);
         let _ends_with_the_call = cancel.clone().drop_guard();
         let hooks = CallHooks { cancel, progress };
         Ok(
@@ -186,9 +271,31 @@ fresh. Example: {\"code\": \"import statistics\\nxs = [3, 1, 4, 1, 5]\\nstatisti
         Parameters(args): Parameters<CodeInterpreterArgs>,
         rctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
-        let cancel = self.call_token(&rctx);
+        let scope = match self.call_scope(&rctx) {
+            Ok(scope) => scope,
+            Err(error) => {
+                return Ok(refused_result(
+                    &error,
+                    Some(&output_schema::<CodeInterpreterOutput>()),
+                ));
+            }
+        };
+        let interpreter = match scope.interpreter(&self.ctx).await {
+            Ok(interpreter) => interpreter,
+            Err(e) => {
+                let error = ToolError::new(
+                    ErrorKind::Internal,
+                    format!("the interpreter sessions could not be set up: {e}"),
+                );
+                return Ok(refused_result(
+                    &error,
+                    Some(&output_schema::<CodeInterpreterOutput>()),
+                ));
+            }
+        };
+        let cancel = self.call_token(&rctx, &scope);
         let _ends_with_the_call = cancel.clone().drop_guard();
-        Ok(code_interpreter::run(Arc::clone(&self.ctx), args, cancel).await)
+        Ok(code_interpreter::run(Arc::clone(&self.ctx), interpreter, args, cancel).await)
     }
 
     #[tool(
@@ -284,11 +391,15 @@ fn patch_schemas(router: &mut ToolRouter<CordonServer>, ctx: &ToolContext) {
 }
 
 impl CordonServer {
-    /// The call's cancellation: the client's (`notifications/cancelled`, disconnect) or the
-    /// server's own shutdown, whichever comes first. The caller drops a guard of it when the
+    /// The call's cancellation: the client's (`notifications/cancelled`, disconnect), the end
+    /// of its session, or the server's own shutdown, whichever comes first. The caller drops a guard of it when the
     /// call ends, which also ends the watcher task.
-    fn call_token(&self, rctx: &RequestContext<RoleServer>) -> tokio_util::sync::CancellationToken {
-        let call = self.shutdown.child_token();
+    fn call_token(
+        &self,
+        rctx: &RequestContext<RoleServer>,
+        scope: &scope::SessionScope,
+    ) -> tokio_util::sync::CancellationToken {
+        let call = scope.shutdown.child_token();
         let (client, watched) = (rctx.ct.clone(), call.clone());
         tokio::spawn(async move {
             tokio::select! {
@@ -331,9 +442,40 @@ impl ServerHandler for CordonServer {
             return Err(unknown_tool(&name, &self.tool_router));
         };
         let output_schema = route.attr.output_schema.clone();
-        self.note_client(&context);
+        // Over HTTP: who is calling (for the audit log) and whether their session may run
+        // one more call.
+        let origin = http::call_origin(&context);
+        let mut _running = None;
+        if origin.is_some() {
+            let admitted = self.call_scope(&context).and_then(|scope| {
+                scope.begin_call().map_err(|limit| {
+                    ToolError::new(
+                        ErrorKind::ResourceLimit,
+                        format!(
+                            "this session already has {limit} calls running, the most \
+                             `server.http.max_calls_per_session` allows ({}); wait for one to \
+                             end, or open another session",
+                            self.ctx.policy.origin
+                        ),
+                    )
+                })
+            });
+            match admitted {
+                Ok(permit) => _running = permit,
+                Err(error) => {
+                    let result = refused_result(&error, output_schema.as_deref());
+                    return Ok(CallToolResponse::Complete(result));
+                }
+            }
+        } else {
+            self.note_client(&context);
+        }
         let tcc = ToolCallContext::new(self, request, context);
-        let response = self.tool_router.call(tcc).await?;
+        let call = self.tool_router.call(tcc);
+        let response = match origin {
+            Some(origin) => crate::audit::CALL_ORIGIN.scope(origin, call).await?,
+            None => call.await?,
+        };
         let response = fits_output_schema(response, output_schema.as_deref());
         Ok(resources::link_spilled(response, &self.ctx))
     }
@@ -436,6 +578,15 @@ fn fits_output_schema(response: CallToolResponse, schema: Option<&JsonObject>) -
     CallToolResponse::Complete(result)
 }
 
+/// A call refused before its tool ran (a session bound, a scope that could not be made):
+/// the error in the tool's result shape.
+fn refused_result(error: &ToolError, schema: Option<&JsonObject>) -> CallToolResult {
+    let mut result =
+        CallToolResult::error(vec![ContentBlock::text(crate::tools::error_text(error))]);
+    result.structured_content = schema.map(|schema| error_placeholder(schema, error));
+    result
+}
+
 /// The output schema's placeholder with `error` set: `{kind, message, retriable}`, plus the
 /// `type` a `code_interpreter` error names (`cordon.<kind>`).
 fn error_placeholder(schema: &JsonObject, error: &ToolError) -> serde_json::Value {
@@ -466,7 +617,8 @@ fn error_placeholder(schema: &JsonObject, error: &ToolError) -> serde_json::Valu
 /// started it on a terminal (where a silent server looks hung).
 pub async fn serve_stdio(server: CordonServer) -> Result<(), ServeError> {
     let ctx = Arc::clone(&server.ctx);
-    let shutdown = server.shutdown.clone();
+    let shutdown = server.server_shutdown.clone();
+    let session = Arc::clone(&server.scope);
     let ready = startup_line(&ctx);
     tracing::info!("{ready}");
     if std::io::IsTerminal::is_terminal(&std::io::stdin())
@@ -516,7 +668,7 @@ pub async fn serve_stdio(server: CordonServer) -> Result<(), ServeError> {
     let quit = service.waiting().await;
     // Interpreter workers outlive calls, so they are killed explicitly; this also ends any
     // cell still running.
-    let _ = tokio::time::timeout(SHUTDOWN_GRACE, ctx.interpreter.shutdown()).await;
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, session.close_interpreter()).await;
     // rmcp cancels every in-flight request at EOF; give their process trees time to die.
     let all = ctx.policy.server.max_concurrent_calls as u32;
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, ctx.slots.acquire_many(all)).await;

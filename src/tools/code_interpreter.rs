@@ -15,7 +15,7 @@
 
 use super::{SharedContext, error_text};
 use crate::exec::{Captured, LimitHit};
-use crate::interpreter::{CellOutcome, CellRequest, InterpreterError};
+use crate::interpreter::{CellOutcome, CellRequest, InterpreterError, SessionManager};
 use crate::shape::{ErrorKind, ToolError, shape_stream, tool_result};
 use rmcp::model::{CallToolResult, ContentBlock};
 use schemars::JsonSchema;
@@ -117,8 +117,11 @@ pub struct CodeInterpreterOutput {
     pub enforcement: String,
 }
 
+/// Runs one cell in `interpreter`, the calling MCP session's interpreter sessions (each MCP
+/// session has its own; see `server::scope`).
 pub async fn run(
     ctx: SharedContext,
+    interpreter: &SessionManager,
     args: CodeInterpreterArgs,
     cancel: CancellationToken,
 ) -> CallToolResult {
@@ -145,7 +148,7 @@ pub async fn run(
                 stdout: super::capture_spec(&ctx, "interp", "stdout"),
                 stderr: super::capture_spec(&ctx, "interp", "stderr"),
             };
-            match ctx.interpreter.run(&args.session, request).await {
+            match interpreter.run(&args.session, request).await {
                 Ok(outcome) => shape_outcome(&ctx, &args.session, outcome, enforcement),
                 Err(e) => {
                     let (type_name, kind) = match &e {
@@ -220,7 +223,7 @@ fn prepare(ctx: &SharedContext, args: &CodeInterpreterArgs) -> Result<Duration, 
             name.chars().take(80).collect::<String>()
         )));
     }
-    let policy = ctx.interpreter.policy();
+    let policy = &ctx.policy.interpreter;
     match args.timeout_secs {
         None => Ok(policy.timeout),
         Some(0) => Err(invalid("`timeout_secs` must be at least 1".into())),
@@ -282,7 +285,7 @@ fn shape_outcome(
         text.push_str(&format!(
             "[session \"{victim}\" was ended to free a slot: all {} were taken and it was the \
              least recently used idle one]\n",
-            ctx.interpreter.policy().max_sessions
+            ctx.policy.interpreter.max_sessions
         ));
     }
     if outcome.background_killed > 0 {

@@ -20,13 +20,13 @@ use rmcp::model::CallToolResult;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// What every tool call may use. Shared by all calls (`Arc`).
+/// What every tool call may use. Shared by all calls and, over HTTP, by every MCP session
+/// (`Arc`); what is one session's own (its interpreter sessions, approvals, cancellation) is
+/// `server::scope`.
 pub struct ToolContext {
     pub policy: Policy,
     pub workspace: Workspace,
     pub executor: Arc<Executor>,
-    /// The `code_interpreter` sessions.
-    pub interpreter: Arc<crate::interpreter::SessionManager>,
     pub lint: crate::lint::Linting,
     /// The confined parser worker: command analysis for the rules (and, through `lint`, the
     /// syntax check). The server never runs a grammar itself.

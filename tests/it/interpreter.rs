@@ -730,15 +730,22 @@ async fn figures_come_back_as_png_images_and_are_closed() {
 
 // --- Through the tool: the SPEC result shape ---------------------------------------------
 
-fn tool_ctx(s: &Shared) -> cordon::tools::SharedContext {
+/// The shared context plus one MCP session's interpreter sessions (the server keeps these
+/// per session; a test is one session).
+struct ToolCtx {
+    ctx: cordon::tools::SharedContext,
+    interpreter: Arc<SessionManager>,
+}
+
+fn tool_ctx(s: &Shared) -> ToolCtx {
     tool_ctx_with(s, s.policy.clone())
 }
 
-fn tool_ctx_with(s: &Shared, policy: Policy) -> cordon::tools::SharedContext {
-    Arc::new(cordon::tools::ToolContext {
+fn tool_ctx_with(s: &Shared, policy: Policy) -> ToolCtx {
+    let interpreter = SessionManager::new(Arc::clone(&s.executor), &policy).unwrap();
+    let ctx = Arc::new(cordon::tools::ToolContext {
         workspace: cordon::workspace::Workspace::open(s._workspace.path()).unwrap(),
         executor: Arc::clone(&s.executor),
-        interpreter: SessionManager::new(Arc::clone(&s.executor), &policy).unwrap(),
         lint: cordon::lint::Linting::new(&policy.lint, SANDBOX_PATH, None, None).unwrap(),
         // Started only if a call needs it; these tests only run cells.
         parser: Arc::new(cordon::parser::ParserClient::new(
@@ -751,16 +758,22 @@ fn tool_ctx_with(s: &Shared, policy: Policy) -> cordon::tools::SharedContext {
         file_lock: tokio::sync::Mutex::new(()),
         protected: Vec::new(),
         policy,
-    })
+    });
+    ToolCtx { ctx, interpreter }
 }
 
 async fn call(
-    ctx: &cordon::tools::SharedContext,
+    ctx: &ToolCtx,
     args: serde_json::Value,
 ) -> (bool, serde_json::Value, Vec<rmcp::model::ContentBlock>) {
     let args = serde_json::from_value(args).unwrap();
-    let r =
-        cordon::tools::code_interpreter::run(Arc::clone(ctx), args, CancellationToken::new()).await;
+    let r = cordon::tools::code_interpreter::run(
+        Arc::clone(&ctx.ctx),
+        &ctx.interpreter,
+        args,
+        CancellationToken::new(),
+    )
+    .await;
     (
         r.is_error == Some(true),
         r.structured_content.unwrap(),
