@@ -56,6 +56,8 @@ pub struct CordonServer {
     server_shutdown: tokio_util::sync::CancellationToken,
     /// Over HTTP: the most calls one session may run at once.
     max_calls_per_session: Option<usize>,
+    /// Over HTTP: which scope serves which session, for ending one with its session.
+    registry: Option<Arc<scope::SessionRegistry>>,
 }
 
 fn output_schema<T: schemars::JsonSchema + 'static>() -> Arc<JsonObject> {
@@ -81,6 +83,7 @@ impl CordonServer {
             stateless: None,
             server_shutdown,
             max_calls_per_session: None,
+            registry: None,
         }
     }
 
@@ -94,6 +97,7 @@ impl CordonServer {
     pub fn into_http_template(mut self) -> Self {
         let http = &self.ctx.policy.server.http;
         self.max_calls_per_session = Some(http.max_calls_per_session);
+        self.registry = Some(Arc::default());
         self.stateless = Some(Arc::new(scope::StatelessScopes::new(
             http.max_sessions,
             http.max_calls_per_session,
@@ -136,6 +140,9 @@ impl CordonServer {
             .protocol_version()
             .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28);
         if !is_stateless {
+            if let (Some(registry), Some(session)) = (&self.registry, http::session_of(rctx)) {
+                registry.register(&session, &self.scope);
+            }
             return Ok(Arc::clone(&self.scope));
         }
         let subject = http::subject_of(rctx).unwrap_or_else(|| "anonymous".to_owned());

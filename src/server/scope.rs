@@ -86,6 +86,13 @@ impl SessionScope {
         }
     }
 
+    /// Ends the session now: its calls are cancelled and its interpreter workers killed,
+    /// whoever still holds the scope.
+    pub async fn end(&self) {
+        self.shutdown.cancel();
+        self.close_interpreter().await;
+    }
+
     /// Whether a call of this session is running (an idle scope may be dropped).
     fn is_idle(&self) -> bool {
         self.calls
@@ -104,6 +111,31 @@ impl Drop for SessionScope {
         {
             runtime.spawn(async move { interpreter.shutdown().await });
         }
+    }
+}
+
+/// The scopes of open HTTP sessions by `Mcp-Session-Id`, so that ending a session (DELETE,
+/// idle expiry) ends its scope at once: rmcp drops a session's service only when the last
+/// of its request tasks lets go of it.
+#[derive(Default)]
+pub struct SessionRegistry {
+    scopes: Mutex<HashMap<String, std::sync::Weak<SessionScope>>>,
+}
+
+impl SessionRegistry {
+    /// Notes that `scope` serves session `id` (idempotent).
+    pub fn register(&self, id: &str, scope: &Arc<SessionScope>) {
+        let mut scopes = self.scopes.lock().unwrap_or_else(|e| e.into_inner());
+        if !scopes.contains_key(id) {
+            scopes.retain(|_, weak| weak.strong_count() > 0);
+            scopes.insert(id.to_owned(), Arc::downgrade(scope));
+        }
+    }
+
+    /// The scope of session `id`, taken out (the session is over).
+    pub fn take(&self, id: &str) -> Option<Arc<SessionScope>> {
+        let mut scopes = self.scopes.lock().unwrap_or_else(|e| e.into_inner());
+        scopes.remove(id)?.upgrade()
     }
 }
 

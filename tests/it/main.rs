@@ -10,6 +10,8 @@ mod disk;
 mod doctor;
 mod fail_closed;
 mod file_attacks;
+mod http_client;
+mod http_server;
 mod interpreter;
 mod lint_confined;
 mod lint_introduced;

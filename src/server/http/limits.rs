@@ -8,6 +8,7 @@
 //! bound (that is `server::scope`) nor idle expiry (rmcp's session `keep_alive`, set by the
 //! caller).
 
+use crate::server::scope::SessionRegistry;
 use bytes::Bytes;
 use futures_core::Stream;
 use http_body::{Body, Frame};
@@ -19,7 +20,7 @@ use rmcp::transport::streamable_http_server::session::{
 use std::collections::HashSet;
 use std::convert::Infallible;
 use std::pin::Pin;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -32,6 +33,8 @@ pub struct BoundedSessions<M> {
     inner: M,
     live: Mutex<HashSet<SessionId>>,
     max: usize,
+    /// The sessions' scopes, ended with their sessions.
+    scopes: Arc<SessionRegistry>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -43,11 +46,12 @@ pub enum BoundedError<E: std::error::Error + 'static> {
 }
 
 impl<M> BoundedSessions<M> {
-    pub fn new(inner: M, max: usize) -> Self {
+    pub fn new(inner: M, max: usize, scopes: Arc<SessionRegistry>) -> Self {
         Self {
             inner,
             live: Mutex::new(HashSet::new()),
             max,
+            scopes,
         }
     }
 
@@ -105,6 +109,10 @@ impl<M: SessionManager> SessionManager for BoundedSessions<M> {
 
     async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
         self.lock().remove(id);
+        // DELETE, idle expiry or shutdown: the session's calls and interpreters end now.
+        if let Some(scope) = self.scopes.take(id) {
+            scope.end().await;
+        }
         Ok(self.inner.close_session(id).await?)
     }
 

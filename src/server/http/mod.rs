@@ -80,6 +80,17 @@ pub fn subject_of(rctx: &RequestContext<RoleServer>) -> Option<String> {
         .map(|s| s.0.clone())
 }
 
+/// The `Mcp-Session-Id` of a request served over HTTP in a session.
+pub fn session_of(rctx: &RequestContext<RoleServer>) -> Option<String> {
+    rctx.extensions
+        .get::<http::request::Parts>()?
+        .headers
+        .get(rmcp::transport::common::http_header::HEADER_SESSION_ID)?
+        .to_str()
+        .ok()
+        .map(str::to_owned)
+}
+
 /// Who made a call that came over HTTP (`None` on stdio), for the audit log.
 pub fn call_origin(rctx: &RequestContext<RoleServer>) -> Option<CallOrigin> {
     let parts = rctx.extensions.get::<http::request::Parts>()?;
@@ -151,7 +162,11 @@ pub async fn serve(server: CordonServer, options: HttpOptions) -> Result<(), Htt
     session_config.keep_alive = Some(keep_alive);
     let mut local = LocalSessionManager::default();
     local.session_config = session_config;
-    let sessions = Arc::new(BoundedSessions::new(local, http.max_sessions));
+    let registry = template
+        .registry
+        .clone()
+        .expect("an HTTP template has a session registry");
+    let sessions = Arc::new(BoundedSessions::new(local, http.max_sessions, registry));
 
     let server_shutdown = template.shutdown_token();
     let mut config = StreamableHttpServerConfig::default()
