@@ -6,6 +6,7 @@
 
 mod common;
 mod confinement;
+mod conformance;
 mod disk;
 mod doctor;
 mod fail_closed;
