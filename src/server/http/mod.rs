@@ -231,6 +231,12 @@ pub async fn serve(server: CordonServer, options: HttpOptions) -> Result<(), Htt
                 continue;
             }
         };
+        // An SSE answer goes out as several small writes (head, then each event); with
+        // Nagle's algorithm each one after the first waits for the client's delayed ACK
+        // (~40 ms a round trip).
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!("TCP_NODELAY on the connection from {peer}: {e}");
+        }
         let Ok(permit) = Arc::clone(&connections).try_acquire_owned() else {
             tracing::warn!("{MAX_CONNECTIONS} connections open; closing the one from {peer}");
             continue;
