@@ -407,7 +407,7 @@ fn concurrent(http: &HttpServer, clients: usize, calls: usize) {
         all.len()
     );
     println!(
-        "| wall | calls/s | latency median | p90 | p99 | max | server CPU (user+sys) | CPU per call | server VmHWM | peak RSS, server + init tree |"
+        "| wall | calls/s | latency median | p90 | p99 | max | CPU, server + init tree (user+sys) | CPU per call | server VmHWM | peak RSS, server + init tree |"
     );
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     println!(

@@ -248,6 +248,23 @@ pub fn explain(policy: &Policy) -> String {
         i.idle_timeout.as_secs()
     );
 
+    let h = &policy.server.http;
+    let _ = writeln!(o, "\nOver HTTP (serve --http)");
+    let _ = writeln!(
+        o,
+        "  Browser pages from {} may call; any other Origin gets 403. Host headers accepted: {}.",
+        h.allowed_origins.join(", "),
+        h.allowed_hosts.join(", ")
+    );
+    let _ = writeln!(
+        o,
+        "  At most {} MCP sessions (one more gets 503), {} running calls per session, request bodies of {} KiB; a session unused for {}s ends with its calls and interpreters. A bearer token (--http-token-file or --http-token-env) is required off loopback.",
+        h.max_sessions,
+        h.max_calls_per_session,
+        h.max_body_bytes / 1024,
+        h.session_idle.as_secs()
+    );
+
     let _ = writeln!(o, "\nWhat this kernel enforces ({})", kernel.kernel_release);
     let landlock = if kernel.landlock_abi >= REQUIRED_LANDLOCK_ABI {
         format!("yes (ABI {})", kernel.landlock_abi)

@@ -14,6 +14,7 @@ mod file_attacks;
 mod http_client;
 mod http_server;
 mod interpreter;
+mod kubernetes;
 mod lint_confined;
 mod lint_introduced;
 mod lint_parsers;
