@@ -145,9 +145,8 @@ impl HttpArgs {
             (None, Some(var)) => Authenticator::load(&TokenSource::Env(var.clone()))?,
             (None, None) => Authenticator::none(),
         };
-        let options = cordon::server::http::HttpOptions { addr, auth };
-        cordon::server::http::check_options(&options)?;
-        Ok(Some(options))
+        // Checked by `serve` once the policy's `[server.http.oauth]` is known too.
+        Ok(Some(cordon::server::http::HttpOptions { addr, auth }))
     }
 }
 

@@ -264,6 +264,21 @@ pub fn explain(policy: &Policy) -> String {
         h.max_body_bytes / 1024,
         h.session_idle.as_secs()
     );
+    if let Some(oauth) = &h.oauth {
+        let _ = writeln!(
+            o,
+            "  OAuth 2.1 resource server: JWTs of {} for audience {} ({}), keys from {}{}.",
+            oauth.issuer,
+            oauth.audience,
+            oauth.algorithms.join(", "),
+            oauth.jwks_file.display(),
+            if oauth.required_scopes.is_empty() {
+                String::new()
+            } else {
+                format!(", scopes {}", oauth.required_scopes.join(" "))
+            }
+        );
+    }
 
     let _ = writeln!(o, "\nWhat this kernel enforces ({})", kernel.kernel_release);
     let landlock = if kernel.landlock_abi >= REQUIRED_LANDLOCK_ABI {

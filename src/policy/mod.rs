@@ -233,6 +233,28 @@ pub struct HttpPolicy {
     /// A session without any request for this long is ended (its calls and interpreters too).
     #[serde(serialize_with = "secs")]
     pub session_idle: Duration,
+    /// `[server.http.oauth]`: JWT access tokens accepted besides (or instead of) the static
+    /// token.
+    pub oauth: Option<OAuthPolicy>,
+}
+
+/// An OAuth 2.1 resource server's settings: whose tokens, for which audience, signed by
+/// which keys (a JWKS file; cordon fetches nothing).
+#[derive(Debug, Clone, Serialize)]
+pub struct OAuthPolicy {
+    /// The `iss` every token must carry (also the authorization server named in the
+    /// protected-resource metadata).
+    pub issuer: String,
+    /// The `aud` every token must include; default: `resource`.
+    pub audience: String,
+    pub jwks_file: PathBuf,
+    /// This server's canonical URL as clients reach it (e.g. `https://cordon.example/mcp`):
+    /// the metadata's `resource`, and where the metadata is said to be.
+    pub resource: String,
+    /// Signature algorithms accepted: asymmetric only (RS*, PS*, ES256/384, EdDSA).
+    pub algorithms: Vec<String>,
+    /// Scopes a token's `scope` claim must all include.
+    pub required_scopes: Vec<String>,
 }
 
 /// Origins served when the policy names none: pages served from this machine only.
@@ -768,6 +790,74 @@ fn resolve_http(
             "server.http.session_idle_secs",
             Some(raw.session_idle_secs.unwrap_or(900)),
         )?),
+        oauth: raw.oauth.map(|o| resolve_oauth(o, invalid)).transpose()?,
+    })
+}
+
+/// Algorithms `[server.http.oauth]` may name: the asymmetric ones. HS* would make the JWKS
+/// file a shared secret (and a public key usable as an HMAC key), `none` no signature at all.
+pub const OAUTH_ALGORITHMS: [&str; 9] = [
+    "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA",
+];
+
+fn resolve_oauth(
+    raw: raw::RawOAuth,
+    invalid: &dyn Fn(&'static str, String) -> PolicyError,
+) -> Result<OAuthPolicy, PolicyError> {
+    let required = |field: &'static str, v: Option<String>| {
+        v.filter(|v| !v.trim().is_empty())
+            .ok_or_else(|| invalid(field, "is required when [server.http.oauth] is set".into()))
+    };
+    let issuer = required("server.http.oauth.issuer", raw.issuer)?;
+    let resource = required("server.http.oauth.resource", raw.resource)?;
+    if !(resource.starts_with("https://") || resource.starts_with("http://")) {
+        return Err(invalid(
+            "server.http.oauth.resource",
+            format!(
+                "`{resource}` must be this server's URL as clients reach it, e.g. \"https://cordon.example.com/mcp\""
+            ),
+        ));
+    }
+    let jwks_file = PathBuf::from(expand_home(required(
+        "server.http.oauth.jwks_file",
+        raw.jwks_file,
+    )?));
+    if !jwks_file.is_absolute() {
+        return Err(invalid(
+            "server.http.oauth.jwks_file",
+            format!("`{}` must be an absolute path", jwks_file.display()),
+        ));
+    }
+    let algorithms = raw
+        .algorithms
+        .unwrap_or_else(|| vec!["RS256".into(), "ES256".into(), "EdDSA".into()]);
+    if algorithms.is_empty() {
+        return Err(invalid(
+            "server.http.oauth.algorithms",
+            "name at least one signature algorithm".into(),
+        ));
+    }
+    for alg in &algorithms {
+        if !OAUTH_ALGORITHMS.contains(&alg.as_str()) {
+            return Err(invalid(
+                "server.http.oauth.algorithms",
+                format!(
+                    "`{alg}` is not accepted: use asymmetric ones ({}); HS* and none are refused",
+                    OAUTH_ALGORITHMS.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(OAuthPolicy {
+        audience: raw
+            .audience
+            .filter(|a| !a.trim().is_empty())
+            .unwrap_or_else(|| resource.clone()),
+        issuer,
+        jwks_file,
+        resource,
+        algorithms,
+        required_scopes: raw.required_scopes.unwrap_or_default(),
     })
 }
 

@@ -169,6 +169,20 @@ pub struct RawHttp {
     pub max_sessions: Option<usize>,
     pub max_calls_per_session: Option<usize>,
     pub session_idle_secs: Option<u64>,
+    /// Replaced whole by an extending policy (its fields belong together).
+    pub oauth: Option<RawOAuth>,
+}
+
+/// `[server.http.oauth]`: accept JWT access tokens of one authorization server.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOAuth {
+    pub issuer: Option<String>,
+    pub audience: Option<String>,
+    pub jwks_file: Option<String>,
+    pub resource: Option<String>,
+    pub algorithms: Option<Vec<String>>,
+    pub required_scopes: Option<Vec<String>>,
 }
 
 /// Field-by-field overlay: what `self` (the extending policy) sets wins, the rest comes from
@@ -260,6 +274,7 @@ overlay_struct!(RawHttp {
     max_sessions,
     max_calls_per_session,
     session_idle_secs,
+    oauth,
 });
 
 impl Overlay for RawServer {

@@ -638,3 +638,122 @@ fn http_other_paths_get_404_and_stdio_stays_the_default() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
 }
+
+/// A test-only Ed25519 key (PKCS#8 DER, hex) whose public half the JWKS below holds.
+const JWT_KEY_DER: &str = "302e020100300506032b657004220420764680f3dc521693994272b5f3a247f186a57bc91c0c1d6666f9ed074bab63b2";
+const JWT_KEY_X: &str = "qTgB9HSbavbEQHGFS2H-9bGmF-loX2WiqgSHXXx2Tgc";
+
+fn jwt(claims: serde_json::Value) -> String {
+    let der: Vec<u8> = (0..JWT_KEY_DER.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&JWT_KEY_DER[i..i + 2], 16).unwrap())
+        .collect();
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::EdDSA);
+    header.kid = Some("k1".into());
+    jsonwebtoken::encode(
+        &header,
+        &claims,
+        &jsonwebtoken::EncodingKey::from_ed_der(&der),
+    )
+    .unwrap()
+}
+
+#[test]
+fn http_oauth_resource_server_accepts_valid_jwts_serves_metadata_and_refuses_the_rest() {
+    let ws = tempfile::tempdir().unwrap();
+    let keys = tempfile::tempdir().unwrap();
+    let jwks = keys.path().join("jwks.json");
+    std::fs::write(
+        &jwks,
+        json!({"keys": [{"kty": "OKP", "crv": "Ed25519", "x": JWT_KEY_X, "kid": "k1", "alg": "EdDSA"}]})
+            .to_string(),
+    )
+    .unwrap();
+    let log = keys.path().join("audit.jsonl");
+    let policy = format!(
+        "[server.http.oauth]\nissuer = \"https://auth.example\"\nresource = \
+         \"https://cordon.example/mcp\"\njwks_file = {:?}\nrequired_scopes = [\"mcp\"]\n",
+        jwks.display().to_string()
+    );
+    let server = HttpServer::start(
+        ws.path(),
+        Start {
+            policy: Some(&policy),
+            audit_log: Some(&log),
+            ..Start::default()
+        },
+    );
+    // The metadata is public.
+    let meta = send_raw(
+        server.addr,
+        b"GET /.well-known/oauth-protected-resource/mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(meta.status, 200, "{meta:?}");
+    let doc: serde_json::Value = serde_json::from_str(&meta.body).unwrap();
+    assert_eq!(doc["resource"], "https://cordon.example/mcp");
+    assert_eq!(doc["authorization_servers"][0], "https://auth.example");
+    // No token: the challenge says where the metadata is.
+    let r = server.post(&init_body(), &[]);
+    assert_eq!(r.status, 401);
+    assert!(
+        r.header("www-authenticate").unwrap().contains(
+            "resource_metadata=\"https://cordon.example/.well-known/oauth-protected-resource/mcp\""
+        ),
+        "{r:?}"
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let claims = |extra: serde_json::Value| {
+        let mut c = json!({"iss": "https://auth.example", "aud": "https://cordon.example/mcp",
+                           "sub": "alice", "exp": now + 600, "scope": "mcp"});
+        c.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        c
+    };
+    for bad in [
+        jwt(claims(json!({"exp": now - 600}))),
+        jwt(claims(json!({"aud": "https://elsewhere/mcp"}))),
+        jwt(claims(json!({"iss": "https://evil.example"}))),
+        jwt(claims(json!({"scope": "read"}))),
+    ] {
+        let auth = format!("Bearer {bad}");
+        let r = server.post(&init_body(), &[("Authorization", &auth)]);
+        assert_eq!(r.status, 401, "{r:?}");
+        assert!(
+            r.header("www-authenticate")
+                .unwrap()
+                .contains("invalid_token")
+        );
+    }
+    // A valid one opens a session; the audit log names its subject.
+    let auth = format!("Bearer {}", jwt(claims(json!({}))));
+    let init = server.post(&init_body(), &[("Authorization", &auth)]);
+    assert_eq!(init.status, 200, "{init:?}");
+    let session = init.header("mcp-session-id").unwrap().to_owned();
+    server.post(
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        &[("Authorization", &auth), ("Mcp-Session-Id", &session)],
+    );
+    let r = server.post(
+        &call_body(1, "shell_exec", json!({"command": "echo as-alice"})),
+        &[("Authorization", &auth), ("Mcp-Session-Id", &session)],
+    );
+    let answer = r.message(1).unwrap();
+    assert_eq!(
+        answer["result"]["structuredContent"]["stdout"], "as-alice\n",
+        "{answer}"
+    );
+    let record: serde_json::Value = serde_json::from_str(
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(record["subject"], "alice");
+    assert_eq!(record["session"], json!(session));
+}

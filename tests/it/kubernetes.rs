@@ -42,17 +42,25 @@ fn kubernetes_manifest_passes_the_schema_check() {
     let broken = dir.path().join("broken.yaml");
     let text = std::fs::read_to_string(MANIFEST).unwrap();
     assert!(text.contains("readOnlyRootFilesystem"));
-    std::fs::write(&broken, text.replace("readOnlyRootFilesystem", "readOnlyRootFileSystem"))
-        .unwrap();
+    std::fs::write(
+        &broken,
+        text.replace("readOnlyRootFilesystem", "readOnlyRootFileSystem"),
+    )
+    .unwrap();
     let out = validate(&broken).unwrap();
-    assert!(!out.status.success(), "a misspelled field passed the schema check");
+    assert!(
+        !out.status.success(),
+        "a misspelled field passed the schema check"
+    );
 }
 
 #[test]
 fn kubernetes_manifest_policy_is_valid_and_the_context_keeps_what_the_sandbox_needs() {
     let text = std::fs::read_to_string(MANIFEST).unwrap();
     // The ConfigMap's `policy.toml: |` block, de-indented.
-    let mut lines = text.lines().skip_while(|l| !l.trim_start().starts_with("policy.toml: |"));
+    let mut lines = text
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("policy.toml: |"));
     lines.next().expect("the ConfigMap holds policy.toml");
     let block: Vec<&str> = lines.take_while(|l| l.starts_with("    ")).collect();
     let policy: String = block.iter().map(|l| format!("{}\n", &l[4..])).collect();

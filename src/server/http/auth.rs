@@ -4,8 +4,9 @@
 //! variable that holds it (`--http-token-env`); never on the command line, where `ps` shows
 //! it. The server keeps only its SHA-256 digest and compares digests in constant time, so
 //! neither the comparison's timing nor a memory dump of the request path gives the token
-//! away. A request without the token, or with another, gets 401 with `WWW-Authenticate:
-//! Bearer` (RFC 6750: `error="invalid_token"` for a wrong one). The token is never logged,
+//! away. With `[server.http.oauth]`, JWT access tokens are accepted too (`oauth`). A request
+//! without a token, or with another, gets 401 with `WWW-Authenticate: Bearer` (RFC 6750:
+//! `error="invalid_token"` for a wrong one). The token is never logged,
 //! audited or echoed in an error; the audit log names the subject `bearer`.
 //!
 //! Owns loading and checking the token; the decision to refuse a non-loopback bind without
@@ -35,6 +36,8 @@ const WEAK_TOKEN_LEN: usize = 32;
 
 pub struct Authenticator {
     digest: Option<[u8; 32]>,
+    /// `[server.http.oauth]`: JWT access tokens, besides the static token.
+    jwt: Option<super::oauth::JwtVerifier>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -72,7 +75,20 @@ pub enum Unauthenticated {
 impl Authenticator {
     /// No authentication (loopback only; the caller enforces that).
     pub fn none() -> Self {
-        Self { digest: None }
+        Self {
+            digest: None,
+            jwt: None,
+        }
+    }
+
+    /// Also accepts JWT access tokens this verifier finds valid.
+    pub fn with_jwt(mut self, jwt: super::oauth::JwtVerifier) -> Self {
+        self.jwt = Some(jwt);
+        self
+    }
+
+    pub fn jwt(&self) -> Option<&super::oauth::JwtVerifier> {
+        self.jwt.as_ref()
     }
 
     pub fn load(source: &TokenSource) -> Result<Self, AuthError> {
@@ -110,18 +126,19 @@ impl Authenticator {
         }
         Ok(Self {
             digest: Some(Sha256::digest(token.as_bytes()).into()),
+            jwt: None,
         })
     }
 
     pub fn is_required(&self) -> bool {
-        self.digest.is_some()
+        self.digest.is_some() || self.jwt.is_some()
     }
 
     /// Checks a request's `Authorization` headers.
     pub fn check(&self, headers: &http::HeaderMap) -> Result<Subject, Unauthenticated> {
-        let Some(expected) = &self.digest else {
+        if !self.is_required() {
             return Ok(Subject("anonymous".to_owned()));
-        };
+        }
         let mut values = headers.get_all(http::header::AUTHORIZATION).iter();
         let (Some(value), None) = (values.next(), values.next()) else {
             // None, or several (which one would a proxy have checked?).
@@ -134,12 +151,39 @@ impl Authenticator {
         let Some(presented) = bearer_token(value.as_bytes()) else {
             return Err(Unauthenticated::Missing);
         };
-        let presented: [u8; 32] = Sha256::digest(presented).into();
-        if bool::from(presented.ct_eq(expected)) {
-            Ok(Subject(BEARER_SUBJECT.to_owned()))
-        } else {
-            Err(Unauthenticated::Invalid)
+        if let Some(expected) = &self.digest {
+            let digest: [u8; 32] = Sha256::digest(presented).into();
+            if bool::from(digest.ct_eq(expected)) {
+                return Ok(Subject(BEARER_SUBJECT.to_owned()));
+            }
         }
+        let subject = self.jwt.as_ref().and_then(|jwt| {
+            std::str::from_utf8(presented)
+                .ok()
+                .and_then(|t| jwt.verify(t))
+        });
+        match subject {
+            // A JWT subject can never pass for the static token's holder.
+            Some(sub) if sub != BEARER_SUBJECT => Ok(Subject(sub)),
+            Some(sub) => Ok(Subject(format!("jwt:{sub}"))),
+            None => Err(Unauthenticated::Invalid),
+        }
+    }
+
+    /// The `WWW-Authenticate` value of a 401: RFC 6750's, with RFC 9728's
+    /// `resource_metadata` when cordon is an OAuth resource server.
+    pub fn challenge(&self, why: Unauthenticated) -> String {
+        let mut value = "Bearer realm=\"cordon\"".to_owned();
+        if let Some(jwt) = &self.jwt {
+            value.push_str(&format!(", resource_metadata=\"{}\"", jwt.metadata_url()));
+        }
+        if why == Unauthenticated::Invalid {
+            value.push_str(
+                ", error=\"invalid_token\", error_description=\"the bearer token is not valid \
+                 for this server\"",
+            );
+        }
+        value
     }
 }
 
@@ -174,16 +218,6 @@ fn warn_if_readable_by_others(path: &Path) {
                 path.display(),
                 mode & 0o777
             );
-        }
-    }
-}
-
-/// The `WWW-Authenticate` value of a 401.
-pub fn challenge(why: Unauthenticated) -> &'static str {
-    match why {
-        Unauthenticated::Missing => "Bearer realm=\"cordon\"",
-        Unauthenticated::Invalid => {
-            "Bearer realm=\"cordon\", error=\"invalid_token\", error_description=\"the bearer token is not this server's\""
         }
     }
 }

@@ -10,6 +10,7 @@
 
 pub mod auth;
 pub mod limits;
+pub mod oauth;
 pub mod origin;
 
 use super::CordonServer;
@@ -61,9 +62,11 @@ pub enum HttpError {
     },
     #[error(transparent)]
     Origin(#[from] origin::BadOrigin),
+    #[error(transparent)]
+    OAuth(#[from] oauth::OAuthError),
 }
 
-/// Checks what can be checked before anything binds: a non-loopback address needs a token.
+/// A non-loopback address needs authentication (a token, or `[server.http.oauth]`).
 pub fn check_options(options: &HttpOptions) -> Result<(), HttpError> {
     if !options.addr.ip().is_loopback() && !options.auth.is_required() {
         return Err(HttpError::Unauthenticated(options.addr));
@@ -120,11 +123,14 @@ struct Front {
 }
 
 /// Serves until SIGTERM/SIGINT, then ends every call of every session and returns.
-pub async fn serve(server: CordonServer, options: HttpOptions) -> Result<(), HttpError> {
-    check_options(&options)?;
+pub async fn serve(server: CordonServer, mut options: HttpOptions) -> Result<(), HttpError> {
     let template = server.into_http_template();
     let ctx = Arc::clone(template.context());
     let http = ctx.policy.server.http.clone();
+    if let Some(oauth) = &http.oauth {
+        options.auth = options.auth.with_jwt(oauth::JwtVerifier::load(oauth)?);
+    }
+    check_options(&options)?;
     let origins = origin::OriginPolicy::new(&http.allowed_origins)?;
     if !options.addr.ip().is_loopback()
         && http
@@ -292,6 +298,17 @@ async fn stop_signal() {
 
 impl Front {
     async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
+        // RFC 9728 metadata: public by design (it says where to get a token).
+        if let Some(jwt) = self.auth.jwt()
+            && oauth::METADATA_PATHS.contains(&request.uri().path())
+            && request.method() == http::Method::GET
+        {
+            return Response::builder()
+                .status(StatusCode::OK)
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .body(Full::new(Bytes::from(jwt.metadata().to_owned())).boxed())
+                .expect("a static response is valid");
+        }
         if request.uri().path() != ENDPOINT {
             return plain(
                 StatusCode::NOT_FOUND,
@@ -320,7 +337,7 @@ impl Front {
         }
         let subject = match self.auth.check(request.headers()) {
             Ok(subject) => subject,
-            Err(why) => return unauthorized(why),
+            Err(why) => return unauthorized(&self.auth, why),
         };
         let (mut parts, body) = request.into_parts();
         parts.extensions.insert(subject);
@@ -468,21 +485,23 @@ fn plain(status: StatusCode, message: String) -> Response<Body> {
         .expect("a static response is valid")
 }
 
-fn unauthorized(why: auth::Unauthenticated) -> Response<Body> {
+fn unauthorized(auth: &auth::Authenticator, why: auth::Unauthenticated) -> Response<Body> {
     let message = match why {
         auth::Unauthenticated::Missing => {
             "Unauthorized: this server needs `Authorization: Bearer <token>` on every request \
              (the token the operator gave it with --http-token-file or --http-token-env)"
         }
         auth::Unauthenticated::Invalid => {
-            "Unauthorized: the bearer token is not this server's; check the token the client \
-             is configured with"
+            "Unauthorized: the bearer token is not valid for this server (not its static token, \
+             nor a JWT its [server.http.oauth] accepts: issuer, audience, expiry, key, scopes); \
+             check the token the client is configured with"
         }
     };
     let mut response = plain(StatusCode::UNAUTHORIZED, message.to_owned());
-    response.headers_mut().insert(
-        http::header::WWW_AUTHENTICATE,
-        http::HeaderValue::from_static(auth::challenge(why)),
-    );
+    if let Ok(value) = http::HeaderValue::from_str(&auth.challenge(why)) {
+        response
+            .headers_mut()
+            .insert(http::header::WWW_AUTHENTICATE, value);
+    }
     response
 }
