@@ -1,10 +1,10 @@
 //! The server's `instructions`: what an agent needs to know before its first call — where the
 //! workspace is, how paths work, and what the policy allows — in one short text.
 
-use crate::tools::ToolContext;
+use crate::runtime::Session;
 
-pub fn render(ctx: &ToolContext) -> String {
-    let p = &ctx.policy;
+pub fn render(ctx: &Session) -> String {
+    let p = &ctx.runtime.policy;
     let l = &p.limits;
     let network = if p.network.is_off() {
         "no network access (no TCP, UDP or DNS)".to_owned()
@@ -29,9 +29,9 @@ pub fn render(ctx: &ToolContext) -> String {
          code_interpreter keeps Python state per `session` between calls (up to {sessions} \
          sessions, {imem} MiB each, ended after {idle}s unused); a cell past its timeout is \
          interrupted, and if it will not stop the session restarts and its state is lost.",
-        ws = ctx.workspace.root().display(),
+        ws = ctx.runtime.workspace.root().display(),
         name = p.name,
-        enforcement = ctx.executor.confinement().enforcement().summary(),
+        enforcement = ctx.runtime.executor.confinement().enforcement().summary(),
         access = match p.filesystem.workspace {
             crate::policy::WorkspaceAccess::ReadWrite => "read-write",
             crate::policy::WorkspaceAccess::ReadOnly => "read-only",

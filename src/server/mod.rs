@@ -17,14 +17,16 @@ mod resources;
 pub mod schema;
 pub mod scope;
 
+use crate::audit::{Answer, Decision as AuditDecision, Outcome};
 use crate::policy::commands::Decision;
+use crate::runtime::Session;
 use crate::shape::{ErrorKind, ToolError};
+use crate::tools::SharedContext;
 use crate::tools::code_interpreter::{self, CodeInterpreterArgs, CodeInterpreterOutput};
 use crate::tools::edit_file::{self, EditFileArgs, EditFileOutput};
 use crate::tools::read_file::{self, ReadFileArgs, ReadFileOutput};
 use crate::tools::shell_exec::{self, CallHooks, Refusal, ShellExecArgs, ShellExecOutput};
 use crate::tools::write_file::{self, WriteFileArgs, WriteFileOutput};
-use crate::tools::{SharedContext, ToolContext};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::{InputResponses, RequestState, ToolCallContext};
 use rmcp::handler::server::wrapper::Parameters;
@@ -47,17 +49,22 @@ pub struct CordonServer {
     ctx: SharedContext,
     tool_router: ToolRouter<Self>,
     instructions: Arc<String>,
-    /// This MCP session's own state (interpreters, approvals, cancellation, call bound).
-    scope: Arc<scope::SessionScope>,
-    /// Over HTTP: the scopes of stateless (2026-07-28) requests, which have no session.
-    stateless: Option<Arc<scope::StatelessScopes>>,
-    /// Cancelled on SIGTERM/SIGINT: every running call of every session ends (its tree
-    /// killed) and is answered before the server stops. Each scope's token is its child.
-    server_shutdown: tokio_util::sync::CancellationToken,
-    /// Over HTTP: the most calls one session may run at once.
-    max_calls_per_session: Option<usize>,
-    /// Over HTTP: which scope serves which session, for ending one with its session.
-    registry: Option<Arc<scope::SessionRegistry>>,
+    /// This client's open approval questions: one per MCP session, like its interpreters.
+    approvals: Arc<approval::Approvals>,
+    /// The state calls of this MCP session run in; on stdio `ctx` and `approvals`, over HTTP
+    /// made on the session's first call (see `scope`).
+    own: Arc<tokio::sync::OnceCell<scope::Scope>>,
+    /// Over HTTP only.
+    http: Option<HttpShared>,
+}
+
+/// What every HTTP session's server shares: the stateless scopes, the registry that ends a
+/// session's state with it, and the per-session call bound.
+#[derive(Clone)]
+struct HttpShared {
+    stateless: Arc<scope::StatelessScopes>,
+    registry: Arc<scope::SessionRegistry>,
+    max_calls_per_session: usize,
 }
 
 fn output_schema<T: schemars::JsonSchema + 'static>() -> Arc<JsonObject> {
@@ -66,99 +73,116 @@ fn output_schema<T: schemars::JsonSchema + 'static>() -> Arc<JsonObject> {
 
 #[tool_router]
 impl CordonServer {
-    /// The server of one client (stdio): one scope for its whole life.
-    pub fn new(ctx: ToolContext) -> Self {
+    /// The MCP face of one client session (its runtime may serve other sessions too).
+    pub fn new(ctx: Session) -> Self {
         let ctx = Arc::new(ctx);
         let mut tool_router = Self::tool_router();
         patch_schemas(&mut tool_router, &ctx);
         make_portable(&mut tool_router);
         let instructions = Arc::new(instructions::render(&ctx));
-        let server_shutdown = tokio_util::sync::CancellationToken::new();
-        let scope = Arc::new(scope::SessionScope::new(&ctx, &server_shutdown, None));
+        let approvals = Arc::new(approval::Approvals::new(
+            ctx.runtime.policy.server.approval_timeout,
+        ));
+        let own = scope::Scope::new(Arc::clone(&ctx), Arc::clone(&approvals), None);
         Self {
             ctx,
             tool_router,
             instructions,
-            scope,
-            stateless: None,
-            server_shutdown,
-            max_calls_per_session: None,
-            registry: None,
+            approvals,
+            own: Arc::new(tokio::sync::OnceCell::new_with(Some(own))),
+            http: None,
         }
     }
 
-    /// Makes the interpreter sessions now, so a failure there fails the start (stdio).
-    pub async fn open_interpreter(&self) -> Result<(), crate::interpreter::InterpreterError> {
-        self.scope.open_interpreter(&self.ctx).await
-    }
-
-    /// The template the HTTP service factory copies for each MCP session: sessions share
-    /// the context and the shutdown, each gets its own scope ([`Self::new_session`]).
+    /// The template the HTTP service factory copies for each MCP session
+    /// ([`Self::new_session`]): the runtime is shared, each session's state is its own.
     pub fn into_http_template(mut self) -> Self {
-        let http = &self.ctx.policy.server.http;
-        self.max_calls_per_session = Some(http.max_calls_per_session);
-        self.registry = Some(Arc::default());
-        self.stateless = Some(Arc::new(scope::StatelessScopes::new(
-            http.max_sessions,
-            http.max_calls_per_session,
-        )));
+        let http = &self.ctx.runtime.policy.server.http;
+        self.http = Some(HttpShared {
+            stateless: Arc::new(scope::StatelessScopes::new(
+                http.max_sessions,
+                http.max_calls_per_session,
+            )),
+            registry: Arc::default(),
+            max_calls_per_session: http.max_calls_per_session,
+        });
         self
     }
 
-    /// A server for a new MCP session: the shared parts of this one, a fresh scope.
+    /// A server for a new MCP session: this one's shared parts and an empty scope (made on
+    /// the first call, so the throwaway services rmcp asks for cost nothing).
     pub fn new_session(&self) -> Self {
-        let scope = Arc::new(scope::SessionScope::new(
-            &self.ctx,
-            &self.server_shutdown,
-            self.max_calls_per_session,
-        ));
         Self {
-            scope,
+            own: Arc::new(tokio::sync::OnceCell::new()),
+            approvals: Arc::new(approval::Approvals::new(
+                self.ctx.runtime.policy.server.approval_timeout,
+            )),
             ..self.clone()
         }
     }
 
-    /// Ends every call of every session (SIGTERM/SIGINT).
-    pub fn shutdown_token(&self) -> tokio_util::sync::CancellationToken {
-        self.server_shutdown.clone()
-    }
-
+    /// The session whose runtime every HTTP session shares (and the stdio server's one).
     pub fn context(&self) -> &SharedContext {
         &self.ctx
     }
 
-    /// The scope a request runs in: its session's, or for a stateless (2026-07-28) request
-    /// over HTTP its subject's. `Err` names the bound that refused it.
-    fn call_scope(
+    /// The scope a call runs in: its MCP session's, or for a stateless (2026-07-28) request
+    /// over HTTP its subject's. `Err` says what refused it.
+    async fn call_scope(
         &self,
         rctx: &RequestContext<RoleServer>,
-    ) -> Result<Arc<scope::SessionScope>, ToolError> {
-        let Some(stateless) = &self.stateless else {
-            return Ok(Arc::clone(&self.scope));
+    ) -> Result<scope::Scope, ToolError> {
+        let Some(shared) = &self.http else {
+            return Ok(self
+                .own
+                .get()
+                .expect("a stdio server's scope is set")
+                .clone());
+        };
+        let runtime = &self.ctx.runtime;
+        let failed = |e: crate::runtime::RuntimeError| {
+            ToolError::new(
+                ErrorKind::Internal,
+                format!("this session's state could not be set up: {e}"),
+            )
         };
         let is_stateless = rctx
             .protocol_version()
             .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28);
-        if !is_stateless {
-            if let (Some(registry), Some(session)) = (&self.registry, http::session_of(rctx)) {
-                registry.register(&session, &self.scope);
-            }
-            return Ok(Arc::clone(&self.scope));
-        }
-        let subject = http::subject_of(rctx).unwrap_or_else(|| "anonymous".to_owned());
-        stateless
-            .for_subject(&subject, &self.ctx, &self.server_shutdown)
-            .ok_or_else(|| {
-                ToolError::new(
-                    ErrorKind::ResourceLimit,
-                    format!(
-                        "every one of the {} stateless client scopes has a call running; retry \
-                         when one ends, or ask the operator to raise \
-                         `server.http.max_sessions` ({})",
-                        self.ctx.policy.server.http.max_sessions, self.ctx.policy.origin
+        if is_stateless {
+            let subject = http::subject_of(rctx).unwrap_or_else(|| "anonymous".to_owned());
+            return shared
+                .stateless
+                .for_subject(&subject, runtime)
+                .map_err(|why| match why {
+                    scope::NoScope::Failed(e) => failed(e),
+                    scope::NoScope::Full(max) => ToolError::new(
+                        ErrorKind::ResourceLimit,
+                        format!(
+                            "every one of the {max} stateless client scopes has a call running; \
+                             retry when one ends, or ask the operator to raise \
+                             `server.http.max_sessions` ({})",
+                            runtime.policy.origin
+                        ),
                     ),
-                )
+                });
+        }
+        let scope = self
+            .own
+            .get_or_try_init(|| async {
+                let session = crate::runtime::Session::new(Arc::clone(runtime))?;
+                Ok(scope::Scope::new(
+                    Arc::new(session),
+                    Arc::clone(&self.approvals),
+                    Some(shared.max_calls_per_session),
+                ))
             })
+            .await
+            .map_err(failed)?;
+        if let Some(session) = http::session_of(rctx) {
+            shared.registry.register(&session, &scope.session);
+        }
+        Ok(scope.clone())
     }
 
     #[tool(
@@ -187,21 +211,28 @@ Long output is cut to its first and last lines, and the full text is saved under
         InputResponses(responses): InputResponses,
         rctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let ctx = &self.ctx;
-        let scope = match self.call_scope(&rctx) {
+        let scope = match self.call_scope(&rctx).await {
             Ok(scope) => scope,
-            Err(error) => return Ok(shell_exec::rejected(ctx, &args, error, "refused").into()),
+            Err(error) => {
+                let decision = AuditDecision::Allow;
+                return Ok(shell_exec::rejected(&self.ctx, &args, error, &decision).into());
+            }
         };
+        let ctx = &scope.session;
         let verdict = shell_exec::assess(ctx, &args).await;
+        let ask = |rule: &str, answer| AuditDecision::Ask {
+            rule: rule.to_owned(),
+            answer,
+        };
         let decision = match (verdict.decision, verdict.reason) {
-            (Decision::Allow, _) | (_, None) => "allow".to_owned(),
+            (Decision::Allow, _) | (_, None) => AuditDecision::Allow,
             (Decision::Deny, Some(reason)) => {
                 return Ok(shell_exec::refuse(ctx, &args, &reason, &Refusal::Denied).into());
             }
             (Decision::Ask, Some(reason)) => {
                 // Nobody should be asked about a call that would fail its argument checks.
-                if let Err(error) = shell_exec::precheck(ctx, &args) {
-                    let label = format!("ask:{}:not-asked", reason.rule);
+                if let Err(error) = shell_exec::precheck(ctx, &args).await {
+                    let label = ask(&reason.rule, Answer::NotAsked);
                     return Ok(shell_exec::rejected(ctx, &args, error, &label).into());
                 }
                 match scope
@@ -209,17 +240,18 @@ Long output is cut to its first and last lines, and the full text is saved under
                     .obtain(&rctx, &args, &reason, state, responses)
                     .await
                 {
-                    approval::Approval::Approved => format!("ask:{}:approved", reason.rule),
+                    approval::Approval::Approved => ask(&reason.rule, Answer::Approved),
                     approval::Approval::Refused(refusal) => {
                         return Ok(shell_exec::refuse(ctx, &args, &reason, &refusal).into());
                     }
                     approval::Approval::Pending(input_required) => {
-                        let label = format!("ask:{}:pending", reason.rule);
-                        ctx.audit(
+                        ctx.runtime.audit(
                             "shell_exec",
                             &args,
-                            &label,
-                            serde_json::json!({ "input_required": true }),
+                            &ask(&reason.rule, Answer::Pending),
+                            Outcome::InputRequired {
+                                input_required: true,
+                            },
                             std::time::Instant::now(),
                         );
                         return Ok(input_required.into());
@@ -243,14 +275,12 @@ Long output is cut to its first and last lines, and the full text is saved under
                 });
             }) as Box<dyn Fn(Duration, String) + Send + Sync>
         });
-        let cancel = self.call_token(&rctx, &scope);
+        let cancel = self.call_token(&rctx, ctx);
         let _ends_with_the_call = cancel.clone().drop_guard();
         let hooks = CallHooks { cancel, progress };
-        Ok(
-            shell_exec::run(Arc::clone(&self.ctx), args, hooks, &decision)
-                .await
-                .into(),
-        )
+        Ok(shell_exec::run(Arc::clone(ctx), args, hooks, &decision)
+            .await
+            .into())
     }
 
     #[tool(
@@ -278,7 +308,7 @@ fresh. Example: {\"code\": \"import statistics\\nxs = [3, 1, 4, 1, 5]\\nstatisti
         Parameters(args): Parameters<CodeInterpreterArgs>,
         rctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
-        let scope = match self.call_scope(&rctx) {
+        let scope = match self.call_scope(&rctx).await {
             Ok(scope) => scope,
             Err(error) => {
                 return Ok(refused_result(
@@ -287,22 +317,9 @@ fresh. Example: {\"code\": \"import statistics\\nxs = [3, 1, 4, 1, 5]\\nstatisti
                 ));
             }
         };
-        let interpreter = match scope.interpreter(&self.ctx).await {
-            Ok(interpreter) => interpreter,
-            Err(e) => {
-                let error = ToolError::new(
-                    ErrorKind::Internal,
-                    format!("the interpreter sessions could not be set up: {e}"),
-                );
-                return Ok(refused_result(
-                    &error,
-                    Some(&output_schema::<CodeInterpreterOutput>()),
-                ));
-            }
-        };
-        let cancel = self.call_token(&rctx, &scope);
+        let cancel = self.call_token(&rctx, &scope.session);
         let _ends_with_the_call = cancel.clone().drop_guard();
-        Ok(code_interpreter::run(Arc::clone(&self.ctx), interpreter, args, cancel).await)
+        Ok(code_interpreter::run(scope.session, args, cancel).await)
     }
 
     #[tool(
@@ -374,10 +391,13 @@ writing. The result includes a unified diff and lint diagnostics. Example: {\"pa
 
 /// Tightens the static schemas with this policy's numbers, so a client can validate before
 /// calling: the timeout bound, and whether the tools reach the network.
-fn patch_schemas(router: &mut ToolRouter<CordonServer>, ctx: &ToolContext) {
+fn patch_schemas(router: &mut ToolRouter<CordonServer>, ctx: &Session) {
     for (tool, max_timeout) in [
-        ("shell_exec", ctx.policy.limits.max_timeout),
-        ("code_interpreter", ctx.policy.interpreter.max_timeout),
+        ("shell_exec", ctx.runtime.policy.limits.max_timeout),
+        (
+            "code_interpreter",
+            ctx.runtime.policy.interpreter.max_timeout,
+        ),
     ] {
         let Some(route) = router.map.get_mut(tool) else {
             continue;
@@ -392,21 +412,21 @@ fn patch_schemas(router: &mut ToolRouter<CordonServer>, ctx: &ToolContext) {
         }
         route.attr.input_schema = Arc::new(schema);
         if let Some(annotations) = route.attr.annotations.as_mut() {
-            annotations.open_world_hint = Some(!ctx.policy.network.is_off());
+            annotations.open_world_hint = Some(!ctx.runtime.policy.network.is_off());
         }
     }
 }
 
 impl CordonServer {
-    /// The call's cancellation: the client's (`notifications/cancelled`, disconnect), the end
-    /// of its session, or the server's own shutdown, whichever comes first. The caller drops a guard of it when the
-    /// call ends, which also ends the watcher task.
+    /// The call's cancellation: the client's (`notifications/cancelled`, disconnect), the
+    /// session's end or the server's own shutdown, whichever comes first. The caller drops a
+    /// guard of it when the call ends, which also ends the watcher task.
     fn call_token(
         &self,
         rctx: &RequestContext<RoleServer>,
-        scope: &scope::SessionScope,
+        session: &crate::runtime::Session,
     ) -> tokio_util::sync::CancellationToken {
-        let call = scope.shutdown.child_token();
+        let call = session.cancel.child_token();
         let (client, watched) = (rctx.ct.clone(), call.clone());
         tokio::spawn(async move {
             tokio::select! {
@@ -419,7 +439,7 @@ impl CordonServer {
 
     /// Hands the calling client's `clientInfo` to the audit log.
     fn note_client(&self, context: &RequestContext<RoleServer>) {
-        if let Some(log) = &self.ctx.audit
+        if let Some(log) = &self.ctx.runtime.audit
             && let Some(info) = context.client_info()
         {
             log.set_client(serde_json::json!({"name": info.name, "version": info.version}));
@@ -454,19 +474,20 @@ impl ServerHandler for CordonServer {
         let origin = http::call_origin(&context);
         let mut _running = None;
         if origin.is_some() {
-            let admitted = self.call_scope(&context).and_then(|scope| {
-                scope.begin_call().map_err(|limit| {
+            let admitted = match self.call_scope(&context).await {
+                Err(error) => Err(error),
+                Ok(scope) => scope.begin_call().map_err(|limit| {
                     ToolError::new(
                         ErrorKind::ResourceLimit,
                         format!(
                             "this session already has {limit} calls running, the most \
                              `server.http.max_calls_per_session` allows ({}); wait for one to \
                              end, or open another session",
-                            self.ctx.policy.origin
+                            self.ctx.runtime.policy.origin
                         ),
                     )
-                })
-            });
+                }),
+            };
             match admitted {
                 Ok(permit) => _running = permit,
                 Err(error) => {
@@ -484,7 +505,9 @@ impl ServerHandler for CordonServer {
             None => call.await?,
         };
         let response = fits_output_schema(response, output_schema.as_deref());
-        Ok(resources::link_spilled(response, &self.ctx))
+        // Listing the spill area is blocking file-system work.
+        let ctx = Arc::clone(&self.ctx);
+        on_blocking_pool(move || Ok(resources::link_spilled(response, &ctx))).await
     }
 
     async fn list_resources(
@@ -492,7 +515,8 @@ impl ServerHandler for CordonServer {
         _request: Option<rmcp::model::PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListResourcesResult, McpError> {
-        Ok(resources::list(&self.ctx))
+        let ctx = Arc::clone(&self.ctx);
+        on_blocking_pool(move || Ok(resources::list(&ctx))).await
     }
 
     async fn read_resource(
@@ -500,7 +524,8 @@ impl ServerHandler for CordonServer {
         request: rmcp::model::ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
-        resources::read(&self.ctx, &request.uri).map(Into::into)
+        let ctx = Arc::clone(&self.ctx);
+        on_blocking_pool(move || resources::read(&ctx, &request.uri).map(Into::into)).await
     }
 
     async fn on_custom_request(
@@ -530,6 +555,16 @@ impl ServerHandler for CordonServer {
         .with_server_info(Implementation::new("cordon", env!("CARGO_PKG_VERSION")))
         .with_instructions(self.instructions.as_str())
     }
+}
+
+/// Runs `work` (file-system calls in the spill area) on the blocking pool, so a slow disk
+/// stalls only this request.
+async fn on_blocking_pool<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, McpError> + Send + 'static,
+) -> Result<T, McpError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| McpError::internal_error(format!("the request's worker failed: {e}"), None))?
 }
 
 /// The JSON-RPC error for a `tools/call` naming no tool of this server: which name was asked
@@ -571,7 +606,7 @@ fn fits_output_schema(response: CallToolResponse, schema: Option<&JsonObject>) -
             ErrorKind::InvalidArgument,
             format!("{message}; check the arguments against the tool's inputSchema"),
         );
-        result.content = vec![ContentBlock::text(crate::tools::error_text(&error))];
+        result.content = vec![ContentBlock::text(error.text())];
         result.structured_content = Some(error_placeholder(schema, &error));
     }
     if let Some(serde_json::Value::Object(content)) = &mut result.structured_content
@@ -588,8 +623,7 @@ fn fits_output_schema(response: CallToolResponse, schema: Option<&JsonObject>) -
 /// A call refused before its tool ran (a session bound, a scope that could not be made):
 /// the error in the tool's result shape.
 fn refused_result(error: &ToolError, schema: Option<&JsonObject>) -> CallToolResult {
-    let mut result =
-        CallToolResult::error(vec![ContentBlock::text(crate::tools::error_text(error))]);
+    let mut result = CallToolResult::error(vec![ContentBlock::text(error.text())]);
     result.structured_content = schema.map(|schema| error_placeholder(schema, error));
     result
 }
@@ -624,8 +658,7 @@ fn error_placeholder(schema: &JsonObject, error: &ToolError) -> serde_json::Valu
 /// started it on a terminal (where a silent server looks hung).
 pub async fn serve_stdio(server: CordonServer) -> Result<(), ServeError> {
     let ctx = Arc::clone(&server.ctx);
-    let shutdown = server.server_shutdown.clone();
-    let session = Arc::clone(&server.scope);
+    let shutdown = ctx.runtime.shutdown.clone();
     let ready = startup_line(&ctx);
     tracing::info!("{ready}");
     if std::io::IsTerminal::is_terminal(&std::io::stdin())
@@ -666,8 +699,7 @@ pub async fn serve_stdio(server: CordonServer) -> Result<(), ServeError> {
             _ = int.recv() => tracing::info!("SIGINT: ending the session and every running call"),
         }
         shutdown.cancel();
-        let all = signal_ctx.policy.server.max_concurrent_calls as u32;
-        let _ = tokio::time::timeout(SHUTDOWN_GRACE, signal_ctx.slots.acquire_many(all)).await;
+        signal_ctx.runtime.drain(SHUTDOWN_GRACE).await;
         // The last answers are on their way to stdout; give the writer a moment.
         tokio::time::sleep(Duration::from_millis(100)).await;
         stop.cancel();
@@ -675,24 +707,23 @@ pub async fn serve_stdio(server: CordonServer) -> Result<(), ServeError> {
     let quit = service.waiting().await;
     // Interpreter workers outlive calls, so they are killed explicitly; this also ends any
     // cell still running.
-    let _ = tokio::time::timeout(SHUTDOWN_GRACE, session.close_interpreter()).await;
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, ctx.interpreter.shutdown()).await;
     // rmcp cancels every in-flight request at EOF; give their process trees time to die.
-    let all = ctx.policy.server.max_concurrent_calls as u32;
-    let _ = tokio::time::timeout(SHUTDOWN_GRACE, ctx.slots.acquire_many(all)).await;
+    ctx.runtime.drain(SHUTDOWN_GRACE).await;
     quit.map(|_| ()).map_err(|e| ServeError::Run(e.to_string()))
 }
 
 /// The one line that says the server is up: workspace, policy, enforcement, and what it
 /// waits for.
-pub fn startup_line(ctx: &ToolContext) -> String {
-    let enforcement = ctx.executor.confinement().enforcement();
+pub fn startup_line(ctx: &Session) -> String {
+    let enforcement = ctx.runtime.executor.confinement().enforcement();
     format!(
         "cordon {}: workspace {}, policy `{}` ({}), enforcement {}; waiting for an MCP client \
          on stdin",
         env!("CARGO_PKG_VERSION"),
-        ctx.workspace.root().display(),
-        ctx.policy.name,
-        ctx.policy.origin,
+        ctx.runtime.workspace.root().display(),
+        ctx.runtime.policy.name,
+        ctx.runtime.policy.origin,
         enforcement.level,
     )
 }

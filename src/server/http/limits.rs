@@ -110,9 +110,7 @@ impl<M: SessionManager> SessionManager for BoundedSessions<M> {
     async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
         self.lock().remove(id);
         // DELETE, idle expiry or shutdown: the session's calls and interpreters end now.
-        if let Some(scope) = self.scopes.take(id) {
-            scope.end().await;
-        }
+        self.scopes.end(id).await;
         Ok(self.inner.close_session(id).await?)
     }
 

@@ -126,7 +126,7 @@ struct Front {
 pub async fn serve(server: CordonServer, mut options: HttpOptions) -> Result<(), HttpError> {
     let template = server.into_http_template();
     let ctx = Arc::clone(template.context());
-    let http = ctx.policy.server.http.clone();
+    let http = ctx.runtime.policy.server.http.clone();
     if let Some(oauth) = &http.oauth {
         options.auth = options.auth.with_jwt(oauth::JwtVerifier::load(oauth)?);
     }
@@ -142,16 +142,17 @@ pub async fn serve(server: CordonServer, mut options: HttpOptions) -> Result<(),
             "listening on {} but server.http.allowed_hosts lists only loopback names: requests \
              naming another Host get 403; list the names clients use ({})",
             options.addr,
-            ctx.policy.origin
+            ctx.runtime.policy.origin
         );
     }
     // A session's calls must not be cut by idle expiry while they run without a word: the
     // idle time is at least the longest a call may take.
     let longest_call = ctx
+        .runtime
         .policy
         .limits
         .max_timeout
-        .max(ctx.policy.interpreter.max_timeout);
+        .max(ctx.runtime.policy.interpreter.max_timeout);
     let keep_alive = http
         .session_idle
         .max(longest_call + Duration::from_secs(30));
@@ -168,13 +169,16 @@ pub async fn serve(server: CordonServer, mut options: HttpOptions) -> Result<(),
     session_config.keep_alive = Some(keep_alive);
     let mut local = LocalSessionManager::default();
     local.session_config = session_config;
-    let registry = template
-        .registry
-        .clone()
-        .expect("an HTTP template has a session registry");
+    let registry = Arc::clone(
+        &template
+            .http
+            .as_ref()
+            .expect("an HTTP template has its shared parts")
+            .registry,
+    );
     let sessions = Arc::new(BoundedSessions::new(local, http.max_sessions, registry));
 
-    let server_shutdown = template.shutdown_token();
+    let server_shutdown = ctx.runtime.shutdown.clone();
     let mut config = StreamableHttpServerConfig::default()
         // Our own cap comes first (with a clear message); this is rmcp's backstop.
         .with_max_request_body_bytes(http.max_body_bytes)
@@ -196,7 +200,7 @@ pub async fn serve(server: CordonServer, mut options: HttpOptions) -> Result<(),
         auth: options.auth,
         origins,
         max_body: http.max_body_bytes,
-        policy_origin: ctx.policy.origin.clone(),
+        policy_origin: ctx.runtime.policy.origin.clone(),
     });
 
     let listener = tokio::net::TcpListener::bind(options.addr)
@@ -273,11 +277,10 @@ pub async fn serve(server: CordonServer, mut options: HttpOptions) -> Result<(),
     // Every call of every session is cancelled (its tree killed) and answered; then the
     // interpreters go and the process exits.
     server_shutdown.cancel();
-    if let Some(stateless) = &template.stateless {
-        stateless.close_all().await;
+    if let Some(shared) = &template.http {
+        shared.stateless.close_all().await;
     }
-    let all = ctx.policy.server.max_concurrent_calls as u32;
-    let _ = tokio::time::timeout(SHUTDOWN_GRACE, ctx.slots.acquire_many(all)).await;
+    ctx.runtime.drain(SHUTDOWN_GRACE).await;
     Ok(())
 }
 
