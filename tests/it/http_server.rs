@@ -757,3 +757,61 @@ fn http_oauth_resource_server_accepts_valid_jwts_serves_metadata_and_refuses_the
     assert_eq!(record["subject"], "alice");
     assert_eq!(record["session"], json!(session));
 }
+
+#[test]
+fn http_idle_session_expires_with_its_interpreters() {
+    if skip(
+        "http_idle_session_expires_with_its_interpreters",
+        Need::Namespaces,
+    ) {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    // Calls of at most 1 s, so the idle time may be short: 1 s asked, 11 s in force (the
+    // longest call plus the margin).
+    let server = HttpServer::start(
+        ws.path(),
+        Start {
+            token: true,
+            policy: Some(
+                "[limits]\ntimeout_secs = 1\nmax_timeout_secs = 1\n[interpreter]\n\
+                 timeout_secs = 1\nmax_timeout_secs = 1\nkeep_background = true\n\
+                 [server.http]\nsession_idle_secs = 1\n",
+            ),
+            ..Start::default()
+        },
+    );
+    assert!(
+        server.stderr().contains("idle sessions end after 11s"),
+        "{}",
+        server.stderr()
+    );
+    let session = server.open_session();
+    let token = unique_token();
+    let cell =
+        json!({"code": format!("import subprocess\nsubprocess.Popen(['sleep', '{token}'])\n1")});
+    let r = server.call(&session, 1, "code_interpreter", cell);
+    assert_eq!(r["result"]["isError"], json!(false), "{r}");
+    assert!(
+        eventually(Duration::from_secs(10), || !processes_with(&token)
+            .is_empty()),
+        "the background process never started"
+    );
+    // Still alive well within the idle time.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        !processes_with(&token).is_empty(),
+        "ended before the idle time"
+    );
+    // No request may touch the session while it idles (each one would renew it): watch its
+    // interpreter's background process instead, then ask once.
+    let gone = eventually(Duration::from_secs(30), || {
+        processes_with(&token).is_empty()
+    });
+    assert_no_survivors(&token, "the interpreter of an expired session");
+    assert!(gone, "the idle session's interpreter was never ended");
+    let list = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list"});
+    let r = server.post(&list, &[("Mcp-Session-Id", &session)]);
+    assert_eq!(r.status, 404, "the expired session still answers: {r:?}");
+    assert!(gone);
+}

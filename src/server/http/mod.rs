@@ -37,6 +37,9 @@ pub const ENDPOINT: &str = "/mcp";
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections served at once; one more is closed on accept (each holds a task and buffers).
 const MAX_CONNECTIONS: usize = 512;
+/// What a session's idle time must exceed the longest call by: a call's tree is killed and
+/// answered within this after its timeout.
+const IDLE_MARGIN: Duration = Duration::from_secs(10);
 /// How long shutdown waits for running calls to kill their trees.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
@@ -153,9 +156,7 @@ pub async fn serve(server: CordonServer, mut options: HttpOptions) -> Result<(),
         .limits
         .max_timeout
         .max(ctx.runtime.policy.interpreter.max_timeout);
-    let keep_alive = http
-        .session_idle
-        .max(longest_call + Duration::from_secs(30));
+    let keep_alive = http.session_idle.max(longest_call + IDLE_MARGIN);
     if keep_alive > http.session_idle {
         tracing::warn!(
             "server.http.session_idle_secs {}s is shorter than the longest call ({}s); idle \
