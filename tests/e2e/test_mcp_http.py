@@ -4,7 +4,8 @@
 both protocol generations: `legacy` (initialize, `Mcp-Session-Id`) and `2026-07-28` (stateless
 requests). Guards that every tool works and fails as on stdio (the SDK validates every result
 against the tool's outputSchema), that progress arrives, that the token is required, that two
-sessions do not share interpreter state, and that a client leaving mid-call leaves no process.
+sessions do not share interpreter state, that `ask` rules reach the client in both
+generations, and that a client leaving mid-call leaves no process.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import httpx2
 import pytest
 from mcp.client.client import Client
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+from mcp_types import ElicitResult
 
 from conftest import pids_with_argv, wait_until
 
@@ -203,3 +205,31 @@ def test_http_sdk_client_leaving_mid_call_leaves_no_process(http_server, workspa
 
     assert run(http_server, mode, body) is True
     assert wait_until(lambda: pids_with_argv(marker) == [], timeout=10), pids_with_argv(marker)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("approve", [True, False])
+def test_http_sdk_ask_rules_are_answered_by_the_client(http_server, workspace, mode, approve):
+    # `rm -rf ./*` in the workspace root is an `ask` rule of the default policy. Legacy
+    # sessions are asked with elicitation/create on the call's SSE stream; 2026-07-28 requests
+    # get `input_required` and retry with the answer (the approval lives in the subject's
+    # scope across the two requests).
+    (workspace / "keep.txt").write_text("precious\n")
+    seen = []
+
+    async def on_elicit(_context, params):
+        seen.append(params.message)
+        return ElicitResult(action="accept", content={"approve": approve})
+
+    async def main():
+        async with Client(http_server.transport(), mode=mode, read_timeout_seconds=60,
+                          elicitation_callback=on_elicit) as c:
+            return await c.call_tool("shell_exec", {"command": "rm -rf ./*"})
+
+    result = anyio.run(main)
+    assert len(seen) == 1 and "rm-recursive-workspace" in seen[0], seen
+    assert (workspace / "keep.txt").exists() != approve
+    if approve:
+        assert not result.is_error and result.structured_content["exit_code"] == 0, result
+    else:
+        assert err(result) == "denied"
