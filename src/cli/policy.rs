@@ -278,15 +278,22 @@ pub fn explain(policy: &Policy) -> String {
 
     let h = &policy.server.http;
     let _ = writeln!(o, "\nOver HTTP (serve --http)");
+    let pages = if h.allowed_origins.is_empty() {
+        "No browser page may call (any request with an Origin gets 403)".to_owned()
+    } else {
+        format!(
+            "Browser pages from {} may call; any other Origin gets 403",
+            h.allowed_origins.join(", ")
+        )
+    };
     let _ = writeln!(
         o,
-        "  Browser pages from {} may call; any other Origin gets 403. Host headers accepted: {}.",
-        h.allowed_origins.join(", "),
+        "  {pages}. Host headers accepted: {}.",
         h.allowed_hosts.join(", ")
     );
     let _ = writeln!(
         o,
-        "  At most {} MCP sessions (one more gets 503), {} running calls per session, request bodies of {} KiB; a session unused for {}s ends with its calls and interpreters. A bearer token (--http-token-file or --http-token-env) is required off loopback.",
+        "  At most {} MCP sessions (one more gets 503), {} running calls per session, request bodies of {} KiB; a session unused for {}s ends with its calls and interpreters. A bearer token (--http-token-file, --http-token-env, or a JWT under [server.http.oauth]) is required off loopback.",
         h.max_sessions,
         h.max_calls_per_session,
         h.max_body_bytes / 1024,
