@@ -170,6 +170,25 @@ pub enum Outcome {
     Other(Value),
 }
 
+/// Who made a call, when the transport knows more than "the one stdio client": over HTTP,
+/// the MCP session and the authenticated subject (the JWT `sub`, or `bearer` for the static
+/// token, never a token itself), and that session's `clientInfo`. Set for the duration of a
+/// call with [`CALL_ORIGIN`]`.scope(..)`; every record written inside it names them.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CallOrigin {
+    /// `Mcp-Session-Id`, or `stateless` for a 2026-07-28 request (that revision has none).
+    pub session: Option<String>,
+    pub subject: Option<String>,
+    #[serde(skip)]
+    pub client: Option<Value>,
+}
+
+tokio::task_local! {
+    /// The origin of the call this task serves (HTTP only; stdio has one client and no
+    /// subject, and leaves it unset).
+    pub static CALL_ORIGIN: CallOrigin;
+}
+
 /// What is written: the record plus the fields the log itself knows.
 #[derive(Serialize)]
 struct Line<'a> {
@@ -177,6 +196,10 @@ struct Line<'a> {
     record: &'a AuditRecord<'a>,
     client: Value,
     policy: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    session: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    subject: Option<String>,
 }
 
 impl AuditLog {
@@ -205,16 +228,19 @@ impl AuditLog {
     }
 
     pub fn record(&self, record: &AuditRecord<'_>) {
-        let client = self
-            .client
-            .lock()
-            .ok()
-            .and_then(|c| c.clone())
+        let origin = CALL_ORIGIN.try_with(Clone::clone).ok();
+        let client = origin
+            .as_ref()
+            .and_then(|o| o.client.clone())
+            .or_else(|| self.client.lock().ok().and_then(|c| c.clone()))
             .unwrap_or(Value::Null);
+        let (session, subject) = origin.map_or((None, None), |o| (o.session, o.subject));
         let line = Line {
             record,
             client,
             policy: &self.options.policy,
+            session,
+            subject,
         };
         let Ok(mut line) = serde_json::to_vec(&line) else {
             return;

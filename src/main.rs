@@ -23,7 +23,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve the MCP tools on stdin/stdout (logs go to stderr; CORDON_LOG=info for more).
+    /// Serve the MCP tools on stdin/stdout, or over Streamable HTTP with --http (logs go to
+    /// stderr; CORDON_LOG=info for more).
     Serve {
         /// Workspace root, the only directory the tools may write. Default: the current
         /// directory, unless that is `/`, a system directory or the home directory itself
@@ -40,6 +41,8 @@ enum Command {
         /// Run with whatever confinement the kernel offers instead of refusing.
         #[arg(long)]
         allow_degraded: bool,
+        #[command(flatten)]
+        http: HttpArgs,
     },
     /// Run one command confined by a policy, passing its output through.
     Exec {
@@ -106,6 +109,60 @@ enum Command {
     /// The confined parser worker the server starts (frames on stdin/stdout; not for people).
     #[command(hide = true, name = "__parse-worker")]
     ParseWorker,
+}
+
+/// `serve --http`: where to listen and where the bearer token is.
+#[derive(clap::Args)]
+struct HttpArgs {
+    /// Serve MCP's Streamable HTTP transport at http://ADDR:PORT/mcp instead of stdio
+    /// (a bare port, or `:PORT`, means 127.0.0.1). A non-loopback address needs a token.
+    #[arg(long, value_name = "ADDR:PORT")]
+    http: Option<String>,
+    /// File holding the bearer token every HTTP request must carry (mode 0600).
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "http",
+        conflicts_with = "http_token_env"
+    )]
+    http_token_file: Option<PathBuf>,
+    /// Environment variable holding the bearer token every HTTP request must carry.
+    #[arg(long, value_name = "VAR", requires = "http")]
+    http_token_env: Option<String>,
+}
+
+impl HttpArgs {
+    /// The listen address and authenticator, or why they cannot be had.
+    fn options(&self) -> Result<Option<cordon::server::http::HttpOptions>> {
+        use cordon::server::http::auth::{Authenticator, TokenSource};
+        let Some(spec) = &self.http else {
+            return Ok(None);
+        };
+        let addr = parse_listen_addr(spec)?;
+        let auth = match (&self.http_token_file, &self.http_token_env) {
+            (Some(file), _) => Authenticator::load(&TokenSource::File(file.clone()))?,
+            (None, Some(var)) => Authenticator::load(&TokenSource::Env(var.clone()))?,
+            (None, None) => Authenticator::none(),
+        };
+        // Checked by `serve` once the policy's `[server.http.oauth]` is known too.
+        Ok(Some(cordon::server::http::HttpOptions { addr, auth }))
+    }
+}
+
+/// `ADDR:PORT`, `[V6]:PORT`, `:PORT` or `PORT` (the last two on 127.0.0.1).
+fn parse_listen_addr(spec: &str) -> Result<std::net::SocketAddr> {
+    let spec = spec.trim();
+    let full = match spec.strip_prefix(':') {
+        Some(port) => format!("127.0.0.1:{port}"),
+        None if spec.bytes().all(|b| b.is_ascii_digit()) => format!("127.0.0.1:{spec}"),
+        None => spec.to_owned(),
+    };
+    full.parse().with_context(|| {
+        format!(
+            "--http {spec:?} is not ADDR:PORT: write e.g. 127.0.0.1:8080, [::1]:8080, :8080 or \
+             0.0.0.0:8080 (with a token)"
+        )
+    })
 }
 
 #[derive(Subcommand)]
@@ -216,7 +273,8 @@ async fn run(command: Command) -> Result<i32> {
             policy,
             audit_log,
             allow_degraded,
-        } => serve(workspace, &policy, audit_log, allow_degraded).await,
+            http,
+        } => serve(workspace, &policy, audit_log, allow_degraded, &http).await,
         Command::Exec {
             workspace,
             policy,
@@ -290,6 +348,7 @@ async fn serve(
     policy: &str,
     audit_log: Option<PathBuf>,
     allow_degraded: bool,
+    http: &HttpArgs,
 ) -> Result<i32> {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -299,6 +358,26 @@ async fn serve(
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .init();
+    if http.http.is_some() {
+        // Over HTTP nobody reads an `initialize` answer on stdin: a failed start is the
+        // message on stderr and exit status 2.
+        let started = async {
+            let options = http.options()?.expect("--http was given");
+            Ok::<_, anyhow::Error>((
+                start(workspace, policy, audit_log, allow_degraded).await?,
+                options,
+            ))
+        };
+        let (server, options) = match started.await {
+            Ok(started) => started,
+            Err(e) => {
+                eprintln!("cordon: cannot start: {}", one_line(&error_chain(&e)));
+                return Ok(2);
+            }
+        };
+        cordon::server::http::serve(server, options).await?;
+        return Ok(0);
+    }
     let server = match start(workspace, policy, audit_log, allow_degraded).await {
         Ok(server) => server,
         Err(e) => {

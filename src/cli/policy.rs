@@ -276,6 +276,45 @@ pub fn explain(policy: &Policy) -> String {
         i.idle_timeout.as_secs()
     );
 
+    let h = &policy.server.http;
+    let _ = writeln!(o, "\nOver HTTP (serve --http)");
+    let pages = if h.allowed_origins.is_empty() {
+        "No browser page may call (any request with an Origin gets 403)".to_owned()
+    } else {
+        format!(
+            "Browser pages from {} may call; any other Origin gets 403",
+            h.allowed_origins.join(", ")
+        )
+    };
+    let _ = writeln!(
+        o,
+        "  {pages}. Host headers accepted: {}.",
+        h.allowed_hosts.join(", ")
+    );
+    let _ = writeln!(
+        o,
+        "  At most {} MCP sessions (one more gets 503), {} running calls per session, request bodies of {} KiB; a session unused for {}s ends with its calls and interpreters. A bearer token (--http-token-file, --http-token-env, or a JWT under [server.http.oauth]) is required off loopback.",
+        h.max_sessions,
+        h.max_calls_per_session,
+        h.max_body_bytes / 1024,
+        h.session_idle.as_secs()
+    );
+    if let Some(oauth) = &h.oauth {
+        let _ = writeln!(
+            o,
+            "  OAuth 2.1 resource server: JWTs of {} for audience {} ({}), keys from {}{}.",
+            oauth.issuer,
+            oauth.audience,
+            oauth.algorithms.join(", "),
+            oauth.jwks_file.display(),
+            if oauth.required_scopes.is_empty() {
+                String::new()
+            } else {
+                format!(", scopes {}", oauth.required_scopes.join(" "))
+            }
+        );
+    }
+
     let _ = writeln!(o, "\nWhat this kernel enforces ({})", kernel.kernel_release);
     let landlock = if kernel.landlock_abi >= REQUIRED_LANDLOCK_ABI {
         format!("yes (ABI {})", kernel.landlock_abi)

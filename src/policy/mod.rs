@@ -179,7 +179,57 @@ pub struct ServerPolicy {
     /// How long a question to the user (an `ask` rule) waits for an answer before the
     /// command is refused.
     pub approval_timeout: Duration,
+    /// `[server.http]`: bounds of `serve --http` (unused on stdio).
+    pub http: HttpPolicy,
 }
+
+/// `[server.http]`: who may talk to `serve --http` and how much. The bind address and the
+/// token source are command-line flags (`--http`, `--http-token-file`, `--http-token-env`),
+/// never policy: a token does not belong in a file the policy is shown from.
+#[derive(Debug, Clone, Serialize)]
+pub struct HttpPolicy {
+    /// Browser origins (`scheme://host[:port|:*]`) whose requests are served; any other
+    /// `Origin` gets 403. Requests without `Origin` (non-browser clients) pass.
+    pub allowed_origins: Vec<String>,
+    /// `Host` header values accepted (DNS-rebinding defence); `["*"]` accepts any.
+    pub allowed_hosts: Vec<String>,
+    pub max_body_bytes: usize,
+    /// MCP sessions open at once (those begun with `initialize`); one more gets 503.
+    pub max_sessions: usize,
+    /// Tool calls one session may have running at once; one more is refused.
+    pub max_calls_per_session: usize,
+    /// A session without any request for this long is ended (its calls and interpreters too).
+    #[serde(serialize_with = "secs")]
+    pub session_idle: Duration,
+    /// `[server.http.oauth]`: JWT access tokens accepted besides (or instead of) the static
+    /// token.
+    pub oauth: Option<OAuthPolicy>,
+}
+
+/// An OAuth 2.1 resource server's settings: whose tokens, for which audience, signed by
+/// which keys (a JWKS file; cordon fetches nothing).
+#[derive(Debug, Clone, Serialize)]
+pub struct OAuthPolicy {
+    /// The `iss` every token must carry (also the authorization server named in the
+    /// protected-resource metadata).
+    pub issuer: String,
+    /// The `aud` every token must include; default: `resource`.
+    pub audience: String,
+    pub jwks_file: PathBuf,
+    /// This server's canonical URL as clients reach it (e.g. `https://cordon.example/mcp`):
+    /// the metadata's `resource`, and where the metadata is said to be.
+    pub resource: String,
+    /// Signature algorithms accepted: asymmetric only (RS*, PS*, ES256/384, EdDSA).
+    pub algorithms: Vec<String>,
+    /// Scopes a token's `scope` claim must all include.
+    pub required_scopes: Vec<String>,
+}
+
+/// Origins served when the policy names none: pages served from this machine only.
+pub const DEFAULT_ALLOWED_ORIGINS: [&str; 3] =
+    ["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"];
+/// Hosts accepted when the policy names none: the loopback names.
+pub const DEFAULT_ALLOWED_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
 
 pub fn embedded_names() -> Vec<&'static str> {
     EMBEDDED.iter().map(|(name, _)| *name).collect()
@@ -562,6 +612,7 @@ fn resolve(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
             "server.approval_timeout_secs",
             Some(raw.server.approval_timeout_secs.unwrap_or(300)),
         )?),
+        http: resolve_http(raw.server.http, &invalid, &positive)?,
     };
 
     let lint = LintPolicy {
@@ -664,6 +715,135 @@ fn resolve(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
         lint,
         commands,
         interpreter,
+    })
+}
+
+/// `[server.http]`, with `resolve`'s error makers (they name the policy file).
+fn resolve_http(
+    raw: raw::RawHttp,
+    invalid: &dyn Fn(&'static str, String) -> PolicyError,
+    positive: &dyn Fn(&'static str, Option<u64>) -> Result<u64, PolicyError>,
+) -> Result<HttpPolicy, PolicyError> {
+    let allowed_origins = raw.allowed_origins.unwrap_or_else(|| {
+        DEFAULT_ALLOWED_ORIGINS
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect()
+    });
+    for origin in &allowed_origins {
+        let scheme_ok = origin.starts_with("http://") || origin.starts_with("https://");
+        if !scheme_ok || origin.trim_end_matches(":*").ends_with('/') {
+            return Err(invalid(
+                "server.http.allowed_origins",
+                format!(
+                    "`{origin}` is not an origin: write `scheme://host`, `scheme://host:port` \
+                     or `scheme://host:*` (no path), e.g. \"https://app.example.com\""
+                ),
+            ));
+        }
+    }
+    let allowed_hosts = raw.allowed_hosts.unwrap_or_else(|| {
+        DEFAULT_ALLOWED_HOSTS
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect()
+    });
+    if allowed_hosts.is_empty() {
+        return Err(invalid(
+            "server.http.allowed_hosts",
+            "an empty list would refuse every request; list the host names clients use, or \
+             [\"*\"] to accept any Host header"
+                .to_owned(),
+        ));
+    }
+    Ok(HttpPolicy {
+        allowed_origins,
+        allowed_hosts,
+        max_body_bytes: positive(
+            "server.http.max_body_kb",
+            Some(raw.max_body_kb.unwrap_or(4096)),
+        )? as usize
+            * 1024,
+        max_sessions: positive(
+            "server.http.max_sessions",
+            Some(raw.max_sessions.unwrap_or(16) as u64),
+        )? as usize,
+        max_calls_per_session: positive(
+            "server.http.max_calls_per_session",
+            Some(raw.max_calls_per_session.unwrap_or(4) as u64),
+        )? as usize,
+        session_idle: Duration::from_secs(positive(
+            "server.http.session_idle_secs",
+            Some(raw.session_idle_secs.unwrap_or(900)),
+        )?),
+        oauth: raw.oauth.map(|o| resolve_oauth(o, invalid)).transpose()?,
+    })
+}
+
+/// Algorithms `[server.http.oauth]` may name: the asymmetric ones. HS* would make the JWKS
+/// file a shared secret (and a public key usable as an HMAC key), `none` no signature at all.
+pub const OAUTH_ALGORITHMS: [&str; 9] = [
+    "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA",
+];
+
+fn resolve_oauth(
+    raw: raw::RawOAuth,
+    invalid: &dyn Fn(&'static str, String) -> PolicyError,
+) -> Result<OAuthPolicy, PolicyError> {
+    let required = |field: &'static str, v: Option<String>| {
+        v.filter(|v| !v.trim().is_empty())
+            .ok_or_else(|| invalid(field, "is required when [server.http.oauth] is set".into()))
+    };
+    let issuer = required("server.http.oauth.issuer", raw.issuer)?;
+    let resource = required("server.http.oauth.resource", raw.resource)?;
+    if !(resource.starts_with("https://") || resource.starts_with("http://")) {
+        return Err(invalid(
+            "server.http.oauth.resource",
+            format!(
+                "`{resource}` must be this server's URL as clients reach it, e.g. \"https://cordon.example.com/mcp\""
+            ),
+        ));
+    }
+    let jwks_file = PathBuf::from(expand_home(required(
+        "server.http.oauth.jwks_file",
+        raw.jwks_file,
+    )?));
+    if !jwks_file.is_absolute() {
+        return Err(invalid(
+            "server.http.oauth.jwks_file",
+            format!("`{}` must be an absolute path", jwks_file.display()),
+        ));
+    }
+    let algorithms = raw
+        .algorithms
+        .unwrap_or_else(|| vec!["RS256".into(), "ES256".into(), "EdDSA".into()]);
+    if algorithms.is_empty() {
+        return Err(invalid(
+            "server.http.oauth.algorithms",
+            "name at least one signature algorithm".into(),
+        ));
+    }
+    for alg in &algorithms {
+        if !OAUTH_ALGORITHMS.contains(&alg.as_str()) {
+            return Err(invalid(
+                "server.http.oauth.algorithms",
+                format!(
+                    "`{alg}` is not accepted: use asymmetric ones ({}); HS* and none are refused",
+                    OAUTH_ALGORITHMS.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(OAuthPolicy {
+        audience: raw
+            .audience
+            .filter(|a| !a.trim().is_empty())
+            .unwrap_or_else(|| resource.clone()),
+        issuer,
+        jwks_file,
+        resource,
+        algorithms,
+        required_scopes: raw.required_scopes.unwrap_or_default(),
     })
 }
 

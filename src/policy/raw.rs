@@ -155,6 +155,34 @@ pub struct RawServer {
     pub audit_log_max_kb: Option<u64>,
     pub audit_log_values: Option<bool>,
     pub approval_timeout_secs: Option<u64>,
+    #[serde(default)]
+    pub http: RawHttp,
+}
+
+/// `[server.http]`: what `serve --http` accepts and how much of it.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHttp {
+    pub allowed_origins: Option<Vec<String>>,
+    pub allowed_hosts: Option<Vec<String>>,
+    pub max_body_kb: Option<u64>,
+    pub max_sessions: Option<usize>,
+    pub max_calls_per_session: Option<usize>,
+    pub session_idle_secs: Option<u64>,
+    /// Replaced whole by an extending policy (its fields belong together).
+    pub oauth: Option<RawOAuth>,
+}
+
+/// `[server.http.oauth]`: accept JWT access tokens of one authorization server.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOAuth {
+    pub issuer: Option<String>,
+    pub audience: Option<String>,
+    pub jwks_file: Option<String>,
+    pub resource: Option<String>,
+    pub algorithms: Option<Vec<String>>,
+    pub required_scopes: Option<Vec<String>>,
 }
 
 /// Field-by-field overlay: what `self` (the extending policy) sets wins, the rest comes from
@@ -239,13 +267,29 @@ overlay_struct!(RawOutput {
     spill_total_mb
 });
 overlay_struct!(RawFiles { read_budget_kb });
-overlay_struct!(RawServer {
-    max_concurrent_calls,
-    audit_log,
-    audit_log_max_kb,
-    audit_log_values,
-    approval_timeout_secs
+overlay_struct!(RawHttp {
+    allowed_origins,
+    allowed_hosts,
+    max_body_kb,
+    max_sessions,
+    max_calls_per_session,
+    session_idle_secs,
+    oauth,
 });
+
+impl Overlay for RawServer {
+    fn overlay(self, base: Self) -> Self {
+        Self {
+            max_concurrent_calls: self.max_concurrent_calls.or(base.max_concurrent_calls),
+            audit_log: self.audit_log.or(base.audit_log),
+            audit_log_max_kb: self.audit_log_max_kb.or(base.audit_log_max_kb),
+            audit_log_values: self.audit_log_values.or(base.audit_log_values),
+            approval_timeout_secs: self.approval_timeout_secs.or(base.approval_timeout_secs),
+            // A sub-table overlays field by field too, so a policy can change one HTTP bound.
+            http: self.http.overlay(base.http),
+        }
+    }
+}
 
 impl Overlay for RawPolicy {
     fn overlay(self, base: Self) -> Self {

@@ -14,9 +14,11 @@
 mod approval;
 pub mod failed_start;
 mod framing;
+pub mod http;
 mod instructions;
 mod resources;
 pub mod schema;
+pub mod scope;
 
 use crate::runtime::Session;
 use crate::shape::{ErrorKind, ToolError};
@@ -51,6 +53,20 @@ pub struct CordonServer {
     instructions: Arc<String>,
     /// This client's open approval questions: one per MCP session, like its interpreters.
     approvals: Arc<approval::Approvals>,
+    /// The state calls of this MCP session run in; on stdio `ctx` and `approvals`, over HTTP
+    /// made on the session's first call (see `scope`).
+    own: Arc<tokio::sync::OnceCell<scope::Scope>>,
+    /// Over HTTP only.
+    http: Option<HttpShared>,
+}
+
+/// What every HTTP session's server shares: the stateless scopes, the registry that ends a
+/// session's state with it, and the per-session call bound.
+#[derive(Clone)]
+struct HttpShared {
+    stateless: Arc<scope::StatelessScopes>,
+    registry: Arc<scope::SessionRegistry>,
+    max_calls_per_session: usize,
 }
 
 fn output_schema<T: schemars::JsonSchema + 'static>() -> Arc<JsonObject> {
@@ -69,12 +85,106 @@ impl CordonServer {
         let approvals = Arc::new(approval::Approvals::new(
             ctx.runtime.policy.server.approval_timeout,
         ));
+        let own = scope::Scope::new(Arc::clone(&ctx), Arc::clone(&approvals), None);
         Self {
             ctx,
             tool_router,
             instructions,
             approvals,
+            own: Arc::new(tokio::sync::OnceCell::new_with(Some(own))),
+            http: None,
         }
+    }
+
+    /// The template the HTTP service factory copies for each MCP session
+    /// ([`Self::new_session`]): the runtime is shared, each session's state is its own.
+    pub fn into_http_template(mut self) -> Self {
+        let http = &self.ctx.runtime.policy.server.http;
+        self.http = Some(HttpShared {
+            stateless: Arc::new(scope::StatelessScopes::new(
+                http.max_sessions,
+                http.max_calls_per_session,
+            )),
+            registry: Arc::default(),
+            max_calls_per_session: http.max_calls_per_session,
+        });
+        self
+    }
+
+    /// A server for a new MCP session: this one's shared parts and an empty scope (made on
+    /// the first call, so the throwaway services rmcp asks for cost nothing).
+    pub fn new_session(&self) -> Self {
+        Self {
+            own: Arc::new(tokio::sync::OnceCell::new()),
+            approvals: Arc::new(approval::Approvals::new(
+                self.ctx.runtime.policy.server.approval_timeout,
+            )),
+            ..self.clone()
+        }
+    }
+
+    /// The session whose runtime every HTTP session shares (and the stdio server's one).
+    pub fn context(&self) -> &SharedContext {
+        &self.ctx
+    }
+
+    /// The scope a call runs in: its MCP session's, or for a stateless (2026-07-28) request
+    /// over HTTP its subject's. `Err` says what refused it.
+    async fn call_scope(
+        &self,
+        rctx: &RequestContext<RoleServer>,
+    ) -> Result<scope::Scope, ToolError> {
+        let Some(shared) = &self.http else {
+            return Ok(self
+                .own
+                .get()
+                .expect("a stdio server's scope is set")
+                .clone());
+        };
+        let runtime = &self.ctx.runtime;
+        let failed = |e: crate::runtime::RuntimeError| {
+            ToolError::new(
+                ErrorKind::Internal,
+                format!("this session's state could not be set up: {e}"),
+            )
+        };
+        let is_stateless = rctx
+            .protocol_version()
+            .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28);
+        if is_stateless {
+            let subject = http::subject_of(rctx).unwrap_or_else(|| "anonymous".to_owned());
+            return shared
+                .stateless
+                .for_subject(&subject, runtime)
+                .map_err(|why| match why {
+                    scope::NoScope::Failed(e) => failed(e),
+                    scope::NoScope::Full(max) => ToolError::new(
+                        ErrorKind::ResourceLimit,
+                        format!(
+                            "every one of the {max} stateless client scopes has a call running; \
+                             retry when one ends, or ask the operator to raise \
+                             `server.http.max_sessions` ({})",
+                            runtime.policy.origin
+                        ),
+                    ),
+                });
+        }
+        let scope = self
+            .own
+            .get_or_try_init(|| async {
+                let session = crate::runtime::Session::new(Arc::clone(runtime))?;
+                Ok(scope::Scope::new(
+                    Arc::new(session),
+                    Arc::clone(&self.approvals),
+                    Some(shared.max_calls_per_session),
+                ))
+            })
+            .await
+            .map_err(failed)?;
+        if let Some(session) = http::session_of(rctx) {
+            shared.registry.register(&session, &scope.session);
+        }
+        Ok(scope.clone())
     }
 
     #[tool(
@@ -103,6 +213,15 @@ Long output is cut to its first and last lines, and the full text is saved under
         InputResponses(responses): InputResponses,
         rctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        let scope = match self.call_scope(&rctx).await {
+            Ok(scope) => scope,
+            Err(error) => {
+                let outcome =
+                    crate::tools::failed::<shell_exec::ShellExec>(&self.ctx, &args, error);
+                return Ok(outcome.into_result().into());
+            }
+        };
+        let ctx = &scope.session;
         let progress = rctx.meta.get_progress_token().map(|token| {
             let peer = rctx.peer.clone();
             Box::new(move |elapsed: Duration, line: String| {
@@ -119,17 +238,17 @@ Long output is cut to its first and last lines, and the full text is saved under
                 });
             }) as Box<dyn Fn(Duration, String) + Send + Sync>
         });
-        let cancel = self.call_token(&rctx);
+        let cancel = self.call_token(&rctx, ctx);
         let _ends_with_the_call = cancel.clone().drop_guard();
         let hooks = CallHooks { cancel, progress };
         let approver = approval::Asker {
-            approvals: &self.approvals,
+            approvals: &scope.approvals,
             rctx: &rctx,
             state,
             responses,
         };
         Ok(
-            match shell_exec::call(Arc::clone(&self.ctx), args, approver, hooks).await {
+            match shell_exec::call(Arc::clone(ctx), args, approver, hooks).await {
                 shell_exec::Answer::Done(outcome) => outcome.into_result().into(),
                 shell_exec::Answer::Pending(input_required) => input_required.into(),
             },
@@ -161,9 +280,18 @@ fresh. Example: {\"code\": \"import statistics\\nxs = [3, 1, 4, 1, 5]\\nstatisti
         Parameters(args): Parameters<CodeInterpreterArgs>,
         rctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
-        let cancel = self.call_token(&rctx);
+        let scope = match self.call_scope(&rctx).await {
+            Ok(scope) => scope,
+            Err(error) => {
+                return Ok(refused_result(
+                    &error,
+                    Some(&output_schema::<CodeInterpreterOutput>()),
+                ));
+            }
+        };
+        let cancel = self.call_token(&rctx, &scope.session);
         let _ends_with_the_call = cancel.clone().drop_guard();
-        Ok(code_interpreter::run(Arc::clone(&self.ctx), args, cancel)
+        Ok(code_interpreter::run(scope.session, args, cancel)
             .await
             .into_result())
     }
@@ -273,8 +401,12 @@ impl CordonServer {
     /// The call's cancellation: the client's (`notifications/cancelled`, disconnect), the
     /// session's end or the server's own shutdown, whichever comes first. The caller drops a
     /// guard of it when the call ends, which also ends the watcher task.
-    fn call_token(&self, rctx: &RequestContext<RoleServer>) -> tokio_util::sync::CancellationToken {
-        let call = self.ctx.cancel.child_token();
+    fn call_token(
+        &self,
+        rctx: &RequestContext<RoleServer>,
+        session: &crate::runtime::Session,
+    ) -> tokio_util::sync::CancellationToken {
+        let call = session.cancel.child_token();
         let (client, watched) = (rctx.ct.clone(), call.clone());
         tokio::spawn(async move {
             tokio::select! {
@@ -317,9 +449,41 @@ impl ServerHandler for CordonServer {
             return Err(unknown_tool(&name, &self.tool_router));
         };
         let output_schema = route.attr.output_schema.clone();
-        self.note_client(&context);
+        // Over HTTP: who is calling (for the audit log) and whether their session may run
+        // one more call.
+        let origin = http::call_origin(&context);
+        let mut _running = None;
+        if origin.is_some() {
+            let admitted = match self.call_scope(&context).await {
+                Err(error) => Err(error),
+                Ok(scope) => scope.begin_call().map_err(|limit| {
+                    ToolError::new(
+                        ErrorKind::ResourceLimit,
+                        format!(
+                            "this session already has {limit} calls running, the most \
+                             `server.http.max_calls_per_session` allows ({}); wait for one to \
+                             end, or open another session",
+                            self.ctx.runtime.policy.origin
+                        ),
+                    )
+                }),
+            };
+            match admitted {
+                Ok(permit) => _running = permit,
+                Err(error) => {
+                    let result = refused_result(&error, output_schema.as_deref());
+                    return Ok(CallToolResponse::Complete(result));
+                }
+            }
+        } else {
+            self.note_client(&context);
+        }
         let tcc = ToolCallContext::new(self, request, context);
-        let response = self.tool_router.call(tcc).await?;
+        let call = self.tool_router.call(tcc);
+        let response = match origin {
+            Some(origin) => crate::audit::CALL_ORIGIN.scope(origin, call).await?,
+            None => call.await?,
+        };
         let response = fits_output_schema(response, output_schema.as_deref());
         // Listing the spill area is blocking file-system work.
         let ctx = Arc::clone(&self.ctx);
@@ -434,6 +598,14 @@ fn fits_output_schema(response: CallToolResponse, schema: Option<&JsonObject>) -
         }
     }
     CallToolResponse::Complete(result)
+}
+
+/// A call refused before its tool ran (a session bound, a scope that could not be made):
+/// the error in the tool's result shape.
+fn refused_result(error: &ToolError, schema: Option<&JsonObject>) -> CallToolResult {
+    let mut result = CallToolResult::error(vec![ContentBlock::text(error.text())]);
+    result.structured_content = schema.map(|schema| error_placeholder(schema, error));
+    result
 }
 
 /// The output schema's placeholder with `error` set: `{kind, message, retriable}`, plus the

@@ -178,6 +178,12 @@ pub fn lint_left_out(
     )
 }
 
+/// The answer to a call refused before its tool could start (the server could not set up the
+/// client's session): the tool's default output with `error`, audited like any call.
+pub fn failed<T: Tool>(ctx: &Session, args: &T::Args, error: ToolError) -> ToolOutcome {
+    finish::<T>(ctx, args, &Decision::Allow, Instant::now(), Err(error))
+}
+
 /// The end every call goes through: the default output for an early failure, the audit
 /// record, the shaped answer, and its bound.
 pub fn finish<T: Tool>(

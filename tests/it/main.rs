@@ -6,11 +6,15 @@
 
 mod common;
 mod confinement;
+mod conformance;
 mod disk;
 mod doctor;
 mod fail_closed;
 mod file_attacks;
+mod http_client;
+mod http_server;
 mod interpreter;
+mod kubernetes;
 mod lint_confined;
 mod lint_introduced;
 mod lint_parsers;

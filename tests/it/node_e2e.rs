@@ -1,5 +1,6 @@
 //! Runs the Node end-to-end suites (`tests/e2e/node`, `node --test`) against the `cordon`
-//! binary this build produced: the official TypeScript SDK client and the MCP Inspector CLI,
+//! binary this build produced: the official TypeScript SDK client (over stdio, and over
+//! Streamable HTTP against `serve --http`) and the MCP Inspector CLI,
 //! both of which check every result, errors included, against the tool's `outputSchema`.
 //! They need `node` and the packages of `tests/e2e/node/package-lock.json`
 //! (`npm ci --prefix tests/e2e/node`); without them CI fails and a local run prints `SKIPPED`
@@ -71,6 +72,11 @@ fn run_suite(name: &str, file: &str) {
 #[test]
 fn typescript_sdk_end_to_end_suite() {
     run_suite("typescript_sdk_end_to_end_suite", "sdk.test.mjs");
+}
+
+#[test]
+fn typescript_sdk_streamable_http_suite() {
+    run_suite("typescript_sdk_streamable_http_suite", "http.test.mjs");
 }
 
 #[test]

@@ -1,0 +1,511 @@
+//! `cordon serve --http ADDR:PORT`: MCP's Streamable HTTP transport at `/mcp`.
+//!
+//! rmcp's `StreamableHttpService` speaks the protocol (POST with JSON or SSE answers, GET
+//! streams, `Mcp-Session-Id` for sessions begun with `initialize`, DELETE to end one, the
+//! stateless 2026-07-28 revision). This module is the front door in front of it, and decides
+//! what rmcp never sees: the path, the `Origin` allow-list (403), the bearer token (401), the
+//! body size and read time (413, 408), the session ceiling (503); and it cancels a call whose
+//! client went away mid-answer. Each MCP session gets its own scope from the service factory
+//! (`server::scope`). Connections are served by hyper, HTTP/1.1, with a header-read timeout.
+
+pub mod auth;
+pub mod limits;
+pub mod oauth;
+pub mod origin;
+
+use super::CordonServer;
+use crate::audit::CallOrigin;
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use hyper::body::Incoming;
+use limits::{BodyRefusal, BoundedSessions, CancelOnDrop};
+use rmcp::RoleServer;
+use rmcp::model::{CancelledNotificationParam, ClientJsonRpcMessage, ClientNotification};
+use rmcp::service::RequestContext;
+use rmcp::transport::streamable_http_server::session::SessionManager;
+use rmcp::transport::streamable_http_server::session::local::{LocalSessionManager, SessionConfig};
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The one endpoint.
+pub const ENDPOINT: &str = "/mcp";
+/// How long a client may take to send a request's headers.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections served at once; one more is closed on accept (each holds a task and buffers).
+const MAX_CONNECTIONS: usize = 512;
+/// What a session's idle time must exceed the longest call by: a call's tree is killed and
+/// answered within this after its timeout.
+const IDLE_MARGIN: Duration = Duration::from_secs(10);
+/// How long shutdown waits for running calls to kill their trees.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+type Body = BoxBody<Bytes, Infallible>;
+type Sessions = BoundedSessions<LocalSessionManager>;
+type Mcp = StreamableHttpService<CordonServer, Sessions>;
+
+pub struct HttpOptions {
+    pub addr: SocketAddr,
+    pub auth: auth::Authenticator,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error(
+        "refusing to serve {0} without authentication: a non-loopback address is reachable from other machines; give --http-token-file FILE or --http-token-env VAR (or bind 127.0.0.1)"
+    )]
+    Unauthenticated(SocketAddr),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Origin(#[from] origin::BadOrigin),
+    #[error(transparent)]
+    OAuth(#[from] oauth::OAuthError),
+}
+
+/// A non-loopback address needs authentication (a token, or `[server.http.oauth]`).
+pub fn check_options(options: &HttpOptions) -> Result<(), HttpError> {
+    if !options.addr.ip().is_loopback() && !options.auth.is_required() {
+        return Err(HttpError::Unauthenticated(options.addr));
+    }
+    Ok(())
+}
+
+/// The authenticated subject of a request served over HTTP.
+pub fn subject_of(rctx: &RequestContext<RoleServer>) -> Option<String> {
+    rctx.extensions
+        .get::<http::request::Parts>()?
+        .extensions
+        .get::<auth::Subject>()
+        .map(|s| s.0.clone())
+}
+
+/// The `Mcp-Session-Id` of a request served over HTTP in a session.
+pub fn session_of(rctx: &RequestContext<RoleServer>) -> Option<String> {
+    rctx.extensions
+        .get::<http::request::Parts>()?
+        .headers
+        .get(rmcp::transport::common::http_header::HEADER_SESSION_ID)?
+        .to_str()
+        .ok()
+        .map(str::to_owned)
+}
+
+/// Who made a call that came over HTTP (`None` on stdio), for the audit log.
+pub fn call_origin(rctx: &RequestContext<RoleServer>) -> Option<CallOrigin> {
+    let parts = rctx.extensions.get::<http::request::Parts>()?;
+    let session = parts
+        .headers
+        .get(rmcp::transport::common::http_header::HEADER_SESSION_ID)
+        .and_then(|v| v.to_str().ok())
+        .map_or_else(|| "stateless".to_owned(), str::to_owned);
+    let client = rctx
+        .client_info()
+        .map(|info| serde_json::json!({"name": info.name, "version": info.version}));
+    Some(CallOrigin {
+        session: Some(session),
+        subject: parts.extensions.get::<auth::Subject>().map(|s| s.0.clone()),
+        client,
+    })
+}
+
+/// The front door: every request passes here before rmcp sees it.
+struct Front {
+    mcp: Mcp,
+    sessions: Arc<Sessions>,
+    auth: auth::Authenticator,
+    origins: origin::OriginPolicy,
+    max_body: usize,
+    policy_origin: String,
+}
+
+/// Serves until SIGTERM/SIGINT, then ends every call of every session and returns.
+pub async fn serve(server: CordonServer, mut options: HttpOptions) -> Result<(), HttpError> {
+    let template = server.into_http_template();
+    let ctx = Arc::clone(template.context());
+    let http = ctx.runtime.policy.server.http.clone();
+    if let Some(oauth) = &http.oauth {
+        options.auth = options.auth.with_jwt(oauth::JwtVerifier::load(oauth)?);
+    }
+    check_options(&options)?;
+    let origins = origin::OriginPolicy::new(&http.allowed_origins)?;
+    if !options.addr.ip().is_loopback()
+        && http
+            .allowed_hosts
+            .iter()
+            .all(|h| crate::policy::DEFAULT_ALLOWED_HOSTS.contains(&h.as_str()))
+    {
+        tracing::warn!(
+            "listening on {} but server.http.allowed_hosts lists only loopback names: requests \
+             naming another Host get 403; list the names clients use ({})",
+            options.addr,
+            ctx.runtime.policy.origin
+        );
+    }
+    // A session's calls must not be cut by idle expiry while they run without a word: the
+    // idle time is at least the longest a call may take.
+    let longest_call = ctx
+        .runtime
+        .policy
+        .limits
+        .max_timeout
+        .max(ctx.runtime.policy.interpreter.max_timeout);
+    let keep_alive = http.session_idle.max(longest_call + IDLE_MARGIN);
+    if keep_alive > http.session_idle {
+        tracing::warn!(
+            "server.http.session_idle_secs {}s is shorter than the longest call ({}s); idle \
+             sessions end after {}s instead",
+            http.session_idle.as_secs(),
+            longest_call.as_secs(),
+            keep_alive.as_secs()
+        );
+    }
+    let mut session_config = SessionConfig::default();
+    session_config.keep_alive = Some(keep_alive);
+    let mut local = LocalSessionManager::default();
+    local.session_config = session_config;
+    let registry = Arc::clone(
+        &template
+            .http
+            .as_ref()
+            .expect("an HTTP template has its shared parts")
+            .registry,
+    );
+    let sessions = Arc::new(BoundedSessions::new(local, http.max_sessions, registry));
+
+    let server_shutdown = ctx.runtime.shutdown.clone();
+    let mut config = StreamableHttpServerConfig::default()
+        // Our own cap comes first (with a clear message); this is rmcp's backstop.
+        .with_max_request_body_bytes(http.max_body_bytes)
+        .with_cancellation_token(server_shutdown.child_token());
+    config = if http.allowed_hosts.iter().any(|h| h == "*") {
+        config.disable_allowed_hosts()
+    } else {
+        config.with_allowed_hosts(http.allowed_hosts.clone())
+    };
+    let factory = template.clone();
+    let mcp = StreamableHttpService::new(
+        move || Ok(factory.new_session()),
+        Arc::clone(&sessions),
+        config,
+    );
+    let front = Arc::new(Front {
+        mcp,
+        sessions: Arc::clone(&sessions),
+        auth: options.auth,
+        origins,
+        max_body: http.max_body_bytes,
+        policy_origin: ctx.runtime.policy.origin.clone(),
+    });
+
+    let listener = tokio::net::TcpListener::bind(options.addr)
+        .await
+        .map_err(|source| HttpError::Bind {
+            addr: options.addr,
+            source,
+        })?;
+    let local_addr = listener.local_addr().unwrap_or(options.addr);
+    let ready = super::startup_line(&ctx).replace(
+        "waiting for an MCP client on stdin",
+        &format!(
+            "listening on http://{local_addr}{ENDPOINT} ({})",
+            if front.auth.is_required() {
+                "bearer token required"
+            } else {
+                "no authentication: loopback only"
+            }
+        ),
+    );
+    // Always said: whoever started an HTTP server wants to know where it listens (and the
+    // tests read the port from here when they bind port 0).
+    eprintln!("{ready}");
+
+    let connections = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let stop = stop_signal();
+    tokio::pin!(stop);
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut stop => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                tracing::warn!("accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        // An SSE answer goes out as several small writes (head, then each event); with
+        // Nagle's algorithm each one after the first waits for the client's delayed ACK
+        // (~40 ms a round trip).
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!("TCP_NODELAY on the connection from {peer}: {e}");
+        }
+        let Ok(permit) = Arc::clone(&connections).try_acquire_owned() else {
+            tracing::warn!("{MAX_CONNECTIONS} connections open; closing the one from {peer}");
+            continue;
+        };
+        let front = Arc::clone(&front);
+        let closing = server_shutdown.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let service = hyper::service::service_fn(move |request| {
+                let front = Arc::clone(&front);
+                async move { Ok::<_, Infallible>(front.handle(request).await) }
+            });
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            tokio::pin!(connection);
+            tokio::select! {
+                result = &mut connection => {
+                    if let Err(e) = result {
+                        tracing::debug!("connection from {peer}: {e}");
+                    }
+                }
+                () = closing.cancelled() => connection.as_mut().graceful_shutdown(),
+            }
+        });
+    }
+    // Every call of every session is cancelled (its tree killed) and answered; then the
+    // interpreters go and the process exits.
+    server_shutdown.cancel();
+    if let Some(shared) = &template.http {
+        shared.stateless.close_all().await;
+    }
+    ctx.runtime.drain(SHUTDOWN_GRACE).await;
+    Ok(())
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn stop_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: ending every session and running call"),
+        _ = int.recv() => tracing::info!("SIGINT: ending every session and running call"),
+    }
+}
+
+impl Front {
+    async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
+        // RFC 9728 metadata: public by design (it says where to get a token).
+        if let Some(jwt) = self.auth.jwt()
+            && oauth::METADATA_PATHS.contains(&request.uri().path())
+            && request.method() == http::Method::GET
+        {
+            return Response::builder()
+                .status(StatusCode::OK)
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .body(Full::new(Bytes::from(jwt.metadata().to_owned())).boxed())
+                .expect("a static response is valid");
+        }
+        if request.uri().path() != ENDPOINT {
+            return plain(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "Not Found: this server's only endpoint is {ENDPOINT} (MCP Streamable HTTP)"
+                ),
+            );
+        }
+        if let Some(origin) = request.headers().get(http::header::ORIGIN) {
+            let allowed = origin.to_str().is_ok_and(|o| self.origins.allows(o));
+            if !allowed {
+                tracing::warn!(
+                    "refused a request from Origin {:?} (not in server.http.allowed_origins)",
+                    String::from_utf8_lossy(origin.as_bytes())
+                );
+                return plain(
+                    StatusCode::FORBIDDEN,
+                    format!(
+                        "Forbidden: Origin {:?} is not in server.http.allowed_origins of the \
+                         policy ({}); the operator can add it",
+                        String::from_utf8_lossy(origin.as_bytes()),
+                        self.policy_origin
+                    ),
+                );
+            }
+        }
+        let subject = match self.auth.check(request.headers()) {
+            Ok(subject) => subject,
+            Err(why) => return unauthorized(&self.auth, why),
+        };
+        let (mut parts, body) = request.into_parts();
+        parts.extensions.insert(subject);
+        if parts.method != http::Method::POST {
+            // GET (a session's stream) and DELETE (its end) carry no body worth reading.
+            let request = Request::from_parts(parts, Full::new(Bytes::new()));
+            return self.mcp.handle(request).await;
+        }
+        let declared = parts
+            .headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        let bytes = match limits::read_body(body, declared, self.max_body).await {
+            Ok(bytes) => bytes,
+            Err(BodyRefusal::TooLarge { limit }) => {
+                return plain(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!(
+                        "Payload Too Large: a request body may take at most {limit} bytes \
+                         (server.http.max_body_kb of the policy, {}); send large files in \
+                         parts, or ask the operator to raise it",
+                        self.policy_origin
+                    ),
+                );
+            }
+            Err(BodyRefusal::TooSlow) => {
+                return plain(
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!(
+                        "Request Timeout: the body did not arrive within {}s",
+                        limits::BODY_READ_TIMEOUT.as_secs()
+                    ),
+                );
+            }
+            Err(BodyRefusal::Broken(e)) => {
+                return plain(StatusCode::BAD_REQUEST, format!("Bad Request: {e}"));
+            }
+        };
+        let session = parts
+            .headers
+            .get(rmcp::transport::common::http_header::HEADER_SESSION_ID)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let peek = Peek::of(&bytes);
+        if session.is_none()
+            && peek.method.as_deref() == Some("initialize")
+            && self.sessions.is_full()
+        {
+            let mut response = plain(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "Service Unavailable: {} MCP sessions are open, the most \
+                     server.http.max_sessions allows ({}); end one (DELETE {ENDPOINT}) or retry \
+                     later",
+                    self.sessions.max(),
+                    self.policy_origin
+                ),
+            );
+            response.headers_mut().insert(
+                http::header::RETRY_AFTER,
+                http::HeaderValue::from_static("5"),
+            );
+            return response;
+        }
+        let request = Request::from_parts(parts, Full::new(bytes));
+        let response = self.mcp.handle(request).await;
+        // A call inside a session answered on an SSE stream: if the client goes before the
+        // answer, the call is cancelled (rmcp would let it run on for a resume).
+        match (session, peek.request_id) {
+            (Some(session), Some(id))
+                if response.status() == StatusCode::OK && is_event_stream(&response) =>
+            {
+                let sessions = Arc::clone(&self.sessions);
+                let (head, body) = response.into_parts();
+                let cancel = Box::new(move || cancel_request(sessions, session, id));
+                Response::from_parts(head, CancelOnDrop::new(body, cancel).boxed())
+            }
+            _ => response,
+        }
+    }
+}
+
+/// What the front door needs from a JSON-RPC body: its method and, for a request, its id.
+struct Peek {
+    method: Option<String>,
+    request_id: Option<rmcp::model::RequestId>,
+}
+
+impl Peek {
+    fn of(bytes: &[u8]) -> Self {
+        #[derive(serde::Deserialize)]
+        struct Head {
+            method: Option<String>,
+            id: Option<rmcp::model::RequestId>,
+        }
+        match serde_json::from_slice::<Head>(bytes) {
+            Ok(head) => Self {
+                request_id: head.id.filter(|_| head.method.is_some()),
+                method: head.method,
+            },
+            // Not for us to judge: rmcp answers a malformed body with its own error.
+            Err(_) => Self {
+                method: None,
+                request_id: None,
+            },
+        }
+    }
+}
+
+fn is_event_stream(response: &Response<Body>) -> bool {
+    response
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"))
+}
+
+/// Tells session `session` that its client cancelled request `id` (as if it had sent
+/// `notifications/cancelled`): the call's token fires and its tree is killed.
+fn cancel_request(sessions: Arc<Sessions>, session: String, id: rmcp::model::RequestId) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    runtime.spawn(async move {
+        let param = CancelledNotificationParam::new(
+            Some(id),
+            Some("the client closed the connection before the answer".to_owned()),
+        );
+        let notification = ClientJsonRpcMessage::notification(
+            ClientNotification::CancelledNotification(rmcp::model::Notification::new(param)),
+        );
+        let session: rmcp::transport::streamable_http_server::SessionId = session.into();
+        if let Err(e) = sessions.accept_message(&session, notification).await {
+            tracing::debug!("cancelling an abandoned call of session {session}: {e}");
+        }
+    });
+}
+
+fn plain(status: StatusCode, message: String) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header(http::header::CONTENT_TYPE, "text/plain; charset=utf-8")
+        .body(Full::new(Bytes::from(message)).boxed())
+        .expect("a static response is valid")
+}
+
+fn unauthorized(auth: &auth::Authenticator, why: auth::Unauthenticated) -> Response<Body> {
+    let message = match why {
+        auth::Unauthenticated::Missing => {
+            "Unauthorized: this server needs `Authorization: Bearer <token>` on every request \
+             (the token the operator gave it with --http-token-file or --http-token-env)"
+        }
+        auth::Unauthenticated::Invalid => {
+            "Unauthorized: the bearer token is not valid for this server (not its static token, \
+             nor a JWT its [server.http.oauth] accepts: issuer, audience, expiry, key, scopes); \
+             check the token the client is configured with"
+        }
+    };
+    let mut response = plain(StatusCode::UNAUTHORIZED, message.to_owned());
+    if let Ok(value) = http::HeaderValue::from_str(&auth.challenge(why)) {
+        response
+            .headers_mut()
+            .insert(http::header::WWW_AUTHENTICATE, value);
+    }
+    response
+}

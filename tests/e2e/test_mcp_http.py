@@ -1,0 +1,235 @@
+"""cordon over Streamable HTTP under the official MCP Python SDK's client (mcp 2.3.0).
+
+`cordon serve --http 127.0.0.1:0` with a bearer token, driven by `streamable_http_client` in
+both protocol generations: `legacy` (initialize, `Mcp-Session-Id`) and `2026-07-28` (stateless
+requests). Guards that every tool works and fails as on stdio (the SDK validates every result
+against the tool's outputSchema), that progress arrives, that the token is required, that two
+sessions do not share interpreter state, that `ask` rules reach the client in both
+generations, and that a client leaving mid-call leaves no process.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import subprocess
+import time
+
+import anyio
+import httpx2
+import pytest
+from mcp.client.client import Client
+from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+from mcp_types import ElicitResult
+
+from conftest import pids_with_argv, wait_until
+
+MODES = ["legacy", "2026-07-28"]
+
+
+class HttpServer:
+    def __init__(self, binary, workspace, tmp_path):
+        self.token = secrets.token_hex(24)
+        token_file = tmp_path / "token"
+        token_file.write_text(self.token + "\n")
+        os.chmod(token_file, 0o600)
+        self.stderr_path = tmp_path / "http-stderr.log"
+        self._stderr = open(self.stderr_path, "wb")
+        self.proc = subprocess.Popen(
+            [str(binary), "serve", "--workspace", str(workspace), "--http", "127.0.0.1:0",
+             "--http-token-file", str(token_file)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr)
+        deadline = time.monotonic() + 60
+        self.url = None
+        while time.monotonic() < deadline and self.url is None:
+            m = re.search(r"listening on (http://\S+/mcp)", self.stderr_path.read_text())
+            if m:
+                self.url = m.group(1)
+            elif self.proc.poll() is not None:
+                break
+            else:
+                time.sleep(0.05)
+        assert self.url, f"cordon serve --http did not start: {self.stderr_path.read_text()}"
+
+    def transport(self, token: str | None = "own"):
+        token = self.token if token == "own" else token
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        client = create_mcp_http_client(headers=headers,
+                                        timeout=httpx2.Timeout(60, read=120))
+        return streamable_http_client(self.url, http_client=client)
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self._stderr.close()
+
+
+@pytest.fixture
+def http_server(cordon_bin, workspace, tmp_path):
+    s = HttpServer(cordon_bin, workspace, tmp_path)
+    yield s
+    s.close()
+    assert s.token not in s.stderr_path.read_text(), "the token reached the server's log"
+
+
+def run(server, mode, body, token="own"):
+    async def main():
+        async with Client(server.transport(token), mode=mode, read_timeout_seconds=60) as c:
+            return await body(c)
+
+    return anyio.run(main)
+
+
+def err(result):
+    assert result.is_error is True
+    e = result.structured_content["error"]
+    assert e["message"] and isinstance(e["retriable"], bool)
+    return e["kind"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_http_sdk_negotiates_and_lists_the_five_tools(http_server, mode):
+    async def body(c):
+        return c.protocol_version, (await c.list_tools()).tools
+
+    version, tools = run(http_server, mode, body)
+    assert version == {"legacy": "2025-11-25", "2026-07-28": "2026-07-28"}[mode]
+    assert {t.name for t in tools} == {"shell_exec", "write_file", "edit_file", "read_file",
+                                       "code_interpreter"}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_http_sdk_calls_every_tool_successfully_and_with_an_error(http_server, workspace, mode):
+    async def body(c):
+        out = {}
+        out["write"] = await c.call_tool("write_file", {"path": "src/a.py", "content": "x = 1\n"})
+        out["write_bad"] = await c.call_tool("write_file", {"path": "../a.py", "content": "x"})
+        out["edit"] = await c.call_tool("edit_file", {"path": "src/a.py", "edits": [
+            {"old_string": "x = 1", "new_string": "x = 2"}]})
+        out["edit_bad"] = await c.call_tool("edit_file", {"path": "src/a.py", "edits": [
+            {"old_string": "y = 9", "new_string": "x = 3"}]})
+        out["read"] = await c.call_tool("read_file", {"path": "src/a.py"})
+        out["read_bad"] = await c.call_tool("read_file", {"path": "src/none.py"})
+        out["shell"] = await c.call_tool("shell_exec", {"command": "cat src/a.py"})
+        out["shell_bad"] = await c.call_tool("shell_exec", {"command": "exit 3"})
+        out["py"] = await c.call_tool("code_interpreter", {"code": "y = 20\ny + 22"})
+        out["py_state"] = await c.call_tool("code_interpreter", {"code": "y * 2"})
+        out["py_bad"] = await c.call_tool("code_interpreter", {"code": "1 / 0"})
+        return out
+
+    r = run(http_server, mode, body)
+    assert not r["write"].is_error and r["write"].structured_content["created"] is True
+    assert err(r["write_bad"]) == "path_escape"
+    assert r["edit"].structured_content["replacements"] == 1
+    assert err(r["edit_bad"]) == "invalid_argument"
+    assert r["read"].structured_content["content"] == "x = 2\n"
+    assert err(r["read_bad"]) == "not_found"
+    assert r["shell"].structured_content["stdout"] == "x = 2\n"
+    assert err(r["shell_bad"]) == "exit_status"
+    assert r["py"].structured_content["result"] == "42"
+    assert r["py_state"].structured_content["result"] == "40"
+    assert r["py_bad"].is_error is True
+    assert r["py_bad"].structured_content["error"]["type"] == "ZeroDivisionError"
+    for res in r.values():
+        assert res.content and res.content[0].type == "text" and res.content[0].text.strip()
+    assert (workspace / "src" / "a.py").read_text() == "x = 2\n"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_http_sdk_progress_callback_receives_progress(http_server, mode):
+    seen = []
+
+    async def on_progress(progress, total, message):
+        seen.append((progress, message))
+
+    async def body(c):
+        return await c.call_tool("shell_exec", {"command": "sleep 3; echo done"},
+                                 progress_callback=on_progress)
+
+    r = run(http_server, mode, body)
+    assert r.structured_content["stdout"] == "done\n"
+    assert len(seen) >= 2, seen
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("token", [None, "not-the-token"])
+def test_http_sdk_without_the_right_token_cannot_call(http_server, workspace, mode, token):
+    async def body(c):
+        return await c.call_tool("shell_exec", {"command": "touch ran"})
+
+    # The SDK reports the 401 as an error response (-32603); nothing may have run.
+    with pytest.raises(BaseException) as info:
+        run(http_server, mode, body, token=token)
+    assert "error" in repr(info.value).lower(), repr(info.value)
+    assert not (workspace / "ran").exists()
+
+
+def test_http_sdk_sessions_do_not_share_interpreter_state(http_server):
+    async def main():
+        async with Client(http_server.transport(), mode="legacy") as a, \
+                Client(http_server.transport(), mode="legacy") as b:
+            await a.call_tool("code_interpreter", {"code": "only_in_a = 1"})
+            seen_a = await a.call_tool("code_interpreter", {"code": "only_in_a"})
+            seen_b = await b.call_tool("code_interpreter", {"code": "only_in_a"})
+            return seen_a, seen_b
+
+    seen_a, seen_b = anyio.run(main)
+    assert seen_a.structured_content["result"] == "1"
+    assert seen_b.structured_content["error"]["type"] == "NameError"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_http_sdk_client_leaving_mid_call_leaves_no_process(http_server, workspace, mode):
+    marker = f"sleep 30.{abs(hash((mode, str(workspace)))) % 10**6:06d}"
+
+    async def body(c):
+        async with anyio.create_task_group() as tg:
+            async def runner():
+                try:
+                    await c.call_tool("shell_exec", {"command": marker})
+                except Exception:
+                    pass
+            tg.start_soon(runner)
+            for _ in range(200):
+                if pids_with_argv(marker):
+                    break
+                await anyio.sleep(0.05)
+            running = bool(pids_with_argv(marker))
+            tg.cancel_scope.cancel()
+        return running
+
+    assert run(http_server, mode, body) is True
+    assert wait_until(lambda: pids_with_argv(marker) == [], timeout=10), pids_with_argv(marker)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("approve", [True, False])
+def test_http_sdk_ask_rules_are_answered_by_the_client(http_server, workspace, mode, approve):
+    # `rm -rf ./*` in the workspace root is an `ask` rule of the default policy. Legacy
+    # sessions are asked with elicitation/create on the call's SSE stream; 2026-07-28 requests
+    # get `input_required` and retry with the answer (the approval lives in the subject's
+    # scope across the two requests).
+    (workspace / "keep.txt").write_text("precious\n")
+    seen = []
+
+    async def on_elicit(_context, params):
+        seen.append(params.message)
+        return ElicitResult(action="accept", content={"approve": approve})
+
+    async def main():
+        async with Client(http_server.transport(), mode=mode, read_timeout_seconds=60,
+                          elicitation_callback=on_elicit) as c:
+            return await c.call_tool("shell_exec", {"command": "rm -rf ./*"})
+
+    result = anyio.run(main)
+    assert len(seen) == 1 and "rm-recursive-workspace" in seen[0], seen
+    assert (workspace / "keep.txt").exists() != approve
+    if approve:
+        assert not result.is_error and result.structured_content["exit_code"] == 0, result
+    else:
+        assert err(result) == "denied"

@@ -1,0 +1,89 @@
+//! The Kubernetes manifest (sandbox-profiles/kubernetes/cordon.yaml) against the Kubernetes
+//! API schemas, with PyPI's `kubernetes-validate` (it bundles the schemas: no cluster, no
+//! network) in strict mode, so a misspelled or misplaced field fails CI. The policy the
+//! manifest ships in its ConfigMap must pass `cordon policy check`, and the security context
+//! must keep what the sandbox needs.
+
+use crate::common::CORDON;
+use crate::suites::missing_prerequisites;
+use std::path::Path;
+use std::process::Command;
+
+const MANIFEST: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/sandbox-profiles/kubernetes/cordon.yaml"
+);
+
+fn validate(path: &Path) -> Option<std::process::Output> {
+    Command::new("kubernetes-validate")
+        .args(["--strict", "--quiet"])
+        .arg(path)
+        .output()
+        .ok()
+}
+
+#[test]
+fn kubernetes_manifest_passes_the_schema_check() {
+    let Some(out) = validate(Path::new(MANIFEST)) else {
+        return missing_prerequisites(
+            "kubernetes_manifest_passes_the_schema_check",
+            "kubernetes-validate is not installed",
+            "python3 -m pip install kubernetes-validate==1.37.0 (as .ci/run does)",
+        );
+    };
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The check can fail: the same manifest with one field misspelled does.
+    let dir = tempfile::tempdir().unwrap();
+    let broken = dir.path().join("broken.yaml");
+    let text = std::fs::read_to_string(MANIFEST).unwrap();
+    assert!(text.contains("readOnlyRootFilesystem"));
+    std::fs::write(
+        &broken,
+        text.replace("readOnlyRootFilesystem", "readOnlyRootFileSystem"),
+    )
+    .unwrap();
+    let out = validate(&broken).unwrap();
+    assert!(
+        !out.status.success(),
+        "a misspelled field passed the schema check"
+    );
+}
+
+#[test]
+fn kubernetes_manifest_policy_is_valid_and_the_context_keeps_what_the_sandbox_needs() {
+    let text = std::fs::read_to_string(MANIFEST).unwrap();
+    // The ConfigMap's `policy.toml: |` block, de-indented.
+    let mut lines = text
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("policy.toml: |"));
+    lines.next().expect("the ConfigMap holds policy.toml");
+    let block: Vec<&str> = lines.take_while(|l| l.starts_with("    ")).collect();
+    let policy: String = block.iter().map(|l| format!("{}\n", &l[4..])).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.toml");
+    std::fs::write(&path, &policy).unwrap();
+    let out = Command::new(CORDON)
+        .args(["policy", "check"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{policy}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for needed in [
+        "hostUsers: false",
+        "procMount: Unmasked",
+        "allowPrivilegeEscalation: false",
+        "--http-token-env=CORDON_HTTP_TOKEN",
+        "command: [\"cordon\", \"doctor\"]",
+    ] {
+        assert!(text.contains(needed), "the manifest lost `{needed}`");
+    }
+}
