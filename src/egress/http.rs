@@ -73,7 +73,9 @@ impl RequestHead {
         let mut values = self.header_values(name);
         let first = values.next();
         if values.next().is_some() {
-            return Err(HeadError::Header(format!("`{name}` appears more than once")));
+            return Err(HeadError::Header(format!(
+                "`{name}` appears more than once"
+            )));
         }
         Ok(first)
     }
@@ -175,7 +177,10 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<RequestHead>, HeadError> {
         ));
     };
     if method.is_empty() || !method.bytes().all(is_token) {
-        return Err(HeadError::RequestLine(format!("bad method `{}`", method.escape_debug())));
+        return Err(HeadError::RequestLine(format!(
+            "bad method `{}`",
+            method.escape_debug()
+        )));
     }
     let minor_version = match version {
         "HTTP/1.1" => 1,
@@ -213,10 +218,7 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<RequestHead>, HeadError> {
                 String::from_utf8_lossy(name).escape_debug()
             )));
         }
-        if value
-            .iter()
-            .any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f)
-        {
+        if value.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f) {
             return Err(HeadError::Header(format!(
                 "control character in `{}`",
                 String::from_utf8_lossy(name)
@@ -225,10 +227,7 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<RequestHead>, HeadError> {
         let value = std::str::from_utf8(value)
             .map_err(|_| HeadError::Header("a value is not UTF-8".into()))?
             .trim_matches(|c| c == ' ' || c == '\t');
-        headers.push((
-            String::from_utf8_lossy(name).into_owned(),
-            value.to_owned(),
-        ));
+        headers.push((String::from_utf8_lossy(name).into_owned(), value.to_owned()));
     }
     let request = if method == "CONNECT" {
         Request::Connect {
@@ -265,7 +264,10 @@ fn absolute_http(target: &str) -> Result<(Target, String), HeadError> {
         } else if target.len() > 8 && target[..8].eq_ignore_ascii_case("https://") {
             "https:// goes through CONNECT (the client opens a tunnel), not a plain request".into()
         } else {
-            format!("only http:// URLs are forwarded, not `{}`", target.escape_debug())
+            format!(
+                "only http:// URLs are forwarded, not `{}`",
+                target.escape_debug()
+            )
         }));
     };
     let split = rest.find(['/', '?', '#']).unwrap_or(rest.len());
@@ -296,8 +298,7 @@ pub fn host_matches(host_header: &str, target: &Target) -> bool {
 }
 
 fn strip_cr(line: &[u8]) -> Option<&[u8]> {
-    line.strip_suffix(b"\r")
-        .filter(|l| !l.contains(&b'\r'))
+    line.strip_suffix(b"\r").filter(|l| !l.contains(&b'\r'))
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
@@ -366,7 +367,9 @@ impl ChunkedEnd {
                     self.state = match self.state {
                         ChunkState::DataEnd if line.is_empty() => ChunkState::Size,
                         ChunkState::DataEnd => {
-                            return Err(HeadError::Header("chunk data longer than its size".into()));
+                            return Err(HeadError::Header(
+                                "chunk data longer than its size".into(),
+                            ));
                         }
                         ChunkState::Trailer if line.is_empty() => ChunkState::Done,
                         ChunkState::Trailer => ChunkState::Trailer,
@@ -412,14 +415,22 @@ mod tests {
         let h = parse("CONNECT example.org:443 HTTP/1.1\r\nHost: example.org:443\r\n\r\nxx")
             .unwrap()
             .unwrap();
-        assert_eq!(h.request, Request::Connect {
-            target: Target::parse_authority("example.org:443").unwrap()
-        });
+        assert_eq!(
+            h.request,
+            Request::Connect {
+                target: Target::parse_authority("example.org:443").unwrap()
+            }
+        );
         assert_eq!(h.len, 59);
         let h = parse("GET http://Example.org/a?b HTTP/1.0\r\nHost: example.org\r\n\r\n")
             .unwrap()
             .unwrap();
-        let Request::Forward { method, target, path } = &h.request else {
+        let Request::Forward {
+            method,
+            target,
+            path,
+        } = &h.request
+        else {
             panic!("{h:?}")
         };
         assert_eq!((method.as_str(), path.as_str()), ("GET", "/a?b"));
@@ -428,7 +439,9 @@ mod tests {
         assert!(host_matches("EXAMPLE.org:80", target));
         assert!(!host_matches("example.org:8080", target));
         assert!(!host_matches("evil.net", target));
-        let h = parse("GET http://h:8080?q HTTP/1.1\r\n\r\n").unwrap().unwrap();
+        let h = parse("GET http://h:8080?q HTTP/1.1\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert!(matches!(&h.request, Request::Forward { path, .. } if path == "/?q"));
     }
 
@@ -473,7 +486,10 @@ mod tests {
         };
         assert_eq!(head("").body(), Ok(Body::Length(0)));
         assert_eq!(head("Content-Length: 5\r\n").body(), Ok(Body::Length(5)));
-        assert_eq!(head("Transfer-Encoding: chunked\r\n").body(), Ok(Body::Chunked));
+        assert_eq!(
+            head("Transfer-Encoding: chunked\r\n").body(),
+            Ok(Body::Chunked)
+        );
         for bad in [
             "Content-Length: 5\r\nContent-Length: 6\r\n",
             "Content-Length: +5\r\n",

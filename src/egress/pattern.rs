@@ -210,7 +210,10 @@ impl HostPattern {
             HostMatch::Below(s) => (format!("api.{s}:{port}"), Some(format!("{s}:{port}"))),
             HostMatch::Ip(ip) => {
                 let h = Host::Ip(*ip).to_string();
-                (format!("{h}:{port}"), other_port.map(|o| format!("{h}:{o}")))
+                (
+                    format!("{h}:{port}"),
+                    other_port.map(|o| format!("{h}:{o}")),
+                )
             }
         }
     }
@@ -449,11 +452,7 @@ mod tests {
 
     #[test]
     fn ports_none_one_or_any() {
-        assert!(
-            HostPattern::parse("h:*")
-                .unwrap()
-                .matches(&t("h:65535"))
-        );
+        assert!(HostPattern::parse("h:*").unwrap().matches(&t("h:65535")));
         assert!(HostPattern::parse("h:8080").unwrap().matches(&t("h:8080")));
         assert!(!HostPattern::parse("h:8080").unwrap().matches(&t("h:443")));
         for bad in ["h:0", "h:65536", "h:+80", "h:", "h:8o"] {
@@ -517,7 +516,11 @@ mod tests {
         assert!(!c.contains("::1".parse().unwrap()));
         let c6 = Cidr::parse("::1/128").unwrap();
         assert!(c6.contains("::1".parse().unwrap()));
-        assert!(Cidr::parse("0.0.0.0/0").unwrap().contains("8.8.8.8".parse().unwrap()));
+        assert!(
+            Cidr::parse("0.0.0.0/0")
+                .unwrap()
+                .contains("8.8.8.8".parse().unwrap())
+        );
         for bad in ["127.0.0.0", "127.0.0.0/33", "x/8", "::1/129", "10.0.0.0/08"] {
             assert!(Cidr::parse(bad).is_err(), "{bad}");
         }
@@ -543,7 +546,11 @@ mod tests {
         ] {
             assert!(non_public(ip.parse().unwrap()).is_some(), "{ip}");
         }
-        for ip in ["93.184.215.14", "2606:2800:21f:cb07:6820:80da:af6b:8b2c", "8.8.8.8"] {
+        for ip in [
+            "93.184.215.14",
+            "2606:2800:21f:cb07:6820:80da:af6b:8b2c",
+            "8.8.8.8",
+        ] {
             assert_eq!(non_public(ip.parse().unwrap()), None, "{ip}");
         }
     }

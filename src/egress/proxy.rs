@@ -80,8 +80,11 @@ pub struct NetworkReport {
 
 /// How names become addresses; the system resolver by default, a fake in tests.
 pub trait Resolve: Send + Sync + 'static {
-    fn resolve(&self, name: &str, port: u16)
-    -> Pin<Box<dyn Future<Output = io::Result<Vec<IpAddr>>> + Send>>;
+    fn resolve(
+        &self,
+        name: &str,
+        port: u16,
+    ) -> Pin<Box<dyn Future<Output = io::Result<Vec<IpAddr>>> + Send>>;
 }
 
 /// `getaddrinfo`, through tokio's blocking pool.
@@ -417,7 +420,9 @@ async fn handle(shared: Arc<Shared>, mut client: TcpStream, stop: CancellationTo
                 "the request head did not arrive within {}s",
                 HEAD_TIMEOUT.as_secs()
             );
-            let _ = client.write_all(&response(408, "Request Timeout", &why, &[])).await;
+            let _ = client
+                .write_all(&response(408, "Request Timeout", &why, &[]))
+                .await;
             attempt.record.note = Some(why);
             return attempt.finish(&shared);
         }
@@ -586,7 +591,8 @@ fn check_request(head: &RequestHead, target: &Target) -> Result<(), Refusal> {
                 ));
             }
         }
-        head.body().map_err(|e| Refusal::BadRequest(e.to_string()))?;
+        head.body()
+            .map_err(|e| Refusal::BadRequest(e.to_string()))?;
     }
     Ok(())
 }
@@ -663,10 +669,16 @@ enum ReadHeadError {
     Head(HeadError),
 }
 
-async fn read_head(client: &mut TcpStream, buf: &mut Vec<u8>) -> Result<RequestHead, ReadHeadError> {
+async fn read_head(
+    client: &mut TcpStream,
+    buf: &mut Vec<u8>,
+) -> Result<RequestHead, ReadHeadError> {
     let mut chunk = [0u8; 4096];
     loop {
-        let n = client.read(&mut chunk).await.map_err(|_| ReadHeadError::Io)?;
+        let n = client
+            .read(&mut chunk)
+            .await
+            .map_err(|_| ReadHeadError::Io)?;
         if n == 0 {
             return Err(ReadHeadError::Closed);
         }

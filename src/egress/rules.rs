@@ -70,18 +70,31 @@ pub struct EgressRules {
 /// Why a request was refused, before or after resolution.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
-    Denied { pattern: String, site: Site },
-    NotAllowed { site: Site },
+    Denied {
+        pattern: String,
+        site: Site,
+    },
+    NotAllowed {
+        site: Site,
+    },
     /// The host matches an entry, but not on this port.
     Port {
         pattern: String,
         ports: PortMatch,
         site: Site,
     },
-    UnlistedIp { site: Site },
-    Private { addresses: Vec<(IpAddr, &'static str)>, site: Site },
+    UnlistedIp {
+        site: Site,
+    },
+    Private {
+        addresses: Vec<(IpAddr, &'static str)>,
+        site: Site,
+    },
     Unresolved(String),
-    TooManyConnections { max: usize, site: Site },
+    TooManyConnections {
+        max: usize,
+        site: Site,
+    },
     /// The request itself is unusable (bad head, `Host` mismatch, unsupported form).
     BadRequest(String),
 }
@@ -160,7 +173,11 @@ impl EgressRules {
     /// Judges a target by its name alone: deny list first (it wins), then the allow list.
     /// Nothing here resolves; a refused name is never looked up.
     pub fn judge(&self, target: &Target) -> Result<(), Refusal> {
-        if let Some(d) = self.deny_hosts.iter().find(|d| d.pattern.matches_host(&target.host)) {
+        if let Some(d) = self
+            .deny_hosts
+            .iter()
+            .find(|d| d.pattern.matches_host(&target.host))
+        {
             // A deny entry with a port only denies that port; without one it denies the host.
             let denies = match d.pattern.ports {
                 PortMatch::Web => true,
@@ -176,11 +193,6 @@ impl EgressRules {
         if self.allow_hosts.iter().any(|a| a.pattern.matches(target)) {
             return Ok(());
         }
-        if matches!(target.host, Host::Ip(_)) {
-            return Err(Refusal::UnlistedIp {
-                site: self.allow_site.clone(),
-            });
-        }
         if let Some(a) = self
             .allow_hosts
             .iter()
@@ -190,6 +202,11 @@ impl EgressRules {
                 pattern: a.pattern.text.clone(),
                 ports: a.pattern.ports,
                 site: a.site.clone(),
+            });
+        }
+        if matches!(target.host, Host::Ip(_)) {
+            return Err(Refusal::UnlistedIp {
+                site: self.allow_site.clone(),
             });
         }
         Err(Refusal::NotAllowed {
@@ -259,7 +276,11 @@ mod tests {
 
     #[test]
     fn deny_wins_and_every_refusal_names_its_line() {
-        let r = rules(&["*.example.net", "example.org:8443"], &["bad.example.net"], &[]);
+        let r = rules(
+            &["*.example.net", "example.org:8443"],
+            &["bad.example.net"],
+            &[],
+        );
         assert!(r.judge(&target("api.example.net:443")).is_ok());
         let e = r.judge(&target("bad.example.net:443")).unwrap_err();
         assert!(matches!(e, Refusal::Denied { .. }), "{e}");
@@ -294,8 +315,14 @@ mod tests {
         assert!(e.to_string().contains("line 5"), "{e}");
         let r = rules(&["localhost:*"], &[], &["127.0.0.0/8"]);
         assert_eq!(r.usable_addresses(&lo).unwrap(), vec![lo[0]]);
-        let mixed: Vec<IpAddr> = vec!["10.0.0.1".parse().unwrap(), "93.184.215.14".parse().unwrap()];
+        let mixed: Vec<IpAddr> = vec![
+            "10.0.0.1".parse().unwrap(),
+            "93.184.215.14".parse().unwrap(),
+        ];
         assert_eq!(r.usable_addresses(&mixed).unwrap(), vec![mixed[1]]);
-        assert!(matches!(r.usable_addresses(&[]), Err(Refusal::Unresolved(_))));
+        assert!(matches!(
+            r.usable_addresses(&[]),
+            Err(Refusal::Unresolved(_))
+        ));
     }
 }
