@@ -31,8 +31,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
-/// How long a client has to send its whole request head (slowloris bound).
-const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client has to send its whole request head (slowloris bound), by default.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long name resolution may take.
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one connection attempt may take.
@@ -121,8 +121,26 @@ struct CallState {
     cancel: CancellationToken,
 }
 
+/// What the proxy does besides the policy's rules.
+#[derive(Clone)]
+pub struct ProxyOptions {
+    pub resolver: Arc<dyn Resolve>,
+    /// How long a client has to send its whole request head.
+    pub head_timeout: Duration,
+}
+
+impl Default for ProxyOptions {
+    fn default() -> Self {
+        Self {
+            resolver: Arc::new(SystemResolver),
+            head_timeout: HEAD_TIMEOUT,
+        }
+    }
+}
+
 struct Shared {
     rules: EgressRules,
+    head_timeout: Duration,
     resolver: Arc<dyn Resolve>,
     calls: Mutex<HashMap<String, Arc<CallState>>>,
     next_call: AtomicU64,
@@ -159,10 +177,10 @@ impl Drop for ListenerGuard {
 
 impl Proxy {
     pub fn start(rules: EgressRules) -> io::Result<Self> {
-        Self::with_resolver(rules, Arc::new(SystemResolver))
+        Self::with_options(rules, ProxyOptions::default())
     }
 
-    pub fn with_resolver(rules: EgressRules, resolver: Arc<dyn Resolve>) -> io::Result<Self> {
+    pub fn with_options(rules: EgressRules, options: ProxyOptions) -> io::Result<Self> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("cordon-egress")
@@ -171,7 +189,8 @@ impl Proxy {
         Ok(Self {
             shared: Arc::new(Shared {
                 rules,
-                resolver,
+                head_timeout: options.head_timeout,
+                resolver: options.resolver,
                 calls: Mutex::new(HashMap::new()),
                 next_call: AtomicU64::new(1),
                 unattributed: Mutex::new(VecDeque::new()),
@@ -412,13 +431,13 @@ async fn handle(shared: Arc<Shared>, mut client: TcpStream, stop: CancellationTo
     let mut buf = Vec::with_capacity(4096);
     let head = tokio::select! {
         _ = stop.cancelled() => return,
-        h = tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut client, &mut buf)) => h,
+        h = tokio::time::timeout(shared.head_timeout, read_head(&mut client, &mut buf)) => h,
     };
     let head = match head {
         Err(_) => {
             let why = format!(
-                "the request head did not arrive within {}s",
-                HEAD_TIMEOUT.as_secs()
+                "the request head did not arrive within {:?}",
+                shared.head_timeout
             );
             let _ = client
                 .write_all(&response(408, "Request Timeout", &why, &[]))
@@ -631,7 +650,7 @@ fn credentials(head: &RequestHead) -> Option<String> {
 }
 
 fn base64_decode(s: &str) -> Option<Vec<u8>> {
-    if s.len() > 256 || s.len() % 4 != 0 {
+    if s.len() > 256 || !s.len().is_multiple_of(4) {
         return None;
     }
     let value = |c: u8| -> Option<u32> {

@@ -8,6 +8,7 @@ mod common;
 mod confinement;
 mod disk;
 mod doctor;
+mod egress;
 mod fail_closed;
 mod file_attacks;
 mod interpreter;
