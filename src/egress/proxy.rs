@@ -325,6 +325,12 @@ impl CallTicket {
         while self.state.active.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
+        self.drain()
+    }
+
+    /// What the call's connections that have ended did, since the last drain (a long-lived
+    /// worker reports per cell; one still open is reported once it ends).
+    pub fn drain(&self) -> NetworkReport {
         let connections = std::mem::take(&mut *lock(&self.state.records));
         let refused = connections
             .iter()

@@ -115,6 +115,10 @@ pub struct CodeInterpreterOutput {
     pub evicted_session: Option<String>,
     /// Enforcement in force: "full", "reduced" or "degraded".
     pub enforcement: String,
+    /// Under a proxy-mode policy: the connections the cell made through cordon's egress
+    /// proxy, and each refusal in words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<crate::egress::NetworkReport>,
 }
 
 pub async fn run(
@@ -193,6 +197,7 @@ pub async fn run(
             "limit": output.limit.as_ref().map(|l| l.kind),
             "error": output.error.as_ref().map(|e| e.kind),
             "exception": output.error.as_ref().map(|e| e.type_name.clone()),
+            "network": output.network.as_ref().map(|n| &n.connections),
         }),
         started,
     );
@@ -292,6 +297,9 @@ fn shape_outcome(
             outcome.background_killed
         ));
     }
+    for refused in outcome.network.iter().flat_map(|n| &n.refused) {
+        text.push_str(&format!("[cordon] {refused}\n"));
+    }
     for (name, s) in [("stdout", &stdout), ("stderr", &stderr)] {
         if !s.text.is_empty() {
             text.push_str(&format!("--- {name} ---\n{}", s.text));
@@ -367,6 +375,7 @@ fn shape_outcome(
         background_killed: u32::try_from(outcome.background_killed).unwrap_or(u32::MAX),
         evicted_session: outcome.evicted.clone(),
         enforcement,
+        network: outcome.network.clone(),
     };
     (output, text, images)
 }

@@ -937,3 +937,43 @@ fn oversized_and_slow_request_heads_are_refused() {
     assert!(started.elapsed() < Duration::from_secs(5));
     assert_eq!(p.asked.load(Ordering::SeqCst), 0);
 }
+
+#[test]
+fn an_interpreter_session_goes_through_the_proxy_and_reports_per_cell() {
+    if skip("egress_interpreter", Need::Namespaces) {
+        return;
+    }
+    let origin = Origin::start(None);
+    let sb = Sandbox::new();
+    let policy = proxy_policy(&sb, LOCALHOST_ALLOWED);
+    let mut server = serve(&sb, &policy, &[]);
+    let code = format!(
+        "import urllib.request\nurllib.request.urlopen('http://localhost:{}/', timeout=20).read().decode()",
+        origin.port
+    );
+    let r = server.call(
+        "code_interpreter",
+        json!({ "code": code, "session": "net" }),
+    );
+    assert_eq!(structured(&r)["result"], "'hello-egress\\n'", "{r}");
+    let conns = connections(&r);
+    assert_eq!(conns.len(), 1, "{r}");
+    assert_eq!(conns[0]["allowed"], true);
+    let code = "import urllib.request, urllib.error\ndef status():\n    try:\n        urllib.request.urlopen('http://elsewhere.invalid/', timeout=20)\n    except urllib.error.HTTPError as e:\n        return e.code\nstatus()";
+    let r = server.call(
+        "code_interpreter",
+        json!({ "code": code, "session": "net" }),
+    );
+    assert_eq!(structured(&r)["result"], "403", "{r}");
+    // This cell's report holds this cell's connection only.
+    assert_eq!(connections(&r).len(), 1, "{r}");
+    assert!(
+        refused(&r)[0]
+            .starts_with("GET elsewhere.invalid:80 refused: not in [network].allow_hosts"),
+        "{r}"
+    );
+    assert!(
+        text(&r).contains("[cordon] GET elsewhere.invalid:80 refused"),
+        "{r}"
+    );
+}
