@@ -51,6 +51,33 @@ pub struct CordonServer {
     shutdown: tokio_util::sync::CancellationToken,
 }
 
+/// Connections to the egress proxy that named no call (no or wrong credentials) are in no
+/// call's result: each gets its own audit record (tool `egress`). A call's own connections
+/// are in that call's record.
+fn audit_unattributed_connections(ctx: &Arc<ToolContext>) {
+    let Some(proxy) = ctx.executor.confinement().egress() else {
+        return;
+    };
+    let weak = Arc::downgrade(ctx);
+    proxy.set_audit(Arc::new(move |call, record| {
+        if call.is_some() {
+            return;
+        }
+        if let Some(ctx) = weak.upgrade() {
+            let started = std::time::Instant::now()
+                .checked_sub(Duration::from_millis(record.duration_ms))
+                .unwrap_or_else(std::time::Instant::now);
+            ctx.audit(
+                "egress",
+                &serde_json::json!({ "method": record.method, "host": record.host, "port": record.port }),
+                "refused:unattributed",
+                serde_json::to_value(record).unwrap_or_default(),
+                started,
+            );
+        }
+    }));
+}
+
 fn output_schema<T: schemars::JsonSchema + 'static>() -> Arc<JsonObject> {
     rmcp::handler::server::common::schema_for_output::<T>()
 }
@@ -59,6 +86,7 @@ fn output_schema<T: schemars::JsonSchema + 'static>() -> Arc<JsonObject> {
 impl CordonServer {
     pub fn new(ctx: ToolContext) -> Self {
         let ctx = Arc::new(ctx);
+        audit_unattributed_connections(&ctx);
         let mut tool_router = Self::tool_router();
         patch_schemas(&mut tool_router, &ctx);
         make_portable(&mut tool_router);

@@ -554,7 +554,9 @@ fn without_the_calls_credentials_the_proxy_refuses() {
     let origin = Origin::start(None);
     let sb = Sandbox::new();
     let policy = proxy_policy(&sb, LOCALHOST_ALLOWED);
-    let mut server = serve(&sb, &policy, &[]);
+    let log = sb.outside().join("audit.jsonl");
+    let log_arg = log.to_str().unwrap().to_owned();
+    let mut server = serve(&sb, &policy, &["--audit-log", &log_arg]);
     let r = shell(
         &mut server,
         &format!(
@@ -565,6 +567,27 @@ fn without_the_calls_credentials_the_proxy_refuses() {
     );
     assert_eq!(stdout(&r), "407\n407\n", "{r}");
     assert!(origin.requests().is_empty(), "{:?}", origin.requests());
+    // In no call's result (they named none), but each in the audit log.
+    assert!(connections(&r).is_empty(), "{r}");
+    let unattributed: Vec<Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["tool"] == "egress")
+        .collect();
+    assert_eq!(unattributed.len(), 2, "{unattributed:?}");
+    for record in &unattributed {
+        assert_eq!(record["decision"], "refused:unattributed");
+        assert_eq!(record["outcome"]["host"], "localhost");
+        assert_eq!(record["outcome"]["allowed"], false);
+        assert!(
+            record["outcome"]["note"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("no valid cordon proxy credentials"),
+            "{record}"
+        );
+    }
 }
 
 #[test]
