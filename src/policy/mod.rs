@@ -1110,4 +1110,113 @@ mod tests {
             assert_eq!(v.decision, commands::Decision::Allow, "`{line}`: {v:?}");
         }
     }
+
+    fn load_text(text: &str) -> Result<Policy, PolicyError> {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("p.toml");
+        std::fs::write(&f, text).unwrap();
+        Policy::load(f.to_str().unwrap())
+    }
+
+    #[test]
+    fn dev_ships_the_proxy_with_an_empty_allow_list_and_no_udp() {
+        let p = Policy::load("dev").unwrap();
+        let rules = p.network.proxy.as_ref().expect("dev uses the proxy");
+        assert!(rules.allow_hosts.is_empty() && rules.deny_hosts.is_empty());
+        assert!(p.network.tcp_connect.is_empty());
+        assert_eq!(p.sandbox.seccomp_profile, "tcp");
+        assert_eq!(rules.allow_site.origin, "builtin:dev");
+        assert!(rules.allow_site.line.is_some());
+        assert!(Policy::builtin_default().network.is_off());
+        assert!(Policy::load("strict").unwrap().network.is_off());
+    }
+
+    #[test]
+    fn host_rules_without_the_proxy_are_an_error_naming_the_fix() {
+        let err = load_text("[network]\nallow_hosts = [\"example.org\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("p.toml:2: field `network.allow_hosts`"),
+            "{err}"
+        );
+        assert!(err.contains("proxy = true"), "{err}");
+    }
+
+    #[test]
+    fn a_bad_pattern_cites_its_line_and_the_grammar() {
+        let err = load_text("extends = \"dev\"\n[network]\nallow_hosts = [\"a.*.example.org\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("p.toml:3: field `network.allow_hosts`"),
+            "{err}"
+        );
+        assert!(err.contains("`*.name`"), "{err}");
+        let err = load_text("extends = \"dev\"\n[network]\nallow_private = [\"10.0.0.0\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("network.allow_private"), "{err}");
+        let err = load_text("extends = \"dev\"\n[network]\ntcp_bind = [3128]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("egress proxy"), "{err}");
+        let err = load_text("[network]\nproxy = true\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("seccomp_profile = \"tcp\""), "{err}");
+    }
+
+    #[test]
+    fn host_examples_are_checked_when_the_policy_loads() {
+        let base = "extends = \"dev\"\n[network]\nallow_hosts = [\"*.example.net:443\"]\n\
+                    deny_hosts = [\"bad.example.net\"]\n";
+        let ok = format!(
+            "{base}host_examples = {{ allowed = [\"api.example.net\"], refused = \
+             [\"bad.example.net\", \"example.net\", \"api.example.net:80\"] }}\n"
+        );
+        load_text(&ok).unwrap();
+        let err = load_text(&format!(
+            "{base}host_examples = {{ allowed = [\"bad.example.net\"] }}\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("p.toml:5: field `network.host_examples`"),
+            "{err}"
+        );
+        assert!(err.contains("deny_hosts"), "{err}");
+        let err = load_text(&format!(
+            "{base}host_examples = {{ refused = [\"www.example.net\"] }}\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("listed as refused, but allow_hosts allows"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn refusals_cite_the_line_of_the_matching_entry() {
+        let p = load_text(
+            "extends = \"dev\"\n[network]\nallow_hosts = [\n  \"example.org\",\n  \
+             \"*.example.net\",\n]\ndeny_hosts = [\"bad.example.net\"]\n",
+        )
+        .unwrap();
+        let rules = p.network.proxy.unwrap();
+        assert_eq!(rules.allow_site.line, Some(3));
+        assert_eq!(rules.allow_hosts[1].site.line, Some(5));
+        assert_eq!(rules.deny_hosts[0].site.line, Some(7));
+        let target =
+            crate::egress::pattern::Target::parse_authority("bad.example.net:443").unwrap();
+        let e = rules.judge(&target).unwrap_err().to_string();
+        assert!(e.contains("policy line 7 of"), "{e}");
+        let target = crate::egress::pattern::Target::parse_authority("example.com:443").unwrap();
+        let e = rules.judge(&target).unwrap_err().to_string();
+        assert!(
+            e.starts_with("not in [network].allow_hosts (policy line 3 of"),
+            "{e}"
+        );
+    }
 }
