@@ -41,6 +41,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_IN_FLIGHT: usize = 512;
 /// Unattributed connections kept for the audit (the newest).
 const KEEP_UNATTRIBUTED: usize = 256;
+/// Connections listed per call (or per interpreter cell); more are counted, not listed, so a
+/// loop of refused attempts cannot grow the server's memory or the result without bound.
+pub const MAX_LISTED: usize = 256;
 /// After a call's processes are dead, how long its connections may take to wind down (their
 /// clients are gone, so the kernel has already closed them) before they are cut.
 const FINISH_GRACE: Duration = Duration::from_millis(200);
@@ -76,6 +79,8 @@ pub struct NetworkReport {
     pub connections: Vec<ConnectionRecord>,
     /// One line per refused connection: what was asked, why it was refused, how to allow it.
     pub refused: Vec<String>,
+    /// Connections beyond the first 256, counted but not listed (0 normally).
+    pub omitted: u64,
 }
 
 /// How names become addresses; the system resolver by default, a fake in tests.
@@ -118,6 +123,8 @@ struct CallState {
     opened: AtomicUsize,
     active: AtomicUsize,
     records: Mutex<Vec<ConnectionRecord>>,
+    /// Records not kept because `records` was full.
+    omitted: AtomicU64,
     cancel: CancellationToken,
 }
 
@@ -145,6 +152,7 @@ struct Shared {
     calls: Mutex<HashMap<String, Arc<CallState>>>,
     next_call: AtomicU64,
     unattributed: Mutex<VecDeque<ConnectionRecord>>,
+    unattributed_count: AtomicU64,
     in_flight: Arc<tokio::sync::Semaphore>,
     audit: Mutex<Option<AuditSink>>,
 }
@@ -194,6 +202,7 @@ impl Proxy {
                 calls: Mutex::new(HashMap::new()),
                 next_call: AtomicU64::new(1),
                 unattributed: Mutex::new(VecDeque::new()),
+                unattributed_count: AtomicU64::new(0),
                 in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
                 audit: Mutex::new(None),
             }),
@@ -268,6 +277,7 @@ impl Proxy {
             opened: AtomicUsize::new(0),
             active: AtomicUsize::new(0),
             records: Mutex::new(Vec::new()),
+            omitted: AtomicU64::new(0),
             cancel: self.stop.child_token(),
         });
         lock(&self.shared.calls).insert(token.clone(), Arc::clone(&state));
@@ -348,6 +358,7 @@ impl CallTicket {
         NetworkReport {
             connections,
             refused,
+            omitted: self.state.omitted.swap(0, Ordering::AcqRel),
         }
     }
 }
@@ -397,16 +408,26 @@ impl Attempt {
         }
         match &self.call {
             Some(call) => {
-                lock(&call.records).push(self.record);
+                let mut records = lock(&call.records);
+                if records.len() < MAX_LISTED {
+                    records.push(self.record);
+                } else {
+                    call.omitted.fetch_add(1, Ordering::AcqRel);
+                }
+                drop(records);
                 call.active.fetch_sub(1, Ordering::AcqRel);
             }
             None => {
-                tracing::warn!(
-                    "egress proxy: refused an unattributed connection to {}:{}: {}",
-                    self.record.host,
-                    self.record.port,
-                    self.record.note.as_deref().unwrap_or_default()
-                );
+                // Logged, but not one line per connection of a flood.
+                let n = shared.unattributed_count.fetch_add(1, Ordering::AcqRel) + 1;
+                if n <= 20 || n.is_multiple_of(1000) {
+                    tracing::warn!(
+                        "egress proxy: refused an unattributed connection to {}:{} ({n} so far): {}",
+                        self.record.host,
+                        self.record.port,
+                        self.record.note.as_deref().unwrap_or_default()
+                    );
+                }
                 let mut kept = lock(&shared.unattributed);
                 if kept.len() >= KEEP_UNATTRIBUTED {
                     kept.pop_front();

@@ -159,7 +159,7 @@ impl NetworkPolicy {
 }
 
 /// Default `network.max_connections_per_call`.
-pub const DEFAULT_MAX_CONNECTIONS_PER_CALL: u64 = 64;
+pub const DEFAULT_MAX_CONNECTIONS_PER_CALL: u64 = 256;
 /// Default `network.max_mb_per_connection`.
 pub const DEFAULT_MAX_MB_PER_CONNECTION: u64 = 1024;
 

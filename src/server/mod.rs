@@ -104,7 +104,8 @@ impl CordonServer {
     #[tool(
         description = "Run a shell command (`/bin/sh -c`) in the workspace, inside the sandbox: \
 files outside the workspace are read-only or invisible, the network is off unless the policy \
-allows ports, and the command's whole process tree is killed when the call ends or times out. \
+allows ports or hosts (through cordon's egress proxy: refused connections are listed in \
+`network.refused`), and the command's whole process tree is killed when the call ends or times out. \
 Use it to build, test, search (grep/rg/find), run git and other CLI tools. Do not use it to read \
 or write files when read_file/write_file/edit_file fit: those are exact and linted. \
 The policy's command rules refuse a few destructive commands (e.g. `rm -rf ~`) and ask the user \

@@ -270,6 +270,7 @@ pub async fn run(
             "limit": output.limit.as_ref().map(|l| l.kind),
             "error": output.error.as_ref().map(|e| e.kind),
             "network": output.network.as_ref().map(|n| &n.connections),
+            "network_omitted": output.network.as_ref().map(|n| n.omitted),
         }),
         started,
     );

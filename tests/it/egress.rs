@@ -1000,3 +1000,65 @@ fn an_interpreter_session_goes_through_the_proxy_and_reports_per_cell() {
         "{r}"
     );
 }
+
+#[test]
+fn another_calls_proxy_token_cannot_be_read_from_proc() {
+    if skip("egress_token_isolation", Need::Namespaces) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let policy = proxy_policy(&sb, LOCALHOST_ALLOWED);
+    let mut server = serve(&sb, &policy, &[]);
+    // A live interpreter session holds its own token in its environment.
+    let r = server.call(
+        "code_interpreter",
+        json!({ "code": "import os\nos.environ['HTTP_PROXY'].split('@')[0].split(':')[-1]", "session": "s" }),
+    );
+    let session_token = structured(&r)["result"]
+        .as_str()
+        .unwrap_or_default()
+        .trim_matches('\'')
+        .to_owned();
+    assert_eq!(session_token.len(), 32, "{r}");
+    // A command scans every process's environment it can see (the session's included: the
+    // PID namespace is shared) and prints the tokens it found.
+    let r = shell(
+        &mut server,
+        "for e in /proc/[0-9]*/environ; do tr '\\0' '\\n' < $e 2>/dev/null; done | \
+         sed -n 's|^HTTP_PROXY=http://cordon:\\([0-9a-f]*\\)@.*|\\1|p' | sort -u; \
+         ls /proc | grep -c '^[0-9]'",
+    );
+    let out = stdout(&r);
+    let mut lines: Vec<&str> = out.lines().collect();
+    let processes: usize = lines.pop().unwrap_or("0").parse().unwrap_or(0);
+    assert!(
+        processes > 3,
+        "the session's processes are not even listed: {r}"
+    );
+    assert_eq!(lines.len(), 1, "tokens seen: {lines:?} ({r})");
+    assert_ne!(
+        lines[0], session_token,
+        "the session's token was readable: {r}"
+    );
+}
+
+#[test]
+fn the_proxy_follows_a_rebuilt_sandbox_view() {
+    if skip("egress_rebuilt_view", Need::Namespaces) {
+        return;
+    }
+    let origin = Origin::start(None);
+    let sb = Sandbox::new();
+    let policy = proxy_policy(&sb, LOCALHOST_ALLOWED);
+    let mut server = serve(&sb, &policy, &[]);
+    let url = format!("http://localhost:{}/", origin.port);
+    let r = shell(&mut server, &format!("curl -sS -m 20 {url}"));
+    assert_eq!(stdout(&r), "hello-egress\n", "{r}");
+    // A new repository changes the protected set: the next call runs in a new sandbox init,
+    // with a new network namespace and listener, which the proxy must serve too.
+    let r = shell(&mut server, "git init -q . && echo ok");
+    assert_eq!(stdout(&r), "ok\n", "{r}");
+    let r = shell(&mut server, &format!("curl -sS -m 20 {url}"));
+    assert_eq!(stdout(&r), "hello-egress\n", "{r}");
+    assert_eq!(origin.requests().len(), 2);
+}
