@@ -75,6 +75,8 @@ pub struct ConnectionRecord {
 /// What a call's processes did on the network, for its result.
 #[derive(Debug, Clone, Default, Serialize, JsonSchema)]
 pub struct NetworkReport {
+    /// The proxy's id of this call (the `call` of its connections' `egress` audit records).
+    pub call: u64,
     /// Every connection through the proxy, in the order they ended.
     pub connections: Vec<ConnectionRecord>,
     /// One line per refused connection: what was asked, why it was refused, how to allow it.
@@ -356,6 +358,7 @@ impl CallTicket {
             })
             .collect();
         NetworkReport {
+            call: self.state.id,
             connections,
             refused,
             omitted: self.state.omitted.swap(0, Ordering::AcqRel),

@@ -51,30 +51,37 @@ pub struct CordonServer {
     shutdown: tokio_util::sync::CancellationToken,
 }
 
-/// Connections to the egress proxy that named no call (no or wrong credentials) are in no
-/// call's result: each gets its own audit record (tool `egress`). A call's own connections
-/// are in that call's record.
-fn audit_unattributed_connections(ctx: &Arc<ToolContext>) {
+/// Every connection through the egress proxy gets its own audit record (tool `egress`) as it
+/// ends, with the proxy's id of the call it belonged to (the `network.call` of that call's
+/// result) or none: connections without valid credentials are in no call's result, and those
+/// of lint runs in no tool's. Calls list their connections in their own records as well.
+fn audit_connections(ctx: &Arc<ToolContext>) {
     let Some(proxy) = ctx.executor.confinement().egress() else {
         return;
     };
     let weak = Arc::downgrade(ctx);
     proxy.set_audit(Arc::new(move |call, record| {
-        if call.is_some() {
-            return;
-        }
-        if let Some(ctx) = weak.upgrade() {
-            let started = std::time::Instant::now()
-                .checked_sub(Duration::from_millis(record.duration_ms))
-                .unwrap_or_else(std::time::Instant::now);
-            ctx.audit(
-                "egress",
-                &serde_json::json!({ "method": record.method, "host": record.host, "port": record.port }),
-                "refused:unattributed",
-                serde_json::to_value(record).unwrap_or_default(),
-                started,
-            );
-        }
+        let Some(ctx) = weak.upgrade() else { return };
+        let started = std::time::Instant::now()
+            .checked_sub(Duration::from_millis(record.duration_ms))
+            .unwrap_or_else(std::time::Instant::now);
+        let decision = match (call, record.allowed) {
+            (None, _) => "refused:unattributed",
+            (Some(_), true) => "allowed",
+            (Some(_), false) => "refused",
+        };
+        ctx.audit(
+            "egress",
+            &serde_json::json!({
+                "call": call,
+                "method": record.method,
+                "host": record.host,
+                "port": record.port,
+            }),
+            decision,
+            serde_json::to_value(record).unwrap_or_default(),
+            started,
+        );
     }));
 }
 
@@ -86,7 +93,7 @@ fn output_schema<T: schemars::JsonSchema + 'static>() -> Arc<JsonObject> {
 impl CordonServer {
     pub fn new(ctx: ToolContext) -> Self {
         let ctx = Arc::new(ctx);
-        audit_unattributed_connections(&ctx);
+        audit_connections(&ctx);
         let mut tool_router = Self::tool_router();
         patch_schemas(&mut tool_router, &ctx);
         make_portable(&mut tool_router);

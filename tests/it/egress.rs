@@ -684,17 +684,24 @@ fn every_connection_goes_to_the_audit_log() {
     let log = sb.outside().join("audit.jsonl");
     let log_arg = log.to_str().unwrap().to_owned();
     let mut server = serve(&sb, &policy, &["--audit-log", &log_arg]);
-    shell(
+    let r = shell(
         &mut server,
         &format!(
             "curl -sS -m 20 http://localhost:{}/; curl -sS -m 20 http://other.invalid/",
             origin.port
         ),
     );
-    let text = std::fs::read_to_string(&log).unwrap();
-    let record: Value = text
+    let call = network(&r)["call"]
+        .as_u64()
+        .expect("the report names its call");
+    let records: Vec<Value> = std::fs::read_to_string(&log)
+        .unwrap()
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .collect();
+    // The call's own record lists its connections ...
+    let record = records
+        .iter()
         .find(|v| v["tool"] == "shell_exec")
         .expect("a shell_exec record");
     let conns = record["outcome"]["network"]
@@ -707,6 +714,21 @@ fn every_connection_goes_to_the_audit_log() {
     assert!(conns[0]["bytes_sent"].is_u64() && conns[0]["duration_ms"].is_u64());
     assert_eq!(conns[1]["host"], "other.invalid");
     assert_eq!(conns[1]["allowed"], false);
+    // ... and each connection has a record of its own, naming the call.
+    let egress: Vec<&Value> = records.iter().filter(|v| v["tool"] == "egress").collect();
+    assert_eq!(egress.len(), 2, "{egress:?}");
+    assert_eq!(egress[0]["arguments"]["call"], call);
+    assert_eq!(egress[0]["decision"], "allowed");
+    assert_eq!(egress[0]["outcome"]["host"], "localhost");
+    assert_eq!(egress[1]["decision"], "refused");
+    assert!(
+        egress[1]["outcome"]["note"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("not in [network].allow_hosts"),
+        "{:?}",
+        egress[1]
+    );
 }
 
 #[test]
