@@ -2,10 +2,11 @@
 //! where a cold start goes. `cargo bench --bench interpreter` (needs python3 on the sandbox PATH
 //! and a kernel that enforces the default policy). Prints a Markdown table for BENCHMARKS.md.
 
-use cordon::confine::{CallLimits, ConfineOptions, Confinement};
-use cordon::exec::{CaptureSpec, Executor};
+use cordon::confine::CallLimits;
+use cordon::exec::CaptureSpec;
 use cordon::interpreter::{CellRequest, SessionManager};
 use cordon::policy::Policy;
+use cordon::runtime::{Runtime, RuntimeOptions};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -60,12 +61,16 @@ async fn main() {
     policy.interpreter.max_sessions = 1_000;
     let workspace = tempfile::tempdir().unwrap();
     let root = workspace.path().canonicalize().unwrap();
-    let confinement = Arc::new(
-        Confinement::build(&policy, &root, &ConfineOptions::default())
-            .expect("a kernel that enforces the default policy"),
-    );
-    let executor = Arc::new(Executor::new(Arc::clone(&confinement), &policy));
-    let manager = SessionManager::new(Arc::clone(&executor), &policy).unwrap();
+    let runtime = Runtime::build(
+        policy.clone(),
+        RuntimeOptions {
+            workspace: root.clone(),
+            ..RuntimeOptions::default()
+        },
+    )
+    .expect("a kernel that enforces the default policy");
+    let (confinement, executor) = (&runtime.confinement, &runtime.executor);
+    let manager = SessionManager::new(Arc::clone(executor), &policy).unwrap();
     eprintln!("enforcement: {}", confinement.enforcement().summary());
 
     // Warm: one session, `1+1` again and again.

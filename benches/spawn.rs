@@ -60,10 +60,11 @@
 //! confinement names the release `cordon` binary Cargo built beside it (or
 //! `BENCH_INIT_PROGRAM`, to measure another build's init).
 
-use cordon::confine::{ChildSetup, ConfineOptions, Confinement, confine_on_spawn};
+use cordon::confine::{ChildSetup, Confinement, confine_on_spawn};
 use cordon::exec::process::{Process, SlotSpawn, spawn_in_slot};
 use cordon::exec::{CaptureSpec, ExecRequest, Executor};
 use cordon::policy::Policy;
+use cordon::runtime::{Runtime, RuntimeOptions};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -94,12 +95,22 @@ fn main() {
     // the environment during `set_var`.
     // SAFETY: single-threaded here (no runtime, no sandbox dispatcher thread yet).
     unsafe { std::env::set_var("CORDON_SIMULATE_MISSING", "namespaces") };
-    let per_child = Confinement::build(&policy, &workspace_path, &ConfineOptions::default())
-        .expect("this host must enforce the default policy (run as root or with delegation)");
+    let per_child = Runtime::build(
+        policy.clone(),
+        RuntimeOptions {
+            workspace: workspace_path.clone(),
+            ..RuntimeOptions::default()
+        },
+    )
+    .expect("this host must enforce the default policy (run as root or with delegation)");
     // SAFETY: as above; still single-threaded.
     unsafe { std::env::remove_var("CORDON_SIMULATE_MISSING") };
-    assert!(!per_child.uses_sandbox_init(), "per-child path expected");
-    let options = ConfineOptions {
+    assert!(
+        !per_child.confinement.uses_sandbox_init(),
+        "per-child path expected"
+    );
+    let options = RuntimeOptions {
+        workspace: workspace_path.clone(),
         // BENCH_INIT_PROGRAM: another cordon build's init, to compare two builds in one run.
         init_program: Some(
             std::env::var_os("BENCH_INIT_PROGRAM")
@@ -108,19 +119,19 @@ fn main() {
         ),
         ..Default::default()
     };
-    let sandboxed = Confinement::build(&policy, &workspace_path, &options)
+    let sandboxed = Runtime::build(policy, options)
         .expect("this host must enforce the default policy (run as root or with delegation)");
     assert!(
-        sandboxed.uses_sandbox_init(),
+        sandboxed.confinement.uses_sandbox_init(),
         "the sandbox init did not start: {:?}",
-        sandboxed.enforcement().notes
+        sandboxed.confinement.enforcement().notes
     );
     // The same runtime shape as the `cordon` binary (multi-thread, one worker per core).
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("tokio runtime");
-    rt.block_on(run(n, n_spaced, gap, block, &policy, sandboxed, per_child));
+    rt.block_on(run(n, n_spaced, gap, block, sandboxed, per_child));
 }
 
 async fn run(
@@ -128,19 +139,18 @@ async fn run(
     n_spaced: usize,
     gap: Duration,
     block: usize,
-    policy: &Policy,
-    sandboxed: Confinement,
-    per_child: Confinement,
+    sandboxed_runtime: Runtime,
+    per_child_runtime: Runtime,
 ) {
-    let sandboxed = Arc::new(sandboxed);
-    let per_child = Arc::new(per_child);
-    let executor = Executor::new(Arc::clone(&sandboxed), policy);
-    let per_child_executor = Executor::new(Arc::clone(&per_child), policy);
+    let sandboxed = Arc::clone(&sandboxed_runtime.confinement);
+    let per_child = Arc::clone(&per_child_runtime.confinement);
+    let executor = &*sandboxed_runtime.executor;
+    let per_child_executor = &*per_child_runtime.executor;
     let bench = Bench {
         sandboxed: &sandboxed,
         per_child: &per_child,
-        executor: &executor,
-        per_child_executor: &per_child_executor,
+        executor,
+        per_child_executor,
     };
 
     for (name, c) in [("confined", &sandboxed), ("per_child", &per_child)] {

@@ -162,17 +162,22 @@ fn through_the_worker(py: &str) {
     let root = ws.path().canonicalize().expect("workspace path");
     let program = std::path::PathBuf::from(env!("CARGO_BIN_EXE_cordon"));
     let policy = cordon::policy::Policy::builtin_default();
-    let options = cordon::confine::ConfineOptions {
+    let options = cordon::runtime::RuntimeOptions {
+        workspace: root,
         allow_degraded: true,
-        extra_read_exec: vec![program.clone()],
+        parser_program: Some(program.clone()),
         init_program: Some(program.clone()),
+        ..Default::default()
     };
-    let Ok(confinement) = cordon::confine::Confinement::build(&policy, &root, &options) else {
+    let Ok(built) = cordon::runtime::Runtime::build(policy, options) else {
         println!("parser worker series skipped: no confinement on this machine");
         return;
     };
-    let executor = Arc::new(cordon::exec::Executor::new(Arc::new(confinement), &policy));
-    let client = ParserClient::new(executor, program, ParserConfig::default());
+    let client = ParserClient::new(
+        Arc::clone(&built.executor),
+        program,
+        ParserConfig::default(),
+    );
     let check = |text: &str, remember, previous| {
         let outcome = runtime
             .block_on(client.syntax(SyntaxLanguage::Python, text, remember, previous))

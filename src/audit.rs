@@ -7,6 +7,10 @@
 //! (`server.audit_log_values`), since that is where secrets are passed. The file is rotated by
 //! size (`<file>.1` .. `.3`). Owns the file format only; callers decide what an outcome is.
 
+use crate::confine::EnforcementLevel;
+use crate::error_kind::ErrorKind;
+use crate::exec::LimitKind;
+use crate::lint::LintStatus;
 use serde::Serialize;
 use serde_json::Value;
 use std::io::Write;
@@ -49,10 +53,125 @@ pub struct AuditRecord<'a> {
     pub time: String,
     pub tool: &'a str,
     pub arguments: Value,
-    pub decision: &'a str,
-    pub outcome: Value,
+    pub decision: Decision,
+    pub outcome: Outcome,
     pub duration_ms: u64,
-    pub enforcement: &'a str,
+    pub enforcement: EnforcementLevel,
+}
+
+/// What was decided about a call, logged as `allow`, `deny:<rule>` or
+/// `ask:<rule>:<answer>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Allow,
+    /// A `deny` rule (or `on_unknown`/`on_analysis_failure` set to deny) refused it.
+    Deny {
+        rule: String,
+    },
+    /// An `ask` rule asked the user (or could not).
+    Ask {
+        rule: String,
+        answer: Answer,
+    },
+}
+
+/// How an `ask` ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    Approved,
+    Declined,
+    /// Dismissed without an answer, or the call was cancelled while asking.
+    Cancelled,
+    /// Nobody answered within `server.approval_timeout_secs`.
+    Expired,
+    /// The client cannot be asked.
+    Unavailable,
+    /// Asked through `input_required`; the answer comes with a later request.
+    Pending,
+    /// Not asked: the call would have failed its argument checks anyway.
+    NotAsked,
+}
+
+impl Answer {
+    fn as_str(self) -> &'static str {
+        match self {
+            Answer::Approved => "approved",
+            Answer::Declined => "declined",
+            Answer::Cancelled => "cancelled",
+            Answer::Expired => "expired",
+            Answer::Unavailable => "unavailable",
+            Answer::Pending => "pending",
+            Answer::NotAsked => "not-asked",
+        }
+    }
+}
+
+impl std::fmt::Display for Decision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Decision::Allow => f.write_str("allow"),
+            Decision::Deny { rule } => write!(f, "deny:{rule}"),
+            Decision::Ask { rule, answer } => write!(f, "ask:{rule}:{}", answer.as_str()),
+        }
+    }
+}
+
+impl Serialize for Decision {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+/// What a call came to, per tool (fields in the order the log has always had them).
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum Outcome {
+    Shell {
+        error: Option<ErrorKind>,
+        exit_code: Option<i32>,
+        limit: Option<LimitKind>,
+        signal: Option<String>,
+        timed_out: bool,
+        /// Under a proxy-mode policy: the call's connections through the egress proxy.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        network: Option<crate::egress::NetworkReport>,
+    },
+    /// The call is waiting for the user's answer (`input_required`).
+    InputRequired {
+        input_required: bool,
+    },
+    Write {
+        bytes: u64,
+        created: bool,
+        error: Option<ErrorKind>,
+        lint: LintStatus,
+    },
+    Edit {
+        applied: bool,
+        error: Option<ErrorKind>,
+        lint: LintStatus,
+        replacements: u64,
+    },
+    Read {
+        error: Option<ErrorKind>,
+        ok: bool,
+    },
+    Interpreter {
+        background_killed: u32,
+        error: Option<ErrorKind>,
+        evicted_session: Option<String>,
+        exception: Option<String>,
+        images: u32,
+        limit: Option<LimitKind>,
+        session: String,
+        state_lost: bool,
+        timed_out: bool,
+        /// Under a proxy-mode policy: the cell's connections through the egress proxy.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        network: Option<crate::egress::NetworkReport>,
+    },
+    /// Anything else a caller wants on record (tests, future tools).
+    Other(Value),
 }
 
 /// What is written: the record plus the fields the log itself knows.
@@ -173,9 +292,8 @@ pub fn loggable(arguments: &Value, keep_values: bool) -> Value {
 /// The arguments with every long string shortened.
 pub fn shorten(value: &Value) -> Value {
     match value {
-        Value::String(s) if s.chars().count() > MAX_LOGGED_STRING => {
-            let kept: String = s.chars().take(MAX_LOGGED_STRING).collect();
-            Value::String(format!("{kept}…({} chars)", s.chars().count()))
+        Value::String(s) => {
+            Value::String(crate::text::shortened(s, MAX_LOGGED_STRING).into_owned())
         }
         Value::Array(items) => Value::Array(items.iter().map(shorten).collect()),
         Value::Object(map) => {
@@ -253,10 +371,10 @@ mod tests {
             time: now_rfc3339(),
             tool: "shell_exec",
             arguments: serde_json::json!({"command": "x".repeat(100)}),
-            decision: "allow",
-            outcome: serde_json::json!({}),
+            decision: Decision::Allow,
+            outcome: Outcome::Other(serde_json::json!({})),
             duration_ms: 1,
-            enforcement: "full",
+            enforcement: EnforcementLevel::Full,
         }
     }
 
@@ -293,6 +411,49 @@ mod tests {
         assert_eq!(line["policy"], "default");
         assert_eq!(line["enforcement"], "full");
         assert_eq!(line["tool"], "shell_exec");
+    }
+
+    #[test]
+    fn decisions_are_logged_in_their_historic_spelling() {
+        let ask = |answer| Decision::Ask {
+            rule: "force-push".into(),
+            answer,
+        };
+        assert_eq!(Decision::Allow.to_string(), "allow");
+        assert_eq!(
+            Decision::Deny {
+                rule: "rm-home".into()
+            }
+            .to_string(),
+            "deny:rm-home"
+        );
+        assert_eq!(ask(Answer::Approved).to_string(), "ask:force-push:approved");
+        assert_eq!(
+            ask(Answer::NotAsked).to_string(),
+            "ask:force-push:not-asked"
+        );
+        assert_eq!(
+            serde_json::to_value(ask(Answer::Pending)).unwrap(),
+            "ask:force-push:pending"
+        );
+    }
+
+    #[test]
+    fn outcomes_keep_the_fields_the_log_always_had() {
+        let shell = Outcome::Shell {
+            error: Some(ErrorKind::Timeout),
+            exit_code: None,
+            limit: None,
+            signal: Some("SIGKILL".into()),
+            timed_out: true,
+            // Without the proxy the field is left out: the record is as it always was.
+            network: None,
+        };
+        assert_eq!(
+            serde_json::to_value(shell).unwrap(),
+            serde_json::json!({"error": "timeout", "exit_code": null, "limit": null,
+                               "signal": "SIGKILL", "timed_out": true})
+        );
     }
 
     #[test]

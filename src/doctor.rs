@@ -7,18 +7,18 @@
 
 mod isolation;
 
-use crate::confine::{ConfineOptions, Confinement, KernelSupport};
+use crate::confine::KernelSupport;
 use crate::exec::{CaptureSpec, ExecOutcome, ExecRequest, Executor, LimitKind};
 use crate::policy::Policy;
+use crate::runtime::{Runtime, RuntimeOptions};
 use serde::Serialize;
 use std::ffi::OsString;
-use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DoctorError {
     #[error(transparent)]
-    Confine(#[from] crate::confine::ConfineError),
+    Runtime(#[from] crate::runtime::RuntimeError),
     #[error("doctor setup: {0}")]
     Setup(#[from] std::io::Error),
 }
@@ -101,6 +101,19 @@ fn yes(b: bool) -> &'static str {
     if b { "yes" } else { "no" }
 }
 
+/// The runtime a group of probes runs under: `policy` over the workspace `ws`.
+fn runtime_in(
+    policy: &Policy,
+    ws: &std::path::Path,
+    options: &RuntimeOptions,
+) -> Result<Runtime, DoctorError> {
+    let options = RuntimeOptions {
+        workspace: ws.to_path_buf(),
+        ..options.clone()
+    };
+    Ok(Runtime::build(policy.clone(), options)?)
+}
+
 /// Runs every probe under `policy` in a throwaway workspace.
 pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
     let kernel = KernelSupport::detect();
@@ -115,10 +128,9 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
     std::fs::write(&secret, &secret_text)?;
     let self_exe = std::env::current_exe()?;
 
-    let options = ConfineOptions {
-        allow_degraded: false,
+    let options = RuntimeOptions {
         extra_read_exec: vec![self_exe.clone()],
-        init_program: None,
+        ..RuntimeOptions::default()
     };
     let ws = workspace.path().canonicalize()?;
     // Before the confinement is built: the view makes what exists then read-only.
@@ -134,8 +146,9 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
     if let Some(dir) = &writable_dir {
         std::fs::create_dir_all(ws.join(dir))?;
     }
-    let confinement = Arc::new(Confinement::build(policy, &ws, &options)?);
-    let executor = Executor::new(Arc::clone(&confinement), policy);
+    let runtime = runtime_in(policy, &ws, &options)?;
+    let executor = &*runtime.executor;
+    let confinement = executor.confinement();
     let mut probes = Vec::new();
     let probe = |name: &str, arg: Option<String>| {
         let mut v = vec![
@@ -148,7 +161,7 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
     };
 
     // Files.
-    let o = run_one(&executor, sh(&format!("cat '{}'", secret.display())), 10).await;
+    let o = run_one(executor, sh(&format!("cat '{}'", secret.display())), 10).await;
     let leaked = contains(&o, &secret_text);
     probes.push(result(
         "read a secret outside the workspace",
@@ -157,14 +170,14 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
         |o| !leaked && o.exit_code != Some(0),
     ));
     if std::path::Path::new("/etc/shadow").exists() {
-        let o = run_one(&executor, sh("cat /etc/shadow"), 10).await;
+        let o = run_one(executor, sh("cat /etc/shadow"), 10).await;
         probes.push(result("read /etc/shadow", "denied", &o, |o| {
             o.exit_code != Some(0)
         }));
     }
     let target = outside.path().join("pwned");
     let o = run_one(
-        &executor,
+        executor,
         sh(&format!("echo x > '{}'", target.display())),
         10,
     )
@@ -174,7 +187,7 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
     }));
     if confinement.protects_paths() {
         let o = run_one(
-            &executor,
+            executor,
             sh("echo 'echo pwned' > .git/hooks/pre-commit"),
             10,
         )
@@ -186,7 +199,7 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
             |o| o.exit_code != Some(0) && !ws.join(".git/hooks/pre-commit").exists(),
         ));
         let o = run_one(
-            &executor,
+            executor,
             sh("echo '[core] fsmonitor = pwned' >> .git/config"),
             10,
         )
@@ -199,7 +212,7 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
             |o| o.exit_code != Some(0) && !config.contains("pwned"),
         ));
     }
-    let o = run_one(&executor, sh("echo ok > inside.txt && cat inside.txt"), 10).await;
+    let o = run_one(executor, sh("echo ok > inside.txt && cat inside.txt"), 10).await;
     if read_only {
         probes.push(result(
             "write inside the read-only workspace",
@@ -214,7 +227,7 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
     }
     if let Some(dir) = &writable_dir {
         let script = format!("echo ok > '{dir}/inside.txt' && cat '{dir}/inside.txt'");
-        let o = run_one(&executor, sh(&script), 10).await;
+        let o = run_one(executor, sh(&script), 10).await;
         probes.push(result(
             &format!("write inside {dir}/ (workspace_writable)"),
             "allowed",
@@ -227,7 +240,7 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     let port = listener.local_addr()?.port();
     let tcp_allowed = policy.network.tcp_connect.contains(&port);
-    let o = run_one(&executor, probe("tcp-connect", Some(port.to_string())), 10).await;
+    let o = run_one(executor, probe("tcp-connect", Some(port.to_string())), 10).await;
     probes.push(expect_refused(
         &format!("TCP connect to a loopback listener (:{port})"),
         &o,
@@ -235,7 +248,7 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
     ));
     let udp = std::net::UdpSocket::bind("127.0.0.1:0")?;
     let udp_port = udp.local_addr()?.port();
-    let o = run_one(&executor, probe("udp", Some(udp_port.to_string())), 10).await;
+    let o = run_one(executor, probe("udp", Some(udp_port.to_string())), 10).await;
     // `tcp_udp` lets UDP through (Landlock cannot restrict it before ABI 10).
     let udp_allowed = policy.sandbox.seccomp_profile == "tcp_udp";
     probes.push(expect_refused("UDP send to loopback", &o, !udp_allowed));
@@ -251,17 +264,17 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
         "signal-parent",
         "x32",
     ] {
-        let o = run_one(&executor, probe(name, None), 10).await;
+        let o = run_one(executor, probe(name, None), 10).await;
         probes.push(expect_refused(name, &o, true));
     }
-    let o = run_one(&executor, probe("clone3", None), 10).await;
+    let o = run_one(executor, probe("clone3", None), 10).await;
     probes.push(result(
         "clone3 (must be ENOSYS so libc falls back to clone)",
         "ENOSYS",
         &o,
         |o| o.exit_code == Some(1) && text_contains(o, "os error 38"),
     ));
-    let o = run_one(&executor, probe("int80", None), 10).await;
+    let o = run_one(executor, probe("int80", None), 10).await;
     probes.push(result(
         "i386 int 0x80 syscall",
         "killed (SIGSYS)",
@@ -274,7 +287,7 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
         "i=0; while [ $i -lt {} ]; do sleep 30 & i=$((i+1)); done; wait",
         policy.limits.pids * 2
     );
-    let o = run_one(&executor, sh(&bomb), 20).await;
+    let o = run_one(executor, sh(&bomb), 20).await;
     probes.push(result(
         &format!(
             "start {} processes (pids limit {})",
@@ -287,7 +300,7 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
     ));
     let balloon_mb = policy.limits.memory_bytes / (1024 * 1024) + 512;
     let o = run_one(
-        &executor,
+        executor,
         sh(&format!("head -c {balloon_mb}M /dev/zero | tail")),
         60,
     )
@@ -307,7 +320,7 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
     ));
     let marker = 3000 + std::process::id() % 1000;
     let o = run_one(
-        &executor,
+        executor,
         // Wait until the daemon has really left the process group before the call ends;
         // otherwise a process-group kill could catch it and hide a missing cgroup.
         sh(&format!(
@@ -334,7 +347,7 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
         .find(|p| std::path::Path::new(p).exists())
     {
         let o = run_one(
-            &executor,
+            executor,
             vec![(*python).into(), "-c".into(), "print(6*7)".into()],
             20,
         )
@@ -345,8 +358,8 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
     }
     probes.extend(
         isolation::probes(&isolation::Setup {
-            executor: &executor,
-            confinement: &confinement,
+            executor,
+            confinement,
             policy,
             options: &options,
             workspace: &ws,
@@ -424,7 +437,7 @@ fn describe(o: &ExecOutcome) -> String {
     let err = text(&o.stderr.head);
     for t in [out, err] {
         if !t.is_empty() {
-            s.push_str(&format!("; {}", t.chars().take(80).collect::<String>()));
+            s.push_str(&format!("; {}", crate::text::at_most_chars(&t, 80)));
         }
     }
     s

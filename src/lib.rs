@@ -8,6 +8,8 @@
 //!                                                                      ┘
 //! ```
 //!
+//! * [`runtime`]: the composition root: everything a policy turns into, built once
+//!   ([`runtime::Runtime`], shared), and what one client owns on top ([`runtime::Session`]).
 //! * [`policy`]: what a call may do, as validated data.
 //! * [`confine`]: how the kernel enforces it (Landlock, seccomp, rlimits, cgroups); the only
 //!   `unsafe` code.
@@ -26,13 +28,16 @@ pub mod cli;
 pub mod confine;
 pub mod doctor;
 pub mod egress;
+pub mod error_kind;
 pub mod exec;
 pub mod files;
 pub mod interpreter;
 pub mod lint;
 pub mod parser;
 pub mod policy;
+pub mod runtime;
 pub mod server;
 pub mod shape;
+pub mod text;
 pub mod tools;
 pub mod workspace;

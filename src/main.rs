@@ -4,12 +4,11 @@
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use cordon::confine::{ConfineOptions, Confinement};
-use cordon::exec::{CaptureSpec, ExecRequest, Executor};
-use cordon::policy::Policy;
+use cordon::exec::{CaptureSpec, ExecRequest};
+use cordon::policy::{Policy, TimeoutError, timeout_within};
+use cordon::runtime::{AuditTarget, Runtime, RuntimeOptions, Session};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 #[derive(Parser)]
 #[command(
@@ -242,10 +241,13 @@ async fn run(command: Command) -> Result<i32> {
             policy,
             allow_degraded,
         } => {
-            let workspace = workspace_or_cwd(workspace)?;
-            let policy = Policy::load(&policy)?;
-            let reports =
-                cordon::cli::lint::run(&workspace, &policy, &files, allow_degraded).await?;
+            let options = RuntimeOptions {
+                workspace: workspace_or_cwd(workspace)?,
+                allow_degraded,
+                ..RuntimeOptions::default()
+            };
+            let runtime = cordon::cli::lint::runtime(Policy::load(&policy)?, options)?;
+            let reports = cordon::cli::lint::run(&runtime, &files).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&reports)?);
             } else {
@@ -264,7 +266,7 @@ async fn run(command: Command) -> Result<i32> {
                 }
                 PolicyAction::Check { policy: name } => {
                     let loaded = Policy::load(&name)?;
-                    cordon::parser::check_policy_examples(&loaded).await?;
+                    policy::check_examples(&loaded).await?;
                     print!("{}", policy::check(&loaded)?);
                 }
                 PolicyAction::Explain { policy: name } => {
@@ -325,65 +327,25 @@ async fn start(
     audit_log: Option<PathBuf>,
     allow_degraded: bool,
 ) -> Result<cordon::server::CordonServer> {
-    let root = workspace_or_cwd(workspace)?;
-    let policy = Policy::load(policy)?;
-    let workspace = cordon::workspace::Workspace::open(&root)?
-        .with_spill_total(policy.output.spill_total_bytes);
-    // Created up front so `.cordon` exists, and is protected, before the first command runs.
-    workspace.spill_dir()?;
-    // The parser worker is this binary: children must be able to execute it.
-    let parser_program = cordon::parser::worker_program()?;
-    let options = ConfineOptions {
+    let options = RuntimeOptions {
+        workspace: workspace_or_cwd(workspace)?,
         allow_degraded,
-        extra_read_exec: vec![parser_program.clone()],
-        ..ConfineOptions::default()
+        // The parser worker is this binary: children must be able to execute it.
+        parser_program: Some(cordon::parser::worker_program()?),
+        audit: audit_log.map_or(AuditTarget::Policy, AuditTarget::File),
+        spill_area: true,
+        ..RuntimeOptions::default()
     };
-    let confinement = Arc::new(Confinement::build(&policy, workspace.root(), &options)?);
-    let enforcement = confinement.enforcement().clone();
-    if enforcement.level != "full" {
+    let runtime = Arc::new(Runtime::build(Policy::load(policy)?, options)?);
+    let enforcement = runtime.executor.confinement().enforcement();
+    if !enforcement.level.is_full() {
         tracing::warn!("enforcement {}", enforcement.summary());
         for note in &enforcement.notes {
             tracing::warn!("{note}");
         }
     }
-    let audit = match audit_log.or_else(|| policy.server.audit_log.clone()) {
-        Some(path) => {
-            let options = cordon::audit::AuditOptions {
-                max_bytes: policy.server.audit_log_max_bytes,
-                keep_values: policy.server.audit_log_values,
-                policy: format!("{} ({})", policy.name, policy.origin),
-            };
-            Some(
-                cordon::audit::AuditLog::open(&path, options)
-                    .with_context(|| format!("cannot open the audit log {}", path.display()))?,
-            )
-        }
-        None => None,
-    };
-    let executor = Arc::new(Executor::new(confinement, &policy));
-    let parser =
-        cordon::parser::start(Arc::clone(&executor), parser_program, &policy.commands).await?;
-    let lint = cordon::lint::Linting::for_policy(
-        &policy,
-        Some(Arc::clone(&executor)),
-        Some(Arc::clone(&parser)),
-    )?;
-    // The policy's list plus every policy file (the whole `extends` chain) in the workspace.
-    let protected = cordon::tools::protected_paths(&policy, workspace.root());
-    let interpreter = cordon::interpreter::SessionManager::new(Arc::clone(&executor), &policy)?;
-    let ctx = cordon::tools::ToolContext {
-        executor,
-        interpreter,
-        lint,
-        parser,
-        slots: tokio::sync::Semaphore::new(policy.server.max_concurrent_calls),
-        file_lock: tokio::sync::Mutex::new(()),
-        protected,
-        workspace,
-        audit,
-        policy,
-    };
-    Ok(cordon::server::CordonServer::new(ctx))
+    runtime.start_parser().await?;
+    Ok(cordon::server::CordonServer::new(Session::new(runtime)?))
 }
 
 async fn exec(
@@ -393,23 +355,25 @@ async fn exec(
     allow_degraded: bool,
     command: Vec<std::ffi::OsString>,
 ) -> Result<i32> {
-    let workspace = workspace_or_cwd(workspace)?;
     let policy = Policy::load(policy)?;
-    let timeout = match timeout {
-        Some(0) => anyhow::bail!("--timeout must be at least 1 second"),
-        Some(t) if t > policy.limits.max_timeout.as_secs() => anyhow::bail!(
-            "--timeout {t} is above the policy's max_timeout_secs ({})",
-            policy.limits.max_timeout.as_secs()
+    let limits = &policy.limits;
+    let timeout = match timeout_within(timeout, limits.timeout, limits.max_timeout) {
+        Ok(timeout) => timeout,
+        Err(TimeoutError::Zero) => anyhow::bail!("--timeout must be at least 1 second"),
+        Err(TimeoutError::AboveMax {
+            requested,
+            max_secs,
+        }) => anyhow::bail!(
+            "--timeout {requested} is above the policy's max_timeout_secs ({max_secs})"
         ),
-        Some(t) => Duration::from_secs(t),
-        None => policy.limits.timeout,
     };
-    let options = ConfineOptions {
+    let options = RuntimeOptions {
+        workspace: workspace_or_cwd(workspace)?,
         allow_degraded,
-        ..Default::default()
+        ..RuntimeOptions::default()
     };
-    let confinement = Arc::new(Confinement::build(&policy, &workspace, &options)?);
-    let executor = Executor::new(confinement, &policy);
+    let runtime = Runtime::build(policy, options)?;
+    let executor = &runtime.executor;
     let passthrough = |tee: std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>| CaptureSpec {
         memory_cap: 64 * 1024,
         spill: None,
@@ -436,7 +400,7 @@ async fn exec(
         }
         Err(e) => return Err(e.into()),
     };
-    if outcome.enforcement.level != "full" {
+    if !outcome.enforcement.level.is_full() {
         eprintln!("cordon: enforcement {}", outcome.enforcement.summary());
     }
     if outcome.limit.is_some()

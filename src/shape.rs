@@ -16,21 +16,7 @@ use rmcp::model::{CallToolResult, ContentBlock};
 use schemars::JsonSchema;
 use serde::Serialize;
 
-/// The error kinds of SPEC.md; an agent branches on these, so they never change meaning.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ErrorKind {
-    InvalidArgument,
-    PathEscape,
-    NotFound,
-    Denied,
-    Timeout,
-    ResourceLimit,
-    ExitStatus,
-    Exception,
-    Io,
-    Internal,
-}
+pub use crate::error_kind::ErrorKind;
 
 /// `structuredContent.error` of every `isError` result.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
@@ -54,6 +40,23 @@ impl ToolError {
             retriable,
         }
     }
+
+    /// The text block of a failed call: the kind and what to do, first, where a model looks.
+    pub fn text(&self) -> String {
+        format!("error [{}]: {}", self.kind, self.message)
+    }
+}
+
+/// A lower layer's error as a tool error: its own kind (each error type says which) and its
+/// message, which already says how to fix it.
+impl<'a, E> From<&'a E> for ToolError
+where
+    E: std::fmt::Display,
+    ErrorKind: From<&'a E>,
+{
+    fn from(e: &'a E) -> Self {
+        ToolError::new(ErrorKind::from(e), e.to_string())
+    }
 }
 
 /// Builds the tool result: `structuredContent` is the full typed output, the text block is a
@@ -69,6 +72,19 @@ pub fn tool_result(structured: &impl Serialize, text: String, is_error: bool) ->
     };
     result.content = vec![ContentBlock::text(text)];
     result
+}
+
+/// Appends `--- name ---` sections to a result's text block, one per non-empty stream, each
+/// ending in a newline.
+pub fn push_sections(text: &mut String, sections: &[(&str, &str)]) {
+    for (name, body) in sections {
+        if !body.is_empty() {
+            text.push_str(&format!("--- {name} ---\n{body}"));
+            if !body.ends_with('\n') {
+                text.push('\n');
+            }
+        }
+    }
 }
 
 /// One output stream as shown to the agent.

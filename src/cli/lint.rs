@@ -1,23 +1,14 @@
 //! `cordon lint FILE…`: the write/edit lint pipeline from a terminal, for reviewers checking
 //! what an agent will be told, and for debugging a linter configuration.
 
-use crate::confine::{ConfineOptions, Confinement};
-use crate::exec::Executor;
-use crate::lint::{LintReport, LintStatus, Linting};
-use crate::parser::{ParserClient, ParserConfig};
-use crate::policy::Policy;
-use crate::workspace::Workspace;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use crate::lint::{LintReport, LintStatus};
+use crate::runtime::{Runtime, RuntimeOptions};
+use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LintCliError {
     #[error(transparent)]
-    Workspace(#[from] crate::workspace::OpenWorkspaceError),
-    #[error(transparent)]
-    Confine(#[from] crate::confine::ConfineError),
-    #[error("linter configuration: {0}")]
-    Config(#[from] crate::lint::ParseError),
+    Runtime(#[from] crate::runtime::RuntimeError),
     #[error("{path}: {message}")]
     File { path: String, message: String },
 }
@@ -28,32 +19,27 @@ pub struct FileLint {
     pub lint: LintReport,
 }
 
-/// Lints each file (paths relative to the current directory or absolute, all inside
-/// `workspace`) and returns the reports in order.
-pub async fn run(
-    workspace: &Path,
-    policy: &Policy,
-    files: &[PathBuf],
-    allow_degraded: bool,
-) -> Result<Vec<FileLint>, LintCliError> {
-    let ws = Workspace::open(workspace)?;
+/// What `cordon lint` runs on: the policy's confinement over `options.workspace`, with the
+/// parser worker (this binary) for the syntax check.
+pub fn runtime(
+    policy: crate::policy::Policy,
+    options: RuntimeOptions,
+) -> Result<Runtime, LintCliError> {
     let program = crate::parser::worker_program().map_err(|e| LintCliError::File {
         path: "cordon".into(),
         message: format!("cannot find this program's own binary for the parser worker: {e}"),
     })?;
-    let options = ConfineOptions {
-        allow_degraded,
-        extra_read_exec: vec![program.clone()],
-        ..ConfineOptions::default()
+    let options = RuntimeOptions {
+        parser_program: Some(program),
+        ..options
     };
-    let confinement = Arc::new(Confinement::build(policy, ws.root(), &options)?);
-    let executor = Arc::new(Executor::new(confinement, policy));
-    let parser = Arc::new(ParserClient::new(
-        Arc::clone(&executor),
-        program,
-        ParserConfig::default(),
-    ));
-    let linting = Linting::for_policy(policy, Some(executor), Some(parser))?;
+    Ok(Runtime::build(policy, options)?)
+}
+
+/// Lints each file (paths relative to the current directory or absolute, all inside the
+/// runtime's workspace) and returns the reports in order.
+pub async fn run(runtime: &Runtime, files: &[PathBuf]) -> Result<Vec<FileLint>, LintCliError> {
+    let ws = &runtime.workspace;
     let mut out = Vec::new();
     for file in files {
         let shown = file.display().to_string();
@@ -75,7 +61,7 @@ pub async fn run(
             path: shown.clone(),
             message: "not UTF-8 text".into(),
         })?;
-        let lint = linting.check(rel.as_str(), None, &text).await;
+        let lint = runtime.lint.check(rel.as_str(), None, &text).await;
         out.push(FileLint {
             path: rel.as_str().to_owned(),
             lint,

@@ -19,6 +19,34 @@ pub enum PolicyCliError {
     Seccomp(#[from] seccomp::SeccompError),
     #[error("cannot render the policy: {0}")]
     Render(String),
+    #[error(transparent)]
+    Runtime(#[from] crate::runtime::RuntimeError),
+    #[error(transparent)]
+    Examples(#[from] crate::parser::StartupError),
+    #[error("cannot prepare the parser worker: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The rule examples of `policy`, checked in a parser worker confined in a throwaway
+/// workspace (degraded confinement is accepted: only the worker runs there).
+pub async fn check_examples(policy: &Policy) -> Result<(), PolicyCliError> {
+    if policy.commands.rules.is_empty() {
+        return Ok(());
+    }
+    let workspace = tempfile::Builder::new()
+        .prefix("cordon-policy-check-")
+        .tempdir()?;
+    let options = crate::runtime::RuntimeOptions {
+        workspace: workspace.path().canonicalize()?,
+        allow_degraded: true,
+        parser_program: Some(crate::parser::worker_program()?),
+        ..Default::default()
+    };
+    let runtime = crate::runtime::Runtime::build(policy.clone(), options)?;
+    if let Some(parser) = &runtime.parser {
+        crate::parser::check_examples(parser, &policy.commands).await?;
+    }
+    Ok(())
 }
 
 pub fn show(policy: &Policy, json: bool) -> Result<String, PolicyCliError> {

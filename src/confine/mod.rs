@@ -103,12 +103,42 @@ pub struct ConfineOptions {
     pub init_program: Option<PathBuf>,
 }
 
+/// How much of the confinement is in force, named in every result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EnforcementLevel {
+    /// Landlock, seccomp, cgroup limits and the sandbox init's namespaces.
+    Full,
+    /// No cgroup limits or no namespaces (rlimits and process-group kill only).
+    Reduced,
+    /// Landlock or seccomp missing (the operator allowed it).
+    Degraded,
+}
+
+impl EnforcementLevel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EnforcementLevel::Full => "full",
+            EnforcementLevel::Reduced => "reduced",
+            EnforcementLevel::Degraded => "degraded",
+        }
+    }
+
+    pub fn is_full(self) -> bool {
+        self == EnforcementLevel::Full
+    }
+}
+
+impl std::fmt::Display for EnforcementLevel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// The enforcement actually in force, reported with every outcome.
 #[derive(Debug, Clone, Serialize)]
 pub struct Enforcement {
-    /// `full`: Landlock, seccomp and cgroup limits. `reduced`: no cgroup limits (rlimits and
-    /// process-group kill only). `degraded`: Landlock or seccomp missing (operator allowed).
-    pub level: &'static str,
+    pub level: EnforcementLevel,
     pub landlock_abi: u32,
     pub landlock: bool,
     pub seccomp: bool,
@@ -364,9 +394,9 @@ impl Confinement {
             landlock && !seccomp.is_empty(),
             cgroups.has_limits() && factory.is_some(),
         ) {
-            (true, true) => "full",
-            (true, false) => "reduced",
-            (false, _) => "degraded",
+            (true, true) => EnforcementLevel::Full,
+            (true, false) => EnforcementLevel::Reduced,
+            (false, _) => EnforcementLevel::Degraded,
         };
         let enforcement = Enforcement {
             level,
@@ -517,6 +547,12 @@ impl Confinement {
 
     pub fn enforcement(&self) -> &Enforcement {
         &self.enforcement
+    }
+
+    /// The protected set the sandbox's view binds read-only (derived once from the policy;
+    /// the file tools refuse the same list).
+    pub fn protected(&self) -> &[String] {
+        &self.protected
     }
 
     pub fn workspace(&self) -> &Path {

@@ -10,14 +10,14 @@
 
 use super::{DoctorError, ProbeResult, expect_refused, kill_processes_with_args, result, run_one};
 use super::{pids_with_args, text_contains};
+use crate::confine::Confinement;
 use crate::confine::selftest::HostSysvObjects;
-use crate::confine::{ConfineOptions, Confinement};
 use crate::exec::Executor;
 use crate::policy::Policy;
+use crate::runtime::RuntimeOptions;
 use std::ffi::OsString;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What the probes share with the rest of doctor.
@@ -25,7 +25,7 @@ pub(super) struct Setup<'a> {
     pub executor: &'a Executor,
     pub confinement: &'a Confinement,
     pub policy: &'a Policy,
-    pub options: &'a ConfineOptions,
+    pub options: &'a RuntimeOptions,
     pub workspace: &'a Path,
     pub outside: &'a Path,
     pub self_exe: &'a Path,
@@ -318,14 +318,15 @@ async fn protected_git(s: &Setup<'_>) -> Result<Vec<ProbeResult>, DoctorError> {
     std::fs::create_dir_all(ws_path.join(".git"))?;
     std::fs::create_dir_all(ws_path.join("shared-hooks"))?;
     std::os::unix::fs::symlink("../shared-hooks", ws_path.join(".git/hooks"))?;
-    let confinement = Arc::new(Confinement::build(s.policy, &ws_path, s.options)?);
-    let reported = confinement
+    let runtime = super::runtime_in(s.policy, &ws_path, s.options)?;
+    let executor = &*runtime.executor;
+    let reported = executor
+        .confinement()
         .enforcement()
         .notes
         .iter()
         .any(|n| n.contains("symbolic link"));
-    let executor = Executor::new(Arc::clone(&confinement), s.policy);
-    let o = run_one(&executor, super::sh("echo ran"), 10).await;
+    let o = run_one(executor, super::sh("echo ran"), 10).await;
     probes.push(result(
         "spawn with a symlinked .git/hooks",
         "runs; the link is reported",
@@ -350,12 +351,12 @@ async fn tcp_side_doors(s: &Setup<'_>) -> Result<Vec<ProbeResult>, DoctorError> 
     policy.network.tcp_connect = vec![allowed_port];
     policy.network.tcp_bind = Vec::new();
     policy.sandbox.seccomp_profile = "tcp".into();
-    let confinement = Arc::new(Confinement::build(&policy, s.workspace, s.options)?);
-    let executor = Executor::new(Arc::clone(&confinement), &policy);
+    let runtime = super::runtime_in(&policy, s.workspace, s.options)?;
+    let executor = &*runtime.executor;
 
     let mut probes = Vec::new();
     let o = run_one(
-        &executor,
+        executor,
         s.probe("tcp-connect", Some(allowed_port.to_string())),
         10,
     )
@@ -370,7 +371,7 @@ async fn tcp_side_doors(s: &Setup<'_>) -> Result<Vec<ProbeResult>, DoctorError> 
         ("tcp-fastopen", "TCP Fast Open (MSG_FASTOPEN)"),
         ("mptcp", "MPTCP socket"),
     ] {
-        let o = run_one(&executor, s.probe(name, Some(port.to_string())), 10).await;
+        let o = run_one(executor, s.probe(name, Some(port.to_string())), 10).await;
         probes.push(expect_refused(
             &format!("TCP policy: {what} to a port not allowed (:{port})"),
             &o,

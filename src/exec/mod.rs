@@ -15,7 +15,7 @@ pub mod process;
 pub mod worker;
 
 pub use capture::{CaptureSpec, Captured, LiveStatus, SpillOpener};
-pub use outcome::{ExecOutcome, LimitHit, LimitKind, signal_name};
+pub use outcome::{ExecOutcome, LimitHit, LimitKind, kernel_limit, signal_name};
 pub use worker::{ConfinedWorker, WorkerEnd, WorkerSpec};
 
 use crate::confine::{CallCgroup, ConfineError, Confinement, Factory, WarmSlot};
@@ -47,6 +47,40 @@ pub enum ExecError {
     TempDir(std::io::Error),
     #[error("cannot pass descriptors to the worker: {0}")]
     PassFds(std::io::Error),
+    #[error(
+        "cannot open the workspace root {} to start the command in: {source}",
+        path.display()
+    )]
+    WorkspaceRoot {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// The workspace root, opened for a child to start in. Never optional: a child that could not
+/// get it would start in the server's own working directory.
+fn open_workspace_root(root: &std::path::Path) -> Result<OwnedFd, ExecError> {
+    std::fs::File::open(root)
+        .map(OwnedFd::from)
+        .map_err(|source| ExecError::WorkspaceRoot {
+            path: root.to_path_buf(),
+            source,
+        })
+}
+
+/// A failed start as SPEC names it: a missing program is `not_found`, arguments or
+/// environment over the kernel's limits are the caller's to fix, anything else is ours.
+impl From<&ExecError> for crate::error_kind::ErrorKind {
+    fn from(e: &ExecError) -> Self {
+        use crate::error_kind::ErrorKind;
+        if e.is_not_found() {
+            ErrorKind::NotFound
+        } else if e.is_too_big() {
+            ErrorKind::InvalidArgument
+        } else {
+            ErrorKind::Internal
+        }
+    }
 }
 
 impl ExecError {
@@ -163,9 +197,7 @@ impl Executor {
                 // underneath, and a missing root is an error, not the server's cwd.
                 let root_fd = match req.cwd {
                     Some(_) => None,
-                    None => Some(OwnedFd::from(
-                        std::fs::File::open(conf.workspace()).map_err(ExecError::TempDir)?,
-                    )),
+                    None => Some(open_workspace_root(conf.workspace())?),
                 };
                 let cwd_fd = req
                     .cwd

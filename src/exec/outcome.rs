@@ -104,6 +104,30 @@ impl ExecOutcome {
 const SIGXCPU: i32 = libc::SIGXCPU;
 const SIGXFSZ: i32 = libc::SIGXFSZ;
 
+/// The limit the kernel's own evidence names, if any: the cgroup's counters (`hits`) first,
+/// then the signals the rlimits deliver (`killed_by(signal)`: whether the process died of it).
+/// Memory, pids, CPU time or file size; callers word the evidence with their own numbers.
+pub fn kernel_limit(
+    hits: Option<&LimitHits>,
+    killed_by: impl Fn(i32) -> bool,
+) -> Option<LimitKind> {
+    if let Some(hits) = hits {
+        if hits.memory {
+            return Some(LimitKind::Memory);
+        }
+        if hits.pids {
+            return Some(LimitKind::Pids);
+        }
+    }
+    if killed_by(SIGXCPU) {
+        return Some(LimitKind::Cpu);
+    }
+    if killed_by(SIGXFSZ) {
+        return Some(LimitKind::FileSize);
+    }
+    None
+}
+
 /// Works out which limit stopped the call. Counters from the kernel first; then signals the
 /// rlimits deliver; then, for limits the kernel does not count (open files), the standard
 /// error message the C library prints for the errno, said to be inferred.
@@ -122,23 +146,15 @@ pub fn classify_limit(
             format!("ran longer than {}s", timeout.as_secs()),
         );
     }
-    if let Some(hits) = hits {
-        if hits.memory {
-            return hit(LimitKind::Memory, "the cgroup's OOM killer fired".into());
-        }
-        if hits.pids {
-            return hit(
-                LimitKind::Pids,
-                "the cgroup refused a fork (pids.max reached)".into(),
-            );
-        }
-    }
     let by = |sig: i32| signal == Some(sig) || exit_code == Some(128 + sig);
-    if by(SIGXCPU) {
-        return hit(LimitKind::Cpu, "SIGXCPU from RLIMIT_CPU".into());
-    }
-    if by(SIGXFSZ) {
-        return hit(LimitKind::FileSize, "SIGXFSZ from RLIMIT_FSIZE".into());
+    if let Some(kind) = kernel_limit(hits.as_ref(), by) {
+        let evidence = match kind {
+            LimitKind::Memory => "the cgroup's OOM killer fired",
+            LimitKind::Pids => "the cgroup refused a fork (pids.max reached)",
+            LimitKind::Cpu => "SIGXCPU from RLIMIT_CPU",
+            _ => "SIGXFSZ from RLIMIT_FSIZE",
+        };
+        return hit(kind, evidence.into());
     }
     let text = [stderr.head.as_slice(), stderr.tail.as_slice()].concat();
     let says = |needle: &str| text.windows(needle.len()).any(|w| w == needle.as_bytes());

@@ -116,8 +116,7 @@ impl Executor {
         }
         let ruleset = conf.private_ruleset(&spec.private_dir)?;
         let cgroup = conf.create_cgroup_with(&spec.limits)?;
-        let root_fd =
-            OwnedFd::from(std::fs::File::open(conf.workspace()).map_err(ExecError::TempDir)?);
+        let root_fd = super::open_workspace_root(conf.workspace())?;
         let passed = fds_above_targets(pass_fds)?;
         let mut setup = conf.child_setup(Some(root_fd.as_raw_fd()), cgroup.as_ref());
         setup.pass_fds = passed

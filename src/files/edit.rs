@@ -9,6 +9,7 @@
 //! caller writes only an `Ok` result. Every error message says that nothing was changed, because
 //! a model that is unsure will otherwise re-apply edits that did land elsewhere.
 
+use crate::error_kind::ErrorKind;
 use serde::{Deserialize, Serialize};
 
 use super::nearest::{mismatch_hint, nearest_lines};
@@ -94,14 +95,21 @@ pub enum EditError {
     },
 }
 
-impl EditError {
-    /// The SPEC error kind: a bad edit is something the model fixes in its arguments; a result
-    /// over the size limit is a resource limit.
-    pub fn kind_str(&self) -> &'static str {
-        match self {
-            EditError::TooLarge { .. } => "resource_limit",
-            _ => "invalid_argument",
+/// The SPEC error kind: a bad edit is something the model fixes in its arguments; a result
+/// over the size limit is a resource limit.
+impl From<&EditError> for ErrorKind {
+    fn from(e: &EditError) -> Self {
+        match e {
+            EditError::TooLarge { .. } => ErrorKind::ResourceLimit,
+            _ => ErrorKind::InvalidArgument,
         }
+    }
+}
+
+impl EditError {
+    /// The SPEC error kind, by name.
+    pub fn kind_str(&self) -> &'static str {
+        ErrorKind::from(self).as_str()
     }
 }
 

@@ -9,6 +9,7 @@
 //! used as an edit_file `old_string` unchanged; only lines over the length cap are altered, and
 //! those are listed in `cut_lines`.
 
+use crate::error_kind::ErrorKind;
 use serde::Serialize;
 
 use super::text::{NotText, as_text};
@@ -97,10 +98,17 @@ pub enum ReadError {
     OffsetPastEnd { offset: usize, total_lines: usize },
 }
 
+/// The SPEC error kind: every case is fixed by a different argument (or a different tool).
+impl From<&ReadError> for ErrorKind {
+    fn from(_: &ReadError) -> Self {
+        ErrorKind::InvalidArgument
+    }
+}
+
 impl ReadError {
-    /// The SPEC error kind: every case is fixed by a different argument (or a different tool).
+    /// The SPEC error kind, by name.
     pub fn kind_str(&self) -> &'static str {
-        "invalid_argument"
+        ErrorKind::from(self).as_str()
     }
 }
 

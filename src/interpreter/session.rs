@@ -12,7 +12,8 @@ use super::protocol::{self, PyException, Ready, Reply, Request};
 use super::{Death, InterpreterError, Shared, boot};
 use crate::confine::{CallLimits, LimitHits};
 use crate::exec::{
-    CaptureSpec, Captured, ConfinedWorker, LimitHit, LimitKind, WorkerSpec, signal_name,
+    CaptureSpec, Captured, ConfinedWorker, LimitHit, LimitKind, WorkerSpec, kernel_limit,
+    signal_name,
 };
 use crate::policy::InterpreterPolicy;
 use std::collections::BTreeMap;
@@ -646,32 +647,24 @@ fn classify_death(
         (None, Some(problem)) => format!("stopped answering ({problem})"),
         (None, None) => "ended".to_owned(),
     };
-    let limit = if hits.memory {
-        Some(LimitHit {
-            kind: LimitKind::Memory,
-            evidence: format!(
+    let signal = status.and_then(|s| s.signal());
+    let limit = kernel_limit(Some(&hits), |sig| signal == Some(sig)).map(|kind| LimitHit {
+        kind,
+        evidence: match kind {
+            LimitKind::Memory => format!(
                 "the session's cgroup OOM killer fired (memory limit {} MiB)",
                 policy.memory_bytes >> 20
             ),
-        })
-    } else if hits.pids {
-        Some(LimitHit {
-            kind: LimitKind::Pids,
-            evidence: format!(
+            LimitKind::Pids => format!(
                 "the session's cgroup refused a fork (pids.max = {})",
                 policy.pids
             ),
-        })
-    } else if status.and_then(|s| s.signal()) == Some(libc::SIGXCPU) {
-        Some(LimitHit {
-            kind: LimitKind::Cpu,
-            evidence: format!(
+            LimitKind::Cpu => format!(
                 "SIGXCPU: the session used its {} CPU seconds",
                 policy.cpu_seconds
             ),
-        })
-    } else {
-        None
-    };
+            _ => "SIGXFSZ: a file the session wrote reached RLIMIT_FSIZE".into(),
+        },
+    });
     (limit, how)
 }

@@ -83,6 +83,9 @@ pub struct Linting {
     linters: Vec<ExternalLinter>,
     executor: Option<Arc<Executor>>,
     parser: Option<Arc<ParserClient>>,
+    /// The server's concurrency slots: a linter is confined work like a command, so it waits
+    /// its turn with them. None: unbounded (the CLI lints one file at a time).
+    slots: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 /// What one group of checks (the syntax check, or the external linters) contributed.
@@ -136,7 +139,14 @@ impl Linting {
             linters,
             executor,
             parser,
+            slots: None,
         })
+    }
+
+    /// Makes every external linter run take one of `slots` while it runs.
+    pub fn with_slots(mut self, slots: Arc<tokio::sync::Semaphore>) -> Self {
+        self.slots = Some(slots);
+        self
     }
 
     /// The pipeline of `policy`, finding linter commands on the sandbox's own PATH (what
@@ -411,6 +421,15 @@ impl Linting {
         path: &str,
         content: &str,
     ) -> Result<(String, Option<i32>), String> {
+        let _slot = match &self.slots {
+            Some(slots) => Some(
+                slots
+                    .acquire()
+                    .await
+                    .map_err(|_| format!("{}: the server is shutting down", config.name))?,
+            ),
+            None => None,
+        };
         let mut argv = vec![command.as_os_str().to_owned()];
         argv.extend(config.command_args(path).into_iter().map(Into::into));
         let spec = || CaptureSpec {
@@ -467,7 +486,7 @@ impl Linting {
                 if last.is_empty() {
                     String::new()
                 } else {
-                    format!(": {}", last.chars().take(200).collect::<String>())
+                    format!(": {}", crate::text::at_most_chars(last, 200))
                 }
             ));
         }

@@ -465,11 +465,7 @@ fn excerpt(text: &str) -> Option<String> {
     if text.is_empty() {
         return None;
     }
-    let mut out: String = text.chars().take(EXCERPT_CHARS).collect();
-    if text.chars().nth(EXCERPT_CHARS).is_some() {
-        out.push('…');
-    }
-    Some(out)
+    Some(crate::text::ellipsized(text, EXCERPT_CHARS).into_owned())
 }
 
 #[cfg(test)]

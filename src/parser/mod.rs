@@ -31,27 +31,6 @@ pub enum StartupError {
     Worker(#[from] ParserError),
     #[error(transparent)]
     Examples(#[from] crate::policy::commands::rules::RuleError),
-    #[error(transparent)]
-    Confine(#[from] crate::confine::ConfineError),
-    #[error("cannot prepare the parser worker: {0}")]
-    Io(#[from] std::io::Error),
-}
-
-/// The server's parser worker, started, with the policy's command-rule examples checked in
-/// it (the examples are command lines like any other: the server does not parse them).
-pub async fn start(
-    executor: std::sync::Arc<crate::exec::Executor>,
-    program: std::path::PathBuf,
-    rules: &crate::policy::commands::CommandRules,
-) -> Result<std::sync::Arc<ParserClient>, StartupError> {
-    let client = std::sync::Arc::new(ParserClient::new(
-        executor,
-        program,
-        ParserConfig::default(),
-    ));
-    client.warm_up().await?;
-    check_examples(&client, rules).await?;
-    Ok(client)
 }
 
 /// Runs every rule example through the worker and checks each behaves as listed.
@@ -68,29 +47,4 @@ pub async fn check_examples(
         lines.iter().map(String::as_str).zip(analyses).collect();
     rules.verify_examples(&|l| by_line.get(l).cloned())?;
     Ok(())
-}
-
-/// `cordon policy check`: the rule examples of `policy`, checked in a parser worker confined
-/// in a throwaway workspace (degraded confinement is accepted: only the worker runs there).
-pub async fn check_policy_examples(policy: &crate::policy::Policy) -> Result<(), StartupError> {
-    if policy.commands.rules.is_empty() {
-        return Ok(());
-    }
-    let program = worker_program()?;
-    let workspace = tempfile::Builder::new()
-        .prefix("cordon-policy-check-")
-        .tempdir()?;
-    let options = crate::confine::ConfineOptions {
-        allow_degraded: true,
-        extra_read_exec: vec![program.clone()],
-        ..crate::confine::ConfineOptions::default()
-    };
-    let root = workspace.path().canonicalize()?;
-    let confinement = crate::confine::Confinement::build(policy, &root, &options)?;
-    let executor = std::sync::Arc::new(crate::exec::Executor::new(
-        std::sync::Arc::new(confinement),
-        policy,
-    ));
-    let client = ParserClient::new(executor, program, ParserConfig::default());
-    check_examples(&client, &policy.commands).await
 }

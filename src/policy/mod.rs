@@ -239,6 +239,47 @@ fn embedded_source(name: &str) -> Option<&'static str> {
         .map(|(_, src)| *src)
 }
 
+/// A requested timeout that the policy does not allow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeoutError {
+    Zero,
+    AboveMax { requested: u64, max_secs: u64 },
+}
+
+impl TimeoutError {
+    /// The message for a tool argument named `name`; `smaller` says how to split the work.
+    pub fn for_argument(self, name: &str, smaller: &str) -> String {
+        match self {
+            TimeoutError::Zero => format!("`{name}` must be at least 1"),
+            TimeoutError::AboveMax {
+                requested,
+                max_secs,
+            } => format!(
+                "`{name}` {requested} is above the policy maximum of {max_secs}s; ask for at \
+                 most that, or {smaller}"
+            ),
+        }
+    }
+}
+
+/// The timeout of one call: `requested` seconds if the policy allows them (at least 1, at
+/// most `max`), else `default` when nothing was requested.
+pub fn timeout_within(
+    requested: Option<u64>,
+    default: Duration,
+    max: Duration,
+) -> Result<Duration, TimeoutError> {
+    match requested {
+        None => Ok(default),
+        Some(0) => Err(TimeoutError::Zero),
+        Some(t) if t > max.as_secs() => Err(TimeoutError::AboveMax {
+            requested: t,
+            max_secs: max.as_secs(),
+        }),
+        Some(t) => Ok(Duration::from_secs(t)),
+    }
+}
+
 impl Policy {
     /// The workspace-relative patterns nothing confined may write: the policy's
     /// `filesystem.protected` plus every file of its `extends` chain that lies inside the
@@ -1218,5 +1259,39 @@ mod tests {
             e.starts_with("not in [network].allow_hosts (policy line 3 of"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_policy_file_and_its_extends_chain_join_the_protected_set() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().canonicalize().unwrap().join("ws");
+        std::fs::create_dir_all(root.join("conf")).unwrap();
+        let outside = t.path().canonicalize().unwrap().join("grand.toml");
+        std::fs::write(&outside, "extends = \"default\"\n").unwrap();
+        std::fs::write(
+            root.join("conf/base.toml"),
+            format!("extends = {:?}\n", outside.display().to_string()),
+        )
+        .unwrap();
+        std::fs::write(root.join("conf/child.toml"), "extends = \"base.toml\"\n").unwrap();
+        let policy = Policy::load(root.join("conf/child.toml").to_str().unwrap()).unwrap();
+        assert_eq!(policy.sources.len(), 3, "{:?}", policy.sources);
+        let protected = policy.protected_patterns(&root);
+        assert!(
+            protected.contains(&"conf/child.toml".to_owned()),
+            "{protected:?}"
+        );
+        assert!(
+            protected.contains(&"conf/base.toml".to_owned()),
+            "{protected:?}"
+        );
+        // The one outside the workspace is not a workspace path at all.
+        assert!(
+            !protected.iter().any(|p| p.contains("grand")),
+            "{protected:?}"
+        );
+        assert!(protected.contains(&".git/hooks".to_owned()));
+        // Built-in policies are no files.
+        assert!(Policy::builtin_default().sources.is_empty());
     }
 }

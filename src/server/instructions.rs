@@ -1,10 +1,10 @@
 //! The server's `instructions`: what an agent needs to know before its first call — where the
 //! workspace is, how paths work, and what the policy allows — in one short text.
 
-use crate::tools::ToolContext;
+use crate::runtime::Session;
 
-pub fn render(ctx: &ToolContext) -> String {
-    let p = &ctx.policy;
+pub fn render(ctx: &Session) -> String {
+    let p = &ctx.runtime.policy;
     let l = &p.limits;
     let network = if let Some(rules) = &p.network.proxy {
         let hosts: Vec<String> = rules
@@ -12,7 +12,7 @@ pub fn render(ctx: &ToolContext) -> String {
             .iter()
             .map(|h| h.pattern.to_string())
             .collect();
-        if ctx.executor.confinement().egress().is_none() {
+        if ctx.runtime.confinement.egress().is_none() {
             "no network access (this policy's egress proxy needs namespaces this host lacks)"
                 .to_owned()
         } else if hosts.is_empty() {
@@ -50,9 +50,9 @@ pub fn render(ctx: &ToolContext) -> String {
          code_interpreter keeps Python state per `session` between calls (up to {sessions} \
          sessions, {imem} MiB each, ended after {idle}s unused); a cell past its timeout is \
          interrupted, and if it will not stop the session restarts and its state is lost.",
-        ws = ctx.workspace.root().display(),
+        ws = ctx.runtime.workspace.root().display(),
         name = p.name,
-        enforcement = ctx.executor.confinement().enforcement().summary(),
+        enforcement = ctx.runtime.executor.confinement().enforcement().summary(),
         access = match p.filesystem.workspace {
             crate::policy::WorkspaceAccess::ReadWrite => "read-write",
             crate::policy::WorkspaceAccess::ReadOnly => "read-only",

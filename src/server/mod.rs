@@ -15,14 +15,16 @@ mod instructions;
 mod resources;
 pub mod schema;
 
+use crate::audit::{Answer, Decision as AuditDecision, Outcome};
 use crate::policy::commands::Decision;
+use crate::runtime::Session;
 use crate::shape::{ErrorKind, ToolError};
+use crate::tools::SharedContext;
 use crate::tools::code_interpreter::{self, CodeInterpreterArgs, CodeInterpreterOutput};
 use crate::tools::edit_file::{self, EditFileArgs, EditFileOutput};
 use crate::tools::read_file::{self, ReadFileArgs, ReadFileOutput};
 use crate::tools::shell_exec::{self, CallHooks, Refusal, ShellExecArgs, ShellExecOutput};
 use crate::tools::write_file::{self, WriteFileArgs, WriteFileOutput};
-use crate::tools::{SharedContext, ToolContext};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::{InputResponses, RequestState, ToolCallContext};
 use rmcp::handler::server::wrapper::Parameters;
@@ -45,32 +47,36 @@ pub struct CordonServer {
     ctx: SharedContext,
     tool_router: ToolRouter<Self>,
     instructions: Arc<String>,
+    /// This client's open approval questions: one per MCP session, like its interpreters.
     approvals: Arc<approval::Approvals>,
-    /// Cancelled on SIGTERM/SIGINT: every running call ends (its tree killed) and is answered
-    /// before the session closes.
-    shutdown: tokio_util::sync::CancellationToken,
 }
 
 /// Every connection through the egress proxy gets its own audit record (tool `egress`) as it
 /// ends, with the proxy's id of the call it belonged to (the `network.call` of that call's
 /// result) or none: connections without valid credentials are in no call's result, and those
 /// of lint runs in no tool's. Calls list their connections in their own records as well.
-fn audit_connections(ctx: &Arc<ToolContext>) {
-    let Some(proxy) = ctx.executor.confinement().egress() else {
+fn audit_connections(runtime: &Arc<crate::runtime::Runtime>) {
+    let Some(proxy) = runtime.confinement.egress() else {
         return;
     };
-    let weak = Arc::downgrade(ctx);
+    let weak = Arc::downgrade(runtime);
     proxy.set_audit(Arc::new(move |call, record| {
-        let Some(ctx) = weak.upgrade() else { return };
+        let Some(runtime) = weak.upgrade() else {
+            return;
+        };
         let started = std::time::Instant::now()
             .checked_sub(Duration::from_millis(record.duration_ms))
             .unwrap_or_else(std::time::Instant::now);
         let decision = match (call, record.allowed) {
-            (None, _) => "refused:unattributed",
-            (Some(_), true) => "allowed",
-            (Some(_), false) => "refused",
+            (_, true) => crate::audit::Decision::Allow,
+            (Some(_), false) => crate::audit::Decision::Deny {
+                rule: "egress".into(),
+            },
+            (None, false) => crate::audit::Decision::Deny {
+                rule: "egress-unattributed".into(),
+            },
         };
-        ctx.audit(
+        runtime.audit(
             "egress",
             &serde_json::json!({
                 "call": call,
@@ -78,8 +84,8 @@ fn audit_connections(ctx: &Arc<ToolContext>) {
                 "host": record.host,
                 "port": record.port,
             }),
-            decision,
-            serde_json::to_value(record).unwrap_or_default(),
+            &decision,
+            crate::audit::Outcome::Other(serde_json::to_value(record).unwrap_or_default()),
             started,
         );
     }));
@@ -91,20 +97,22 @@ fn output_schema<T: schemars::JsonSchema + 'static>() -> Arc<JsonObject> {
 
 #[tool_router]
 impl CordonServer {
-    pub fn new(ctx: ToolContext) -> Self {
+    /// The MCP face of one client session (its runtime may serve other sessions too).
+    pub fn new(ctx: Session) -> Self {
         let ctx = Arc::new(ctx);
-        audit_connections(&ctx);
+        audit_connections(&ctx.runtime);
         let mut tool_router = Self::tool_router();
         patch_schemas(&mut tool_router, &ctx);
         make_portable(&mut tool_router);
         let instructions = Arc::new(instructions::render(&ctx));
-        let approvals = Arc::new(approval::Approvals::new(ctx.policy.server.approval_timeout));
+        let approvals = Arc::new(approval::Approvals::new(
+            ctx.runtime.policy.server.approval_timeout,
+        ));
         Self {
             ctx,
             tool_router,
             instructions,
             approvals,
-            shutdown: tokio_util::sync::CancellationToken::new(),
         }
     }
 
@@ -137,15 +145,19 @@ Long output is cut to its first and last lines, and the full text is saved under
     ) -> Result<CallToolResponse, McpError> {
         let ctx = &self.ctx;
         let verdict = shell_exec::assess(ctx, &args).await;
+        let ask = |rule: &str, answer| AuditDecision::Ask {
+            rule: rule.to_owned(),
+            answer,
+        };
         let decision = match (verdict.decision, verdict.reason) {
-            (Decision::Allow, _) | (_, None) => "allow".to_owned(),
+            (Decision::Allow, _) | (_, None) => AuditDecision::Allow,
             (Decision::Deny, Some(reason)) => {
                 return Ok(shell_exec::refuse(ctx, &args, &reason, &Refusal::Denied).into());
             }
             (Decision::Ask, Some(reason)) => {
                 // Nobody should be asked about a call that would fail its argument checks.
-                if let Err(error) = shell_exec::precheck(ctx, &args) {
-                    let label = format!("ask:{}:not-asked", reason.rule);
+                if let Err(error) = shell_exec::precheck(ctx, &args).await {
+                    let label = ask(&reason.rule, Answer::NotAsked);
                     return Ok(shell_exec::rejected(ctx, &args, error, &label).into());
                 }
                 match self
@@ -153,17 +165,18 @@ Long output is cut to its first and last lines, and the full text is saved under
                     .obtain(&rctx, &args, &reason, state, responses)
                     .await
                 {
-                    approval::Approval::Approved => format!("ask:{}:approved", reason.rule),
+                    approval::Approval::Approved => ask(&reason.rule, Answer::Approved),
                     approval::Approval::Refused(refusal) => {
                         return Ok(shell_exec::refuse(ctx, &args, &reason, &refusal).into());
                     }
                     approval::Approval::Pending(input_required) => {
-                        let label = format!("ask:{}:pending", reason.rule);
-                        ctx.audit(
+                        ctx.runtime.audit(
                             "shell_exec",
                             &args,
-                            &label,
-                            serde_json::json!({ "input_required": true }),
+                            &ask(&reason.rule, Answer::Pending),
+                            Outcome::InputRequired {
+                                input_required: true,
+                            },
                             std::time::Instant::now(),
                         );
                         return Ok(input_required.into());
@@ -296,10 +309,13 @@ writing. The result includes a unified diff and lint diagnostics. Example: {\"pa
 
 /// Tightens the static schemas with this policy's numbers, so a client can validate before
 /// calling: the timeout bound, and whether the tools reach the network.
-fn patch_schemas(router: &mut ToolRouter<CordonServer>, ctx: &ToolContext) {
+fn patch_schemas(router: &mut ToolRouter<CordonServer>, ctx: &Session) {
     for (tool, max_timeout) in [
-        ("shell_exec", ctx.policy.limits.max_timeout),
-        ("code_interpreter", ctx.policy.interpreter.max_timeout),
+        ("shell_exec", ctx.runtime.policy.limits.max_timeout),
+        (
+            "code_interpreter",
+            ctx.runtime.policy.interpreter.max_timeout,
+        ),
     ] {
         let Some(route) = router.map.get_mut(tool) else {
             continue;
@@ -314,17 +330,17 @@ fn patch_schemas(router: &mut ToolRouter<CordonServer>, ctx: &ToolContext) {
         }
         route.attr.input_schema = Arc::new(schema);
         if let Some(annotations) = route.attr.annotations.as_mut() {
-            annotations.open_world_hint = Some(!ctx.policy.network.is_off());
+            annotations.open_world_hint = Some(!ctx.runtime.policy.network.is_off());
         }
     }
 }
 
 impl CordonServer {
-    /// The call's cancellation: the client's (`notifications/cancelled`, disconnect) or the
-    /// server's own shutdown, whichever comes first. The caller drops a guard of it when the
-    /// call ends, which also ends the watcher task.
+    /// The call's cancellation: the client's (`notifications/cancelled`, disconnect), the
+    /// session's end or the server's own shutdown, whichever comes first. The caller drops a
+    /// guard of it when the call ends, which also ends the watcher task.
     fn call_token(&self, rctx: &RequestContext<RoleServer>) -> tokio_util::sync::CancellationToken {
-        let call = self.shutdown.child_token();
+        let call = self.ctx.cancel.child_token();
         let (client, watched) = (rctx.ct.clone(), call.clone());
         tokio::spawn(async move {
             tokio::select! {
@@ -337,7 +353,7 @@ impl CordonServer {
 
     /// Hands the calling client's `clientInfo` to the audit log.
     fn note_client(&self, context: &RequestContext<RoleServer>) {
-        if let Some(log) = &self.ctx.audit
+        if let Some(log) = &self.ctx.runtime.audit
             && let Some(info) = context.client_info()
         {
             log.set_client(serde_json::json!({"name": info.name, "version": info.version}));
@@ -371,7 +387,9 @@ impl ServerHandler for CordonServer {
         let tcc = ToolCallContext::new(self, request, context);
         let response = self.tool_router.call(tcc).await?;
         let response = fits_output_schema(response, output_schema.as_deref());
-        Ok(resources::link_spilled(response, &self.ctx))
+        // Listing the spill area is blocking file-system work.
+        let ctx = Arc::clone(&self.ctx);
+        on_blocking_pool(move || Ok(resources::link_spilled(response, &ctx))).await
     }
 
     async fn list_resources(
@@ -379,7 +397,8 @@ impl ServerHandler for CordonServer {
         _request: Option<rmcp::model::PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListResourcesResult, McpError> {
-        Ok(resources::list(&self.ctx))
+        let ctx = Arc::clone(&self.ctx);
+        on_blocking_pool(move || Ok(resources::list(&ctx))).await
     }
 
     async fn read_resource(
@@ -387,7 +406,8 @@ impl ServerHandler for CordonServer {
         request: rmcp::model::ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
-        resources::read(&self.ctx, &request.uri).map(Into::into)
+        let ctx = Arc::clone(&self.ctx);
+        on_blocking_pool(move || resources::read(&ctx, &request.uri).map(Into::into)).await
     }
 
     async fn on_custom_request(
@@ -417,6 +437,16 @@ impl ServerHandler for CordonServer {
         .with_server_info(Implementation::new("cordon", env!("CARGO_PKG_VERSION")))
         .with_instructions(self.instructions.as_str())
     }
+}
+
+/// Runs `work` (file-system calls in the spill area) on the blocking pool, so a slow disk
+/// stalls only this request.
+async fn on_blocking_pool<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, McpError> + Send + 'static,
+) -> Result<T, McpError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| McpError::internal_error(format!("the request's worker failed: {e}"), None))?
 }
 
 /// The JSON-RPC error for a `tools/call` naming no tool of this server: which name was asked
@@ -458,7 +488,7 @@ fn fits_output_schema(response: CallToolResponse, schema: Option<&JsonObject>) -
             ErrorKind::InvalidArgument,
             format!("{message}; check the arguments against the tool's inputSchema"),
         );
-        result.content = vec![ContentBlock::text(crate::tools::error_text(&error))];
+        result.content = vec![ContentBlock::text(error.text())];
         result.structured_content = Some(error_placeholder(schema, &error));
     }
     if let Some(serde_json::Value::Object(content)) = &mut result.structured_content
@@ -502,7 +532,7 @@ fn error_placeholder(schema: &JsonObject, error: &ToolError) -> serde_json::Valu
 /// started it on a terminal (where a silent server looks hung).
 pub async fn serve_stdio(server: CordonServer) -> Result<(), ServeError> {
     let ctx = Arc::clone(&server.ctx);
-    let shutdown = server.shutdown.clone();
+    let shutdown = ctx.runtime.shutdown.clone();
     let ready = startup_line(&ctx);
     tracing::info!("{ready}");
     if std::io::IsTerminal::is_terminal(&std::io::stdin())
@@ -543,8 +573,7 @@ pub async fn serve_stdio(server: CordonServer) -> Result<(), ServeError> {
             _ = int.recv() => tracing::info!("SIGINT: ending the session and every running call"),
         }
         shutdown.cancel();
-        let all = signal_ctx.policy.server.max_concurrent_calls as u32;
-        let _ = tokio::time::timeout(SHUTDOWN_GRACE, signal_ctx.slots.acquire_many(all)).await;
+        signal_ctx.runtime.drain(SHUTDOWN_GRACE).await;
         // The last answers are on their way to stdout; give the writer a moment.
         tokio::time::sleep(Duration::from_millis(100)).await;
         stop.cancel();
@@ -554,22 +583,21 @@ pub async fn serve_stdio(server: CordonServer) -> Result<(), ServeError> {
     // cell still running.
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, ctx.interpreter.shutdown()).await;
     // rmcp cancels every in-flight request at EOF; give their process trees time to die.
-    let all = ctx.policy.server.max_concurrent_calls as u32;
-    let _ = tokio::time::timeout(SHUTDOWN_GRACE, ctx.slots.acquire_many(all)).await;
+    ctx.runtime.drain(SHUTDOWN_GRACE).await;
     quit.map(|_| ()).map_err(|e| ServeError::Run(e.to_string()))
 }
 
 /// The one line that says the server is up: workspace, policy, enforcement, and what it
 /// waits for.
-pub fn startup_line(ctx: &ToolContext) -> String {
-    let enforcement = ctx.executor.confinement().enforcement();
+pub fn startup_line(ctx: &Session) -> String {
+    let enforcement = ctx.runtime.executor.confinement().enforcement();
     format!(
         "cordon {}: workspace {}, policy `{}` ({}), enforcement {}; waiting for an MCP client \
          on stdin",
         env!("CARGO_PKG_VERSION"),
-        ctx.workspace.root().display(),
-        ctx.policy.name,
-        ctx.policy.origin,
+        ctx.runtime.workspace.root().display(),
+        ctx.runtime.policy.name,
+        ctx.runtime.policy.origin,
         enforcement.level,
     )
 }

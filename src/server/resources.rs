@@ -6,7 +6,7 @@
 //! only, size-bounded). A URI is `file://` + the absolute path of the spill file; anything
 //! else is refused with an error that says which URIs exist.
 
-use crate::tools::ToolContext;
+use crate::runtime::Session;
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
     CallToolResponse, ContentBlock, ListResourcesResult, ReadResourceResult, Resource,
@@ -23,8 +23,8 @@ pub const MAX_RESOURCE_BYTES: u64 = 8 * 1024 * 1024;
 const MAX_LISTED: usize = 100;
 
 /// The `file://` URI of a spill file named `name`.
-pub fn spill_uri(ctx: &ToolContext, name: &str) -> String {
-    let root = ctx.workspace.root().to_string_lossy();
+pub fn spill_uri(ctx: &Session, name: &str) -> String {
+    let root = ctx.runtime.workspace.root().to_string_lossy();
     format!("file://{}/{SPILL_REL}/{name}", percent_encode(&root))
 }
 
@@ -43,7 +43,7 @@ fn percent_encode(path: &str) -> String {
 
 /// Adds a `resource_link` block for the `full_output` a result names, so a client can fetch
 /// the whole output through `resources/read`.
-pub fn link_spilled(response: CallToolResponse, ctx: &ToolContext) -> CallToolResponse {
+pub fn link_spilled(response: CallToolResponse, ctx: &Session) -> CallToolResponse {
     let CallToolResponse::Complete(mut result) = response else {
         return response;
     };
@@ -57,6 +57,7 @@ pub fn link_spilled(response: CallToolResponse, ctx: &ToolContext) -> CallToolRe
         .map(str::to_owned);
     if let Some(name) = spilled {
         let size = ctx
+            .runtime
             .workspace
             .list_spill_files()
             .into_iter()
@@ -77,8 +78,9 @@ pub fn link_spilled(response: CallToolResponse, ctx: &ToolContext) -> CallToolRe
 }
 
 /// `resources/list`: the spill files, newest first.
-pub fn list(ctx: &ToolContext) -> ListResourcesResult {
+pub fn list(ctx: &Session) -> ListResourcesResult {
     let resources = ctx
+        .runtime
         .workspace
         .list_spill_files()
         .into_iter()
@@ -94,7 +96,7 @@ pub fn list(ctx: &ToolContext) -> ListResourcesResult {
 }
 
 /// `resources/read` of one spill file: text when it is UTF-8, else its exact bytes as a blob.
-pub fn read(ctx: &ToolContext, uri: &str) -> Result<ReadResourceResult, McpError> {
+pub fn read(ctx: &Session, uri: &str) -> Result<ReadResourceResult, McpError> {
     let prefix = spill_uri(ctx, "");
     let Some(name) = uri.strip_prefix(&prefix) else {
         return Err(McpError::resource_not_found(
@@ -107,6 +109,7 @@ pub fn read(ctx: &ToolContext, uri: &str) -> Result<ReadResourceResult, McpError
         ));
     };
     let bytes = ctx
+        .runtime
         .workspace
         .read_spill_file(name, MAX_RESOURCE_BYTES)
         .map_err(|e| {

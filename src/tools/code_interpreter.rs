@@ -13,10 +13,12 @@
 //! `cordon.Unavailable`) so it is never mistaken for a Python class. A cell whose timeout was
 //! honoured by a KeyboardInterrupt reports `type` `KeyboardInterrupt` with kind `timeout`.
 
-use super::{SharedContext, error_text};
+use super::SharedContext;
+use crate::audit::{Decision, Outcome};
 use crate::exec::{Captured, LimitHit};
 use crate::interpreter::{CellOutcome, CellRequest, InterpreterError};
-use crate::shape::{ErrorKind, ToolError, shape_stream, tool_result};
+use crate::runtime::Session;
+use crate::shape::{ErrorKind, ToolError, push_sections, shape_stream, tool_result};
 use rmcp::model::{CallToolResult, ContentBlock};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -127,10 +129,10 @@ pub async fn run(
     cancel: CancellationToken,
 ) -> CallToolResult {
     let started = Instant::now();
-    let enforcement = ctx.executor.confinement().enforcement().level.to_owned();
+    let enforcement = ctx.runtime.enforcement_level().as_str().to_owned();
     let (output, text, images) = match prepare(&ctx, &args) {
         Err(error) => {
-            let text = error_text(&error);
+            let text = error.text();
             let output = CodeInterpreterOutput {
                 session: args.session.clone(),
                 enforcement,
@@ -140,7 +142,7 @@ pub async fn run(
             (output, text, Vec::new())
         }
         Ok(timeout) => {
-            let _slot = ctx.slots.acquire().await;
+            let _slot = ctx.runtime.slots.acquire().await;
             let request = CellRequest {
                 code: args.code.clone(),
                 reset: args.reset,
@@ -170,7 +172,7 @@ pub async fn run(
                     let mut error = ToolError::new(kind, message);
                     // Every session was running a cell: the same call works once one is done.
                     error.retriable |= matches!(e, InterpreterError::TooManySessions { .. });
-                    let text = error_text(&error);
+                    let text = error.text();
                     let output = CodeInterpreterOutput {
                         session: args.session.clone(),
                         enforcement,
@@ -183,22 +185,22 @@ pub async fn run(
             }
         }
     };
-    ctx.audit(
+    ctx.runtime.audit(
         "code_interpreter",
         &args,
-        "allow",
-        serde_json::json!({
-            "session": output.session,
-            "timed_out": output.timed_out,
-            "state_lost": output.state_lost,
-            "images": output.images,
-            "background_killed": output.background_killed,
-            "evicted_session": output.evicted_session,
-            "limit": output.limit.as_ref().map(|l| l.kind),
-            "error": output.error.as_ref().map(|e| e.kind),
-            "exception": output.error.as_ref().map(|e| e.type_name.clone()),
-            "network": output.network.as_ref().map(|n| &n.connections),
-        }),
+        &Decision::Allow,
+        Outcome::Interpreter {
+            background_killed: output.background_killed,
+            error: output.error.as_ref().map(|e| e.kind),
+            evicted_session: output.evicted_session.clone(),
+            exception: output.error.as_ref().map(|e| e.type_name.clone()),
+            images: output.images,
+            limit: output.limit.as_ref().map(|l| l.kind),
+            session: output.session.clone(),
+            state_lost: output.state_lost,
+            timed_out: output.timed_out,
+            network: output.network.clone(),
+        },
         started,
     );
     let is_error = output.error.is_some();
@@ -222,30 +224,26 @@ fn prepare(ctx: &SharedContext, args: &CodeInterpreterArgs) -> Result<Duration, 
         return Err(invalid(format!(
             "`session` {:?} is not a valid session name: use 1 to {MAX_SESSION_NAME} letters, \
              digits, `_` or `-` (for example \"default\" or \"data-1\")",
-            name.chars().take(80).collect::<String>()
+            crate::text::at_most_chars(name, 80)
         )));
     }
     let policy = ctx.interpreter.policy();
-    match args.timeout_secs {
-        None => Ok(policy.timeout),
-        Some(0) => Err(invalid("`timeout_secs` must be at least 1".into())),
-        Some(t) if t > policy.max_timeout.as_secs() => Err(invalid(format!(
-            "`timeout_secs` {t} is above the policy maximum of {}s; ask for at most that, or \
-             split the work into smaller cells",
-            policy.max_timeout.as_secs()
-        ))),
-        Some(t) => Ok(Duration::from_secs(t)),
-    }
+    crate::policy::timeout_within(args.timeout_secs, policy.timeout, policy.max_timeout)
+        .map_err(|e| invalid(e.for_argument("timeout_secs", "split the work into smaller cells")))
 }
 
 fn shape_outcome(
-    ctx: &SharedContext,
+    ctx: &Session,
     session: &str,
     outcome: CellOutcome,
     enforcement: String,
 ) -> (CodeInterpreterOutput, String, Vec<String>) {
-    let open = |stream: &str| ctx.workspace.create_spill_std(&format!("interp-{stream}"));
-    let policy = &ctx.policy.output;
+    let open = |stream: &str| {
+        ctx.runtime
+            .workspace
+            .create_spill_std(&format!("interp-{stream}"))
+    };
+    let policy = &ctx.runtime.policy.output;
     let stdout = shape_stream(&outcome.stdout, policy, "stdout", Some(&open));
     let stderr = shape_stream(&outcome.stderr, policy, "stderr", Some(&open));
     let result = outcome.result.as_ref().map(|r| {
@@ -272,7 +270,7 @@ fn shape_outcome(
             ));
         }
         Some(e) => {
-            text.push_str(&error_text(&e.as_tool_error()));
+            text.push_str(&e.as_tool_error().text());
             text.push('\n');
         }
         None => text.push_str(&format!(
@@ -300,14 +298,10 @@ fn shape_outcome(
     for refused in outcome.network.iter().flat_map(|n| &n.refused) {
         text.push_str(&format!("[cordon] {refused}\n"));
     }
-    for (name, s) in [("stdout", &stdout), ("stderr", &stderr)] {
-        if !s.text.is_empty() {
-            text.push_str(&format!("--- {name} ---\n{}", s.text));
-            if !s.text.ends_with('\n') {
-                text.push('\n');
-            }
-        }
-    }
+    push_sections(
+        &mut text,
+        &[("stdout", &stdout.text), ("stderr", &stderr.text)],
+    );
     if let Some(r) = &result {
         text.push_str(&format!("--- result ---\n{}\n", r.text));
     }
@@ -345,10 +339,10 @@ fn shape_outcome(
             IMAGE_BUDGET_BYTES / 1024
         ));
     }
-    if enforcement != "full" {
+    if !ctx.runtime.enforcement_level().is_full() {
         text.push_str(&format!(
             "[enforcement: {}]\n",
-            ctx.executor.confinement().enforcement().summary()
+            ctx.runtime.executor.confinement().enforcement().summary()
         ));
     }
     let truncated =

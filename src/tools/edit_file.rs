@@ -7,11 +7,14 @@
 //! `files::diff`, the atomic write and the protected-path decision `workspace`, the checks
 //! `lint`.
 
-use super::{SharedContext, error_text, kind_from_spec, path_error};
+use super::SharedContext;
+use crate::audit::{Decision, Outcome};
 use crate::exec::Captured;
 use crate::files::{self, Edit};
 use crate::lint::LintReport;
+use crate::runtime::Runtime;
 use crate::shape::{ShapedStream, ToolError, shape_stream, tool_result};
+use crate::workspace::{RelPath, WriteReport};
 use rmcp::model::CallToolResult;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -89,7 +92,7 @@ pub async fn run(ctx: SharedContext, args: EditFileArgs) -> CallToolResult {
             (output, text, false)
         }
         Err(error) => {
-            let text = error_text(&error);
+            let text = error.text();
             (
                 EditFileOutput {
                     path: super::echo_arg(&args.path),
@@ -107,16 +110,16 @@ pub async fn run(ctx: SharedContext, args: EditFileArgs) -> CallToolResult {
             )
         }
     };
-    ctx.audit(
+    ctx.runtime.audit(
         "edit_file",
         &args,
-        "allow",
-        serde_json::json!({
-            "replacements": output.replacements,
-            "applied": output.applied,
-            "lint": output.lint.status,
-            "error": output.error.as_ref().map(|e| e.kind),
-        }),
+        &Decision::Allow,
+        Outcome::Edit {
+            applied: output.applied,
+            error: output.error.as_ref().map(|e| e.kind),
+            lint: output.lint.status,
+            replacements: output.replacements,
+        },
         started,
     );
     let result = tool_result(&output, text, is_error);
@@ -130,7 +133,7 @@ pub async fn run(ctx: SharedContext, args: EditFileArgs) -> CallToolResult {
         "nothing was changed"
     };
     let error = super::oversized_error(size, what);
-    let text = error_text(&error);
+    let text = error.text();
     let output = EditFileOutput {
         path: super::echo_arg(&args.path),
         replacements: output.replacements,
@@ -155,16 +158,15 @@ async fn edit(ctx: &SharedContext, args: &EditFileArgs) -> Result<EditFileOutput
             ),
         ));
     }
-    let rel = ctx
-        .workspace
-        .resolve_arg(&args.path)
-        .map_err(|e| path_error(&e))?;
-    // Read, match and write under one lock, so two edits of the same file cannot interleave.
-    let _guard = ctx.file_lock.lock().await;
-    let original = ctx
-        .workspace
-        .read_bytes_limited(&rel, crate::workspace::MAX_READ_BYTES)
-        .map_err(|e| path_error(&e))?;
+    let rt = &ctx.runtime;
+    let path = args.path.clone();
+    let rel = rt
+        .blocking(move |rt| rt.workspace.resolve_arg(&path))
+        .await
+        .map_err(|e| ToolError::from(&e))?;
+    // Read, match, write and lint under the file's lock, so two edits of the same file cannot
+    // interleave (and lint reads back this edit's content).
+    let _guard = rt.file_locks.lock(rel.as_str()).await;
     let edits: Vec<Edit> = args
         .edits
         .iter()
@@ -174,23 +176,23 @@ async fn edit(ctx: &SharedContext, args: &EditFileArgs) -> Result<EditFileOutput
             replace_all: e.replace_all,
         })
         .collect();
-    // The result must stay writable (policy file-size limit) and editable again (read limit);
-    // growth is checked before each edit's result is built.
-    let max_bytes = ctx.max_file_bytes().min(crate::workspace::MAX_READ_BYTES);
-    let outcome = files::apply_edits_within(
-        &original,
-        &edits,
-        usize::try_from(max_bytes).unwrap_or(usize::MAX),
-    )
-    .map_err(|e| ToolError::new(kind_from_spec(e.kind_str()), e.to_string()))?;
-    // apply_edits has already refused non-UTF-8 content.
-    let before = String::from_utf8_lossy(&original).into_owned();
-    drop(original);
-    let diff = shaped_diff(ctx, rel.as_str(), &before, &outcome.new_content);
-    if args.dry_run {
+    let dry_run = args.dry_run;
+    // Reading, matching, diffing (it may spill) and writing are all blocking work.
+    let applied = rt
+        .blocking(move |rt| apply_and_write(rt, rel, &edits, dry_run))
+        .await?;
+    let Applied {
+        rel,
+        before,
+        after,
+        replacements,
+        diff,
+        report,
+    } = applied;
+    let Some(report) = report else {
         return Ok(EditFileOutput {
             path: rel.as_str().to_owned(),
-            replacements: outcome.replacements as u64,
+            replacements,
             diff: diff.text,
             full_diff: diff.full_output,
             dropped_permissions: Vec::new(),
@@ -199,24 +201,12 @@ async fn edit(ctx: &SharedContext, args: &EditFileArgs) -> Result<EditFileOutput
             lint: LintReport::skipped("dry run: nothing was written"),
             error: None,
         });
-    }
-    let report = ctx
-        .workspace
-        .write_checked(
-            &rel,
-            outcome.new_content.as_bytes(),
-            false,
-            &ctx.write_rules(),
-        )
-        .map_err(|e| ctx.write_error(&e))?;
-    let mut lint = ctx
-        .lint
-        .check(rel.as_str(), Some(&before), &outcome.new_content)
-        .await;
+    };
+    let mut lint = rt.lint.check(rel.as_str(), Some(&before), &after).await;
     let lint_omitted = super::fit_lint(&mut lint) as u64;
     Ok(EditFileOutput {
         path: rel.as_str().to_owned(),
-        replacements: outcome.replacements as u64,
+        replacements,
         diff: diff.text,
         full_diff: diff.full_output,
         dropped_permissions: report
@@ -231,16 +221,76 @@ async fn edit(ctx: &SharedContext, args: &EditFileArgs) -> Result<EditFileOutput
     })
 }
 
+/// What the blocking half of an edit produced.
+struct Applied {
+    rel: RelPath,
+    before: String,
+    after: String,
+    replacements: u64,
+    diff: ShapedStream,
+    /// None on a dry run (nothing was written).
+    report: Option<WriteReport>,
+}
+
+/// Reads the file, applies the edits, renders the diff and (unless `dry_run`) writes the
+/// result: the part of an edit that touches the disk.
+fn apply_and_write(
+    rt: &Runtime,
+    rel: RelPath,
+    edits: &[Edit],
+    dry_run: bool,
+) -> Result<Applied, ToolError> {
+    let original = rt
+        .workspace
+        .read_bytes_limited(&rel, crate::workspace::MAX_READ_BYTES)
+        .map_err(|e| ToolError::from(&e))?;
+    // The result must stay writable (policy file-size limit) and editable again (read limit);
+    // growth is checked before each edit's result is built.
+    let max_bytes = rt.max_file_bytes().min(crate::workspace::MAX_READ_BYTES);
+    let outcome = files::apply_edits_within(
+        &original,
+        edits,
+        usize::try_from(max_bytes).unwrap_or(usize::MAX),
+    )
+    .map_err(|e| ToolError::from(&e))?;
+    // apply_edits has already refused non-UTF-8 content.
+    let before = String::from_utf8_lossy(&original).into_owned();
+    drop(original);
+    let diff = shaped_diff(rt, rel.as_str(), &before, &outcome.new_content);
+    let report = if dry_run {
+        None
+    } else {
+        Some(
+            rt.workspace
+                .write_checked(
+                    &rel,
+                    outcome.new_content.as_bytes(),
+                    false,
+                    &rt.write_rules(),
+                )
+                .map_err(|e| rt.write_error(&e))?,
+        )
+    };
+    Ok(Applied {
+        rel,
+        before,
+        after: outcome.new_content,
+        replacements: outcome.replacements as u64,
+        diff,
+        report,
+    })
+}
+
 /// The diff as the result shows it: rendered into a sink that keeps only the first and last
 /// part in memory (the output memory cap) and streams the whole to a spill file once it is
 /// larger, then cut by the same rule as long command output.
-fn shaped_diff(ctx: &SharedContext, path: &str, old: &str, new: &str) -> ShapedStream {
-    let open = || ctx.workspace.create_spill_std("edit_file-diff");
-    let mut sink = DiffSink::new(ctx.policy.output.memory_cap_bytes, &open);
+fn shaped_diff(rt: &Runtime, path: &str, old: &str, new: &str) -> ShapedStream {
+    let open = || rt.workspace.create_spill_std("edit_file-diff");
+    let mut sink = DiffSink::new(rt.policy.output.memory_cap_bytes, &open);
     files::write_unified_diff(&mut sink, path, old, new);
     let captured = sink.finish();
-    let spill = |_: &str| ctx.workspace.create_spill_std("edit_file-diff");
-    shape_stream(&captured, &ctx.policy.output, "diff", Some(&spill))
+    let spill = |_: &str| rt.workspace.create_spill_std("edit_file-diff");
+    shape_stream(&captured, &rt.policy.output, "diff", Some(&spill))
 }
 
 /// A `fmt::Write` that keeps a head and a tail of what it is given, up to `memory_cap` bytes

@@ -3,8 +3,10 @@
 //! Owns the argument contract and the result; line paging and binary refusal are
 //! `files::read`, path rooting is `workspace`.
 
-use super::{SharedContext, error_text, path_error};
+use super::SharedContext;
+use crate::audit::{Decision, Outcome};
 use crate::files::{self, ReadLimits};
+use crate::runtime::Runtime;
 use crate::shape::{ToolError, tool_result};
 use rmcp::model::CallToolResult;
 use schemars::JsonSchema;
@@ -54,7 +56,12 @@ pub struct ReadFileOutput {
 
 pub async fn run(ctx: SharedContext, args: ReadFileArgs) -> CallToolResult {
     let started = Instant::now();
-    let result = read(&ctx, &args);
+    let (path, offset, limit) = (args.path.clone(), args.offset, args.limit);
+    // Opening and reading the file is blocking work: it goes to the blocking pool.
+    let result = ctx
+        .runtime
+        .blocking(move |rt| read(rt, &path, offset, limit))
+        .await;
     let (output, text, is_error) = match result {
         Ok((output, note)) => {
             let mut text = format!(
@@ -76,7 +83,7 @@ pub async fn run(ctx: SharedContext, args: ReadFileArgs) -> CallToolResult {
             (output, text, false)
         }
         Err(error) => {
-            let text = error_text(&error);
+            let text = error.text();
             (
                 ReadFileOutput {
                     path: super::echo_arg(&args.path),
@@ -88,11 +95,14 @@ pub async fn run(ctx: SharedContext, args: ReadFileArgs) -> CallToolResult {
             )
         }
     };
-    ctx.audit(
+    ctx.runtime.audit(
         "read_file",
         &args,
-        "allow",
-        serde_json::json!({"ok": !is_error, "error": output.error.as_ref().map(|e| e.kind)}),
+        &Decision::Allow,
+        Outcome::Read {
+            error: output.error.as_ref().map(|e| e.kind),
+            ok: !is_error,
+        },
         started,
     );
     let result = tool_result(&output, text, is_error);
@@ -101,7 +111,7 @@ pub async fn run(ctx: SharedContext, args: ReadFileArgs) -> CallToolResult {
         return result;
     }
     let error = super::oversized_error(size, "nothing was read; ask for fewer lines with `limit`");
-    let text = error_text(&error);
+    let text = error.text();
     let output = ReadFileOutput {
         path: super::echo_arg(&args.path),
         error: Some(error),
@@ -111,28 +121,30 @@ pub async fn run(ctx: SharedContext, args: ReadFileArgs) -> CallToolResult {
 }
 
 fn read(
-    ctx: &SharedContext,
-    args: &ReadFileArgs,
+    rt: &Runtime,
+    path: &str,
+    offset: u64,
+    limit: u64,
 ) -> Result<(ReadFileOutput, Option<String>), ToolError> {
-    let rel = ctx
+    let rel = rt
         .workspace
-        .resolve_arg(&args.path)
-        .map_err(|e| path_error(&e))?;
-    let bytes = ctx
+        .resolve_arg(path)
+        .map_err(|e| ToolError::from(&e))?;
+    let bytes = rt
         .workspace
         .read_bytes_limited(&rel, crate::workspace::MAX_READ_BYTES)
-        .map_err(|e| path_error(&e))?;
+        .map_err(|e| ToolError::from(&e))?;
     let limits = ReadLimits {
-        max_content_bytes: ctx.policy.files.read_budget_bytes,
+        max_content_bytes: rt.policy.files.read_budget_bytes,
         ..ReadLimits::default()
     };
     let window = files::read_lines_with(
         &bytes,
-        usize::try_from(args.offset).unwrap_or(usize::MAX),
-        usize::try_from(args.limit).unwrap_or(usize::MAX),
+        usize::try_from(offset).unwrap_or(usize::MAX),
+        usize::try_from(limit).unwrap_or(usize::MAX),
         &limits,
     )
-    .map_err(|e| ToolError::new(super::kind_from_spec(e.kind_str()), e.to_string()))?;
+    .map_err(|e| ToolError::from(&e))?;
     Ok((
         ReadFileOutput {
             path: rel.as_str().to_owned(),

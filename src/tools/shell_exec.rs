@@ -6,11 +6,13 @@
 //! process is `exec`; truncation and spill are `shape`; what a permission error means under
 //! the policy is `policy::explain`.
 
-use super::{SharedContext, ToolContext, error_text, path_error};
+use super::SharedContext;
+use crate::audit::{Answer, Decision, Outcome};
 use crate::exec::{ExecOutcome, ExecRequest, LimitHit, LiveStatus};
 use crate::policy::commands::{ON_ANALYSIS_FAILURE, ON_UNKNOWN, Reason, Verdict};
 use crate::policy::explain;
-use crate::shape::{ErrorKind, ToolError, shape_stream, tool_result};
+use crate::runtime::Session;
+use crate::shape::{ErrorKind, ToolError, push_sections, shape_stream, tool_result};
 use rmcp::model::CallToolResult;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -82,19 +84,18 @@ pub struct CallHooks {
 /// What the policy's command rules say about this call (see `policy::commands`). The command
 /// line is analysed by the parser worker; when that fails (the worker crashed, hung or hit a
 /// limit on this text) the policy's `commands.on_analysis_failure` decides.
-pub async fn assess(ctx: &ToolContext, args: &ShellExecArgs) -> Verdict {
-    let rules = &ctx.policy.commands;
+pub async fn assess(ctx: &Session, args: &ShellExecArgs) -> Verdict {
+    let rules = &ctx.runtime.policy.commands;
     if !rules.needs_analysis() {
         return Verdict {
             decision: crate::policy::commands::Decision::Allow,
             reason: None,
         };
     }
-    match ctx
-        .parser
-        .analyze(std::slice::from_ref(&args.command))
-        .await
-    {
+    let Some(parser) = &ctx.runtime.parser else {
+        return rules.decide_unanalysed(&args.command, "this runtime has no parser worker");
+    };
+    match parser.analyze(std::slice::from_ref(&args.command)).await {
         Ok(mut analyses) if analyses.len() == 1 => rules.decide(&analyses.remove(0)),
         Ok(_) => rules.decide_unanalysed(&args.command, "the analysis came back empty"),
         Err(e) => rules.decide_unanalysed(&args.command, &e.to_string()),
@@ -103,8 +104,8 @@ pub async fn assess(ctx: &ToolContext, args: &ShellExecArgs) -> Verdict {
 
 /// Validates the arguments without running anything, so nobody is asked to approve a call
 /// that would fail anyway.
-pub fn precheck(ctx: &SharedContext, args: &ShellExecArgs) -> Result<(), ToolError> {
-    prepare(ctx, args).map(drop)
+pub async fn precheck(ctx: &SharedContext, args: &ShellExecArgs) -> Result<(), ToolError> {
+    prepare(ctx, args).await.map(drop)
 }
 
 /// Why a command the rules stopped did not run.
@@ -125,20 +126,26 @@ pub enum Refusal {
 
 impl Refusal {
     /// The audit log's `decision` for this refusal under `rule`.
-    pub fn audit_decision(&self, rule: &str) -> String {
+    pub fn audit_decision(&self, rule: &str) -> Decision {
+        let ask = |answer| Decision::Ask {
+            rule: rule.to_owned(),
+            answer,
+        };
         match self {
-            Refusal::Denied => format!("deny:{rule}"),
-            Refusal::Declined => format!("ask:{rule}:declined"),
-            Refusal::Cancelled => format!("ask:{rule}:cancelled"),
-            Refusal::Expired(_) => format!("ask:{rule}:expired"),
-            Refusal::Unavailable(_) => format!("ask:{rule}:unavailable"),
+            Refusal::Denied => Decision::Deny {
+                rule: rule.to_owned(),
+            },
+            Refusal::Declined => ask(Answer::Declined),
+            Refusal::Cancelled => ask(Answer::Cancelled),
+            Refusal::Expired(_) => ask(Answer::Expired),
+            Refusal::Unavailable(_) => ask(Answer::Unavailable),
         }
     }
 }
 
 /// The `denied` error for a refused command: which rule, why, and how to change the policy.
-pub fn refusal_error(ctx: &ToolContext, reason: &Reason, refusal: &Refusal) -> ToolError {
-    let origin = &ctx.policy.origin;
+pub fn refusal_error(ctx: &Session, reason: &Reason, refusal: &Refusal) -> ToolError {
+    let origin = &ctx.runtime.policy.origin;
     let (rule_ref, change) = if reason.rule == ON_UNKNOWN {
         (
             "the policy's `commands.on_unknown` setting".to_owned(),
@@ -213,23 +220,41 @@ pub fn rejected(
     ctx: &SharedContext,
     args: &ShellExecArgs,
     error: ToolError,
-    decision: &str,
+    decision: &Decision,
 ) -> CallToolResult {
     let started = Instant::now();
-    let text = error_text(&error);
-    let output = ShellExecOutput {
-        enforcement: ctx.executor.confinement().enforcement().level.into(),
-        error: Some(error),
-        ..Default::default()
-    };
-    ctx.audit(
+    let (output, text) = error_output(ctx, error);
+    ctx.runtime.audit(
         "shell_exec",
         args,
         decision,
-        serde_json::json!({ "error": output.error.as_ref().map(|e| e.kind) }),
+        audit_outcome(&output),
         started,
     );
     tool_result(&output, text, true)
+}
+
+/// The output of a call that ran nothing: the error in an otherwise default output.
+fn error_output(ctx: &Session, error: ToolError) -> (ShellExecOutput, String) {
+    let text = error.text();
+    let output = ShellExecOutput {
+        enforcement: ctx.runtime.enforcement_level().as_str().into(),
+        error: Some(error),
+        ..Default::default()
+    };
+    (output, text)
+}
+
+/// What the audit log keeps of a result.
+fn audit_outcome(output: &ShellExecOutput) -> Outcome {
+    Outcome::Shell {
+        error: output.error.as_ref().map(|e| e.kind),
+        exit_code: output.exit_code,
+        limit: output.limit.as_ref().map(|l| l.kind),
+        signal: output.signal.clone(),
+        timed_out: output.timed_out,
+        network: output.network.clone(),
+    }
 }
 
 /// Runs the command. `decision` is what the command rules (and the user) decided, for the
@@ -238,40 +263,24 @@ pub async fn run(
     ctx: SharedContext,
     args: ShellExecArgs,
     hooks: CallHooks,
-    decision: &str,
+    decision: &Decision,
 ) -> CallToolResult {
     let started = Instant::now();
-    let (output, text, is_error) = match prepare(&ctx, &args) {
+    let (output, text, is_error) = match prepare(&ctx, &args).await {
         Err(error) => {
-            let text = error_text(&error);
-            (
-                ShellExecOutput {
-                    enforcement: ctx.executor.confinement().enforcement().level.into(),
-                    error: Some(error),
-                    ..Default::default()
-                },
-                text,
-                true,
-            )
+            let (output, text) = error_output(&ctx, error);
+            (output, text, true)
         }
         Ok(request) => {
-            let _slot = ctx.slots.acquire().await;
+            let _slot = ctx.runtime.slots.acquire().await;
             execute(&ctx, request, hooks).await
         }
     };
-    ctx.audit(
+    ctx.runtime.audit(
         "shell_exec",
         &args,
         decision,
-        serde_json::json!({
-            "exit_code": output.exit_code,
-            "signal": output.signal,
-            "timed_out": output.timed_out,
-            "limit": output.limit.as_ref().map(|l| l.kind),
-            "error": output.error.as_ref().map(|e| e.kind),
-            "network": output.network.as_ref().map(|n| &n.connections),
-            "network_omitted": output.network.as_ref().map(|n| n.omitted),
-        }),
+        audit_outcome(&output),
         started,
     );
     tool_result(&output, text, is_error)
@@ -289,7 +298,7 @@ struct Prepared {
     cwd: std::path::PathBuf,
 }
 
-fn prepare(ctx: &SharedContext, args: &ShellExecArgs) -> Result<Prepared, ToolError> {
+async fn prepare(ctx: &SharedContext, args: &ShellExecArgs) -> Result<Prepared, ToolError> {
     let invalid = |m: String| ToolError::new(ErrorKind::InvalidArgument, m);
     if args.command.trim().is_empty() {
         return Err(invalid(
@@ -309,28 +318,25 @@ fn prepare(ctx: &SharedContext, args: &ShellExecArgs) -> Result<Prepared, ToolEr
             args.command.len()
         )));
     }
-    let limits = &ctx.policy.limits;
-    let timeout = match args.timeout_secs {
-        None => limits.timeout,
-        Some(0) => return Err(invalid("`timeout_secs` must be at least 1".into())),
-        Some(t) if t > limits.max_timeout.as_secs() => {
-            return Err(invalid(format!(
-                "`timeout_secs` {t} is above the policy maximum of {}s; ask for at most that, or split the work",
-                limits.max_timeout.as_secs()
-            )));
-        }
-        Some(t) => Duration::from_secs(t),
-    };
+    let limits = &ctx.runtime.policy.limits;
+    let timeout =
+        crate::policy::timeout_within(args.timeout_secs, limits.timeout, limits.max_timeout)
+            .map_err(|e| invalid(e.for_argument("timeout_secs", "split the work")))?;
     let env = args.env.clone().unwrap_or_default();
     for (name, value) in &env {
         crate::exec::env::validate_override(name, value).map_err(invalid)?;
     }
-    let cwd = ctx
-        .workspace
-        .resolve_arg(&args.cwd)
-        .map_err(|e| path_error(&e))?;
-    let dir = ctx.workspace.open_dir(&cwd).map_err(|e| path_error(&e))?;
-    let cwd_path = ctx.workspace.host_path(&cwd);
+    // Resolving and opening the directory are blocking calls on a path the agent chose.
+    let cwd = args.cwd.clone();
+    let (dir, cwd_path) = ctx
+        .runtime
+        .blocking(move |rt| {
+            let cwd = rt.workspace.resolve_arg(&cwd)?;
+            let dir = rt.workspace.open_dir(&cwd)?;
+            Ok::<_, crate::workspace::PathError>((dir, rt.workspace.host_path(&cwd)))
+        })
+        .await
+        .map_err(|e| ToolError::from(&e))?;
     let live = Arc::new(LiveStatus::default());
     Ok(Prepared {
         request: ExecRequest {
@@ -372,46 +378,54 @@ async fn execute(
             }
         })
     });
-    let outcome = ctx.executor.run(request).await;
+    let outcome = ctx.runtime.executor.run(request).await;
     if let Some(t) = ticker {
         t.abort();
     }
-    let enforcement = ctx.executor.confinement().enforcement().level.to_owned();
     match outcome {
         Err(e) => {
-            let kind = if e.is_not_found() {
-                ErrorKind::NotFound
-            } else if e.is_too_big() {
-                // `env` (or the command) over the kernel's argument limits: the caller's fix.
-                ErrorKind::InvalidArgument
-            } else {
-                ErrorKind::Internal
-            };
-            let error = ToolError::new(kind, format!("could not start the command: {e}"));
-            let text = error_text(&error);
-            (
-                ShellExecOutput {
-                    enforcement,
-                    error: Some(error),
-                    ..Default::default()
-                },
-                text,
-                true,
-            )
+            let error = ToolError::new(
+                ErrorKind::from(&e),
+                format!("could not start the command: {e}"),
+            );
+            let (output, text) = error_output(ctx, error);
+            (output, text, true)
         }
-        Ok(outcome) => shape_outcome(ctx, outcome, enforcement, &cwd),
+        Ok(outcome) => {
+            // Shaping may write spill files: blocking work.
+            let session = Arc::clone(ctx);
+            match tokio::task::spawn_blocking(move || shape_outcome(&session, outcome, &cwd)).await
+            {
+                Ok(shaped) => shaped,
+                Err(e) => std::panic::resume_unwind(e.into_panic()),
+            }
+        }
     }
 }
 
 fn shape_outcome(
-    ctx: &SharedContext,
+    ctx: &Session,
     outcome: ExecOutcome,
-    enforcement: String,
     cwd: &std::path::Path,
 ) -> (ShellExecOutput, String, bool) {
-    let open = |stream: &str| ctx.workspace.create_spill_std(&format!("shell-{stream}"));
-    let stdout = shape_stream(&outcome.stdout, &ctx.policy.output, "stdout", Some(&open));
-    let mut stderr = shape_stream(&outcome.stderr, &ctx.policy.output, "stderr", Some(&open));
+    let enforcement = outcome.enforcement.level.as_str().to_owned();
+    let open = |stream: &str| {
+        ctx.runtime
+            .workspace
+            .create_spill_std(&format!("shell-{stream}"))
+    };
+    let stdout = shape_stream(
+        &outcome.stdout,
+        &ctx.runtime.policy.output,
+        "stdout",
+        Some(&open),
+    );
+    let mut stderr = shape_stream(
+        &outcome.stderr,
+        &ctx.runtime.policy.output,
+        "stderr",
+        Some(&open),
+    );
     let refused = outcome.network.iter().flat_map(|n| &n.refused);
     for notice in outcome.notices.iter().chain(refused) {
         if !stderr.text.is_empty() && !stderr.text.ends_with('\n') {
@@ -420,34 +434,30 @@ fn shape_outcome(
         stderr.text.push_str(&format!("[cordon] {notice}\n"));
     }
     let scene = explain::Scene {
-        policy: &ctx.policy,
-        workspace: ctx.workspace.root(),
+        policy: &ctx.runtime.policy,
+        workspace: ctx.runtime.workspace.root(),
         cwd,
-        protected_for_commands: ctx.executor.confinement().protects_paths(),
+        protected_for_commands: ctx.runtime.executor.confinement().protects_paths(),
     };
     let error = outcome_error(&outcome, &scene);
     let mut text = String::new();
     if let Some(e) = &error {
-        text.push_str(&error_text(e));
+        text.push_str(&e.text());
         text.push('\n');
     } else {
         text.push_str(&format!("exit 0 in {} ms\n", outcome.duration.as_millis()));
     }
-    for (name, s) in [("stdout", &stdout), ("stderr", &stderr)] {
-        if !s.text.is_empty() {
-            text.push_str(&format!("--- {name} ---\n{}", s.text));
-            if !s.text.ends_with('\n') {
-                text.push('\n');
-            }
-        }
-    }
+    push_sections(
+        &mut text,
+        &[("stdout", &stdout.text), ("stderr", &stderr.text)],
+    );
     if outcome.output_cut_short {
         text.push_str(
             "[a background process that left the process group still holds the output; \
              reading stopped, so later output is missing (no cgroup here to kill it)]\n",
         );
     }
-    if outcome.enforcement.level != "full" {
+    if !outcome.enforcement.level.is_full() {
         text.push_str(&format!(
             "[enforcement: {}]\n",
             outcome.enforcement.summary()

@@ -6,7 +6,8 @@
 //! the checks after the write are `lint`. The write is never rolled back by lint findings:
 //! the agent decides what to do with them.
 
-use super::{SharedContext, error_text, path_error};
+use super::SharedContext;
+use crate::audit::{Decision, Outcome};
 use crate::lint::LintReport;
 use crate::shape::{ErrorKind, ToolError, tool_result};
 use rmcp::model::CallToolResult;
@@ -68,7 +69,7 @@ pub async fn run(ctx: SharedContext, args: WriteFileArgs) -> CallToolResult {
             (output, text, false)
         }
         Err(error) => {
-            let text = error_text(&error);
+            let text = error.text();
             (
                 WriteFileOutput {
                     path: super::echo_arg(&args.path),
@@ -84,16 +85,16 @@ pub async fn run(ctx: SharedContext, args: WriteFileArgs) -> CallToolResult {
             )
         }
     };
-    ctx.audit(
+    ctx.runtime.audit(
         "write_file",
         &args,
-        "allow",
-        serde_json::json!({
-            "bytes": output.bytes,
-            "created": output.created,
-            "lint": output.lint.status,
-            "error": output.error.as_ref().map(|e| e.kind),
-        }),
+        &Decision::Allow,
+        Outcome::Write {
+            bytes: output.bytes,
+            created: output.created,
+            error: output.error.as_ref().map(|e| e.kind),
+            lint: output.lint.status,
+        },
         started,
     );
     let result = tool_result(&output, text, is_error);
@@ -107,7 +108,7 @@ pub async fn run(ctx: SharedContext, args: WriteFileArgs) -> CallToolResult {
         "nothing was written"
     };
     let error = super::oversized_error(size, what);
-    let text = error_text(&error);
+    let text = error.text();
     let output = WriteFileOutput {
         path: super::echo_arg(&args.path),
         bytes: output.bytes,
@@ -147,41 +148,47 @@ pub(super) fn omitted_note(omitted: u64) -> String {
 }
 
 async fn write(ctx: &SharedContext, args: &WriteFileArgs) -> Result<WriteFileOutput, ToolError> {
+    let rt = &ctx.runtime;
     let size = args.content.len() as u64;
-    if size > ctx.max_file_bytes() {
+    if size > rt.max_file_bytes() {
         return Err(ToolError::new(
             ErrorKind::ResourceLimit,
             format!(
                 "`content` is {size} bytes, more than the policy's file-size limit of {} bytes \
                  (limits.file_size_mb); nothing was written. Write a smaller file, or produce \
                  it with shell_exec",
-                ctx.max_file_bytes()
+                rt.max_file_bytes()
             ),
         ));
     }
-    let rel = ctx
-        .workspace
-        .resolve_arg(&args.path)
-        .map_err(|e| path_error(&e))?;
-    let _guard = ctx.file_lock.lock().await;
-    // The previous content, when it is text, lets lint tell new findings from old ones.
-    let before = ctx
-        .workspace
-        .read_bytes_limited(&rel, crate::workspace::MAX_READ_BYTES)
-        .ok()
-        .and_then(|b| String::from_utf8(b).ok());
-    let report = ctx
-        .workspace
-        .write_checked(
-            &rel,
-            args.content.as_bytes(),
-            args.create_dirs,
-            &ctx.write_rules(),
-        )
-        .map_err(|e| ctx.write_error(&e))?;
-    let mut lint = ctx
+    let path = args.path.clone();
+    let rel = rt
+        .blocking(move |rt| rt.workspace.resolve_arg(&path))
+        .await
+        .map_err(|e| ToolError::from(&e))?;
+    // Held until lint has read the file back: another write of it waits, others do not.
+    let _guard = rt.file_locks.lock(rel.as_str()).await;
+    let content: std::sync::Arc<str> = args.content.as_str().into();
+    let (create_dirs, written) = (args.create_dirs, std::sync::Arc::clone(&content));
+    let (rel, before, report) = rt
+        .blocking(move |rt| {
+            // The previous content, when it is text, lets lint tell new findings from old ones.
+            let before = rt
+                .workspace
+                .read_bytes_limited(&rel, crate::workspace::MAX_READ_BYTES)
+                .ok()
+                .and_then(|b| String::from_utf8(b).ok());
+            let report = rt
+                .workspace
+                .write_checked(&rel, written.as_bytes(), create_dirs, &rt.write_rules())
+                .map_err(|e| rt.write_error(&e));
+            (rel, before, report)
+        })
+        .await;
+    let report = report?;
+    let mut lint = rt
         .lint
-        .check(rel.as_str(), before.as_deref(), &args.content)
+        .check(rel.as_str(), before.as_deref(), &content)
         .await;
     let lint_omitted = super::fit_lint(&mut lint) as u64;
     Ok(WriteFileOutput {

@@ -4,6 +4,7 @@
 //! the wording of those cases (what was wrong *and* how to fix it), and their SPEC error kind.
 //! Does not own: deciding what to do about an error (tools do), or MCP result shaping.
 
+use crate::error_kind::ErrorKind;
 use std::fmt;
 use std::io;
 
@@ -154,24 +155,30 @@ fn final_symlink_message(path: &str, target: Option<&str>) -> String {
     )
 }
 
-impl PathError {
-    /// The SPEC `structuredContent.error.kind` for this error.
-    pub fn kind_str(&self) -> &'static str {
-        match self {
+impl From<&PathError> for ErrorKind {
+    fn from(e: &PathError) -> Self {
+        match e {
             PathError::Invalid { .. }
             | PathError::NotAFile { .. }
             | PathError::IsADirectory { .. }
             | PathError::NotADirectory { .. }
             | PathError::SymlinkLoop { .. }
-            | PathError::FinalSymlink { .. } => "invalid_argument",
-            PathError::Escape { .. } => "path_escape",
-            PathError::NotFound { .. } | PathError::ParentMissing { .. } => "not_found",
+            | PathError::FinalSymlink { .. } => ErrorKind::InvalidArgument,
+            PathError::Escape { .. } => ErrorKind::PathEscape,
+            PathError::NotFound { .. } | PathError::ParentMissing { .. } => ErrorKind::NotFound,
             PathError::PermissionDenied { .. }
             | PathError::Protected { .. }
-            | PathError::NotWritable { .. } => "denied",
-            PathError::TooLarge { .. } => "resource_limit",
-            PathError::Io { .. } => "io",
+            | PathError::NotWritable { .. } => ErrorKind::Denied,
+            PathError::TooLarge { .. } => ErrorKind::ResourceLimit,
+            PathError::Io { .. } => ErrorKind::Io,
         }
+    }
+}
+
+impl PathError {
+    /// The SPEC `structuredContent.error.kind` for this error, by name.
+    pub fn kind_str(&self) -> &'static str {
+        ErrorKind::from(self).as_str()
     }
 
     /// Whether the same call might succeed if simply repeated (SPEC `error.retriable`). Only
@@ -182,10 +189,7 @@ impl PathError {
 
     pub(crate) fn invalid(arg: &str, reason: impl Into<String>) -> Self {
         // A huge argument is shown by its start only: the message goes back to the model.
-        let arg = match arg.char_indices().nth(120) {
-            Some((cut, _)) => format!("{}…", &arg[..cut]),
-            None => arg.to_owned(),
-        };
+        let arg = crate::text::ellipsized(arg, 120).into_owned();
         PathError::Invalid {
             arg,
             reason: reason.into(),

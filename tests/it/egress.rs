@@ -577,7 +577,7 @@ fn without_the_calls_credentials_the_proxy_refuses() {
         .collect();
     assert_eq!(unattributed.len(), 2, "{unattributed:?}");
     for record in &unattributed {
-        assert_eq!(record["decision"], "refused:unattributed");
+        assert_eq!(record["decision"], "deny:egress-unattributed");
         assert_eq!(record["outcome"]["host"], "localhost");
         assert_eq!(record["outcome"]["allowed"], false);
         assert!(
@@ -704,7 +704,8 @@ fn every_connection_goes_to_the_audit_log() {
         .iter()
         .find(|v| v["tool"] == "shell_exec")
         .expect("a shell_exec record");
-    let conns = record["outcome"]["network"]
+    assert_eq!(record["outcome"]["network"]["call"], call, "{record}");
+    let conns = record["outcome"]["network"]["connections"]
         .as_array()
         .expect("network in the audit outcome");
     assert_eq!(conns.len(), 2, "{record}");
@@ -718,9 +719,9 @@ fn every_connection_goes_to_the_audit_log() {
     let egress: Vec<&Value> = records.iter().filter(|v| v["tool"] == "egress").collect();
     assert_eq!(egress.len(), 2, "{egress:?}");
     assert_eq!(egress[0]["arguments"]["call"], call);
-    assert_eq!(egress[0]["decision"], "allowed");
+    assert_eq!(egress[0]["decision"], "allow");
     assert_eq!(egress[0]["outcome"]["host"], "localhost");
-    assert_eq!(egress[1]["decision"], "refused");
+    assert_eq!(egress[1]["decision"], "deny:egress");
     assert!(
         egress[1]["outcome"]["note"]
             .as_str()

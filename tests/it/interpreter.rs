@@ -13,6 +13,7 @@ use cordon::confine::{ConfineOptions, Confinement};
 use cordon::exec::{CaptureSpec, Executor, LimitKind};
 use cordon::interpreter::{CellOutcome, CellRequest, InterpreterError, SessionManager};
 use cordon::policy::Policy;
+use cordon::runtime::{Runtime, RuntimeOptions, Session};
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -28,6 +29,7 @@ struct Shared {
     _workspace: tempfile::TempDir,
     outside: tempfile::TempDir,
     executor: Arc<Executor>,
+    runtime: Arc<Runtime>,
     policy: Policy,
 }
 
@@ -50,23 +52,28 @@ fn shared() -> Option<&'static Shared> {
             let outside = tempfile::tempdir().unwrap();
             let root = workspace.path().canonicalize().unwrap();
             // The test binary cannot run the sandbox init itself: name the real cordon binary.
-            let options = ConfineOptions {
+            let options = RuntimeOptions {
+                workspace: root,
                 init_program: Some(env!("CARGO_BIN_EXE_cordon").into()),
-                ..ConfineOptions::default()
+                ..RuntimeOptions::default()
             };
-            let confinement = match Confinement::build(&policy, &root, &options) {
-                Ok(c) => c,
+            let runtime = match Runtime::build(policy.clone(), options) {
+                Ok(r) => Arc::new(r),
                 Err(e) => {
                     eprintln!("SKIP: this kernel cannot enforce the default policy: {e}");
                     return None;
                 }
             };
-            eprintln!("enforcement: {}", confinement.enforcement().summary());
-            let executor = Arc::new(Executor::new(Arc::new(confinement), &policy));
+            let executor = Arc::clone(&runtime.executor);
+            eprintln!(
+                "enforcement: {}",
+                executor.confinement().enforcement().summary()
+            );
             Some(Shared {
                 _workspace: workspace,
                 outside,
                 executor,
+                runtime,
                 policy,
             })
         })
@@ -735,23 +742,12 @@ fn tool_ctx(s: &Shared) -> cordon::tools::SharedContext {
 }
 
 fn tool_ctx_with(s: &Shared, policy: Policy) -> cordon::tools::SharedContext {
-    Arc::new(cordon::tools::ToolContext {
-        workspace: cordon::workspace::Workspace::open(s._workspace.path()).unwrap(),
-        executor: Arc::clone(&s.executor),
-        interpreter: SessionManager::new(Arc::clone(&s.executor), &policy).unwrap(),
-        lint: cordon::lint::Linting::new(&policy.lint, SANDBOX_PATH, None, None).unwrap(),
-        // Started only if a call needs it; these tests only run cells.
-        parser: Arc::new(cordon::parser::ParserClient::new(
-            Arc::clone(&s.executor),
-            env!("CARGO_BIN_EXE_cordon").into(),
-            cordon::parser::ParserConfig::default(),
-        )),
-        audit: None,
-        slots: tokio::sync::Semaphore::new(4),
-        file_lock: tokio::sync::Mutex::new(()),
-        protected: Vec::new(),
-        policy,
-    })
+    // The shared runtime (one confinement per test process), with this policy's interpreter
+    // settings; the parser worker is started only if a call needs it (these only run cells).
+    Arc::new(Session::with_interpreter(
+        Arc::clone(&s.runtime),
+        SessionManager::new(Arc::clone(&s.executor), &policy).unwrap(),
+    ))
 }
 
 async fn call(

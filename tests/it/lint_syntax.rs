@@ -412,14 +412,18 @@ async fn parser_worker_answers_equal_the_in_process_check_for_every_grammar() {
     let ws = tempfile::tempdir().unwrap();
     let root = ws.path().canonicalize().unwrap();
     let program = std::path::PathBuf::from(env!("CARGO_BIN_EXE_cordon"));
-    let options = cordon::confine::ConfineOptions {
-        allow_degraded: false,
-        extra_read_exec: vec![program.clone()],
+    let options = cordon::runtime::RuntimeOptions {
+        workspace: root,
+        parser_program: Some(program.clone()),
         init_program: Some(program.clone()),
+        ..Default::default()
     };
-    let confinement = cordon::confine::Confinement::build(&policy, &root, &options).unwrap();
-    let executor = Arc::new(cordon::exec::Executor::new(Arc::new(confinement), &policy));
-    let client = ParserClient::new(executor, program, ParserConfig::default());
+    let runtime = cordon::runtime::Runtime::build(policy, options).unwrap();
+    let client = ParserClient::new(
+        Arc::clone(&runtime.executor),
+        program,
+        ParserConfig::default(),
+    );
     let mut key = 0;
     for (lang, clean) in CLEAN {
         // Broken in the middle, so the incremental re-parse has a tree on both sides of it.

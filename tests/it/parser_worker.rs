@@ -414,18 +414,20 @@ async fn parser_restart_storm_is_bounded() {
     let policy = cordon::policy::Policy::builtin_default();
     let ws = tempfile::tempdir().unwrap();
     let root = ws.path().canonicalize().unwrap();
-    let confinement = cordon::confine::Confinement::build(
-        &policy,
-        &root,
-        &cordon::confine::ConfineOptions::default(),
+    let runtime = cordon::runtime::Runtime::build(
+        policy,
+        cordon::runtime::RuntimeOptions {
+            workspace: root,
+            ..Default::default()
+        },
     )
     .expect("confinement");
-    let executor = std::sync::Arc::new(cordon::exec::Executor::new(
-        std::sync::Arc::new(confinement),
-        &policy,
-    ));
     // A "worker" that exits at once without reading a byte: every request finds it dead.
-    let client = ParserClient::new(executor, "/bin/true".into(), ParserConfig::default());
+    let client = ParserClient::new(
+        std::sync::Arc::clone(&runtime.executor),
+        "/bin/true".into(),
+        ParserConfig::default(),
+    );
     let lines = vec!["ls".to_owned()];
     let mut crashes = 0;
     for _ in 0..MAX_STARTS {

@@ -129,12 +129,7 @@ struct Walker<'o> {
 fn excerpt(text: &str) -> String {
     const MAX: usize = 80;
     let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if one_line.chars().count() <= MAX {
-        one_line
-    } else {
-        let cut: String = one_line.chars().take(MAX).collect();
-        format!("{cut}…")
-    }
+    crate::text::ellipsized(&one_line, MAX).into_owned()
 }
 
 impl Walker<'_> {

@@ -296,7 +296,7 @@ impl CommandRules {
 
     /// The verdict for a command line whose analysis failed (`why`): `on_analysis_failure`.
     pub fn decide_unanalysed(&self, command_line: &str, why: &str) -> Verdict {
-        let text: String = command_line.chars().take(80).collect();
+        let text = crate::text::at_most_chars(command_line, 80).to_owned();
         Verdict {
             decision: self.on_analysis_failure,
             reason: Some(Reason {

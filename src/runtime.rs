@@ -1,0 +1,394 @@
+//! The composition root: everything a policy turns into, built once, in one place.
+//!
+//! [`Runtime::build`] derives from one policy, in order: the workspace capability, the
+//! confinement and the executor that runs through it, the protected set (the one the
+//! confinement enforces is the one the file tools enforce), the parser worker client, the lint
+//! pipeline, the audit log, the concurrency slots and the per-file locks. `serve`, `exec`,
+//! `doctor`, `lint`, the benches and the tests all get theirs from here, so a newcomer who
+//! wants to know what a call can use reads this file.
+//!
+//! A [`Runtime`] is shared by every client of one server (`Arc`); a [`Session`] is what one
+//! client connection owns on top of it: its interpreter sessions and its cancellation. The
+//! stdio transport has one session; a transport with many clients builds one per connection
+//! from the same runtime, so they share the workspace, the slots, the locks and the audit log
+//! but never each other's Python state.
+//!
+//! Owns construction and the shared state's small helpers (write rules, audit, blocking work
+//! off the async threads). It decides nothing about a call (that is `policy` and `tools`) and
+//! knows nothing of MCP (that is `server`).
+
+use crate::audit::{AuditLog, AuditOptions, AuditRecord};
+use crate::confine::{ConfineOptions, Confinement, EnforcementLevel};
+use crate::exec::Executor;
+use crate::interpreter::{InterpreterError, SessionManager};
+use crate::lint::Linting;
+use crate::parser::ParserClient;
+use crate::policy::{Policy, WorkspaceAccess};
+use crate::shape::{ErrorKind, ToolError};
+use crate::workspace::{PathError, Workspace, WriteRules};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// Why a runtime could not be built; each says what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error(transparent)]
+    Workspace(#[from] crate::workspace::OpenWorkspaceError),
+    /// Creating `.cordon/` (the spill area) failed.
+    #[error(transparent)]
+    SpillArea(PathError),
+    #[error(transparent)]
+    Confine(#[from] crate::confine::ConfineError),
+    #[error("linter configuration: {0}")]
+    Lint(#[from] crate::lint::ParseError),
+    #[error("cannot open the audit log {}: {source}", path.display())]
+    Audit {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Parser(#[from] crate::parser::StartupError),
+    #[error(transparent)]
+    Interpreter(#[from] InterpreterError),
+}
+
+/// Where audit records go.
+#[derive(Debug, Clone, Default)]
+pub enum AuditTarget {
+    /// Nowhere (`exec`, `doctor`, `lint`, most tests).
+    #[default]
+    Off,
+    /// The policy's `server.audit_log`, if it names one.
+    Policy,
+    /// This file (`serve --audit-log`), whatever the policy says.
+    File(PathBuf),
+}
+
+/// What the caller adds to the policy: where, how strictly, and which parts it needs.
+#[derive(Debug, Clone, Default)]
+pub struct RuntimeOptions {
+    /// The workspace root (an existing directory; see `cli::workspace`).
+    pub workspace: PathBuf,
+    /// Run with whatever confinement the kernel offers instead of refusing (`--allow-degraded`).
+    pub allow_degraded: bool,
+    /// The cordon binary the confined parser worker runs; it gets a read+execute grant in the
+    /// sandbox. None: no parser worker (no syntax check, no command analysis).
+    pub parser_program: Option<PathBuf>,
+    /// Further read+execute grants (doctor's probes run this binary).
+    pub extra_read_exec: Vec<PathBuf>,
+    /// The binary that runs the sandbox init; default: this process's own executable (tests
+    /// that embed the library name the real `cordon` here).
+    pub init_program: Option<PathBuf>,
+    pub audit: AuditTarget,
+    /// Create `.cordon/` now, so it exists, and is protected, before the first command runs.
+    pub spill_area: bool,
+}
+
+/// What one policy turns into, shared by every call of every client.
+pub struct Runtime {
+    pub policy: Policy,
+    pub workspace: Workspace,
+    /// What the kernel enforces on every confined process (built once: "build once, apply
+    /// many"); `executor` runs children through it.
+    pub confinement: Arc<Confinement>,
+    pub executor: Arc<Executor>,
+    /// Workspace-relative patterns nothing confined may write, derived once (the policy's
+    /// `filesystem.protected` plus every policy file of its `extends` chain inside the
+    /// workspace): the sandbox's read-only binds and the file tools' refusals are this list.
+    pub protected: Vec<String>,
+    /// The confined parser worker: command analysis for the rules (and, through `lint`, the
+    /// syntax check). The server never runs a grammar itself.
+    pub parser: Option<Arc<ParserClient>>,
+    pub lint: Linting,
+    pub audit: Option<AuditLog>,
+    /// Bounds how much confined work runs at once (commands, interpreter cells, lint runs);
+    /// the rest wait their turn.
+    pub slots: Arc<tokio::sync::Semaphore>,
+    /// Serialises read-modify-write of one file, so two edits of it cannot interleave.
+    pub file_locks: FileLocks,
+    /// Cancelled when the server shuts down: every session's calls end with it.
+    pub shutdown: CancellationToken,
+}
+
+impl Runtime {
+    /// Builds everything `policy` needs for `options`. Call it on the thread that keeps
+    /// running (not from `spawn_blocking`): the sandbox init dies with the thread that forked
+    /// it.
+    pub fn build(policy: Policy, options: RuntimeOptions) -> Result<Self, RuntimeError> {
+        let workspace =
+            Workspace::open(&options.workspace)?.with_spill_total(policy.output.spill_total_bytes);
+        if options.spill_area {
+            workspace.spill_dir().map_err(RuntimeError::SpillArea)?;
+        }
+        let mut extra_read_exec = options.extra_read_exec.clone();
+        extra_read_exec.extend(options.parser_program.iter().cloned());
+        let confine_options = ConfineOptions {
+            allow_degraded: options.allow_degraded,
+            extra_read_exec,
+            init_program: options.init_program.clone(),
+        };
+        let confinement = Arc::new(Confinement::build(
+            &policy,
+            workspace.root(),
+            &confine_options,
+        )?);
+        let protected = confinement.protected().to_vec();
+        let executor = Arc::new(Executor::new(Arc::clone(&confinement), &policy));
+        let parser = options.parser_program.clone().map(|program| {
+            Arc::new(ParserClient::new(
+                Arc::clone(&executor),
+                program,
+                crate::parser::ParserConfig::default(),
+            ))
+        });
+        let slots = Arc::new(tokio::sync::Semaphore::new(
+            policy.server.max_concurrent_calls,
+        ));
+        let lint = Linting::for_policy(&policy, Some(Arc::clone(&executor)), parser.clone())?
+            .with_slots(Arc::clone(&slots));
+        let audit = open_audit(&policy, &options.audit)?;
+        Ok(Self {
+            slots,
+            file_locks: FileLocks::default(),
+            shutdown: CancellationToken::new(),
+            policy,
+            workspace,
+            confinement,
+            executor,
+            protected,
+            parser,
+            lint,
+            audit,
+        })
+    }
+
+    /// Starts the parser worker and checks the policy's command-rule examples in it (they are
+    /// command lines like any other: the server does not parse them). `serve` does this before
+    /// it answers anything, so a policy whose examples fail never serves.
+    pub async fn start_parser(&self) -> Result<(), RuntimeError> {
+        if let Some(parser) = &self.parser {
+            parser
+                .warm_up()
+                .await
+                .map_err(crate::parser::StartupError::from)?;
+            crate::parser::check_examples(parser, &self.policy.commands).await?;
+        }
+        Ok(())
+    }
+
+    /// The enforcement level in force for every call of this runtime.
+    pub fn enforcement_level(&self) -> EnforcementLevel {
+        self.confinement.enforcement().level
+    }
+
+    /// The rules every file-tool write must pass, judged by the workspace on the path as it
+    /// resolves on disk (see `workspace::write`).
+    pub fn write_rules(&self) -> WriteRules<'_> {
+        let fs = &self.policy.filesystem;
+        WriteRules {
+            protected: &self.protected,
+            writable_only: (fs.workspace == WorkspaceAccess::ReadOnly)
+                .then_some(fs.workspace_writable.as_slice()),
+        }
+    }
+
+    /// A failed write as a tool error; protection refusals name the policy to change.
+    pub fn write_error(&self, e: &PathError) -> ToolError {
+        let fs = &self.policy.filesystem;
+        match e {
+            PathError::Protected { entry, .. } => ToolError::new(
+                ErrorKind::Denied,
+                format!(
+                    "{e}, or to remove `{entry}` from `filesystem.protected` in the policy ({}).",
+                    self.policy.origin
+                ),
+            ),
+            PathError::NotWritable { .. } => ToolError::new(
+                ErrorKind::Denied,
+                format!(
+                    "{e}: policy `{}` makes the workspace read-only except {}. Or ask the \
+                     operator to add the directory to `filesystem.workspace_writable` ({}).",
+                    self.policy.name,
+                    if fs.workspace_writable.is_empty() {
+                        "nothing".to_owned()
+                    } else {
+                        fs.workspace_writable.join(", ")
+                    },
+                    self.policy.origin
+                ),
+            ),
+            other => ToolError::from(other),
+        }
+    }
+
+    /// The most bytes a write or edit may leave in a file: the policy's file-size limit
+    /// (the same RLIMIT_FSIZE a command gets), refused before the content is built.
+    pub fn max_file_bytes(&self) -> u64 {
+        self.policy.limits.file_size_bytes
+    }
+
+    /// Records a finished call in the audit log, if there is one: the one place records are
+    /// written.
+    pub fn audit(
+        &self,
+        tool: &str,
+        arguments: &impl serde::Serialize,
+        decision: &crate::audit::Decision,
+        outcome: crate::audit::Outcome,
+        started: Instant,
+    ) {
+        let Some(log) = &self.audit else { return };
+        let arguments = serde_json::to_value(arguments).unwrap_or_default();
+        log.record(&AuditRecord {
+            time: crate::audit::now_rfc3339(),
+            tool,
+            arguments: crate::audit::loggable(&arguments, log.keeps_values()),
+            decision: decision.clone(),
+            outcome,
+            duration_ms: started.elapsed().as_millis() as u64,
+            enforcement: self.enforcement_level(),
+        });
+    }
+
+    /// Runs `work` on the blocking pool: file-system calls on workspace paths (opening,
+    /// reading, writing, renaming) may stall on a slow disk or a FUSE mount, and must not
+    /// stall the async threads every other call runs on. A panic in `work` is re-raised here.
+    pub async fn blocking<T, F>(self: &Arc<Self>, work: F) -> T
+    where
+        T: Send + 'static,
+        F: FnOnce(&Runtime) -> T + Send + 'static,
+    {
+        let runtime = Arc::clone(self);
+        match tokio::task::spawn_blocking(move || work(&runtime)).await {
+            Ok(value) => value,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
+    }
+
+    /// Waits (at most `grace`) until no call holds a slot: their process trees are dead.
+    pub async fn drain(&self, grace: Duration) {
+        let all = self.policy.server.max_concurrent_calls as u32;
+        let _ = tokio::time::timeout(grace, self.slots.acquire_many(all)).await;
+    }
+}
+
+fn open_audit(policy: &Policy, target: &AuditTarget) -> Result<Option<AuditLog>, RuntimeError> {
+    let path = match target {
+        AuditTarget::Off => return Ok(None),
+        AuditTarget::Policy => match &policy.server.audit_log {
+            Some(path) => path.clone(),
+            None => return Ok(None),
+        },
+        AuditTarget::File(path) => path.clone(),
+    };
+    let options = AuditOptions {
+        max_bytes: policy.server.audit_log_max_bytes,
+        keep_values: policy.server.audit_log_values,
+        policy: format!("{} ({})", policy.name, policy.origin),
+    };
+    AuditLog::open(&path, options)
+        .map(Some)
+        .map_err(|source| RuntimeError::Audit { path, source })
+}
+
+/// What one client connection owns on top of the shared [`Runtime`].
+pub struct Session {
+    pub runtime: Arc<Runtime>,
+    /// This client's `code_interpreter` sessions: another client never sees them.
+    pub interpreter: Arc<SessionManager>,
+    /// Cancelled when this client goes away or the server shuts down (a child of the
+    /// runtime's token): every call of the session ends with it.
+    pub cancel: CancellationToken,
+}
+
+impl Session {
+    /// A new client session over `runtime`. Call it inside the Tokio runtime (the interpreter
+    /// manager starts its upkeep task).
+    pub fn new(runtime: Arc<Runtime>) -> Result<Self, RuntimeError> {
+        let interpreter = SessionManager::new(Arc::clone(&runtime.executor), &runtime.policy)?;
+        Ok(Self::with_interpreter(runtime, interpreter))
+    }
+
+    /// A session whose interpreter sessions are `interpreter`'s (built over the runtime's
+    /// executor, possibly with other `[interpreter]` settings: tests tighten them).
+    pub fn with_interpreter(runtime: Arc<Runtime>, interpreter: Arc<SessionManager>) -> Self {
+        Self {
+            cancel: runtime.shutdown.child_token(),
+            interpreter,
+            runtime,
+        }
+    }
+
+    /// Ends the session: its running calls are cancelled (their trees killed) and its
+    /// interpreters stopped, waiting at most `grace`.
+    pub async fn close(&self, grace: Duration) {
+        self.cancel.cancel();
+        let _ = tokio::time::timeout(grace, self.interpreter.shutdown()).await;
+    }
+}
+
+/// One lock per file, taken for a read-modify-write (`edit_file`) or a write and the lint run
+/// that reads it back. Writes to different files never wait for each other.
+///
+/// The key is the workspace-relative path as the workspace resolved it (`..` and `.` removed):
+/// two spellings through a symlinked directory are two keys. That can only lose one of two
+/// racing edits of the same file, never corrupt it (every write is a rename of a complete
+/// temporary file), which is what the lock exists to prevent for ordinary use.
+#[derive(Default)]
+pub struct FileLocks {
+    held: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
+}
+
+impl FileLocks {
+    /// Waits for `path`'s lock; it is released when the guard drops.
+    pub async fn lock(&self, path: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = {
+            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            match held.get(path).and_then(Weak::upgrade) {
+                Some(lock) => lock,
+                None => {
+                    // Forget the locks nobody holds any more, so the map stays as small as the
+                    // number of files being written right now.
+                    held.retain(|_, lock| lock.strong_count() > 0);
+                    let lock = Arc::new(tokio::sync::Mutex::new(()));
+                    held.insert(path.to_owned(), Arc::downgrade(&lock));
+                    lock
+                }
+            }
+        };
+        lock.lock_owned().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn one_file_waits_for_its_own_lock_and_another_file_does_not() {
+        let locks = FileLocks::default();
+        let a = locks.lock("a.txt").await;
+        // Another file: free at once.
+        let b = tokio::time::timeout(Duration::from_millis(100), locks.lock("b.txt")).await;
+        assert!(b.is_ok(), "b.txt waited for a.txt's lock");
+        // The same file: waits until the first guard is gone.
+        let again = tokio::time::timeout(Duration::from_millis(100), locks.lock("a.txt")).await;
+        assert!(again.is_err(), "a.txt was locked twice at once");
+        drop(a);
+        let again = tokio::time::timeout(Duration::from_millis(100), locks.lock("a.txt")).await;
+        assert!(again.is_ok(), "a.txt stayed locked after its guard dropped");
+    }
+
+    #[tokio::test]
+    async fn released_locks_are_forgotten() {
+        let locks = FileLocks::default();
+        for i in 0..100 {
+            drop(locks.lock(&format!("f{i}")).await);
+        }
+        let _g = locks.lock("last").await;
+        assert!(locks.held.lock().unwrap().len() <= 2);
+    }
+}

@@ -1,0 +1,53 @@
+//! Cutting text to a number of characters, one way for every stage: what goes back to a model
+//! or into a log is bounded, and always cut on a character boundary.
+//!
+//! Owns the cut and its two markers (`…` alone, or `…(N chars)` with the full length). Does
+//! not own how long anything may be (each caller's limit says why) nor head-and-tail cutting
+//! of command output (`shape`).
+
+use std::borrow::Cow;
+
+/// The first `max` characters of `text`, or all of it when it is no longer.
+pub fn at_most_chars(text: &str, max: usize) -> &str {
+    match text.char_indices().nth(max) {
+        Some((cut, _)) => &text[..cut],
+        None => text,
+    }
+}
+
+/// `text`, or its first `max` characters followed by `…` when it is longer.
+pub fn ellipsized(text: &str, max: usize) -> Cow<'_, str> {
+    let kept = at_most_chars(text, max);
+    if kept.len() == text.len() {
+        Cow::Borrowed(text)
+    } else {
+        Cow::Owned(format!("{kept}…"))
+    }
+}
+
+/// `text`, or its first `max` characters followed by `…(N chars)`, N being its full length:
+/// for an argument repeated back, where the model should see how much it sent.
+pub fn shortened(text: &str, max: usize) -> Cow<'_, str> {
+    let kept = at_most_chars(text, max);
+    if kept.len() == text.len() {
+        Cow::Borrowed(text)
+    } else {
+        Cow::Owned(format!("{kept}…({} chars)", text.chars().count()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cuts_count_characters_not_bytes() {
+        assert_eq!(at_most_chars("héllo", 2), "hé");
+        assert_eq!(at_most_chars("hé", 2), "hé");
+        assert_eq!(at_most_chars("", 0), "");
+        assert_eq!(ellipsized("héllo", 2), "hé…");
+        assert_eq!(ellipsized("hé", 2), "hé");
+        assert_eq!(shortened("héllo", 2), "hé…(5 chars)");
+        assert!(matches!(shortened("hé", 2), Cow::Borrowed(_)));
+    }
+}
