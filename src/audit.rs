@@ -1,5 +1,6 @@
 //! The audit log: one JSON line per tool call with what was asked, what was decided, what
-//! happened, which client asked, under which policy and enforcement.
+//! happened, which client asked, under which policy and enforcement; under a proxy-mode
+//! policy also one line per connection through the egress proxy (tool `egress`).
 //!
 //! Append-only and line-buffered so `tail -f` and log shippers see whole records; long
 //! argument strings are shortened so a log cannot balloon with file contents, and `env`
