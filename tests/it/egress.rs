@@ -1085,3 +1085,26 @@ fn the_proxy_follows_a_rebuilt_sandbox_view() {
     assert_eq!(stdout(&r), "hello-egress\n", "{r}");
     assert_eq!(origin.requests().len(), 2);
 }
+
+#[test]
+fn a_server_the_command_starts_is_reached_on_the_sandbox_loopback_without_the_proxy() {
+    if skip("egress_own_loopback", Need::Namespaces) {
+        return;
+    }
+    let sb = Sandbox::new();
+    // tcp_connect/tcp_bind name ports of the sandbox's own loopback under the proxy.
+    let policy = proxy_policy(
+        &sb,
+        &format!("{LOCALHOST_ALLOWED}\ntcp_bind = [18731]\ntcp_connect = [18731]"),
+    );
+    let mut server = serve(&sb, &policy, &[]);
+    std::fs::write(sb.ws().join("index.html"), "inside\n").unwrap();
+    let r = shell(
+        &mut server,
+        "python3 -m http.server 18731 --bind 127.0.0.1 >/dev/null 2>&1 & \
+         for i in $(seq 50); do curl -s --noproxy '*' -m 2 http://127.0.0.1:18731/index.html && break; sleep 0.1; done",
+    );
+    assert_eq!(stdout(&r), "inside\n", "{r}");
+    // Nothing went through the proxy.
+    assert!(connections(&r).is_empty(), "{r}");
+}
