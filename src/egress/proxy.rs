@@ -400,6 +400,9 @@ struct Attempt {
     started: Instant,
     record: ConnectionRecord,
     call: Option<Arc<CallState>>,
+    /// Refused only for want of credentials the client had not been asked for yet: audited,
+    /// not warned about (git asks to be challenged on every connection).
+    challenge_only: bool,
 }
 
 impl Attempt {
@@ -423,7 +426,7 @@ impl Attempt {
             None => {
                 // Logged, but not one line per connection of a flood.
                 let n = shared.unattributed_count.fetch_add(1, Ordering::AcqRel) + 1;
-                if n <= 20 || n.is_multiple_of(1000) {
+                if !self.challenge_only && (n <= 20 || n.is_multiple_of(1000)) {
                     tracing::warn!(
                         "egress proxy: refused an unattributed connection to {}:{} ({n} so far): {}",
                         self.record.host,
@@ -457,6 +460,7 @@ async fn handle(shared: Arc<Shared>, mut client: TcpStream, stop: CancellationTo
             note: None,
         },
         call: None,
+        challenge_only: false,
     };
     let mut buf = Vec::with_capacity(4096);
     let head = tokio::select! {
@@ -506,10 +510,17 @@ async fn handle(shared: Arc<Shared>, mut client: TcpStream, stop: CancellationTo
 
     // Which call is this? Without valid credentials, nobody's: refused, and the 407 lets a
     // client that waits to be asked (git's default `anyauth`) send them.
+    let sent_credentials = head.header_values("proxy-authorization").next().is_some();
     let call = credentials(&head).and_then(|token| lock(&shared.calls).get(&token).cloned());
     let Some(call) = call else {
-        let why = "no valid cordon proxy credentials (use the HTTP_PROXY URL this call was \
-                   given)";
+        let why = if sent_credentials {
+            "no valid cordon proxy credentials (use the HTTP_PROXY URL this call was given)"
+        } else {
+            // A client that waits to be challenged (git's default `anyauth`) sends them next.
+            "no cordon proxy credentials sent (challenged with 407; a client with this call's \
+             HTTP_PROXY URL answers with them)"
+        };
+        attempt.challenge_only = !sent_credentials;
         let _ = client
             .write_all(&response(
                 407,
