@@ -1111,3 +1111,63 @@ fn a_server_the_command_starts_is_reached_on_the_sandbox_loopback_without_the_pr
     // Nothing went through the proxy.
     assert!(connections(&r).is_empty(), "{r}");
 }
+
+#[test]
+fn a_connect_to_a_port_the_pattern_does_not_allow_is_refused_unresolved() {
+    let p = in_process(
+        "allow_hosts = [\"a.test:443\", \"b.test\"]\nallow_private = [\"127.0.0.0/8\"]",
+        &["127.0.0.1"],
+        Duration::from_secs(10),
+    );
+    let ticket = p.proxy.open_call();
+    for (target, allows) in [
+        ("a.test:8443", "only its own port 443"),
+        ("b.test:22", "ports 80 and 443"),
+    ] {
+        let reply = exchange(
+            &p,
+            &ticket,
+            &format!("CONNECT {target} HTTP/1.1\r\n{{auth}}\r\n"),
+        );
+        assert!(reply.starts_with("HTTP/1.1 403"), "{target}: {reply}");
+        assert!(
+            reply.contains("not in [network].allow_hosts on this port"),
+            "{reply}"
+        );
+        assert!(reply.contains(allows), "{reply}");
+    }
+    assert_eq!(p.asked.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn nothing_behind_a_plain_requests_body_reaches_the_origin() {
+    let origin = Origin::start(None);
+    let p = in_process(
+        "allow_hosts = [\"a.test:*\"]\nallow_private = [\"127.0.0.0/8\"]",
+        &["127.0.0.1"],
+        Duration::from_secs(10),
+    );
+    let ticket = p.proxy.open_call();
+    let host = format!("a.test:{}", origin.port);
+    // A second request pipelined behind the body, naming another Host: smuggling it past the
+    // proxy's Host check would reach whatever else the origin's address serves.
+    let reply = exchange(
+        &p,
+        &ticket,
+        &format!(
+            "POST http://{host}/ HTTP/1.1\r\nHost: {host}\r\nContent-Length: 5\r\n{{auth}}\r\n\
+             helloGET /smuggled HTTP/1.1\r\nHost: evil.example\r\n\r\n"
+        ),
+    );
+    assert!(reply.contains("hello-egress"), "{reply}");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        origin.requests(),
+        vec![format!("POST / HTTP/1.1 host={host}")],
+        "the origin saw more than the one request"
+    );
+    // The decisive check (the test origin answers one request per connection anyway): of
+    // the client's bytes after the head, exactly the 5 of the body were forwarded.
+    let report = block_on(ticket.finish());
+    assert_eq!(report.connections[0].bytes_sent, 5, "{report:?}");
+}
