@@ -51,6 +51,8 @@
 //! * [`audit`]: typed audit records and the append-only log they go to.
 //! * [`text`]: cutting text to a number of characters, one way everywhere.
 //! * [`doctor`]: live proof, on the running kernel, that the confinement holds.
+//! * [`egress`]: the proxy that lets a proxy-mode policy reach hosts by name (started by
+//!   `confine` from the plan's proxy rules, serving each sandbox init's listener).
 //! * [`cli`]: the non-serving subcommands' logic (`lint`, `policy`, the workspace default).
 
 #![deny(unsafe_code)]
@@ -62,6 +64,7 @@ pub mod cli;
 #[allow(unsafe_code)]
 pub mod confine;
 pub mod doctor;
+pub mod egress;
 pub mod error_kind;
 pub mod exec;
 pub mod files;

@@ -26,8 +26,11 @@ pub struct ConfinePlan {
     pub deny: Vec<PathBuf>,
     pub tcp_connect: Vec<u16>,
     pub tcp_bind: Vec<u16>,
-    /// No network at all: the sandbox init gets its own, empty network namespace.
+    /// The sandbox init gets its own network namespace: empty, or (with `proxy`) whose only
+    /// route out is the egress proxy's listener.
     pub isolate_network: bool,
+    /// A proxy-mode policy's host rules: every connection out goes through the egress proxy.
+    pub proxy: Option<crate::egress::EgressRules>,
     /// The seccomp profile's name (built-in) or file.
     pub seccomp_profile: String,
     /// Without namespaces, allow `socket(AF_UNIX, …)` anyway.

@@ -75,7 +75,10 @@ impl Policy {
             deny: fs.deny.clone(),
             tcp_connect: self.network.tcp_connect.clone(),
             tcp_bind: self.network.tcp_bind.clone(),
-            isolate_network: self.network.is_off() && self.sandbox.seccomp_profile == "default",
+            // The proxy needs a namespace whose only route out is its listener.
+            isolate_network: self.network.uses_proxy()
+                || (self.network.is_off() && self.sandbox.seccomp_profile == "default"),
+            proxy: self.network.proxy.clone(),
             seccomp_profile: self.sandbox.seccomp_profile.clone(),
             fallback_unix_sockets: self.sandbox.fallback_unix_sockets,
             protected: protected.clone(),
