@@ -389,7 +389,7 @@ fn load_chain(
         .fold(default_raw, |base, (_, _, layer)| {
             layer.clone().overlay(base)
         });
-    let resolved = resolve(merged, origin).map_err(|e| match e {
+    let resolved = validate(merged, origin).map_err(|e| match e {
         PolicyError::Invalid { field, message, .. } => match layers
             .iter()
             .find_map(|(o, t, _)| field_line(t, field).map(|line| (o.clone(), line)))
@@ -625,7 +625,9 @@ fn locate_network(network: &mut NetworkPolicy, layers: &[(String, String, RawPol
     rules.caps_site = site_of("network.max_connections_per_call").0;
 }
 
-fn resolve(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
+/// The merged raw layers, checked field by field into a [`Policy`] (the plans come later, from
+/// [`resolve`]).
+fn validate(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
     let invalid = |field: &'static str, message: String| PolicyError::Invalid {
         origin: origin.clone(),
         field,
