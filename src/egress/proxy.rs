@@ -880,18 +880,29 @@ async fn pump<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             _ = c.stop.cancelled() => return Ok(()),
             n = r.read(&mut buf) => n?,
         };
-        if n == 0 {
+        if n == 0 || !pass_on(w, &buf[..n], count, c).await? {
             return Ok(());
         }
-        if !c.take(n) {
-            return Ok(());
-        }
-        tokio::select! {
-            _ = c.stop.cancelled() => return Ok(()),
-            w = w.write_all(&buf[..n]) => w?,
-        }
-        count.fetch_add(n as u64, Ordering::AcqRel);
     }
+}
+
+/// Writes `bytes` on, counted against the call's byte cap and in `count`; false when the cap
+/// or the call's end stops the relay (nothing is written then).
+async fn pass_on<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    bytes: &[u8],
+    count: &AtomicU64,
+    c: &Counters<'_>,
+) -> io::Result<bool> {
+    if !c.take(bytes.len()) {
+        return Ok(false);
+    }
+    tokio::select! {
+        _ = c.stop.cancelled() => return Ok(false),
+        w = w.write_all(bytes) => w?,
+    }
+    count.fetch_add(bytes.len() as u64, Ordering::AcqRel);
+    Ok(true)
 }
 
 /// Client → target: a tunnel's bytes, or a plain request's body and nothing after it.
@@ -934,17 +945,9 @@ async fn pump_up<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 .feed(&pending[..n])
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
         }
-        if n == 0 {
+        if n == 0 || !pass_on(w, &pending[..n], count, c).await? {
             return Ok(());
         }
-        if !c.take(n) {
-            return Ok(());
-        }
-        tokio::select! {
-            _ = c.stop.cancelled() => return Ok(()),
-            w = w.write_all(&pending[..n]) => w?,
-        }
-        count.fetch_add(n as u64, Ordering::AcqRel);
         if body.is_some() && n < pending.len() {
             // What follows the body is not forwarded (a pipelined or smuggled request).
             return Ok(());
