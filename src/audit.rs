@@ -1,5 +1,6 @@
 //! The audit log: one JSON line per tool call with what was asked, what was decided, what
-//! happened, which client asked, under which policy and enforcement.
+//! happened, which client asked, under which policy and enforcement; under a proxy-mode
+//! policy also one line per connection through the egress proxy (tool `egress`).
 //!
 //! Append-only and line-buffered so `tail -f` and log shippers see whole records; long
 //! argument strings are shortened so a log cannot balloon with file contents, and `env`
@@ -132,6 +133,9 @@ pub enum Outcome {
         limit: Option<LimitKind>,
         signal: Option<String>,
         timed_out: bool,
+        /// Under a proxy-mode policy: the call's connections through the egress proxy.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        network: Option<crate::egress::NetworkReport>,
     },
     /// The call is waiting for the user's answer (`input_required`).
     InputRequired {
@@ -163,6 +167,9 @@ pub enum Outcome {
         session: String,
         state_lost: bool,
         timed_out: bool,
+        /// Under a proxy-mode policy: the cell's connections through the egress proxy.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        network: Option<crate::egress::NetworkReport>,
     },
     /// Anything else a caller wants on record (tests, future tools).
     Other(Value),
@@ -466,6 +473,8 @@ mod tests {
             limit: None,
             signal: Some("SIGKILL".into()),
             timed_out: true,
+            // Without the proxy the field is left out: the record is as it always was.
+            network: None,
         };
         assert_eq!(
             serde_json::to_value(shell).unwrap(),

@@ -253,6 +253,33 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
     let udp_allowed = policy.sandbox.seccomp_profile == "tcp_udp";
     probes.push(expect_refused("UDP send to loopback", &o, !udp_allowed));
 
+    // The egress proxy (proxy-mode policies): a host the policy does not list is refused by
+    // the proxy, before any lookup, and the refusal is in the call's result.
+    if let Some(rules) = executor.confinement().egress().map(|p| p.rules()) {
+        const TARGET: &str = "cordon-doctor-probe.invalid:443";
+        let listed = crate::egress::pattern::Target::parse_authority(TARGET)
+            .map(|t| rules.judge(&t).is_ok())
+            .unwrap_or(true);
+        if !listed {
+            let o = run_one(executor, probe("proxy-connect", Some(TARGET.into())), 10).await;
+            probes.push(result(
+                "egress proxy: CONNECT to a host not in network.allow_hosts",
+                "refused by the proxy and reported",
+                &o,
+                |o| {
+                    o.exit_code == Some(1)
+                        && o.network.as_ref().is_some_and(|n| {
+                            n.refused.iter().any(|r| {
+                                r.starts_with(&format!(
+                                    "CONNECT {TARGET} refused: not in [network].allow_hosts"
+                                ))
+                            })
+                        })
+                },
+            ));
+        }
+    }
+
     // Kernel attack surface.
     for name in [
         "ptrace",

@@ -16,6 +16,7 @@
 //! * [`exec`]: one confined child from spawn to the death of its whole tree.
 //! * [`interpreter`]: persistent, confined Python sessions for `code_interpreter`.
 //! * [`doctor`]: live proof, on the running kernel, that the confinement holds.
+//! * [`egress`]: the proxy that lets a proxy-mode policy reach hosts by name.
 
 #![deny(unsafe_code)]
 
@@ -26,6 +27,7 @@ pub mod cli;
 #[allow(unsafe_code)]
 pub mod confine;
 pub mod doctor;
+pub mod egress;
 pub mod error_kind;
 pub mod exec;
 pub mod files;

@@ -490,6 +490,9 @@ async fn exec(
     for notice in &outcome.notices {
         eprintln!("cordon: {notice}");
     }
+    for refused in outcome.network.iter().flat_map(|n| &n.refused) {
+        eprintln!("cordon: {refused}");
+    }
     if outcome.output_cut_short {
         eprintln!(
             "cordon: a process that escaped the process group still holds the output; \

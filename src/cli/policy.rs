@@ -68,6 +68,43 @@ pub fn check(policy: &Policy) -> Result<String, PolicyCliError> {
         programs.len(),
         programs.iter().map(Vec::len).sum::<usize>()
     );
+    if let Some(rules) = &policy.network.proxy {
+        // Each pattern with a target it lets through and one it does not, judged by the same
+        // code the proxy runs (deny entries included), so a surprising match shows here.
+        for (list, entries) in [
+            ("allow_hosts", &rules.allow_hosts),
+            ("deny_hosts", &rules.deny_hosts),
+        ] {
+            for entry in entries {
+                let (yes, no) = entry.pattern.examples();
+                let verdict = |t: &str| match crate::egress::pattern::Target::parse_authority(t) {
+                    Ok(target) => match rules.judge(&target) {
+                        Ok(()) => "allowed".to_owned(),
+                        Err(r) => format!("refused ({})", r.kind()),
+                    },
+                    Err(e) => format!("not a target ({e})"),
+                };
+                let _ = write!(
+                    out,
+                    "  {list} `{}` ({}): {yes} -> {}",
+                    entry.pattern,
+                    entry.site,
+                    verdict(&yes)
+                );
+                if let Some(no) = no {
+                    let _ = write!(out, "; {no} -> {}", verdict(&no));
+                }
+                out.push('\n');
+            }
+        }
+        if rules.allow_hosts.is_empty() {
+            let _ = writeln!(
+                out,
+                "  note: network.allow_hosts is empty: the proxy refuses every host until you \
+                 list some"
+            );
+        }
+    }
     let fs = &policy.filesystem;
     for p in fs.read_exec.iter().chain(&fs.read_write).chain(&fs.devices) {
         if !p.exists() {
@@ -181,7 +218,9 @@ pub fn explain(policy: &Policy) -> String {
     }
 
     let _ = writeln!(o, "\nNetwork");
-    if policy.network.is_off() {
+    if let Some(rules) = &policy.network.proxy {
+        explain_egress(&mut o, policy, rules);
+    } else if policy.network.is_off() {
         let _ = writeln!(
             o,
             "  None: no TCP (Landlock), and no socket other than Unix-domain ones (seccomp), so no UDP or DNS."
@@ -389,6 +428,70 @@ pub fn explain(policy: &Policy) -> String {
         "  `cordon doctor` proves each guarantee with a live probe."
     );
     o
+}
+
+fn explain_egress(o: &mut String, policy: &Policy, rules: &crate::egress::EgressRules) {
+    let list = |entries: &[crate::egress::rules::SitedPattern]| {
+        if entries.is_empty() {
+            "none".to_owned()
+        } else {
+            entries
+                .iter()
+                .map(|e| format!("`{}`", e.pattern))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    };
+    let _ = writeln!(
+        o,
+        "  Through cordon's egress proxy only: confined processes get HTTP_PROXY/HTTPS_PROXY/\
+         ALL_PROXY pointing at it and a network namespace with nothing else (Landlock lets TCP \
+         connect only to the proxy's port{}; seccomp profile `{}`).",
+        if policy.network.tcp_connect.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " and the sandbox's own loopback ports {:?}",
+                policy.network.tcp_connect
+            )
+        },
+        policy.sandbox.seccomp_profile
+    );
+    let _ = writeln!(
+        o,
+        "  Hosts allowed: {} ({}). No port in a pattern means 80 and 443.",
+        list(&rules.allow_hosts),
+        rules.allow_site
+    );
+    let _ = writeln!(
+        o,
+        "  Hosts denied (wins over allowed): {}.",
+        list(&rules.deny_hosts)
+    );
+    let _ = writeln!(
+        o,
+        "  The proxy resolves names itself, only once a name is allowed; addresses in loopback, \
+         private, link-local or ULA ranges are refused unless listed in allow_private ({}). IP \
+         literals are reached only when listed themselves.",
+        if rules.allow_private.is_empty() {
+            "none".to_owned()
+        } else {
+            rules
+                .allow_private
+                .iter()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    );
+    let _ = writeln!(
+        o,
+        "  At most {} connections per call, {} MiB per connection (both ways); plain-HTTP \
+         requests must carry a Host header naming their target. Every connection is in the \
+         call's result and the audit log.",
+        rules.max_connections_per_call,
+        rules.max_bytes_per_connection >> 20
+    );
 }
 
 fn join_or_none(items: &[String]) -> String {

@@ -32,6 +32,8 @@ pub struct Factory {
     /// Declared first: ready slots (and their cgroups) go before the init and the parents.
     pool: Mutex<Vec<WarmSlot>>,
     refilling: AtomicBool,
+    /// The egress proxy's accept loop on this init's listener; stops when the init goes.
+    proxy: Mutex<Option<crate::egress::proxy::ListenerGuard>>,
     sandbox: Sandbox,
     /// What the init was started with, to start a new one when the protected set changes.
     plan: InitPlan,
@@ -86,6 +88,9 @@ pub(crate) struct ViewInputs<'a> {
     /// Workspace-relative protected patterns (globs), expanded when the view is built.
     pub protected: &'a [String],
     pub isolate_network: bool,
+    /// The egress proxy's port in the namespace (proxy-mode policies; needs
+    /// `isolate_network`): PID 1 listens there and Landlock lets calls connect to it.
+    pub proxy_port: Option<u16>,
     pub seccomp: &'a [BpfProgram],
     pub read_exec: &'a [PathBuf],
     pub read_write: &'a [PathBuf],
@@ -140,6 +145,7 @@ impl Factory {
         Ok(Self {
             pool: Mutex::new(Vec::new()),
             refilling: AtomicBool::new(false),
+            proxy: Mutex::new(None),
             sandbox,
             plan,
             program,
@@ -247,6 +253,19 @@ impl Factory {
 
     pub fn namespaces(&self) -> Namespaces {
         self.sandbox.namespaces()
+    }
+
+    /// Hands the init's proxy listener to `proxy`, which serves it for as long as this init
+    /// lives. An error when the init made none (its plan had no proxy port).
+    pub fn attach_proxy(&self, proxy: &crate::egress::Proxy) -> std::io::Result<()> {
+        let listener = self.sandbox.take_proxy_listener().ok_or_else(|| {
+            std::io::Error::other("the sandbox init has no proxy listener to serve")
+        })?;
+        let guard = proxy.serve(listener)?;
+        if let Ok(mut slot) = self.proxy.lock() {
+            *slot = Some(guard);
+        }
+        Ok(())
     }
 
     pub fn is_alive(&self) -> bool {
@@ -365,6 +384,7 @@ fn plan(inputs: &ViewInputs<'_>) -> InitPlan {
         protected: Vec::new(),
         devices: inputs.devices.to_vec(),
         isolate_network: inputs.isolate_network,
+        proxy_listener: inputs.proxy_port,
         user_namespace: (!inputs.is_root).then(|| {
             (
                 rustix::process::getuid().as_raw(),
@@ -378,7 +398,12 @@ fn plan(inputs: &ViewInputs<'_>) -> InitPlan {
             read_only: l.read_only.clone(),
             devices: l.devices.clone(),
             deny: l.deny.clone(),
-            tcp_connect: l.tcp_connect.clone(),
+            tcp_connect: l
+                .tcp_connect
+                .iter()
+                .copied()
+                .chain(inputs.proxy_port)
+                .collect(),
             tcp_bind: l.tcp_bind.clone(),
             best_effort: l.best_effort,
             calls_tmp: inputs.calls_tmp.to_path_buf(),

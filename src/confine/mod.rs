@@ -52,6 +52,8 @@ pub enum ConfineError {
     Sandbox(#[from] sandbox::SandboxError),
     #[error("the task preparing the sandbox did not finish: {0}")]
     Task(String),
+    #[error("cannot start the egress proxy: {0}")]
+    Egress(String),
 }
 
 /// Marks every descriptor above stderr close-on-exec, so nothing this process inherited can
@@ -211,6 +213,9 @@ pub struct Confinement {
     /// What the Landlock ruleset was built from, kept so a long-lived worker can get a ruleset
     /// whose only private directory is its own (`private_ruleset`); None without Landlock.
     landlock_inputs: Option<LandlockInputs>,
+    /// The egress proxy of a proxy-mode policy, serving every sandbox init's listener; None
+    /// without the proxy, or where there is no network namespace (then no network at all).
+    egress: Option<Arc<crate::egress::Proxy>>,
 }
 
 /// The policy's file and network grants, minus the per-call temporary root.
@@ -353,7 +358,13 @@ impl Confinement {
             &protected,
             &mut notes,
         );
+        let (egress, landlock_inputs) =
+            egress_for(policy, factory.as_ref(), landlock_inputs, &mut notes)?;
         let mut seccomp = seccomp;
+        if factory.is_none() && policy.network.uses_proxy() && !seccomp.is_empty() {
+            // No network at all on this path (see `egress_for`): no inet sockets, UDP included.
+            seccomp = seccomp::compile_profile("default")?;
+        }
         if factory.is_none() && !seccomp.is_empty() {
             // No namespaces to hide the host's sockets and IPC: seccomp refuses them instead.
             seccomp.extend(seccomp::fallback_programs(
@@ -422,7 +433,14 @@ impl Confinement {
             workspace: workspace.to_path_buf(),
             protected,
             landlock_inputs,
+            egress,
         })
+    }
+
+    /// The egress proxy, when the policy routes the network through it and it could be set up
+    /// (a network namespace of our own).
+    pub fn egress(&self) -> Option<&Arc<crate::egress::Proxy>> {
+        self.egress.as_ref()
     }
 
     /// Root of long-lived workers' private directories (`WorkerSpec::private_dir` must lie
@@ -468,6 +486,13 @@ impl Confinement {
         Some(match current.rebuilt() {
             Ok(fresh) => {
                 tracing::info!("{why}: started a new sandbox init");
+                if let Some(proxy) = &self.egress
+                    && let Err(e) = fresh.attach_proxy(proxy)
+                {
+                    // Calls in the new init would find no proxy: keep the old one.
+                    tracing::warn!("the new sandbox init's proxy listener: {e}");
+                    return Some(Ok(current));
+                }
                 let fresh = Arc::new(fresh);
                 *slot = Some(Arc::clone(&fresh));
                 Ok(fresh)
@@ -631,6 +656,44 @@ impl Confinement {
     }
 }
 
+/// The egress proxy of a proxy-mode policy, attached to the sandbox init's listener. Without
+/// an init (no namespaces) there is no private loopback to put the proxy on: Landlock's TCP
+/// rules name ports, not addresses, so "connect only to the proxy's port" would also allow
+/// any remote host on that port. That path therefore gets no TCP at all, and says so.
+fn egress_for(
+    policy: &Policy,
+    factory: Option<&factory::Factory>,
+    mut landlock: Option<LandlockInputs>,
+    notes: &mut Vec<String>,
+) -> Result<(Option<Arc<crate::egress::Proxy>>, Option<LandlockInputs>), ConfineError> {
+    let Some(rules) = &policy.network.proxy else {
+        return Ok((None, landlock));
+    };
+    match factory {
+        Some(factory) => {
+            let proxy = crate::egress::Proxy::start(rules.clone())
+                .map_err(|e| ConfineError::Egress(e.to_string()))?;
+            factory
+                .attach_proxy(&proxy)
+                .map_err(|e| ConfineError::Egress(e.to_string()))?;
+            Ok((Some(Arc::new(proxy)), landlock))
+        }
+        None => {
+            if let Some(inputs) = landlock.as_mut() {
+                inputs.tcp_connect.clear();
+            }
+            notes.push(
+                "network: the egress proxy needs the sandbox's own network namespace, which \
+                 cannot be had here, so confined processes get no network at all (Landlock \
+                 refuses every TCP connect: its rules name ports, not addresses, so a rule for \
+                 the proxy's port would also let them reach any host on that port)"
+                    .into(),
+            );
+            Ok((None, landlock))
+        }
+    }
+}
+
 /// Starts the sandbox init when namespaces can be had; otherwise says why not in `notes`.
 #[allow(clippy::too_many_arguments)]
 fn start_factory(
@@ -685,7 +748,13 @@ fn start_factory(
         calls_tmp,
         private_root,
         protected,
-        isolate_network: policy.network.is_off() && policy.sandbox.seccomp_profile == "default",
+        // The proxy needs a namespace whose only route out is its listener.
+        isolate_network: policy.network.uses_proxy()
+            || (policy.network.is_off() && policy.sandbox.seccomp_profile == "default"),
+        proxy_port: policy
+            .network
+            .uses_proxy()
+            .then_some(crate::egress::PROXY_PORT),
         seccomp,
         read_exec: &read_exec,
         read_write: &read_write,

@@ -23,6 +23,7 @@ pub const PROBES: &[&str] = &[
     "io_uring",
     "udp",
     "tcp-connect",
+    "proxy-connect",
     "signal-parent",
     "x32",
     "int80",
@@ -109,6 +110,10 @@ pub fn run(name: &str, arg: Option<&str>) -> i32 {
             }
             None => return usage("tcp-connect PORT"),
         },
+        "proxy-connect" => match arg {
+            Some(target) => proxy_connect(target),
+            None => return usage("proxy-connect HOST:PORT"),
+        },
         "signal-parent" => {
             let parent = rustix::process::getppid().map_or(1, |p| p.as_raw_nonzero().get());
             // SAFETY: kill with signal 0 only checks permission.
@@ -136,6 +141,59 @@ pub fn run(name: &str, arg: Option<&str>) -> i32 {
             1
         }
     }
+}
+
+/// `CONNECT target` through the egress proxy named by `HTTPS_PROXY`, with the credentials of
+/// its URL, as a TLS client would: Ok when the proxy opens the tunnel, else the status line.
+fn proxy_connect(target: &str) -> Result<(), Error> {
+    use std::io::{Read, Write};
+    let url = std::env::var("HTTPS_PROXY")
+        .map_err(|_| Error::other("no HTTPS_PROXY in the environment"))?;
+    let (credentials, addr) = url
+        .strip_prefix("http://")
+        .and_then(|rest| rest.rsplit_once('@'))
+        .ok_or_else(|| {
+            Error::other(format!(
+                "HTTPS_PROXY `{url}` is not http://user:pass@host:port"
+            ))
+        })?;
+    let mut stream = TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
+    write!(
+        stream,
+        "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\nProxy-Authorization: Basic {}\r\n\r\n",
+        base64(credentials.as_bytes())
+    )?;
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    while !line.ends_with(b"\r\n") && line.len() < 1024 && stream.read(&mut byte)? == 1 {
+        line.push(byte[0]);
+    }
+    let line = String::from_utf8_lossy(&line).trim_end().to_owned();
+    if line.starts_with("HTTP/1.1 200") {
+        Ok(())
+    } else {
+        Err(Error::other(line))
+    }
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &b)| n | (b as u32) << (16 - 8 * i));
+        for i in 0..4 {
+            out.push(if i <= chunk.len() {
+                ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char
+            } else {
+                '='
+            });
+        }
+    }
+    out
 }
 
 fn usage(what: &str) -> i32 {

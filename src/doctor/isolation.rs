@@ -345,6 +345,9 @@ async fn tcp_side_doors(s: &Setup<'_>) -> Result<Vec<ProbeResult>, DoctorError> 
     let forbidden = std::net::TcpListener::bind("127.0.0.1:0")?;
     let port = forbidden.local_addr()?.port();
     let mut policy = s.policy.clone();
+    // Port rules to any host: without the proxy (under it, ports name the sandbox's own
+    // loopback, where the host's listener is not).
+    policy.network.proxy = None;
     policy.network.tcp_connect = vec![allowed_port];
     policy.network.tcp_bind = Vec::new();
     policy.sandbox.seccomp_profile = "tcp".into();

@@ -168,7 +168,13 @@ impl Executor {
             .prefix("call-")
             .tempdir_in(conf.tmp_root())
             .map_err(ExecError::TempDir)?;
-        let env = env::build(&self.environment, tmp.path(), conf.workspace(), &req.env);
+        let mut env = env::build(&self.environment, tmp.path(), conf.workspace(), &req.env);
+        // A proxy-mode policy: this call's own proxy URL (its token tells its connections
+        // apart from other calls'), set last so it is the one the call's processes use.
+        let egress = conf.egress().map(|proxy| proxy.open_call());
+        if let Some(ticket) = &egress {
+            env.extend(ticket.env(crate::egress::listen_addr()));
+        }
         // Held for the whole call: a replaced init stays up until its last process is done.
         let factory = self.sandbox_init().await.transpose()?;
         let (mut child, pipes, cgroup) = match &factory {
@@ -262,6 +268,10 @@ impl Executor {
 
         let (stdout, stderr, output_cut_short) =
             collect_output(&stop_reading, stdout, stderr).await;
+        let network = match egress {
+            Some(ticket) => Some(ticket.finish().await),
+            None => None,
+        };
         let hits = cgroup.as_ref().map(|c| c.limit_hits());
         // The tree is dead: nothing of this call can still write. A protected control file it
         // created (git reads `.git/commondir` as configuration) goes to quarantine now.
@@ -306,6 +316,7 @@ impl Executor {
             output_cut_short,
             enforcement: self.confinement.enforcement().clone(),
             notices,
+            network,
         })
     }
 }

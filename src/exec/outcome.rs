@@ -58,6 +58,8 @@ pub struct ExecOutcome {
     /// What cordon did about the call that the agent should know (e.g. a protected git
     /// control file the command created, moved to quarantine).
     pub notices: Vec<String>,
+    /// What the call did through the egress proxy (proxy-mode policies only).
+    pub network: Option<crate::egress::NetworkReport>,
 }
 
 impl ExecOutcome {

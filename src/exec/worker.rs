@@ -49,6 +49,8 @@ pub struct ConfinedWorker {
     pub stderr: Option<pipe::Receiver>,
     cgroup: Option<CallCgroup>,
     pid: Option<u32>,
+    /// The worker's registration with the egress proxy (proxy-mode policies), for its life.
+    egress: Option<crate::egress::CallTicket>,
     /// The init the worker was born in, kept up for the worker's life (declared last: the
     /// worker's process and cgroup go first).
     factory: Option<Arc<crate::confine::Factory>>,
@@ -72,7 +74,13 @@ impl Executor {
         let conf = &self.confinement;
         let home = spec.private_dir.join("home");
         std::fs::create_dir_all(&home).map_err(ExecError::TempDir)?;
-        let env = env::build(&self.environment, &home, conf.workspace(), &spec.env);
+        let mut env = env::build(&self.environment, &home, conf.workspace(), &spec.env);
+        // The worker's own proxy URL for its whole life (see `Executor::run`). Only in the
+        // sandbox init: the per-child path has no proxy (and no network).
+        let egress = conf.egress().map(|proxy| proxy.open_call());
+        if let Some(ticket) = &egress {
+            env.extend(ticket.env(crate::egress::listen_addr()));
+        }
         let cpu_override = |rlimits: &mut Vec<(rustix::process::Resource, u64)>| {
             if let Some(cpu) = spec.cpu_seconds {
                 for (resource, value) in rlimits.iter_mut() {
@@ -103,6 +111,7 @@ impl Executor {
             )?;
             let mut worker = ConfinedWorker::new(child, pipes, warm.cgroup);
             worker.factory = Some(factory);
+            worker.egress = egress;
             return Ok(worker);
         }
         let ruleset = conf.private_ruleset(&spec.private_dir)?;
@@ -166,7 +175,17 @@ impl ConfinedWorker {
             stderr: pipes.stderr,
             child,
             cgroup,
+            egress: None,
             factory: None,
+        }
+    }
+
+    /// What the worker's connections through the egress proxy did since the last call
+    /// (None when the policy does not use the proxy).
+    pub async fn network(&self) -> Option<crate::egress::NetworkReport> {
+        match &self.egress {
+            Some(ticket) => Some(ticket.settled().await),
+            None => None,
         }
     }
 

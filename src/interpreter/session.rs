@@ -66,6 +66,8 @@ pub struct CellOutcome {
     /// The session that was ended to give this one a slot.
     pub evicted: Option<String>,
     pub duration: Duration,
+    /// What the interpreter's connections through the egress proxy did during the cell.
+    pub network: Option<crate::egress::NetworkReport>,
 }
 
 /// A session: one worker at a time, one cell at a time.
@@ -259,6 +261,7 @@ impl Session {
         let (stdout, stderr) = worker.output.read(req.stdout, req.stderr).await;
         out.stdout = stdout;
         out.stderr = stderr;
+        out.network = worker.proc.network().await;
 
         match waited {
             Waited::Reply(reply) => {

@@ -416,6 +416,15 @@ pub fn explain_port(policy: &Policy, port: u16, op: NetOperation) -> String {
              it (is the other side there? is the port already in use?)."
         );
     }
+    if policy.network.uses_proxy() && op == NetOperation::Connect {
+        return format!(
+            "connecting to TCP port {port} directly was stopped: this policy routes the network \
+             through cordon's egress proxy (HTTP_PROXY/HTTPS_PROXY/ALL_PROXY are set), and the \
+             sandbox has no other route out. Use a client that honours those variables; to \
+             allow a host, add it to network.allow_hosts in policy {origin}. (network.tcp_connect \
+             names ports of the sandbox's own loopback only.)"
+        );
+    }
     if policy.network.is_off() {
         return format!(
             "{doing} TCP port {port} was stopped: the network is off in this policy (network \
@@ -681,5 +690,13 @@ mod tests {
         assert!(e.starts_with("[explanation derived from the policy"), "{e}");
         assert!(e.contains("not from a kernel log"), "{e}");
         assert_eq!(explain_stderr(&scene(&p), "boom\n"), None);
+    }
+
+    #[test]
+    fn direct_connects_under_the_proxy_point_at_the_proxy() {
+        let p = Policy::load("dev").unwrap();
+        let e = explain_port(&p, 443, NetOperation::Connect);
+        assert!(e.contains("egress proxy"), "{e}");
+        assert!(e.contains("network.allow_hosts"), "{e}");
     }
 }

@@ -138,15 +138,30 @@ pub struct FilesystemPolicy {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct NetworkPolicy {
+    /// Without the proxy: ports confined processes may connect to, on any host. With it:
+    /// ports on the loopback of their own network namespace (nothing else is there).
     pub tcp_connect: Vec<u16>,
     pub tcp_bind: Vec<u16>,
+    /// `proxy = true`: every connection out goes through cordon's egress proxy, by host name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<crate::egress::EgressRules>,
 }
 
 impl NetworkPolicy {
+    /// No network at all: no ports and no proxy.
     pub fn is_off(&self) -> bool {
-        self.tcp_connect.is_empty() && self.tcp_bind.is_empty()
+        self.tcp_connect.is_empty() && self.tcp_bind.is_empty() && self.proxy.is_none()
+    }
+
+    pub fn uses_proxy(&self) -> bool {
+        self.proxy.is_some()
     }
 }
+
+/// Default `network.max_connections_per_call`.
+pub const DEFAULT_MAX_CONNECTIONS_PER_CALL: u64 = 256;
+/// Default `network.max_mb_per_connection`.
+pub const DEFAULT_MAX_MB_PER_CONNECTION: u64 = 1024;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Limits {
@@ -444,6 +459,7 @@ fn load_chain(
     });
     resolved.map(|mut policy| {
         policy.commands.locate(&rule_sites);
+        locate_network(&mut policy.network, &layers);
         policy.sources = sources;
         policy
     })
@@ -513,6 +529,162 @@ fn expand_home(path: String) -> String {
     }
 }
 
+/// `[network]` in proxy mode, compiled; where each list is written is filled in later
+/// ([`locate_network`]), when the layers' texts are at hand.
+fn egress_rules(
+    n: &raw::RawNetwork,
+    invalid: &dyn Fn(&'static str, String) -> PolicyError,
+    origin: &str,
+) -> Result<crate::egress::EgressRules, PolicyError> {
+    use crate::egress::pattern::{Cidr, HostPattern, Target};
+    use crate::egress::rules::{Site, SitedPattern};
+    let site = Site {
+        origin: origin.to_owned(),
+        line: None,
+    };
+    let patterns = |field: &'static str, list: &Option<Vec<String>>| {
+        list.iter()
+            .flatten()
+            .map(|text| {
+                HostPattern::parse(text)
+                    .map(|pattern| SitedPattern {
+                        pattern,
+                        site: site.clone(),
+                    })
+                    .map_err(|e| {
+                        invalid(
+                            field,
+                            format!(
+                                "{e}. A pattern is `name`, `*.name` (names below it), an IP \
+                                 address, or `[IPv6]`, each optionally with `:port` or `:*`; \
+                                 e.g. \"example.org\", \"*.example.net:443\""
+                            ),
+                        )
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let allow_private = n
+        .allow_private
+        .iter()
+        .flatten()
+        .map(|c| Cidr::parse(c).map_err(|e| invalid("network.allow_private", e.to_string())))
+        .collect::<Result<Vec<_>, _>>()?;
+    let positive = |field: &'static str, v: Option<u64>, default: u64| match v.unwrap_or(default) {
+        0 => Err(invalid(field, "must be greater than 0".into())),
+        v => Ok(v),
+    };
+    let rules = crate::egress::EgressRules {
+        allow_hosts: patterns("network.allow_hosts", &n.allow_hosts)?,
+        deny_hosts: patterns("network.deny_hosts", &n.deny_hosts)?,
+        allow_private,
+        max_connections_per_call: positive(
+            "network.max_connections_per_call",
+            n.max_connections_per_call,
+            DEFAULT_MAX_CONNECTIONS_PER_CALL,
+        )? as usize,
+        max_bytes_per_connection: positive(
+            "network.max_mb_per_connection",
+            n.max_mb_per_connection,
+            DEFAULT_MAX_MB_PER_CONNECTION,
+        )?
+        .saturating_mul(1024 * 1024),
+        allow_site: site.clone(),
+        deny_site: site.clone(),
+        private_site: site.clone(),
+        caps_site: site,
+    };
+    if let Some(examples) = &n.host_examples {
+        for (text, want_allowed) in examples
+            .allowed
+            .iter()
+            .map(|t| (t, true))
+            .chain(examples.refused.iter().map(|t| (t, false)))
+        {
+            let target = Target::parse_with_default(text, 443).map_err(|e| {
+                invalid(
+                    "network.host_examples",
+                    format!("{e} (an example is `host` or `host:port`; no port means 443)"),
+                )
+            })?;
+            match (rules.judge(&target), want_allowed) {
+                (Ok(()), true) | (Err(_), false) => {}
+                (Ok(()), false) => {
+                    return Err(invalid(
+                        "network.host_examples",
+                        format!(
+                            "`{text}` is listed as refused, but allow_hosts allows {target} (and \
+                             no deny_hosts entry matches it)"
+                        ),
+                    ));
+                }
+                (Err(refusal), true) => {
+                    return Err(invalid(
+                        "network.host_examples",
+                        format!(
+                            "`{text}` is listed as allowed, but {target} is refused: {}",
+                            refusal.kind()
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(rules)
+}
+
+/// Fills in where the proxy's lists are written (file and line of the list, and of each
+/// pattern), so a refusal can say "add it there". `layers` is child first.
+fn locate_network(network: &mut NetworkPolicy, layers: &[(String, String, RawPolicy)]) {
+    use crate::egress::rules::Site;
+    let Some(rules) = network.proxy.as_mut() else {
+        return;
+    };
+    let site_of = |field: &str| -> (Site, Option<&str>) {
+        for (origin, text, _) in layers {
+            if let Some(line) = field_line(text, field) {
+                return (
+                    Site {
+                        origin: origin.clone(),
+                        line: Some(line),
+                    },
+                    Some(text.as_str()),
+                );
+            }
+        }
+        (
+            Site {
+                origin: layers.first().map(|l| l.0.clone()).unwrap_or_default(),
+                line: None,
+            },
+            None,
+        )
+    };
+    let place = |list: &mut [crate::egress::rules::SitedPattern], field: &str| -> Site {
+        let (site, text) = site_of(field);
+        for entry in list.iter_mut() {
+            entry.site = site.clone();
+            if let (Some(text), Some(from)) = (text, site.line) {
+                let quoted = format!("\"{}\"", entry.pattern.text);
+                if let Some(i) = text
+                    .lines()
+                    .enumerate()
+                    .skip(from - 1)
+                    .find(|(_, l)| l.contains(&quoted))
+                    .map(|(i, _)| i)
+                {
+                    entry.site.line = Some(i + 1);
+                }
+            }
+        }
+        site
+    };
+    rules.allow_site = place(&mut rules.allow_hosts, "network.allow_hosts");
+    rules.deny_site = place(&mut rules.deny_hosts, "network.deny_hosts");
+    rules.private_site = site_of("network.allow_private").0;
+    rules.caps_site = site_of("network.max_connections_per_call").0;
+}
+
 fn resolve(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
     let invalid = |field: &'static str, message: String| PolicyError::Invalid {
         origin: origin.clone(),
@@ -572,12 +744,56 @@ fn resolve(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
         }
     }
 
+    let n = raw.network;
+    let proxy = n.proxy.unwrap_or(false);
+    if !proxy {
+        for (field, set) in [
+            (
+                "network.allow_hosts",
+                n.allow_hosts.as_ref().is_some_and(|l| !l.is_empty()),
+            ),
+            (
+                "network.deny_hosts",
+                n.deny_hosts.as_ref().is_some_and(|l| !l.is_empty()),
+            ),
+            (
+                "network.allow_private",
+                n.allow_private.as_ref().is_some_and(|l| !l.is_empty()),
+            ),
+            ("network.host_examples", n.host_examples.is_some()),
+        ] {
+            if set {
+                return Err(invalid(
+                    field,
+                    "host rules only apply through the egress proxy: set `proxy = true` in \
+                     [network] (and remove tcp_connect ports meant for the internet)"
+                        .into(),
+                ));
+            }
+        }
+    }
+    let egress = if proxy {
+        Some(egress_rules(&n, &invalid, &origin)?)
+    } else {
+        None
+    };
     let network = NetworkPolicy {
-        tcp_connect: raw.network.tcp_connect.unwrap_or_default(),
-        tcp_bind: raw.network.tcp_bind.unwrap_or_default(),
+        tcp_connect: n.tcp_connect.unwrap_or_default(),
+        tcp_bind: n.tcp_bind.unwrap_or_default(),
+        proxy: egress,
     };
     if network.tcp_connect.contains(&0) || network.tcp_bind.contains(&0) {
         return Err(invalid("network", "port 0 is not a port".into()));
+    }
+    if network.uses_proxy() && network.tcp_bind.contains(&crate::egress::PROXY_PORT) {
+        return Err(invalid(
+            "network.tcp_bind",
+            format!(
+                "port {} is the egress proxy's in the sandbox's network namespace; bind \
+                 another",
+                crate::egress::PROXY_PORT
+            ),
+        ));
     }
 
     let l = raw.limits;
@@ -625,9 +841,15 @@ fn resolve(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
     if !network.is_off() && sandbox.seccomp_profile == "default" {
         return Err(invalid(
             "sandbox.seccomp_profile",
-            "the `default` profile allows no network sockets, but `network` lists TCP ports; \
-             use seccomp_profile = \"tcp\" (or \"tcp_udp\" when DNS is needed)"
-                .into(),
+            if network.uses_proxy() {
+                "the `default` profile allows no network sockets, but `network.proxy` is on; \
+                 use seccomp_profile = \"tcp\" (the proxy resolves names itself, so no UDP is \
+                 needed)"
+            } else {
+                "the `default` profile allows no network sockets, but `network` lists TCP ports; \
+                 use seccomp_profile = \"tcp\" (or \"tcp_udp\" when DNS is needed)"
+            }
+            .into(),
         ));
     }
 
@@ -1108,6 +1330,115 @@ mod tests {
             let v = p.commands.decide(&analyze(line));
             assert_eq!(v.decision, commands::Decision::Allow, "`{line}`: {v:?}");
         }
+    }
+
+    fn load_text(text: &str) -> Result<Policy, PolicyError> {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("p.toml");
+        std::fs::write(&f, text).unwrap();
+        Policy::load(f.to_str().unwrap())
+    }
+
+    #[test]
+    fn dev_ships_the_proxy_with_an_empty_allow_list_and_no_udp() {
+        let p = Policy::load("dev").unwrap();
+        let rules = p.network.proxy.as_ref().expect("dev uses the proxy");
+        assert!(rules.allow_hosts.is_empty() && rules.deny_hosts.is_empty());
+        assert!(p.network.tcp_connect.is_empty());
+        assert_eq!(p.sandbox.seccomp_profile, "tcp");
+        assert_eq!(rules.allow_site.origin, "builtin:dev");
+        assert!(rules.allow_site.line.is_some());
+        assert!(Policy::builtin_default().network.is_off());
+        assert!(Policy::load("strict").unwrap().network.is_off());
+    }
+
+    #[test]
+    fn host_rules_without_the_proxy_are_an_error_naming_the_fix() {
+        let err = load_text("[network]\nallow_hosts = [\"example.org\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("p.toml:2: field `network.allow_hosts`"),
+            "{err}"
+        );
+        assert!(err.contains("proxy = true"), "{err}");
+    }
+
+    #[test]
+    fn a_bad_pattern_cites_its_line_and_the_grammar() {
+        let err = load_text("extends = \"dev\"\n[network]\nallow_hosts = [\"a.*.example.org\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("p.toml:3: field `network.allow_hosts`"),
+            "{err}"
+        );
+        assert!(err.contains("`*.name`"), "{err}");
+        let err = load_text("extends = \"dev\"\n[network]\nallow_private = [\"10.0.0.0\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("network.allow_private"), "{err}");
+        let err = load_text("extends = \"dev\"\n[network]\ntcp_bind = [3128]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("egress proxy"), "{err}");
+        let err = load_text("[network]\nproxy = true\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("seccomp_profile = \"tcp\""), "{err}");
+    }
+
+    #[test]
+    fn host_examples_are_checked_when_the_policy_loads() {
+        let base = "extends = \"dev\"\n[network]\nallow_hosts = [\"*.example.net:443\"]\n\
+                    deny_hosts = [\"bad.example.net\"]\n";
+        let ok = format!(
+            "{base}host_examples = {{ allowed = [\"api.example.net\"], refused = \
+             [\"bad.example.net\", \"example.net\", \"api.example.net:80\"] }}\n"
+        );
+        load_text(&ok).unwrap();
+        let err = load_text(&format!(
+            "{base}host_examples = {{ allowed = [\"bad.example.net\"] }}\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("p.toml:5: field `network.host_examples`"),
+            "{err}"
+        );
+        assert!(err.contains("deny_hosts"), "{err}");
+        let err = load_text(&format!(
+            "{base}host_examples = {{ refused = [\"www.example.net\"] }}\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("listed as refused, but allow_hosts allows"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn refusals_cite_the_line_of_the_matching_entry() {
+        let p = load_text(
+            "extends = \"dev\"\n[network]\nallow_hosts = [\n  \"example.org\",\n  \
+             \"*.example.net\",\n]\ndeny_hosts = [\"bad.example.net\"]\n",
+        )
+        .unwrap();
+        let rules = p.network.proxy.unwrap();
+        assert_eq!(rules.allow_site.line, Some(3));
+        assert_eq!(rules.allow_hosts[1].site.line, Some(5));
+        assert_eq!(rules.deny_hosts[0].site.line, Some(7));
+        let target =
+            crate::egress::pattern::Target::parse_authority("bad.example.net:443").unwrap();
+        let e = rules.judge(&target).unwrap_err().to_string();
+        assert!(e.contains("policy line 7 of"), "{e}");
+        let target = crate::egress::pattern::Target::parse_authority("example.com:443").unwrap();
+        let e = rules.judge(&target).unwrap_err().to_string();
+        assert!(
+            e.starts_with("not in [network].allow_hosts (policy line 3 of"),
+            "{e}"
+        );
     }
 
     #[test]

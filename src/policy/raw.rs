@@ -104,6 +104,24 @@ pub enum WorkspaceAccess {
 pub struct RawNetwork {
     pub tcp_connect: Option<Vec<u16>>,
     pub tcp_bind: Option<Vec<u16>>,
+    /// Route connections through cordon's egress proxy (hosts by name, see `egress`).
+    pub proxy: Option<bool>,
+    pub allow_hosts: Option<Vec<String>>,
+    pub deny_hosts: Option<Vec<String>>,
+    pub allow_private: Option<Vec<String>>,
+    pub max_connections_per_call: Option<u64>,
+    pub max_mb_per_connection: Option<u64>,
+    pub host_examples: Option<RawHostExamples>,
+}
+
+/// Targets the host patterns must allow and refuse, checked when the policy is loaded.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHostExamples {
+    #[serde(default)]
+    pub allowed: Vec<String>,
+    #[serde(default)]
+    pub refused: Vec<String>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -233,7 +251,14 @@ overlay_struct!(RawInterpreter {
 });
 overlay_struct!(RawNetwork {
     tcp_connect,
-    tcp_bind
+    tcp_bind,
+    proxy,
+    allow_hosts,
+    deny_hosts,
+    allow_private,
+    max_connections_per_call,
+    max_mb_per_connection,
+    host_examples,
 });
 overlay_struct!(RawLimits {
     timeout_secs,

@@ -6,7 +6,28 @@ use crate::runtime::Session;
 pub fn render(ctx: &Session) -> String {
     let p = &ctx.runtime.policy;
     let l = &p.limits;
-    let network = if p.network.is_off() {
+    let network = if let Some(rules) = &p.network.proxy {
+        let hosts: Vec<String> = rules
+            .allow_hosts
+            .iter()
+            .map(|h| h.pattern.to_string())
+            .collect();
+        if ctx.runtime.confinement.egress().is_none() {
+            "no network access (this policy's egress proxy needs namespaces this host lacks)"
+                .to_owned()
+        } else if hosts.is_empty() {
+            "no network access: the policy's egress proxy allows no host yet (the operator adds \
+             them to [network].allow_hosts)"
+                .to_owned()
+        } else {
+            format!(
+                "network only through the egress proxy that HTTP_PROXY/HTTPS_PROXY point at, to \
+                 these hosts: {} (no port = 80 and 443); refused connections are listed in a \
+                 result's network.refused",
+                hosts.join(", ")
+            )
+        }
+    } else if p.network.is_off() {
         "no network access (no TCP, UDP or DNS)".to_owned()
     } else {
         format!(

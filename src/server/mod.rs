@@ -67,6 +67,46 @@ struct HttpShared {
     max_calls_per_session: usize,
 }
 
+/// Every connection through the egress proxy gets its own audit record (tool `egress`) as it
+/// ends, with the proxy's id of the call it belonged to (the `network.call` of that call's
+/// result) or none: connections without valid credentials are in no call's result, and those
+/// of lint runs in no tool's. Calls list their connections in their own records as well.
+fn audit_connections(runtime: &Arc<crate::runtime::Runtime>) {
+    let Some(proxy) = runtime.confinement.egress() else {
+        return;
+    };
+    let weak = Arc::downgrade(runtime);
+    proxy.set_audit(Arc::new(move |call, record| {
+        let Some(runtime) = weak.upgrade() else {
+            return;
+        };
+        let started = std::time::Instant::now()
+            .checked_sub(Duration::from_millis(record.duration_ms))
+            .unwrap_or_else(std::time::Instant::now);
+        let decision = match (call, record.allowed) {
+            (_, true) => crate::audit::Decision::Allow,
+            (Some(_), false) => crate::audit::Decision::Deny {
+                rule: "egress".into(),
+            },
+            (None, false) => crate::audit::Decision::Deny {
+                rule: "egress-unattributed".into(),
+            },
+        };
+        runtime.audit(
+            "egress",
+            &serde_json::json!({
+                "call": call,
+                "method": record.method,
+                "host": record.host,
+                "port": record.port,
+            }),
+            &decision,
+            crate::audit::Outcome::Other(serde_json::to_value(record).unwrap_or_default()),
+            started,
+        );
+    }));
+}
+
 fn output_schema<T: schemars::JsonSchema + 'static>() -> Arc<JsonObject> {
     rmcp::handler::server::common::schema_for_output::<T>()
 }
@@ -76,6 +116,7 @@ impl CordonServer {
     /// The MCP face of one client session (its runtime may serve other sessions too).
     pub fn new(ctx: Session) -> Self {
         let ctx = Arc::new(ctx);
+        audit_connections(&ctx.runtime);
         let mut tool_router = Self::tool_router();
         patch_schemas(&mut tool_router, &ctx);
         make_portable(&mut tool_router);
@@ -188,7 +229,8 @@ impl CordonServer {
     #[tool(
         description = "Run a shell command (`/bin/sh -c`) in the workspace, inside the sandbox: \
 files outside the workspace are read-only or invisible, the network is off unless the policy \
-allows ports, and the command's whole process tree is killed when the call ends or times out. \
+allows ports or hosts (through cordon's egress proxy: refused connections are listed in \
+`network.refused`), and the command's whole process tree is killed when the call ends or times out. \
 Use it to build, test, search (grep/rg/find), run git and other CLI tools. Do not use it to read \
 or write files when read_file/write_file/edit_file fit: those are exact and linted. \
 The policy's command rules refuse a few destructive commands (e.g. `rm -rf ~`) and ask the user \

@@ -117,6 +117,10 @@ pub struct CodeInterpreterOutput {
     pub evicted_session: Option<String>,
     /// Enforcement in force: "full", "reduced" or "degraded".
     pub enforcement: String,
+    /// Under a proxy-mode policy: the connections the cell made through cordon's egress
+    /// proxy, and each refusal in words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<crate::egress::NetworkReport>,
 }
 
 pub async fn run(
@@ -195,6 +199,7 @@ pub async fn run(
             session: output.session.clone(),
             state_lost: output.state_lost,
             timed_out: output.timed_out,
+            network: output.network.clone(),
         },
         started,
     );
@@ -290,6 +295,9 @@ fn shape_outcome(
             outcome.background_killed
         ));
     }
+    for refused in outcome.network.iter().flat_map(|n| &n.refused) {
+        text.push_str(&format!("[cordon] {refused}\n"));
+    }
     push_sections(
         &mut text,
         &[("stdout", &stdout.text), ("stderr", &stderr.text)],
@@ -361,6 +369,7 @@ fn shape_outcome(
         background_killed: u32::try_from(outcome.background_killed).unwrap_or(u32::MAX),
         evicted_session: outcome.evicted.clone(),
         enforcement,
+        network: outcome.network.clone(),
     };
     (output, text, images)
 }

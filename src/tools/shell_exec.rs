@@ -66,6 +66,10 @@ pub struct ShellExecOutput {
     pub limit: Option<LimitHit>,
     /// Enforcement in force for this call: "full", "reduced" or "degraded".
     pub enforcement: String,
+    /// Under a proxy-mode policy: every connection the command made through cordon's egress
+    /// proxy (host, port, allowed, bytes each way, duration), and each refusal in words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<crate::egress::NetworkReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<ToolError>,
 }
@@ -249,6 +253,7 @@ fn audit_outcome(output: &ShellExecOutput) -> Outcome {
         limit: output.limit.as_ref().map(|l| l.kind),
         signal: output.signal.clone(),
         timed_out: output.timed_out,
+        network: output.network.clone(),
     }
 }
 
@@ -421,7 +426,8 @@ fn shape_outcome(
         "stderr",
         Some(&open),
     );
-    for notice in &outcome.notices {
+    let refused = outcome.network.iter().flat_map(|n| &n.refused);
+    for notice in outcome.notices.iter().chain(refused) {
         if !stderr.text.is_empty() && !stderr.text.ends_with('\n') {
             stderr.text.push('\n');
         }
@@ -468,6 +474,7 @@ fn shape_outcome(
         duration_ms: outcome.duration.as_millis() as u64,
         limit: outcome.limit.clone(),
         enforcement,
+        network: outcome.network.clone(),
         error,
     };
     let is_error = output.error.is_some();
@@ -507,6 +514,18 @@ fn outcome_error(o: &ExecOutcome, scene: &explain::Scene<'_>) -> Option<ToolErro
         return None;
     }
     let mut message = o.reason().unwrap_or_else(|| "the command failed".into());
+    // A refused connection is the likeliest cause of a network client's failure: say it
+    // first, in the proxy's words (they name the policy line to change).
+    if let Some(refused) = o.network.as_ref().and_then(|n| n.refused.first()) {
+        message.push_str(&format!(
+            "; the egress proxy refused a connection: {refused}"
+        ));
+        return Some(ToolError {
+            kind: ErrorKind::ExitStatus,
+            message,
+            retriable: false,
+        });
+    }
     let mut stderr = String::from_utf8_lossy(&o.stderr.head).into_owned();
     stderr.push('\n');
     stderr.push_str(&String::from_utf8_lossy(&o.stderr.tail));

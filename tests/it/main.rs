@@ -9,6 +9,7 @@ mod confinement;
 mod conformance;
 mod disk;
 mod doctor;
+mod egress;
 mod fail_closed;
 mod file_attacks;
 mod http_client;

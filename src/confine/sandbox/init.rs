@@ -187,32 +187,42 @@ fn pid1(plan: &InitPlan, control: &OwnedFd, alive: OwnedFd) -> ! {
         std::process::exit(1);
     }
     let _alive = alive;
-    if let Err((stage, error)) = setup(plan) {
-        eprintln!("cordon sandbox init: {stage}: {error}");
-        send_msg(
-            control,
-            &FromInit::Failed {
-                stage: stage.into(),
-                error,
-            },
-            &[],
-        );
-        std::process::exit(1);
-    }
+    let listener = match setup(plan) {
+        Ok(listener) => listener,
+        Err((stage, error)) => {
+            eprintln!("cordon sandbox init: {stage}: {error}");
+            send_msg(
+                control,
+                &FromInit::Failed {
+                    stage: stage.into(),
+                    error,
+                },
+                &[],
+            );
+            std::process::exit(1);
+        }
+    };
+    let passed: Vec<std::os::fd::BorrowedFd<'_>> = listener.iter().map(|l| l.as_fd()).collect();
     send_msg(
         control,
         &FromInit::Ready {
             pid_namespace: true,
             network_namespace: plan.isolate_network,
             user_namespace: plan.user_namespace.is_some(),
+            proxy_listener: listener.is_some(),
         },
-        &[],
+        &passed,
     );
+    // The server holds the listener now; no process of the sandbox keeps a copy (nor can
+    // bind the port: the socket stays bound for as long as the server holds it).
+    drop(passed);
+    drop(listener);
     serve(plan, control)
 }
 
 /// Everything PID 1 does once, in order; the last step (seccomp) also binds PID 1 itself.
-fn setup(plan: &InitPlan) -> Result<(), StageError> {
+/// Returns the proxy's listening socket when the plan asks for one.
+fn setup(plan: &InitPlan) -> Result<Option<OwnedFd>, StageError> {
     // stdin was the plan pipe; nothing in the sandbox reads it.
     if let Ok(null) = std::fs::File::open("/dev/null") {
         // SAFETY: dup2 onto fd 0, which this process owns.
@@ -228,6 +238,13 @@ fn setup(plan: &InitPlan) -> Result<(), StageError> {
     if plan.isolate_network {
         stage("loopback", bring_up_loopback())?;
     }
+    // Made before Landlock (whose TCP bind rule would refuse the port) and only inside a
+    // namespace of our own (on the host's loopback any local process could pose as it).
+    let listener = match plan.proxy_listener {
+        Some(port) if plan.isolate_network => Some(stage("proxy listener", proxy_listener(port))?),
+        Some(_) => return Err(("proxy listener", "no network namespace".into())),
+        None => None,
+    };
     stage(
         "capabilities",
         crate::confine::child::drop_all_capabilities(),
@@ -250,7 +267,22 @@ fn setup(plan: &InitPlan) -> Result<(), StageError> {
             .collect();
         stage("seccomp", seccompiler::apply_filter(&program))?;
     }
-    Ok(())
+    Ok(listener)
+}
+
+/// A listening TCP socket on 127.0.0.1:`port` of this network namespace, close-on-exec.
+fn proxy_listener(port: u16) -> io::Result<OwnedFd> {
+    use rustix::net::{AddressFamily, SocketAddrV4, SocketFlags, SocketType, sockopt};
+    let sock = rustix::net::socket_with(
+        AddressFamily::INET,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )?;
+    sockopt::set_socket_reuseaddr(&sock, true)?;
+    rustix::net::bind(&sock, &SocketAddrV4::new([127, 0, 0, 1].into(), port))?;
+    rustix::net::listen(&sock, 512)?;
+    Ok(sock)
 }
 
 fn ruleset(

@@ -78,6 +78,8 @@ pub struct Sandbox {
     shared: Arc<Shared>,
     next_id: AtomicU64,
     namespaces: Namespaces,
+    /// The listening socket the init made for the egress proxy, until it is taken.
+    proxy_listener: Mutex<Option<OwnedFd>>,
     /// The empty directory the init mounted its root on; removed when we go.
     _new_root: tempfile::TempDir,
 }
@@ -112,19 +114,31 @@ impl Sandbox {
             .name("cordon-sandbox".into())
             .spawn(move || run_init(thread_shared, program, init_end, plan_json, ready_tx))
             .map_err(SandboxError::Start)?;
-        let ready = ready_rx
+        let (ready, listener) = ready_rx
             .recv_timeout(START_TIMEOUT)
             .map_err(|_| SandboxError::StartTimeout(START_TIMEOUT))??;
+        if plan.proxy_listener.is_some() && listener.is_none() {
+            return Err(SandboxError::Init {
+                stage: "proxy listener".into(),
+                error: "the init reported ready without the proxy's listening socket".into(),
+            });
+        }
         Ok(Self {
             shared,
             next_id: AtomicU64::new(1),
             namespaces: ready,
+            proxy_listener: Mutex::new(listener),
             _new_root: new_root,
         })
     }
 
     pub fn namespaces(&self) -> Namespaces {
         self.namespaces
+    }
+
+    /// The egress proxy's listening socket in the init's network namespace (once).
+    pub fn take_proxy_listener(&self) -> Option<OwnedFd> {
+        lock(&self.proxy_listener).take()
     }
 
     pub fn is_alive(&self) -> bool {
@@ -277,7 +291,7 @@ fn run_init(
     program: PathBuf,
     init_end: OwnedFd,
     plan_json: Vec<u8>,
-    ready: mpsc::Sender<Result<Namespaces, SandboxError>>,
+    ready: mpsc::Sender<Result<(Namespaces, Option<OwnedFd>), SandboxError>>,
 ) {
     use std::io::Write;
     use std::os::unix::process::CommandExt;
@@ -336,13 +350,22 @@ fn run_init(
             FromInit::Ready {
                 network_namespace,
                 user_namespace,
+                proxy_listener,
                 ..
             } => {
+                let listener = if proxy_listener {
+                    received.fds.into_iter().next()
+                } else {
+                    None
+                };
                 if let Some(tx) = ready.take() {
-                    let _ = tx.send(Ok(Namespaces {
-                        network: network_namespace,
-                        user: user_namespace,
-                    }));
+                    let _ = tx.send(Ok((
+                        Namespaces {
+                            network: network_namespace,
+                            user: user_namespace,
+                        },
+                        listener,
+                    )));
                 }
             }
             FromInit::Failed { stage, error } => {

@@ -27,8 +27,13 @@ pub struct InitPlan {
     pub protected: Vec<PathBuf>,
     /// Device nodes bound into the private `/dev` (which also gets `pts`, `ptmx`, `fd`).
     pub devices: Vec<PathBuf>,
-    /// A network namespace with only `lo` (the policy has no network).
+    /// A network namespace with only `lo` (the policy has no network, or uses the proxy).
     pub isolate_network: bool,
+    /// With `isolate_network`: a TCP listener on this port of the namespace's 127.0.0.1,
+    /// made by PID 1 before it confines itself and sent to the server with `Ready` (the
+    /// egress proxy accepts on it; a descriptor works across namespaces).
+    #[serde(default)]
+    pub proxy_listener: Option<u16>,
     /// `Some((uid, gid))` when cordon is not root: a user namespace mapping them to themselves.
     pub user_namespace: Option<(u32, u32)>,
     pub hostname: String,

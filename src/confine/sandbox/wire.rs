@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 /// Bumped whenever a message changes shape; the init refuses a plan of another version, so a
 /// server and an init from different builds never misread each other.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Largest datagram either side sends or accepts. Jobs above it go through a memfd
 /// ([`ToSlot::JobInMemfd`]), bounded by [`MAX_JOB`].
@@ -76,10 +76,12 @@ pub enum ToInit {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FromInit {
     /// The view is built and the confinement applied; the init now takes requests.
+    /// Descriptor, when `proxy_listener`: the listening socket of the plan's proxy port.
     Ready {
         pid_namespace: bool,
         network_namespace: bool,
         user_namespace: bool,
+        proxy_listener: bool,
     },
     /// Setting up failed; the server falls back to spawning each child itself.
     Failed { stage: String, error: String },

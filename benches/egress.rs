@@ -1,0 +1,287 @@
+//! The egress proxy's cost: the extra latency of one proxied request to a loopback origin,
+//! and the throughput of a 100 MB transfer through it, each beside a direct connection to
+//! the same origin, interleaved in one run (one sample of every variant per round, so all see
+//! the same background load).
+//!
+//! Latency variants, each a complete connect → request → response read to EOF:
+//!
+//! * `direct`: TCP connect to the origin, `GET /`, read. **The baseline.**
+//! * `forward`: to the proxy, `GET http://localhost:PORT/` with the call's credentials: the
+//!   proxy parses the head, judges the name, resolves `localhost` (getaddrinfo, /etc/hosts),
+//!   checks the address against `allow_private`, connects, forwards, relays.
+//! * `connect`: to the proxy, `CONNECT localhost:PORT`, read the 200, then `GET /` through the
+//!   tunnel (what every HTTPS client does, minus TLS).
+//!
+//! Throughput: `GET /big` of 100 MB (`BENCH_MB`), direct, through a CONNECT tunnel, and as a
+//! plain forwarded request, `BENCH_ROUNDS` interleaved rounds.
+//!
+//! The proxy runs in process on its own runtime, as in `cordon serve`, serving a listener on
+//! the host's loopback; in the server the listener lives in the sandbox's network namespace
+//! (the descriptor crosses it; the path through the kernel is loopback either way).
+//!
+//! Knobs: `BENCH_N` (latency rounds, default 400), `BENCH_MB` (100), `BENCH_ROUNDS` (5).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// An origin answering `/` with 13 bytes and `/big?n=N` with N bytes, one thread per
+/// connection, `Connection: close`.
+fn origin() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let _ = stream.set_nodelay(true);
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                    return;
+                }
+                loop {
+                    let mut h = String::new();
+                    if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                        break;
+                    }
+                }
+                let path = line.split(' ').nth(1).unwrap_or("/");
+                let n: usize = path
+                    .split_once("?n=")
+                    .and_then(|(_, n)| n.parse().ok())
+                    .unwrap_or(13);
+                let mut s = stream;
+                let _ = s.write_all(
+                    format!("HTTP/1.1 200 OK\r\nContent-Length: {n}\r\nConnection: close\r\n\r\n")
+                        .as_bytes(),
+                );
+                let chunk = vec![b'x'; 256 * 1024];
+                let mut left = n;
+                while left > 0 {
+                    let k = left.min(chunk.len());
+                    if s.write_all(&chunk[..k]).is_err() {
+                        return;
+                    }
+                    left -= k;
+                }
+            });
+        }
+    });
+    port
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &b)| n | (b as u32) << (16 - 8 * i));
+        for i in 0..4 {
+            out.push(if i <= chunk.len() {
+                A[(n >> (18 - 6 * i) & 63) as usize] as char
+            } else {
+                '='
+            });
+        }
+    }
+    out
+}
+
+/// Reads to EOF; returns the bytes read.
+fn drain(s: &mut TcpStream) -> u64 {
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut total = 0u64;
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => return total,
+            Ok(n) => total += n as u64,
+        }
+    }
+}
+
+/// Reads a response head (to the empty line) byte by byte.
+fn read_head(s: &mut TcpStream) -> String {
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if s.read(&mut b).unwrap_or(0) == 0 {
+            break;
+        }
+        head.push(b[0]);
+    }
+    String::from_utf8_lossy(&head).into_owned()
+}
+
+#[derive(Clone, Copy)]
+enum Mode {
+    Direct,
+    Forward,
+    Connect,
+}
+
+struct Setup {
+    origin: u16,
+    proxy: SocketAddr,
+    auth: String,
+}
+
+/// One request for `path` in `mode`; returns the bytes received (head and body).
+fn request(s: &Setup, mode: Mode, path: &str) -> u64 {
+    let host = format!("localhost:{}", s.origin);
+    match mode {
+        Mode::Direct => {
+            let mut c = TcpStream::connect(("127.0.0.1", s.origin)).unwrap();
+            let _ = c.set_nodelay(true);
+            c.write_all(format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes())
+                .unwrap();
+            drain(&mut c)
+        }
+        Mode::Forward => {
+            let mut c = TcpStream::connect(s.proxy).unwrap();
+            let _ = c.set_nodelay(true);
+            c.write_all(
+                format!(
+                    "GET http://{host}{path} HTTP/1.1\r\nHost: {host}\r\n{}\r\n",
+                    s.auth
+                )
+                .as_bytes(),
+            )
+            .unwrap();
+            drain(&mut c)
+        }
+        Mode::Connect => {
+            let mut c = TcpStream::connect(s.proxy).unwrap();
+            let _ = c.set_nodelay(true);
+            c.write_all(
+                format!("CONNECT {host} HTTP/1.1\r\nHost: {host}\r\n{}\r\n", s.auth).as_bytes(),
+            )
+            .unwrap();
+            let head = read_head(&mut c);
+            assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+            c.write_all(format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes())
+                .unwrap();
+            drain(&mut c)
+        }
+    }
+}
+
+fn stats(mut v: Vec<Duration>) -> (f64, f64) {
+    v.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    (ms(v[v.len() / 2]), ms(v[v.len() * 9 / 10]))
+}
+
+fn main() {
+    let n = env_usize("BENCH_N", 400);
+    let mb = env_usize("BENCH_MB", 100);
+    let rounds = env_usize("BENCH_ROUNDS", 5);
+    let port = origin();
+    let policy = cordon::policy::Policy::from_toml(
+        "extends = \"dev\"\n[network]\nproxy = true\nallow_hosts = [\"localhost:*\"]\n\
+         allow_private = [\"127.0.0.0/8\"]\nmax_connections_per_call = 1000000\n\
+         max_mb_per_connection = 4096\n",
+        "bench.toml",
+    )
+    .expect("bench policy");
+    let proxy =
+        cordon::egress::Proxy::start(policy.network.proxy.clone().expect("proxy mode")).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let _guard = proxy.serve_std(listener).unwrap();
+    let ticket = proxy.open_call();
+    let url = ticket.url(addr);
+    let cred = url.trim_start_matches("http://").split('@').next().unwrap();
+    let setup = Setup {
+        origin: port,
+        proxy: addr,
+        auth: format!("Proxy-Authorization: Basic {}\r\n", base64(cred.as_bytes())),
+    };
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "egress proxy bench: {n} latency rounds, {rounds} x {mb} MB; load {}",
+        load.trim()
+    );
+
+    // Warm up every path (the resolver, the runtime's threads, the origin's).
+    for mode in [Mode::Direct, Mode::Forward, Mode::Connect] {
+        for _ in 0..20 {
+            request(&setup, mode, "/");
+        }
+    }
+    let modes = [
+        ("direct", Mode::Direct),
+        ("forward", Mode::Forward),
+        ("connect", Mode::Connect),
+    ];
+    let mut samples: Vec<Vec<Duration>> = vec![Vec::with_capacity(n); modes.len()];
+    for _ in 0..n {
+        for (i, (_, mode)) in modes.iter().enumerate() {
+            let t = Instant::now();
+            let got = request(&setup, *mode, "/");
+            samples[i].push(t.elapsed());
+            assert!(got > 13, "short answer");
+        }
+    }
+    let direct = stats(samples[0].clone());
+    println!("\nlatency, connect + GET + response to EOF (ms):");
+    println!(
+        "{:<10} {:>8} {:>8} {:>14}",
+        "variant", "median", "p90", "extra (median)"
+    );
+    for (i, (name, _)) in modes.iter().enumerate() {
+        let (median, p90) = stats(samples[i].clone());
+        println!(
+            "{name:<10} {median:>8.3} {p90:>8.3} {:>+14.3}",
+            median - direct.0
+        );
+    }
+
+    let bytes = (mb * 1_000_000) as u64;
+    let path = format!("/big?n={bytes}");
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
+    for _ in 0..rounds {
+        for (i, (_, mode)) in modes.iter().enumerate() {
+            let t = Instant::now();
+            let got = request(&setup, *mode, &path);
+            let secs = t.elapsed().as_secs_f64();
+            assert!(got >= bytes, "{got} < {bytes}");
+            rates[i].push(bytes as f64 / 1e6 / secs);
+        }
+    }
+    println!("\nthroughput, one {mb} MB response (MB/s, {rounds} rounds):");
+    println!(
+        "{:<10} {:>8} {:>8} {:>8}",
+        "variant", "median", "min", "max"
+    );
+    for (i, (name, _)) in modes.iter().enumerate() {
+        let mut r = rates[i].clone();
+        r.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        println!(
+            "{name:<10} {:>8.0} {:>8.0} {:>8.0}",
+            r[r.len() / 2],
+            r[0],
+            r[r.len() - 1]
+        );
+    }
+    let report = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(ticket.finish());
+    let refused = report.connections.iter().filter(|c| !c.allowed).count();
+    println!(
+        "\n{} connections recorded through the proxy, {refused} refused",
+        report.connections.len()
+    );
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("load at the end: {}", load.trim());
+}

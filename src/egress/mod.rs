@@ -1,0 +1,37 @@
+//! Network by host name: the egress proxy a proxy-mode policy (`[network] proxy = true`)
+//! routes every confined connection through.
+//!
+//! ```text
+//! confined process ──▶ 127.0.0.1:3128 in its own network namespace (nothing else there)
+//!                        │ listening socket made by the sandbox init, its fd sent to the server
+//!                        ▼
+//! server: proxy ── judge name (allow/deny) ── resolve ── drop non-public ── connect ── relay
+//! ```
+//!
+//! * [`pattern`]: the host-pattern and CIDR grammar, pure.
+//! * [`rules`]: the decisions that need no network, and the words of each refusal.
+//! * [`http`]: the bounded request-head parser (fuzzed).
+//! * [`proxy`]: the server side: connections, per-call attribution and reports; `relay`
+//!   copies the bytes, `credentials` reads which call a connection belongs to.
+//!
+//! How the listener gets into the namespace, and what confines the process (Landlock's
+//! connect rule narrowed to the proxy port, seccomp without UDP) is `confine`'s job.
+
+mod credentials;
+pub mod http;
+pub mod pattern;
+pub mod proxy;
+mod relay;
+pub mod rules;
+
+pub use proxy::{CallTicket, ConnectionRecord, NetworkReport, Proxy};
+pub use rules::EgressRules;
+
+/// The proxy's port on the loopback of a sandbox's network namespace. Fixed (the namespace
+/// is private, so nothing else can hold it); a policy's `tcp_bind` may not name it.
+pub const PROXY_PORT: u16 = 3128;
+
+/// Where confined processes reach the proxy, inside their namespace.
+pub fn listen_addr() -> std::net::SocketAddr {
+    std::net::SocketAddr::from(([127, 0, 0, 1], PROXY_PORT))
+}

@@ -1,0 +1,1173 @@
+//! The egress proxy of proxy-mode policies (`[network] proxy = true`), loopback only.
+//!
+//! End to end through `cordon serve`: an HTTP origin and an opaque (TLS-like) CONNECT target
+//! listen on the host's 127.0.0.1 and are reached as `localhost` when the policy allows it;
+//! every refusal (a name not listed, an IP literal, a redirect to a denied host, a `Host`
+//! header naming another host, a loopback address without `allow_private`, the per-call
+//! connection cap, the byte cap, missing credentials) is attempted for real and must show in
+//! the call's result in the proxy's words; curl, Python's urllib and git honour the proxy
+//! variables; a process that ignores them has no route out. In process, against the library:
+//! a denied name is never resolved, non-public addresses are dropped before connecting, and
+//! oversized or slow request heads are refused.
+
+use crate::common::{Need, Sandbox, skip};
+use crate::stdio_server::{StdioServer, structured, text};
+use cordon::egress::proxy::{ProxyOptions, Resolve};
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{IpAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+// ---------------------------------------------------------------------------------------
+// Loopback targets
+// ---------------------------------------------------------------------------------------
+
+/// A small HTTP/1.1 origin on the host's 127.0.0.1: `/` answers `hello-egress`,
+/// `/redirect?to=URL` a 302 to URL, `/big?n=N` N bytes; with `root`, other paths are files
+/// below it (enough for git's dumb HTTP). Every request line and Host it saw is kept.
+struct Origin {
+    port: u16,
+    seen: Arc<Mutex<Vec<String>>>,
+}
+
+impl Origin {
+    fn start(root: Option<PathBuf>) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind origin");
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&seen);
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let log = Arc::clone(&log);
+                let root = root.clone();
+                std::thread::spawn(move || serve_http(stream, &log, root.as_deref()));
+            }
+        });
+        Self { port, seen }
+    }
+
+    fn requests(&self) -> Vec<String> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+fn serve_http(stream: TcpStream, log: &Mutex<Vec<String>>, root: Option<&Path>) {
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut stream = stream;
+    let mut line = String::new();
+    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+        return;
+    }
+    let mut host = String::new();
+    loop {
+        let mut h = String::new();
+        if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+            break;
+        }
+        if let Some(v) = h.strip_prefix("Host:").or_else(|| h.strip_prefix("host:")) {
+            host = v.trim().to_owned();
+        }
+    }
+    log.lock()
+        .unwrap()
+        .push(format!("{} host={host}", line.trim_end()));
+    let path = line.split(' ').nth(1).unwrap_or("/").to_owned();
+    let (path, query) = path.split_once('?').unwrap_or((&path, ""));
+    let (status, extra, body): (&str, String, Vec<u8>) = match path {
+        "/" => ("200 OK", String::new(), b"hello-egress\n".to_vec()),
+        "/redirect" => (
+            "302 Found",
+            format!("Location: {}\r\n", query.trim_start_matches("to=")),
+            b"moved\n".to_vec(),
+        ),
+        "/big" => {
+            let n: usize = query.trim_start_matches("n=").parse().unwrap_or(0);
+            ("200 OK", String::new(), vec![b'x'; n])
+        }
+        other => match root.and_then(|r| std::fs::read(r.join(other.trim_start_matches('/'))).ok())
+        {
+            Some(bytes) => ("200 OK", String::new(), bytes),
+            None => ("404 Not Found", String::new(), b"not found\n".to_vec()),
+        },
+    };
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Length: {}\r\nContent-Type: text/plain\r\n{extra}Connection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = stream.write_all(head.as_bytes());
+    let _ = stream.write_all(&body);
+}
+
+/// An opaque CONNECT target (like a TLS server, it speaks no HTTP): echoes every byte back,
+/// each XOR 0x5a, so the answer proves the bytes went both ways through the tunnel.
+fn echo_target() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind echo");
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut s = stream;
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = s.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    let out: Vec<u8> = buf[..n].iter().map(|b| b ^ 0x5a).collect();
+                    if s.write_all(&out).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+// ---------------------------------------------------------------------------------------
+// A server under a proxy-mode policy
+// ---------------------------------------------------------------------------------------
+
+fn proxy_policy(sb: &Sandbox, network: &str) -> String {
+    sb.policy(
+        "egress.toml",
+        &format!("extends = \"dev\"\n\n[network]\nproxy = true\n{network}\n"),
+    )
+}
+
+const LOCALHOST_ALLOWED: &str =
+    "allow_hosts = [\"localhost:*\"]\nallow_private = [\"127.0.0.0/8\"]";
+
+fn serve(sb: &Sandbox, policy: &str, extra: &[&str]) -> StdioServer {
+    let mut args = vec!["--policy", policy];
+    args.extend_from_slice(extra);
+    StdioServer::start(sb.ws(), &args, "", &[])
+}
+
+fn shell(server: &mut StdioServer, command: &str) -> Value {
+    server.call(
+        "shell_exec",
+        json!({ "command": command, "timeout_secs": 60 }),
+    )
+}
+
+fn network(result: &Value) -> &Value {
+    let n = &structured(result)["network"];
+    assert!(n.is_object(), "no network report in the result: {result}");
+    n
+}
+
+fn refused(result: &Value) -> Vec<String> {
+    network(result)["refused"]
+        .as_array()
+        .expect("refused is a list")
+        .iter()
+        .map(|v| v.as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+fn connections(result: &Value) -> Vec<Value> {
+    network(result)["connections"]
+        .as_array()
+        .expect("connections is a list")
+        .clone()
+}
+
+fn stdout(result: &Value) -> &str {
+    structured(result)["stdout"].as_str().unwrap_or_default()
+}
+
+/// The line of `needle` in the policy file, as the proxy cites it.
+fn line_of(policy: &str, needle: &str) -> usize {
+    std::fs::read_to_string(policy)
+        .unwrap()
+        .lines()
+        .position(|l| l.contains(needle))
+        .expect("needle in policy")
+        + 1
+}
+
+// ---------------------------------------------------------------------------------------
+// Allowed connections
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn an_allowed_localhost_http_target_is_reached_through_the_proxy_and_reported() {
+    if skip("egress_http", Need::Namespaces) {
+        return;
+    }
+    let origin = Origin::start(None);
+    let sb = Sandbox::new();
+    let policy = proxy_policy(&sb, LOCALHOST_ALLOWED);
+    let mut server = serve(&sb, &policy, &[]);
+    let r = shell(
+        &mut server,
+        &format!("curl -sS -m 20 http://localhost:{}/", origin.port),
+    );
+    assert_eq!(stdout(&r), "hello-egress\n", "{r}");
+    let conns = connections(&r);
+    assert_eq!(conns.len(), 1, "{r}");
+    let c = &conns[0];
+    assert_eq!(c["method"], "GET");
+    assert_eq!(c["host"], "localhost");
+    assert_eq!(c["port"], origin.port);
+    assert_eq!(c["allowed"], true);
+    assert_eq!(c["address"], format!("127.0.0.1:{}", origin.port));
+    assert!(c["bytes_received"].as_u64().unwrap() > 13, "{c}");
+    assert!(c["duration_ms"].is_u64(), "{c}");
+    assert!(refused(&r).is_empty(), "{r}");
+    // The origin saw the request in origin form, Host intact, no proxy credentials.
+    assert_eq!(
+        origin.requests(),
+        vec![format!("GET / HTTP/1.1 host=localhost:{}", origin.port)]
+    );
+}
+
+#[test]
+fn a_connect_tunnel_carries_opaque_bytes_both_ways() {
+    if skip("egress_connect", Need::Namespaces) {
+        return;
+    }
+    let port = echo_target();
+    let origin = Origin::start(None);
+    let sb = Sandbox::new();
+    let policy = proxy_policy(&sb, LOCALHOST_ALLOWED);
+    let mut server = serve(&sb, &policy, &[]);
+    // A raw CONNECT, as a TLS client sends it, with the Basic credentials of the proxy URL.
+    let script = format!(
+        r#"
+import base64, os, socket, urllib.parse
+u = urllib.parse.urlsplit(os.environ["HTTPS_PROXY"])
+s = socket.create_connection((u.hostname, u.port))
+cred = base64.b64encode(f"{{u.username}}:{{u.password}}".encode()).decode()
+s.sendall(f"CONNECT localhost:{port} HTTP/1.1\r\nHost: localhost:{port}\r\nProxy-Authorization: Basic {{cred}}\r\n\r\n".encode())
+head = b""
+while b"\r\n\r\n" not in head:
+    head += s.recv(1)
+print(head.split(b"\r\n")[0].decode())
+payload = bytes(range(256)) * 4
+s.sendall(payload)
+got = b""
+while len(got) < len(payload):
+    got += s.recv(65536)
+print("echo ok" if got == bytes(b ^ 0x5a for b in payload) else "echo WRONG")
+"#
+    );
+    let r = shell(&mut server, &format!("python3 -c '{script}'"));
+    assert_eq!(
+        stdout(&r),
+        "HTTP/1.1 200 Connection established\necho ok\n",
+        "{r}"
+    );
+    let c = &connections(&r)[0];
+    assert_eq!(
+        (c["method"].as_str(), c["allowed"].as_bool()),
+        (Some("CONNECT"), Some(true))
+    );
+    assert_eq!(c["bytes_sent"], 1024, "{c}");
+    assert_eq!(c["bytes_received"], 1024, "{c}");
+    // curl's own tunnel (-p) to the HTTP origin: the same CONNECT path, a real client.
+    let r = shell(
+        &mut server,
+        &format!("curl -sS -p -m 20 http://localhost:{}/", origin.port),
+    );
+    assert_eq!(stdout(&r), "hello-egress\n", "{r}");
+    assert_eq!(connections(&r)[0]["method"], "CONNECT", "{r}");
+}
+
+#[test]
+fn curl_python_urllib_and_git_honour_the_proxy_variables() {
+    if skip("egress_clients", Need::Namespaces) {
+        return;
+    }
+    let sb = Sandbox::new();
+    // A repository served over git's dumb HTTP protocol by the loopback origin.
+    let git = |dir: &Path, args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", sb.outside())
+            .output()
+            .expect("run git");
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    let src = sb.outside().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    git(&src, &["init", "-q"]);
+    std::fs::write(src.join("README"), "served over the proxy\n").unwrap();
+    git(&src, &["add", "README"]);
+    git(
+        &src,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.org",
+            "commit",
+            "-qm",
+            "one",
+        ],
+    );
+    git(sb.outside(), &["clone", "-q", "--bare", "src", "repo.git"]);
+    git(&sb.outside().join("repo.git"), &["update-server-info"]);
+    let origin = Origin::start(Some(sb.outside().to_path_buf()));
+    let policy = proxy_policy(&sb, LOCALHOST_ALLOWED);
+    let mut server = serve(&sb, &policy, &[]);
+    let base = format!("http://localhost:{}", origin.port);
+
+    let r = shell(&mut server, &format!("curl -sS -m 20 {base}/"));
+    assert_eq!(stdout(&r), "hello-egress\n", "curl: {r}");
+
+    let r = shell(
+        &mut server,
+        &format!(
+            "python3 -c 'import urllib.request; print(urllib.request.urlopen(\"{base}/\", timeout=20).read().decode(), end=\"\")'"
+        ),
+    );
+    assert_eq!(stdout(&r), "hello-egress\n", "urllib: {r}");
+    assert_eq!(connections(&r).len(), 1, "{r}");
+
+    let r = shell(
+        &mut server,
+        &format!(
+            "HOME=$PWD GIT_TERMINAL_PROMPT=0 git clone -q {base}/repo.git cloned && cat cloned/README"
+        ),
+    );
+    assert_eq!(stdout(&r), "served over the proxy\n", "git: {r}");
+    assert!(
+        connections(&r)
+            .iter()
+            .all(|c| c["allowed"] == true && c["host"] == "localhost"),
+        "{r}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Refusals, each in the call's result
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn a_name_not_in_the_list_is_refused_before_resolution_with_the_policy_line() {
+    if skip("egress_not_listed", Need::Namespaces) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let policy = proxy_policy(&sb, LOCALHOST_ALLOWED);
+    let mut server = serve(&sb, &policy, &[]);
+    let line = line_of(&policy, "allow_hosts");
+    // `.invalid` never resolves: a refusal that says "not in allow_hosts" (not "does not
+    // resolve") was decided before any lookup.
+    let r = shell(&mut server, "curl -sS -m 20 https://not-listed.invalid/");
+    assert_eq!(
+        refused(&r),
+        vec![format!(
+            "CONNECT not-listed.invalid:443 refused: not in [network].allow_hosts (policy line \
+             {line} of {policy}); add it there to allow"
+        )],
+        "{r}"
+    );
+    let error = structured(&r)["error"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        error.contains("the egress proxy refused a connection: CONNECT not-listed.invalid:443"),
+        "{r}"
+    );
+    assert!(
+        text(&r).contains("[cordon] CONNECT not-listed.invalid:443 refused"),
+        "{r}"
+    );
+    let c = &connections(&r)[0];
+    assert_eq!(
+        (c["allowed"].as_bool(), c.get("address")),
+        (Some(false), None),
+        "{c}"
+    );
+}
+
+#[test]
+fn an_ip_literal_is_refused_unless_listed_itself() {
+    if skip("egress_ip_literal", Need::Namespaces) {
+        return;
+    }
+    let origin = Origin::start(None);
+    let sb = Sandbox::new();
+    let policy = proxy_policy(&sb, LOCALHOST_ALLOWED);
+    let mut server = serve(&sb, &policy, &[]);
+    let r = shell(
+        &mut server,
+        &format!("curl -sS -m 20 http://127.0.0.1:{}/", origin.port),
+    );
+    let refusals = refused(&r);
+    assert_eq!(refusals.len(), 1, "{r}");
+    assert!(
+        refusals[0].starts_with(&format!(
+            "GET 127.0.0.1:{} refused: an IP address is only reached when it is listed",
+            origin.port
+        )),
+        "{r}"
+    );
+    assert!(
+        origin.requests().is_empty(),
+        "the origin was reached: {:?}",
+        origin.requests()
+    );
+}
+
+#[test]
+fn a_redirect_to_a_denied_host_is_refused() {
+    if skip("egress_redirect", Need::Namespaces) {
+        return;
+    }
+    let origin = Origin::start(None);
+    let sb = Sandbox::new();
+    let policy = proxy_policy(
+        &sb,
+        &format!("{LOCALHOST_ALLOWED}\ndeny_hosts = [\"denied.localhost\"]"),
+    );
+    let mut server = serve(&sb, &policy, &[]);
+    let target = format!("http://denied.localhost:{}/", origin.port);
+    let r = shell(
+        &mut server,
+        &format!(
+            "curl -sS -L -m 20 'http://localhost:{}/redirect?to={target}'",
+            origin.port
+        ),
+    );
+    let refusals = refused(&r);
+    let deny_line = line_of(&policy, "deny_hosts");
+    assert_eq!(
+        refusals,
+        vec![format!(
+            "GET denied.localhost:{} refused: matches `denied.localhost` in [network].deny_hosts \
+             (policy line {deny_line} of {policy}); deny_hosts wins over allow_hosts, remove it \
+             there to allow",
+            origin.port
+        )],
+        "{r}"
+    );
+    // The first hop went through; the second never reached the origin.
+    assert_eq!(origin.requests().len(), 1, "{:?}", origin.requests());
+    assert_eq!(connections(&r).len(), 2, "{r}");
+}
+
+#[test]
+fn a_host_header_naming_another_host_is_refused() {
+    if skip("egress_host_header", Need::Namespaces) {
+        return;
+    }
+    let origin = Origin::start(None);
+    let sb = Sandbox::new();
+    let policy = proxy_policy(&sb, LOCALHOST_ALLOWED);
+    let mut server = serve(&sb, &policy, &[]);
+    let r = shell(
+        &mut server,
+        &format!(
+            "curl -sS -m 20 -H 'Host: evil.example' http://localhost:{}/",
+            origin.port
+        ),
+    );
+    let refusals = refused(&r);
+    assert_eq!(refusals.len(), 1, "{r}");
+    assert!(
+        refusals[0].contains("the Host header `evil.example` does not name"),
+        "{r}"
+    );
+    assert!(origin.requests().is_empty(), "{:?}", origin.requests());
+}
+
+#[test]
+fn a_name_resolving_to_loopback_is_refused_without_allow_private() {
+    if skip("egress_private", Need::Namespaces) {
+        return;
+    }
+    let origin = Origin::start(None);
+    let sb = Sandbox::new();
+    let policy = proxy_policy(&sb, "allow_hosts = [\"localhost:*\"]");
+    let mut server = serve(&sb, &policy, &[]);
+    let r = shell(
+        &mut server,
+        &format!("curl -sS -m 20 http://localhost:{}/", origin.port),
+    );
+    let refusals = refused(&r);
+    assert_eq!(refusals.len(), 1, "{r}");
+    assert!(
+        refusals[0].contains("resolves only to non-public addresses [127.0.0.1 (loopback)"),
+        "{r}"
+    );
+    assert!(refusals[0].contains("[network].allow_private"), "{r}");
+    assert!(origin.requests().is_empty(), "{:?}", origin.requests());
+}
+
+#[test]
+fn the_connection_cap_per_call_and_the_byte_cap_per_connection_hold() {
+    if skip("egress_caps", Need::Namespaces) {
+        return;
+    }
+    let origin = Origin::start(None);
+    let sb = Sandbox::new();
+    let policy = proxy_policy(
+        &sb,
+        &format!("{LOCALHOST_ALLOWED}\nmax_connections_per_call = 2\nmax_mb_per_connection = 1"),
+    );
+    let mut server = serve(&sb, &policy, &[]);
+    let url = format!("http://localhost:{}/", origin.port);
+    let r = shell(
+        &mut server,
+        &format!("for i in 1 2 3; do curl -sSf -m 20 {url}; done"),
+    );
+    assert_eq!(stdout(&r), "hello-egress\nhello-egress\n", "{r}");
+    let refusals = refused(&r);
+    assert_eq!(refusals.len(), 1, "{r}");
+    assert!(refusals[0].contains("already opened 2 connections"), "{r}");
+    assert_eq!(origin.requests().len(), 2);
+    // A fresh call has its own count; 3 MiB through a 1 MiB cap is cut.
+    let r = shell(
+        &mut server,
+        &format!(
+            "curl -sS -m 20 -o big 'http://localhost:{}/big?n=3145728'; wc -c < big",
+            origin.port
+        ),
+    );
+    let got: u64 = stdout(&r).trim().parse().unwrap_or(u64::MAX);
+    assert!(got < 1 << 20, "{got} bytes passed a 1 MiB cap: {r}");
+    let c = &connections(&r)[0];
+    assert!(
+        c["note"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("max_mb_per_connection"),
+        "{c}"
+    );
+    assert!(c["bytes_received"].as_u64().unwrap() <= 1 << 20, "{c}");
+}
+
+#[test]
+fn without_the_calls_credentials_the_proxy_refuses() {
+    if skip("egress_credentials", Need::Namespaces) {
+        return;
+    }
+    let origin = Origin::start(None);
+    let sb = Sandbox::new();
+    let policy = proxy_policy(&sb, LOCALHOST_ALLOWED);
+    let log = sb.outside().join("audit.jsonl");
+    let log_arg = log.to_str().unwrap().to_owned();
+    let mut server = serve(&sb, &policy, &["--audit-log", &log_arg]);
+    let r = shell(
+        &mut server,
+        &format!(
+            "curl -sS -m 20 -o /dev/null -w '%{{http_code}}\\n' -x http://127.0.0.1:3128 http://localhost:{}/; \
+             curl -sS -m 20 -o /dev/null -w '%{{http_code}}\\n' -x http://cordon:0123456789abcdef0123456789abcdef@127.0.0.1:3128 http://localhost:{}/",
+            origin.port, origin.port
+        ),
+    );
+    assert_eq!(stdout(&r), "407\n407\n", "{r}");
+    assert!(origin.requests().is_empty(), "{:?}", origin.requests());
+    // In no call's result (they named none), but each in the audit log.
+    assert!(connections(&r).is_empty(), "{r}");
+    let unattributed: Vec<Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["tool"] == "egress")
+        .collect();
+    assert_eq!(unattributed.len(), 2, "{unattributed:?}");
+    for (record, why) in unattributed.iter().zip([
+        "no cordon proxy credentials sent",
+        "no valid cordon proxy credentials",
+    ]) {
+        assert_eq!(record["decision"], "deny:egress-unattributed");
+        assert_eq!(record["outcome"]["host"], "localhost");
+        assert_eq!(record["outcome"]["allowed"], false);
+        assert!(
+            record["outcome"]["note"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with(why),
+            "{record}"
+        );
+    }
+}
+
+#[test]
+fn a_process_ignoring_the_proxy_variables_has_no_route_out() {
+    if skip("egress_no_route", Need::Namespaces) {
+        return;
+    }
+    let origin = Origin::start(None);
+    // Control: the origin answers on the host.
+    let mut control = TcpStream::connect(("127.0.0.1", origin.port)).expect("control connect");
+    control
+        .write_all(b"GET / HTTP/1.1\r\nHost: control\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    control.read_to_string(&mut answer).unwrap();
+    assert!(answer.contains("hello-egress"), "{answer}");
+    let before = origin.requests().len();
+
+    let sb = Sandbox::new();
+    let policy = proxy_policy(&sb, LOCALHOST_ALLOWED);
+    let mut server = serve(&sb, &policy, &[]);
+    let script = format!(
+        r#"
+import socket
+out = []
+for addr in [("127.0.0.1", {port}), ("10.255.255.1", 80), ("1.1.1.1", 443), ("::1", {port})]:
+    try:
+        socket.create_connection(addr, timeout=3).close()
+        out.append("CONNECTED %s" % (addr,))
+    except OSError as e:
+        out.append("refused")
+try:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.sendto(b"x", ("1.1.1.1", 53))
+    out.append("UDP SENT")
+except OSError:
+    out.append("refused")
+print(" ".join(out))
+"#,
+        port = origin.port
+    );
+    let r = shell(&mut server, &format!("python3 -c '{script}'"));
+    assert_eq!(
+        stdout(&r),
+        "refused refused refused refused refused\n",
+        "{r}"
+    );
+    let r = shell(
+        &mut server,
+        &format!(
+            "curl -sS -m 5 --noproxy '*' http://localhost:{}/; echo rc=$?",
+            origin.port
+        ),
+    );
+    assert!(stdout(&r).contains("rc=7"), "{r}");
+    assert_eq!(origin.requests().len(), before, "{:?}", origin.requests());
+}
+
+#[test]
+fn dev_as_shipped_refuses_every_host() {
+    if skip("egress_dev", Need::Namespaces) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let mut server = serve(&sb, "dev", &[]);
+    let r = shell(&mut server, "curl -sS -m 20 https://example.org/");
+    let refusals = refused(&r);
+    assert_eq!(refusals.len(), 1, "{r}");
+    let dev =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/dev.toml"))
+            .unwrap();
+    let line = dev
+        .lines()
+        .position(|l| l.starts_with("allow_hosts"))
+        .unwrap()
+        + 1;
+    assert_eq!(
+        refusals[0],
+        format!(
+            "CONNECT example.org:443 refused: not in [network].allow_hosts (policy line {line} \
+             of builtin:dev); add it there to allow"
+        )
+    );
+}
+
+#[test]
+fn every_connection_goes_to_the_audit_log() {
+    if skip("egress_audit", Need::Namespaces) {
+        return;
+    }
+    let origin = Origin::start(None);
+    let sb = Sandbox::new();
+    let policy = proxy_policy(&sb, LOCALHOST_ALLOWED);
+    let log = sb.outside().join("audit.jsonl");
+    let log_arg = log.to_str().unwrap().to_owned();
+    let mut server = serve(&sb, &policy, &["--audit-log", &log_arg]);
+    let r = shell(
+        &mut server,
+        &format!(
+            "curl -sS -m 20 http://localhost:{}/; curl -sS -m 20 http://other.invalid/",
+            origin.port
+        ),
+    );
+    let call = network(&r)["call"]
+        .as_u64()
+        .expect("the report names its call");
+    let records: Vec<Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .collect();
+    // The call's own record lists its connections ...
+    let record = records
+        .iter()
+        .find(|v| v["tool"] == "shell_exec")
+        .expect("a shell_exec record");
+    assert_eq!(record["outcome"]["network"]["call"], call, "{record}");
+    let conns = record["outcome"]["network"]["connections"]
+        .as_array()
+        .expect("network in the audit outcome");
+    assert_eq!(conns.len(), 2, "{record}");
+    assert_eq!(conns[0]["host"], "localhost");
+    assert_eq!(conns[0]["allowed"], true);
+    assert!(conns[0]["bytes_received"].as_u64().unwrap() > 0);
+    assert!(conns[0]["bytes_sent"].is_u64() && conns[0]["duration_ms"].is_u64());
+    assert_eq!(conns[1]["host"], "other.invalid");
+    assert_eq!(conns[1]["allowed"], false);
+    // ... and each connection has a record of its own, naming the call.
+    let egress: Vec<&Value> = records.iter().filter(|v| v["tool"] == "egress").collect();
+    assert_eq!(egress.len(), 2, "{egress:?}");
+    assert_eq!(egress[0]["arguments"]["call"], call);
+    assert_eq!(egress[0]["decision"], "allow");
+    assert_eq!(egress[0]["outcome"]["host"], "localhost");
+    assert_eq!(egress[1]["decision"], "deny:egress");
+    assert!(
+        egress[1]["outcome"]["note"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("not in [network].allow_hosts"),
+        "{:?}",
+        egress[1]
+    );
+}
+
+#[test]
+fn without_namespaces_a_proxy_policy_has_no_network_and_says_so() {
+    if skip("egress_fallback", Need::LandlockSeccomp) {
+        return;
+    }
+    let origin = Origin::start(None);
+    let sb = Sandbox::new();
+    let policy = proxy_policy(&sb, LOCALHOST_ALLOWED);
+    let mut server = StdioServer::start(
+        sb.ws(),
+        &["--policy", &policy],
+        "",
+        &[("CORDON_SIMULATE_MISSING", "namespaces")],
+    );
+    let r = shell(
+        &mut server,
+        &format!(
+            "env | grep -ci _proxy; curl -sS -m 5 --noproxy '*' http://127.0.0.1:{}/; echo rc=$?",
+            origin.port
+        ),
+    );
+    assert_eq!(structured(&r)["enforcement"], "reduced", "{r}");
+    assert!(
+        stdout(&r).starts_with("0\n"),
+        "proxy variables without a proxy: {r}"
+    );
+    assert!(!stdout(&r).contains("rc=0"), "{r}");
+    assert!(structured(&r).get("network").is_none(), "{r}");
+    assert!(origin.requests().is_empty(), "{:?}", origin.requests());
+    let explain = std::process::Command::new(crate::common::CORDON)
+        .args(["doctor", "--policy", &policy])
+        .env("CORDON_SIMULATE_MISSING", "namespaces")
+        .output()
+        .unwrap();
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&explain.stdout),
+        String::from_utf8_lossy(&explain.stderr)
+    );
+    assert!(all.contains("no network at all"), "{all}");
+}
+
+// ---------------------------------------------------------------------------------------
+// The proxy in process: resolution and request-head bounds
+// ---------------------------------------------------------------------------------------
+
+/// Answers every name with fixed addresses and counts the questions.
+struct FixedResolver {
+    answer: Vec<IpAddr>,
+    asked: Arc<AtomicUsize>,
+}
+
+impl Resolve for FixedResolver {
+    fn resolve(
+        &self,
+        _name: &str,
+        _port: u16,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<Vec<IpAddr>>> + Send>>
+    {
+        self.asked.fetch_add(1, Ordering::SeqCst);
+        let answer = self.answer.clone();
+        Box::pin(async move { Ok(answer) })
+    }
+}
+
+struct InProcess {
+    proxy: cordon::egress::Proxy,
+    _guard: cordon::egress::proxy::ListenerGuard,
+    addr: std::net::SocketAddr,
+    asked: Arc<AtomicUsize>,
+}
+
+fn in_process(network: &str, answer: &[&str], head_timeout: Duration) -> InProcess {
+    let policy = cordon::policy::Policy::from_toml(
+        &format!("extends = \"dev\"\n[network]\nproxy = true\n{network}\n"),
+        "test.toml",
+    )
+    .expect("policy");
+    let rules = policy.network.proxy.clone().expect("proxy mode");
+    let asked = Arc::new(AtomicUsize::new(0));
+    let proxy = cordon::egress::Proxy::with_options(
+        rules,
+        ProxyOptions {
+            resolver: Arc::new(FixedResolver {
+                answer: answer.iter().map(|a| a.parse().unwrap()).collect(),
+                asked: Arc::clone(&asked),
+            }),
+            head_timeout,
+        },
+    )
+    .expect("proxy");
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let guard = proxy.serve_std(listener).unwrap();
+    InProcess {
+        proxy,
+        _guard: guard,
+        addr,
+        asked,
+    }
+}
+
+/// Sends `request` (with `{auth}` replaced by the call's credentials) and returns the reply.
+fn exchange(p: &InProcess, ticket: &cordon::egress::CallTicket, request: &str) -> String {
+    let url = ticket.url(p.addr);
+    let cred = url
+        .trim_start_matches("http://")
+        .split('@')
+        .next()
+        .unwrap()
+        .to_owned();
+    let auth = format!("Proxy-Authorization: Basic {}\r\n", base64(cred.as_bytes()));
+    let mut s = TcpStream::connect(p.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(request.replace("{auth}", &auth).as_bytes())
+        .unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &b)| n | (b as u32) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+#[test]
+fn a_denied_name_is_never_resolved_and_an_allowed_one_once() {
+    let origin = Origin::start(None);
+    let p = in_process(
+        "allow_hosts = [\"*.example.org:*\"]\ndeny_hosts = [\"bad.example.org\"]\nallow_private = [\"127.0.0.0/8\"]",
+        &["127.0.0.1"],
+        Duration::from_secs(10),
+    );
+    let ticket = p.proxy.open_call();
+    for name in ["bad.example.org", "example.org", "other.test"] {
+        let reply = exchange(
+            &p,
+            &ticket,
+            &format!("CONNECT {name}:{0} HTTP/1.1\r\n{{auth}}\r\n", origin.port),
+        );
+        assert!(reply.starts_with("HTTP/1.1 403"), "{name}: {reply}");
+    }
+    assert_eq!(
+        p.asked.load(Ordering::SeqCst),
+        0,
+        "a refused name was looked up"
+    );
+    let reply = exchange(
+        &p,
+        &ticket,
+        &format!(
+            "GET http://www.example.org:{0}/ HTTP/1.1\r\nHost: www.example.org:{0}\r\n{{auth}}\r\n",
+            origin.port
+        ),
+    );
+    assert!(reply.contains("hello-egress"), "{reply}");
+    assert_eq!(p.asked.load(Ordering::SeqCst), 1);
+    let report = block_on(ticket.finish());
+    assert_eq!(report.refused.len(), 3, "{report:?}");
+    assert_eq!(report.connections.len(), 4);
+}
+
+#[test]
+fn non_public_addresses_are_dropped_and_only_the_checked_one_is_connected() {
+    let origin = Origin::start(None);
+    // The resolver answers a private and a link-local address besides loopback; only the
+    // range allow_private lists may be used, and the record names the address used.
+    let p = in_process(
+        "allow_hosts = [\"a.test:*\"]\nallow_private = [\"127.0.0.0/8\"]",
+        &["10.1.2.3", "169.254.169.254", "127.0.0.1"],
+        Duration::from_secs(10),
+    );
+    let ticket = p.proxy.open_call();
+    let reply = exchange(
+        &p,
+        &ticket,
+        &format!(
+            "GET http://a.test:{0}/ HTTP/1.1\r\nHost: a.test:{0}\r\n{{auth}}\r\n",
+            origin.port
+        ),
+    );
+    assert!(reply.contains("hello-egress"), "{reply}");
+    let report = block_on(ticket.finish());
+    assert_eq!(
+        report.connections[0].address.as_deref(),
+        Some(format!("127.0.0.1:{}", origin.port).as_str())
+    );
+    // Only non-public answers outside allow_private: refused, nothing connected.
+    let p = in_process(
+        "allow_hosts = [\"a.test:*\"]\nallow_private = [\"127.0.0.0/8\"]",
+        &["169.254.169.254", "fd00::1"],
+        Duration::from_secs(10),
+    );
+    let ticket = p.proxy.open_call();
+    let reply = exchange(&p, &ticket, "CONNECT a.test:443 HTTP/1.1\r\n{auth}\r\n");
+    assert!(reply.starts_with("HTTP/1.1 403"), "{reply}");
+    assert!(
+        reply.contains("169.254.169.254 (link-local), fd00::1 (unique local (ULA))"),
+        "{reply}"
+    );
+}
+
+#[test]
+fn oversized_and_slow_request_heads_are_refused() {
+    let p = in_process(
+        "allow_hosts = [\"a.test\"]",
+        &[],
+        Duration::from_millis(500),
+    );
+    let ticket = p.proxy.open_call();
+    let big = format!(
+        "GET http://a.test/ HTTP/1.1\r\nX-Pad: {}\r\n{{auth}}\r\n",
+        "a".repeat(20_000)
+    );
+    let reply = exchange(&p, &ticket, &big);
+    assert!(reply.starts_with("HTTP/1.1 431"), "{reply}");
+    // A head that never ends (slowloris) is answered 408 when the deadline passes.
+    let mut s = TcpStream::connect(p.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET http://a.test/ HTTP/1.1\r\nX-Slow: 1\r\n")
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    assert!(out.starts_with("HTTP/1.1 408"), "{out}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(p.asked.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn an_interpreter_session_goes_through_the_proxy_and_reports_per_cell() {
+    if skip("egress_interpreter", Need::Namespaces) {
+        return;
+    }
+    let origin = Origin::start(None);
+    let sb = Sandbox::new();
+    let policy = proxy_policy(&sb, LOCALHOST_ALLOWED);
+    let mut server = serve(&sb, &policy, &[]);
+    let code = format!(
+        "import urllib.request\nurllib.request.urlopen('http://localhost:{}/', timeout=20).read().decode()",
+        origin.port
+    );
+    let r = server.call(
+        "code_interpreter",
+        json!({ "code": code, "session": "net" }),
+    );
+    assert_eq!(structured(&r)["result"], "'hello-egress\\n'", "{r}");
+    let conns = connections(&r);
+    assert_eq!(conns.len(), 1, "{r}");
+    assert_eq!(conns[0]["allowed"], true);
+    let code = "import urllib.request, urllib.error\ndef status():\n    try:\n        urllib.request.urlopen('http://elsewhere.invalid/', timeout=20)\n    except urllib.error.HTTPError as e:\n        return e.code\nstatus()";
+    let r = server.call(
+        "code_interpreter",
+        json!({ "code": code, "session": "net" }),
+    );
+    assert_eq!(structured(&r)["result"], "403", "{r}");
+    // This cell's report holds this cell's connection only.
+    assert_eq!(connections(&r).len(), 1, "{r}");
+    assert!(
+        refused(&r)[0]
+            .starts_with("GET elsewhere.invalid:80 refused: not in [network].allow_hosts"),
+        "{r}"
+    );
+    assert!(
+        text(&r).contains("[cordon] GET elsewhere.invalid:80 refused"),
+        "{r}"
+    );
+}
+
+#[test]
+fn another_calls_proxy_token_cannot_be_read_from_proc() {
+    if skip("egress_token_isolation", Need::Namespaces) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let policy = proxy_policy(&sb, LOCALHOST_ALLOWED);
+    let mut server = serve(&sb, &policy, &[]);
+    // A live interpreter session holds its own token in its environment.
+    let r = server.call(
+        "code_interpreter",
+        json!({ "code": "import os\nos.environ['HTTP_PROXY'].split('@')[0].split(':')[-1]", "session": "s" }),
+    );
+    let session_token = structured(&r)["result"]
+        .as_str()
+        .unwrap_or_default()
+        .trim_matches('\'')
+        .to_owned();
+    assert_eq!(session_token.len(), 32, "{r}");
+    // A command scans every process's environment it can see (the session's included: the
+    // PID namespace is shared) and prints the tokens it found.
+    let r = shell(
+        &mut server,
+        "for e in /proc/[0-9]*/environ; do tr '\\0' '\\n' < $e 2>/dev/null; done | \
+         sed -n 's|^HTTP_PROXY=http://cordon:\\([0-9a-f]*\\)@.*|\\1|p' | sort -u; \
+         ls /proc | grep -c '^[0-9]'",
+    );
+    let out = stdout(&r);
+    let mut lines: Vec<&str> = out.lines().collect();
+    let processes: usize = lines.pop().unwrap_or("0").parse().unwrap_or(0);
+    assert!(
+        processes > 3,
+        "the session's processes are not even listed: {r}"
+    );
+    assert_eq!(lines.len(), 1, "tokens seen: {lines:?} ({r})");
+    assert_ne!(
+        lines[0], session_token,
+        "the session's token was readable: {r}"
+    );
+}
+
+#[test]
+fn the_proxy_follows_a_rebuilt_sandbox_view() {
+    if skip("egress_rebuilt_view", Need::Namespaces) {
+        return;
+    }
+    let origin = Origin::start(None);
+    let sb = Sandbox::new();
+    let policy = proxy_policy(&sb, LOCALHOST_ALLOWED);
+    let mut server = serve(&sb, &policy, &[]);
+    let url = format!("http://localhost:{}/", origin.port);
+    let r = shell(&mut server, &format!("curl -sS -m 20 {url}"));
+    assert_eq!(stdout(&r), "hello-egress\n", "{r}");
+    // A new repository changes the protected set: the next call runs in a new sandbox init,
+    // with a new network namespace and listener, which the proxy must serve too.
+    let r = shell(&mut server, "git init -q . && echo ok");
+    assert_eq!(stdout(&r), "ok\n", "{r}");
+    let r = shell(&mut server, &format!("curl -sS -m 20 {url}"));
+    assert_eq!(stdout(&r), "hello-egress\n", "{r}");
+    assert_eq!(origin.requests().len(), 2);
+}
+
+#[test]
+fn a_server_the_command_starts_is_reached_on_the_sandbox_loopback_without_the_proxy() {
+    if skip("egress_own_loopback", Need::Namespaces) {
+        return;
+    }
+    let sb = Sandbox::new();
+    // tcp_connect/tcp_bind name ports of the sandbox's own loopback under the proxy.
+    let policy = proxy_policy(
+        &sb,
+        &format!("{LOCALHOST_ALLOWED}\ntcp_bind = [18731]\ntcp_connect = [18731]"),
+    );
+    let mut server = serve(&sb, &policy, &[]);
+    std::fs::write(sb.ws().join("index.html"), "inside\n").unwrap();
+    let r = shell(
+        &mut server,
+        "python3 -m http.server 18731 --bind 127.0.0.1 >/dev/null 2>&1 & \
+         for i in $(seq 50); do curl -s --noproxy '*' -m 2 http://127.0.0.1:18731/index.html && break; sleep 0.1; done",
+    );
+    assert_eq!(stdout(&r), "inside\n", "{r}");
+    // Nothing went through the proxy.
+    assert!(connections(&r).is_empty(), "{r}");
+}
+
+#[test]
+fn a_connect_to_a_port_the_pattern_does_not_allow_is_refused_unresolved() {
+    let p = in_process(
+        "allow_hosts = [\"a.test:443\", \"b.test\"]\nallow_private = [\"127.0.0.0/8\"]",
+        &["127.0.0.1"],
+        Duration::from_secs(10),
+    );
+    let ticket = p.proxy.open_call();
+    for (target, allows) in [
+        ("a.test:8443", "only its own port 443"),
+        ("b.test:22", "ports 80 and 443"),
+    ] {
+        let reply = exchange(
+            &p,
+            &ticket,
+            &format!("CONNECT {target} HTTP/1.1\r\n{{auth}}\r\n"),
+        );
+        assert!(reply.starts_with("HTTP/1.1 403"), "{target}: {reply}");
+        assert!(
+            reply.contains("not in [network].allow_hosts on this port"),
+            "{reply}"
+        );
+        assert!(reply.contains(allows), "{reply}");
+    }
+    assert_eq!(p.asked.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn nothing_behind_a_plain_requests_body_reaches_the_origin() {
+    let origin = Origin::start(None);
+    let p = in_process(
+        "allow_hosts = [\"a.test:*\"]\nallow_private = [\"127.0.0.0/8\"]",
+        &["127.0.0.1"],
+        Duration::from_secs(10),
+    );
+    let ticket = p.proxy.open_call();
+    let host = format!("a.test:{}", origin.port);
+    // A second request pipelined behind the body, naming another Host: smuggling it past the
+    // proxy's Host check would reach whatever else the origin's address serves.
+    let reply = exchange(
+        &p,
+        &ticket,
+        &format!(
+            "POST http://{host}/ HTTP/1.1\r\nHost: {host}\r\nContent-Length: 5\r\n{{auth}}\r\n\
+             helloGET /smuggled HTTP/1.1\r\nHost: evil.example\r\n\r\n"
+        ),
+    );
+    assert!(reply.contains("hello-egress"), "{reply}");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        origin.requests(),
+        vec![format!("POST / HTTP/1.1 host={host}")],
+        "the origin saw more than the one request"
+    );
+    // The decisive check (the test origin answers one request per connection anyway): of
+    // the client's bytes after the head, exactly the 5 of the body were forwarded.
+    let report = block_on(ticket.finish());
+    assert_eq!(report.connections[0].bytes_sent, 5, "{report:?}");
+}
