@@ -11,14 +11,17 @@
 //! * [`pattern`]: the host-pattern and CIDR grammar, pure.
 //! * [`rules`]: the decisions that need no network, and the words of each refusal.
 //! * [`http`]: the bounded request-head parser (fuzzed).
-//! * [`proxy`]: the server side: connections, per-call attribution and reports.
+//! * [`proxy`]: the server side: connections, per-call attribution and reports; `relay`
+//!   copies the bytes, `credentials` reads which call a connection belongs to.
 //!
 //! How the listener gets into the namespace, and what confines the process (Landlock's
 //! connect rule narrowed to the proxy port, seccomp without UDP) is `confine`'s job.
 
+mod credentials;
 pub mod http;
 pub mod pattern;
 pub mod proxy;
+mod relay;
 pub mod rules;
 
 pub use proxy::{CallTicket, ConnectionRecord, NetworkReport, Proxy};

@@ -13,9 +13,10 @@
 //! The rules themselves are `rules`; the wire format `http`; where the listener comes from is
 //! `confine` (the sandbox init creates it inside the namespace).
 
-use super::http::{self, Body, ChunkedEnd, HeadError, Request, RequestHead};
+use super::http::{self, Body, HeadError, Request, RequestHead};
 use super::pattern::{Host, Target};
 use super::rules::{EgressRules, Refusal};
+use super::{credentials, relay};
 use schemars::JsonSchema;
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
@@ -27,7 +28,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
@@ -49,7 +50,6 @@ pub const MAX_LISTED: usize = 256;
 const FINISH_GRACE: Duration = Duration::from_millis(200);
 /// The user name in the proxy URL; the password is the call's token.
 pub const PROXY_USER: &str = "cordon";
-const RELAY_BUFFER: usize = 64 * 1024;
 
 /// One connection a confined process made (or tried to make) through the proxy.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
@@ -340,6 +340,17 @@ impl CallTicket {
         self.drain()
     }
 
+    /// Lets the connections open now finish winding down (briefly; a response the client has
+    /// read may still be on its way to the proxy's record), then drains. A long-lived worker
+    /// calls it after each cell; a connection it keeps open past that is reported when it ends.
+    pub async fn settled(&self) -> NetworkReport {
+        let deadline = Instant::now() + FINISH_GRACE;
+        while self.state.active.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        self.drain()
+    }
+
     /// What the call's connections that have ended did, since the last drain (a long-lived
     /// worker reports per cell; one still open is reported once it ends).
     pub fn drain(&self) -> NetworkReport {
@@ -511,7 +522,7 @@ async fn handle(shared: Arc<Shared>, mut client: TcpStream, stop: CancellationTo
     // Which call is this? Without valid credentials, nobody's: refused, and the 407 lets a
     // client that waits to be asked (git's default `anyauth`) send them.
     let sent_credentials = head.header_values("proxy-authorization").next().is_some();
-    let call = credentials(&head).and_then(|token| lock(&shared.calls).get(&token).cloned());
+    let call = credentials::token(&head).and_then(|token| lock(&shared.calls).get(&token).cloned());
     let Some(call) = call else {
         let why = if sent_credentials {
             "no valid cordon proxy credentials (use the HTTP_PROXY URL this call was given)"
@@ -609,7 +620,7 @@ async fn handle(shared: Arc<Shared>, mut client: TcpStream, stop: CancellationTo
             {
                 return attempt.finish(&shared);
             }
-            relay(client, upstream, early, None, cap, &cancel).await
+            relay::relay(client, upstream, early, None, cap, &cancel).await
         }
         Request::Forward { .. } => {
             let Some(forwarded) = head.forwarded() else {
@@ -620,7 +631,7 @@ async fn handle(shared: Arc<Shared>, mut client: TcpStream, stop: CancellationTo
                 attempt.record.note = Some(format!("{target} closed the connection"));
                 return attempt.finish(&shared);
             }
-            relay(client, upstream, early, Some(body), cap, &cancel).await
+            relay::relay(client, upstream, early, Some(body), cap, &cancel).await
         }
     };
     attempt.record.bytes_sent = outcome.sent;
@@ -677,52 +688,6 @@ async fn refuse(shared: &Shared, mut attempt: Attempt, client: &mut TcpStream, r
     attempt.finish(shared)
 }
 
-/// The token from `Proxy-Authorization: Basic base64(cordon:TOKEN)`.
-fn credentials(head: &RequestHead) -> Option<String> {
-    let value = head.single_header("proxy-authorization").ok()??;
-    let (scheme, encoded) = value.split_once(' ')?;
-    if !scheme.eq_ignore_ascii_case("basic") {
-        return None;
-    }
-    let decoded = base64_decode(encoded.trim())?;
-    let text = String::from_utf8(decoded).ok()?;
-    let (user, token) = text.split_once(':')?;
-    (user == PROXY_USER && token.len() == 32).then(|| token.to_owned())
-}
-
-fn base64_decode(s: &str) -> Option<Vec<u8>> {
-    if s.len() > 256 || !s.len().is_multiple_of(4) {
-        return None;
-    }
-    let value = |c: u8| -> Option<u32> {
-        Some(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        } as u32)
-    };
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(s.len() / 4 * 3);
-    for (i, quad) in bytes.chunks(4).enumerate() {
-        let last = i == bytes.len() / 4 - 1;
-        let pad = quad.iter().rev().take_while(|&&c| c == b'=').count();
-        if pad > 2 || (pad > 0 && !last) {
-            return None;
-        }
-        let mut n = 0u32;
-        for &c in &quad[..4 - pad] {
-            n = (n << 6) | value(c)?;
-        }
-        n <<= 6 * pad as u32;
-        let three = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
-        out.extend_from_slice(&three[..3 - pad]);
-    }
-    Some(out)
-}
-
 enum ReadHeadError {
     Io,
     Closed,
@@ -776,200 +741,4 @@ async fn connect_any(addrs: &[IpAddr], port: u16) -> io::Result<(TcpStream, Sock
         }
     }
     Err(last)
-}
-
-struct RelayOutcome {
-    sent: u64,
-    received: u64,
-    note: Option<String>,
-}
-
-/// Relays until both sides are done, the byte cap is reached or the call ends. `early` is
-/// what the client sent behind its head. `body`: a plain request, whose client→target
-/// direction ends with its body (nothing behind it reaches the target); None: a tunnel.
-async fn relay(
-    client: TcpStream,
-    upstream: TcpStream,
-    early: Vec<u8>,
-    body: Option<Body>,
-    cap: u64,
-    cancel: &CancellationToken,
-) -> RelayOutcome {
-    let total = AtomicU64::new(0);
-    let sent = AtomicU64::new(0);
-    let received = AtomicU64::new(0);
-    let stop = cancel.child_token();
-    let capped = std::sync::atomic::AtomicBool::new(false);
-    let (mut client_r, mut client_w) = client.into_split();
-    let (mut up_r, mut up_w) = upstream.into_split();
-    let counters = Counters {
-        total: &total,
-        cap,
-        capped: &capped,
-        stop: &stop,
-    };
-    let up = async {
-        let r = pump_up(&mut client_r, &mut up_w, early, body, &sent, &counters).await;
-        if body.is_none() {
-            // A tunnel's client finished sending: pass the half-close on.
-            let _ = up_w.shutdown().await;
-        }
-        r
-    };
-    let down = async {
-        let r = pump(&mut up_r, &mut client_w, &received, &counters).await;
-        let _ = client_w.shutdown().await;
-        // A plain request is over when its response is: stop reading the client.
-        if body.is_some() {
-            stop.cancel();
-        }
-        r
-    };
-    let (up_result, down_result) = tokio::join!(up, down);
-    let note = if capped.load(Ordering::Acquire) {
-        Some(format!(
-            "cut at [network].max_mb_per_connection ({} bytes both ways)",
-            cap
-        ))
-    } else if cancel.is_cancelled() {
-        Some("cut when the call ended".into())
-    } else {
-        match (up_result, down_result) {
-            (Err(e), _) | (_, Err(e)) if e.kind() != io::ErrorKind::ConnectionReset => {
-                Some(format!("ended with an error: {e}"))
-            }
-            _ => None,
-        }
-    };
-    RelayOutcome {
-        sent: sent.load(Ordering::Acquire),
-        received: received.load(Ordering::Acquire),
-        note,
-    }
-}
-
-struct Counters<'a> {
-    total: &'a AtomicU64,
-    cap: u64,
-    capped: &'a std::sync::atomic::AtomicBool,
-    stop: &'a CancellationToken,
-}
-
-impl Counters<'_> {
-    /// Takes `n` bytes from the budget; false (and everything stops) when it runs out.
-    fn take(&self, n: usize) -> bool {
-        let before = self.total.fetch_add(n as u64, Ordering::AcqRel);
-        if before + n as u64 > self.cap {
-            self.capped.store(true, Ordering::Release);
-            self.stop.cancel();
-            return false;
-        }
-        true
-    }
-}
-
-async fn pump<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
-    r: &mut R,
-    w: &mut W,
-    count: &AtomicU64,
-    c: &Counters<'_>,
-) -> io::Result<()> {
-    let mut buf = vec![0u8; RELAY_BUFFER];
-    loop {
-        let n = tokio::select! {
-            _ = c.stop.cancelled() => return Ok(()),
-            n = r.read(&mut buf) => n?,
-        };
-        if n == 0 || !pass_on(w, &buf[..n], count, c).await? {
-            return Ok(());
-        }
-    }
-}
-
-/// Writes `bytes` on, counted against the call's byte cap and in `count`; false when the cap
-/// or the call's end stops the relay (nothing is written then).
-async fn pass_on<W: AsyncWrite + Unpin>(
-    w: &mut W,
-    bytes: &[u8],
-    count: &AtomicU64,
-    c: &Counters<'_>,
-) -> io::Result<bool> {
-    if !c.take(bytes.len()) {
-        return Ok(false);
-    }
-    tokio::select! {
-        _ = c.stop.cancelled() => return Ok(false),
-        w = w.write_all(bytes) => w?,
-    }
-    count.fetch_add(bytes.len() as u64, Ordering::AcqRel);
-    Ok(true)
-}
-
-/// Client → target: a tunnel's bytes, or a plain request's body and nothing after it.
-async fn pump_up<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
-    r: &mut R,
-    w: &mut W,
-    early: Vec<u8>,
-    body: Option<Body>,
-    count: &AtomicU64,
-    c: &Counters<'_>,
-) -> io::Result<()> {
-    let mut left = match body {
-        Some(Body::Length(n)) => Some(n),
-        _ => None,
-    };
-    let mut chunked = matches!(body, Some(Body::Chunked)).then(ChunkedEnd::default);
-    let mut pending = early;
-    let mut buf = vec![0u8; RELAY_BUFFER];
-    loop {
-        if pending.is_empty() {
-            if left == Some(0) || chunked.as_ref().is_some_and(ChunkedEnd::is_done) {
-                return Ok(());
-            }
-            let n = tokio::select! {
-                _ = c.stop.cancelled() => return Ok(()),
-                n = r.read(&mut buf) => n?,
-            };
-            if n == 0 {
-                return Ok(());
-            }
-            pending.extend_from_slice(&buf[..n]);
-        }
-        let mut n = pending.len();
-        if let Some(l) = left.as_mut() {
-            n = n.min(usize::try_from(*l).unwrap_or(usize::MAX));
-            *l -= n as u64;
-        }
-        if let Some(ch) = chunked.as_mut() {
-            n = ch
-                .feed(&pending[..n])
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
-        }
-        if n == 0 || !pass_on(w, &pending[..n], count, c).await? {
-            return Ok(());
-        }
-        if body.is_some() && n < pending.len() {
-            // What follows the body is not forwarded (a pipelined or smuggled request).
-            return Ok(());
-        }
-        pending.clear();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn basic_credentials_decode() {
-        assert_eq!(base64_decode("Y29yZG9uOmFi").unwrap(), b"cordon:ab");
-        assert_eq!(base64_decode("YQ==").unwrap(), b"a");
-        assert_eq!(base64_decode("YWI=").unwrap(), b"ab");
-        for bad in ["YQ=", "Y===", "YQ==YQ==", "Y$==", ""] {
-            assert!(
-                base64_decode(bad).is_none_or(|v| v.is_empty() && bad.is_empty()),
-                "{bad}"
-            );
-        }
-    }
 }

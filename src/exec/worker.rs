@@ -182,8 +182,11 @@ impl ConfinedWorker {
 
     /// What the worker's connections through the egress proxy did since the last call
     /// (None when the policy does not use the proxy).
-    pub fn network(&self) -> Option<crate::egress::NetworkReport> {
-        self.egress.as_ref().map(crate::egress::CallTicket::drain)
+    pub async fn network(&self) -> Option<crate::egress::NetworkReport> {
+        match &self.egress {
+            Some(ticket) => Some(ticket.settled().await),
+            None => None,
+        }
     }
 
     /// The worker's pid (also its process group: the child starts its own session).

@@ -261,7 +261,7 @@ impl Session {
         let (stdout, stderr) = worker.output.read(req.stdout, req.stderr).await;
         out.stdout = stdout;
         out.stderr = stderr;
-        out.network = worker.proc.network();
+        out.network = worker.proc.network().await;
 
         match waited {
             Waited::Reply(reply) => {

@@ -1,0 +1,71 @@
+//! Which call a proxied connection belongs to: the token in its `Proxy-Authorization:
+//! Basic` credentials (`cordon:<token>`, from the call's proxy URL).
+//!
+//! Owns decoding only, bounded and strict; the registry of tokens is `proxy`'s.
+
+use super::http::RequestHead;
+use super::proxy::PROXY_USER;
+
+/// The token from `Proxy-Authorization: Basic base64(cordon:TOKEN)`.
+pub(super) fn token(head: &RequestHead) -> Option<String> {
+    let value = head.single_header("proxy-authorization").ok()??;
+    let (scheme, encoded) = value.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = base64_decode(encoded.trim())?;
+    let text = String::from_utf8(decoded).ok()?;
+    let (user, token) = text.split_once(':')?;
+    (user == PROXY_USER && token.len() == 32).then(|| token.to_owned())
+}
+
+fn base64_decode(s: &str) -> Option<Vec<u8>> {
+    if s.len() > 256 || !s.len().is_multiple_of(4) {
+        return None;
+    }
+    let value = |c: u8| -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    };
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(s.len() / 4 * 3);
+    for (i, quad) in bytes.chunks(4).enumerate() {
+        let last = i == bytes.len() / 4 - 1;
+        let pad = quad.iter().rev().take_while(|&&c| c == b'=').count();
+        if pad > 2 || (pad > 0 && !last) {
+            return None;
+        }
+        let mut n = 0u32;
+        for &c in &quad[..4 - pad] {
+            n = (n << 6) | value(c)?;
+        }
+        n <<= 6 * pad as u32;
+        let three = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+        out.extend_from_slice(&three[..3 - pad]);
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn basic_credentials_decode() {
+        assert_eq!(base64_decode("Y29yZG9uOmFi").unwrap(), b"cordon:ab");
+        assert_eq!(base64_decode("YQ==").unwrap(), b"a");
+        assert_eq!(base64_decode("YWI=").unwrap(), b"ab");
+        for bad in ["YQ=", "Y===", "YQ==YQ==", "Y$==", ""] {
+            assert!(
+                base64_decode(bad).is_none_or(|v| v.is_empty() && bad.is_empty()),
+                "{bad}"
+            );
+        }
+    }
+}
