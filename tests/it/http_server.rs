@@ -756,6 +756,35 @@ fn http_oauth_resource_server_accepts_valid_jwts_serves_metadata_and_refuses_the
     .unwrap();
     assert_eq!(record["subject"], "alice");
     assert_eq!(record["session"], json!(session));
+
+    // Another subject holding alice's session id gets what an unknown id gets, for a call
+    // and for DELETE; the session stays alice's.
+    let mallory = format!("Bearer {}", jwt(claims(json!({"sub": "mallory"}))));
+    let stolen = server.post(
+        &call_body(2, "shell_exec", json!({"command": "echo as-mallory"})),
+        &[("Authorization", &mallory), ("Mcp-Session-Id", &session)],
+    );
+    assert_eq!(stolen.status, 404, "{stolen:?}");
+    assert!(!stolen.body.contains("as-mallory"), "{stolen:?}");
+    let deleted = request(
+        server.addr,
+        "DELETE",
+        &[
+            ("Authorization".into(), mallory.clone()),
+            ("Mcp-Session-Id".into(), session.clone()),
+        ],
+        b"",
+    );
+    assert_eq!(deleted.status, 404, "{deleted:?}");
+    let r = server.post(
+        &call_body(3, "shell_exec", json!({"command": "echo still-alice"})),
+        &[("Authorization", &auth), ("Mcp-Session-Id", &session)],
+    );
+    let answer = r.message(3).unwrap();
+    assert_eq!(
+        answer["result"]["structuredContent"]["stdout"], "still-alice\n",
+        "{answer}"
+    );
 }
 
 #[test]

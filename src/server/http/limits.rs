@@ -17,7 +17,7 @@ use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_server::session::{
     RestoreOutcome, ServerSseMessage, SessionId, SessionManager,
 };
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -28,10 +28,13 @@ use std::time::Duration;
 /// hold a connection (and its buffer) for longer.
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// rmcp's session manager with a ceiling on live sessions.
+/// rmcp's session manager with a ceiling on live sessions, and the subject each one belongs
+/// to.
 pub struct BoundedSessions<M> {
     inner: M,
-    live: Mutex<HashSet<SessionId>>,
+    /// Live sessions, each with the subject that began it (set once its `initialize` is
+    /// answered): a session id is a bearer secret of its own, so it only works for its owner.
+    live: Mutex<HashMap<SessionId, Option<String>>>,
     max: usize,
     /// The sessions' scopes, ended with their sessions.
     scopes: Arc<SessionRegistry>,
@@ -49,7 +52,7 @@ impl<M> BoundedSessions<M> {
     pub fn new(inner: M, max: usize, scopes: Arc<SessionRegistry>) -> Self {
         Self {
             inner,
-            live: Mutex::new(HashSet::new()),
+            live: Mutex::new(HashMap::new()),
             max,
             scopes,
         }
@@ -68,7 +71,25 @@ impl<M> BoundedSessions<M> {
         self.max
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<SessionId>> {
+    /// Records `subject` as the owner of the session `id` began, unless it has one.
+    pub fn claim(&self, id: &str, subject: &str) {
+        if let Some(owner) = self.lock().get_mut(id)
+            && owner.is_none()
+        {
+            *owner = Some(subject.to_owned());
+        }
+    }
+
+    /// Whether `subject` may use the session `id`: an unknown session is for rmcp to refuse
+    /// (404), a session owned by another subject is refused here as if unknown.
+    pub fn may_use(&self, id: &str, subject: &str) -> bool {
+        match self.lock().get(id) {
+            Some(Some(owner)) => owner == subject,
+            _ => true,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Option<String>>> {
         self.live.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -86,7 +107,7 @@ impl<M: SessionManager> SessionManager for BoundedSessions<M> {
         let (id, transport) = self.inner.create_session().await?;
         let admitted = {
             let mut live = self.lock();
-            live.len() < self.max && live.insert(id.clone())
+            live.len() < self.max && live.insert(id.clone(), None).is_none()
         };
         if !admitted {
             let _ = self.inner.close_session(&id).await;

@@ -344,6 +344,26 @@ impl Front {
             Err(why) => return unauthorized(&self.auth, why),
         };
         let (mut parts, body) = request.into_parts();
+        let session = parts
+            .headers
+            .get(rmcp::transport::common::http_header::HEADER_SESSION_ID)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        // A session belongs to the subject that began it: with OAuth, one subject holding
+        // another's session id (a log, a proxy) gets what an unknown id gets.
+        if let Some(id) = &session
+            && !self.sessions.may_use(id, &subject.0)
+        {
+            tracing::warn!(
+                "refused a request of subject {:?} for a session another subject began",
+                subject.0
+            );
+            return plain(
+                StatusCode::NOT_FOUND,
+                "Not Found: Session not found".to_owned(),
+            );
+        }
+        let subject_label = subject.0.clone();
         parts.extensions.insert(subject);
         if parts.method != http::Method::POST {
             // GET (a session's stream) and DELETE (its end) carry no body worth reading.
@@ -381,11 +401,6 @@ impl Front {
                 return plain(StatusCode::BAD_REQUEST, format!("Bad Request: {e}"));
             }
         };
-        let session = parts
-            .headers
-            .get(rmcp::transport::common::http_header::HEADER_SESSION_ID)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
         let peek = Peek::of(&bytes);
         if session.is_none()
             && peek.method.as_deref() == Some("initialize")
@@ -409,6 +424,15 @@ impl Front {
         }
         let request = Request::from_parts(parts, Full::new(bytes));
         let response = self.mcp.handle(request).await;
+        if session.is_none()
+            && peek.method.as_deref() == Some("initialize")
+            && let Some(id) = response
+                .headers()
+                .get(rmcp::transport::common::http_header::HEADER_SESSION_ID)
+                .and_then(|v| v.to_str().ok())
+        {
+            self.sessions.claim(id, &subject_label);
+        }
         // A call inside a session answered on an SSE stream: if the client goes before the
         // answer, the call is cancelled (rmcp would let it run on for a resume).
         match (session, peek.request_id) {
