@@ -77,25 +77,6 @@ fn origin() -> u16 {
     port
 }
 
-fn base64(bytes: &[u8]) -> String {
-    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, &b)| n | (b as u32) << (16 - 8 * i));
-        for i in 0..4 {
-            out.push(if i <= chunk.len() {
-                A[(n >> (18 - 6 * i) & 63) as usize] as char
-            } else {
-                '='
-            });
-        }
-    }
-    out
-}
-
 /// Reads to EOF; returns the bytes read.
 fn drain(s: &mut TcpStream) -> u64 {
     let mut buf = vec![0u8; 256 * 1024];
@@ -203,7 +184,10 @@ fn main() {
     let setup = Setup {
         origin: port,
         proxy: addr,
-        auth: format!("Proxy-Authorization: Basic {}\r\n", base64(cred.as_bytes())),
+        auth: format!(
+            "Proxy-Authorization: {}\r\n",
+            cordon::egress::credentials::basic_authorization(cred)
+        ),
     };
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(

@@ -161,8 +161,8 @@ fn proxy_connect(target: &str) -> Result<(), Error> {
     stream.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
     write!(
         stream,
-        "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\nProxy-Authorization: Basic {}\r\n\r\n",
-        base64(credentials.as_bytes())
+        "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\nProxy-Authorization: {}\r\n\r\n",
+        crate::egress::credentials::basic_authorization(credentials)
     )?;
     let mut line = Vec::new();
     let mut byte = [0u8; 1];
@@ -175,25 +175,6 @@ fn proxy_connect(target: &str) -> Result<(), Error> {
     } else {
         Err(Error::other(line))
     }
-}
-
-fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, &b)| n | (b as u32) << (16 - 8 * i));
-        for i in 0..4 {
-            out.push(if i <= chunk.len() {
-                ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char
-            } else {
-                '='
-            });
-        }
-    }
-    out
 }
 
 fn usage(what: &str) -> i32 {

@@ -1,7 +1,8 @@
 //! Which call a proxied connection belongs to: the token in its `Proxy-Authorization:
 //! Basic` credentials (`cordon:<token>`, from the call's proxy URL).
 //!
-//! Owns decoding only, bounded and strict; the registry of tokens is `proxy`'s.
+//! Owns the credentials' encoding (for clients: the doctor probe, tests, benches) and their
+//! decoding, bounded and strict; the registry of tokens is `proxy`'s.
 
 use super::http::RequestHead;
 use super::proxy::PROXY_USER;
@@ -17,6 +18,31 @@ pub(super) fn token(head: &RequestHead) -> Option<String> {
     let text = String::from_utf8(decoded).ok()?;
     let (user, token) = text.split_once(':')?;
     (user == PROXY_USER && token.len() == 32).then(|| token.to_owned())
+}
+
+/// The `Proxy-Authorization` value a client of the proxy sends for the userinfo of its proxy
+/// URL (`user:password`): `Basic base64(user:password)`.
+pub fn basic_authorization(userinfo: &str) -> String {
+    format!("Basic {}", base64_encode(userinfo.as_bytes()))
+}
+
+fn base64_encode(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &b)| n | (b as u32) << (16 - 8 * i));
+        for i in 0..4 {
+            out.push(if i <= chunk.len() {
+                ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char
+            } else {
+                '='
+            });
+        }
+    }
+    out
 }
 
 fn base64_decode(s: &str) -> Option<Vec<u8>> {
@@ -55,6 +81,21 @@ fn base64_decode(s: &str) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn encoding_round_trips_through_the_strict_decoder() {
+        for text in [
+            "",
+            "a",
+            "ab",
+            "abc",
+            "cordon:0123456789abcdef0123456789abcdef",
+        ] {
+            let encoded = base64_encode(text.as_bytes());
+            assert_eq!(base64_decode(&encoded).as_deref(), Some(text.as_bytes()));
+        }
+        assert_eq!(basic_authorization("cordon:t"), "Basic Y29yZG9uOnQ=");
+    }
 
     #[test]
     fn basic_credentials_decode() {

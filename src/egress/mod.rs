@@ -17,7 +17,7 @@
 //! How the listener gets into the namespace, and what confines the process (Landlock's
 //! connect rule narrowed to the proxy port, seccomp without UDP) is `confine`'s job.
 
-mod credentials;
+pub mod credentials;
 pub mod http;
 pub mod pattern;
 pub mod proxy;

@@ -846,32 +846,16 @@ fn exchange(p: &InProcess, ticket: &cordon::egress::CallTicket, request: &str) -
         .next()
         .unwrap()
         .to_owned();
-    let auth = format!("Proxy-Authorization: Basic {}\r\n", base64(cred.as_bytes()));
+    let auth = format!(
+        "Proxy-Authorization: {}\r\n",
+        cordon::egress::credentials::basic_authorization(&cred)
+    );
     let mut s = TcpStream::connect(p.addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     s.write_all(request.replace("{auth}", &auth).as_bytes())
         .unwrap();
     let mut out = String::new();
     let _ = s.read_to_string(&mut out);
-    out
-}
-
-fn base64(bytes: &[u8]) -> String {
-    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, &b)| n | (b as u32) << (16 - 8 * i));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
     out
 }
 
