@@ -358,6 +358,8 @@ async fn serve(
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .init();
+    let signals =
+        cordon::server::StopSignals::listen().context("cannot listen for SIGTERM and SIGINT")?;
     if http.http.is_some() {
         // Over HTTP nobody reads an `initialize` answer on stdin: a failed start is the
         // message on stderr and exit status 2.
@@ -375,7 +377,7 @@ async fn serve(
                 return Ok(2);
             }
         };
-        cordon::server::http::serve(server, options).await?;
+        cordon::server::http::serve(server, options, signals).await?;
         return Ok(0);
     }
     let server = match start(workspace, policy, audit_log, allow_degraded).await {
@@ -394,7 +396,7 @@ async fn serve(
             return Ok(2);
         }
     };
-    cordon::server::serve_stdio(server).await?;
+    cordon::server::serve_stdio(server, signals).await?;
     Ok(0)
 }
 

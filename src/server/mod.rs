@@ -678,7 +678,7 @@ fn error_placeholder(schema: &JsonObject, error: &ToolError) -> serde_json::Valu
 /// Serves MCP on stdin/stdout until the client disconnects, then kills whatever is still
 /// running and returns. Says so when it starts: at `info` always, and on stderr when a person
 /// started it on a terminal (where a silent server looks hung).
-pub async fn serve_stdio(server: CordonServer) -> Result<(), ServeError> {
+pub async fn serve_stdio(server: CordonServer, mut signals: StopSignals) -> Result<(), ServeError> {
     let ctx = Arc::clone(&server.ctx);
     let shutdown = ctx.runtime.shutdown.clone();
     let ready = startup_line(&ctx);
@@ -691,10 +691,17 @@ pub async fn serve_stdio(server: CordonServer) -> Result<(), ServeError> {
              here; Ctrl-D quits)"
         );
     }
-    let service = match server
-        .serve(framing::frame(tokio::io::stdin(), tokio::io::stdout()))
-        .await
-    {
+    // A client that gives up before `initialize` (SDKs send SIGTERM on close) ends the server
+    // through its normal exit, which drops the runtime and removes its scratch directories.
+    let handshake = server.serve(framing::frame(tokio::io::stdin(), tokio::io::stdout()));
+    let handshake = tokio::select! {
+        result = handshake => result,
+        name = signals.recv() => {
+            tracing::info!("{name} before an MCP client initialized; exiting");
+            return Ok(());
+        }
+    };
+    let service = match handshake {
         Ok(service) => service,
         // Ctrl-D on a terminal, or a client that connected and left: nothing went wrong.
         Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => {
@@ -709,17 +716,8 @@ pub async fn serve_stdio(server: CordonServer) -> Result<(), ServeError> {
     let stop = service.cancellation_token();
     let signal_ctx = Arc::clone(&ctx);
     tokio::spawn(async move {
-        use tokio::signal::unix::{SignalKind, signal};
-        let (Ok(mut term), Ok(mut int)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) else {
-            return;
-        };
-        tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM: ending the session and every running call"),
-            _ = int.recv() => tracing::info!("SIGINT: ending the session and every running call"),
-        }
+        let name = signals.recv().await;
+        tracing::info!("{name}: ending the session and every running call");
         shutdown.cancel();
         signal_ctx.runtime.drain(SHUTDOWN_GRACE).await;
         // The last answers are on their way to stdout; give the writer a moment.
@@ -748,6 +746,32 @@ pub fn startup_line(ctx: &Session) -> String {
         ctx.runtime.policy.origin,
         enforcement.level,
     )
+}
+
+/// SIGTERM and SIGINT, listened for from the moment `serve` starts (before the runtime is
+/// built): from then on neither ends the process by its default action, and one that arrives
+/// during start-up is still seen once the server can act on it.
+pub struct StopSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    pub fn listen() -> std::io::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Self {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    /// Waits for the next of them; returns its name.
+    pub async fn recv(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

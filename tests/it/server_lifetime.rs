@@ -261,3 +261,61 @@ fn sigkill_of_cordon_exec_kills_its_command() {
     assert_no_survivors(&token, "sleep after SIGKILL of cordon exec");
     assert!(gone);
 }
+
+/// The names of the scratch directories a server made under `tmp` (`cordon-view-*`, …).
+fn scratch_in(tmp: &Path) -> Vec<String> {
+    std::fs::read_dir(tmp)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("cordon-"))
+        .collect()
+}
+
+#[test]
+fn sigterm_of_serve_before_initialize_exits_cleanly_and_leaves_no_scratch_directory() {
+    if skip(
+        "sigterm_of_serve_before_initialize_exits_cleanly_and_leaves_no_scratch_directory",
+        Need::Namespaces,
+    ) {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut server = Command::new(CORDON)
+        .args(["serve", "--workspace", path_str(ws.path())])
+        .env("TMPDIR", tmp.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Up: its sandbox init has a mount point (the view is made after the private roots).
+    assert!(
+        eventually(Duration::from_secs(30), || scratch_in(tmp.path())
+            .iter()
+            .any(|n| n.starts_with("cordon-view-"))),
+        "the server never started its sandbox init"
+    );
+    // The client gives up before `initialize`, as an SDK that closes early does.
+    let pid = rustix::process::Pid::from_child(&server);
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let mut status = None;
+    assert!(
+        eventually(REAP_WITHIN, || {
+            status = server.try_wait().unwrap();
+            status.is_some()
+        }),
+        "serve did not exit within {REAP_WITHIN:?} of SIGTERM before initialize"
+    );
+    let status = status.unwrap();
+    assert!(
+        status.success(),
+        "serve should end through its normal exit on SIGTERM before initialize: {status:?}"
+    );
+    assert!(
+        eventually(REAP_WITHIN, || scratch_in(tmp.path()).is_empty()),
+        "scratch directories left behind: {:?}",
+        scratch_in(tmp.path())
+    );
+}

@@ -126,7 +126,11 @@ struct Front {
 }
 
 /// Serves until SIGTERM/SIGINT, then ends every call of every session and returns.
-pub async fn serve(server: CordonServer, mut options: HttpOptions) -> Result<(), HttpError> {
+pub async fn serve(
+    server: CordonServer,
+    mut options: HttpOptions,
+    mut signals: super::StopSignals,
+) -> Result<(), HttpError> {
     let template = server.into_http_template();
     let ctx = Arc::clone(template.context());
     let http = ctx.runtime.policy.server.http.clone();
@@ -227,7 +231,10 @@ pub async fn serve(server: CordonServer, mut options: HttpOptions) -> Result<(),
     eprintln!("{ready}");
 
     let connections = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
-    let stop = stop_signal();
+    let stop = async move {
+        let name = signals.recv().await;
+        tracing::info!("{name}: ending every session and running call");
+    };
     tokio::pin!(stop);
     loop {
         let accepted = tokio::select! {
@@ -283,21 +290,6 @@ pub async fn serve(server: CordonServer, mut options: HttpOptions) -> Result<(),
     }
     ctx.runtime.drain(SHUTDOWN_GRACE).await;
     Ok(())
-}
-
-/// Resolves on SIGTERM or SIGINT.
-async fn stop_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: ending every session and running call"),
-        _ = int.recv() => tracing::info!("SIGINT: ending every session and running call"),
-    }
 }
 
 impl Front {
