@@ -516,6 +516,25 @@ mod tests {
         );
     }
 
+    /// The fuzzer's first finding was its own invariant: a field *value* may spell out
+    /// "Proxy-Authorization" (it is the client's text and goes on); only a field of that name
+    /// is dropped.
+    #[test]
+    fn a_value_naming_proxy_authorization_is_only_text() {
+        let h = parse(
+            "GET http://h/x HTTP/1.1\r\nHost: h\r\nX-Note: Proxy-Authorization: Basic abc\r\n\
+             proxy-AUTHORIZATION: Basic abc\r\n\r\n",
+        )
+        .unwrap()
+        .unwrap();
+        let out = String::from_utf8(h.forwarded().unwrap()).unwrap();
+        assert_eq!(
+            out,
+            "GET /x HTTP/1.1\r\nHost: h\r\nX-Note: Proxy-Authorization: Basic abc\r\n\
+             Connection: close\r\n\r\n"
+        );
+    }
+
     #[test]
     fn chunked_bodies_end_where_they_end() {
         let body = b"4\r\nWiki\r\n5;ext=1\r\npedia\r\n0\r\nX-T: 1\r\n\r\nGET /smuggled";
