@@ -44,7 +44,13 @@ pub fn mark_introduced(
     old_diags: &[Diagnostic],
     new_diags: &mut [Diagnostic],
 ) {
-    let Some(old_text) = old_text else {
+    // The line diff is the costly part (a patience diff of both contents on every write), and
+    // it only matters when there is something to pair: no new findings, nothing to mark; no
+    // old findings (or no old file), everything is introduced.
+    if new_diags.is_empty() {
+        return;
+    }
+    let Some(old_text) = old_text.filter(|_| !old_diags.is_empty()) else {
         new_diags.iter_mut().for_each(|d| d.introduced = true);
         return;
     };
@@ -221,6 +227,16 @@ mod tests {
     fn new_file_has_everything_introduced() {
         let mut diags = vec![d(1, 1, "A"), d(2, 1, "B")];
         mark_introduced(None, "x\ny\n", &[], &mut diags);
+        assert!(diags.iter().all(|d| d.introduced));
+    }
+
+    /// The short cut past the line diff: nothing old to vouch, so every new finding is
+    /// introduced, even on lines the edit did not touch.
+    #[test]
+    fn without_old_findings_every_new_one_is_introduced() {
+        let mut diags = vec![d(1, 1, "A"), d(3, 1, "B")];
+        diags.iter_mut().for_each(|d| d.introduced = false);
+        mark_introduced(Some("a\nb\nc\n"), "a\nb\nc\nd\n", &[], &mut diags);
         assert!(diags.iter().all(|d| d.introduced));
     }
 

@@ -527,9 +527,13 @@ impl ServerHandler for CordonServer {
             None => call.await?,
         };
         let response = fits_output_schema(response, output_schema.as_deref());
-        // Listing the spill area is blocking file-system work.
+        let Some(spilled) = resources::spilled_file(&response) else {
+            return Ok(response);
+        };
+        // Finding the spill file's size is blocking file-system work; only a cut-short result
+        // pays for the hop to the blocking pool.
         let ctx = Arc::clone(&self.ctx);
-        on_blocking_pool(move || Ok(resources::link_spilled(response, &ctx))).await
+        on_blocking_pool(move || Ok(resources::link_spilled(response, &spilled, &ctx))).await
     }
 
     async fn list_resources(
@@ -631,7 +635,10 @@ fn fits_output_schema(response: CallToolResponse, schema: Option<&JsonObject>) -
         result.content = vec![ContentBlock::text(error.text())];
         result.structured_content = Some(error_placeholder(schema, &error));
     }
+    // The placeholder (a copy of the schema walked) is built only when a required field is
+    // missing: a tool's own output has them all, so the usual result skips it.
     if let Some(serde_json::Value::Object(content)) = &mut result.structured_content
+        && schema::required(schema).any(|name| !content.contains_key(name))
         && let serde_json::Value::Object(empty) =
             schema::placeholder(&serde_json::Value::Object(schema.clone()))
     {

@@ -41,39 +41,46 @@ fn percent_encode(path: &str) -> String {
     out
 }
 
-/// Adds a `resource_link` block for the `full_output` a result names, so a client can fetch
-/// the whole output through `resources/read`.
-pub fn link_spilled(response: CallToolResponse, ctx: &Session) -> CallToolResponse {
-    let CallToolResponse::Complete(mut result) = response else {
-        return response;
+/// The spill file a result's `full_output` names (its name in the spill area), if any. Pure:
+/// most results name none, and they need no file-system call at all.
+pub fn spilled_file(response: &CallToolResponse) -> Option<String> {
+    let CallToolResponse::Complete(result) = response else {
+        return None;
     };
-    let spilled = result
+    result
         .structured_content
         .as_ref()
         .and_then(|s| s.get("full_output"))
         .and_then(|v| v.as_str())
         .and_then(|p| p.strip_prefix(SPILL_REL))
         .and_then(|p| p.strip_prefix('/'))
-        .map(str::to_owned);
-    if let Some(name) = spilled {
-        let size = ctx
-            .runtime
-            .workspace
-            .list_spill_files()
-            .into_iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, size)| size);
-        let mut link = Resource::new(spill_uri(ctx, &name), name.clone())
-            .with_title("Full output")
-            .with_description(format!(
-                "The complete output that the result shows cut short ({SPILL_REL}/{name})"
-            ))
-            .with_mime_type("text/plain");
-        if let Some(size) = size {
-            link = link.with_size(size);
-        }
-        result.content.push(ContentBlock::resource_link(link));
+        .map(str::to_owned)
+}
+
+/// Adds a `resource_link` block for spill file `name` (from [`spilled_file`]), so a client can
+/// fetch the whole output through `resources/read`. Lists the spill area for the file's size:
+/// blocking file-system work.
+pub fn link_spilled(response: CallToolResponse, name: &str, ctx: &Session) -> CallToolResponse {
+    let CallToolResponse::Complete(mut result) = response else {
+        return response;
+    };
+    let size = ctx
+        .runtime
+        .workspace
+        .list_spill_files()
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, size)| size);
+    let mut link = Resource::new(spill_uri(ctx, name), name.to_owned())
+        .with_title("Full output")
+        .with_description(format!(
+            "The complete output that the result shows cut short ({SPILL_REL}/{name})"
+        ))
+        .with_mime_type("text/plain");
+    if let Some(size) = size {
+        link = link.with_size(size);
     }
+    result.content.push(ContentBlock::resource_link(link));
     CallToolResponse::Complete(result)
 }
 
@@ -165,6 +172,26 @@ mod tests {
             ("foobar", "Zm9vYmFy"),
         ] {
             assert_eq!(base64(input.as_bytes()), expected);
+        }
+    }
+
+    fn result_naming(full_output: serde_json::Value) -> CallToolResponse {
+        let mut result = rmcp::model::CallToolResult::success(vec![ContentBlock::text("x")]);
+        result.structured_content = Some(serde_json::json!({ "full_output": full_output }));
+        CallToolResponse::Complete(result)
+    }
+
+    /// Only a result naming a file in the spill area pays for the blocking hop that links it.
+    #[test]
+    fn spilled_file_is_the_name_inside_the_spill_area() {
+        let spilled = result_naming(".cordon/outputs/shell-1.stdout".into());
+        assert_eq!(spilled_file(&spilled).as_deref(), Some("shell-1.stdout"));
+        for other in [
+            serde_json::Value::Null,
+            "src/main.rs".into(),
+            ".cordon/outputsX/a".into(),
+        ] {
+            assert_eq!(spilled_file(&result_naming(other.clone())), None, "{other}");
         }
     }
 

@@ -217,13 +217,7 @@ fn placeholder_at(schema: &Value, depth: usize) -> Value {
         Some("object") | None if map.contains_key("properties") => {
             let mut out = Map::new();
             let properties = map.get("properties").and_then(Value::as_object);
-            for name in map
-                .get("required")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-            {
+            for name in required(map) {
                 let sub = properties
                     .and_then(|p| p.get(name))
                     .cloned()
@@ -235,6 +229,16 @@ fn placeholder_at(schema: &Value, depth: usize) -> Value {
         Some("object") => Value::Object(Map::new()),
         _ => Value::Null,
     }
+}
+
+/// The names an object schema lists as `required`.
+pub fn required(schema: &Map<String, Value>) -> impl Iterator<Item = &str> {
+    schema
+        .get("required")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
 }
 
 /// The schema of property `name` of an object schema.

@@ -379,17 +379,22 @@ async fn prepare(ctx: &SharedContext, args: &ShellExecArgs) -> Result<Prepared, 
     for (name, value) in &env {
         crate::exec::env::validate_override(name, value).map_err(invalid)?;
     }
-    // Resolving and opening the directory are blocking calls on a path the agent chose.
-    let cwd = args.cwd.clone();
-    let (dir, cwd_path) = ctx
-        .runtime
-        .blocking(move |rt| {
-            let cwd = rt.workspace.resolve_arg(&cwd)?;
-            let dir = rt.workspace.open_dir(&cwd)?;
-            Ok::<_, crate::workspace::PathError>((dir, rt.workspace.host_path(&cwd)))
-        })
-        .await
+    // Opening a directory the agent chose is a blocking call (path walk on a possibly slow
+    // disk); the root itself, the usual cwd, is a descriptor duplicate and needs no hop off
+    // the async thread.
+    let workspace = &ctx.runtime.workspace;
+    let cwd = workspace
+        .resolve_arg(&args.cwd)
         .map_err(|e| ToolError::from(&e))?;
+    let cwd_path = workspace.host_path(&cwd);
+    let dir = if cwd.is_root() {
+        workspace.root_dir()
+    } else {
+        ctx.runtime
+            .blocking(move |rt| rt.workspace.open_dir(&cwd))
+            .await
+    }
+    .map_err(|e| ToolError::from(&e))?;
     let live = Arc::new(LiveStatus::default());
     Ok(Prepared {
         request: ExecRequest {

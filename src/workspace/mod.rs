@@ -132,6 +132,13 @@ impl Workspace {
         self.dir.open_dir(rel).map_err(|e| PathError::at(rel, e))
     }
 
+    /// A second handle on the root directory: a descriptor duplicate, which never touches the
+    /// file system (so it cannot stall on a slow disk, unlike [`Workspace::open_dir`]).
+    pub fn root_dir(&self) -> Result<Dir, PathError> {
+        let root = RelPath::from_trusted(".".into());
+        self.dir.try_clone().map_err(|e| PathError::at(&root, e))
+    }
+
     /// Reads a whole regular file, refusing directories, devices, FIFOs and sockets (reading
     /// those could block forever or have side effects) and files over [`MAX_READ_BYTES`].
     pub fn read_bytes(&self, rel: &RelPath) -> Result<Vec<u8>, PathError> {

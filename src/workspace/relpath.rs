@@ -30,6 +30,12 @@ impl RelPath {
         &self.0
     }
 
+    /// Whether this is the workspace root itself, spelled `.` (an absolute argument naming the
+    /// root becomes `.` too).
+    pub fn is_root(&self) -> bool {
+        self.0 == "."
+    }
+
     /// The path for handing to cap-std (relative, so it resolves beneath the root `Dir`).
     pub fn as_path(&self) -> &Path {
         Path::new(&self.0)
