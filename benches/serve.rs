@@ -141,8 +141,13 @@ impl Server {
 }
 
 impl Drop for Server {
+    /// SIGTERM, as a client closing down sends: the server ends through its normal exit, so
+    /// its sandbox tree is gone and its scratch directories removed before the next start is
+    /// timed (SIGKILL left both to the kernel and the temp dir, in the middle of the next
+    /// measurement).
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        let pid = rustix::process::Pid::from_child(&self.child);
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
         let _ = self.child.wait();
     }
 }
@@ -283,21 +288,25 @@ fn main() {
 /// prints spawn → tools/list.
 fn start_times(ws: &Path, starts: usize, baseline: Option<&std::ffi::OsStr>) {
     let (mut with_init, mut without, mut base) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..starts {
-        let (s, t) = Server::start(ws, false);
-        drop(s);
-        with_init.push(t);
-        let (s, t) = Server::start(ws, true);
-        drop(s);
-        without.push(t);
-        if let Some(program) = baseline {
-            std::thread::sleep(Duration::from_millis(50));
-            let (s, t) = Server::start_binary(program, ws, false);
-            drop(s);
-            base.push(t);
+    for round in 0..starts {
+        // Each round starts a different series first, so none always follows the same one.
+        let mut order = vec![0, 1];
+        if baseline.is_some() {
+            order.push(2);
         }
-        // Let the killed server's init tree go before the next start.
-        std::thread::sleep(Duration::from_millis(50));
+        let first = round % order.len();
+        order.rotate_left(first);
+        for series in order {
+            let (s, t) = match (series, baseline) {
+                (0, _) => Server::start(ws, false),
+                (1, _) => Server::start(ws, true),
+                (_, Some(program)) => Server::start_binary(program, ws, false),
+                (_, None) => unreachable!("series 2 only with a baseline"),
+            };
+            drop(s);
+            [&mut with_init, &mut without, &mut base][series].push(t);
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
     println!("## server start to first tools/list answered: {starts} starts each, interleaved\n");
     println!("| server | min | median | p90 | max |");

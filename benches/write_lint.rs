@@ -84,8 +84,10 @@ impl Server {
 }
 
 impl Drop for Server {
+    /// SIGTERM: the server ends through its normal exit and removes its scratch directories.
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        let pid = rustix::process::Pid::from_child(&self.child);
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
         let _ = self.child.wait();
     }
 }

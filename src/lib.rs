@@ -40,7 +40,8 @@
 //!   paths judged on the final target, the `.cordon/` spill area.
 //! * [`files`]: the pure logic of the file tools (paging, exact edits, diffs).
 //! * [`confine`]: how the kernel enforces a [`confine::ConfinePlan`] (Landlock, seccomp,
-//!   rlimits, cgroups, namespaces, the sandbox init); the only `unsafe` code.
+//!   rlimits, cgroups, namespaces, the sandbox init) and the scratch directories that serves
+//!   (swept after a killed server); the only `unsafe` code.
 //! * [`exec`]: one confined child from spawn to the death of its whole tree.
 //! * [`interpreter`]: persistent, confined Python sessions for `code_interpreter`.
 //! * [`parser`]: the confined worker that runs every tree-sitter grammar (syntax check,

@@ -1,7 +1,8 @@
 //! Confinement: turning a resolved [`ConfinePlan`] into what the kernel enforces on each child.
 //!
 //! Owns the Landlock ruleset, the seccomp programs, the rlimit plan and the cgroups, all
-//! built once when the runtime is built ("build once, apply many"), and the only `unsafe`
+//! built once when the runtime is built ("build once, apply many"), the scratch directories
+//! they use in the temp dir (`scratch`: removed after a killed server), and the only `unsafe`
 //! code in cordon (`child`, `kernel`, `selftest`). It never sees a policy (`policy::resolve`
 //! hands it the plan), never spawns a process itself (that is `exec`), and knows nothing of
 //! MCP.
@@ -14,6 +15,7 @@ pub mod landlock;
 mod plan;
 mod rlimits;
 pub mod sandbox;
+pub mod scratch;
 pub mod seccomp;
 pub mod selftest;
 
@@ -205,9 +207,9 @@ pub struct Confinement {
     cgroups: cgroup::Cgroups,
     call_limits: CallLimits,
     enforcement: Enforcement,
-    tmp_root: tempfile::TempDir,
+    tmp_root: scratch::ScratchDir,
     /// Long-lived workers' private directories live below this (see `private_root`).
-    private_root: tempfile::TempDir,
+    private_root: scratch::ScratchDir,
     workspace: PathBuf,
     /// Absolute protected paths (workspace + `filesystem.protected`).
     /// Workspace-relative protected patterns (policy + its files inside the workspace).
@@ -280,10 +282,10 @@ impl Confinement {
         let kernel = KernelSupport::detect();
         let mut notes = Vec::new();
 
-        let tmp_root = tempfile::Builder::new()
-            .prefix("cordon-tmp-")
-            .tempdir()
-            .map_err(ConfineError::TempDir)?;
+        // Scratch directories of cordon processes that were killed before they could remove
+        // theirs: gone in the background while this one starts.
+        scratch::sweep_stale_in_background();
+        let tmp_root = scratch::ScratchDir::new("tmp").map_err(ConfineError::TempDir)?;
 
         let landlock_inputs = if kernel.landlock_abi >= REQUIRED_LANDLOCK_ABI {
             Some(LandlockInputs::new(plan, options, false))
@@ -337,10 +339,7 @@ impl Confinement {
         notes.extend(cgroups.notes.iter().cloned());
 
         let drop_capabilities = kernel.is_root;
-        let private_root = tempfile::Builder::new()
-            .prefix("cordon-private-")
-            .tempdir()
-            .map_err(ConfineError::TempDir)?;
+        let private_root = scratch::ScratchDir::new("private").map_err(ConfineError::TempDir)?;
         let protected = plan.protected.clone();
         let factory = start_factory(
             plan,

@@ -319,3 +319,90 @@ fn sigterm_of_serve_before_initialize_exits_cleanly_and_leaves_no_scratch_direct
         scratch_in(tmp.path())
     );
 }
+
+/// The scratch entries (`cordon-*`) in `tmp` whose name carries owner `tag`, and the owner
+/// lock itself.
+fn owned_by(tmp: &Path, tag: &str) -> Vec<String> {
+    scratch_in(tmp)
+        .into_iter()
+        .filter(|n| n.ends_with(&format!("-{tag}")) || n.contains(&format!("-{tag}-")))
+        .collect()
+}
+
+/// The owner tags (`cordon-owner-<tag>`) present in `tmp`.
+fn owner_tags(tmp: &Path) -> Vec<String> {
+    scratch_in(tmp)
+        .iter()
+        .filter_map(|n| n.strip_prefix("cordon-owner-").map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn scratch_of_a_sigkilled_server_is_removed_by_the_next_and_a_live_ones_never() {
+    if skip(
+        "scratch_of_a_sigkilled_server_is_removed_by_the_next_and_a_live_ones_never",
+        Need::Namespaces,
+    ) {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let tmp_env = [("TMPDIR", path_str(tmp.path()))];
+    let view_of = |tag: &str| {
+        owned_by(tmp.path(), tag)
+            .iter()
+            .any(|n| n.starts_with("cordon-view-"))
+    };
+
+    // A server killed outright leaves its directories and its owner lock behind.
+    let mut killed = StdioServer::start(ws.path(), &[], "", &tmp_env);
+    let dead_tag = owner_tags(tmp.path())
+        .pop()
+        .expect("the server made an owner lock");
+    assert!(eventually(Duration::from_secs(30), || view_of(&dead_tag)));
+    killed.signal(libc::SIGKILL);
+    assert!(killed.wait_exit(REAP_WITHIN).is_some());
+    let left = owned_by(tmp.path(), &dead_tag);
+    assert!(
+        left.len() >= 4,
+        "a SIGKILLed server should leave its owner lock, tmp, private and view: {left:?}"
+    );
+
+    // The next server removes them, and keeps its own.
+    let mut next = StdioServer::start(ws.path(), &[], "", &tmp_env);
+    assert!(
+        eventually(Duration::from_secs(30), || owned_by(tmp.path(), &dead_tag)
+            .is_empty()),
+        "the dead server's scratch was not removed: {:?}",
+        owned_by(tmp.path(), &dead_tag)
+    );
+    let live_tag = owner_tags(tmp.path())
+        .pop()
+        .expect("the live server's owner lock");
+    assert!(eventually(Duration::from_secs(30), || view_of(&live_tag)));
+    let live = owned_by(tmp.path(), &live_tag);
+
+    // A third server's sweep finds the second alive: its directories stay and it still runs
+    // commands (which need its per-call temporary root).
+    let third = StdioServer::start(ws.path(), &[], "", &tmp_env);
+    assert!(eventually(Duration::from_secs(30), || owner_tags(
+        tmp.path()
+    )
+    .len()
+        == 2));
+    std::thread::sleep(Duration::from_millis(500));
+    let mut still = owned_by(tmp.path(), &live_tag);
+    still.sort();
+    let mut live = live;
+    live.sort();
+    assert_eq!(
+        still, live,
+        "a live server's scratch changed under another's sweep"
+    );
+    let result = next.call(
+        "shell_exec",
+        json!({"command": "echo ok > \"$TMPDIR/f\" && cat \"$TMPDIR/f\""}),
+    );
+    assert_eq!(structured(&result)["stdout"], "ok\n", "{result}");
+    drop(third);
+}

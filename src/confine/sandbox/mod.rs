@@ -81,7 +81,7 @@ pub struct Sandbox {
     /// The listening socket the init made for the egress proxy, until it is taken.
     proxy_listener: Mutex<Option<OwnedFd>>,
     /// The empty directory the init mounted its root on; removed when we go.
-    _new_root: tempfile::TempDir,
+    _new_root: super::scratch::ScratchDir,
 }
 
 /// Status reported when the init died under a process (the kernel killed it): SIGKILL.
@@ -91,10 +91,7 @@ impl Sandbox {
     /// Starts the init for `plan` (its `new_root` is replaced by a fresh empty directory) and
     /// waits until it has built its view and applied its confinement.
     pub fn start(mut plan: plan::InitPlan, program: PathBuf) -> Result<Self, SandboxError> {
-        let new_root = tempfile::Builder::new()
-            .prefix("cordon-view-")
-            .tempdir()
-            .map_err(SandboxError::Start)?;
+        let new_root = super::scratch::ScratchDir::new("view").map_err(SandboxError::Start)?;
         plan.new_root = new_root.path().to_path_buf();
         plan.version = wire::PROTOCOL_VERSION;
         let (server_end, init_end) = fdpass::seqpacket_pair().map_err(SandboxError::Start)?;

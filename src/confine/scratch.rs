@@ -1,0 +1,328 @@
+//! Scratch directories in the temp dir, and removing those of cordon processes that died.
+//!
+//! Owns the names and the lifetime of the directories a cordon process keeps in `$TMPDIR`:
+//! the per-call temporary root, the workers' private root and the sandbox init's view root.
+//! A process that ends normally removes them as they drop. One that is SIGKILLed (the OOM
+//! killer, `kill -9`, a supervisor giving up) cannot, and on a long-running host those
+//! directories pile up, so each is named after an *owner* whose liveness the kernel keeps:
+//!
+//! * `cordon-owner-<tag>` is a file the process holds an exclusive `flock` on for as long as
+//!   one of its scratch directories exists. The kernel drops the lock when the process dies,
+//!   however it dies, and it is the same lock in every pid namespace that shares the temp dir
+//!   (a pid would not be: two containers sharing `/tmp` reuse each other's pids).
+//! * Its directories are `cordon-<kind>-<tag>-<random>`.
+//! * [`sweep_stale`] (run by each new process, in the background) takes every owner lock that
+//!   is free, removes that owner's directories, then the lock file. A held lock is a live
+//!   owner, whose directories are never touched.
+//!
+//! Only entries owned by this process's user are considered, only real directories (never a
+//! symlink) are removed, and `remove_dir_all` does not follow symlinks inside them, so a
+//! name planted in a shared `/tmp` cannot steer the removal elsewhere. Directories from
+//! before owner tags (`cordon-tmp-<random>`) name no owner and are left alone.
+//!
+//! It does not decide what goes inside the directories (that is `confine` and `sandbox`).
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
+
+/// The kinds of scratch directory, as they appear in names (`cordon-<kind>-<tag>-…`).
+pub const KINDS: [&str; 3] = ["tmp", "private", "view"];
+
+const OWNER_PREFIX: &str = "cordon-owner-";
+
+/// A scratch directory of this process: removed when dropped, and by a later process's
+/// [`sweep_stale`] if this one dies first.
+#[derive(Debug)]
+pub struct ScratchDir {
+    // Field order is drop order: the directory goes before its owner's lock is let go.
+    dir: tempfile::TempDir,
+    _owner: Arc<Owner>,
+}
+
+impl ScratchDir {
+    /// Makes `cordon-<kind>-<tag>-<random>` in the temp dir, owned by this process.
+    pub fn new(kind: &'static str) -> io::Result<Self> {
+        debug_assert!(KINDS.contains(&kind));
+        let tmp = std::env::temp_dir();
+        let owner = process_owner(&tmp)?;
+        Self::with_owner(&tmp, kind, owner)
+    }
+
+    fn with_owner(tmp: &Path, kind: &str, owner: Arc<Owner>) -> io::Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("cordon-{kind}-{}-", owner.tag))
+            .tempdir_in(tmp)?;
+        Ok(Self { dir, _owner: owner })
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// The lock that says "this process is alive" to other cordon processes.
+#[derive(Debug)]
+struct Owner {
+    tag: String,
+    path: PathBuf,
+    // Closing it (after `drop` removed the file) releases the lock.
+    _lock: File,
+}
+
+impl Owner {
+    /// Creates and locks a fresh `cordon-owner-<tag>` in `tmp`.
+    fn create(tmp: &Path) -> io::Result<Self> {
+        for _ in 0..8 {
+            let (file, path) = tempfile::Builder::new()
+                .prefix(OWNER_PREFIX)
+                .rand_bytes(10)
+                .tempfile_in(tmp)?
+                .keep()
+                .map_err(|e| e.error)?;
+            rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)?;
+            // A sweep may have taken the lock in the instant between creating and locking
+            // (it looked free) and removed the file: then the lock guards nothing. Keep it
+            // only if the name still is this file.
+            let ours = fs::symlink_metadata(&path).is_ok_and(|named| {
+                file.metadata()
+                    .is_ok_and(|held| (named.dev(), named.ino()) == (held.dev(), held.ino()))
+            });
+            if !ours {
+                continue;
+            }
+            let tag = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_prefix(OWNER_PREFIX))
+                .map(str::to_owned)
+                .ok_or_else(|| io::Error::other("the owner lock got an unexpected name"))?;
+            return Ok(Self {
+                tag,
+                path,
+                _lock: file,
+            });
+        }
+        Err(io::Error::other(
+            "could not create an owner lock in the temp dir (removed as it was made, 8 times)",
+        ))
+    }
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
+/// One owner per process (and temp dir), shared by all its scratch directories, made again
+/// when the last of them went.
+fn process_owner(tmp: &Path) -> io::Result<Arc<Owner>> {
+    static OWNER: Mutex<Option<(PathBuf, Weak<Owner>)>> = Mutex::new(None);
+    let mut slot = OWNER.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((dir, weak)) = slot.as_ref()
+        && dir == tmp
+        && let Some(owner) = weak.upgrade()
+    {
+        return Ok(owner);
+    }
+    let owner = Arc::new(Owner::create(tmp)?);
+    *slot = Some((tmp.to_path_buf(), Arc::downgrade(&owner)));
+    Ok(owner)
+}
+
+/// What a sweep did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Swept {
+    /// Dead owners whose directories were removed.
+    pub owners: usize,
+    /// Directories removed.
+    pub dirs: usize,
+}
+
+/// Removes the scratch directories of dead cordon processes from the temp dir.
+pub fn sweep_stale() -> Swept {
+    sweep_stale_in(&std::env::temp_dir())
+}
+
+/// [`sweep_stale`] on a thread of its own, so a start-up is not slowed by a large leftover
+/// tree; says what it removed at `info`.
+pub fn sweep_stale_in_background() {
+    let spawned = std::thread::Builder::new()
+        .name("cordon-sweep".into())
+        .spawn(|| {
+            let swept = sweep_stale();
+            if swept.owners > 0 {
+                tracing::info!(
+                    "removed {} scratch directories of {} cordon processes that died without \
+                     cleaning up",
+                    swept.dirs,
+                    swept.owners
+                );
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("could not start the sweep of stale scratch directories: {e}");
+    }
+}
+
+/// [`sweep_stale`] in `tmp`.
+pub fn sweep_stale_in(tmp: &Path) -> Swept {
+    let mut swept = Swept::default();
+    let Ok(entries) = fs::read_dir(tmp) else {
+        return swept;
+    };
+    let uid = rustix::process::geteuid().as_raw();
+    let names: Vec<String> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.starts_with("cordon-"))
+        .collect();
+    for tag in names.iter().filter_map(|n| n.strip_prefix(OWNER_PREFIX)) {
+        let lock_path = tmp.join(format!("{OWNER_PREFIX}{tag}"));
+        let Some(lock) = take_dead_owner(&lock_path, uid) else {
+            continue;
+        };
+        swept.owners += 1;
+        for name in names.iter().filter(|n| names_owner(n, tag)) {
+            let dir = tmp.join(name);
+            let is_ours = fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir() && m.uid() == uid);
+            if is_ours && fs::remove_dir_all(&dir).is_ok() {
+                swept.dirs += 1;
+            }
+        }
+        // Still holding the lock: no new owner can have this name (tags are never reused
+        // while the file exists).
+        let _ = fs::remove_file(&lock_path);
+        drop(lock);
+    }
+    swept
+}
+
+/// Opens and locks the owner file at `path` when it is a regular file of `uid` whose lock is
+/// free (its process is dead); None for a live owner or anything else.
+fn take_dead_owner(path: &Path, uid: u32) -> Option<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .ok()?;
+    let meta = file.metadata().ok()?;
+    if !meta.is_file() || meta.uid() != uid {
+        return None;
+    }
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).ok()?;
+    Some(file)
+}
+
+/// Whether `name` is `cordon-<kind>-<tag>-<random>` for one of [`KINDS`].
+fn names_owner(name: &str, tag: &str) -> bool {
+    KINDS.iter().any(|kind| {
+        name.strip_prefix("cordon-")
+            .and_then(|rest| rest.strip_prefix(kind))
+            .and_then(|rest| rest.strip_prefix('-'))
+            .and_then(|rest| rest.strip_prefix(tag))
+            .and_then(|rest| rest.strip_prefix('-'))
+            .is_some_and(|random| !random.is_empty() && !random.contains('/'))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(tmp: &Path) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(tmp)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_live_owners_directories_are_kept_and_a_dead_ones_removed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let live = Arc::new(Owner::create(tmp.path()).unwrap());
+        let kept: Vec<ScratchDir> = KINDS
+            .iter()
+            .map(|kind| ScratchDir::with_owner(tmp.path(), kind, Arc::clone(&live)).unwrap())
+            .collect();
+        fs::write(kept[0].path().join("f"), "x").unwrap();
+        // What a SIGKILLed owner leaves: its lock file, which nobody holds any more (the
+        // kernel closed its descriptors), and its directories, with whatever calls left.
+        let dead_lock = tmp.path().join("cordon-owner-deadbeef");
+        fs::write(&dead_lock, "").unwrap();
+        let mut left = Vec::new();
+        for kind in KINDS {
+            let dir = tmp.path().join(format!("cordon-{kind}-deadbeef-r{kind}"));
+            fs::create_dir_all(dir.join("deep/er")).unwrap();
+            std::os::unix::fs::symlink("/etc", dir.join("deep/etc")).unwrap();
+            left.push(dir);
+        }
+
+        let swept = sweep_stale_in(tmp.path());
+        assert_eq!(
+            swept,
+            Swept { owners: 1, dirs: 3 },
+            "{:?}",
+            names(tmp.path())
+        );
+        for dir in &left {
+            assert!(!dir.exists(), "{} was not removed", dir.display());
+        }
+        assert!(!dead_lock.exists());
+        assert!(
+            Path::new("/etc/passwd").exists(),
+            "the sweep followed a symlink"
+        );
+        assert!(
+            kept[0].path().join("f").exists(),
+            "a live owner's directory was removed"
+        );
+        assert!(kept.iter().all(|d| d.path().is_dir()));
+        assert!(live.path.exists(), "a live owner's lock file was removed");
+
+        // The last directory gone, the owner goes too: nothing is left in the temp dir.
+        drop(kept);
+        drop(live);
+        assert_eq!(names(tmp.path()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn planted_names_are_not_followed_or_matched() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        fs::write(outside.path().join("keep"), "x").unwrap();
+        // An owner file that is a symlink, and a tagged name that is a symlink.
+        std::os::unix::fs::symlink(
+            outside.path().join("keep"),
+            tmp.path().join("cordon-owner-evil"),
+        )
+        .unwrap();
+        fs::write(tmp.path().join("cordon-owner-free"), "").unwrap();
+        std::os::unix::fs::symlink(outside.path(), tmp.path().join("cordon-tmp-free-xyz")).unwrap();
+        fs::create_dir(tmp.path().join("cordon-tmp-freeX-xyz")).unwrap();
+        fs::create_dir(tmp.path().join("cordon-tmp-old123")).unwrap();
+        let swept = sweep_stale_in(tmp.path());
+        assert_eq!(swept, Swept { owners: 1, dirs: 0 });
+        assert!(outside.path().join("keep").exists());
+        assert!(tmp.path().join("cordon-owner-evil").exists());
+        assert!(tmp.path().join("cordon-tmp-freeX-xyz").exists());
+        assert!(tmp.path().join("cordon-tmp-old123").exists());
+        assert!(!tmp.path().join("cordon-owner-free").exists());
+    }
+
+    #[test]
+    fn owner_names_match_exactly() {
+        assert!(names_owner("cordon-view-ab12-XyZ", "ab12"));
+        assert!(names_owner("cordon-private-ab12-q", "ab12"));
+        assert!(!names_owner("cordon-view-ab123-XyZ", "ab12"));
+        assert!(!names_owner("cordon-view-ab12-", "ab12"));
+        assert!(!names_owner("cordon-sessions-ab12-x", "ab12"));
+        assert!(!names_owner("cordon-owner-ab12", "ab12"));
+    }
+}
