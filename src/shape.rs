@@ -93,7 +93,20 @@ impl ToolOutcome {
     /// The size of the result on the wire (its JSON), for the check against the most a
     /// result may take.
     pub fn wire_size(&self) -> usize {
-        serde_json::to_vec(&self.0).map_or(usize::MAX, |v| v.len())
+        // Counted as it is serialized: every call is measured, and a copy of up to a MiB
+        // just to take its length would be allocated and thrown away each time.
+        struct Count(usize);
+        impl std::io::Write for Count {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0 += bytes.len();
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut count = Count(0);
+        serde_json::to_writer(&mut count, &self.0).map_or(usize::MAX, |()| count.0)
     }
 
     pub fn is_error(&self) -> bool {
@@ -396,6 +409,18 @@ fn clip_chars(text: &str, max: usize, from_start: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wire_size_is_the_length_of_the_json() {
+        let outcome = ToolOutcome::new(
+            &serde_json::json!({"stdout": "é\n\u{1}", "exit_code": 0}),
+            "text \"quoted\"".into(),
+            false,
+        )
+        .with_png("iVBORw0KGgo=".into());
+        let json = serde_json::to_vec(&outcome.0).unwrap();
+        assert_eq!(outcome.wire_size(), json.len());
+    }
 
     fn policy() -> OutputPolicy {
         OutputPolicy {
