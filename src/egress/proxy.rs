@@ -117,8 +117,19 @@ impl Resolve for SystemResolver {
     }
 }
 
-/// A sink for every finished connection (the audit log), with the call it belonged to.
-pub type AuditSink = Arc<dyn Fn(Option<u64>, &ConnectionRecord) + Send + Sync>;
+/// Where every finished connection goes besides its call's report: the server's audit log.
+/// The proxy knows nothing of who made a call; the sink captures that itself when the call
+/// registers (in the caller's task) and gets it back with each of the call's connections.
+pub trait ConnectionAudit: Send + Sync {
+    /// Called by [`Proxy::open_call`] in the registering task: what to hand back with each
+    /// of this call's connections (over HTTP, its session and subject).
+    fn call_context(&self) -> Option<CallContext>;
+    /// One finished connection: its call's id and context (None when it named no valid call).
+    fn record(&self, call: Option<u64>, context: Option<&CallContext>, record: &ConnectionRecord);
+}
+
+/// What a [`ConnectionAudit`] keeps about a call, opaque to the proxy.
+pub type CallContext = Arc<dyn std::any::Any + Send + Sync>;
 
 struct CallState {
     id: u64,
@@ -128,6 +139,8 @@ struct CallState {
     /// Records not kept because `records` was full.
     omitted: AtomicU64,
     cancel: CancellationToken,
+    /// The audit sink's context for this call (see [`ConnectionAudit::call_context`]).
+    context: Option<CallContext>,
 }
 
 /// What the proxy does besides the policy's rules.
@@ -156,7 +169,7 @@ struct Shared {
     unattributed: Mutex<VecDeque<ConnectionRecord>>,
     unattributed_count: AtomicU64,
     in_flight: Arc<tokio::sync::Semaphore>,
-    audit: Mutex<Option<AuditSink>>,
+    audit: Mutex<Option<Arc<dyn ConnectionAudit>>>,
 }
 
 /// The running proxy. Dropping it stops every listener and connection.
@@ -218,7 +231,7 @@ impl Proxy {
     }
 
     /// Every finished connection also goes to `sink` (the server's audit log).
-    pub fn set_audit(&self, sink: AuditSink) {
+    pub fn set_audit(&self, sink: Arc<dyn ConnectionAudit>) {
         *lock(&self.shared.audit) = Some(sink);
     }
 
@@ -281,6 +294,9 @@ impl Proxy {
             records: Mutex::new(Vec::new()),
             omitted: AtomicU64::new(0),
             cancel: self.stop.child_token(),
+            context: lock(&self.shared.audit)
+                .clone()
+                .and_then(|sink| sink.call_context()),
         });
         lock(&self.shared.calls).insert(token.clone(), Arc::clone(&state));
         CallTicket {
@@ -421,7 +437,12 @@ impl Attempt {
         self.record.duration_ms = self.started.elapsed().as_millis() as u64;
         let sink = lock(&shared.audit).clone();
         if let Some(sink) = sink {
-            sink(self.call.as_ref().map(|c| c.id), &self.record);
+            let call = self.call.as_ref();
+            sink.record(
+                call.map(|c| c.id),
+                call.and_then(|c| c.context.as_ref()),
+                &self.record,
+            );
         }
         match &self.call {
             Some(call) => {

@@ -11,6 +11,7 @@
 //! oversized or slow request heads are refused.
 
 use crate::common::{Need, Sandbox, skip};
+use crate::http_client::{HttpServer, Start};
 use crate::stdio_server::{StdioServer, structured, text};
 use cordon::egress::proxy::{ProxyOptions, Resolve};
 use serde_json::{Value, json};
@@ -733,6 +734,58 @@ fn every_connection_goes_to_the_audit_log() {
         "{:?}",
         egress[1]
     );
+}
+
+#[test]
+fn over_http_a_connection_record_names_its_calls_session_and_subject() {
+    if skip("egress_http_audit", Need::Namespaces) {
+        return;
+    }
+    let origin = Origin::start(None);
+    let ws = tempfile::tempdir().unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("audit.jsonl");
+    let network = format!(
+        "[sandbox]\nseccomp_profile = \"tcp\"\n\n[network]\nproxy = true\n{LOCALHOST_ALLOWED}\n"
+    );
+    let server = HttpServer::start(
+        ws.path(),
+        Start {
+            token: true,
+            policy: Some(&network),
+            audit_log: Some(&log),
+            ..Start::default()
+        },
+    );
+    let session = server.open_session();
+    let r = server.call(
+        &session,
+        1,
+        "shell_exec",
+        json!({"command": format!("curl -sS -m 20 http://localhost:{}/", origin.port),
+               "timeout_secs": 60}),
+    );
+    assert_eq!(
+        r["result"]["structuredContent"]["stdout"], "hello-egress\n",
+        "{r}"
+    );
+    let records: Vec<Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .collect();
+    let egress: Vec<&Value> = records.iter().filter(|v| v["tool"] == "egress").collect();
+    assert_eq!(egress.len(), 1, "{records:?}");
+    // The connection's record says who it was on behalf of, as the call's own record does.
+    let call = records
+        .iter()
+        .find(|v| v["tool"] == "shell_exec")
+        .expect("a shell_exec record");
+    for (what, record) in [("egress", egress[0]), ("shell_exec", call)] {
+        assert_eq!(record["session"], json!(session), "{what}: {record}");
+        assert_eq!(record["subject"], "bearer", "{what}: {record}");
+        assert_eq!(record["client"]["name"], "cordon-it", "{what}: {record}");
+    }
 }
 
 #[test]
