@@ -16,14 +16,26 @@
 //!   owner, whose directories are never touched.
 //!
 //! Only entries owned by this process's user are considered, only real directories (never a
-//! symlink) are removed, and `remove_dir_all` does not follow symlinks inside them, so a
-//! name planted in a shared `/tmp` cannot steer the removal elsewhere. Directories from
-//! before owner tags (`cordon-tmp-<random>`) name no owner and are left alone.
+//! symlink) are removed, and the removal follows no symlink inside them, so a name planted in
+//! a shared `/tmp` cannot steer it elsewhere. Directories from before owner tags
+//! (`cordon-tmp-<random>`) name no owner and are left alone.
+//!
+//! Everything confined processes could write into (these directories, a call's TMPDIR, an
+//! interpreter session's private directory) is removed with [`remove_tree`], never with
+//! `std::fs::remove_dir_all` (nor `tempfile::TempDir`, which uses it): that one recurses once
+//! per level, and a command that makes a 30,000-deep directory chain in its TMPDIR overflowed
+//! the removing thread's stack and aborted the server. [`remove_tree`] walks with a heap stack
+//! and one open directory at a time, so depth costs memory proportional to the names, not
+//! stack or descriptors.
 //!
 //! It does not decide what goes inside the directories (that is `confine` and `sandbox`).
 
+use rustix::fs::{AtFlags, Mode, OFlags};
+use rustix::io::Errno;
+use std::ffi::{CStr, CString};
 use std::fs::{self, File, OpenOptions};
 use std::io;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
@@ -38,7 +50,7 @@ const OWNER_PREFIX: &str = "cordon-owner-";
 #[derive(Debug)]
 pub struct ScratchDir {
     // Field order is drop order: the directory goes before its owner's lock is let go.
-    dir: tempfile::TempDir,
+    dir: RemovedOnDrop,
     _owner: Arc<Owner>,
 }
 
@@ -55,12 +67,170 @@ impl ScratchDir {
         let dir = tempfile::Builder::new()
             .prefix(&format!("cordon-{kind}-{}-", owner.tag))
             .tempdir_in(tmp)?;
-        Ok(Self { dir, _owner: owner })
+        Ok(Self {
+            dir: RemovedOnDrop::take(dir),
+            _owner: owner,
+        })
     }
 
     pub fn path(&self) -> &Path {
         self.dir.path()
     }
+}
+
+/// A directory removed with [`remove_tree`] when dropped: `tempfile::TempDir` for trees
+/// confined processes write into.
+#[derive(Debug)]
+pub struct RemovedOnDrop(PathBuf);
+
+impl RemovedOnDrop {
+    /// Takes over a `TempDir` (which would otherwise remove itself recursively).
+    pub fn take(dir: tempfile::TempDir) -> Self {
+        Self(dir.keep())
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for RemovedOnDrop {
+    fn drop(&mut self) {
+        if let Err(e) = remove_tree(&self.0) {
+            tracing::warn!("could not remove {}: {e}", self.0.display());
+        }
+    }
+}
+
+/// How often a directory may be found non-empty again after it was emptied (something is
+/// still writing into it) before the removal gives up.
+const MAX_REFILLS: usize = 10_000;
+
+/// One directory on the way down: its name in its parent, its identity, and the
+/// subdirectories still to remove.
+struct Level {
+    name: Option<CString>,
+    id: (u64, u64),
+    pending: Vec<CString>,
+}
+
+/// Removes the directory `path` and everything below it, following no symlink (a symlink
+/// is removed as itself), iteratively: the walk keeps one directory open and a heap stack of
+/// names, so no depth exhausts the stack or the descriptor table. Going back up is by `..`
+/// from the directory just emptied, checked against the device and inode seen on the way
+/// down, so a directory moved meanwhile stops the removal instead of steering it outside
+/// `path`. A missing `path` is not an error; a `path` that is not a directory is.
+pub fn remove_tree(path: &Path) -> io::Result<()> {
+    let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let mut cur = match rustix::fs::open(path, dir_flags, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    let mut levels = vec![Level {
+        name: None,
+        id: identity(&cur)?,
+        pending: empty_out(&cur)?,
+    }];
+    let mut refills = 0;
+    loop {
+        let top = levels
+            .last_mut()
+            .expect("the root level stays until the end");
+        if let Some(name) = top.pending.pop() {
+            // An empty directory goes at once; a full one is entered.
+            match rustix::fs::unlinkat(&cur, &name, AtFlags::REMOVEDIR) {
+                Ok(()) | Err(Errno::NOENT) => continue,
+                Err(_) => {}
+            }
+            match rustix::fs::openat(&cur, &name, dir_flags, Mode::empty()) {
+                Ok(child) => {
+                    let level = Level {
+                        id: identity(&child)?,
+                        pending: empty_out(&child)?,
+                        name: Some(name),
+                    };
+                    levels.push(level);
+                    cur = child;
+                }
+                Err(Errno::NOENT) => {}
+                // Replaced by a file or a symlink since it was listed: remove that.
+                Err(Errno::NOTDIR | Errno::LOOP) => {
+                    match rustix::fs::unlinkat(&cur, &name, AtFlags::empty()) {
+                        Ok(()) | Err(Errno::NOENT) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+            continue;
+        }
+        let done = levels.pop().expect("just looked at it");
+        let Some(name) = done.name else {
+            drop(cur);
+            return match fs::remove_dir(path) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+                other => other,
+            };
+        };
+        let parent = rustix::fs::openat(&cur, c"..", dir_flags, Mode::empty())?;
+        let expected = levels.last().expect("a named level has a parent").id;
+        if identity(&parent)? != expected {
+            return Err(io::Error::other(
+                "a directory was moved while its tree was being removed; the rest is left",
+            ));
+        }
+        cur = parent;
+        match rustix::fs::unlinkat(&cur, &name, AtFlags::REMOVEDIR) {
+            Ok(()) | Err(Errno::NOENT) => {}
+            Err(Errno::NOTEMPTY | Errno::EXIST) if refills < MAX_REFILLS => {
+                // Something wrote into it after it was emptied: empty it again.
+                refills += 1;
+                levels.last_mut().expect("parent level").pending.push(name);
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Device and inode of an open directory.
+fn identity(fd: &OwnedFd) -> io::Result<(u64, u64)> {
+    let st = rustix::fs::fstat(fd)?;
+    Ok((st.st_dev, st.st_ino))
+}
+
+/// Unlinks every entry of `dir` that is not a directory and returns the names of those that
+/// are (to be removed on the way down).
+fn empty_out(dir: &OwnedFd) -> io::Result<Vec<CString>> {
+    let mut subdirs = Vec::new();
+    for entry in rustix::fs::Dir::read_from(dir.as_fd())? {
+        let entry = entry?;
+        let name: &CStr = entry.file_name();
+        if name == c"." || name == c".." {
+            continue;
+        }
+        let is_dir = match entry.file_type() {
+            rustix::fs::FileType::Directory => true,
+            rustix::fs::FileType::Unknown => {
+                rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|st| {
+                    rustix::fs::FileType::from_raw_mode(st.st_mode)
+                        == rustix::fs::FileType::Directory
+                })
+            }
+            _ => false,
+        };
+        if is_dir {
+            subdirs.push(name.to_owned());
+            continue;
+        }
+        match rustix::fs::unlinkat(dir, name, AtFlags::empty()) {
+            Ok(()) | Err(Errno::NOENT) => {}
+            // Became a directory since it was listed.
+            Err(Errno::ISDIR | Errno::PERM) => subdirs.push(name.to_owned()),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(subdirs)
 }
 
 /// The lock that says "this process is alive" to other cordon processes.
@@ -186,16 +356,26 @@ pub fn sweep_stale_in(tmp: &Path) -> Swept {
             continue;
         };
         swept.owners += 1;
+        let mut complete = true;
         for name in names.iter().filter(|n| names_owner(n, tag)) {
             let dir = tmp.join(name);
             let is_ours = fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir() && m.uid() == uid);
-            if is_ours && fs::remove_dir_all(&dir).is_ok() {
-                swept.dirs += 1;
+            if !is_ours {
+                continue;
+            }
+            match remove_tree(&dir) {
+                Ok(()) => swept.dirs += 1,
+                Err(e) => {
+                    tracing::warn!("could not remove {}: {e}", dir.display());
+                    complete = false;
+                }
             }
         }
         // Still holding the lock: no new owner can have this name (tags are never reused
-        // while the file exists).
-        let _ = fs::remove_file(&lock_path);
+        // while the file exists). Kept when something was left, so a later sweep retries.
+        if complete {
+            let _ = fs::remove_file(&lock_path);
+        }
         drop(lock);
     }
     swept
@@ -314,6 +494,64 @@ mod tests {
         assert!(tmp.path().join("cordon-tmp-freeX-xyz").exists());
         assert!(tmp.path().join("cordon-tmp-old123").exists());
         assert!(!tmp.path().join("cordon-owner-free").exists());
+    }
+
+    /// Deeper than `remove_dir_all`'s recursion survives on a 2 MiB stack (it overflowed near
+    /// 15,000 levels), removed on a thread with a quarter of that.
+    #[test]
+    fn a_deep_chain_is_removed_on_a_small_stack() {
+        let tmp = tempfile::tempdir().unwrap();
+        let top = tmp.path().join("deep");
+        fs::create_dir(&top).unwrap();
+        // Built by renaming, as a confined process can: each step works two levels down.
+        let (a, b) = (top.join("a"), top.join("b"));
+        fs::create_dir(&a).unwrap();
+        for _ in 0..20_000 {
+            fs::create_dir(&b).unwrap();
+            fs::rename(&a, b.join("a")).unwrap();
+            fs::rename(&b, &a).unwrap();
+        }
+        let removed = std::thread::Builder::new()
+            .stack_size(512 * 1024)
+            .spawn(move || remove_tree(&top).map(|()| top.exists()))
+            .unwrap()
+            .join()
+            .expect("no stack overflow");
+        assert!(!removed.unwrap(), "the tree is still there");
+    }
+
+    #[test]
+    fn symlinks_inside_are_removed_as_themselves_and_a_symlinked_top_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        fs::write(outside.path().join("keep"), "x").unwrap();
+        fs::create_dir(outside.path().join("sub")).unwrap();
+        fs::write(outside.path().join("sub/keep"), "x").unwrap();
+        let top = tmp.path().join("t");
+        fs::create_dir_all(top.join("x/y")).unwrap();
+        for i in 0..50 {
+            fs::write(top.join(format!("x/f{i}")), "x").unwrap();
+            fs::create_dir(top.join(format!("x/y/d{i}"))).unwrap();
+        }
+        std::os::unix::fs::symlink(outside.path(), top.join("x/dirlink")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("keep"), top.join("x/y/filelink")).unwrap();
+        std::os::unix::fs::symlink("/nonexistent", top.join("dangling")).unwrap();
+        remove_tree(&top).unwrap();
+        assert!(!top.exists());
+        assert!(outside.path().join("keep").exists());
+        assert!(outside.path().join("sub/keep").exists());
+
+        let link = tmp.path().join("link-to-outside");
+        std::os::unix::fs::symlink(outside.path(), &link).unwrap();
+        assert!(
+            remove_tree(&link).is_err(),
+            "a symlinked top must not be followed"
+        );
+        assert!(outside.path().join("sub/keep").exists());
+        assert!(remove_tree(&tmp.path().join("missing")).is_ok());
+        let file = tmp.path().join("file");
+        fs::write(&file, "x").unwrap();
+        assert!(remove_tree(&file).is_err(), "a file is not a tree");
     }
 
     #[test]

@@ -167,10 +167,14 @@ impl Executor {
         let started = Instant::now();
         let disk = self.watch_disk();
         let conf = &self.confinement;
-        let tmp = tempfile::Builder::new()
-            .prefix("call-")
-            .tempdir_in(conf.tmp_root())
-            .map_err(ExecError::TempDir)?;
+        // Removed without recursion when the call is done: the call writes into it, and a
+        // deep enough tree overflows `remove_dir_all`'s stack (see `confine::scratch`).
+        let tmp = crate::confine::scratch::RemovedOnDrop::take(
+            tempfile::Builder::new()
+                .prefix("call-")
+                .tempdir_in(conf.tmp_root())
+                .map_err(ExecError::TempDir)?,
+        );
         let mut env = self.plan.env.build(tmp.path(), &req.env);
         // A proxy-mode policy: this call's own proxy URL (its token tells its connections
         // apart from other calls'), set last so it is the one the call's processes use.

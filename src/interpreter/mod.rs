@@ -112,7 +112,7 @@ pub(crate) struct Shared {
     policy: InterpreterPolicy,
     /// Private directories of the workers live below this (outside the per-call temporary
     /// root, so shell commands cannot see them either); removed with the manager.
-    root: tempfile::TempDir,
+    root: crate::confine::scratch::RemovedOnDrop,
     /// Longest `repr` a driver sends back; the tool shapes it further.
     max_repr: usize,
     driver: boot::DriverImage,
@@ -191,10 +191,12 @@ impl SessionManager {
         let InterpreterPlan { policy, max_repr } = plan.into();
         // Below the confinement's private root: the one place the sandbox's view holds for
         // workers, each granted only its own directory.
-        let root = tempfile::Builder::new()
-            .prefix("cordon-sessions-")
-            .tempdir_in(executor.confinement().private_root())
-            .map_err(InterpreterError::Io)?;
+        let root = crate::confine::scratch::RemovedOnDrop::take(
+            tempfile::Builder::new()
+                .prefix("cordon-sessions-")
+                .tempdir_in(executor.confinement().private_root())
+                .map_err(InterpreterError::Io)?,
+        );
         let driver = boot::DriverImage::new().map_err(InterpreterError::Output)?;
         let (deaths, death_rx) = mpsc::unbounded_channel();
         let manager = Arc::new(Self {

@@ -593,8 +593,10 @@ pub(super) async fn end_worker(worker: Worker) {
     remove_dir(dir).await;
 }
 
+/// The session's private directory, which its cells wrote into: removed without recursion
+/// (see `confine::scratch::remove_tree`), off the async threads.
 async fn remove_dir(dir: PathBuf) {
-    let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir)).await;
+    let _ = tokio::task::spawn_blocking(move || crate::confine::scratch::remove_tree(&dir)).await;
 }
 
 /// The one `state_lost` text of a call: what was gone before the cell ran (it then ran in a

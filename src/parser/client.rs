@@ -360,7 +360,8 @@ async fn bury(live: Live) -> String {
         proc, stderr, dir, ..
     } = live;
     let end = proc.terminate().await;
-    let _ = tokio::fs::remove_dir_all(&dir).await;
+    // The worker could write there: removed without recursion (`confine::scratch`).
+    let _ = tokio::task::spawn_blocking(move || crate::confine::scratch::remove_tree(&dir)).await;
     use std::os::unix::process::ExitStatusExt;
     let mut how = if end.hits.memory {
         "it hit its memory limit".to_owned()

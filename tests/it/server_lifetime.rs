@@ -406,3 +406,48 @@ fn scratch_of_a_sigkilled_server_is_removed_by_the_next_and_a_live_ones_never() 
     assert_eq!(structured(&result)["stdout"], "ok\n", "{result}");
     drop(third);
 }
+
+/// A confined command can make its TMPDIR as deep as its disk budget allows: renaming a chain
+/// into a fresh parent costs the same at every depth. Removing the call's TMPDIR afterwards
+/// with `remove_dir_all` recursed once per level, overflowed the thread's stack and aborted
+/// the server; the next call found no server.
+#[test]
+fn a_deep_directory_chain_in_a_calls_tmpdir_does_not_take_the_server_down() {
+    if skip(
+        "a_deep_directory_chain_in_a_calls_tmpdir_does_not_take_the_server_down",
+        Need::LandlockSeccomp,
+    ) {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let tmp_env = [("TMPDIR", path_str(tmp.path()))];
+    let mut server = StdioServer::start(ws.path(), &[], "", &tmp_env);
+    let chain = "import os\nos.chdir(os.environ['TMPDIR'])\nos.mkdir('a')\n\
+                 for _ in range(40000):\n    os.mkdir('b'); os.rename('a', 'b/a'); \
+                 os.rename('b', 'a')\nprint('deep')\n";
+    let r = server.call(
+        "shell_exec",
+        json!({"command": "python3 -", "stdin": chain, "timeout_secs": 300}),
+    );
+    assert_eq!(structured(&r)["stdout"], "deep\n", "{r}");
+    let r = server.call("shell_exec", json!({"command": "echo alive"}));
+    assert_eq!(structured(&r)["stdout"], "alive\n", "{r}");
+    // Both calls' TMPDIRs are gone (removed after each answer).
+    let call_dirs = || -> Vec<String> {
+        scratch_in(tmp.path())
+            .iter()
+            .filter(|n| n.starts_with("cordon-tmp-"))
+            .flat_map(|n| std::fs::read_dir(tmp.path().join(n)).unwrap())
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    assert!(
+        eventually(Duration::from_secs(30), || call_dirs().is_empty()),
+        "calls' TMPDIRs left: {:?}",
+        call_dirs()
+    );
+    let r = server.call("shell_exec", json!({"command": "echo still"}));
+    assert_eq!(structured(&r)["stdout"], "still\n", "{r}");
+}
