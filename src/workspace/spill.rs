@@ -187,12 +187,19 @@ struct SpillEntry {
 
 /// The regular files of the spill area with UTF-8 names (symlinks and others are not
 /// listed: the metadata is the entry's own, never a link's target). Best effort.
+/// The most directory entries one listing of the spill area reads. cordon keeps 100 files
+/// there; where commands can write into it (no namespaces and not root, or a policy that does
+/// not protect `.cordon`) one could fill it with millions, and a listing (every spilled result,
+/// `resources/list`) would hold them all in memory.
+const MAX_LISTED_ENTRIES: usize = 10_000;
+
 fn spill_entries(dir: &Dir) -> Vec<SpillEntry> {
     use cap_std::fs::MetadataExt;
     let Ok(entries) = dir.entries() else {
         return Vec::new();
     };
     entries
+        .take(MAX_LISTED_ENTRIES)
         .flatten()
         .filter_map(|e| {
             let meta = e.metadata().ok()?;
@@ -311,6 +318,24 @@ mod tests {
 
     use super::*;
     use std::time::Duration;
+
+    /// Files planted in the spill area by a command (where it may write there) cost a listing
+    /// at most `MAX_LISTED_ENTRIES` entries, however many there are.
+    #[test]
+    fn a_flooded_spill_area_is_listed_within_a_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = crate::workspace::Workspace::open(dir.path()).unwrap();
+        ws.create_spill_file("t").unwrap();
+        let outputs = dir.path().join(".cordon/outputs");
+        for i in 0..MAX_LISTED_ENTRIES + 500 {
+            std::fs::write(outputs.join(format!("planted-{i}")), "").unwrap();
+        }
+        let listed = ws.list_spill_files().len();
+        assert!(
+            listed <= MAX_LISTED_ENTRIES && listed > KEEP_SPILL_FILES,
+            "{listed} entries listed"
+        );
+    }
 
     #[test]
     fn spill_files_are_read_without_following_links_or_leaving_the_area() {
