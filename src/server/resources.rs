@@ -58,19 +58,13 @@ pub fn spilled_file(response: &CallToolResponse) -> Option<String> {
 }
 
 /// Adds a `resource_link` block for spill file `name` (from [`spilled_file`]), so a client can
-/// fetch the whole output through `resources/read`. Lists the spill area for the file's size:
-/// blocking file-system work.
+/// fetch the whole output through `resources/read`. Stats the file for its size: blocking
+/// file-system work.
 pub fn link_spilled(response: CallToolResponse, name: &str, ctx: &Session) -> CallToolResponse {
     let CallToolResponse::Complete(mut result) = response else {
         return response;
     };
-    let size = ctx
-        .runtime
-        .workspace
-        .list_spill_files()
-        .into_iter()
-        .find(|(n, _)| n == name)
-        .map(|(_, size)| size);
+    let size = ctx.runtime.workspace.spill_file_size(name);
     let mut link = Resource::new(spill_uri(ctx, name), name.to_owned())
         .with_title("Full output")
         .with_description(format!(

@@ -104,17 +104,22 @@ impl Workspace {
         files.into_iter().map(|f| (f.name, f.len)).collect()
     }
 
+    /// The size of spill file `name` (a plain name, as [`Workspace::read_spill_file`] takes),
+    /// when it is a regular file: one `lstat` in the spill area, not a listing of it.
+    pub fn spill_file_size(&self, name: &str) -> Option<u64> {
+        if !is_plain_spill_name(name) {
+            return None;
+        }
+        let meta = self.open_spill_dir().ok()?.symlink_metadata(name).ok()?;
+        meta.is_file().then(|| meta.len())
+    }
+
     /// Reads the spill file `name` (one plain file name, no directories) through the
     /// workspace capability: opened without following a symlink, never blocking on a FIFO,
     /// refused unless it is a regular file of at most `limit` bytes.
     pub fn read_spill_file(&self, name: &str, limit: u64) -> Result<Vec<u8>, PathError> {
         let rel = RelPath::from_trusted(format!("{SPILL_REL}/{name}"));
-        let plain = !name.is_empty()
-            && !name.starts_with('.')
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-        if !plain {
+        if !is_plain_spill_name(name) {
             return Err(PathError::invalid(
                 rel.as_str(),
                 "not a spill file name: spill files are plain names in .cordon/outputs/ (as \
@@ -148,6 +153,15 @@ impl Workspace {
         ensure_gitignore(&cordon)?;
         open_or_create_dir_nofollow(&cordon, OUTPUTS_DIR, SPILL_REL)
     }
+}
+
+/// A name cordon gives spill files: no directories, no dot files, nothing to escape with.
+fn is_plain_spill_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
 /// Deletes the oldest regular files in `dir` other than `new` (just created) until at most
@@ -321,6 +335,22 @@ mod tests {
 
     /// Files planted in the spill area by a command (where it may write there) cost a listing
     /// at most `MAX_LISTED_ENTRIES` entries, however many there are.
+    #[test]
+    fn a_spill_files_size_is_one_stat_and_only_of_a_plain_regular_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = crate::workspace::Workspace::open(dir.path()).unwrap();
+        let (rel, mut file) = ws.create_spill_file("t").unwrap();
+        file.write_all(b"hello").unwrap();
+        let name = rel.as_str().rsplit('/').next().unwrap().to_owned();
+        assert_eq!(ws.spill_file_size(&name), Some(5));
+        let outputs = dir.path().join(".cordon/outputs");
+        std::os::unix::fs::symlink("/etc/passwd", outputs.join("link")).unwrap();
+        std::fs::create_dir(outputs.join("sub")).unwrap();
+        for name in ["link", "sub", "missing", "../.gitignore", ".hidden", ""] {
+            assert_eq!(ws.spill_file_size(name), None, "{name}");
+        }
+    }
+
     #[test]
     fn a_flooded_spill_area_is_listed_within_a_bound() {
         let dir = tempfile::tempdir().unwrap();
