@@ -142,6 +142,15 @@ fn proxy_policy(sb: &Sandbox, network: &str) -> String {
 const LOCALHOST_ALLOWED: &str =
     "allow_hosts = [\"localhost:*\"]\nallow_private = [\"127.0.0.0/8\"]";
 
+/// A sandbox and `cordon serve` under a proxy policy with `network` lines; the policy's path
+/// comes back too, for the lines refusals cite.
+fn proxied(network: &str) -> (Sandbox, String, StdioServer) {
+    let sb = Sandbox::new();
+    let policy = proxy_policy(&sb, network);
+    let server = serve(&sb, &policy, &[]);
+    (sb, policy, server)
+}
+
 fn serve(sb: &Sandbox, policy: &str, extra: &[&str]) -> StdioServer {
     let mut args = vec!["--policy", policy];
     args.extend_from_slice(extra);
@@ -201,9 +210,7 @@ fn an_allowed_localhost_http_target_is_reached_through_the_proxy_and_reported() 
         return;
     }
     let origin = Origin::start(None);
-    let sb = Sandbox::new();
-    let policy = proxy_policy(&sb, LOCALHOST_ALLOWED);
-    let mut server = serve(&sb, &policy, &[]);
+    let (_sb, _policy, mut server) = proxied(LOCALHOST_ALLOWED);
     let r = shell(
         &mut server,
         &format!("curl -sS -m 20 http://localhost:{}/", origin.port),
@@ -234,9 +241,7 @@ fn a_connect_tunnel_carries_opaque_bytes_both_ways() {
     }
     let port = echo_target();
     let origin = Origin::start(None);
-    let sb = Sandbox::new();
-    let policy = proxy_policy(&sb, LOCALHOST_ALLOWED);
-    let mut server = serve(&sb, &policy, &[]);
+    let (_sb, _policy, mut server) = proxied(LOCALHOST_ALLOWED);
     // A raw CONNECT, as a TLS client sends it, with the Basic credentials of the proxy URL.
     let script = format!(
         r#"
@@ -356,9 +361,7 @@ fn a_name_not_in_the_list_is_refused_before_resolution_with_the_policy_line() {
     if skip("egress_not_listed", Need::Namespaces) {
         return;
     }
-    let sb = Sandbox::new();
-    let policy = proxy_policy(&sb, LOCALHOST_ALLOWED);
-    let mut server = serve(&sb, &policy, &[]);
+    let (_sb, policy, mut server) = proxied(LOCALHOST_ALLOWED);
     let line = line_of(&policy, "allow_hosts");
     // `.invalid` never resolves: a refusal that says "not in allow_hosts" (not "does not
     // resolve") was decided before any lookup.
@@ -396,9 +399,7 @@ fn an_ip_literal_is_refused_unless_listed_itself() {
         return;
     }
     let origin = Origin::start(None);
-    let sb = Sandbox::new();
-    let policy = proxy_policy(&sb, LOCALHOST_ALLOWED);
-    let mut server = serve(&sb, &policy, &[]);
+    let (_sb, _policy, mut server) = proxied(LOCALHOST_ALLOWED);
     let r = shell(
         &mut server,
         &format!("curl -sS -m 20 http://127.0.0.1:{}/", origin.port),
@@ -425,12 +426,9 @@ fn a_redirect_to_a_denied_host_is_refused() {
         return;
     }
     let origin = Origin::start(None);
-    let sb = Sandbox::new();
-    let policy = proxy_policy(
-        &sb,
-        &format!("{LOCALHOST_ALLOWED}\ndeny_hosts = [\"denied.localhost\"]"),
-    );
-    let mut server = serve(&sb, &policy, &[]);
+    let (_sb, policy, mut server) = proxied(&format!(
+        "{LOCALHOST_ALLOWED}\ndeny_hosts = [\"denied.localhost\"]"
+    ));
     let target = format!("http://denied.localhost:{}/", origin.port);
     let r = shell(
         &mut server,
@@ -462,9 +460,7 @@ fn a_host_header_naming_another_host_is_refused() {
         return;
     }
     let origin = Origin::start(None);
-    let sb = Sandbox::new();
-    let policy = proxy_policy(&sb, LOCALHOST_ALLOWED);
-    let mut server = serve(&sb, &policy, &[]);
+    let (_sb, _policy, mut server) = proxied(LOCALHOST_ALLOWED);
     let r = shell(
         &mut server,
         &format!(
@@ -487,9 +483,7 @@ fn a_name_resolving_to_loopback_is_refused_without_allow_private() {
         return;
     }
     let origin = Origin::start(None);
-    let sb = Sandbox::new();
-    let policy = proxy_policy(&sb, "allow_hosts = [\"localhost:*\"]");
-    let mut server = serve(&sb, &policy, &[]);
+    let (_sb, _policy, mut server) = proxied("allow_hosts = [\"localhost:*\"]");
     let r = shell(
         &mut server,
         &format!("curl -sS -m 20 http://localhost:{}/", origin.port),
@@ -510,12 +504,9 @@ fn the_connection_cap_per_call_and_the_byte_cap_per_connection_hold() {
         return;
     }
     let origin = Origin::start(None);
-    let sb = Sandbox::new();
-    let policy = proxy_policy(
-        &sb,
-        &format!("{LOCALHOST_ALLOWED}\nmax_connections_per_call = 2\nmax_mb_per_connection = 1"),
-    );
-    let mut server = serve(&sb, &policy, &[]);
+    let (_sb, _policy, mut server) = proxied(&format!(
+        "{LOCALHOST_ALLOWED}\nmax_connections_per_call = 2\nmax_mb_per_connection = 1"
+    ));
     let url = format!("http://localhost:{}/", origin.port);
     let r = shell(
         &mut server,
@@ -610,9 +601,7 @@ fn a_process_ignoring_the_proxy_variables_has_no_route_out() {
     assert!(answer.contains("hello-egress"), "{answer}");
     let before = origin.requests().len();
 
-    let sb = Sandbox::new();
-    let policy = proxy_policy(&sb, LOCALHOST_ALLOWED);
-    let mut server = serve(&sb, &policy, &[]);
+    let (_sb, _policy, mut server) = proxied(LOCALHOST_ALLOWED);
     let script = format!(
         r#"
 import socket
@@ -1030,9 +1019,7 @@ fn an_interpreter_session_goes_through_the_proxy_and_reports_per_cell() {
         return;
     }
     let origin = Origin::start(None);
-    let sb = Sandbox::new();
-    let policy = proxy_policy(&sb, LOCALHOST_ALLOWED);
-    let mut server = serve(&sb, &policy, &[]);
+    let (_sb, _policy, mut server) = proxied(LOCALHOST_ALLOWED);
     let code = format!(
         "import urllib.request\nurllib.request.urlopen('http://localhost:{}/', timeout=20).read().decode()",
         origin.port
@@ -1069,9 +1056,7 @@ fn another_calls_proxy_token_cannot_be_read_from_proc() {
     if skip("egress_token_isolation", Need::Namespaces) {
         return;
     }
-    let sb = Sandbox::new();
-    let policy = proxy_policy(&sb, LOCALHOST_ALLOWED);
-    let mut server = serve(&sb, &policy, &[]);
+    let (_sb, _policy, mut server) = proxied(LOCALHOST_ALLOWED);
     // A live interpreter session holds its own token in its environment.
     let r = server.call(
         "code_interpreter",
@@ -1111,9 +1096,7 @@ fn the_proxy_follows_a_rebuilt_sandbox_view() {
         return;
     }
     let origin = Origin::start(None);
-    let sb = Sandbox::new();
-    let policy = proxy_policy(&sb, LOCALHOST_ALLOWED);
-    let mut server = serve(&sb, &policy, &[]);
+    let (_sb, _policy, mut server) = proxied(LOCALHOST_ALLOWED);
     let url = format!("http://localhost:{}/", origin.port);
     let r = shell(&mut server, &format!("curl -sS -m 20 {url}"));
     assert_eq!(stdout(&r), "hello-egress\n", "{r}");
