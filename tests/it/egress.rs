@@ -7,8 +7,10 @@
 //! connection cap, the byte cap, missing credentials) is attempted for real and must show in
 //! the call's result in the proxy's words; curl, Python's urllib and git honour the proxy
 //! variables; a process that ignores them has no route out. In process, against the library:
-//! a denied name is never resolved, non-public addresses are dropped before connecting, and
-//! oversized or slow request heads are refused.
+//! a denied name is never resolved, non-public addresses are dropped before connecting,
+//! oversized or slow request heads are refused, one holder's idle sockets do not keep another
+//! call waiting, and a call over its connection bounds is refused in its own report. Under the
+//! proxy, loopback clients go straight to the sandbox's loopback (`NO_PROXY`).
 
 use crate::common::{Need, Sandbox, skip};
 use crate::http_client::{HttpServer, Start};
@@ -1514,4 +1516,58 @@ fn loopback_clients_bypass_the_proxy_and_node_is_told_to_use_it() {
     );
     assert_eq!(stdout(&r), "403\n", "{r}");
     assert_eq!(connections(&r).len(), 1, "{r}");
+}
+
+/// The same attack from inside a real call, through the listener in the sandbox's network
+/// namespace: a background process keeps 600 sockets to the proxy open (reconnecting each one
+/// closed) while the command's curl fetches an allowed origin. Before, curl waited for the
+/// holder's sockets to time out (10 s) and gave up at 5.
+#[test]
+fn a_holder_of_idle_proxy_sockets_in_a_call_does_not_keep_its_curl_waiting() {
+    if skip("egress_idle_holder", Need::Namespaces) {
+        return;
+    }
+    let origin = Origin::start(None);
+    let (sb, _policy, mut server) = proxied(LOCALHOST_ALLOWED);
+    std::fs::write(
+        sb.ws().join("holder.py"),
+        r#"
+import socket, time
+def open_one():
+    try:
+        s = socket.create_connection(("127.0.0.1", 3128))
+        s.setblocking(False)
+        return s
+    except OSError:
+        return None
+socks = [open_one() for _ in range(600)]
+open("holding", "w").write(str(sum(s is not None for s in socks)))
+end = time.time() + 30
+while time.time() < end:
+    for i, s in enumerate(socks):
+        try:
+            if s is None or s.recv(512) is not None:
+                if s is not None:
+                    s.close()
+                socks[i] = open_one()
+        except BlockingIOError:
+            pass
+    time.sleep(0.01)
+"#,
+    )
+    .unwrap();
+    let r = shell(
+        &mut server,
+        &format!(
+            "python3 holder.py & for i in $(seq 200); do [ -s holding ] && break; sleep 0.05; done; \
+             cat holding; echo; curl -sS -m 5 http://localhost:{}/; kill %1",
+            origin.port
+        ),
+    );
+    assert_eq!(stdout(&r), "600\nhello-egress\n", "{r}");
+    let allowed: Vec<Value> = connections(&r)
+        .into_iter()
+        .filter(|c| c["allowed"] == true)
+        .collect();
+    assert_eq!(allowed.len(), 1, "{r}");
 }
