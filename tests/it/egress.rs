@@ -1552,6 +1552,8 @@ while time.time() < end:
                 socks[i] = open_one()
         except BlockingIOError:
             pass
+        except OSError:
+            socks[i] = open_one()
     time.sleep(0.01)
 "#,
     )
@@ -1559,12 +1561,14 @@ while time.time() < end:
     let r = shell(
         &mut server,
         &format!(
-            "python3 holder.py & for i in $(seq 200); do [ -s holding ] && break; sleep 0.05; done; \
-             cat holding; echo; curl -sS -m 5 http://localhost:{}/; kill %1",
+            "python3 holder.py & holder=$!; \
+             for i in $(seq 200); do [ -s holding ] && break; sleep 0.05; done; \
+             cat holding; echo; curl -sS -m 5 http://localhost:{}/; \
+             kill -0 $holder && echo holding still; kill $holder",
             origin.port
         ),
     );
-    assert_eq!(stdout(&r), "600\nhello-egress\n", "{r}");
+    assert_eq!(stdout(&r), "600\nhello-egress\nholding still\n", "{r}");
     let allowed: Vec<Value> = connections(&r)
         .into_iter()
         .filter(|c| c["allowed"] == true)
