@@ -1575,3 +1575,74 @@ while time.time() < end:
         .collect();
     assert_eq!(allowed.len(), 1, "{r}");
 }
+
+/// The shared pool of connections that have not shown credentials yet: when it is full the
+/// oldest is closed (503, in the unattributed log), and each has only the anonymous timeout
+/// (not the whole head timeout) to show them; a head with credentials then goes on under
+/// the whole head timeout, in its call's report.
+#[test]
+fn anonymous_sockets_are_evicted_oldest_first_and_timed_out_early() {
+    let p = in_process_with(
+        "allow_hosts = [\"a.test\"]",
+        &[],
+        Duration::from_secs(10),
+        Limits {
+            anonymous_heads: 2,
+            anonymous_timeout: Duration::from_millis(500),
+            ..Limits::default()
+        },
+    );
+    let connect = || {
+        let s = TcpStream::connect(p.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        s
+    };
+    // Accepted, and so put in the pool, in the order they connect (the listen backlog is a
+    // queue): the third takes the oldest's place.
+    let mut oldest = connect();
+    let mut second = connect();
+    let mut third = connect();
+    let started = std::time::Instant::now();
+    let evicted = reply_head(&mut oldest);
+    assert!(evicted.starts_with("HTTP/1.1 503"), "{evicted}");
+    // The other two time out at the anonymous timeout, long before the 10 s head timeout.
+    for s in [&mut second, &mut third] {
+        let late = reply_head(s);
+        assert!(late.starts_with("HTTP/1.1 408"), "{late}");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "waited {:?}",
+        started.elapsed()
+    );
+    let notes: Vec<String> = p
+        .proxy
+        .unattributed()
+        .into_iter()
+        .filter_map(|r| r.note)
+        .collect();
+    assert!(notes[0].starts_with("too many connections"), "{notes:?}");
+    assert!(
+        notes[1..].iter().all(|n| n.starts_with(
+            "head timeout: no request head with this call's proxy credentials arrived within 500ms"
+        )),
+        "{notes:?}"
+    );
+    // Credentials seen, the rest of the head may take the whole head timeout: past the
+    // anonymous one it is still waited for, and then served.
+    let ticket = p.proxy.open_call();
+    let mut s = connect();
+    s.write_all(format!("CONNECT a.test:443 HTTP/1.1\r\n{}", auth_field(&p, &ticket)).as_bytes())
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1200));
+    s.write_all(b"\r\n").unwrap();
+    let answer = reply_head(&mut s);
+    // a.test resolves to nothing here: refused by the resolver, after the head was read.
+    assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
+    let report = block_on(ticket.finish());
+    assert_eq!(report.refused.len(), 1, "{report:?}");
+    assert!(
+        report.refused[0].starts_with("CONNECT a.test:443 refused: "),
+        "{report:?}"
+    );
+}
