@@ -148,8 +148,15 @@ fn alive(pid: u32) -> bool {
     host_pid(pid).is_some()
 }
 
+/// A slot's main process still waiting for its job (a warm call slot): the sandbox init's
+/// program, forked, not yet exec'd. Every slot's is pid 2 of its own namespace, like a worker.
+fn is_waiting_slot(host: u32) -> bool {
+    std::fs::read(format!("/proc/{host}/cmdline"))
+        .is_ok_and(|c| c.split(|&b| b == 0).any(|a| a == b"__sandbox-init"))
+}
+
 /// The pid in this (the host's) namespace of the live process a cell knows as `pid`. Cells
-/// run in the sandbox init's PID namespace, so their pids are that namespace's: the process
+/// run in a PID namespace of their own, so their pids are that namespace's: the process
 /// is found among this test process's descendants by the last entry of its `NSpid` line (the
 /// same number as the pid itself where there are no namespaces).
 fn host_pid(pid: u32) -> Option<u32> {
@@ -188,7 +195,7 @@ fn host_pid(pid: u32) -> Option<u32> {
                     .and_then(|p| p.parse::<u32>().ok())
             });
             let zombie = field(&status, "State:").is_some_and(|s| s.starts_with('Z'));
-            inner == Some(pid) && !zombie && descends_from_me(host)
+            inner == Some(pid) && !zombie && !is_waiting_slot(host) && descends_from_me(host)
         })
 }
 
@@ -1113,7 +1120,7 @@ fn host_of_identity((pid, start): (u32, u64)) -> Option<u32> {
                         .find_map(|l| l.strip_prefix("NSpid:"))
                         .and_then(|v| v.split_whitespace().last()?.parse::<u32>().ok())
                 });
-            started == Some(start) && !zombie && inner == Some(pid)
+            started == Some(start) && !zombie && inner == Some(pid) && !is_waiting_slot(host)
         })
 }
 
