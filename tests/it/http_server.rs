@@ -844,3 +844,130 @@ fn http_idle_session_expires_with_its_interpreters() {
     assert_eq!(r.status, 404, "the expired session still answers: {r:?}");
     assert!(gone);
 }
+
+/// Finding 9 of issue 18: 600 connections that each sent one byte (and reconnect when the
+/// server closes them) must not keep an authenticated client from being served.
+#[test]
+fn http_idle_unauthenticated_connections_do_not_keep_an_authenticated_client_out() {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::time::Instant;
+
+    const IDLE: usize = 600;
+    // The attacker's bounds: it reconnects what the server closes, at most this often and
+    // for at most this long, so the test cannot run away.
+    const MAX_RECONNECTS: usize = 20_000;
+    const ATTACK_FOR: Duration = Duration::from_secs(20);
+
+    let limit = crate::http_client::raise_nofile_limit();
+    assert!(
+        limit >= IDLE as u64 + 200,
+        "this test needs {} open files, RLIMIT_NOFILE allows {limit}",
+        IDLE + 200
+    );
+    let ws = tempfile::tempdir().unwrap();
+    let server = with_token(ws.path());
+    let addr = server.addr;
+    let open_one = move || -> Option<TcpStream> {
+        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+        s.write_all(b"P").ok()?;
+        s.set_nonblocking(true).ok()?;
+        Some(s)
+    };
+    let mut idle: Vec<Option<TcpStream>> = (0..IDLE).map(|_| open_one()).collect();
+    assert!(
+        idle.iter().filter(|s| s.is_some()).count() >= IDLE - 10,
+        "could not open {IDLE} connections to the server"
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let reconnects = Arc::new(AtomicUsize::new(0));
+    let attacker = {
+        let stop = Arc::clone(&stop);
+        let reconnects = Arc::clone(&reconnects);
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let mut buf = [0u8; 64];
+            while !stop.load(Ordering::Relaxed)
+                && started.elapsed() < ATTACK_FOR
+                && reconnects.load(Ordering::Relaxed) < MAX_RECONNECTS
+            {
+                for slot in &mut idle {
+                    let closed = match slot {
+                        None => true,
+                        Some(s) => match s.read(&mut buf) {
+                            Ok(_) => true,
+                            Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+                        },
+                    };
+                    if closed {
+                        *slot = open_one();
+                        reconnects.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            idle.len()
+        })
+    };
+    // Let the server see all of them.
+    std::thread::sleep(Duration::from_millis(500));
+    let mut headers = server.auth();
+    headers.push(("Content-Type".into(), "application/json".into()));
+    headers.push(("Accept".into(), crate::http_client::ACCEPT_BOTH.into()));
+    let raw = crate::http_client::encode_post(&headers, init_body().to_string().as_bytes());
+    let mut served = Vec::new();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let answer = crate::http_client::try_send_raw(addr, &raw, Duration::from_secs(5));
+        let took = started.elapsed();
+        eprintln!("initialize with {IDLE} idle connections: {answer:?} after {took:?}");
+        served.push((answer, took));
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    stop.store(true, Ordering::Relaxed);
+    attacker.join().unwrap();
+    eprintln!(
+        "the attacker reconnected {} times",
+        reconnects.load(Ordering::Relaxed)
+    );
+    for (answer, took) in served {
+        let answer = answer.unwrap_or_else(|e| {
+            panic!("an authenticated initialize was not served with {IDLE} idle connections: {e}")
+        });
+        assert_eq!(answer.status, 200, "{answer:?}");
+        assert!(answer.header("mcp-session-id").is_some(), "{answer:?}");
+        assert!(
+            took < Duration::from_secs(1),
+            "an authenticated initialize took {took:?} with {IDLE} idle connections"
+        );
+    }
+}
+
+/// An unauthenticated connection has two seconds from accept to authenticate, not the ten a
+/// request head may take on an authenticated one.
+#[test]
+fn http_unauthenticated_connection_is_closed_within_the_short_head_timeout() {
+    use std::io::{Read, Write};
+    let ws = tempfile::tempdir().unwrap();
+    let server = with_token(ws.path());
+    let started = std::time::Instant::now();
+    let mut idle = std::net::TcpStream::connect(server.addr).unwrap();
+    idle.write_all(b"P").unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let read = idle.read(&mut buf);
+    let took = started.elapsed();
+    assert!(
+        matches!(read, Ok(0)) || read.is_err(),
+        "the server answered a one-byte head: {read:?}"
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "an idle unauthenticated connection stayed open {took:?}"
+    );
+    // An authenticated client is served as before.
+    assert!(!server.open_session().is_empty());
+}
