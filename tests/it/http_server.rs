@@ -754,7 +754,7 @@ fn http_oauth_resource_server_accepts_valid_jwts_serves_metadata_and_refuses_the
             .unwrap(),
     )
     .unwrap();
-    assert_eq!(record["subject"], "alice");
+    assert_eq!(record["subject"], "jwt:https://auth.example#alice");
     assert_eq!(record["session"], json!(session));
 
     // Another subject holding alice's session id gets what an unknown id gets, for a call
@@ -970,4 +970,158 @@ fn http_unauthenticated_connection_is_closed_within_the_short_head_timeout() {
     );
     // An authenticated client is served as before.
     assert!(!server.open_session().is_empty());
+}
+
+/// Finding 10 of issue 18: a JWT whose `sub` is `bearer` (or `jwt:bearer`) is not the static
+/// token's holder, nor each other: none can use another's session or stateless scope.
+#[test]
+fn http_jwt_subjects_never_collide_with_the_static_token_or_each_other() {
+    let ws = tempfile::tempdir().unwrap();
+    let keys = tempfile::tempdir().unwrap();
+    let jwks = keys.path().join("jwks.json");
+    std::fs::write(
+        &jwks,
+        json!({"keys": [{"kty": "OKP", "crv": "Ed25519", "x": JWT_KEY_X, "kid": "k1", "alg": "EdDSA"}]})
+            .to_string(),
+    )
+    .unwrap();
+    let log = keys.path().join("audit.jsonl");
+    let policy = format!(
+        "[server.http.oauth]\nissuer = \"https://auth.example\"\nresource = \
+         \"https://cordon.example/mcp\"\njwks_file = {:?}\n",
+        jwks.display().to_string()
+    );
+    let server = HttpServer::start(
+        ws.path(),
+        Start {
+            token: true,
+            policy: Some(&policy),
+            audit_log: Some(&log),
+            ..Start::default()
+        },
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let bearer_of = |sub: &str| {
+        format!(
+            "Bearer {}",
+            jwt(
+                json!({"iss": "https://auth.example", "aud": "https://cordon.example/mcp",
+                       "sub": sub, "exp": now + 600})
+            )
+        )
+    };
+    let holders = [
+        format!("Bearer {}", server.token.as_ref().unwrap()),
+        bearer_of("bearer"),
+        bearer_of("jwt:bearer"),
+    ];
+    let post = |auth: &str, body: &serde_json::Value, extra: &[(&str, &str)]| {
+        let mut headers = vec![
+            ("Authorization".to_owned(), auth.to_owned()),
+            ("Content-Type".to_owned(), "application/json".to_owned()),
+            (
+                "Accept".to_owned(),
+                crate::http_client::ACCEPT_BOTH.to_owned(),
+            ),
+        ];
+        headers.extend(
+            extra
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+        );
+        request(server.addr, "POST", &headers, body.to_string().as_bytes())
+    };
+    // Each opens a session and runs a call in it.
+    let mut sessions = Vec::new();
+    for (i, auth) in holders.iter().enumerate() {
+        let init = post(auth, &init_body(), &[]);
+        assert_eq!(init.status, 200, "{i}: {init:?}");
+        let session = init.header("mcp-session-id").unwrap().to_owned();
+        let ack = post(
+            auth,
+            &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            &[("Mcp-Session-Id", &session)],
+        );
+        assert_eq!(ack.status, 202, "{ack:?}");
+        sessions.push(session);
+    }
+    // Nobody can use another's session.
+    for (i, auth) in holders.iter().enumerate() {
+        for (j, session) in sessions.iter().enumerate() {
+            let r = post(
+                auth,
+                &call_body(
+                    10,
+                    "shell_exec",
+                    json!({"command": format!("echo holder-{i}-in-{j}")}),
+                ),
+                &[("Mcp-Session-Id", session)],
+            );
+            if i == j {
+                let answer = r.message(10).unwrap_or_else(|| panic!("{r:?}"));
+                assert_eq!(
+                    answer["result"]["structuredContent"]["stdout"],
+                    format!("holder-{i}-in-{j}\n"),
+                    "{answer}"
+                );
+            } else {
+                assert_eq!(r.status, 404, "holder {i} used session {j}: {r:?}");
+                assert!(!r.body.contains("holder-"), "{r:?}");
+            }
+        }
+    }
+    // The audit log tells them apart.
+    let subjects: Vec<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["subject"].to_string())
+        .collect();
+    assert!(subjects.contains(&"\"bearer\"".to_owned()), "{subjects:?}");
+    assert!(
+        subjects.contains(&"\"jwt:https://auth.example#bearer\"".to_owned()),
+        "{subjects:?}"
+    );
+    assert!(
+        subjects.contains(&"\"jwt:https://auth.example#jwt:bearer\"".to_owned()),
+        "{subjects:?}"
+    );
+
+    // Stateless scopes are one per subject: an interpreter variable set by one is not the
+    // other's.
+    if skip(
+        "http_jwt_subjects_never_collide_with_the_static_token_or_each_other (stateless part)",
+        Need::Namespaces,
+    ) {
+        return;
+    }
+    let stateless = |auth: &str, id: u64, code: &str| {
+        let r = post(
+            auth,
+            &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+                "name": "code_interpreter", "arguments": {"code": code}, "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {}}}}),
+            &[
+                ("MCP-Protocol-Version", "2026-07-28"),
+                ("Mcp-Method", "tools/call"),
+                ("Mcp-Name", "code_interpreter"),
+            ],
+        );
+        r.message(id).unwrap_or_else(|| panic!("{r:?}"))
+    };
+    for (i, auth) in holders.iter().enumerate() {
+        let set = stateless(auth, 20 + i as u64, &format!("mine = {i}"));
+        assert_eq!(set["result"]["isError"], json!(false), "{set}");
+    }
+    for (i, auth) in holders.iter().enumerate() {
+        let got = stateless(auth, 30 + i as u64, "mine");
+        assert_eq!(
+            got["result"]["structuredContent"]["result"],
+            json!(i.to_string()),
+            "holder {i} sees another's stateless scope: {got}"
+        );
+    }
 }

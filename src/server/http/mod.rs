@@ -79,12 +79,12 @@ pub fn check_options(options: &HttpOptions) -> Result<(), HttpError> {
 }
 
 /// The authenticated subject of a request served over HTTP.
-pub fn subject_of(rctx: &RequestContext<RoleServer>) -> Option<String> {
+pub fn subject_of(rctx: &RequestContext<RoleServer>) -> Option<auth::Subject> {
     rctx.extensions
         .get::<http::request::Parts>()?
         .extensions
         .get::<auth::Subject>()
-        .map(|s| s.0.clone())
+        .cloned()
 }
 
 /// The `Mcp-Session-Id` of a request served over HTTP in a session.
@@ -111,7 +111,10 @@ pub fn call_origin(rctx: &RequestContext<RoleServer>) -> Option<CallOrigin> {
         .map(|info| serde_json::json!({"name": info.name, "version": info.version}));
     Some(CallOrigin {
         session: Some(session),
-        subject: parts.extensions.get::<auth::Subject>().map(|s| s.0.clone()),
+        subject: parts
+            .extensions
+            .get::<auth::Subject>()
+            .map(ToString::to_string),
         client,
     })
 }
@@ -417,18 +420,17 @@ impl Front {
         // A session belongs to the subject that began it: with OAuth, one subject holding
         // another's session id (a log, a proxy) gets what an unknown id gets.
         if let Some(id) = &session
-            && !self.sessions.may_use(id, &subject.0)
+            && !self.sessions.may_use(id, &subject)
         {
             tracing::warn!(
-                "refused a request of subject {:?} for a session another subject began",
-                subject.0
+                "refused a request of subject {subject} for a session another subject began"
             );
             return plain(
                 StatusCode::NOT_FOUND,
                 "Not Found: Session not found".to_owned(),
             );
         }
-        let subject_label = subject.0.clone();
+        let owner = subject.clone();
         parts.extensions.insert(subject);
         if parts.method != http::Method::POST {
             // GET (a session's stream) and DELETE (its end) carry no body worth reading.
@@ -496,7 +498,7 @@ impl Front {
                 .get(rmcp::transport::common::http_header::HEADER_SESSION_ID)
                 .and_then(|v| v.to_str().ok())
         {
-            self.sessions.claim(id, &subject_label);
+            self.sessions.claim(id, &owner);
         }
         // A call inside a session answered on an SSE stream: if the client goes before the
         // answer, the call is cancelled (rmcp would let it run on for a resume).
