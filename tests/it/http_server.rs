@@ -1125,3 +1125,88 @@ fn http_jwt_subjects_never_collide_with_the_static_token_or_each_other() {
         );
     }
 }
+
+/// Finding 14 of issue 18: `Origin`, `Host` and the request target are parsed, not
+/// prefix-matched, and there is exactly one of each to check.
+#[test]
+fn http_origin_host_and_request_target_are_parsed_exactly() {
+    let ws = tempfile::tempdir().unwrap();
+    let server = with_token(ws.path());
+    for origin in [
+        "http://localhost:80.evil.example",
+        "http://localhost:5173.evil.example",
+        "http://127.0.0.1:80@evil.example",
+    ] {
+        let r = server.post(&init_body(), &[("Origin", origin)]);
+        assert_eq!(r.status, 403, "{origin}: {r:?}");
+    }
+    let body = init_body().to_string();
+    let raw = |target: &str, headers: &str| {
+        let text = format!(
+            "POST {target} HTTP/1.1\r\n{headers}Connection: close\r\nAuthorization: Bearer \
+             {}\r\nContent-Type: application/json\r\nAccept: {}\r\nContent-Length: {}\r\n\r\n{body}",
+            server.token.as_ref().unwrap(),
+            crate::http_client::ACCEPT_BOTH,
+            body.len()
+        );
+        send_raw(server.addr, text.as_bytes())
+    };
+    for (what, target, headers) in [
+        (
+            "two Origin headers, the second foreign",
+            "/mcp",
+            "Host: 127.0.0.1\r\nOrigin: http://localhost:5173\r\nOrigin: https://evil.example\r\n",
+        ),
+        (
+            "two Host headers, the second foreign",
+            "/mcp",
+            "Host: 127.0.0.1\r\nHost: rebound.evil.example\r\n",
+        ),
+        (
+            "a foreign absolute-form target",
+            "http://evil.example/mcp",
+            "Host: 127.0.0.1\r\n",
+        ),
+        (
+            "an absolute-form target that is not the Host",
+            "http://localhost/mcp",
+            "Host: 127.0.0.1\r\n",
+        ),
+        (
+            "a Host with trailing garbage",
+            "/mcp",
+            "Host: 127.0.0.1:80.evil.example\r\n",
+        ),
+    ] {
+        let r = raw(target, headers);
+        assert_eq!(r.status, 403, "{what}: {r:?}");
+        assert!(!r.body.contains("\"result\""), "{what}: {r:?}");
+    }
+    // What is right is served: one allowed Origin, an absolute target naming the Host.
+    let r = raw(
+        "http://127.0.0.1/mcp",
+        "Host: 127.0.0.1\r\nOrigin: http://localhost:5173\r\n",
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+}
+
+/// Finding 14 of issue 18: `allowed_origins = ["null"]` is accepted, as documented, and admits
+/// exactly `Origin: null`.
+#[test]
+fn http_null_origin_is_served_when_the_policy_lists_it() {
+    let ws = tempfile::tempdir().unwrap();
+    let server = HttpServer::start(
+        ws.path(),
+        Start {
+            token: true,
+            policy: Some("[server.http]\nallowed_origins = [\"null\"]\n"),
+            ..Start::default()
+        },
+    );
+    let r = server.post(&init_body(), &[("Origin", "null")]);
+    assert_eq!(r.status, 200, "{r:?}");
+    let r = server.post(&init_body(), &[("Origin", "http://localhost:5173")]);
+    assert_eq!(r.status, 403, "{r:?}");
+    let r = server.post(&init_body(), &[]);
+    assert_eq!(r.status, 200, "no Origin: not a browser");
+}

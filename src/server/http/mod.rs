@@ -11,9 +11,11 @@
 
 pub mod admission;
 pub mod auth;
+pub mod authority;
 pub mod limits;
 pub mod oauth;
 pub mod origin;
+pub mod target;
 
 use super::CordonServer;
 use crate::audit::CallOrigin;
@@ -125,6 +127,7 @@ struct Front {
     sessions: Arc<Sessions>,
     auth: auth::Authenticator,
     origins: origin::OriginPolicy,
+    hosts: target::HostPolicy,
     max_body: usize,
     policy_origin: String,
 }
@@ -208,6 +211,7 @@ pub async fn serve(
         sessions: Arc::clone(&sessions),
         auth: options.auth,
         origins,
+        hosts: target::HostPolicy::new(&http.allowed_hosts),
         max_body: http.max_body_bytes,
         policy_origin: ctx.runtime.policy.origin.clone(),
     });
@@ -365,6 +369,18 @@ impl Front {
         request: Request<Incoming>,
         ticket: &admission::Ticket,
     ) -> Response<Body> {
+        // Which host the request is for, before anything answers it.
+        if let Err(bad) = self.hosts.check(request.uri(), request.headers()) {
+            tracing::warn!("refused a request: {bad}");
+            return plain(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "Forbidden: {bad} (server.http.allowed_hosts of the policy, {}, lists the \
+                     names this server answers to)",
+                    self.policy_origin
+                ),
+            );
+        }
         // RFC 9728 metadata: public by design (it says where to get a token).
         if let Some(jwt) = self.auth.jwt()
             && oauth::METADATA_PATHS.contains(&request.uri().path())
