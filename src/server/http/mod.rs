@@ -3,7 +3,8 @@
 //! rmcp's `StreamableHttpService` speaks the protocol (POST with JSON or SSE answers, GET
 //! streams, `Mcp-Session-Id` for sessions begun with `initialize`, DELETE to end one, the
 //! stateless 2026-07-28 revision). This module is the front door in front of it, and decides
-//! what rmcp never sees: the path, the `Origin` allow-list (403), the bearer token (401), the
+//! what rmcp never sees: the `Host` and request target (403, `target`), the path, the
+//! `Origin` allow-list (403), the bearer token (401), the
 //! body size and read time (413, 408), the session ceiling (503); and it cancels a call whose
 //! client went away mid-answer. Each MCP session gets its own scope from the service factory
 //! (`server::scope`). Connections are served by hyper, HTTP/1.1, with a header-read timeout;
