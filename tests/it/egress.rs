@@ -575,12 +575,21 @@ fn without_the_calls_credentials_the_proxy_refuses() {
     assert!(origin.requests().is_empty(), "{:?}", origin.requests());
     // In no call's result (they named none), but each in the audit log.
     assert!(connections(&r).is_empty(), "{r}");
-    let unattributed: Vec<Value> = std::fs::read_to_string(&log)
-        .unwrap()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|v| v["tool"] == "egress")
-        .collect();
+    // A refused connection is audited when the proxy is done with it, which can be just after
+    // curl read the 407 and the call answered: wait (bounded) for both records.
+    let read_unattributed = || -> Vec<Value> {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["tool"] == "egress")
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while read_unattributed().len() < 2 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let unattributed = read_unattributed();
     assert_eq!(unattributed.len(), 2, "{unattributed:?}");
     for (record, why) in unattributed.iter().zip([
         "no cordon proxy credentials sent",
