@@ -482,6 +482,7 @@ impl Confinement {
                     return Some(Ok(current));
                 }
                 let fresh = Arc::new(fresh);
+                current.retire();
                 *slot = Some(Arc::clone(&fresh));
                 Ok(fresh)
             }

@@ -282,9 +282,9 @@ impl Executor {
         let hits = cgroup.as_ref().map(|c| c.limit_hits());
         // The tree is dead: nothing of this call can still write. A protected control file it
         // created (git reads `.git/commondir` as configuration) goes to quarantine now.
-        let notices = match &factory {
-            Some(f) => f.after_call(std::time::SystemTime::now() - started.elapsed()),
-            None => Vec::new(),
+        let guard = match &factory {
+            Some(f) => f.after_call(),
+            None => crate::workspace::GuardReport::default(),
         };
         // The tree is dead; removing its directories and preparing the next call's cgroup
         // need not delay the answer.
@@ -322,7 +322,8 @@ impl Executor {
             duration: started.elapsed(),
             output_cut_short,
             enforcement: self.confinement.enforcement().clone(),
-            notices,
+            notices: guard.notices,
+            git_refused: guard.refused,
             network,
         })
     }

@@ -1,0 +1,876 @@
+//! The git guard: what confined processes left in the workspace that git would read as
+//! configuration outside any sandbox, found and dealt with after every call and on a timer.
+//!
+//! Owns the view's signature (identity of every protected entry when the sandbox view was
+//! built), the record of what the operator's repository held at that moment, the checks and
+//! the quarantine. The rules (see SECURITY.md, "git"):
+//! * **Allow, don't deny.** A control file that was not there when the view was built (a
+//!   submodule's or worktree's `config`, `config.worktree`, `hooks`, `commondir`, `gitdir`, …)
+//!   stays only if it is exactly what git writes for an ordinary operation (configs made only
+//!   of keys on `gitconfig::ALLOWED`, hook directories of `*.sample` files, a worktree's
+//!   `commondir`/`gitdir`); anything else, unreadable, oversized or not UTF-8 is quarantined.
+//! * **Every check reads every gitlink** of the current index (cached by device, inode,
+//!   ctime and size), recursively through the submodules' own indexes; an index that cannot be
+//!   read is hostile and quarantined, a gitfile pointing outside the workspace or into the
+//!   main `.git` is refused (the gitfile moves, never what it points at).
+//! * **Never the operator's files.** An entry the view bound read-only can only change from
+//!   the host, so it is never touched; a file reached through a gitlink that is unchanged since
+//!   the view was built (same device, inode, ctime and size) is the operator's and is not
+//!   vetted. Only paths walked without following any symlink are moved.
+//! * **Short quarantine names** (counter, hash, readable tail ≤ 64 bytes); what cannot be
+//!   moved is deleted, and the notice says which happened.
+//!
+//! Does not own: building the view (`confine`), or turning notices into a tool result.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsStr;
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt};
+use cap_std::fs::{Dir, MetadataExt, OpenOptions, OpenOptionsExt};
+
+use super::gitconfig;
+use super::gitlinks;
+use super::protect::{EntryKind, ProtectedEntry, existing_protected};
+
+/// Where quarantined entries go, workspace-relative.
+pub const QUARANTINE_DIR: &str = ".cordon/quarantine";
+
+/// Submodules nested deeper than this are refused (git recurses through them all).
+const MAX_DEPTH: usize = 8;
+/// Gitlinks looked at per check, over all indexes; more is refused, never skipped.
+const MAX_TOTAL_GITLINKS: usize = 200_000;
+/// Entries of a new `hooks` directory looked at; a larger one is refused.
+const MAX_HOOK_ENTRIES: usize = 256;
+/// Bytes of a quarantined entry's readable tail.
+const TAIL_BYTES: usize = 64;
+
+/// (device, inode, is a symlink): what an entry is.
+type Id = (u64, u64, bool);
+/// (device, inode, ctime seconds, ctime nanoseconds, size): what a file is and whether it
+/// changed since (ctime: a confined process can set mtime back, never ctime).
+type Stamp = (u64, u64, i64, i64, u64);
+
+/// Identity of every protected entry (and `.git`) when the view was built: the view binds
+/// what existed then, so any difference means the view is out of date.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Signature(BTreeMap<PathBuf, Id>);
+
+impl Signature {
+    /// The protected entries that exist now, and their signature: a few `lstat`/`readdir`
+    /// calls beneath `root`, no symlink followed, every glob directory listed in full.
+    pub fn take(root: &Dir, patterns: &[String]) -> (Vec<ProtectedEntry>, Self) {
+        let entries = existing_protected(root, patterns);
+        let mut map = BTreeMap::new();
+        let git = PathBuf::from(".git");
+        for path in entries.iter().map(|e| &e.path).chain(std::iter::once(&git)) {
+            if let Ok(m) = root.symlink_metadata(path) {
+                map.insert(path.clone(), (m.dev(), m.ino(), m.file_type().is_symlink()));
+            }
+        }
+        (entries, Signature(map))
+    }
+
+    /// Whether `path` is, or lies beneath, an entry the view bound read-only (existing then and
+    /// not a symlink): only the host can change such a path.
+    fn bound(&self, path: &Path) -> bool {
+        path.ancestors()
+            .any(|a| a != Path::new(".git") && self.0.get(a).is_some_and(|(_, _, link)| !*link))
+    }
+}
+
+/// What one check found, for a call's result.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct GuardReport {
+    /// One sentence per finding, for the agent (what, why, what cordon did, what to do).
+    pub notices: Vec<String>,
+    /// Something was refused or quarantined: the call's result is a `denied` error.
+    pub refused: bool,
+}
+
+impl GuardReport {
+    fn info(&mut self, text: String) {
+        self.notices.push(text);
+    }
+    fn refuse(&mut self, text: String) {
+        self.notices.push(text);
+        self.refused = true;
+    }
+    pub fn extend(&mut self, other: GuardReport) {
+        self.notices.extend(other.notices);
+        self.refused |= other.refused;
+    }
+    pub fn is_empty(&self) -> bool {
+        self.notices.is_empty()
+    }
+}
+
+#[derive(Default)]
+struct State {
+    /// Gitlinks of an index, by the index's stamp.
+    indexes: HashMap<PathBuf, (Stamp, Vec<PathBuf>)>,
+    /// New entries and files vetted and found to be what git writes, by stamp: not read again
+    /// until they change.
+    accepted: HashMap<PathBuf, Stamp>,
+    /// What timer checks found since the last call's check took them.
+    pending: GuardReport,
+}
+
+/// The guard of one sandbox view: its signature and what the operator's repository held
+/// when the view was built.
+pub struct GitGuard {
+    root: Dir,
+    /// Absolute workspace root: an absolute `gitdir:` counts only beneath it.
+    workspace: PathBuf,
+    patterns: Vec<String>,
+    signature: Signature,
+    /// Whether the workspace had a `.git` when the view was built (the operator's repository).
+    repo_existed: bool,
+    /// Files reached through gitlinks when the view was built (configs, gitfiles, indexes):
+    /// the operator's while unchanged.
+    at_start: HashMap<PathBuf, Stamp>,
+    counter: AtomicU64,
+    /// A newer view replaced this one: its timer stops (the new view's guard takes over).
+    retired: std::sync::atomic::AtomicBool,
+    state: Mutex<State>,
+}
+
+/// A gitlink's files, resolved: where its gitdir is, and the gitfile that named it.
+struct Resolved {
+    gitdir: PathBuf,
+}
+
+impl GitGuard {
+    /// Takes the signature and the record of the operator's repository now (when the view
+    /// is built from the same listing). `root` is the workspace handle's directory.
+    pub fn new(root: Dir, workspace: &Path, patterns: &[String]) -> (Self, Vec<ProtectedEntry>) {
+        let (entries, signature) = Signature::take(&root, patterns);
+        let repo_existed = signature.0.contains_key(Path::new(".git"));
+        let guard = GitGuard {
+            root,
+            workspace: workspace.to_path_buf(),
+            patterns: patterns.to_vec(),
+            signature,
+            repo_existed,
+            at_start: HashMap::new(),
+            counter: AtomicU64::new(0),
+            retired: std::sync::atomic::AtomicBool::new(false),
+            state: Mutex::new(State::default()),
+        };
+        let mut at_start = HashMap::new();
+        if repo_existed {
+            let mut state = State::default();
+            let mut report = GuardReport::default();
+            guard.walk_gitlinks(&mut state, &mut report, true, &mut |path, stamp| {
+                at_start.insert(path.to_path_buf(), stamp);
+            });
+        }
+        (GitGuard { at_start, ..guard }, entries)
+    }
+
+    pub fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    pub fn retire(&self) {
+        self.retired.store(true, Ordering::Release);
+    }
+
+    pub fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire)
+    }
+
+    /// Whether the view still matches the workspace: no protected entry (or `.git`)
+    /// appeared, vanished or was replaced since it was built.
+    pub fn is_current(&self) -> bool {
+        Signature::take(&self.root, &self.patterns).1 == self.signature
+    }
+
+    /// Runs every check now; returns what it found plus what timer checks found since the
+    /// last call took them.
+    pub fn check(&self) -> GuardReport {
+        let Ok(mut state) = self.state.lock() else {
+            return GuardReport::default();
+        };
+        let mut report = std::mem::take(&mut state.pending);
+        report.extend(self.check_locked(&mut state));
+        report
+    }
+
+    /// A check from the timer: what it finds waits for the next call's result (and the log).
+    pub fn check_in_background(&self) {
+        let Ok(mut state) = self.state.lock() else {
+            return;
+        };
+        let found = self.check_locked(&mut state);
+        for notice in &found.notices {
+            tracing::warn!("git guard: {notice}");
+        }
+        state.pending.extend(found);
+    }
+
+    fn check_locked(&self, state: &mut State) -> GuardReport {
+        let mut report = GuardReport::default();
+        self.check_entries(state, &mut report);
+        if self.repo_existed {
+            self.walk_gitlinks(state, &mut report, false, &mut |_, _| {});
+        }
+        report
+    }
+
+    /// Protected entries that were not there when the view was built (or were symlinks the
+    /// view could not bind, and are something else now).
+    fn check_entries(&self, state: &mut State, report: &mut GuardReport) {
+        let (entries, _) = Signature::take(&self.root, &self.patterns);
+        for entry in entries {
+            // `.cordon` is the server's own; the policy's files are the operator's to edit.
+            if !entry.path.starts_with(".git") || entry.path == Path::new(".git") {
+                continue;
+            }
+            let Ok(meta) = self.root.symlink_metadata(&entry.path) else {
+                continue;
+            };
+            let id = (meta.dev(), meta.ino(), meta.file_type().is_symlink());
+            match self.signature.0.get(&entry.path) {
+                // Bound read-only: a change can only be the operator's, on the host.
+                Some((_, _, false)) => continue,
+                Some(known) if *known == id => continue,
+                _ => {}
+            }
+            if self.signature.bound(&entry.path) {
+                continue;
+            }
+            let stamp = stamp(&meta);
+            if state.accepted.get(&entry.path) == Some(&stamp) {
+                continue;
+            }
+            if !self.repo_existed {
+                if state.accepted.insert(entry.path.clone(), stamp).is_none() {
+                    report.info(format!(
+                        "this call created {} in a new git repository: it was written by a \
+                         confined process, so inspect it before running git there outside cordon",
+                        entry.path.display()
+                    ));
+                }
+                continue;
+            }
+            match self.vet_entry(&entry) {
+                Ok(()) => {
+                    state.accepted.insert(entry.path.clone(), stamp);
+                }
+                Err(why) => {
+                    let what = format!(
+                        "{} appeared in the operator's repository ({why}; git reads it outside \
+                         any sandbox)",
+                        entry.path.display()
+                    );
+                    self.quarantine(&entry.path, &what, report);
+                }
+            }
+        }
+    }
+
+    /// Whether a new protected entry is exactly what git writes for an ordinary operation.
+    fn vet_entry(&self, entry: &ProtectedEntry) -> Result<(), String> {
+        let parts: Vec<&[u8]> = entry
+            .path
+            .components()
+            .map(|c| c.as_os_str().as_bytes())
+            .collect();
+        let name = parts.last().copied().unwrap_or_default();
+        if entry.kind == EntryKind::Symlink {
+            return Err("it is a symbolic link, which git never writes there".into());
+        }
+        let in_worktree = parts.len() == 4 && parts[1] == b"worktrees";
+        match name {
+            b"config" | b"config.worktree" => {
+                let bytes = self.read(&entry.path, gitconfig::MAX_CONFIG_BYTES)?;
+                gitconfig::vet(&bytes).map_err(|e| format!("a git config that {e}"))
+            }
+            b"hooks" => self.vet_hooks(&entry.path),
+            b"commondir" if in_worktree => {
+                let bytes = self.read(&entry.path, 64)?;
+                (bytes == b"../..\n")
+                    .then_some(())
+                    .ok_or_else(|| "a commondir that is not the `../..` git writes".into())
+            }
+            b"gitdir" if in_worktree => {
+                let bytes = self.read(&entry.path, 4096)?;
+                let line = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
+                let path = Path::new(OsStr::from_bytes(line));
+                let inside = path.is_absolute()
+                    && path.starts_with(&self.workspace)
+                    && path.file_name() == Some(OsStr::new(".git"))
+                    && !line.contains(&b'\n')
+                    && path
+                        .components()
+                        .all(|c| matches!(c, Component::Normal(_) | Component::RootDir));
+                inside.then_some(()).ok_or_else(|| {
+                    "a worktree gitdir that is not the path of a `.git` in the workspace".into()
+                })
+            }
+            _ => Err("git writes no such file for an ordinary operation".into()),
+        }
+    }
+
+    /// A new hook directory stays only while it holds nothing but git's `*.sample` files
+    /// (which git never runs).
+    fn vet_hooks(&self, path: &Path) -> Result<(), String> {
+        let dir = self
+            .open_dir_beneath(path)
+            .map_err(|e| format!("it cannot be read ({e})"))?;
+        let entries = dir
+            .entries()
+            .map_err(|e| format!("it cannot be listed ({e})"))?;
+        for (n, entry) in entries.enumerate() {
+            let entry = entry.map_err(|e| format!("it cannot be listed ({e})"))?;
+            if n >= MAX_HOOK_ENTRIES {
+                return Err(format!("it holds more than {MAX_HOOK_ENTRIES} entries"));
+            }
+            let name = entry.file_name();
+            let regular = dir
+                .symlink_metadata(&name)
+                .is_ok_and(|m| m.file_type().is_file());
+            if !regular || !name.as_bytes().ends_with(b".sample") {
+                return Err(format!(
+                    "a hook directory holding {}, which git would run",
+                    Path::new(&name).display()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every gitlink of the operator's index, recursively through each submodule's own index.
+    /// `seen` is told each file it relied on; with `record` (when the view is built) nothing
+    /// is vetted or moved: what is there then is the operator's.
+    fn walk_gitlinks(
+        &self,
+        state: &mut State,
+        report: &mut GuardReport,
+        record: bool,
+        seen: &mut dyn FnMut(&Path, Stamp),
+    ) {
+        // (worktree of the repository, its gitdir, depth)
+        let mut stack: Vec<(PathBuf, PathBuf, usize)> =
+            vec![(PathBuf::new(), PathBuf::from(".git"), 0)];
+        let mut total = 0usize;
+        while let Some((worktree, gitdir, depth)) = stack.pop() {
+            let index = gitdir.join("index");
+            let links = match self.gitlinks_of(state, &index, seen) {
+                Ok(links) => links,
+                Err(_) if record => continue,
+                Err(why) => {
+                    let what = format!(
+                        "the git index {} cannot be read by cordon ({why}), so the submodules \
+                         it records cannot be checked",
+                        index.display()
+                    );
+                    self.refuse_unless_operators(&index, &what, state, report);
+                    continue;
+                }
+            };
+            total += links.len();
+            if (total > MAX_TOTAL_GITLINKS || (depth >= MAX_DEPTH && !links.is_empty())) && record {
+                continue;
+            }
+            if total > MAX_TOTAL_GITLINKS || (depth >= MAX_DEPTH && !links.is_empty()) {
+                let what = format!(
+                    "the git index {} records submodules nested deeper than {MAX_DEPTH} levels \
+                     or more than {MAX_TOTAL_GITLINKS} in all",
+                    index.display()
+                );
+                self.refuse_unless_operators(&index, &what, state, report);
+                continue;
+            }
+            for link in links {
+                let link = worktree.join(&link);
+                if let Some(resolved) = self.check_gitlink(&link, state, report, record, seen) {
+                    stack.push((link, resolved.gitdir, depth + 1));
+                }
+            }
+        }
+    }
+
+    /// The gitlinks of the index at `index`, from the cache when its stamp is unchanged.
+    fn gitlinks_of(
+        &self,
+        state: &mut State,
+        index: &Path,
+        seen: &mut dyn FnMut(&Path, Stamp),
+    ) -> Result<Vec<PathBuf>, String> {
+        let file = match self.open_file_beneath(index) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e.to_string()),
+        };
+        let meta = file.metadata().map_err(|e| e.to_string())?;
+        if !meta.is_file() {
+            return Err("it is not a regular file".into());
+        }
+        let stamp = stamp(&meta);
+        seen(index, stamp);
+        if let Some((cached, links)) = state.indexes.get(index)
+            && *cached == stamp
+        {
+            return Ok(links.clone());
+        }
+        let links = gitlinks::read_gitlinks(std::io::BufReader::new(file.into_std()))
+            .map_err(|e| e.to_string())?;
+        state
+            .indexes
+            .insert(index.to_path_buf(), (stamp, links.clone()));
+        Ok(links)
+    }
+
+    /// Checks one gitlink: its `.git`, and the config, hooks and commondir git would read in
+    /// its gitdir. Returns the gitdir to recurse into when there is one to trust.
+    fn check_gitlink(
+        &self,
+        link: &Path,
+        state: &mut State,
+        report: &mut GuardReport,
+        record: bool,
+        seen: &mut dyn FnMut(&Path, Stamp),
+    ) -> Option<Resolved> {
+        if link.as_os_str().is_empty() || !is_plain(link) {
+            if record {
+                return None;
+            }
+            report.refuse(format!(
+                "the index records a submodule at `{}`, which is not a plain relative path; \
+                 check the index with `git ls-files -s` on the host",
+                link.display()
+            ));
+            return None;
+        }
+        let dot_git = link.join(".git");
+        let meta = match self.lstat_beneath(&dot_git) {
+            Ok(Some(m)) => m,
+            Ok(None) => return None, // not checked out: git does not enter it
+            Err(at) if record => {
+                if let Ok(m) = self.root.symlink_metadata(&at) {
+                    seen(&at, stamp(&m));
+                }
+                return None;
+            }
+            Err(at) => {
+                let what = format!(
+                    "the submodule {} is reached through the symbolic link {}",
+                    link.display(),
+                    at.display()
+                );
+                self.refuse_unless_operators(&at, &what, state, report);
+                return None;
+            }
+        };
+        let gitdir = if meta.is_dir() {
+            dot_git.clone()
+        } else if meta.is_file() {
+            seen(&dot_git, stamp(&meta));
+            match self.gitfile_target(link, &dot_git) {
+                Ok(gitdir) => gitdir,
+                Err(_) if record => return None,
+                Err(why) => {
+                    let what = format!(
+                        "the submodule {}'s gitfile {} {why}",
+                        link.display(),
+                        dot_git.display()
+                    );
+                    self.refuse_unless_operators(&dot_git, &what, state, report);
+                    return None;
+                }
+            }
+        } else if record {
+            seen(&dot_git, stamp(&meta));
+            return None;
+        } else {
+            let what = format!(
+                "the submodule {}'s {} is neither a directory nor a gitfile",
+                link.display(),
+                dot_git.display()
+            );
+            self.refuse_unless_operators(&dot_git, &what, state, report);
+            return None;
+        };
+        // The repository's own files, as the operator's git would read them.
+        for name in ["config", "config.worktree", "commondir", "hooks"] {
+            let path = gitdir.join(name);
+            let meta = match self.lstat_beneath(&path) {
+                Ok(Some(m)) => m,
+                Ok(None) => continue,
+                Err(at) if record => {
+                    if let Ok(m) = self.root.symlink_metadata(&at) {
+                        seen(&at, stamp(&m));
+                    }
+                    return None;
+                }
+                Err(at) => {
+                    let what = format!(
+                        "the submodule {}'s {} is reached through the symbolic link {}",
+                        link.display(),
+                        path.display(),
+                        at.display()
+                    );
+                    self.refuse_unless_operators(&at, &what, state, report);
+                    return None;
+                }
+            };
+            let stamp = stamp(&meta);
+            seen(&path, stamp);
+            if record {
+                continue;
+            }
+            if self.signature.bound(&path)
+                || self.at_start.get(&path) == Some(&stamp)
+                || state.accepted.get(&path) == Some(&stamp)
+            {
+                continue;
+            }
+            let verdict = if meta.file_type().is_symlink() {
+                Err("it is a symbolic link".to_owned())
+            } else {
+                match name {
+                    "hooks" => self.vet_hooks(&path),
+                    "commondir" => {
+                        Err("a commondir makes git read another repository's config".to_owned())
+                    }
+                    _ => self
+                        .read(&path, gitconfig::MAX_CONFIG_BYTES)
+                        .and_then(|b| gitconfig::vet(&b).map_err(|e| format!("it {e}"))),
+                }
+            };
+            match verdict {
+                Ok(()) => {
+                    state.accepted.insert(path, stamp);
+                }
+                Err(why) => {
+                    let what = format!(
+                        "the index records {} as a submodule, and git would read its {} on the \
+                         operator's next `git status` ({why})",
+                        link.display(),
+                        path.display()
+                    );
+                    self.quarantine(&path, &what, report);
+                    if name != "hooks" {
+                        return None;
+                    }
+                }
+            }
+        }
+        Some(Resolved { gitdir })
+    }
+
+    /// The gitdir a gitfile names, workspace-relative: inside the workspace, not the main
+    /// `.git` nor anything of it outside `.git/modules` and `.git/worktrees`.
+    fn gitfile_target(&self, link: &Path, dot_git: &Path) -> Result<PathBuf, String> {
+        let bytes = self.read(dot_git, 4096)?;
+        let text = std::str::from_utf8(&bytes).map_err(|_| "is not valid UTF-8".to_owned())?;
+        let target = text
+            .strip_prefix("gitdir:")
+            .map(|t| t.trim_end_matches(['\n', '\r']).trim())
+            .filter(|t| !t.is_empty() && !t.contains('\n'))
+            .ok_or_else(|| "is not a `gitdir: <path>` line".to_owned())?;
+        let target = Path::new(target);
+        let joined = if target.is_absolute() {
+            target
+                .strip_prefix(&self.workspace)
+                .map_err(|_| format!("points outside the workspace ({})", target.display()))?
+                .to_path_buf()
+        } else {
+            link.join(target)
+        };
+        let gitdir = normalize(&joined)
+            .ok_or_else(|| format!("points outside the workspace ({})", target.display()))?;
+        let into_main = gitdir.starts_with(".git")
+            && !(gitdir.starts_with(".git/modules") || gitdir.starts_with(".git/worktrees"))
+            || gitdir == Path::new(".git/modules")
+            || gitdir == Path::new(".git/worktrees");
+        if into_main {
+            return Err(format!(
+                "points into the repository's own `.git` ({}), which would make the operator's \
+                 repository the submodule's",
+                gitdir.display()
+            ));
+        }
+        Ok(gitdir)
+    }
+
+    /// Quarantines `path` unless the operator owns it (bound, or unchanged since the view was
+    /// built); either way the call is refused and told.
+    fn refuse_unless_operators(
+        &self,
+        path: &Path,
+        what: &str,
+        state: &mut State,
+        report: &mut GuardReport,
+    ) {
+        let now = self.root.symlink_metadata(path).ok().map(|m| stamp(&m));
+        let operators = self.signature.bound(path)
+            || path == Path::new(".git")
+            || now.is_some_and(|s| self.at_start.get(path) == Some(&s));
+        if operators {
+            // Reported once per state of the file, not at every check.
+            if let Some(s) = now
+                && state.accepted.insert(path.to_path_buf(), s) != Some(s)
+            {
+                report.info(format!(
+                    "{what}; it was there when cordon started, so cordon leaves it to the \
+                     operator: check it on the host"
+                ));
+            }
+            return;
+        }
+        self.quarantine(path, what, report);
+    }
+
+    /// Moves `path` (workspace-relative, walked without following symlinks) into the
+    /// quarantine directory, or deletes it when it cannot be moved, and says which.
+    fn quarantine(&self, path: &Path, what: &str, report: &mut GuardReport) {
+        if self.signature.bound(path) || path == Path::new(".git") {
+            report.info(format!("{what}; it is the operator's, so cordon left it"));
+            return;
+        }
+        let dest = self.quarantine_name(path);
+        let moved = self.open_parent_beneath(path).and_then(|(dir, name)| {
+            self.root.create_dir_all(QUARANTINE_DIR)?;
+            dir.rename(&name, &self.root, &dest)
+        });
+        match moved {
+            Ok(()) => report.refuse(format!(
+                "{what}; cordon moved it to {}. Inspect it there; if it is what you meant, \
+                 make that change on the host, outside cordon",
+                dest.display()
+            )),
+            Err(move_error) => {
+                let deleted = self.open_parent_beneath(path).and_then(|(dir, name)| {
+                    match dir.symlink_metadata(&name)?.is_dir() {
+                        true => dir.remove_dir_all(&name),
+                        false => dir.remove_file(&name),
+                    }
+                });
+                report.refuse(match deleted {
+                    Ok(()) => format!(
+                        "{what}; cordon could not move it to quarantine ({move_error}) and \
+                         deleted it"
+                    ),
+                    Err(e) => format!(
+                        "{what}; cordon could neither move it to quarantine ({move_error}) nor \
+                         delete it ({e}): remove it before running git here"
+                    ),
+                });
+            }
+        }
+    }
+
+    /// `.cordon/quarantine/<counter>-<hash>-<tail>`: short whatever the path (a name embedding
+    /// a 240-byte component cannot be made), unique within the server's life and after it.
+    fn quarantine_name(&self, path: &Path) -> PathBuf {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or_default();
+        let bytes = path.as_os_str().as_bytes();
+        let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        let readable: String = String::from_utf8_lossy(bytes)
+            .chars()
+            .map(|c| match c {
+                '/' => '_',
+                c if c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_' => c,
+                _ => '~',
+            })
+            .collect();
+        let mut tail = readable.as_str();
+        while tail.len() > TAIL_BYTES {
+            let mut cut = tail.len() - TAIL_BYTES;
+            while !tail.is_char_boundary(cut) {
+                cut += 1;
+            }
+            tail = &tail[cut..];
+        }
+        PathBuf::from(QUARANTINE_DIR).join(format!("{stamp}-{n}-{hash:016x}-{tail}"))
+    }
+
+    /// Reads a file a confined process may have written: beneath the root, no symlink
+    /// followed anywhere on the way, non-blocking, a regular file by `fstat`, at most `limit`.
+    fn read(&self, path: &Path, limit: usize) -> Result<Vec<u8>, String> {
+        let file = self
+            .open_file_beneath(path)
+            .map_err(|e| format!("it cannot be read ({e})"))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| format!("it cannot be read ({e})"))?;
+        if !meta.is_file() {
+            return Err("it is not a regular file".into());
+        }
+        if meta.len() > limit as u64 {
+            return Err(format!("it is larger than {limit} bytes"));
+        }
+        let mut bytes = Vec::new();
+        file.take(limit as u64 + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| format!("it cannot be read ({e})"))?;
+        if bytes.len() > limit {
+            return Err(format!("it is larger than {limit} bytes"));
+        }
+        Ok(bytes)
+    }
+
+    fn open_file_beneath(&self, path: &Path) -> std::io::Result<cap_std::fs::File> {
+        let (dir, name) = self.open_parent_beneath(path)?;
+        let mut options = OpenOptions::new();
+        options
+            .read(true)
+            .follow(FollowSymlinks::No)
+            .custom_flags(libc::O_NONBLOCK);
+        dir.open_with(&name, &options)
+    }
+
+    fn open_dir_beneath(&self, path: &Path) -> std::io::Result<Dir> {
+        let (dir, name) = self.open_parent_beneath(path)?;
+        dir.open_dir_nofollow(&name)
+    }
+
+    /// The directory holding `path`'s last component, opened one component at a time with
+    /// no symlink followed, and that name.
+    fn open_parent_beneath(&self, path: &Path) -> std::io::Result<(Dir, PathBuf)> {
+        let invalid = || std::io::Error::from_raw_os_error(libc::EINVAL);
+        if !is_plain(path) {
+            return Err(invalid());
+        }
+        let name = PathBuf::from(path.file_name().ok_or_else(invalid)?);
+        let mut dir = self.root.try_clone()?;
+        if let Some(parent) = path.parent() {
+            for c in parent.components() {
+                dir = dir.open_dir_nofollow(c.as_os_str())?;
+            }
+        }
+        Ok((dir, name))
+    }
+
+    /// `lstat` of `path`, its parents walked without following symlinks. Ok(None): it does
+    /// not exist; Err(p): `p`, a parent on the way, is a symbolic link.
+    fn lstat_beneath(&self, path: &Path) -> Result<Option<cap_std::fs::Metadata>, PathBuf> {
+        let mut so_far = PathBuf::new();
+        let mut dir = self.root.try_clone().map_err(|_| PathBuf::new())?;
+        let parts: Vec<_> = path.components().collect();
+        for (i, c) in parts.iter().enumerate() {
+            so_far.push(c.as_os_str());
+            let meta = match dir.symlink_metadata(c.as_os_str()) {
+                Ok(m) => m,
+                Err(_) => return Ok(None),
+            };
+            if i + 1 == parts.len() {
+                return Ok(Some(meta));
+            }
+            if meta.file_type().is_symlink() {
+                return Err(so_far);
+            }
+            if !meta.is_dir() {
+                return Ok(None);
+            }
+            dir = match dir.open_dir_nofollow(c.as_os_str()) {
+                Ok(d) => d,
+                Err(_) => return Ok(None),
+            };
+        }
+        Ok(None)
+    }
+}
+
+fn stamp(meta: &cap_std::fs::Metadata) -> Stamp {
+    (
+        meta.dev(),
+        meta.ino(),
+        meta.ctime(),
+        meta.ctime_nsec(),
+        meta.len(),
+    )
+}
+
+/// Only normal components (no `..`, `.`, root): what the index and the protected listing
+/// give, and the only form this module walks.
+fn is_plain(path: &Path) -> bool {
+    path.components().all(|c| matches!(c, Component::Normal(_)))
+}
+
+/// `path` with `.` and `..` resolved lexically; None when it climbs above the root.
+fn normalize(path: &Path) -> Option<PathBuf> {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::Normal(n) => out.push(n),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !out.pop() {
+                    return None;
+                }
+            }
+            Component::RootDir | Component::Prefix(_) => return None,
+        }
+    }
+    (!out.as_os_str().is_empty()).then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn guard(ws: &Path) -> GitGuard {
+        let root = Dir::open_ambient_dir(ws, cap_std::ambient_authority()).unwrap();
+        let patterns: Vec<String> = super::super::GIT_CONTROL_PATHS
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        GitGuard::new(root, ws, &patterns).0
+    }
+
+    #[test]
+    fn quarantine_names_are_short_whatever_the_path() {
+        let t = tempfile::tempdir().unwrap();
+        let g = guard(t.path());
+        let mut long = b".git/modules/\xff".to_vec();
+        long.extend(std::iter::repeat_n(b'a', 240));
+        long.extend(b"/hooks");
+        let name = g.quarantine_name(Path::new(OsStr::from_bytes(&long)));
+        let file = name.file_name().unwrap().as_bytes();
+        assert!(file.len() <= 200, "{}", file.len());
+        assert!(file.ends_with(b"aaaa_hooks"), "{name:?}");
+    }
+
+    #[test]
+    fn gitfiles_into_the_main_git_dir_or_outside_are_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let ws = t.path().canonicalize().unwrap();
+        std::fs::create_dir_all(ws.join(".git/modules/lib")).unwrap();
+        std::fs::create_dir_all(ws.join("s")).unwrap();
+        let g = guard(&ws);
+        for (content, ok) in [
+            ("gitdir: ../.git\n", false),
+            ("gitdir: ../.git/\n", false),
+            ("gitdir: ./../.git/modules/..\n", false),
+            ("gitdir: ../../elsewhere\n", false),
+            ("gitdir: /tmp/evil.git\n", false),
+            ("gitdir: ../.git/modules/lib\n", true),
+            ("gitdir: ../other-repo\n", true),
+        ] {
+            std::fs::write(ws.join("s/.git"), content).unwrap();
+            let got = g.gitfile_target(Path::new("s"), Path::new("s/.git"));
+            assert_eq!(got.is_ok(), ok, "{content:?}: {got:?}");
+        }
+        let abs = format!("gitdir: {}/.git/modules/lib\n", ws.display());
+        std::fs::write(ws.join("s/.git"), abs).unwrap();
+        assert_eq!(
+            g.gitfile_target(Path::new("s"), Path::new("s/.git"))
+                .unwrap(),
+            Path::new(".git/modules/lib")
+        );
+    }
+}
