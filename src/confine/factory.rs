@@ -334,13 +334,18 @@ fn watch_in_background(guard: &Arc<GitGuard>) {
     let spawned = std::thread::Builder::new()
         .name("cordon-git-guard".into())
         .spawn(move || {
+            let mut pause = GUARD_INTERVAL;
             loop {
-                std::thread::sleep(GUARD_INTERVAL);
+                std::thread::sleep(pause);
                 let Some(guard) = weak.upgrade() else { return };
                 if guard.is_retired() {
                     return;
                 }
+                let started = std::time::Instant::now();
                 guard.check_in_background();
+                // A workspace with tens of thousands of module directories makes a check
+                // long: never spend more than a fifth of the time checking.
+                pause = GUARD_INTERVAL.max(started.elapsed() * 4);
             }
         });
     if let Err(e) = spawned {

@@ -58,6 +58,12 @@ pub enum ConfineError {
     Task(String),
     #[error("cannot start the egress proxy: {0}")]
     Egress(String),
+    #[error(
+        "refusing to start: the sandbox view cannot be built because of workspace content \
+         ({detail}); rename or remove that path in the workspace (it is protected git \
+         state), or pass --allow-degraded to run without namespaces (enforcement `reduced`)"
+    )]
+    WorkspaceView { detail: String },
 }
 
 /// Marks every descriptor above stderr close-on-exec, so nothing this process inherited can
@@ -351,7 +357,7 @@ impl Confinement {
             private_root.path(),
             &protected,
             &mut notes,
-        );
+        )?;
         let (egress, landlock_inputs) =
             egress_for(plan, factory.as_ref(), landlock_inputs, &mut notes)?;
         let mut seccomp = seccomp;
@@ -695,14 +701,14 @@ fn start_factory(
     private_root: &Path,
     protected: &[String],
     notes: &mut Vec<String>,
-) -> Option<factory::Factory> {
+) -> Result<Option<factory::Factory>, ConfineError> {
     const WEAKER: &str = "confined processes then share the host's mount, PID and IPC \
         namespaces: seccomp refuses Unix sockets and System V IPC instead, /proc shows host \
         processes, and a process that leaves its process group outlives the call where there \
         are no cgroups";
     if kernel::simulated_missing("namespaces") {
         notes.push(format!("namespaces unavailable (simulated); {WEAKER}"));
-        return None;
+        return Ok(None);
     }
     if !kernel.is_root && !kernel.user_namespaces {
         notes.push(format!(
@@ -710,7 +716,7 @@ fn start_factory(
              (kernel.unprivileged_userns_clone, user.max_user_namespaces, or an AppArmor \
              restriction); {WEAKER}"
         ));
-        return None;
+        return Ok(None);
     }
     let Some(program) = options
         .init_program
@@ -720,7 +726,7 @@ fn start_factory(
         notes.push(format!(
             "namespaces unavailable: cannot find the cordon binary; {WEAKER}"
         ));
-        return None;
+        return Ok(None);
     };
     let workspace = plan.workspace.as_path();
     let mut read_exec = plan.read_exec.clone();
@@ -753,10 +759,20 @@ fn start_factory(
         }
     }
     match factory::Factory::start(&inputs, program) {
-        Ok(f) => Some(f),
+        Ok(f) => Ok(Some(f)),
+        // The kernel could give namespaces but the workspace's content keeps the view from
+        // being built (a protected path the mounts cannot take): that is the workspace's to
+        // fix, never a silent drop to the weaker per-child path.
+        Err(sandbox::SandboxError::Init { stage, error })
+            if stage == "view"
+                && error.contains(workspace.as_os_str().to_string_lossy().as_ref())
+                && !options.allow_degraded =>
+        {
+            Err(ConfineError::WorkspaceView { detail: error })
+        }
         Err(e) => {
             notes.push(format!("namespaces unavailable: {e}; {WEAKER}"));
-            None
+            Ok(None)
         }
     }
 }

@@ -217,9 +217,11 @@ fn expand_all(
     while let Some((dir, path, active)) = stack.pop() {
         let depth = path.len();
         let mut names: Vec<OsString> = Vec::new();
+        // Names already queued, so a listing of tens of thousands stays linear.
+        let mut queued: std::collections::HashSet<OsString> = std::collections::HashSet::new();
         for &i in &active {
             let seg = segs[i][depth];
-            if !seg.contains('*') && !names.iter().any(|n| n == seg) {
+            if !seg.contains('*') && queued.insert(OsString::from(seg)) {
                 names.push(OsString::from(seg));
             }
         }
@@ -235,7 +237,7 @@ fn expand_all(
                     let seg = segs[i][depth];
                     seg.contains('*') && segment_matches(seg, &text)
                 });
-                if globbed && !names.contains(&name) {
+                if globbed && queued.insert(name.clone()) {
                     names.push(name);
                 }
             }

@@ -118,6 +118,12 @@ struct State {
     accepted: HashMap<PathBuf, Stamp>,
     /// What timer checks found since the last call's check took them.
     pending: GuardReport,
+    /// A timer check runs while confined processes may still be writing: it acts on a
+    /// finding only when the previous timer check found the same path in the same state
+    /// (stamp), so a file caught half-written (an index rewritten in place) is not moved.
+    background: bool,
+    suspects: HashMap<PathBuf, Stamp>,
+    suspects_next: HashMap<PathBuf, Stamp>,
 }
 
 /// The guard of one sandbox view: its signature and what the operator's repository held
@@ -206,7 +212,10 @@ impl GitGuard {
         let Ok(mut state) = self.state.lock() else {
             return;
         };
+        state.background = true;
         let found = self.check_locked(&mut state);
+        state.background = false;
+        state.suspects = std::mem::take(&mut state.suspects_next);
         for notice in &found.notices {
             tracing::warn!("git guard: {notice}");
         }
@@ -268,7 +277,7 @@ impl GitGuard {
                          any sandbox)",
                         entry.path.display()
                     );
-                    self.quarantine(&entry.path, &what, report);
+                    self.quarantine(&entry.path, &what, state, report);
                 }
             }
         }
@@ -555,7 +564,7 @@ impl GitGuard {
                         link.display(),
                         path.display()
                     );
-                    self.quarantine(&path, &what, report);
+                    self.quarantine(&path, &what, state, report);
                     if name != "hooks" {
                         return None;
                     }
@@ -625,15 +634,25 @@ impl GitGuard {
             }
             return;
         }
-        self.quarantine(path, what, report);
+        self.quarantine(path, what, state, report);
     }
 
     /// Moves `path` (workspace-relative, walked without following symlinks) into the
     /// quarantine directory, or deletes it when it cannot be moved, and says which.
-    fn quarantine(&self, path: &Path, what: &str, report: &mut GuardReport) {
+    fn quarantine(&self, path: &Path, what: &str, state: &mut State, report: &mut GuardReport) {
         if self.signature.bound(path) || path == Path::new(".git") {
             report.info(format!("{what}; it is the operator's, so cordon left it"));
             return;
+        }
+        if state.background {
+            let Ok(meta) = self.root.symlink_metadata(path) else {
+                return;
+            };
+            let now = stamp(&meta);
+            state.suspects_next.insert(path.to_path_buf(), now);
+            if state.suspects.get(path) != Some(&now) {
+                return; // not settled yet: the next check decides
+            }
         }
         let dest = self.quarantine_name(path);
         let moved = self.open_parent_beneath(path).and_then(|(dir, name)| {
