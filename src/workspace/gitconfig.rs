@@ -282,8 +282,94 @@ pub fn vet(bytes: &[u8]) -> Result<(), ConfigRefusal> {
     }
 }
 
+/// The operator's git identity (`user.name`, `user.email`, and only those), read by this
+/// parser from the operator's system and global configs as git orders them (`/etc/gitconfig`,
+/// `$XDG_CONFIG_HOME/git/config` or `~/.config/git/config`, then `$GIT_CONFIG_GLOBAL` or
+/// `~/.gitconfig`; a later file wins). Never by running git, and never from the workspace:
+/// calls get it as `GIT_AUTHOR_*`/`GIT_COMMITTER_*`, so `git commit` works confined. Includes
+/// are not followed; a file that does not parse is skipped.
+pub fn operator_identity(
+    home: Option<&std::path::Path>,
+    xdg_config_home: Option<&std::path::Path>,
+    global: Option<&std::path::Path>,
+    system: bool,
+) -> (Option<String>, Option<String>) {
+    let mut files: Vec<std::path::PathBuf> = Vec::new();
+    if system {
+        files.push("/etc/gitconfig".into());
+    }
+    match (xdg_config_home, home) {
+        (Some(xdg), _) => files.push(xdg.join("git/config")),
+        (None, Some(home)) => files.push(home.join(".config/git/config")),
+        _ => {}
+    }
+    match (global, home) {
+        (Some(global), _) => files.push(global.to_path_buf()),
+        (None, Some(home)) => files.push(home.join(".gitconfig")),
+        _ => {}
+    }
+    let (mut name, mut email) = (None, None);
+    for file in files {
+        let Some(text) = read_small(&file) else {
+            continue;
+        };
+        let Ok(entries) = parse(&text) else { continue };
+        for e in entries {
+            if e.section != "user" || e.subsection.is_some() {
+                continue;
+            }
+            match e.name.as_str() {
+                "name" => name = e.value.filter(|v| !v.is_empty()),
+                "email" => email = e.value.filter(|v| !v.is_empty()),
+                _ => {}
+            }
+        }
+    }
+    (name, email)
+}
+
+/// A regular file of at most [`MAX_CONFIG_BYTES`], as text; None otherwise.
+fn read_small(path: &std::path::Path) -> Option<String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).ok()?;
+    let meta = file.metadata().ok()?;
+    if !meta.is_file() || meta.len() > MAX_CONFIG_BYTES as u64 {
+        return None;
+    }
+    let mut text = String::new();
+    file.take(MAX_CONFIG_BYTES as u64)
+        .read_to_string(&mut text)
+        .ok()?;
+    Some(text)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_operators_identity_comes_from_the_global_configs_in_gits_order() {
+        let home = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(home.path().join(".config/git")).unwrap();
+        std::fs::write(
+            home.path().join(".config/git/config"),
+            "[user]\n\tname = Early\n\temail = early@example.invalid\n",
+        )
+        .unwrap();
+        std::fs::write(
+            home.path().join(".gitconfig"),
+            "\u{feff}[User]\n\tName = \"Op Erator\"\n[core]\n\tpager = less\n",
+        )
+        .unwrap();
+        let got = operator_identity(Some(home.path()), None, None, false);
+        assert_eq!(
+            got,
+            (
+                Some("Op Erator".to_owned()),
+                Some("early@example.invalid".to_owned())
+            )
+        );
+        assert_eq!(operator_identity(None, None, None, false), (None, None));
+    }
+
     use super::*;
 
     #[test]

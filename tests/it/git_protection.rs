@@ -124,6 +124,8 @@ async fn finding1_submodule_config_changed_in_a_later_call_is_quarantined() {
     let client = connect(ws.path()).await;
     let first = shell(&client, BENIGN_SUBMODULE).await;
     assert!(!first.0, "a benign submodule is accepted: {first:?}");
+    // Seconds later, in a call that does not touch the index.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     let second = shell(
         &client,
         &format!("git -C sub config core.fsmonitor '{}'", marker.command()),
@@ -529,5 +531,96 @@ async fn a_plant_by_a_process_still_running_is_caught_before_the_call_ends() {
     };
     assert!(denied(&result), "{result:?}");
     assert_host_status_is_safe(ws.path(), &marker);
+    client.cancel().await.ok();
+}
+
+// Issue 24's git rows: ordinary git work runs unchanged, without reopening the above.
+
+#[tokio::test]
+async fn git_commit_in_a_call_uses_the_operators_identity() {
+    if skip("identity", Need::Namespaces) {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join(".gitconfig"),
+        "[user]\n\tname = Host Operator\n\temail = host@example.invalid\n[core]\n\tpager = less\n",
+    )
+    .unwrap();
+    assert!(host_git(ws.path(), &["init", "-q"]).status.success());
+    let mut cmd = tokio::process::Command::new(CORDON);
+    cmd.arg("serve")
+        .arg("--workspace")
+        .arg(ws.path())
+        .env("HOME", home.path())
+        .env("GIT_CONFIG_NOSYSTEM", "1");
+    let transport = TokioChildProcess::new(cmd).expect("spawn cordon serve");
+    let client: Client = ().serve(transport).await.expect("MCP session starts");
+    let run = shell(
+        &client,
+        "git commit -q --allow-empty -m first && git log -1 --format='%an <%ae> / %cn <%ce>'",
+    )
+    .await;
+    assert!(!run.0, "{run:?}");
+    assert_eq!(
+        run.1["stdout"],
+        "Host Operator <host@example.invalid> / Host Operator <host@example.invalid>\n",
+        "{run:?}"
+    );
+    client.cancel().await.ok();
+}
+
+#[tokio::test]
+async fn git_gc_and_update_server_info_write_info_refs() {
+    if skip("gc", Need::Namespaces) {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    operator_repo(ws.path());
+    let client = connect(ws.path()).await;
+    let run = shell(
+        &client,
+        "git gc -q 2>&1 && git update-server-info && test -f .git/info/refs && echo ok",
+    )
+    .await;
+    assert!(!run.0, "{run:?}");
+    assert_eq!(run.1["stdout"], "ok\n", "{run:?}");
+    client.cancel().await.ok();
+}
+
+#[tokio::test]
+async fn git_worktree_add_works_and_is_not_quarantined() {
+    if skip("worktree", Need::Namespaces) {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    operator_repo(ws.path());
+    let client = connect(ws.path()).await;
+    let add = shell(&client, "git worktree add -q wt && echo added").await;
+    assert!(!add.0, "{add:?}");
+    assert_eq!(add.1["stdout"], "added\n", "{add:?}");
+    let next = shell(
+        &client,
+        "git -C wt log -1 --format=%s && git worktree list | wc -l",
+    )
+    .await;
+    assert!(!next.0, "{next:?}");
+    assert_eq!(next.1["stdout"], "start\n2\n", "{next:?}");
+    assert!(
+        quarantined(ws.path()).is_empty(),
+        "{:?}",
+        quarantined(ws.path())
+    );
+    // The operator's git reads the new worktree too.
+    let host = host_git(
+        &ws.path().join("wt"),
+        &["rev-parse", "--is-inside-work-tree"],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&host.stdout).trim(),
+        "true",
+        "{host:?}"
+    );
     client.cancel().await.ok();
 }
