@@ -73,18 +73,22 @@ pub(crate) struct ViewInputs<'a> {
 impl Factory {
     /// Starts the init. `program` is the cordon binary (it runs `cordon __sandbox-init`).
     pub(crate) fn start(inputs: &ViewInputs<'_>, program: PathBuf) -> Result<Self, SandboxError> {
-        Self::start_plan(plan(inputs), program, inputs.protected.to_vec())
+        Self::start_plan(plan(inputs), program, inputs.protected.to_vec(), None)
     }
 
     fn start_plan(
         mut plan: InitPlan,
         program: PathBuf,
         patterns: Vec<String>,
+        predecessor: Option<&GitGuard>,
     ) -> Result<Self, SandboxError> {
         let workspace = crate::workspace::Workspace::open(&plan.workspace)
             .map_err(|e| SandboxError::Start(std::io::Error::other(e.to_string())))?;
         let root = workspace.dir().try_clone().map_err(SandboxError::Start)?;
-        let (guard, entries) = GitGuard::new(root, &plan.workspace, &patterns);
+        let (guard, entries) = match predecessor {
+            Some(before) => before.successor(root),
+            None => GitGuard::new(root, &plan.workspace, &patterns),
+        };
         plan.protected.clear();
         plan.pinned = vec![plan.workspace.join(".git")];
         for entry in &entries {
@@ -157,6 +161,7 @@ impl Factory {
             self.plan.clone(),
             self.program.clone(),
             self.patterns.clone(),
+            Some(&self.guard),
         )
     }
 

@@ -48,6 +48,11 @@ const MAX_TOTAL_GITLINKS: usize = 200_000;
 const MAX_HOOK_ENTRIES: usize = 256;
 /// Bytes of a quarantined entry's readable tail.
 const TAIL_BYTES: usize = 64;
+/// Largest index read (a monorepo's is a few hundred MiB); a larger one is hostile: a sparse
+/// file claiming billions of entries would otherwise keep the server reading for hours.
+const MAX_INDEX_BYTES: u64 = 1 << 30;
+/// Findings of timer checks kept for the next call's result.
+const MAX_PENDING: usize = 100;
 
 /// (device, inode, is a symlink): what an entry is.
 type Id = (u64, u64, bool);
@@ -140,6 +145,9 @@ pub struct GitGuard {
     /// the operator's while unchanged.
     at_start: HashMap<PathBuf, Stamp>,
     counter: AtomicU64,
+    /// Protected entries this view binds that its predecessor never vetted (they appeared
+    /// between its last check and this view's listing): vetted like new ones although bound.
+    unvetted: std::collections::HashSet<PathBuf>,
     /// A newer view replaced this one: its timer stops (the new view's guard takes over).
     retired: std::sync::atomic::AtomicBool,
     state: Mutex<State>,
@@ -164,6 +172,7 @@ impl GitGuard {
             repo_existed,
             at_start: HashMap::new(),
             counter: AtomicU64::new(0),
+            unvetted: Default::default(),
             retired: std::sync::atomic::AtomicBool::new(false),
             state: Mutex::new(State::default()),
         };
@@ -176,6 +185,56 @@ impl GitGuard {
             });
         }
         (GitGuard { at_start, ..guard }, entries)
+    }
+
+    /// The guard of the view that replaces this one: this guard checks once more now (so
+    /// nothing planted since its last check is taken for the operator's by the new view), and
+    /// the successor inherits what this one knew to be the operator's or accepted, instead of
+    /// taking whatever is there now as the operator's. The check's findings wait for the next
+    /// call's result.
+    pub fn successor(&self, root: Dir) -> (Self, Vec<ProtectedEntry>) {
+        let report = self.check();
+        let (entries, signature) = Signature::take(&root, &self.patterns);
+        let state = self.state.lock().ok();
+        let accepted = state
+            .as_ref()
+            .map(|s| s.accepted.clone())
+            .unwrap_or_default();
+        let mut at_start = self.at_start.clone();
+        at_start.extend(accepted.iter().map(|(p, s)| (p.clone(), *s)));
+        let unvetted = signature
+            .0
+            .iter()
+            .filter(|(path, id)| {
+                let before = self.signature.0.get(*path);
+                let vetted = accepted
+                    .get(*path)
+                    .is_some_and(|s| (s.0, s.1) == (id.0, id.1));
+                // Bound before (only the host changed it) or vetted by this guard.
+                !(before.is_some_and(|(_, _, link)| !*link) || before == Some(*id) || vetted)
+                    && path.starts_with(".git")
+                    && path.as_path() != Path::new(".git")
+            })
+            .map(|(path, _)| path.clone())
+            .collect();
+        drop(state);
+        let guard = GitGuard {
+            root,
+            workspace: self.workspace.clone(),
+            patterns: self.patterns.clone(),
+            signature,
+            repo_existed: self.repo_existed,
+            at_start,
+            counter: AtomicU64::new(self.counter.load(Ordering::Relaxed)),
+            unvetted,
+            retired: std::sync::atomic::AtomicBool::new(false),
+            state: Mutex::new(State {
+                accepted,
+                pending: report,
+                ..State::default()
+            }),
+        };
+        (guard, entries)
     }
 
     pub fn signature(&self) -> &Signature {
@@ -216,10 +275,17 @@ impl GitGuard {
         let found = self.check_locked(&mut state);
         state.background = false;
         state.suspects = std::mem::take(&mut state.suspects_next);
-        for notice in &found.notices {
+        for notice in found.notices {
+            // The same finding (a file that can be neither moved nor deleted) recurs at every
+            // check: kept once, and never more than a bounded number.
+            if state.pending.notices.contains(&notice) || state.pending.notices.len() >= MAX_PENDING
+            {
+                continue;
+            }
             tracing::warn!("git guard: {notice}");
+            state.pending.notices.push(notice);
         }
-        state.pending.extend(found);
+        state.pending.refused |= found.refused;
     }
 
     fn check_locked(&self, state: &mut State) -> GuardReport {
@@ -244,13 +310,14 @@ impl GitGuard {
                 continue;
             };
             let id = (meta.dev(), meta.ino(), meta.file_type().is_symlink());
+            let unvetted = self.unvetted.contains(&entry.path);
             match self.signature.0.get(&entry.path) {
                 // Bound read-only: a change can only be the operator's, on the host.
-                Some((_, _, false)) => continue,
-                Some(known) if *known == id => continue,
+                Some((_, _, false)) if !unvetted => continue,
+                Some(known) if *known == id && !unvetted => continue,
                 _ => {}
             }
-            if self.signature.bound(&entry.path) {
+            if self.signature.bound(&entry.path) && !unvetted {
                 continue;
             }
             let stamp = stamp(&meta);
@@ -365,6 +432,15 @@ impl GitGuard {
         seen: &mut dyn FnMut(&Path, Stamp),
     ) {
         // (worktree of the repository, its gitdir, depth)
+        // A `.git` that is a symlink or a gitfile keeps its index elsewhere (SECURITY.md: not
+        // covered); the view binds that `.git` entry as it is.
+        if !self
+            .root
+            .symlink_metadata(".git")
+            .is_ok_and(|m| m.file_type().is_dir())
+        {
+            return;
+        }
         let mut stack: Vec<(PathBuf, PathBuf, usize)> =
             vec![(PathBuf::new(), PathBuf::from(".git"), 0)];
         let mut total = 0usize;
@@ -423,6 +499,9 @@ impl GitGuard {
         }
         let stamp = stamp(&meta);
         seen(index, stamp);
+        if meta.len() > MAX_INDEX_BYTES {
+            return Err(format!("it is larger than {MAX_INDEX_BYTES} bytes"));
+        }
         if let Some((cached, links)) = state.indexes.get(index)
             && *cached == stamp
         {
@@ -640,7 +719,9 @@ impl GitGuard {
     /// Moves `path` (workspace-relative, walked without following symlinks) into the
     /// quarantine directory, or deletes it when it cannot be moved, and says which.
     fn quarantine(&self, path: &Path, what: &str, state: &mut State, report: &mut GuardReport) {
-        if self.signature.bound(path) || path == Path::new(".git") {
+        if (self.signature.bound(path) && !self.unvetted.contains(path))
+            || path == Path::new(".git")
+        {
             report.info(format!("{what}; it is the operator's, so cordon left it"));
             return;
         }
@@ -656,8 +737,8 @@ impl GitGuard {
         }
         let dest = self.quarantine_name(path);
         let moved = self.open_parent_beneath(path).and_then(|(dir, name)| {
-            self.root.create_dir_all(QUARANTINE_DIR)?;
-            dir.rename(&name, &self.root, &dest)
+            let into = self.quarantine_dir()?;
+            dir.rename(&name, &into, dest.file_name().unwrap_or_default())
         });
         match moved {
             Ok(()) => report.refuse(format!(
@@ -666,9 +747,11 @@ impl GitGuard {
                 dest.display()
             )),
             Err(move_error) => {
+                // Never a recursive removal of a tree a confined process built (its depth is
+                // the writer's choice): a file, a symlink or an empty directory.
                 let deleted = self.open_parent_beneath(path).and_then(|(dir, name)| {
                     match dir.symlink_metadata(&name)?.is_dir() {
-                        true => dir.remove_dir_all(&name),
+                        true => dir.remove_dir(&name),
                         false => dir.remove_file(&name),
                     }
                 });
@@ -684,6 +767,21 @@ impl GitGuard {
                 });
             }
         }
+    }
+
+    /// `.cordon/quarantine`, made and opened one component at a time without following a
+    /// symlink (a command may have made `.cordon` a link elsewhere in the workspace).
+    fn quarantine_dir(&self) -> std::io::Result<Dir> {
+        let mut dir = self.root.try_clone()?;
+        for part in Path::new(QUARANTINE_DIR).components() {
+            match dir.create_dir(part.as_os_str()) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+            dir = dir.open_dir_nofollow(part.as_os_str())?;
+        }
+        Ok(dir)
     }
 
     /// `.cordon/quarantine/<counter>-<hash>-<tail>`: short whatever the path (a name embedding
@@ -849,6 +947,42 @@ mod tests {
             .map(|s| (*s).to_owned())
             .collect();
         GitGuard::new(root, ws, &patterns).0
+    }
+
+    /// A submodule `sub` recorded in `.git/index` (a v2 index git wrote), with a config that
+    /// names a command.
+    fn plant(ws: &Path) {
+        std::fs::write(
+            ws.join(".git/index"),
+            include_bytes!("../../fuzz/seeds/git_index/index-v2-gitlink"),
+        )
+        .unwrap();
+        std::fs::create_dir_all(ws.join("sub/.git")).unwrap();
+        std::fs::write(ws.join("sub/.git/config"), "[core]\n\tfsmonitor = x\n").unwrap();
+    }
+
+    #[test]
+    fn what_is_there_at_start_is_the_operators_but_a_new_view_launders_nothing() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(t.path().join(".git")).unwrap();
+        let before = guard(t.path());
+        plant(t.path());
+        // A server started now: the submodule is the operator's, left alone.
+        let fresh = guard(t.path());
+        let report = fresh.check();
+        assert!(!report.refused, "{report:?}");
+        assert!(t.path().join("sub/.git/config").exists());
+        // A view rebuilt while the server runs: the plant came after the first view, so the
+        // successor does not take it for the operator's.
+        let root = Dir::open_ambient_dir(t.path(), cap_std::ambient_authority()).unwrap();
+        let (next, _) = before.successor(root);
+        let report = next.check();
+        assert!(report.refused, "{report:?}");
+        assert!(!t.path().join("sub/.git/config").exists());
+        let moved = std::fs::read_dir(t.path().join(QUARANTINE_DIR))
+            .unwrap()
+            .count();
+        assert_eq!(moved, 1);
     }
 
     #[test]
