@@ -53,6 +53,12 @@ const TAIL_BYTES: usize = 64;
 const MAX_INDEX_BYTES: u64 = 1 << 30;
 /// Findings of timer checks kept for the next call's result.
 const MAX_PENDING: usize = 100;
+/// The operator's repository configs git itself writes for ordinary work (`git config
+/// user.email`, `remote add`, `push -u`, `branch --set-upstream-to`, `sparse-checkout set`):
+/// writable in the view but vetted. A change whose added or changed keys are all on
+/// `gitconfig::ALLOWED` becomes the accepted content; any other change is undone (the accepted
+/// content written back) and the call refused.
+const VETTED_CONFIGS: &[&str] = &[".git/config", ".git/config.worktree"];
 
 /// (device, inode, is a symlink): what an entry is.
 type Id = (u64, u64, bool);
@@ -68,8 +74,15 @@ pub struct Signature(BTreeMap<PathBuf, Id>);
 impl Signature {
     /// The protected entries that exist now, and their signature: a few `lstat`/`readdir`
     /// calls beneath `root`, no symlink followed, every glob directory listed in full.
-    pub fn take(root: &Dir, patterns: &[String]) -> (Vec<ProtectedEntry>, Self) {
-        let entries = existing_protected(root, patterns);
+    pub fn take(
+        root: &Dir,
+        patterns: &[String],
+        writable: &[PathBuf],
+    ) -> (Vec<ProtectedEntry>, Self) {
+        let mut entries = existing_protected(root, patterns);
+        // Vetted configs are neither bound nor part of the signature (git replaces them with a
+        // new inode at every write, which is not a reason to re-make the view).
+        entries.retain(|e| !writable.contains(&e.path));
         let mut map = BTreeMap::new();
         let git = PathBuf::from(".git");
         for path in entries.iter().map(|e| &e.path).chain(std::iter::once(&git)) {
@@ -129,6 +142,8 @@ struct State {
     background: bool,
     suspects: HashMap<PathBuf, Stamp>,
     suspects_next: HashMap<PathBuf, Stamp>,
+    /// The accepted content of each vetted config (None: absent), with its stamp then.
+    configs: HashMap<PathBuf, Option<(Stamp, Vec<u8>)>>,
 }
 
 /// The guard of one sandbox view: its signature and what the operator's repository held
@@ -145,6 +160,8 @@ pub struct GitGuard {
     /// the operator's while unchanged.
     at_start: HashMap<PathBuf, Stamp>,
     counter: AtomicU64,
+    /// Vetted configs (see [`VETTED_CONFIGS`]): not bound by the view.
+    writable: Vec<PathBuf>,
     /// Protected entries this view binds that its predecessor never vetted (they appeared
     /// between its last check and this view's listing): vetted like new ones although bound.
     unvetted: std::collections::HashSet<PathBuf>,
@@ -162,7 +179,8 @@ impl GitGuard {
     /// Takes the signature and the record of the operator's repository now (when the view
     /// is built from the same listing). `root` is the workspace handle's directory.
     pub fn new(root: Dir, workspace: &Path, patterns: &[String]) -> (Self, Vec<ProtectedEntry>) {
-        let (entries, signature) = Signature::take(&root, patterns);
+        let (writable, configs) = vetted_configs(&root, patterns);
+        let (entries, signature) = Signature::take(&root, patterns, &writable);
         let repo_existed = signature.0.contains_key(Path::new(".git"));
         let guard = GitGuard {
             root,
@@ -172,9 +190,13 @@ impl GitGuard {
             repo_existed,
             at_start: HashMap::new(),
             counter: AtomicU64::new(0),
+            writable,
             unvetted: Default::default(),
             retired: std::sync::atomic::AtomicBool::new(false),
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                configs,
+                ..State::default()
+            }),
         };
         let mut at_start = HashMap::new();
         if repo_existed {
@@ -194,11 +216,15 @@ impl GitGuard {
     /// call's result.
     pub fn successor(&self, root: Dir) -> (Self, Vec<ProtectedEntry>) {
         let report = self.check();
-        let (entries, signature) = Signature::take(&root, &self.patterns);
+        let (entries, signature) = Signature::take(&root, &self.patterns, &self.writable);
         let state = self.state.lock().ok();
         let accepted = state
             .as_ref()
             .map(|s| s.accepted.clone())
+            .unwrap_or_default();
+        let configs = state
+            .as_ref()
+            .map(|s| s.configs.clone())
             .unwrap_or_default();
         let mut at_start = self.at_start.clone();
         at_start.extend(accepted.iter().map(|(p, s)| (p.clone(), *s)));
@@ -226,11 +252,13 @@ impl GitGuard {
             repo_existed: self.repo_existed,
             at_start,
             counter: AtomicU64::new(self.counter.load(Ordering::Relaxed)),
+            writable: self.writable.clone(),
             unvetted,
             retired: std::sync::atomic::AtomicBool::new(false),
             state: Mutex::new(State {
                 accepted,
                 pending: report,
+                configs,
                 ..State::default()
             }),
         };
@@ -252,7 +280,7 @@ impl GitGuard {
     /// Whether the view still matches the workspace: no protected entry (or `.git`)
     /// appeared, vanished or was replaced since it was built.
     pub fn is_current(&self) -> bool {
-        Signature::take(&self.root, &self.patterns).1 == self.signature
+        Signature::take(&self.root, &self.patterns, &self.writable).1 == self.signature
     }
 
     /// Runs every check now; returns what it found plus what timer checks found since the
@@ -290,6 +318,7 @@ impl GitGuard {
 
     fn check_locked(&self, state: &mut State) -> GuardReport {
         let mut report = GuardReport::default();
+        self.check_configs(state, &mut report);
         self.check_entries(state, &mut report);
         if self.repo_existed {
             self.walk_gitlinks(state, &mut report, false, &mut |_, _| {});
@@ -297,10 +326,105 @@ impl GitGuard {
         report
     }
 
+    /// The vetted configs: an accepted change becomes the new accepted content; any other
+    /// change is undone by writing the accepted content back (a new file renamed into place).
+    fn check_configs(&self, state: &mut State, report: &mut GuardReport) {
+        for path in &self.writable {
+            let Some(accepted) = state.configs.get(path).cloned() else {
+                continue;
+            };
+            let meta = match self.lstat_beneath(path) {
+                Ok(Some(m)) => Some(m),
+                Ok(None) if accepted.is_none() => continue,
+                // Renamed away or deleted: the operator's remotes and settings would go with
+                // it (removing single keys, `git config --unset`, is fine and stays).
+                Ok(None) => None,
+                Err(_) => continue, // `.git` itself is pinned: cannot happen in the view
+            };
+            let now = meta.as_ref().map(stamp);
+            if accepted.as_ref().map(|(s, _)| *s) == now && now.is_some() {
+                continue;
+            }
+            let before = accepted
+                .as_ref()
+                .map(|(_, b)| b.as_slice())
+                .unwrap_or_default();
+            let verdict = if let Some(meta) = meta.as_ref().filter(|m| !m.file_type().is_file()) {
+                Err(match meta.file_type().is_symlink() {
+                    true => "it was replaced by a symbolic link".to_owned(),
+                    false => "it was replaced by something other than a file".to_owned(),
+                })
+            } else if meta.is_none() {
+                Err("it was removed or renamed away".to_owned())
+            } else if meta.as_ref().is_some_and(|m| m.file_type().is_symlink()) {
+                Err("it was replaced by a symbolic link".to_owned())
+            } else {
+                self.read(path, gitconfig::MAX_CONFIG_BYTES)
+                    .and_then(|bytes| vet_change(before, &bytes).map(|()| bytes))
+            };
+            match verdict {
+                Ok(bytes) => {
+                    if let Some(now) = now {
+                        state.configs.insert(path.clone(), Some((now, bytes)));
+                    }
+                }
+                Err(why) => {
+                    let what = format!(
+                        "{} was changed so that {why}; git reads it outside any sandbox",
+                        path.display()
+                    );
+                    match self.restore(path, accepted.as_ref().map(|(_, b)| b.as_slice())) {
+                        Ok(restored) => {
+                            state
+                                .configs
+                                .insert(path.clone(), restored.map(|s| (s, before.to_vec())));
+                            report.refuse(format!(
+                                "{what}. cordon put back the content it had accepted, so the \
+                                 change is undone; if it is wanted, the operator makes it on \
+                                 the host (git config keys that run nothing, e.g. user.email or \
+                                 remote.<name>.url, work in calls)"
+                            ));
+                        }
+                        Err(e) => report.refuse(format!(
+                            "{what}, and cordon could not put back its accepted content ({e}): \
+                             check it on the host before running git here"
+                        )),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes `content` back at `path` (a new file renamed over whatever is there, so a
+    /// symlink or hard link planted there is replaced, not written through); None: removes
+    /// it. Returns the stamp of what is there now.
+    fn restore(&self, path: &Path, content: Option<&[u8]>) -> std::io::Result<Option<Stamp>> {
+        use std::io::Write;
+        let (dir, name) = self.open_parent_beneath(path)?;
+        let Some(content) = content else {
+            dir.remove_file(&name)?;
+            return Ok(None);
+        };
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        let temp = PathBuf::from(format!(".cordon-restore-{n}-{}", std::process::id()));
+        let mut options = OpenOptions::new();
+        options
+            .write(true)
+            .create_new(true)
+            .follow(FollowSymlinks::No);
+        let mut file = dir.open_with(&temp, &options)?;
+        let written = file.write_all(content).and_then(|()| file.sync_all());
+        if let Err(e) = written.and_then(|()| dir.rename(&temp, &dir, &name)) {
+            let _ = dir.remove_file(&temp);
+            return Err(e);
+        }
+        Ok(dir.symlink_metadata(&name).ok().map(|m| stamp(&m)))
+    }
+
     /// Protected entries that were not there when the view was built (or were symlinks the
     /// view could not bind, and are something else now).
     fn check_entries(&self, state: &mut State, report: &mut GuardReport) {
-        let (entries, _) = Signature::take(&self.root, &self.patterns);
+        let (entries, _) = Signature::take(&self.root, &self.patterns, &self.writable);
         for entry in entries {
             // `.cordon` is the server's own; the policy's files are the operator's to edit.
             if !entry.path.starts_with(".git") || entry.path == Path::new(".git") {
@@ -902,6 +1026,96 @@ impl GitGuard {
     }
 }
 
+/// Which of [`VETTED_CONFIGS`] the policy protects and cordon can vet (absent, or a regular
+/// file it can read and parse), with their content now; one it cannot read stays bound
+/// read-only, as every other protected entry.
+type Baselines = HashMap<PathBuf, Option<(Stamp, Vec<u8>)>>;
+
+fn vetted_configs(root: &Dir, patterns: &[String]) -> (Vec<PathBuf>, Baselines) {
+    let mut writable = Vec::new();
+    let mut configs = HashMap::new();
+    if !root
+        .symlink_metadata(".git")
+        .is_ok_and(|m| m.file_type().is_dir())
+    {
+        return (writable, configs);
+    }
+    for path in VETTED_CONFIGS {
+        let parts: Vec<&str> = path.split('/').collect();
+        if super::protect::protected_entry(patterns, &parts) != Some(*path) {
+            continue;
+        }
+        let path = PathBuf::from(path);
+        let baseline = match root.symlink_metadata(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(_) => continue,
+            Ok(meta) if !meta.is_file() => continue,
+            Ok(meta) => {
+                let mut options = OpenOptions::new();
+                options
+                    .read(true)
+                    .follow(FollowSymlinks::No)
+                    .custom_flags(libc::O_NONBLOCK);
+                let Ok(file) = root.open_with(&path, &options) else {
+                    continue;
+                };
+                let mut bytes = Vec::new();
+                let limit = gitconfig::MAX_CONFIG_BYTES as u64;
+                if file.take(limit + 1).read_to_end(&mut bytes).is_err()
+                    || bytes.len() as u64 > limit
+                    || std::str::from_utf8(&bytes)
+                        .ok()
+                        .and_then(|t| gitconfig::parse(t).ok())
+                        .is_none()
+                {
+                    continue;
+                }
+                Some((stamp(&meta), bytes))
+            }
+        };
+        writable.push(path.clone());
+        configs.insert(path, baseline);
+    }
+    (writable, configs)
+}
+
+/// Whether the change from `before` to `after` only adds or changes keys that run nothing
+/// (removals are always fine). Keys are compared as (key, value) pairs, so a changed value of
+/// a key off the list (`core.hooksPath` pointed elsewhere) counts as added.
+fn vet_change(before: &[u8], after: &[u8]) -> Result<(), String> {
+    if after.len() > gitconfig::MAX_CONFIG_BYTES {
+        return Err(format!(
+            "it is larger than {} bytes",
+            gitconfig::MAX_CONFIG_BYTES
+        ));
+    }
+    let text = std::str::from_utf8(after).map_err(|_| "it is not valid UTF-8".to_owned())?;
+    let after = gitconfig::parse(text)
+        .map_err(|line| format!("it is not valid git config syntax (line {line})"))?;
+    let before = std::str::from_utf8(before)
+        .ok()
+        .and_then(|t| gitconfig::parse(t).ok())
+        .unwrap_or_default();
+    let mut old: HashMap<(String, Option<String>), usize> = HashMap::new();
+    for e in &before {
+        *old.entry((e.key(), e.value.clone())).or_default() += 1;
+    }
+    for e in &after {
+        let slot = old.entry((e.key(), e.value.clone())).or_default();
+        if *slot > 0 {
+            *slot -= 1;
+            continue;
+        }
+        if !e.is_allowed() {
+            return Err(format!(
+                "it sets `{}`, which is not on cordon's list of git keys that run nothing",
+                e.key()
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn stamp(meta: &cap_std::fs::Metadata) -> Stamp {
     (
         meta.dev(),
@@ -983,6 +1197,22 @@ mod tests {
             .unwrap()
             .count();
         assert_eq!(moved, 1);
+    }
+
+    #[test]
+    fn config_changes_are_vetted_by_what_they_add() {
+        let base = b"[core]\n\tbare = false\n\thooksPath = .husky\n";
+        let email = b"[core]\n\tbare = false\n\thooksPath = .husky\n[user]\n\temail = a@b\n";
+        assert_eq!(vet_change(base, email), Ok(()));
+        let remote = b"[core]\n\tbare = false\n\thooksPath = .husky\n[remote \"o\"]\n\t\
+            url = x\n\tfetch = y\n[branch \"m\"]\n\tremote = o\n\tmerge = refs/heads/m\n";
+        assert_eq!(vet_change(base, remote), Ok(()));
+        // Removing a key runs nothing; re-pointing one off the list may.
+        assert_eq!(vet_change(base, b"[core]\n\tbare = false\n"), Ok(()));
+        assert!(vet_change(base, b"[core]\n\tbare = false\n\thooksPath = /x\n").is_err());
+        let fsmonitor = b"[core]\n\tbare = false\n\thooksPath = .husky\n\tfsmonitor = x\n";
+        assert!(vet_change(base, fsmonitor).is_err());
+        assert!(vet_change(base, b"\xff").is_err());
     }
 
     #[test]

@@ -624,3 +624,58 @@ async fn git_worktree_add_works_and_is_not_quarantined() {
     );
     client.cancel().await.ok();
 }
+
+#[tokio::test]
+async fn git_config_writes_that_run_nothing_work_and_others_are_undone() {
+    if skip("config_vetted", Need::Namespaces) {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    operator_repo(ws.path());
+    assert!(
+        host_git(ws.path(), &["config", "core.hooksPath", ".husky"])
+            .status
+            .success()
+    );
+    let marker = Marker::new();
+    let client = connect(ws.path()).await;
+    let ordinary = shell(
+        &client,
+        "git config user.email agent@example.invalid && \
+         git remote add origin https://example.invalid/r.git && \
+         git config branch.master.remote origin && git config branch.master.merge refs/heads/master && \
+         mkdir -p src && git sparse-checkout set src && git config user.email",
+    )
+    .await;
+    assert!(!ordinary.0, "{ordinary:?}");
+    assert_eq!(
+        ordinary.1["stdout"], "agent@example.invalid\n",
+        "{ordinary:?}"
+    );
+    let config = std::fs::read_to_string(ws.path().join(".git/config")).unwrap();
+    assert!(config.contains("example.invalid/r.git"), "{config}");
+    assert!(
+        config.contains(".husky"),
+        "the operator's key went: {config}"
+    );
+    let hostile = shell(
+        &client,
+        &format!(
+            "git config core.fsmonitor '{}' && echo written",
+            marker.command()
+        ),
+    )
+    .await;
+    assert_eq!(hostile.1["stdout"], "written\n", "{hostile:?}");
+    assert!(denied(&hostile), "{hostile:?}");
+    let config = std::fs::read_to_string(ws.path().join(".git/config")).unwrap();
+    assert!(!config.contains("fsmonitor"), "{config}");
+    assert!(config.contains("agent@example.invalid"), "{config}");
+    // Re-pointing a key off the list is undone too, and the next call sees the accepted file.
+    let repoint = shell(&client, "git config core.hooksPath /tmp/elsewhere").await;
+    assert!(denied(&repoint), "{repoint:?}");
+    let next = shell(&client, "git config core.hooksPath").await;
+    assert_eq!(next.1["stdout"], ".husky\n", "{next:?}");
+    assert_host_status_is_safe(ws.path(), &marker);
+    client.cancel().await.ok();
+}
