@@ -679,3 +679,42 @@ async fn git_config_writes_that_run_nothing_work_and_others_are_undone() {
     assert_host_status_is_safe(ws.path(), &marker);
     client.cancel().await.ok();
 }
+
+#[tokio::test]
+async fn git_submodule_add_works_and_is_not_quarantined() {
+    if skip("submodule_add", Need::Namespaces) {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    operator_repo(ws.path());
+    let client = connect(ws.path()).await;
+    let add = shell(
+        &client,
+        "git init -q libsrc && git -C libsrc -c user.email=a@b.invalid -c user.name=a commit -q \
+         --allow-empty -m lib && git -c protocol.file.allow=always submodule add -q ./libsrc lib \
+         && git commit -q -m 'add lib' && echo added",
+    )
+    .await;
+    assert!(!add.0, "{add:?}");
+    assert_eq!(add.1["stdout"], "added\n", "{add:?}");
+    let next = shell(
+        &client,
+        "git -C lib log -1 --format=%s && git submodule status | wc -l",
+    )
+    .await;
+    assert!(!next.0, "{next:?}");
+    assert_eq!(next.1["stdout"], "lib\n1\n", "{next:?}");
+    assert!(
+        quarantined(ws.path()).is_empty(),
+        "{:?}",
+        quarantined(ws.path())
+    );
+    let host = host_git(ws.path(), &["submodule", "status"]);
+    assert!(host.status.success(), "{host:?}");
+    // Now the operator's: its config is bound read-only in the next view.
+    let write = shell(&client, "git -C lib config core.fsmonitor 'touch pwned'").await;
+    assert!(write.0, "{write:?}");
+    let config = std::fs::read_to_string(ws.path().join(".git/modules/lib/config")).unwrap();
+    assert!(!config.contains("fsmonitor"), "{config}");
+    client.cancel().await.ok();
+}
