@@ -225,7 +225,13 @@ fn value(chars: &[char], mut at: usize) -> Option<(String, usize, usize)> {
                 return (!quoted).then_some((out, at, lines));
             }
             '\0' => return None,
-            ' ' | '\t' | '\r' if !quoted => pending_space.push(c),
+            // git turns each blank between words into one space, and drops leading and
+            // trailing ones.
+            ' ' | '\t' | '\r' if !quoted => {
+                if !out.is_empty() {
+                    pending_space.push(' ');
+                }
+            }
             '#' | ';' if !quoted => {
                 while at < chars.len() && chars[at] != '\n' {
                     at += 1;
@@ -445,6 +451,8 @@ mod tests {
         let e = parse("[A.B]\nk\n").unwrap();
         assert_eq!(e[0].key(), "a.b.k");
         assert_eq!(e[0].value, None);
+        let e = parse("[s]\nk = a\tb \t\nj = 1\n").unwrap();
+        assert_eq!(e[0].value.as_deref(), Some("a b"));
         let e = parse("[s]\nk = a\\\nb\nj = 1\n").unwrap();
         assert_eq!(e[0].value.as_deref(), Some("ab"));
         assert_eq!(e[1].key(), "s.j");
