@@ -122,7 +122,7 @@ impl Factory {
         plan.pinned.sort_by_key(|p| p.components().count());
         let sandbox = Sandbox::start(plan.clone(), program.clone())?;
         let guard = Arc::new(guard);
-        watch_in_background(&guard);
+        watch_in_background(&guard, &plan.workspace);
         Ok(Self {
             pool: Mutex::new(Vec::new()),
             refilling: AtomicBool::new(false),
@@ -332,28 +332,79 @@ fn plan(inputs: &ViewInputs<'_>) -> InitPlan {
     }
 }
 
-/// The timer checks of one view, on a thread of their own that ends when the view is
-/// retired or dropped.
-fn watch_in_background(guard: &Arc<GitGuard>) {
+/// The background checks of one view, on a thread of their own that ends when the view is
+/// retired or dropped: woken by an inotify watch of the git control directories (so a change
+/// to `.git/config` is judged within milliseconds) and at least every [`GUARD_INTERVAL`]
+/// (what inotify does not see: files deeper in `.git/modules`, a nested repository's config).
+fn watch_in_background(guard: &Arc<GitGuard>, workspace: &Path) {
     let weak = Arc::downgrade(guard);
+    let watch = git_watch(workspace);
     let spawned = std::thread::Builder::new()
         .name("cordon-git-guard".into())
         .spawn(move || {
             let mut pause = GUARD_INTERVAL;
+            let mut last_cost = std::time::Duration::ZERO;
             loop {
-                std::thread::sleep(pause);
+                let woken = wait_for_git(watch.as_ref(), pause);
+                // Never more than a fifth of the time checking, however busy `.git` is (a
+                // workspace with tens of thousands of module directories makes a check long).
+                std::thread::sleep(last_cost * 4);
                 let Some(guard) = weak.upgrade() else { return };
                 if guard.is_retired() {
                     return;
                 }
                 let started = std::time::Instant::now();
                 guard.check_in_background();
-                // A workspace with tens of thousands of module directories makes a check
-                // long: never spend more than a fifth of the time checking.
-                pause = GUARD_INTERVAL.max(started.elapsed() * 4);
+                last_cost = started.elapsed();
+                // After a change, look again soon: a finding is acted on when two checks
+                // saw it unchanged.
+                pause = if woken {
+                    std::time::Duration::from_millis(50)
+                } else {
+                    GUARD_INTERVAL
+                };
             }
         });
     if let Err(e) = spawned {
         tracing::warn!("cannot start the git guard's timer (checks run at every call only): {e}");
     }
+}
+
+/// An inotify instance watching `.git`, `.git/modules` and `.git/worktrees` (each without
+/// following a symlink); None where inotify is unavailable (the timer still runs).
+fn git_watch(workspace: &Path) -> Option<OwnedFd> {
+    use rustix::fs::inotify;
+    let fd = inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK).ok()?;
+    let flags = inotify::WatchFlags::CLOSE_WRITE
+        | inotify::WatchFlags::MOVED_TO
+        | inotify::WatchFlags::MOVED_FROM
+        | inotify::WatchFlags::CREATE
+        | inotify::WatchFlags::DELETE
+        | inotify::WatchFlags::ATTRIB
+        | inotify::WatchFlags::DONT_FOLLOW
+        | inotify::WatchFlags::ONLYDIR;
+    let mut watching = false;
+    for dir in [".git", ".git/modules", ".git/worktrees"] {
+        watching |= inotify::add_watch(&fd, workspace.join(dir), flags).is_ok();
+    }
+    watching.then_some(fd)
+}
+
+/// Waits for a change under the watch, or `timeout`; drains the events. True: woken by one.
+fn wait_for_git(watch: Option<&OwnedFd>, timeout: std::time::Duration) -> bool {
+    let Some(fd) = watch else {
+        std::thread::sleep(timeout);
+        return false;
+    };
+    let mut fds = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
+    let wait = rustix::time::Timespec {
+        tv_sec: timeout.as_secs() as i64,
+        tv_nsec: i64::from(timeout.subsec_nanos()),
+    };
+    let ready = rustix::event::poll(&mut fds, Some(&wait)).unwrap_or(0) > 0;
+    if ready {
+        let mut buf = [0u8; 4096];
+        while rustix::io::read(fd, &mut buf).is_ok_and(|n| n > 0) {}
+    }
+    ready
 }

@@ -718,3 +718,24 @@ async fn git_submodule_add_works_and_is_not_quarantined() {
     assert!(!config.contains("fsmonitor"), "{config}");
     client.cancel().await.ok();
 }
+
+#[tokio::test]
+async fn a_refused_git_config_change_is_undone_while_the_call_still_runs() {
+    if skip("config_watch", Need::Namespaces) {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    operator_repo(ws.path());
+    let client = connect(ws.path()).await;
+    // The write succeeds (the file is writable, but vetted); the watch of `.git` undoes it
+    // long before the call ends, so a host git reading it meanwhile would not see it for long.
+    let run = shell(
+        &client,
+        "git config core.fsmonitor 'touch pwned' && sleep 2 && \
+         (git config --get core.fsmonitor || echo undone)",
+    )
+    .await;
+    assert_eq!(run.1["stdout"], "undone\n", "{run:?}");
+    assert!(denied(&run), "{run:?}");
+    client.cancel().await.ok();
+}
