@@ -763,16 +763,53 @@ fn start_factory(
         // The kernel could give namespaces but the workspace's content keeps the view from
         // being built (a protected path the mounts cannot take): that is the workspace's to
         // fix, never a silent drop to the weaker per-child path.
-        Err(sandbox::SandboxError::Init { stage, error })
-            if stage == "view"
-                && error.contains(workspace.as_os_str().to_string_lossy().as_ref())
-                && !options.allow_degraded =>
-        {
-            Err(ConfineError::WorkspaceView { detail: error })
+        Err(e) if !options.allow_degraded && workspace_view_failure(&e, workspace).is_some() => {
+            Err(ConfineError::WorkspaceView {
+                detail: workspace_view_failure(&e, workspace).unwrap_or_default(),
+            })
         }
         Err(e) => {
             notes.push(format!("namespaces unavailable: {e}; {WEAKER}"));
             Ok(None)
         }
+    }
+}
+
+/// The init's own words when it could not build the view because of a path in the workspace
+/// (its `view` stage names the path it failed on); None for any other failure.
+fn workspace_view_failure(e: &sandbox::SandboxError, workspace: &Path) -> Option<String> {
+    match e {
+        sandbox::SandboxError::Init { stage, error }
+            if stage == "view"
+                && error.contains(workspace.as_os_str().to_string_lossy().as_ref()) =>
+        {
+            Some(error.clone())
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod workspace_view_tests {
+    use super::*;
+
+    #[test]
+    fn only_a_view_failure_on_a_workspace_path_is_the_workspaces_to_fix() {
+        let ws = Path::new("/w/project");
+        let on = |stage: &str, error: &str| sandbox::SandboxError::Init {
+            stage: stage.into(),
+            error: error.into(),
+        };
+        let hooks = on(
+            "view",
+            "protect /w/project/.git/modules/x/hooks: File name too long (os error 36)",
+        );
+        assert!(
+            workspace_view_failure(&hooks, ws).is_some_and(|d| d.contains(".git/modules/x/hooks"))
+        );
+        assert!(workspace_view_failure(&on("view", "mount /proc: EPERM"), ws).is_none());
+        assert!(workspace_view_failure(&on("unshare", "/w/project: EPERM"), ws).is_none());
+        let gone = sandbox::SandboxError::Gone;
+        assert!(workspace_view_failure(&gone, ws).is_none());
     }
 }
