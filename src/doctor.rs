@@ -205,11 +205,13 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
         )
         .await;
         let config = std::fs::read_to_string(ws.join(".git/config")).unwrap_or_default();
+        // `.git/config` is writable but vetted (SECURITY.md, "Git"): a key that runs a
+        // command is undone and the call refused.
         probes.push(result(
-            "write .git/config (protected path)",
-            "denied",
+            "write .git/config (a key that runs a command)",
+            "undone, denied",
             &o,
-            |o| o.exit_code != Some(0) && !config.contains("pwned"),
+            |o| (o.exit_code != Some(0) || o.git_refused) && !config.contains("pwned"),
         ));
     }
     let o = run_one(executor, sh("echo ok > inside.txt && cat inside.txt"), 10).await;

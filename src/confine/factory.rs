@@ -12,11 +12,12 @@ use super::sandbox::plan::{InitPlan, LandlockPlan};
 use super::sandbox::wire::SlotLayer;
 use super::sandbox::{Namespaces, Sandbox, SandboxError, Slot};
 use super::{ConfineError, LandlockInputs};
+use crate::workspace::{GitGuard, GuardReport};
 use seccompiler::BpfProgram;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Slots kept ready for calls: an agent's sequential calls plus a little overlap (a
 /// back-to-back series ran dry with two); more would only hold memory and cgroup directories.
@@ -42,43 +43,14 @@ pub struct Factory {
     program: PathBuf,
     /// The protected patterns (globs, workspace-relative), expanded anew for every view.
     patterns: Vec<String>,
-    /// Identity of every pinned and protected entry when the view was built.
-    signature: Signature,
+    /// The view's signature and the git checks after calls and on a timer (`workspace`).
+    guard: Arc<GitGuard>,
 }
 
-/// (workspace-relative path, device, inode, is a symlink) of every existing pinned or
-/// protected entry: the view binds what existed when it was built, so any change (an entry
-/// appeared, vanished or was replaced) means the view is out of date.
-type Signature = Vec<(PathBuf, u64, u64, bool)>;
-
-/// The protected entries that exist now, and their signature. Walks the workspace beneath
-/// its root without following symlinks (a few `lstat`/`readdir` calls).
-fn protected_now(
-    workspace: &Path,
-    patterns: &[String],
-) -> (Vec<crate::workspace::ProtectedEntry>, Signature) {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(root) = cap_std::fs::Dir::open_ambient_dir(workspace, cap_std::ambient_authority())
-    else {
-        return (Vec::new(), Vec::new());
-    };
-    let entries = crate::workspace::existing_protected(&root, patterns);
-    let mut signature: Signature = entries
-        .iter()
-        .chain(std::iter::once(&crate::workspace::ProtectedEntry {
-            path: PathBuf::from(".git"),
-            kind: crate::workspace::EntryKind::Directory,
-            pattern: String::new(),
-        }))
-        .filter_map(|e| {
-            let m = workspace.join(&e.path).symlink_metadata().ok()?;
-            Some((e.path.clone(), m.dev(), m.ino(), m.file_type().is_symlink()))
-        })
-        .collect();
-    signature.sort();
-    signature.dedup();
-    (entries, signature)
-}
+/// How often the git checks run between calls, so that a long-lived process (an interpreter
+/// session, a background job) planting something is seen within this much, not only when a
+/// call ends.
+const GUARD_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// What the view is built from, gathered by `Confinement::build`.
 pub(crate) struct ViewInputs<'a> {
@@ -105,15 +77,22 @@ pub(crate) struct ViewInputs<'a> {
 impl Factory {
     /// Starts the init. `program` is the cordon binary (it runs `cordon __sandbox-init`).
     pub(crate) fn start(inputs: &ViewInputs<'_>, program: PathBuf) -> Result<Self, SandboxError> {
-        Self::start_plan(plan(inputs), program, inputs.protected.to_vec())
+        Self::start_plan(plan(inputs), program, inputs.protected.to_vec(), None)
     }
 
     fn start_plan(
         mut plan: InitPlan,
         program: PathBuf,
         patterns: Vec<String>,
+        predecessor: Option<&GitGuard>,
     ) -> Result<Self, SandboxError> {
-        let (entries, signature) = protected_now(&plan.workspace, &patterns);
+        let workspace = crate::workspace::Workspace::open(&plan.workspace)
+            .map_err(|e| SandboxError::Start(std::io::Error::other(e.to_string())))?;
+        let root = workspace.dir().try_clone().map_err(SandboxError::Start)?;
+        let (guard, entries) = match predecessor {
+            Some(before) => before.successor(root),
+            None => GitGuard::new(root, &plan.workspace, &patterns),
+        };
         plan.protected.clear();
         plan.pinned = vec![plan.workspace.join(".git")];
         for entry in &entries {
@@ -146,6 +125,8 @@ impl Factory {
         }
         plan.pinned.sort_by_key(|p| p.components().count());
         let sandbox = Sandbox::start(plan.clone(), program.clone())?;
+        let guard = Arc::new(guard);
+        watch_in_background(&guard, &plan.workspace);
         Ok(Self {
             pool: Mutex::new(Vec::new()),
             refilling: AtomicBool::new(false),
@@ -154,96 +135,28 @@ impl Factory {
             plan,
             program,
             patterns,
-            signature,
+            guard,
         })
     }
 
     /// Whether the view still matches the workspace: no protected entry (or `.git`)
     /// appeared, vanished or was replaced since it was built.
     pub fn is_current(&self) -> bool {
-        protected_now(&self.plan.workspace, &self.patterns).1 == self.signature
+        self.guard.is_current()
     }
 
-    /// Moves protected entries that did not exist when the view was built, in a repository
-    /// that did (the operator's), and that changed since `since` (the call's start), to
-    /// `.cordon/quarantine/`: a confined command could create them — the view cannot bind
-    /// a path that does not exist — and git would read them outside any sandbox. Returns
-    /// what it did, in words for the call's result. In a repository the call created itself
-    /// nothing is moved (it is the agent's own), but the result says so.
-    /// What a call may have left that git would run outside any sandbox, dealt with after
-    /// the call's tree is dead: protected control files it created or replaced, and a
-    /// submodule it planted through the index. A few `lstat` calls when nothing changed.
-    pub fn after_call(&self, since: std::time::SystemTime) -> Vec<String> {
-        let index_changed = changed_since(&self.plan.workspace.join(".git/index"), since);
-        if !index_changed && self.is_current() {
-            return Vec::new();
-        }
-        self.quarantine_created_since(since)
+    /// What a call (or a long-lived process since the last call) may have left that git would
+    /// run outside any sandbox: protected control files that were not there when the view was
+    /// built, and every submodule of the current index whose configuration is not made of keys
+    /// that run nothing. Moved to quarantine; the report says what and whether the call is to
+    /// be refused. Runs at every call, whatever the call changed, plus on a timer.
+    pub fn after_call(&self) -> GuardReport {
+        self.guard.check()
     }
 
-    pub fn quarantine_created_since(&self, since: std::time::SystemTime) -> Vec<String> {
-        use std::os::unix::fs::MetadataExt;
-        let (entries, _) = protected_now(&self.plan.workspace, &self.patterns);
-        let known: std::collections::HashMap<&Path, (u64, u64, bool)> = self
-            .signature
-            .iter()
-            .map(|(p, dev, ino, link)| (p.as_path(), (*dev, *ino, *link)))
-            .collect();
-        let repo_existed = known.contains_key(Path::new(".git"));
-        let Ok(root) =
-            cap_std::fs::Dir::open_ambient_dir(&self.plan.workspace, cap_std::ambient_authority())
-        else {
-            return Vec::new();
-        };
-        let mut notices = Vec::new();
-        // New entries, and entries replaced by something else (a symlinked `.git/hooks`
-        // removed and made a directory): what the view could not hold read-only.
-        let replaced_or_new = |e: &&crate::workspace::ProtectedEntry| {
-            let now = self
-                .plan
-                .workspace
-                .join(&e.path)
-                .symlink_metadata()
-                .ok()
-                .map(|m| (m.dev(), m.ino(), m.file_type().is_symlink()));
-            known.get(e.path.as_path()).copied() != now
-        };
-        for entry in entries.iter().filter(replaced_or_new) {
-            let changed = changed_since(&self.plan.workspace.join(&entry.path), since);
-            // `.cordon` is the server's own; the policy's files are the operator's to edit.
-            if !changed || !entry.path.starts_with(".git") || entry.path == Path::new(".git") {
-                continue;
-            }
-            if !repo_existed {
-                notices.push(format!(
-                    "this call created {} in a new git repository: it was written by a confined \
-                     process, so inspect it before running git there outside cordon",
-                    entry.path.display()
-                ));
-                continue;
-            }
-            notices.push(match quarantine(&root, &entry.path) {
-                Ok(dest) => format!(
-                    "the command created {}, a protected git control file (git reads it as \
-                     configuration outside any sandbox); cordon moved it to {}",
-                    entry.path.display(),
-                    dest.display()
-                ),
-                Err(e) => format!(
-                    "the command created {}, a protected git control file, and cordon could \
-                     not move it away ({e}): remove it before running git here",
-                    entry.path.display()
-                ),
-            });
-        }
-        if repo_existed {
-            notices.extend(quarantine_planted_submodules(
-                &root,
-                &self.plan.workspace,
-                since,
-            ));
-        }
-        notices
+    /// Stops this view's timer checks: a newer view (with its own signature) replaced it.
+    pub fn retire(&self) {
+        self.guard.retire();
     }
 
     /// A new init with the same plan, whose view binds the protected entries as they are now.
@@ -252,6 +165,7 @@ impl Factory {
             self.plan.clone(),
             self.program.clone(),
             self.patterns.clone(),
+            Some(&self.guard),
         )
     }
 
@@ -457,125 +371,79 @@ fn plan(inputs: &ViewInputs<'_>) -> InitPlan {
     }
 }
 
-/// Reads a file a confined process may have written: beneath `root`, no symlink followed,
-/// non-blocking, a regular file by `fstat`, at most `limit` bytes.
-fn read_hostile(root: &cap_std::fs::Dir, path: &Path, limit: usize) -> Option<Vec<u8>> {
-    use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt};
-    use cap_std::fs::OpenOptionsExt;
-    use std::io::Read;
-    let mut options = cap_std::fs::OpenOptions::new();
-    options
-        .read(true)
-        .follow(FollowSymlinks::No)
-        .custom_flags(libc::O_NONBLOCK);
-    let file = root.open_with(path, &options).ok()?;
-    let meta = file.metadata().ok()?;
-    if !meta.is_file() || meta.len() as usize > limit {
-        return None;
-    }
-    let mut bytes = Vec::new();
-    file.take(limit as u64).read_to_end(&mut bytes).ok()?;
-    Some(bytes)
-}
-
-/// After a call that changed the operator's index: a gitlink whose nested repository's
-/// config names a command (`core.fsmonitor`, hooks elsewhere, …) would make the operator's
-/// `git status` run it. That config goes to quarantine.
-fn quarantine_planted_submodules(
-    root: &cap_std::fs::Dir,
-    workspace: &Path,
-    since: std::time::SystemTime,
-) -> Vec<String> {
-    if !changed_since(&workspace.join(".git/index"), since) {
-        return Vec::new();
-    }
-    let Some(index) = read_hostile(
-        root,
-        Path::new(".git/index"),
-        crate::workspace::gitlinks::MAX_INDEX_BYTES,
-    ) else {
-        return Vec::new();
-    };
-    let mut notices = Vec::new();
-    for link in crate::workspace::gitlinks::gitlinks(&index).unwrap_or_default() {
-        let Some(config) = submodule_config(root, workspace, &link) else {
-            continue;
-        };
-        let Some(text) = read_hostile(root, &config, 1 << 20) else {
-            continue;
-        };
-        if !crate::workspace::gitlinks::runs_commands(&String::from_utf8_lossy(&text)) {
-            continue;
-        }
-        notices.push(match quarantine(root, &config) {
-            Ok(dest) => format!(
-                "the index now records {} as a submodule whose config names a command git \
-                 would run (e.g. core.fsmonitor) on the operator's next `git status`; cordon \
-                 moved {} to {}",
-                link.display(),
-                config.display(),
-                dest.display()
-            ),
-            Err(e) => format!(
-                "the index records {} as a submodule whose config names a command git would \
-                 run, and cordon could not move {} away ({e}): remove it before running git here",
-                link.display(),
-                config.display()
-            ),
+/// The background checks of one view, on a thread of their own that ends when the view is
+/// retired or dropped: woken by an inotify watch of the git control directories (so a change
+/// to `.git/config` is judged within milliseconds) and at least every [`GUARD_INTERVAL`]
+/// (what inotify does not see: files deeper in `.git/modules`, a nested repository's config).
+fn watch_in_background(guard: &Arc<GitGuard>, workspace: &Path) {
+    let weak = Arc::downgrade(guard);
+    let watch = git_watch(workspace);
+    let spawned = std::thread::Builder::new()
+        .name("cordon-git-guard".into())
+        .spawn(move || {
+            let mut pause = GUARD_INTERVAL;
+            let mut last_cost = std::time::Duration::ZERO;
+            loop {
+                let woken = wait_for_git(watch.as_ref(), pause);
+                // Never more than a fifth of the time checking, however busy `.git` is (a
+                // workspace with tens of thousands of module directories makes a check long).
+                std::thread::sleep(last_cost * 4);
+                let Some(guard) = weak.upgrade() else { return };
+                if guard.is_retired() {
+                    return;
+                }
+                let started = std::time::Instant::now();
+                guard.check_in_background();
+                last_cost = started.elapsed();
+                // After a change, look again soon: a finding is acted on when two checks
+                // saw it unchanged.
+                pause = if woken {
+                    std::time::Duration::from_millis(50)
+                } else {
+                    GUARD_INTERVAL
+                };
+            }
         });
+    if let Err(e) = spawned {
+        tracing::warn!("cannot start the git guard's timer (checks run at every call only): {e}");
     }
-    notices
 }
 
-/// Moves `path` (workspace-relative) into `.cordon/quarantine/`, beneath the workspace
-/// capability (a swapped directory on the way cannot send it elsewhere), and returns where.
-fn quarantine(root: &cap_std::fs::Dir, path: &Path) -> std::io::Result<PathBuf> {
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or_default();
-    let flat = path.to_string_lossy().replace('/', "_");
-    let dest = PathBuf::from(".cordon/quarantine").join(format!("{stamp}-{flat}"));
-    root.create_dir_all(".cordon/quarantine")?;
-    root.rename(path, root, &dest)?;
-    Ok(dest)
+/// An inotify instance watching `.git`, `.git/modules` and `.git/worktrees` (each without
+/// following a symlink); None where inotify is unavailable (the timer still runs).
+fn git_watch(workspace: &Path) -> Option<OwnedFd> {
+    use rustix::fs::inotify;
+    let fd = inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK).ok()?;
+    let flags = inotify::WatchFlags::CLOSE_WRITE
+        | inotify::WatchFlags::MOVED_TO
+        | inotify::WatchFlags::MOVED_FROM
+        | inotify::WatchFlags::CREATE
+        | inotify::WatchFlags::DELETE
+        | inotify::WatchFlags::ATTRIB
+        | inotify::WatchFlags::DONT_FOLLOW
+        | inotify::WatchFlags::ONLYDIR;
+    let mut watching = false;
+    for dir in [".git", ".git/modules", ".git/worktrees"] {
+        watching |= inotify::add_watch(&fd, workspace.join(dir), flags).is_ok();
+    }
+    watching.then_some(fd)
 }
 
-/// Whether the inode at `path` changed at or after `since` (less a second of clock slack).
-/// By ctime, not mtime: a confined process can set a file's mtime back (`touch -d`) to look
-/// old, but never its ctime.
-fn changed_since(path: &Path, since: std::time::SystemTime) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(meta) = path.symlink_metadata() else {
+/// Waits for a change under the watch, or `timeout`; drains the events. True: woken by one.
+fn wait_for_git(watch: Option<&OwnedFd>, timeout: std::time::Duration) -> bool {
+    let Some(fd) = watch else {
+        std::thread::sleep(timeout);
         return false;
     };
-    let ctime = std::time::UNIX_EPOCH
-        + std::time::Duration::new(
-            meta.ctime().max(0) as u64,
-            meta.ctime_nsec().clamp(0, 999_999_999) as u32,
-        );
-    ctime >= since - std::time::Duration::from_secs(1)
-}
-
-/// The config git reads for the submodule at `link` (workspace-relative): `link/.git/config`,
-/// or, when `link/.git` is a gitfile (`gitdir: …`), the config of the directory it names,
-/// inside the workspace. None when there is none to check there.
-fn submodule_config(root: &cap_std::fs::Dir, workspace: &Path, link: &Path) -> Option<PathBuf> {
-    let dot_git = link.join(".git");
-    if root.symlink_metadata(&dot_git).ok()?.is_dir() {
-        return Some(dot_git.join("config"));
-    }
-    let text = read_hostile(root, &dot_git, 4096)?;
-    let target = String::from_utf8_lossy(&text)
-        .lines()
-        .find_map(|l| l.strip_prefix("gitdir:"))
-        .map(|t| PathBuf::from(t.trim()))?;
-    // A relative gitdir is relative to the submodule; an absolute one counts only inside the
-    // workspace (the capability refuses anything that climbs out either way).
-    let gitdir = if target.is_absolute() {
-        target.strip_prefix(workspace).ok()?.to_path_buf()
-    } else {
-        link.join(target)
+    let mut fds = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
+    let wait = rustix::time::Timespec {
+        tv_sec: timeout.as_secs() as i64,
+        tv_nsec: i64::from(timeout.subsec_nanos()),
     };
-    Some(gitdir.join("config"))
+    let ready = rustix::event::poll(&mut fds, Some(&wait)).unwrap_or(0) > 0;
+    if ready {
+        let mut buf = [0u8; 4096];
+        while rustix::io::read(fd, &mut buf).is_ok_and(|n| n > 0) {}
+    }
+    ready
 }

@@ -58,6 +58,12 @@ pub enum ConfineError {
     Task(String),
     #[error("cannot start the egress proxy: {0}")]
     Egress(String),
+    #[error(
+        "refusing to start: the sandbox view cannot be built because of workspace content \
+         ({detail}); rename or remove that path in the workspace (it is protected git \
+         state), or pass --allow-degraded to run without namespaces (enforcement `reduced`)"
+    )]
+    WorkspaceView { detail: String },
 }
 
 /// Marks every descriptor above stderr close-on-exec, so nothing this process inherited can
@@ -352,7 +358,7 @@ impl Confinement {
             &protected,
             cgroups.view_mounts(),
             &mut notes,
-        );
+        )?;
         let (egress, landlock_inputs) =
             egress_for(plan, factory.as_ref(), landlock_inputs, &mut notes)?;
         let mut seccomp = seccomp;
@@ -483,6 +489,7 @@ impl Confinement {
                     return Some(Ok(current));
                 }
                 let fresh = Arc::new(fresh);
+                current.retire();
                 *slot = Some(Arc::clone(&fresh));
                 Ok(fresh)
             }
@@ -696,14 +703,14 @@ fn start_factory(
     protected: &[String],
     cgroup_mounts: Vec<sandbox::plan::CgroupMount>,
     notes: &mut Vec<String>,
-) -> Option<factory::Factory> {
+) -> Result<Option<factory::Factory>, ConfineError> {
     const WEAKER: &str = "confined processes then share the host's mount, PID and IPC \
         namespaces: seccomp refuses Unix sockets and System V IPC instead, /proc shows host \
         processes, and a process that leaves its process group outlives the call where there \
         are no cgroups";
     if kernel::simulated_missing("namespaces") {
         notes.push(format!("namespaces unavailable (simulated); {WEAKER}"));
-        return None;
+        return Ok(None);
     }
     if !kernel.is_root && !kernel.user_namespaces {
         notes.push(format!(
@@ -711,7 +718,7 @@ fn start_factory(
              (kernel.unprivileged_userns_clone, user.max_user_namespaces, or an AppArmor \
              restriction); {WEAKER}"
         ));
-        return None;
+        return Ok(None);
     }
     let Some(program) = options
         .init_program
@@ -721,7 +728,7 @@ fn start_factory(
         notes.push(format!(
             "namespaces unavailable: cannot find the cordon binary; {WEAKER}"
         ));
-        return None;
+        return Ok(None);
     };
     let workspace = plan.workspace.as_path();
     let mut read_exec = plan.read_exec.clone();
@@ -756,10 +763,57 @@ fn start_factory(
         }
     }
     match factory::Factory::start(&inputs, program) {
-        Ok(f) => Some(f),
+        Ok(f) => Ok(Some(f)),
+        // The kernel could give namespaces but the workspace's content keeps the view from
+        // being built (a protected path the mounts cannot take): that is the workspace's to
+        // fix, never a silent drop to the weaker per-child path.
+        Err(e) if !options.allow_degraded && workspace_view_failure(&e, workspace).is_some() => {
+            Err(ConfineError::WorkspaceView {
+                detail: workspace_view_failure(&e, workspace).unwrap_or_default(),
+            })
+        }
         Err(e) => {
             notes.push(format!("namespaces unavailable: {e}; {WEAKER}"));
-            None
+            Ok(None)
         }
+    }
+}
+
+/// The init's own words when it could not build the view because of a path in the workspace
+/// (its `view` stage names the path it failed on); None for any other failure.
+fn workspace_view_failure(e: &sandbox::SandboxError, workspace: &Path) -> Option<String> {
+    match e {
+        sandbox::SandboxError::Init { stage, error }
+            if stage == "view"
+                && error.contains(workspace.as_os_str().to_string_lossy().as_ref()) =>
+        {
+            Some(error.clone())
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod workspace_view_tests {
+    use super::*;
+
+    #[test]
+    fn only_a_view_failure_on_a_workspace_path_is_the_workspaces_to_fix() {
+        let ws = Path::new("/w/project");
+        let on = |stage: &str, error: &str| sandbox::SandboxError::Init {
+            stage: stage.into(),
+            error: error.into(),
+        };
+        let hooks = on(
+            "view",
+            "protect /w/project/.git/modules/x/hooks: File name too long (os error 36)",
+        );
+        assert!(
+            workspace_view_failure(&hooks, ws).is_some_and(|d| d.contains(".git/modules/x/hooks"))
+        );
+        assert!(workspace_view_failure(&on("view", "mount /proc: EPERM"), ws).is_none());
+        assert!(workspace_view_failure(&on("unshare", "/w/project: EPERM"), ws).is_none());
+        let gone = sandbox::SandboxError::Gone;
+        assert!(workspace_view_failure(&gone, ws).is_none());
     }
 }

@@ -290,9 +290,21 @@ impl Executor {
         let hits = cgroup.as_ref().map(|c| c.limit_hits());
         // The tree is dead: nothing of this call can still write. A protected control file it
         // created (git reads `.git/commondir` as configuration) goes to quarantine now.
-        let notices = match &factory {
-            Some(f) => f.after_call(std::time::SystemTime::now() - started.elapsed()),
-            None => Vec::new(),
+        // File-system work (an index can be large): off the async threads.
+        let guard = match &factory {
+            Some(f) => {
+                let f = Arc::clone(f);
+                tokio::task::spawn_blocking(move || f.after_call())
+                    .await
+                    .unwrap_or_else(|e| crate::workspace::GuardReport {
+                        notices: vec![format!(
+                            "cordon's git check after this call did not finish ({e}): inspect \
+                             the repository before running git here"
+                        )],
+                        refused: true,
+                    })
+            }
+            None => crate::workspace::GuardReport::default(),
         };
         // The tree is dead; removing its directories and preparing the next call's cgroup
         // need not delay the answer.
@@ -330,7 +342,8 @@ impl Executor {
             duration: started.elapsed(),
             output_cut_short,
             enforcement: self.confinement.enforcement().clone(),
-            notices,
+            notices: guard.notices,
+            git_refused: guard.refused,
             network,
         })
     }

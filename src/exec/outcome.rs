@@ -58,6 +58,9 @@ pub struct ExecOutcome {
     /// What cordon did about the call that the agent should know (e.g. a protected git
     /// control file the command created, moved to quarantine).
     pub notices: Vec<String>,
+    /// cordon quarantined or refused something git would have read outside the sandbox
+    /// (see `workspace::quarantine`): the call's result is a `denied` error, never exit 0.
+    pub git_refused: bool,
     /// What the call did through the egress proxy (proxy-mode policies only).
     pub network: Option<crate::egress::NetworkReport>,
 }

@@ -138,6 +138,27 @@ impl Policy {
                 (name.clone(), value)
             })
             .collect();
+        let mut set: std::collections::BTreeMap<String, String> = set;
+        // The operator's identity (only `user.name`/`user.email`), so `git commit` works in
+        // calls without showing them the operator's git configuration; the policy's own
+        // `environment.set` wins.
+        let var = |n: &str| std::env::var_os(n).map(std::path::PathBuf::from);
+        let (name, email) = crate::workspace::gitconfig::operator_identity(
+            server_home().as_deref().map(Path::new),
+            var("XDG_CONFIG_HOME").as_deref(),
+            var("GIT_CONFIG_GLOBAL").as_deref(),
+            std::env::var_os("GIT_CONFIG_NOSYSTEM").is_none(),
+        );
+        for (value, names) in [
+            (name, ["GIT_AUTHOR_NAME", "GIT_COMMITTER_NAME"]),
+            (email, ["GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL"]),
+        ] {
+            if let Some(value) = value {
+                for n in names {
+                    set.entry(n.to_owned()).or_insert_with(|| value.clone());
+                }
+            }
+        }
         EnvTemplate {
             pass: self.environment.pass.clone(),
             set,

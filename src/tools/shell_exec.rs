@@ -566,6 +566,26 @@ fn outcome_error(o: &ExecOutcome, scene: &explain::Scene<'_>) -> Option<ToolErro
             "the call was cancelled; the command and everything it started were killed",
         ));
     }
+    if o.git_refused {
+        // What git would have read outside the sandbox was moved away: the command's own
+        // exit status says nothing about whether its git change took effect.
+        let status = match o.reason() {
+            Some(reason) => format!("the command {reason}"),
+            None => "the command exited 0".to_owned(),
+        };
+        return Some(ToolError::new(
+            ErrorKind::Denied,
+            format!(
+                "{status}, but cordon refused a git change it left: {} (details in stderr, \
+                 marked [cordon]). Do not retry it in another form; if the change is needed, \
+                 ask the operator to make it on the host, outside cordon",
+                o.notices
+                    .first()
+                    .map(String::as_str)
+                    .unwrap_or("see stderr")
+            ),
+        ));
+    }
     if o.success() {
         return None;
     }

@@ -1,139 +1,153 @@
-//! Submodule entries (gitlinks) in a git index, and whether a nested repository's config
-//! names a command git would run.
+//! Submodule entries (gitlinks) in a git index.
 //!
 //! Why: a confined command can `git init sub`, plant `core.fsmonitor` in `sub/.git/config`
 //! and record `sub` as a gitlink in the operator's index (only `.git/index` is written, which
 //! git needs writable); the operator's next `git status` then runs the planted command in the
-//! submodule, outside any sandbox. The sandbox checks for exactly that after a call that
-//! changed the index. Owns only the parsing (bounded, never panics: the index is written by a
-//! confined process); moving files is the caller's business.
+//! submodule, outside any sandbox. `quarantine` checks every gitlink of the current index at
+//! every check. Owns only the parsing: streamed, so an index padded with a huge optional
+//! extension (`ZPAD`) is read up to the end of its entries and no further; bounded, never
+//! panics (the index is written by a confined process; fuzzed: `git_index`). An index it
+//! cannot read is an error the caller treats as hostile, never as "no gitlinks".
 
+use std::io::Read;
 use std::path::PathBuf;
 
-/// Largest index read; an index above it is not scanned (and the caller says so).
-pub const MAX_INDEX_BYTES: usize = 64 * 1024 * 1024;
+/// Most gitlinks one index may hold; more is refused as hostile (the caller quarantines it).
+pub const MAX_GITLINKS: usize = 100_000;
+
+/// Longest entry path git writes (its own limit is 4096 in practice on Linux).
+const MAX_PATH: usize = 64 * 1024;
 
 const GITLINK_MODE: u32 = 0o160000;
 const MODE_TYPE_MASK: u32 = 0o170000;
 
-/// The paths of every gitlink entry in `index` (versions 2, 3 and 4). None: not an index
-/// this parser understands.
-pub fn gitlinks(index: &[u8]) -> Option<Vec<PathBuf>> {
+/// Why an index could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum IndexError {
+    #[error("it is not a git index of version 2, 3 or 4 ({0})")]
+    Format(&'static str),
+    #[error("it records more than {MAX_GITLINKS} submodules")]
+    TooManyGitlinks,
+    #[error("reading it failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The paths of every gitlink entry in `index` (versions 2, 3 and 4).
+pub fn gitlinks(index: &[u8]) -> Result<Vec<PathBuf>, IndexError> {
+    read_gitlinks(index)
+}
+
+/// The same, read from a stream: only the header and the entries are read (extensions and
+/// the checksum after them are not), so its memory is bounded by the gitlinks found.
+pub fn read_gitlinks(mut input: impl Read) -> Result<Vec<PathBuf>, IndexError> {
     use std::os::unix::ffi::OsStrExt;
-    let be32 = |at: usize| -> Option<u32> {
-        index
-            .get(at..at + 4)
-            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    let eof = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => IndexError::Format("truncated"),
+        _ => IndexError::Io(e),
     };
-    if index.get(0..4)? != b"DIRC" {
-        return None;
+    let mut header = [0u8; 12];
+    input.read_exact(&mut header).map_err(eof)?;
+    if &header[0..4] != b"DIRC" {
+        return Err(IndexError::Format("no DIRC signature"));
     }
-    let version = be32(4)?;
+    let version = u32::from_be_bytes([header[4], header[5], header[6], header[7]]);
     if !(2..=4).contains(&version) {
-        return None;
+        return Err(IndexError::Format("unknown version"));
     }
-    let count = be32(8)? as usize;
-    let mut at = 12;
+    let count = u32::from_be_bytes([header[8], header[9], header[10], header[11]]);
     let mut previous: Vec<u8> = Vec::new();
     let mut out = Vec::new();
-    for _ in 0..count.min(index.len() / 62 + 1) {
-        let start = at;
-        let mode = be32(start + 24)?;
-        let flags = u16::from_be_bytes([*index.get(start + 60)?, *index.get(start + 61)?]);
-        let mut cursor = start + 62;
-        if version >= 3 && flags & 0x4000 != 0 {
-            cursor += 2; // extended flags
+    let byte = |input: &mut dyn Read| -> Result<u8, IndexError> {
+        let mut b = [0u8; 1];
+        input.read_exact(&mut b).map_err(eof)?;
+        Ok(b[0])
+    };
+    for _ in 0..count {
+        // ctime, mtime, dev, ino (24 bytes), mode, uid, gid, size, a 20-byte object id,
+        // flags: 62 bytes (a sha256 repository's 32-byte ids are not supported: Format).
+        let mut fixed = [0u8; 62];
+        input.read_exact(&mut fixed).map_err(eof)?;
+        let mode = u32::from_be_bytes([fixed[24], fixed[25], fixed[26], fixed[27]]);
+        let flags = u16::from_be_bytes([fixed[60], fixed[61]]);
+        let mut consumed = 62;
+        if flags & 0x4000 != 0 {
+            if version < 3 {
+                return Err(IndexError::Format("extended flags in a version 2 index"));
+            }
+            let mut extended = [0u8; 2];
+            input.read_exact(&mut extended).map_err(eof)?;
+            consumed += 2;
         }
-        let path = if version == 4 {
+        let mut path = if version == 4 {
             // Prefix compression: a varint of bytes to drop from the previous path, then the
             // NUL-terminated rest.
-            let (strip, used) = varint(index.get(cursor..)?)?;
-            cursor += used;
-            let rest_len = index.get(cursor..)?.iter().position(|&b| b == 0)?;
-            let keep = previous.len().checked_sub(strip)?;
-            let mut path = previous[..keep].to_vec();
-            path.extend_from_slice(&index[cursor..cursor + rest_len]);
-            cursor += rest_len + 1;
-            path
+            let strip = varint(&mut input)?;
+            let keep = previous
+                .len()
+                .checked_sub(strip)
+                .ok_or(IndexError::Format("prefix longer than the previous path"))?;
+            previous[..keep].to_vec()
         } else {
-            let len = index.get(cursor..)?.iter().position(|&b| b == 0)?;
-            let path = index[cursor..cursor + len].to_vec();
-            // Entries are NUL-padded to a multiple of 8 bytes (1 to 8 NULs).
-            let entry_len = cursor + len - start;
-            cursor = start + (entry_len + 8) / 8 * 8;
-            path
+            Vec::new()
         };
+        let mut rest = 0usize;
+        loop {
+            let b = byte(&mut input)?;
+            if b == 0 {
+                break;
+            }
+            path.push(b);
+            rest += 1;
+            if path.len() > MAX_PATH {
+                return Err(IndexError::Format("a path longer than 64 KiB"));
+            }
+        }
+        if version != 4 {
+            // Entries are NUL-padded to a multiple of 8 bytes (1 to 8 NULs, one read above).
+            let entry_len = consumed + rest;
+            let padding = (entry_len + 8) / 8 * 8 - entry_len - 1;
+            for _ in 0..padding {
+                if byte(&mut input)? != 0 {
+                    return Err(IndexError::Format("entry padding is not NUL"));
+                }
+            }
+        }
         if mode & MODE_TYPE_MASK == GITLINK_MODE {
+            if out.len() == MAX_GITLINKS {
+                return Err(IndexError::TooManyGitlinks);
+            }
             out.push(PathBuf::from(std::ffi::OsStr::from_bytes(&path)));
         }
         previous = path;
-        at = cursor;
     }
-    Some(out)
+    Ok(out)
 }
 
 /// git's offset varint (as in pack files: 7 bits a byte, each continuation adding one).
-fn varint(bytes: &[u8]) -> Option<(usize, usize)> {
+fn varint(input: &mut impl Read) -> Result<usize, IndexError> {
     let mut value: usize = 0;
-    for (i, &b) in bytes.iter().enumerate().take(10) {
+    for i in 0..10 {
+        let mut b = [0u8; 1];
+        input.read_exact(&mut b).map_err(|e| match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => IndexError::Format("truncated"),
+            _ => IndexError::Io(e),
+        })?;
+        let b = b[0];
+        let overflow = IndexError::Format("varint overflow");
         if i > 0 {
-            value = value.checked_add(1)?.checked_mul(128)?;
+            value = value
+                .checked_add(1)
+                .and_then(|v| v.checked_mul(128))
+                .ok_or(overflow)?;
         }
-        value = value.checked_add((b & 0x7f) as usize)?;
+        value = value
+            .checked_add((b & 0x7f) as usize)
+            .ok_or(IndexError::Format("varint overflow"))?;
         if b & 0x80 == 0 {
-            return Some((value, i + 1));
+            return Ok(value);
         }
     }
-    None
-}
-
-/// Whether a git config text sets a key that makes git run a command: the fsmonitor, hooks
-/// elsewhere, an ssh command, a pager or editor, a proxy or askpass program, diff textconv or
-/// external diff, filters, merge drivers. Section-insensitive, as git reads them.
-pub fn runs_commands(config: &str) -> bool {
-    let mut section = String::new();
-    for raw in config.lines() {
-        let line = raw.trim();
-        if let Some(rest) = line.strip_prefix('[') {
-            let name = rest.split([']', ' ', '"', '.']).next().unwrap_or("");
-            section = name.to_ascii_lowercase();
-            // `[core] fsmonitor = …` may follow on the same line after `]`.
-            if let Some((_, after)) = rest.split_once(']')
-                && key_runs_commands(&section, after.trim())
-            {
-                return true;
-            }
-            continue;
-        }
-        if key_runs_commands(&section, line) {
-            return true;
-        }
-    }
-    false
-}
-
-fn key_runs_commands(section: &str, line: &str) -> bool {
-    let key = line
-        .split(['=', ' ', '\t'])
-        .next()
-        .unwrap_or("")
-        .to_ascii_lowercase();
-    if key.is_empty() || key.starts_with('#') || key.starts_with(';') {
-        return false;
-    }
-    match section {
-        "core" => matches!(
-            key.as_str(),
-            "fsmonitor" | "hookspath" | "sshcommand" | "pager" | "editor" | "askpass" | "gitproxy"
-        ),
-        "diff" => matches!(key.as_str(), "external" | "textconv" | "command"),
-        "filter" => matches!(key.as_str(), "clean" | "smudge" | "process"),
-        "merge" => key == "driver",
-        "sequence" => key == "editor",
-        "gpg" | "credential" => matches!(key.as_str(), "program" | "helper"),
-        "include" | "includeif" => key == "path",
-        _ => false,
-    }
+    Err(IndexError::Format("varint too long"))
 }
 
 #[cfg(test)]
@@ -180,20 +194,20 @@ mod tests {
     fn truncated_or_foreign_input_is_none_not_a_panic() {
         let idx = index(&[(0o160000, "sub")]);
         for cut in 0..idx.len() {
-            let _ = gitlinks(&idx[..cut]);
+            assert!(gitlinks(&idx[..cut]).is_err(), "{cut}");
         }
-        assert!(gitlinks(b"not an index").is_none());
+        assert!(gitlinks(b"not an index").is_err());
+        assert!(gitlinks(&idx[..idx.len() - 1]).is_err());
     }
 
     #[test]
-    fn configs_that_run_commands_are_recognised() {
-        assert!(runs_commands("[core]\n\tfsmonitor = \"touch /tmp/x\"\n"));
-        assert!(runs_commands("[Core]\nHooksPath=/elsewhere\n"));
-        assert!(runs_commands("[filter \"lfs\"]\n\tsmudge = x\n"));
-        assert!(runs_commands("[core] sshCommand = x\n"));
-        assert!(!runs_commands(
-            "[core]\n\trepositoryformatversion = 0\n\tbare = false\n"
-        ));
-        assert!(!runs_commands("[user]\n\tname = fsmonitor\n"));
+    fn a_padded_index_is_read_up_to_its_entries() {
+        // 64 MiB of an optional extension after the entries (finding 2's `ZPAD`): the reader
+        // stops after the entries, whatever follows.
+        let mut idx = index(&[(0o160000, "sub")]);
+        idx.extend(b"ZPAD");
+        idx.extend(((64u32 << 20) + 1).to_be_bytes());
+        idx.extend(std::iter::repeat_n(0u8, (64 << 20) + 1));
+        assert_eq!(gitlinks(&idx).unwrap(), vec![PathBuf::from("sub")]);
     }
 }

@@ -17,8 +17,10 @@
 //! confinement of child processes (they get the root's host path and are confined separately).
 
 mod error;
+pub mod gitconfig;
 pub mod gitlinks;
 pub mod protect;
+pub mod quarantine;
 mod relpath;
 mod resolve;
 mod spill;
@@ -33,6 +35,7 @@ use cap_std::fs::{Dir, File, FileType, Metadata, OpenOptions};
 
 pub use error::PathError;
 pub use protect::{EntryKind, GIT_CONTROL_PATHS, ProtectedEntry, existing_protected};
+pub use quarantine::{GitGuard, GuardReport};
 pub use relpath::RelPath;
 pub use write::{WriteReport, WriteRules};
 

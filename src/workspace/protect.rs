@@ -21,11 +21,6 @@ use std::path::PathBuf;
 use cap_fs_ext::DirExt;
 use cap_std::fs::{Dir, MetadataExt};
 
-/// Directory entries looked at per `*` segment, so a directory of a million entries cannot
-/// stall every write. The lexical decision does not depend on this; only the identity
-/// snapshot (a second line of defence) may miss entries past it.
-const MAX_GLOB_ENTRIES: usize = 4096;
-
 /// What git executes or reads as configuration, from gitrepository-layout(5), plus cordon's
 /// own state: the protected list of the built-in policies (see policies/default.toml).
 pub const GIT_CONTROL_PATHS: &[&str] = &[
@@ -33,7 +28,7 @@ pub const GIT_CONTROL_PATHS: &[&str] = &[
     ".git/config",
     ".git/config.worktree",
     ".git/commondir",
-    ".git/info",
+    ".git/info/attributes",
     ".git/objects/info/alternates",
     ".git/objects/info/http-alternates",
     ".git/remotes",
@@ -43,13 +38,13 @@ pub const GIT_CONTROL_PATHS: &[&str] = &[
     ".git/worktrees/*/commondir",
     ".git/worktrees/*/gitdir",
     ".git/worktrees/*/hooks",
-    ".git/worktrees/*/info",
+    ".git/worktrees/*/info/attributes",
     ".git/modules/*/config",
     ".git/modules/*/config.worktree",
     ".git/modules/*/commondir",
     ".git/modules/*/gitdir",
     ".git/modules/*/hooks",
-    ".git/modules/*/info",
+    ".git/modules/*/info/attributes",
     ".git/modules/*/objects/info/alternates",
     ".cordon",
 ];
@@ -222,26 +217,27 @@ fn expand_all(
     while let Some((dir, path, active)) = stack.pop() {
         let depth = path.len();
         let mut names: Vec<OsString> = Vec::new();
+        // Names already queued, so a listing of tens of thousands stays linear.
+        let mut queued: std::collections::HashSet<OsString> = std::collections::HashSet::new();
         for &i in &active {
             let seg = segs[i][depth];
-            if !seg.contains('*') && !names.iter().any(|n| n == seg) {
+            if !seg.contains('*') && queued.insert(OsString::from(seg)) {
                 names.push(OsString::from(seg));
             }
         }
         if active.iter().any(|&i| segs[i][depth].contains('*'))
             && let Ok(entries) = dir.entries()
         {
-            for name in entries
-                .flatten()
-                .take(MAX_GLOB_ENTRIES)
-                .map(|e| e.file_name())
-            {
+            // Listed in full: a listing limit would decide protection (6,000 planted
+            // directories in `.git/modules` pushed the operator's real submodule out of a
+            // 4,096-entry listing and so out of the view's read-only binds).
+            for name in entries.flatten().map(|e| e.file_name()) {
                 let text = name.to_string_lossy();
                 let globbed = active.iter().any(|&i| {
                     let seg = segs[i][depth];
                     seg.contains('*') && segment_matches(seg, &text)
                 });
-                if globbed && !names.contains(&name) {
+                if globbed && queued.insert(name.clone()) {
                     names.push(name);
                 }
             }
@@ -405,6 +401,10 @@ mod tests {
             ".git/HEAD",
             ".git/objects/ab/cdef",
             ".git/refs/heads/main",
+            // git gc, sparse-checkout and excludes write these; none of them runs anything.
+            ".git/info/refs",
+            ".git/info/exclude",
+            ".git/info/sparse-checkout",
             "src/config",
         ] {
             let parts: Vec<&str> = path.split('/').collect();
@@ -430,7 +430,7 @@ mod tests {
             ".git/hooks",
             ".git/config",
             ".git/worktrees/*/gitdir",
-            ".git/info",
+            ".git/info/attributes",
         ]);
         let mut found = existing_protected(&root, &p);
         found.sort_by(|a, b| a.path.cmp(&b.path));

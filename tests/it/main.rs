@@ -13,6 +13,7 @@ mod doctor;
 mod egress;
 mod fail_closed;
 mod file_attacks;
+mod git_protection;
 mod http_client;
 mod http_server;
 mod interpreter;

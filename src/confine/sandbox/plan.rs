@@ -5,6 +5,10 @@
 //! else: building the view is `view`, applying it is `init`. Paths are absolute host paths;
 //! the view mounts each at the same path, so every path the server computes (workspace, call
 //! temporary directories, the cordon binary) means the same inside.
+//!
+//! Paths that come from the workspace's content (`pinned`, `protected`) travel as bytes: a
+//! directory a confined process named `$'\377'…` must be bound like any other, and JSON
+//! strings cannot carry a name that is not UTF-8.
 
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -22,8 +26,10 @@ pub struct InitPlan {
     pub workspace: PathBuf,
     /// Directories made mount points of themselves, so they cannot be renamed or replaced
     /// (`.git`): rename(2) of a mount point fails with EBUSY.
+    #[serde(with = "path_bytes")]
     pub pinned: Vec<PathBuf>,
     /// Existing protected entries, bound read-only over themselves (after `pinned`).
+    #[serde(with = "path_bytes")]
     pub protected: Vec<PathBuf>,
     /// Device nodes bound into the private `/dev` (which also gets `pts`, `ptmx`, `fd`).
     pub devices: Vec<PathBuf>,
@@ -87,4 +93,60 @@ pub struct LandlockPlan {
     pub calls_tmp: PathBuf,
     /// Root of the long-lived workers' private directories.
     pub private_root: PathBuf,
+}
+
+/// A list of paths as lists of bytes (any name the kernel allows, UTF-8 or not).
+mod path_bytes {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use std::ffi::OsString;
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    use std::path::PathBuf;
+
+    pub fn serialize<S: Serializer>(paths: &[PathBuf], s: S) -> Result<S::Ok, S::Error> {
+        let bytes: Vec<&[u8]> = paths.iter().map(|p| p.as_os_str().as_bytes()).collect();
+        bytes.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<PathBuf>, D::Error> {
+        let bytes: Vec<Vec<u8>> = Vec::deserialize(d)?;
+        Ok(bytes
+            .into_iter()
+            .map(|b| PathBuf::from(OsString::from_vec(b)))
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::ffi::OsStrExt;
+
+    #[test]
+    fn protected_paths_that_are_not_utf8_round_trip() {
+        let mut name = b"/w/.git/modules/\xff".to_vec();
+        name.extend(std::iter::repeat_n(b'a', 240));
+        name.extend(b"/hooks");
+        let odd = PathBuf::from(std::ffi::OsStr::from_bytes(&name));
+        let plan = InitPlan {
+            version: 0,
+            new_root: PathBuf::new(),
+            read_only: Vec::new(),
+            read_write: Vec::new(),
+            workspace: PathBuf::from("/w"),
+            pinned: vec![PathBuf::from("/w/.git"), odd.clone()],
+            protected: vec![odd.clone()],
+            devices: Vec::new(),
+            isolate_network: false,
+            proxy_listener: None,
+            user_namespace: None,
+            hostname: "cordon".into(),
+            landlock: None,
+            seccomp: Vec::new(),
+            drop_capabilities: true,
+        };
+        let json = serde_json::to_vec(&plan).expect("serialises");
+        let back: InitPlan = serde_json::from_slice(&json).expect("deserialises");
+        assert_eq!(back.protected, vec![odd.clone()]);
+        assert_eq!(back.pinned[1], odd);
+    }
 }
