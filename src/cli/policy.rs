@@ -256,6 +256,13 @@ pub fn explain(policy: &Policy) -> String {
         "  Disk: a call that shrinks the workspace filesystem's free space by more than {} MiB is killed (checked every 200 ms).",
         l.disk_bytes >> 20
     );
+    if l.shm_bytes > 0 {
+        let _ = writeln!(
+            o,
+            "  Each call has its own /dev/shm of {} MiB (counted in its memory), its own /tmp, processes and System V IPC.",
+            l.shm_bytes >> 20
+        );
+    }
     let _ = writeln!(
         o,
         "  Everything a call starts is killed when it ends. No ptrace, mount, namespaces, bpf, io_uring, keyrings, perf, kernel modules or kexec (seccomp profile `{}`).",

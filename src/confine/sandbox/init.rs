@@ -707,8 +707,12 @@ fn confine_self(
     }
     rustix::thread::set_no_new_privs(true).map_err(|e| ("no_new_privs", e.into()))?;
     if let Some(landlock) = &plan.landlock {
-        let fd = slot_ruleset(landlock, grants, own)
-            .map_err(|e| ("landlock layer", io::Error::other(e.to_string())))?;
+        let fd = slot_ruleset(landlock, grants, own).map_err(|e| {
+            // The errno alone says little here (which grant failed): the init's stderr is
+            // the server's.
+            eprintln!("cordon sandbox init: a slot's Landlock layer: {e}");
+            ("landlock layer", io::Error::other(e.to_string()))
+        })?;
         restrict_self(&fd).map_err(|e| ("landlock layer", e))?;
     }
     for program in &plan.seccomp {

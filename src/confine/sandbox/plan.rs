@@ -143,6 +143,10 @@ mod tests {
             landlock: None,
             seccomp: Vec::new(),
             drop_capabilities: true,
+            shm_bytes: 0,
+            cgroup_mounts: Vec::new(),
+            calls_tmp: PathBuf::new(),
+            private_root: PathBuf::new(),
         };
         let json = serde_json::to_vec(&plan).expect("serialises");
         let back: InitPlan = serde_json::from_slice(&json).expect("deserialises");

@@ -168,16 +168,17 @@ fn fd_path(fd: &std::os::fd::OwnedFd) -> PathBuf {
 }
 
 /// Mount points strictly below `dir` that no other such mount point lies above, from this
-/// process's mountinfo.
+/// process's mountinfo. Read as bytes: a mount point's name is whatever the workspace holds
+/// (mountinfo escapes only space, tab, newline and backslash), UTF-8 or not.
 fn top_mounts_below(dir: &Path) -> Vec<PathBuf> {
     use std::io::Read;
-    let mut text = String::new();
+    let mut text = Vec::new();
     if let Ok(file) = std::fs::File::open("/proc/self/mountinfo") {
-        let _ = file.take(4 << 20).read_to_string(&mut text);
+        let _ = file.take(4 << 20).read_to_end(&mut text);
     }
     let mut below: Vec<PathBuf> = text
-        .lines()
-        .filter_map(|line| line.split(' ').nth(4))
+        .split(|&b| b == b'\n')
+        .filter_map(|line| line.split(|&b| b == b' ').nth(4))
         .map(|field| PathBuf::from(unescape_mountinfo(field)))
         .filter(|p| p.starts_with(dir) && p != dir)
         .collect();
@@ -192,10 +193,9 @@ fn top_mounts_below(dir: &Path) -> Vec<PathBuf> {
     top
 }
 
-/// mountinfo writes space, tab, newline and backslash in paths as `\ooo`.
-fn unescape_mountinfo(field: &str) -> std::ffi::OsString {
+/// mountinfo writes space, tab, newline and backslash in paths as `\\ooo`.
+fn unescape_mountinfo(bytes: &[u8]) -> std::ffi::OsString {
     use std::os::unix::ffi::OsStringExt;
-    let bytes = field.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
@@ -222,4 +222,20 @@ fn cgroup_namespace() -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::ffi::OsStrExt;
+
+    #[test]
+    fn mountinfo_paths_are_unescaped_as_bytes() {
+        assert_eq!(
+            unescape_mountinfo(b"/tmp/a\\040b\\134c\xff").as_bytes(),
+            b"/tmp/a b\\c\xff"
+        );
+        // A malformed escape is kept as it stands.
+        assert_eq!(unescape_mountinfo(b"/x\\9").as_bytes(), b"/x\\9");
+    }
 }
