@@ -193,7 +193,10 @@ async fn run_cell(
     };
     let enforcement = ctx.runtime.enforcement_level().as_str().to_owned();
     match ctx.interpreter.run(&args.session, request).await {
-        Ok(outcome) => shape_outcome(ctx, &args.session, outcome, enforcement),
+        Ok(outcome) => {
+            let done = shape_outcome(ctx, &args.session, outcome, enforcement);
+            with_git_check(ctx, done).await
+        }
         Err(e) => {
             let kind = ErrorKind::from(&e);
             let type_name = if kind == ErrorKind::ResourceLimit {
@@ -227,6 +230,37 @@ async fn run_cell(
             }
         }
     }
+}
+
+/// The git check a shell call gets when it ends, after a cell: a cell can plant what git runs
+/// outside the sandbox as well as a command can, and its result says so the same way (`denied`,
+/// with what cordon undid or moved). The session's interpreter keeps running, so the timer of
+/// the workspace's git guard also watches it between cells.
+async fn with_git_check(ctx: &Session, mut done: Done<CodeInterpreter>) -> Done<CodeInterpreter> {
+    let Some(Ok(factory)) = ctx.runtime.executor.sandbox_init().await else {
+        return done;
+    };
+    let report = match tokio::task::spawn_blocking(move || factory.after_call()).await {
+        Ok(report) => report,
+        Err(_) => return done,
+    };
+    if report.notices.is_empty() {
+        return done;
+    }
+    let said = report.notices.join("\n");
+    done.text.push_str(&format!("[{said}]\n"));
+    done.output.notice = Some(match done.output.notice.take() {
+        Some(before) => format!("{before}; {said}"),
+        None => said.clone(),
+    });
+    if report.refused {
+        done.is_error = true;
+        if done.output.error.is_none() {
+            let error = ToolError::new(ErrorKind::Denied, said);
+            done.output.error = Some(CellError::cordon("GitChangeRefused", error));
+        }
+    }
+    done
 }
 
 /// Validates the arguments; returns the cell's timeout.

@@ -739,3 +739,38 @@ async fn a_refused_git_config_change_is_undone_while_the_call_still_runs() {
     assert!(denied(&run), "{run:?}");
     client.cancel().await.ok();
 }
+
+/// A code_interpreter cell can plant what git runs on the host as well as a shell command can;
+/// its own result says what cordon undid, as a `denied` error, not only a later shell call's.
+#[tokio::test]
+async fn a_cell_that_plants_git_config_gets_a_denied_result() {
+    if skip("cell_git_plant", Need::Namespaces) {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    operator_repo(ws.path());
+    let client = connect(ws.path()).await;
+    let Value::Object(arguments) = json!({
+        "code": "open('.git/config', 'a').write('[core]\\n\\tfsmonitor = touch pwned\\n')",
+    }) else {
+        unreachable!()
+    };
+    let result: CallToolResult = client
+        .call_tool(CallToolRequestParams::new("code_interpreter").with_arguments(arguments))
+        .await
+        .expect("code_interpreter answers");
+    let out = (
+        result.is_error.unwrap_or(false),
+        result.structured_content.expect("structured content"),
+    );
+    assert!(out.0 && out.1["error"]["kind"] == "denied", "{out:?}");
+    let config = std::fs::read_to_string(ws.path().join(".git/config")).unwrap();
+    assert!(!config.contains("fsmonitor"), "{config}");
+    let status = host_git(ws.path(), &["status", "--short"]);
+    assert!(status.status.success(), "{status:?}");
+    assert!(
+        !ws.path().join("pwned").exists(),
+        "the operator's git ran the plant"
+    );
+    client.cancel().await.ok();
+}
