@@ -10,6 +10,7 @@ mod conformance;
 mod disk;
 mod doctor;
 mod egress;
+mod exec_cli;
 mod fail_closed;
 mod file_attacks;
 mod http_client;
