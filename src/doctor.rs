@@ -6,6 +6,7 @@
 //! the report; the forbidden operations themselves live in `confine::selftest`.
 
 mod isolation;
+mod toolchains;
 
 use crate::confine::KernelSupport;
 use crate::exec::{CaptureSpec, ExecOutcome, ExecRequest, Executor, LimitKind};
@@ -29,6 +30,9 @@ pub struct DoctorReport {
     pub enforcement: crate::confine::Enforcement,
     pub policy: String,
     pub probes: Vec<ProbeResult>,
+    /// Directories on the operator's PATH confined commands cannot see, each with the policy
+    /// field that would grant it.
+    pub invisible_toolchains: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -59,6 +63,9 @@ impl DoctorReport {
         );
         for note in &self.enforcement.notes {
             out.push_str(&format!("  note: {note}\n"));
+        }
+        for note in &self.invisible_toolchains {
+            out.push_str(&format!("  toolchain: {note}\n"));
         }
         let w = self
             .probes
@@ -414,6 +421,10 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
         enforcement: confinement.enforcement().clone(),
         policy: policy.origin.clone(),
         probes,
+        invisible_toolchains: toolchains::invisible_on_path(
+            policy,
+            &std::env::var("PATH").unwrap_or_default(),
+        ),
     })
 }
 

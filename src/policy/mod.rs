@@ -12,6 +12,7 @@ pub mod decide;
 pub mod explain;
 mod raw;
 pub mod resolve;
+pub mod toolchains;
 
 pub use crate::interpreter::InterpreterPolicy;
 pub use crate::shape::OutputPolicy;
@@ -116,6 +117,9 @@ pub struct FilesystemPolicy {
     pub workspace_writable: Vec<String>,
     /// Workspace-relative paths the file tools never write.
     pub protected: Vec<String>,
+    /// Toolchain roots in the operator's home (rustup, pyenv, nvm, ...): each one that exists
+    /// is granted read + execute and its bin directories go where PATH says `{toolchains}`.
+    pub toolchains: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -668,6 +672,10 @@ fn validate(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
             .ok_or_else(|| missing("filesystem.workspace"))?,
         workspace_writable: fs.workspace_writable.unwrap_or_default(),
         protected: fs.protected.unwrap_or_default(),
+        toolchains: paths(
+            "filesystem.toolchains",
+            Some(fs.toolchains.unwrap_or_default()),
+        )?,
     };
     for p in &filesystem.workspace_writable {
         if p.starts_with('/') || p.split('/').any(|c| c == "..") || p.trim_matches('/').is_empty() {

@@ -18,6 +18,7 @@
 
 mod error;
 pub mod gitlinks;
+mod home;
 pub mod protect;
 mod relpath;
 mod resolve;

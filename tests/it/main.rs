@@ -13,6 +13,7 @@ mod egress;
 mod exec_cli;
 mod fail_closed;
 mod file_attacks;
+mod home;
 mod http_client;
 mod http_server;
 mod interpreter;
