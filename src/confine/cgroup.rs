@@ -39,6 +39,10 @@ pub struct Cgroups {
     v1_memory: Option<PathBuf>,
     v1_pids: Option<PathBuf>,
     v1_cpu: Option<PathBuf>,
+    /// The names of the v1 hierarchies holding those parents (`memory`, `cpu,cpuacct`), which
+    /// are also their mount options.
+    #[serde(skip)]
+    v1_hierarchies: Vec<String>,
     #[serde(skip)]
     next_call: AtomicU64,
     /// Why something is missing, for `doctor` and the enforcement report.
@@ -71,6 +75,7 @@ impl Cgroups {
             v1_memory: None,
             v1_pids: None,
             v1_cpu: None,
+            v1_hierarchies: Vec::new(),
             next_call: AtomicU64::new(1),
             notes: Vec::new(),
         };
@@ -133,7 +138,14 @@ impl Cgroups {
                 remove_stale_parents(&own_dir);
                 let parent = own_dir.join(&label);
                 match fs::create_dir(&parent) {
-                    Ok(()) => *slot = Some(parent),
+                    Ok(()) => {
+                        *slot = Some(parent);
+                        if let Some(name) = mount.0.file_name().and_then(|n| n.to_str())
+                            && !me.v1_hierarchies.iter().any(|h| h == name)
+                        {
+                            me.v1_hierarchies.push(name.to_owned());
+                        }
+                    }
                     Err(e) => me
                         .notes
                         .push(format!("cannot create {}: {e}", parent.display())),
@@ -155,6 +167,29 @@ impl Cgroups {
             (None, _, true) => CgroupMode::V1,
             (Some(_), false, false) => CgroupMode::KillOnly,
             (None, _, false) => CgroupMode::None,
+        }
+    }
+
+    /// The hierarchies a slot mounts at `/sys/fs/cgroup` under a cgroup namespace rooted at
+    /// its call's groups: the v2 tree where it carries the limits, else the v1 controllers'.
+    pub fn view_mounts(&self) -> Vec<crate::confine::sandbox::plan::CgroupMount> {
+        use crate::confine::sandbox::plan::CgroupMount;
+        match self.mode() {
+            CgroupMode::V2 => vec![CgroupMount {
+                fstype: "cgroup2".into(),
+                options: String::new(),
+                subdir: String::new(),
+            }],
+            CgroupMode::Hybrid | CgroupMode::V1 => self
+                .v1_hierarchies
+                .iter()
+                .map(|name| CgroupMount {
+                    fstype: "cgroup".into(),
+                    options: name.clone(),
+                    subdir: name.clone(),
+                })
+                .collect(),
+            CgroupMode::KillOnly | CgroupMode::None => Vec::new(),
         }
     }
 

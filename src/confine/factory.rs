@@ -23,10 +23,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// back-to-back series ran dry with two); more would only hold memory and cgroup directories.
 const WARM_SLOTS: usize = 3;
 
-/// A ready slot with the cgroups it has joined.
+/// A ready slot with the cgroups it has joined and, for a call, its own directory (the
+/// call's TMPDIR, granted to that slot alone; removed without recursion when dropped).
 pub struct WarmSlot {
     pub slot: Slot,
     pub cgroup: Option<CallCgroup>,
+    pub tmp: Option<super::scratch::RemovedOnDrop>,
 }
 
 pub struct Factory {
@@ -97,6 +99,8 @@ pub(crate) struct ViewInputs<'a> {
     pub read_write: &'a [PathBuf],
     pub devices: &'a [PathBuf],
     pub is_root: bool,
+    pub shm_bytes: u64,
+    pub cgroup_mounts: Vec<super::sandbox::plan::CgroupMount>,
 }
 
 impl Factory {
@@ -284,7 +288,22 @@ impl Factory {
         cgroups: &Cgroups,
         limits: &CallLimits,
     ) -> Result<WarmSlot, ConfineError> {
-        self.make(cgroups, limits, SlotLayer::Calls)
+        let tmp = self.call_tmp()?;
+        let layer = SlotLayer::Calls(tmp.path().to_path_buf());
+        let warm = self.make(cgroups, limits, layer)?;
+        Ok(WarmSlot {
+            tmp: Some(tmp),
+            ..warm
+        })
+    }
+
+    /// A new directory for one call slot, beneath the calls' temporary root.
+    fn call_tmp(&self) -> Result<super::scratch::RemovedOnDrop, ConfineError> {
+        tempfile::Builder::new()
+            .prefix("call-")
+            .tempdir_in(&self.plan.calls_tmp)
+            .map(super::scratch::RemovedOnDrop::take)
+            .map_err(ConfineError::TempDir)
     }
 
     /// A slot for a long-lived worker: its own cgroups and its private directory as the one
@@ -315,7 +334,11 @@ impl Factory {
         };
         let fds: &[OwnedFd] = cgroup.as_ref().map(CallCgroup::procs_fds).unwrap_or(&[]);
         let slot = self.sandbox.make_slot(layer, fds)?;
-        Ok(WarmSlot { slot, cgroup })
+        Ok(WarmSlot {
+            slot,
+            cgroup,
+            tmp: None,
+        })
     }
 
     /// Tops the pool up to [`WARM_SLOTS`]. Blocking; one refill at a time (a second caller
@@ -341,20 +364,32 @@ impl Factory {
                     }
                 }
             };
+            let tmp = match self.call_tmp() {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::warn!("cannot prepare a warm slot's directory: {e}");
+                    break;
+                }
+            };
             let fds: &[OwnedFd] = cgroup.as_ref().map(CallCgroup::procs_fds).unwrap_or(&[]);
-            match self.sandbox.request_slot(SlotLayer::Calls, fds) {
-                Ok(pending) => asked.push((pending, cgroup)),
+            let layer = SlotLayer::Calls(tmp.path().to_path_buf());
+            match self.sandbox.request_slot(layer, fds) {
+                Ok(pending) => asked.push((pending, cgroup, tmp)),
                 Err(e) => {
                     tracing::warn!("cannot ask for a warm slot: {e}");
                     break;
                 }
             }
         }
-        for (pending, cgroup) in asked {
+        for (pending, cgroup, tmp) in asked {
             match pending.wait() {
                 Ok(slot) => {
                     if let Ok(mut pool) = self.pool.lock() {
-                        pool.push(WarmSlot { slot, cgroup });
+                        pool.push(WarmSlot {
+                            slot,
+                            cgroup,
+                            tmp: Some(tmp),
+                        });
                     }
                 }
                 Err(e) => tracing::warn!("cannot prepare a warm slot: {e}"),
@@ -422,6 +457,10 @@ fn plan(inputs: &ViewInputs<'_>) -> InitPlan {
             .map(|p| p.iter().map(|i| (i.code, i.jt, i.jf, i.k)).collect())
             .collect(),
         drop_capabilities: true,
+        shm_bytes: inputs.shm_bytes,
+        cgroup_mounts: inputs.cgroup_mounts.clone(),
+        calls_tmp: inputs.calls_tmp.to_path_buf(),
+        private_root: inputs.private_root.to_path_buf(),
     }
 }
 

@@ -93,6 +93,22 @@ pub enum GrantKind {
 /// Builds the ruleset. `best_effort` is the operator's explicit degraded mode: rights this
 /// kernel lacks are dropped instead of failing.
 pub fn build_ruleset(spec: &LandlockSpec<'_>, best_effort: bool) -> Result<OwnedFd, LandlockError> {
+    ruleset_of_grants(
+        &expand_grants(spec),
+        spec.tcp_connect,
+        spec.tcp_bind,
+        best_effort,
+    )
+}
+
+/// Builds a ruleset from grants already expanded (the sandbox init expands the policy's once
+/// and each slot opens them anew inside its own mount namespace, plus its own directories).
+pub fn ruleset_of_grants(
+    grants: &[Grant],
+    tcp_connect: &TcpPorts,
+    tcp_bind: &TcpPorts,
+    best_effort: bool,
+) -> Result<OwnedFd, LandlockError> {
     let abi = ABI::V6;
     let level = if best_effort {
         CompatLevel::BestEffort
@@ -109,10 +125,10 @@ pub fn build_ruleset(spec: &LandlockSpec<'_>, best_effort: bool) -> Result<Owned
     // A direction Landlock does not handle is not restricted at all (TcpPorts::Any); a handled
     // one allows exactly the ports given rules below.
     let mut net = BitFlags::<AccessNet>::empty();
-    if spec.tcp_connect.is_restricted() {
+    if tcp_connect.is_restricted() {
         net |= AccessNet::ConnectTcp;
     }
-    if spec.tcp_bind.is_restricted() {
+    if tcp_bind.is_restricted() {
         net |= AccessNet::BindTcp;
     }
     let mut ruleset = Ruleset::default()
@@ -125,7 +141,7 @@ pub fn build_ruleset(spec: &LandlockSpec<'_>, best_effort: bool) -> Result<Owned
         .scope(Scope::AbstractUnixSocket | Scope::Signal)?
         .create()?;
 
-    for grant in expand_grants(spec) {
+    for grant in grants {
         let is_dir = grant.path.is_dir();
         let access = match (grant.access, is_dir) {
             (GrantKind::ReadExec, true) => read,
@@ -141,12 +157,28 @@ pub fn build_ruleset(spec: &LandlockSpec<'_>, best_effort: bool) -> Result<Owned
         })?;
         created = created.add_rule(PathBeneath::new(fd, access))?;
     }
-    for &port in spec.tcp_connect.ports() {
+    for &port in tcp_connect.ports() {
         created = created.add_rule(NetPort::new(port, AccessNet::ConnectTcp))?;
     }
-    for &port in spec.tcp_bind.ports() {
+    for &port in tcp_bind.ports() {
         created = created.add_rule(NetPort::new(port, AccessNet::BindTcp))?;
     }
+    Option::<OwnedFd>::from(created).ok_or(LandlockError::Unsupported)
+}
+
+/// A ruleset that handles no access right and only scopes signals and abstract Unix sockets
+/// to its own domain: put on a job's main process by its slot, it keeps the job from signalling
+/// the slot (its PID 1) or reaching its abstract sockets, which share the slot's domain otherwise.
+pub fn scope_only_ruleset(best_effort: bool) -> Result<OwnedFd, LandlockError> {
+    let level = if best_effort {
+        CompatLevel::BestEffort
+    } else {
+        CompatLevel::HardRequirement
+    };
+    let created = Ruleset::default()
+        .set_compatibility(level)
+        .scope(Scope::AbstractUnixSocket | Scope::Signal)?
+        .create()?;
     Option::<OwnedFd>::from(created).ok_or(LandlockError::Unsupported)
 }
 

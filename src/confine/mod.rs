@@ -353,6 +353,7 @@ impl Confinement {
             tmp_root.path(),
             private_root.path(),
             &protected,
+            cgroups.view_mounts(),
             &mut notes,
         );
         let (egress, landlock_inputs) =
@@ -713,6 +714,7 @@ fn start_factory(
     calls_tmp: &Path,
     private_root: &Path,
     protected: &[String],
+    cgroup_mounts: Vec<sandbox::plan::CgroupMount>,
     notes: &mut Vec<String>,
 ) -> Option<factory::Factory> {
     const WEAKER: &str = "confined processes then share the host's mount, PID and IPC \
@@ -758,6 +760,8 @@ fn start_factory(
         read_write: &plan.read_write,
         devices: &plan.devices,
         is_root: kernel.is_root,
+        shm_bytes: plan.shm_bytes,
+        cgroup_mounts,
     };
     if let Ok(root) = cap_std::fs::Dir::open_ambient_dir(workspace, cap_std::ambient_authority()) {
         for entry in crate::workspace::existing_protected(&root, protected) {

@@ -41,6 +41,8 @@ pub struct ConfinePlan {
     /// commands cannot be kept from them.
     pub names_protected_paths: bool,
     pub rlimits: RlimitPlan,
+    /// Size of each slot's private `/dev/shm` (`limits.shm_mb`).
+    pub shm_bytes: u64,
     /// Each call's cgroup quotas.
     pub call_limits: CallLimits,
 }

@@ -169,14 +169,25 @@ impl Executor {
         let started = Instant::now();
         let disk = self.watch_disk();
         let conf = &self.confinement;
-        // Removed without recursion when the call is done: the call writes into it, and a
-        // deep enough tree overflows `remove_dir_all`'s stack (see `confine::scratch`).
-        let tmp = crate::confine::scratch::RemovedOnDrop::take(
-            tempfile::Builder::new()
-                .prefix("call-")
-                .tempdir_in(conf.tmp_root())
-                .map_err(ExecError::TempDir)?,
-        );
+        // Held for the whole call: a replaced init stays up until its last process is done.
+        let factory = self.sandbox_init().await.transpose()?;
+        let mut warm = match &factory {
+            Some(factory) => Some(self.call_slot(factory).await?),
+            None => None,
+        };
+        // The call's TMPDIR: its slot's own directory (no other call's process may enter it),
+        // or, on the per-child path, one made now. Removed without recursion when the call is
+        // done: the call writes into it, and a deep enough tree overflows `remove_dir_all`'s
+        // stack (see `confine::scratch`).
+        let tmp = match warm.as_mut().and_then(|w| w.tmp.take()) {
+            Some(tmp) => tmp,
+            None => crate::confine::scratch::RemovedOnDrop::take(
+                tempfile::Builder::new()
+                    .prefix("call-")
+                    .tempdir_in(conf.tmp_root())
+                    .map_err(ExecError::TempDir)?,
+            ),
+        };
         let mut env = self.plan.env.build(tmp.path(), &req.env);
         // A proxy-mode policy: this call's own proxy URL (its token tells its connections
         // apart from other calls'), set last so it is the one the call's processes use.
@@ -184,11 +195,8 @@ impl Executor {
         if let Some(ticket) = &egress {
             env.extend(ticket.env(crate::egress::listen_addr()));
         }
-        // Held for the whole call: a replaced init stays up until its last process is done.
-        let factory = self.sandbox_init().await.transpose()?;
-        let (mut child, pipes, cgroup) = match &factory {
-            Some(factory) => {
-                let warm = self.call_slot(factory).await?;
+        let (mut child, pipes, cgroup) = match warm {
+            Some(warm) => {
                 let spec = process::SlotSpawn {
                     argv: &req.argv,
                     env: &env,

@@ -229,7 +229,7 @@ impl ConfinedWorker {
                 None => process_group_members(main),
             }
             .into_iter()
-            .filter(|&p| p != main)
+            .filter(|&p| p != main && !crate::confine::sandbox::is_job_main(p, main))
             .collect();
             // Done when the killed ones are gone too (exited processes are not listed), so
             // none of them still writes when the caller reads the request's output.

@@ -165,7 +165,12 @@ pub struct Limits {
     /// How far one call may shrink the free space of the filesystems it writes (the whole
     /// tree; see `exec::disk`), in bytes.
     pub disk_bytes: u64,
+    /// Size of each call's private `/dev/shm` (charged to its memory limit); 0: none.
+    pub shm_bytes: u64,
 }
+
+/// Default `limits.shm_mb`: room for multiprocessing queues, Chromium and test databases.
+pub const DEFAULT_SHM_MB: u64 = 256;
 
 fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_u64(d.as_secs())
@@ -773,7 +778,23 @@ fn validate(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
         open_files: positive("limits.open_files", l.open_files)?,
         address_space_bytes: mib(positive("limits.address_space_mb", l.address_space_mb)?),
         disk_bytes: mib(positive("limits.disk_mb", l.disk_mb)?),
+        // Unset: the default, but never more than a quarter of the call's memory.
+        shm_bytes: match l.shm_mb {
+            Some(mb) => mib(mb),
+            None => mib(DEFAULT_SHM_MB).min(mib(l.memory_mb.unwrap_or(0)) / 4),
+        },
     };
+    if limits.shm_bytes > limits.memory_bytes {
+        return Err(invalid(
+            "limits.shm_mb",
+            format!(
+                "{} is above limits.memory_mb ({}): /dev/shm is charged to the call's memory, so \
+                 it cannot be larger",
+                limits.shm_bytes >> 20,
+                limits.memory_bytes >> 20
+            ),
+        ));
+    }
 
     let environment = EnvironmentPolicy {
         pass: raw.environment.pass.unwrap_or_default(),

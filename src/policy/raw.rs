@@ -138,6 +138,7 @@ pub struct RawLimits {
     pub open_files: Option<u64>,
     pub address_space_mb: Option<u64>,
     pub disk_mb: Option<u64>,
+    pub shm_mb: Option<u64>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -273,6 +274,7 @@ overlay_struct!(RawLimits {
     open_files,
     address_space_mb,
     disk_mb,
+    shm_mb,
 });
 overlay_struct!(RawEnvironment { pass, set });
 overlay_struct!(RawCommands {

@@ -119,6 +119,7 @@ impl Policy {
                 memory_bytes: limits.memory_bytes,
                 pids: limits.pids,
             },
+            shm_bytes: limits.shm_bytes,
             call_limits: CallLimits {
                 memory_bytes: limits.memory_bytes,
                 pids: limits.pids,

@@ -322,14 +322,17 @@ async fn a_cell_that_swallows_keyboard_interrupt_is_killed_and_the_session_resta
     let s = setup!();
     let m = manager(s);
     run(&m, "k", "kept = 1").await;
-    let pid_before = run(&m, "k", "import os; os.getpid()").await.result;
+    // Each worker is pid 2 of its own PID namespace, so the process is told apart by its start
+    // time (field 22 of /proc/self/stat), not its pid.
+    let identity = "open('/proc/self/stat').read().rsplit(') ', 1)[1].split()[19]";
+    let pid_before = run(&m, "k", identity).await.result;
     let stubborn = "while True:\n    try:\n        while True:\n            pass\n    except KeyboardInterrupt:\n        print('caught, going on')";
     let o = m.run("k", cell(stubborn, 1)).await.unwrap();
     assert!(o.timed_out, "{}", show(&o));
     let lost = o.state_lost.as_deref().unwrap_or_default();
     assert!(lost.contains("did not stop"), "{}", show(&o));
     assert!(text(&o.stdout).contains("caught, going on"), "{}", show(&o));
-    let pid_after = run(&m, "k", "import os; os.getpid()").await.result;
+    let pid_after = run(&m, "k", identity).await.result;
     assert_ne!(pid_before, pid_after, "the worker was not replaced");
     let gone = run(&m, "k", "kept").await;
     assert_eq!(exc_type(&gone), Some("NameError"), "{}", show(&gone));
@@ -521,13 +524,29 @@ async fn sessions_cannot_see_each_others_state_or_private_files() {
     let b = run(&m, "iso-b", "secret").await;
     assert_eq!(exc_type(&b), Some("NameError"), "{}", show(&b));
     let b = run(&m, "iso-b", &format!("open({path:?}).read()")).await;
-    assert_eq!(exc_type(&b), Some("PermissionError"), "{}", show(&b));
+    // Refused (Landlock), or not even there (each session's mount namespace shows only its own
+    // private directory): either way a's file is out of b's reach.
+    assert!(
+        matches!(exc_type(&b), Some("PermissionError" | "FileNotFoundError")),
+        "{}",
+        show(&b)
+    );
+    // a's process cannot even be named from b: b's PID namespace holds b's worker and its
+    // reaper only (a's worker is pid {pid} of a namespace of its own).
     let b = run(
         &m,
         "iso-b",
-        &format!("open('/proc/{pid}/environ', 'rb').read()"),
+        "import os\nsorted(int(p) for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid())",
     )
     .await;
+    assert_eq!(
+        b.result.as_deref(),
+        Some("[1]"),
+        "a's pid {pid}: {}",
+        show(&b)
+    );
+    // And the reaper's environment (it names the server's pid) is not readable either.
+    let b = run(&m, "iso-b", "open('/proc/1/environ', 'rb').read()").await;
     assert_eq!(exc_type(&b), Some("PermissionError"), "{}", show(&b));
     // The workspace is shared on purpose.
     let b = run(&m, "iso-b", "open('shared-iso.txt').read()").await;
@@ -1075,6 +1094,45 @@ async fn a_cell_replacing_its_own_stdout_cannot_redirect_what_the_server_reads()
 
 // --- Sessions that heal --------------------------------------------------------------------
 
+/// A cell expression naming its process uniquely across sessions: each session's worker is
+/// pid 2 of its own PID namespace, so the pid is paired with the start time (clock ticks since
+/// boot, field 22 of /proc/self/stat, the same number the host sees).
+const WORKER_IDENTITY: &str =
+    "import os\n(os.getpid(), int(open('/proc/self/stat').read().rsplit(') ', 1)[1].split()[19]))";
+
+fn identity_of(o: &CellOutcome) -> (u32, u64) {
+    let r = o
+        .result
+        .as_deref()
+        .unwrap_or_else(|| panic!("no identity: {}", show(o)));
+    let (pid, start) = r
+        .trim_matches(['(', ')'])
+        .split_once(", ")
+        .unwrap_or_else(|| panic!("no identity: {}", show(o)));
+    (pid.parse().unwrap(), start.parse().unwrap())
+}
+
+/// Whether the process a cell identified with [`WORKER_IDENTITY`] is still alive.
+fn alive_identity((pid, start): (u32, u64)) -> bool {
+    let me = std::process::id();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    dir.filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&host| host != me)
+        .any(|host| {
+            let stat = std::fs::read_to_string(format!("/proc/{host}/stat")).unwrap_or_default();
+            let fields: Vec<&str> = stat
+                .rsplit_once(") ")
+                .map(|(_, rest)| rest.split(' ').collect())
+                .unwrap_or_default();
+            let started = fields.get(19).and_then(|f| f.parse::<u64>().ok());
+            let zombie = fields.first() == Some(&"Z");
+            started == Some(start) && !zombie && host_pid(pid).is_some()
+        })
+}
+
 fn pid_of(o: &CellOutcome) -> u32 {
     o.result
         .as_deref()
@@ -1158,16 +1216,17 @@ async fn a_call_right_after_the_kill_runs_its_code_instead_of_reporting_a_death(
 async fn lru_idle_session_is_evicted() {
     let s = setup!();
     let m = manager_with(s, |p| p.interpreter.max_sessions = 2);
-    let one = pid_of(&run(&m, "l1", "import os\nos.getpid()").await);
-    let two = pid_of(&run(&m, "l2", "import os\nv = 'two'\nos.getpid()").await);
+    let one = identity_of(&run(&m, "l1", WORKER_IDENTITY).await);
+    run(&m, "l2", "v = 'two'").await;
+    let two = identity_of(&run(&m, "l2", WORKER_IDENTITY).await);
     // l1 is used again, so l2 is now the least recently used.
     run(&m, "l1", "1").await;
     let three = run(&m, "l3", "3").await;
     assert_eq!(three.result.as_deref(), Some("3"), "{}", show(&three));
     assert_eq!(three.evicted.as_deref(), Some("l2"), "{}", show(&three));
     assert_eq!(m.sessions(), ["l1", "l3"]);
-    wait_until("the evicted worker is dead", || !alive(two)).await;
-    assert!(alive(one));
+    wait_until("the evicted worker is dead", || !alive_identity(two)).await;
+    assert!(alive_identity(one));
     // The evicted session comes back fresh, says why, and itself evicts the LRU (l1).
     let back = run(&m, "l2", "'back'").await;
     assert_eq!(back.result.as_deref(), Some("'back'"), "{}", show(&back));
@@ -1281,16 +1340,21 @@ async fn driver_not_in_argv() {
 async fn another_sessions_output_files_are_out_of_reach() {
     let s = setup!();
     let m = manager(s);
-    let victim = pid_of(&run(&m, "out-a", "import os\nprint('A-OUTPUT')\nos.getpid()").await);
-    for fd in [1, 2] {
-        let o = run(
-            &m,
-            "out-b",
-            &format!("open('/proc/{victim}/fd/{fd}', 'a').write('INJECTED')"),
-        )
-        .await;
-        assert_eq!(exc_type(&o), Some("PermissionError"), "{}", show(&o));
-    }
+    let a = run(&m, "out-a", "print('A-OUTPUT')").await;
+    assert!(a.exception.is_none(), "{}", show(&a));
+    // Session b tries every process it can name except itself and its PID 1: each session
+    // lives in a PID namespace of its own, so there is none of a's to find, and any write
+    // that went through would show in a's next output.
+    let o = run(
+        &m,
+        "out-b",
+        "import os\nothers = [p for p in os.listdir('/proc') if p.isdigit() and int(p) not in \
+         (1, os.getpid())]\nfor p in others:\n    for fd in (1, 2):\n        try:\n            \
+         open(f'/proc/{p}/fd/{fd}', 'a').write('INJECTED')\n        except OSError:\n            \
+         pass\nothers",
+    )
+    .await;
+    assert_eq!(o.result.as_deref(), Some("[]"), "{}", show(&o));
     let a = run(&m, "out-a", "print('again')").await;
     assert_eq!(text(&a.stdout), "again\n", "{}", show(&a));
     m.shutdown().await;

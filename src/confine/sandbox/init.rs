@@ -22,7 +22,7 @@ use super::{fdpass, view};
 use std::collections::HashMap;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The hidden subcommand that runs this program.
 pub const INIT_ARG: &str = "__sandbox-init";
@@ -220,8 +220,12 @@ fn pid1(plan: &InitPlan, control: &OwnedFd, alive: OwnedFd) -> ! {
     serve(plan, control)
 }
 
-/// Everything PID 1 does once, in order; the last step (seccomp) also binds PID 1 itself.
-/// Returns the proxy's listening socket when the plan asks for one.
+/// Everything PID 1 does once, in order: the view, the hostname, loopback, the proxy's
+/// listener. PID 1 keeps its capabilities and puts no Landlock or seccomp on itself: each slot
+/// it forks starts namespaces of its own (PID, IPC, mount, cgroup) and mounts into them, which a
+/// confined process can no longer do, and then confines itself before it reports ready. PID 1
+/// runs only this program; no confined process can see it (each lives in a PID namespace
+/// nested below it), signal it, or reach its control socket.
 fn setup(plan: &InitPlan) -> Result<Option<OwnedFd>, StageError> {
     // stdin was the plan pipe; nothing in the sandbox reads it.
     if let Ok(null) = std::fs::File::open("/dev/null") {
@@ -238,35 +242,13 @@ fn setup(plan: &InitPlan) -> Result<Option<OwnedFd>, StageError> {
     if plan.isolate_network {
         stage("loopback", bring_up_loopback())?;
     }
-    // Made before Landlock (whose TCP bind rule would refuse the port) and only inside a
-    // namespace of our own (on the host's loopback any local process could pose as it).
+    // Only inside a namespace of our own (on the host's loopback any local process could pose
+    // as it).
     let listener = match plan.proxy_listener {
         Some(port) if plan.isolate_network => Some(stage("proxy listener", proxy_listener(port))?),
         Some(_) => return Err(("proxy listener", "no network namespace".into())),
         None => None,
     };
-    stage(
-        "capabilities",
-        crate::confine::child::drop_all_capabilities(),
-    )?;
-    stage("no_new_privs", rustix::thread::set_no_new_privs(true))?;
-    if let Some(landlock) = &plan.landlock {
-        let fd = stage(
-            "landlock",
-            ruleset(
-                landlock,
-                &[landlock.calls_tmp.clone(), landlock.private_root.clone()],
-            ),
-        )?;
-        stage("landlock", restrict_self(&fd))?;
-    }
-    for program in &plan.seccomp {
-        let program: Vec<seccompiler::sock_filter> = program
-            .iter()
-            .map(|&(code, jt, jf, k)| seccompiler::sock_filter { code, jt, jf, k })
-            .collect();
-        stage("seccomp", seccompiler::apply_filter(&program))?;
-    }
     Ok(listener)
 }
 
@@ -285,22 +267,41 @@ fn proxy_listener(port: u16) -> io::Result<OwnedFd> {
     Ok(sock)
 }
 
-fn ruleset(
-    plan: &LandlockPlan,
-    extra_read_write: &[PathBuf],
-) -> Result<OwnedFd, crate::confine::landlock::LandlockError> {
-    let mut read_write = plan.read_write.clone();
-    read_write.extend(extra_read_write.iter().cloned());
-    let spec = crate::confine::landlock::LandlockSpec {
+/// The policy's grants expanded around its denied paths, as paths of the view. Expanding reads
+/// whole directories (/etc), so PID 1 does it once and every slot opens the result anew in its
+/// own mount namespace (where `/proc` is another mount, so an inherited descriptor would grant
+/// the wrong one).
+fn policy_grants(plan: &LandlockPlan) -> Vec<crate::confine::landlock::Grant> {
+    crate::confine::landlock::expand_grants(&crate::confine::landlock::LandlockSpec {
         read_exec: &plan.read_exec,
-        read_write: &read_write,
+        read_write: &plan.read_write,
         read_only: &plan.read_only,
         devices: &plan.devices,
         deny: &plan.deny,
         tcp_connect: &plan.tcp_connect,
         tcp_bind: &plan.tcp_bind,
-    };
-    crate::confine::landlock::build_ruleset(&spec, plan.best_effort)
+    })
+}
+
+/// A slot's Landlock layer: the policy's grants minus the roots that hold every slot's
+/// directory, plus this slot's own directory and what its mount namespace holds.
+fn slot_ruleset(
+    plan: &LandlockPlan,
+    grants: &[crate::confine::landlock::Grant],
+    own: &[crate::confine::landlock::Grant],
+) -> Result<OwnedFd, crate::confine::landlock::LandlockError> {
+    let all: Vec<crate::confine::landlock::Grant> = grants
+        .iter()
+        .filter(|g| g.path != plan.calls_tmp && g.path != plan.private_root)
+        .chain(own)
+        .cloned()
+        .collect();
+    crate::confine::landlock::ruleset_of_grants(
+        &all,
+        &plan.tcp_connect,
+        &plan.tcp_bind,
+        plan.best_effort,
+    )
 }
 
 fn restrict_self(ruleset: &OwnedFd) -> io::Result<()> {
@@ -355,20 +356,15 @@ fn child_signals() -> io::Result<OwnedFd> {
     }
 }
 
-/// PID 1's loop: fork slots on request, reap every child (orphans of calls included) and
-/// report the slots' ends. Exits when the server closes the control socket.
+/// PID 1's loop: fork slots on request, reap every child and report the slots' ends. Exits
+/// when the server closes the control socket.
 fn serve(plan: &InitPlan, control: &OwnedFd) -> ! {
     let Ok(signals) = child_signals() else {
         std::process::exit(1)
     };
-    // The Landlock ruleset of the call slots' own layer, built at the first call slot and
-    // reused: expanding the policy's grants around its denied paths reads whole directories
-    // (/etc), which every slot would otherwise repeat. A ruleset may restrict any number of
-    // processes. Reusing it grants no more than building it per slot: PID 1's own layer, built
-    // earlier from the same plan, bounds every slot anyway. Ruleset descriptors are always
-    // close-on-exec, so no job inherits it. If building fails, each slot builds its own.
-    let mut calls_layer: Option<OwnedFd> = None;
-    let mut slots: HashMap<i32, u64> = HashMap::new();
+    // Expanded at the first slot and reused by every later one (see `policy_grants`).
+    let mut grants: Option<Vec<crate::confine::landlock::Grant>> = None;
+    let mut slots: HashMap<i32, ForkedSlot> = HashMap::new();
     loop {
         let (control_ready, child_ready) = {
             let mut fds = [
@@ -395,17 +391,16 @@ fn serve(plan: &InitPlan, control: &OwnedFd) -> ! {
             };
             match wire::decode::<ToInit>(&received.data, wire::MAX_MESSAGE) {
                 Ok(ToInit::Slot { id, layer }) => {
-                    if let (SlotLayer::Calls, None, Some(landlock)) =
-                        (&layer, &calls_layer, &plan.landlock)
-                    {
-                        calls_layer =
-                            ruleset(landlock, std::slice::from_ref(&landlock.calls_tmp)).ok();
-                    }
+                    let grants = match (&grants, &plan.landlock) {
+                        (Some(g), _) => g.as_slice(),
+                        (None, Some(landlock)) => grants.insert(policy_grants(landlock)),
+                        (None, None) => &[],
+                    };
                     let parent = SlotParent {
                         plan,
                         control,
                         signals: &signals,
-                        calls_layer: calls_layer.as_ref(),
+                        grants,
                     };
                     fork_slot(&parent, id, layer, received.fds, &mut slots)
                 }
@@ -415,7 +410,15 @@ fn serve(plan: &InitPlan, control: &OwnedFd) -> ! {
     }
 }
 
-fn reap(control: &OwnedFd, slots: &mut HashMap<i32, u64>) {
+/// A slot PID 1 forked: its id, and the pipe on which the slot's reaper leaves the wait status
+/// of the job's main process before it exits (a PID 1 cannot die of its own signal, so the
+/// reaper's own status cannot carry a job killed by one).
+struct ForkedSlot {
+    id: u64,
+    status: OwnedFd,
+}
+
+fn reap(control: &OwnedFd, slots: &mut HashMap<i32, ForkedSlot>) {
     loop {
         let mut status = 0;
         // SAFETY: waitpid writes the status into a live local.
@@ -423,8 +426,21 @@ fn reap(control: &OwnedFd, slots: &mut HashMap<i32, u64>) {
         if pid <= 0 {
             return;
         }
-        if let Some(id) = slots.remove(&pid) {
-            send_msg(control, &FromInit::Exited { id, status }, &[]);
+        if let Some(slot) = slots.remove(&pid) {
+            // The job's status when the reaper saw it end; the reaper's own otherwise (killed
+            // before or during the job: SIGKILL from the server, the OOM killer).
+            let mut raw = [0u8; 4];
+            if rustix::io::read(&slot.status, &mut raw).is_ok_and(|n| n == 4) {
+                status = i32::from_ne_bytes(raw);
+            }
+            send_msg(
+                control,
+                &FromInit::Exited {
+                    id: slot.id,
+                    status,
+                },
+                &[],
+            );
         }
     }
 }
@@ -434,43 +450,50 @@ struct SlotParent<'a> {
     plan: &'a InitPlan,
     control: &'a OwnedFd,
     signals: &'a OwnedFd,
-    /// The shared Landlock ruleset of [`SlotLayer::Calls`] (see `serve`), if built.
-    calls_layer: Option<&'a OwnedFd>,
+    /// The policy's grants, expanded once (see `policy_grants`).
+    grants: &'a [crate::confine::landlock::Grant],
 }
+
+/// Namespaces every slot gets of its own: a slot is the PID 1 (reaper) of a PID namespace
+/// holding only its job's processes, with System V IPC and mounts no other slot shares.
+const SLOT_NAMESPACES: libc::c_int = libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWNS;
 
 fn fork_slot(
     parent: &SlotParent<'_>,
     id: u64,
     layer: SlotLayer,
     cgroup_procs: Vec<OwnedFd>,
-    slots: &mut HashMap<i32, u64>,
+    slots: &mut HashMap<i32, ForkedSlot>,
 ) {
     let control = parent.control;
+    let failed = |error: String| {
+        send_msg(control, &FromInit::SlotFailed { id, error }, &[]);
+    };
     let (ours, theirs) = match fdpass::seqpacket_pair() {
         Ok(pair) => pair,
-        Err(e) => {
-            send_msg(
-                control,
-                &FromInit::SlotFailed {
-                    id,
-                    error: e.to_string(),
-                },
-                &[],
-            );
-            return;
-        }
+        Err(e) => return failed(e.to_string()),
     };
-    // SAFETY: PID 1 is single-threaded; the child runs `slot`, which never returns.
-    let pid = unsafe { libc::fork() };
+    let (status_read, status_write) = match rustix::pipe::pipe_with(
+        rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK,
+    ) {
+        Ok(pair) => pair,
+        Err(e) => return failed(e.to_string()),
+    };
+    // SAFETY: clone without CLONE_VM and with a null stack is fork(2) with namespace flags: the
+    // child continues on a copy of this single-threaded process's memory and runs `slot`,
+    // which never returns. No atfork handlers are needed (no threads, no locks held).
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            (SLOT_NAMESPACES | libc::SIGCHLD) as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    } as i32;
     match pid {
-        -1 => send_msg(
-            control,
-            &FromInit::SlotFailed {
-                id,
-                error: io::Error::last_os_error().to_string(),
-            },
-            &[],
-        ),
+        -1 => failed(io::Error::last_os_error().to_string()),
         0 => {
             // SAFETY: closing this process's copies of PID 1's own descriptors; the slot
             // never uses them (it talks only on its own socket).
@@ -478,12 +501,25 @@ fn fork_slot(
                 libc::close(control.as_raw_fd());
                 libc::close(parent.signals.as_raw_fd());
                 libc::close(ours.as_raw_fd());
+                libc::close(status_read.as_raw_fd());
             }
-            slot(parent.plan, layer, parent.calls_layer, theirs, cgroup_procs)
+            let own = SlotOwn {
+                layer,
+                sock: theirs,
+                status: status_write,
+                cgroup_procs,
+            };
+            slot(parent.plan, parent.grants, own)
         }
         child => {
-            slots.insert(child, id);
-            drop((theirs, cgroup_procs));
+            slots.insert(
+                child,
+                ForkedSlot {
+                    id,
+                    status: status_read,
+                },
+            );
+            drop((theirs, cgroup_procs, status_write));
             send_msg(control, &FromInit::Slot { id }, &[ours.as_fd()]);
         }
     }
@@ -502,21 +538,45 @@ fn slot_fail(sock: &OwnedFd, stage: &str, errno: i32) -> ! {
     unsafe { libc::_exit(127) }
 }
 
-fn slot(
-    plan: &InitPlan,
+/// What one slot owns when it starts.
+struct SlotOwn {
     layer: SlotLayer,
-    calls_layer: Option<&OwnedFd>,
     sock: OwnedFd,
+    /// Where the reaper writes the job's wait status (see [`ForkedSlot`]).
+    status: OwnedFd,
     cgroup_procs: Vec<OwnedFd>,
-) -> ! {
-    // The signal mask survives exec: a blocked SIGCHLD would break every shell's job control.
-    // SAFETY: sigprocmask with an empty local set.
-    unsafe {
-        let mut empty: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut empty);
-        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-    }
+}
+
+/// Signals the reaper passes on to the job's main process when they come from outside its
+/// namespace (the server: interrupts of interpreter cells, stops of jobs). A PID 1 only ever
+/// receives signals it handles, so these are blocked and read from a signalfd.
+const FORWARDED: &[libc::c_int] = &[
+    libc::SIGHUP,
+    libc::SIGINT,
+    libc::SIGQUIT,
+    libc::SIGTERM,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGWINCH,
+    libc::SIGCONT,
+    libc::SIGALRM,
+];
+
+/// A slot: PID 1 of its own PID namespace. Joins its cgroups, mounts what its namespace holds
+/// of its own, confines itself, reports ready and waits for a job; then forks the job's main
+/// process and reaps until that ends.
+fn slot(plan: &InitPlan, grants: &[crate::confine::landlock::Grant], own: SlotOwn) -> ! {
+    let SlotOwn {
+        layer,
+        sock,
+        status,
+        cgroup_procs,
+    } = own;
     let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
+    let signals = match reaper_signals() {
+        Ok(fd) => fd,
+        Err(e) => slot_fail(&sock, "signalfd", errno_of(&e)),
+    };
     for fd in &cgroup_procs {
         // "0" is "the writing process", in v1 and v2; the descriptor was opened by the server,
         // whose credentials the kernel checks.
@@ -524,29 +584,38 @@ fn slot(
             slot_fail(&sock, "join cgroup", e.raw_os_error());
         }
     }
+    let joined_cgroups = !cgroup_procs.is_empty();
     drop(cgroup_procs);
-    if let Some(landlock) = &plan.landlock {
-        let built;
-        let fd = match (&layer, calls_layer) {
-            (SlotLayer::Calls, Some(shared)) => shared,
-            _ => {
-                let extra = match &layer {
-                    SlotLayer::Calls => landlock.calls_tmp.clone(),
-                    SlotLayer::Private(dir) => dir.clone(),
-                };
-                match ruleset(landlock, &[extra]) {
-                    Ok(fd) => {
-                        built = fd;
-                        &built
-                    }
-                    Err(_) => slot_fail(&sock, "landlock layer", libc::EINVAL),
-                }
-            }
-        };
-        if let Err(e) = restrict_self(fd) {
-            slot_fail(&sock, "landlock layer", errno_of(&e));
-        }
+    let own_grants = match super::slot_mounts::build(plan, layer.dir(), joined_cgroups) {
+        Ok(g) => g,
+        Err(e) => slot_fail(&sock, e.step, errno_of(&e.source)),
+    };
+    // Its own session and process group: the server's group kill reaches the reaper and the
+    // job's processes (which stay in it unless they call setsid; the cgroup covers those, and
+    // the reaper's death ends the whole namespace anyway).
+    if let Err(e) = rustix::process::setsid() {
+        slot_fail(&sock, "setsid", e.raw_os_error());
     }
+    if let Err((stage, e)) = confine_self(plan, grants, &own_grants) {
+        slot_fail(&sock, stage, errno_of(&e));
+    }
+    let job_scope = match plan
+        .landlock
+        .as_ref()
+        .map(|l| crate::confine::landlock::scope_only_ruleset(l.best_effort))
+    {
+        Some(Ok(fd)) => Some(fd),
+        Some(Err(_)) => slot_fail(&sock, "landlock scope", libc::EINVAL),
+        None => None,
+    };
+    // Nothing of this process may be read through /proc by the job (its environment names the
+    // server's pid): a non-dumpable process's files there need CAP_SYS_PTRACE.
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+        slot_fail(&sock, "dumpable", errno_of(&io::Error::last_os_error()));
+    }
+    // This process is PID 1 of its namespace, and a pidfd of it is what the server waits on
+    // and signals.
     let pidfd = match rustix::process::pidfd_open(
         rustix::process::getpid(),
         rustix::process::PidfdFlags::empty(),
@@ -565,10 +634,127 @@ fn slot(
         Ok(j) => j,
         Err(e) => slot_fail(&sock, "job", errno_of(&e)),
     };
-    if let Err((stage, e)) = run_job(plan, &job, fds) {
-        slot_fail(&sock, stage, errno_of(&e));
+    // SAFETY: this process is single-threaded; the child runs the job (`run_job` returns only
+    // on failure, then `slot_fail` ends it).
+    let main = unsafe { libc::fork() };
+    match main {
+        -1 => slot_fail(&sock, "fork", errno_of(&io::Error::last_os_error())),
+        0 => {
+            drop((signals, status));
+            if let Some(scope) = &job_scope
+                && let Err(e) = restrict_self(scope)
+            {
+                slot_fail(&sock, "landlock scope", errno_of(&e));
+            }
+            if let Err((stage, e)) = run_job(plan, &job, fds) {
+                slot_fail(&sock, stage, errno_of(&e));
+            }
+            unreachable!("run_job only returns on failure")
+        }
+        _ => {
+            // The job's copy of the socket closes at its exec: that EOF is the server's sign
+            // that the program runs.
+            drop((sock, fds));
+            reap_until(main, &signals, &status)
+        }
     }
-    unreachable!("run_job only returns on failure")
+}
+
+/// Blocks SIGCHLD and the forwarded signals and returns a signalfd that reads them.
+fn reaper_signals() -> io::Result<OwnedFd> {
+    // SAFETY: plain sigset manipulation on a local, then sigprocmask/signalfd on it.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        for &sig in FORWARDED {
+            libc::sigaddset(&mut set, sig);
+        }
+        if libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut()) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let fd = libc::signalfd(-1, &set, libc::SFD_CLOEXEC);
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(OwnedFd::from_raw_fd(fd))
+    }
+}
+
+/// Drops every capability, sets `no_new_privs`, then puts the slot's Landlock layer and the
+/// policy's seccomp programs on this process, in that order (the mounts are done: Landlock
+/// forbids changing them afterwards, seccomp refuses the calls).
+fn confine_self(
+    plan: &InitPlan,
+    grants: &[crate::confine::landlock::Grant],
+    own: &[crate::confine::landlock::Grant],
+) -> Result<(), (&'static str, io::Error)> {
+    if plan.drop_capabilities {
+        crate::confine::child::drop_all_capabilities().map_err(|e| ("capabilities", e))?;
+    }
+    rustix::thread::set_no_new_privs(true).map_err(|e| ("no_new_privs", e.into()))?;
+    if let Some(landlock) = &plan.landlock {
+        let fd = slot_ruleset(landlock, grants, own)
+            .map_err(|e| ("landlock layer", io::Error::other(e.to_string())))?;
+        restrict_self(&fd).map_err(|e| ("landlock layer", e))?;
+    }
+    for program in &plan.seccomp {
+        let program: Vec<seccompiler::sock_filter> = program
+            .iter()
+            .map(|&(code, jt, jf, k)| seccompiler::sock_filter { code, jt, jf, k })
+            .collect();
+        seccompiler::apply_filter(&program).map_err(|e| ("seccomp", io::Error::other(e)))?;
+    }
+    Ok(())
+}
+
+/// The reaper's loop after the job started: reaps every process of the namespace (orphans are
+/// re-parented here), passes signals from outside on to the job's main process, and when that
+/// ends leaves its status for PID 1 and exits, which ends every process left in the namespace.
+fn reap_until(main: i32, signals: &OwnedFd, status_pipe: &OwnedFd) -> ! {
+    loop {
+        loop {
+            let mut status = 0;
+            // SAFETY: waitpid writes the status into a live local.
+            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+            if pid == main {
+                let _ = rustix::io::write(status_pipe, &status.to_ne_bytes());
+                // SAFETY: _exit ends this forked process without running PID 1's atexit state.
+                unsafe { libc::_exit(0) }
+            }
+            if pid <= 0 {
+                break;
+            }
+        }
+        // SAFETY: signalfd_siginfo is plain data, read whole or not at all.
+        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+        let size = std::mem::size_of::<libc::signalfd_siginfo>();
+        // SAFETY: reads at most `size` bytes into the live local above.
+        let n = unsafe {
+            libc::read(
+                signals.as_raw_fd(),
+                (&mut info as *mut libc::signalfd_siginfo).cast(),
+                size,
+            )
+        };
+        if n != size as isize {
+            if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            // SAFETY: as above.
+            unsafe { libc::_exit(1) }
+        }
+        let signal = info.ssi_signo as libc::c_int;
+        // A sender outside this namespace has no pid here (0): that is the server. A process
+        // of the job signalling its own group reaches its members itself.
+        if signal != libc::SIGCHLD && info.ssi_pid == 0 {
+            // SAFETY: kill takes plain integers; `main` is our child, not yet reaped, so its
+            // pid cannot have been reused.
+            unsafe {
+                libc::kill(main, signal);
+            }
+        }
+    }
 }
 
 fn read_job(received: fdpass::Received) -> io::Result<(Job, Vec<OwnedFd>)> {
@@ -603,8 +789,10 @@ fn read_job(received: fdpass::Received) -> io::Result<(Job, Vec<OwnedFd>)> {
 /// Turns this slot into the job's program. Returns only on failure, with the failing step.
 fn run_job(plan: &InitPlan, job: &Job, fds: Vec<OwnedFd>) -> Result<(), (&'static str, io::Error)> {
     let e = |stage: &'static str| move |err: rustix::io::Errno| (stage, io::Error::from(err));
-    // Own session and process group: the server can kill the tree by group without cgroups.
-    rustix::process::setsid().map_err(e("setsid"))?;
+    // The job starts as an ordinary program would: no signal blocked or ignored (the reaper
+    // blocks its own; this program's runtime ignores SIGPIPE, which exec would keep, so
+    // `yes | head -1` would print "Broken pipe" instead of ending quietly).
+    reset_signals();
     let root = rustix::fs::open(
         &plan.workspace,
         rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
@@ -667,6 +855,24 @@ fn run_job(plan: &InitPlan, job: &Job, fds: Vec<OwnedFd>) -> Result<(), (&'stati
         }
     }
     Err(("exec", exec(job)))
+}
+
+/// Every signal back to its default action and none blocked.
+fn reset_signals() {
+    // SAFETY: sigaction with SIG_DFL and sigprocmask with an empty local set; both read only
+    // live locals. Numbers the kernel refuses (SIGKILL, SIGSTOP, libc's reserved ones) fail
+    // harmlessly.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = libc::SIG_DFL;
+        libc::sigemptyset(&mut action.sa_mask);
+        for sig in 1..libc::SIGRTMAX() {
+            libc::sigaction(sig, &action, std::ptr::null_mut());
+        }
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+    }
 }
 
 /// execve with a PATH search for a bare program name, like execvpe.

@@ -14,6 +14,7 @@
 pub mod fdpass;
 pub mod init;
 pub mod plan;
+mod slot_mounts;
 pub mod view;
 pub mod wire;
 
@@ -269,6 +270,24 @@ fn poll_readable(fd: &OwnedFd, timeout: Duration) -> io::Result<bool> {
             Err(e) => return Err(e.into()),
         }
     }
+}
+
+/// Whether `pid` is the main process of the job whose slot (its PID namespace's reaper) is
+/// `reaper`: the reaper's first child, pid 2 of that namespace (pids there are never reused
+/// below 300 once they wrap). Read from /proc, which the kernel writes.
+pub fn is_job_main(pid: i32, reaper: i32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(str::trim)
+    };
+    let parent = field("PPid:").and_then(|p| p.parse::<i32>().ok());
+    let innermost = field("NSpid:").and_then(|p| p.split_whitespace().last()?.parse::<i32>().ok());
+    parent == Some(reaper) && innermost == Some(2)
 }
 
 /// The pid (in our namespace) of the process a pidfd refers to.

@@ -41,10 +41,38 @@ pub struct InitPlan {
     /// BPF programs, each instruction as (code, jt, jf, k); installed in order, last step.
     pub seccomp: Vec<Vec<(u16, u8, u8, u32)>>,
     pub drop_capabilities: bool,
+    /// Size of each slot's private `/dev/shm` (a tmpfs of its own mount namespace; its pages
+    /// are charged to the call's memory cgroup, and it is gone with the call).
+    #[serde(default)]
+    pub shm_bytes: u64,
+    /// The cgroup hierarchies each slot mounts read-only at `/sys/fs/cgroup`, rooted by a
+    /// cgroup namespace at the slot's own cgroups (so JVMs and Node size their heaps from the
+    /// call's limits). Empty without cgroups.
+    #[serde(default)]
+    pub cgroup_mounts: Vec<CgroupMount>,
+    /// Where the server makes each call slot's own directory (its TMPDIR). The root itself is
+    /// never granted to a slot.
+    #[serde(default)]
+    pub calls_tmp: PathBuf,
+    /// Where the long-lived workers' private directories are; never granted as a whole either.
+    #[serde(default)]
+    pub private_root: PathBuf,
 }
 
-/// The policy's Landlock grants. The init's own layer adds `calls_tmp` and `private_root`;
-/// each slot then adds a layer with exactly one of them (see `wire::SlotLayer`).
+/// One cgroup hierarchy as a slot mounts it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CgroupMount {
+    /// `cgroup2`, or `cgroup` (v1) with `options` naming its controllers (`memory`, `cpu,cpuacct`).
+    pub fstype: String,
+    pub options: String,
+    /// Below `/sys/fs/cgroup` ("" for the v2 root, `memory` for a v1 controller).
+    pub subdir: String,
+}
+
+/// The policy's Landlock grants. Each slot builds its layer from them plus its own directory
+/// (see `wire::SlotLayer`) and what its mount namespace holds (`/proc`, `/dev/shm`,
+/// `/dev/pts`, `/sys` subsets); the roots below (`calls_tmp`, `private_root`) are never granted
+/// as wholes.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LandlockPlan {
     pub read_exec: Vec<PathBuf>,

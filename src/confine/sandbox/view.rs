@@ -1,7 +1,9 @@
 //! The filesystem a confined process sees, built once by the sandbox init in its own mount
 //! namespace: a read-only tmpfs root holding binds of exactly what the policy grants, a
-//! minimal `/dev`, a `/proc` of the init's own PID namespace, and nothing else of the host (no
-//! `/tmp`, `/run`, `/dev/shm`, homes, and so no host Unix socket to connect to).
+//! minimal `/dev`, a `/proc` of the init's own PID namespace, `/sys/devices/system/cpu`, an
+//! `/etc/hosts` that names the sandbox's hostname, and nothing else of the host (no `/tmp`,
+//! `/run`, `/dev/shm`, homes, and so no host Unix socket to connect to). Each slot then mounts
+//! its own `/proc`, `/tmp`, `/dev/shm`, devpts and cgroups on top (`slot_mounts`).
 //!
 //! Owns the mount calls. Runs in the init (single-threaded, before any confinement); the only
 //! input is the server's [`InitPlan`].
@@ -196,6 +198,8 @@ pub fn build(plan: &InitPlan) -> Result<(), ViewError> {
         set_attributes(&dst, true)?;
     }
     build_dev(root, &plan.devices)?;
+    slot_mount_points(root, plan)?;
+    hosts_file(root, &plan.hostname)?;
 
     let proc_dir = inside(root, Path::new("/proc"));
     io_at("mkdir", &proc_dir, std::fs::create_dir_all(&proc_dir))?;
@@ -227,6 +231,58 @@ pub fn build(plan: &InitPlan) -> Result<(), ViewError> {
         ),
     )?;
     Ok(())
+}
+
+/// Where each slot mounts what is its own (`slot_mounts`): `/tmp`, `/var/tmp`, cgroup
+/// hierarchies under `/sys/fs/cgroup`; and the one read-only part of `/sys` every view has,
+/// `/sys/devices/system/cpu` (`lscpu`, `nproc` and thread pools read the CPU topology there).
+fn slot_mount_points(root: &Path, plan: &InitPlan) -> Result<(), ViewError> {
+    let tmp = inside(root, Path::new("/tmp"));
+    io_at("mkdir", &tmp, std::fs::create_dir_all(&tmp))?;
+    // Inside a read-only bind of the host's /var that lacks it, there is no /var/tmp to mount
+    // on: then only /tmp is the call's.
+    let _ = std::fs::create_dir_all(inside(root, Path::new("/var/tmp")));
+    let cpu = Path::new("/sys/devices/system/cpu");
+    if cpu.is_dir() {
+        let dst = inside(root, cpu);
+        io_at("mkdir", &dst, std::fs::create_dir_all(&dst))?;
+        at("bind", cpu, rustix::mount::mount_bind(cpu, &dst))?;
+        set_attributes(&dst, true)?;
+    }
+    for m in &plan.cgroup_mounts {
+        let dst = inside(root, &Path::new("/sys/fs/cgroup").join(&m.subdir));
+        io_at("mkdir", &dst, std::fs::create_dir_all(&dst))?;
+    }
+    Ok(())
+}
+
+/// The host's `/etc/hosts` plus a line for the sandbox's hostname, bound read-only over the
+/// view's copy, so `hostname -f`, `gethostbyname(gethostname())` and Java's `getLocalHost`
+/// resolve (127.0.1.1 is on the loopback of any network namespace, as Debian does it).
+fn hosts_file(root: &Path, hostname: &str) -> Result<(), ViewError> {
+    use std::io::Read;
+    let view_hosts = inside(root, Path::new("/etc/hosts"));
+    if !view_hosts.is_file() {
+        return Ok(()); // the policy grants no /etc
+    }
+    let mut text = String::new();
+    if let Ok(file) = std::fs::File::open("/etc/hosts") {
+        let _ = file.take(64 * 1024).read_to_string(&mut text);
+    }
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str(&format!("127.0.1.1\t{hostname}\n"));
+    let staged = inside(root, Path::new("/.cordon-hosts"));
+    io_at("write", &staged, std::fs::write(&staged, text))?;
+    at(
+        "bind /etc/hosts",
+        &view_hosts,
+        rustix::mount::mount_bind(&staged, &view_hosts),
+    )?;
+    // The staged file stays: an unlinked file still in use keeps the root tmpfs from being
+    // remounted read-only (EBUSY).
+    set_attributes(&view_hosts, true)
 }
 
 /// A private `/dev`: a tmpfs with binds of the base device nodes and the policy's, a fresh
@@ -262,6 +318,9 @@ fn build_dev(root: &Path, devices: &[PathBuf]) -> Result<(), ViewError> {
         io_at("create", &dst, std::fs::File::create(&dst).map(drop))?;
         at("bind device", node, rustix::mount::mount_bind(node, &dst))?;
     }
+    // Each slot mounts a private tmpfs here (see `slot_mounts`).
+    let shm = dev.join("shm");
+    io_at("mkdir", &shm, std::fs::create_dir_all(&shm))?;
     let pts = dev.join("pts");
     io_at("mkdir", &pts, std::fs::create_dir_all(&pts))?;
     // A pty is convenient (script, tests that want a terminal) but not essential: a kernel

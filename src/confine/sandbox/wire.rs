@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 /// Bumped whenever a message changes shape; the init refuses a plan of another version, so a
 /// server and an init from different builds never misread each other.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Largest datagram either side sends or accepts. Jobs above it go through a memfd
 /// ([`ToSlot::JobInMemfd`]), bounded by [`MAX_JOB`].
@@ -56,13 +56,24 @@ pub enum WireError {
     Malformed(String),
 }
 
-/// Which Landlock layer a slot puts on itself before it reports ready.
+/// The one writable directory of its own a slot gets besides the policy's grants: its Landlock
+/// layer grants it, and the slot's mount namespace shows it at `/tmp` and `/var/tmp` too.
+/// Another slot's directory is neither granted nor listed (the root holding them is not).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SlotLayer {
-    /// The policy's grants plus the shared per-call temporary root.
-    Calls,
-    /// The policy's grants plus this private directory only (a long-lived worker).
+    /// A call's slot: this directory is the call's TMPDIR.
+    Calls(PathBuf),
+    /// A long-lived worker's slot: its private directory.
     Private(PathBuf),
+}
+
+impl SlotLayer {
+    /// The slot's own directory (host path, the same inside the view).
+    pub fn dir(&self) -> &std::path::Path {
+        match self {
+            Self::Calls(dir) | Self::Private(dir) => dir,
+        }
+    }
 }
 
 /// Server → init, on the control socket.
@@ -228,7 +239,7 @@ mod tests {
 
     #[test]
     fn other_versions_and_oversize_are_refused() {
-        let bytes = br#"{"v":99,"m":{"Slot":{"id":1,"layer":"Calls"}}}"#;
+        let bytes = br#"{"v":99,"m":{"Slot":{"id":1,"layer":{"Calls":"/t"}}}}"#;
         assert!(matches!(
             decode::<ToInit>(bytes, MAX_MESSAGE),
             Err(WireError::Malformed(_))
