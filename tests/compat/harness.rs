@@ -8,7 +8,11 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-pub const CORDON: &str = env!("CARGO_BIN_EXE_cordon");
+/// The cordon under test: this build's, or `COMPAT_CORDON` (another build, to record a
+/// before/after table).
+pub fn cordon() -> String {
+    std::env::var("COMPAT_CORDON").unwrap_or_else(|_| env!("CARGO_BIN_EXE_cordon").to_owned())
+}
 
 /// Wall-clock bound of one run of a workload (each side).
 const TIMEOUT_SECS: u64 = 300;
@@ -140,7 +144,7 @@ pub fn check(row: Row<'_>) {
     for policy in row.policies {
         let ws = workspace(&row);
         let confined = |script: &str, stdin| {
-            let mut cmd = Command::new(CORDON);
+            let mut cmd = Command::new(cordon());
             cmd.args(["exec", "--workspace"])
                 .arg(ws.path())
                 .args(["--policy", policy, "--timeout"])

@@ -487,7 +487,7 @@ fn home_state_survives_between_calls() {
     }
     let ws = tempfile::tempdir().unwrap();
     let exec = |script: &str| {
-        std::process::Command::new(harness::CORDON)
+        std::process::Command::new(harness::cordon())
             .args(["exec", "--workspace"])
             .arg(ws.path())
             .args(["--", "bash", "-c", script])
