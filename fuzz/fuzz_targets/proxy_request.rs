@@ -1,5 +1,5 @@
 //! Fuzzes what the egress proxy reads from a confined client: the request head parser, the
-//! head it forwards in its place, chunked-body framing, and the host-pattern grammar.
+//! head it forwards in its place, the request line read alone, chunked-body framing, and the host-pattern grammar.
 //! Invariants: nothing panics; an accepted head lies within the bounds; a target prints as
 //! text that parses back to itself; the forwarded head carries no proxy credentials and ends
 //! exactly once; the chunked framer consumes the same bytes however its input is split; a
@@ -16,7 +16,11 @@ fn check_target(t: &Target) {
 }
 
 fuzz_target!(|data: &[u8]| {
+    // The request line read alone (for the record of a head that never completed) never
+    // panics, and agrees with the whole head whenever that parses.
+    let line = http::parse_request_line(data);
     if let Ok(Some(head)) = http::parse_head(data) {
+        assert_eq!(line.as_ref(), Some(&head.request));
         assert!(head.len <= data.len() && head.len <= MAX_HEAD);
         assert!(head.headers.len() <= MAX_HEADERS);
         match &head.request {

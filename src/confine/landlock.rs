@@ -166,7 +166,7 @@ pub fn ruleset_of_grants(
     Option::<OwnedFd>::from(created).ok_or(LandlockError::Unsupported)
 }
 
-/// A ruleset that handles no access right and only scopes signals and abstract Unix sockets
+/// A ruleset that restricts no file access and only scopes signals and abstract Unix sockets
 /// to its own domain: put on a job's main process by its slot, it keeps the job from signalling
 /// the slot (its PID 1) or reaching its abstract sockets, which share the slot's domain otherwise.
 pub fn scope_only_ruleset(best_effort: bool) -> Result<OwnedFd, LandlockError> {
@@ -175,10 +175,19 @@ pub fn scope_only_ruleset(best_effort: bool) -> Result<OwnedFd, LandlockError> {
     } else {
         CompatLevel::HardRequirement
     };
+    // Any layer denies moving a file to another directory unless it grants `Refer` there
+    // (even one that handles nothing else), so this one grants it everywhere: the slot's own
+    // layer still decides what may be moved where.
+    let root = PathFd::new("/").map_err(|source| LandlockError::PathFd {
+        path: PathBuf::from("/"),
+        source,
+    })?;
     let created = Ruleset::default()
         .set_compatibility(level)
+        .handle_access(AccessFs::Refer)?
         .scope(Scope::AbstractUnixSocket | Scope::Signal)?
-        .create()?;
+        .create()?
+        .add_rule(PathBeneath::new(root, AccessFs::Refer))?;
     Option::<OwnedFd>::from(created).ok_or(LandlockError::Unsupported)
 }
 

@@ -9,7 +9,30 @@ use super::proxy::PROXY_USER;
 
 /// The token from `Proxy-Authorization: Basic base64(cordon:TOKEN)`.
 pub(super) fn token(head: &RequestHead) -> Option<String> {
-    let value = head.single_header("proxy-authorization").ok()??;
+    token_of(head.single_header("proxy-authorization").ok()??)
+}
+
+/// The token in the `Proxy-Authorization` field of a head still arriving: the first such
+/// field among its complete lines (the request line excluded). Only says whose connection it
+/// is while it waits for the rest; the complete head is judged by [`token`] alone.
+pub(super) fn token_in_partial(buf: &[u8]) -> Option<String> {
+    let buf = &buf[..buf.len().min(crate::egress::http::MAX_HEAD)];
+    let complete = buf.len() - buf.iter().rev().position(|&b| b == b'\n')?;
+    buf[..complete]
+        .split(|&b| b == b'\n')
+        .skip(1)
+        .filter_map(|line| line.strip_suffix(b"\r"))
+        .find_map(|line| {
+            let colon = line.iter().position(|&b| b == b':')?;
+            let (name, value) = (&line[..colon], &line[colon + 1..]);
+            name.eq_ignore_ascii_case(b"proxy-authorization")
+                .then(|| std::str::from_utf8(value).ok())
+                .flatten()
+        })
+        .and_then(|value| token_of(value.trim_matches(|c| c == ' ' || c == '\t')))
+}
+
+fn token_of(value: &str) -> Option<String> {
     let (scheme, encoded) = value.split_once(' ')?;
     if !scheme.eq_ignore_ascii_case("basic") {
         return None;
@@ -95,6 +118,24 @@ mod tests {
             assert_eq!(base64_decode(&encoded).as_deref(), Some(text.as_bytes()));
         }
         assert_eq!(basic_authorization("cordon:t"), "Basic Y29yZG9uOnQ=");
+    }
+
+    #[test]
+    fn credentials_are_found_in_a_head_still_arriving() {
+        let auth = basic_authorization("cordon:0123456789abcdef0123456789abcdef");
+        let head = format!("CONNECT h:443 HTTP/1.1\r\nHost: h\r\nproxy-AUTHORIZATION: {auth}\r\n");
+        assert_eq!(
+            token_in_partial(head.as_bytes()).as_deref(),
+            Some("0123456789abcdef0123456789abcdef")
+        );
+        // The field's line is not complete yet; on the request line it is not a field.
+        assert_eq!(token_in_partial(&head.as_bytes()[..head.len() - 2]), None);
+        let on_request_line = format!("GET http://h/{auth} HTTP/1.1\r\n");
+        assert_eq!(token_in_partial(on_request_line.as_bytes()), None);
+        assert_eq!(
+            token_in_partial(b"CONNECT h:443 HTTP/1.1\r\nProxy-Authorization: Basic !!\r\n"),
+            None
+        );
     }
 
     #[test]

@@ -249,6 +249,17 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<RequestHead>, HeadError> {
     }))
 }
 
+/// The request of a head whose request line is complete but whose fields may not be, for
+/// the record of a connection that never finished its head (None when the line is not
+/// complete or not valid).
+pub fn parse_request_line(buf: &[u8]) -> Option<Request> {
+    let window = &buf[..buf.len().min(MAX_HEAD)];
+    let end = find(window, b"\r\n")?;
+    let mut line = window[..end + 2].to_vec();
+    line.extend_from_slice(b"\r\n");
+    parse_head(&line).ok().flatten().map(|h| h.request)
+}
+
 /// `http://authority/path` → (target, `/path`). Userinfo is refused (it would be sent on to
 /// a host that never asked for it), and so is any scheme but `http`.
 fn absolute_http(target: &str) -> Result<(Target, String), HeadError> {

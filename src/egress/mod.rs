@@ -11,12 +11,14 @@
 //! * [`pattern`]: the host-pattern and CIDR grammar, pure.
 //! * [`rules`]: the decisions that need no network, and the words of each refusal.
 //! * [`http`]: the bounded request-head parser (fuzzed).
+//! * [`admission`]: how many connections it holds at once, per call and in all.
 //! * [`proxy`]: the server side: connections, per-call attribution and reports; `relay`
 //!   copies the bytes, `credentials` reads which call a connection belongs to.
 //!
 //! How the listener gets into the namespace, and what confines the process (Landlock's
 //! connect rule narrowed to the proxy port, seccomp without UDP) is `confine`'s job.
 
+pub mod admission;
 pub mod credentials;
 pub mod http;
 pub mod pattern;

@@ -7,12 +7,15 @@
 //! their proxy URL, judging the target by name before any DNS query, resolving it itself,
 //! dropping non-public addresses unless `allow_private` lists them, connecting to an address
 //! it checked (never a second lookup, so DNS rebinding gains nothing), and relaying bytes
-//! within the per-connection cap. Every connection, allowed or refused, becomes a
+//! within the per-connection cap. How many connections it holds at once, and whose, is
+//! `admission`: a connection counts against its call's own bounds once its credentials are
+//! seen, and against the proxy's overall one only once its head is complete. Every connection, allowed or refused, becomes a
 //! [`ConnectionRecord`] for its call's result and the audit log. It runs on its own small
 //! runtime, so it serves the same whether its owner is async (the server) or not (the CLI).
 //! The rules themselves are `rules`; the wire format `http`; where the listener comes from is
 //! `confine` (the sandbox init creates it inside the namespace).
 
+use super::admission::{Admission, AnonymousSlot, CallCounts, CallSlot, Limits};
 use super::http::{self, Body, HeadError, Request, RequestHead};
 use super::pattern::{Host, Target};
 use super::rules::{EgressRules, Refusal};
@@ -32,16 +35,19 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
-/// How long a client has to send its whole request head (slowloris bound), by default.
+/// How long a client has to send its whole request head (slowloris bound), by default; its
+/// credentials must come within [`super::admission::ANONYMOUS_TIMEOUT`].
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long name resolution may take.
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one connection attempt may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Connections handled at once, over all calls; more wait in the listen backlog.
-const MAX_IN_FLIGHT: usize = 512;
 /// Unattributed connections kept for the audit (the newest).
 const KEEP_UNATTRIBUTED: usize = 256;
+/// Unattributed connections that never sent a complete head (idle, evicted, timed out) get
+/// an audit record each up to this many per second; the rest are counted and logged. A
+/// flood of empty sockets must not turn into a flood of audit writes.
+const IDLE_AUDITS_PER_SECOND: u32 = 50;
 /// Connections listed per call (or per interpreter cell); more are counted, not listed, so a
 /// loop of refused attempts cannot grow the server's memory or the result without bound.
 pub const MAX_LISTED: usize = 256;
@@ -50,6 +56,8 @@ pub const MAX_LISTED: usize = 256;
 const FINISH_GRACE: Duration = Duration::from_millis(200);
 /// The user name in the proxy URL; the password is the call's token.
 pub const PROXY_USER: &str = "cordon";
+/// The hosts confined clients reach without the proxy: the sandbox's own loopback.
+pub const NO_PROXY: &str = "localhost,127.0.0.1,::1";
 
 /// One connection a confined process made (or tried to make) through the proxy.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
@@ -134,6 +142,8 @@ pub type CallContext = Arc<dyn std::any::Any + Send + Sync>;
 struct CallState {
     id: u64,
     opened: AtomicUsize,
+    /// Its connections still sending their head, and established (see `admission`).
+    counts: Arc<CallCounts>,
     active: AtomicUsize,
     records: Mutex<Vec<ConnectionRecord>>,
     /// Records not kept because `records` was full.
@@ -149,6 +159,8 @@ pub struct ProxyOptions {
     pub resolver: Arc<dyn Resolve>,
     /// How long a client has to send its whole request head.
     pub head_timeout: Duration,
+    /// How many connections it holds at once, and per call.
+    pub limits: Limits,
 }
 
 impl Default for ProxyOptions {
@@ -156,6 +168,7 @@ impl Default for ProxyOptions {
         Self {
             resolver: Arc::new(SystemResolver),
             head_timeout: HEAD_TIMEOUT,
+            limits: Limits::default(),
         }
     }
 }
@@ -168,7 +181,9 @@ struct Shared {
     next_call: AtomicU64,
     unattributed: Mutex<VecDeque<ConnectionRecord>>,
     unattributed_count: AtomicU64,
-    in_flight: Arc<tokio::sync::Semaphore>,
+    /// Audit records of idle unattributed connections in the current second: (second, count).
+    idle_audits: Mutex<(u64, u32)>,
+    admission: Arc<Admission>,
     audit: Mutex<Option<Arc<dyn ConnectionAudit>>>,
 }
 
@@ -218,7 +233,8 @@ impl Proxy {
                 next_call: AtomicU64::new(1),
                 unattributed: Mutex::new(VecDeque::new()),
                 unattributed_count: AtomicU64::new(0),
-                in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
+                idle_audits: Mutex::new((0, 0)),
+                admission: Admission::new(options.limits),
                 audit: Mutex::new(None),
             }),
             runtime: Some(runtime),
@@ -252,26 +268,23 @@ impl Proxy {
         let guard = ListenerGuard(stop.clone());
         let shared = Arc::clone(&self.shared);
         runtime.spawn(async move {
+            // Accepting never waits for a permit: a connection is counted against the
+            // proxy's bound only once its head is complete and names a call (`admission`),
+            // so sockets that send nothing cannot keep others in the listen backlog.
             loop {
-                let permit = tokio::select! {
-                    _ = stop.cancelled() => return,
-                    p = Arc::clone(&shared.in_flight).acquire_owned() => match p {
-                        Ok(p) => p,
-                        Err(_) => return,
-                    },
-                };
                 let accepted = tokio::select! {
                     _ = stop.cancelled() => return,
                     a = listener.accept() => a,
                 };
                 match accepted {
                     Ok((stream, _)) => {
+                        let slot = shared.admission.anonymous();
                         let shared = Arc::clone(&shared);
                         let stop = stop.clone();
-                        tokio::spawn(async move {
-                            let _permit = permit;
-                            handle(shared, stream, stop).await;
-                        });
+                        tokio::spawn(handle(shared, stream, stop, slot));
+                        // Lets the connection just accepted read what it has sent before a
+                        // flood behind it in the backlog evicts it from the anonymous pool.
+                        tokio::task::yield_now().await;
                     }
                     Err(e) => {
                         tracing::warn!("egress proxy: accept failed: {e}");
@@ -290,6 +303,7 @@ impl Proxy {
         let state = Arc::new(CallState {
             id,
             opened: AtomicUsize::new(0),
+            counts: Arc::default(),
             active: AtomicUsize::new(0),
             records: Mutex::new(Vec::new()),
             omitted: AtomicU64::new(0),
@@ -330,13 +344,20 @@ impl CallTicket {
         format!("http://{PROXY_USER}:{}@{listen}", self.token)
     }
 
-    /// The variables that point curl, Python, git and most other clients at the proxy.
+    /// The variables that point curl, Python, git and most other clients at the proxy; keep
+    /// loopback clients off it (`NO_PROXY`: a server the command started on the sandbox's own
+    /// loopback is reached directly, and `localhost` means that loopback, not the host's);
+    /// and make Node (22.21+, 24.5+) honour them too (`NODE_USE_ENV_PROXY`). Each variable in
+    /// both cases: curl reads the lower-case ones first (and `http_proxy` only so), Python
+    /// and Go either.
     pub fn env(&self, listen: SocketAddr) -> Vec<(String, String)> {
         let url = self.url(listen);
-        ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"]
+        let proxies = ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"].map(|n| (n, url.clone()));
+        proxies
             .into_iter()
-            .flat_map(|n| [n.to_owned(), n.to_ascii_lowercase()])
-            .map(|n| (n, url.clone()))
+            .chain([("NO_PROXY", NO_PROXY.to_owned())])
+            .flat_map(|(n, v)| [(n.to_owned(), v.clone()), (n.to_ascii_lowercase(), v)])
+            .chain([("NODE_USE_ENV_PROXY".to_owned(), "1".to_owned())])
             .collect()
     }
 
@@ -427,16 +448,62 @@ struct Attempt {
     started: Instant,
     record: ConnectionRecord,
     call: Option<Arc<CallState>>,
+    /// Which of its call's connections this is (1 for the first), once it has a call.
+    opened: usize,
     /// Refused only for want of credentials the client had not been asked for yet: audited,
     /// not warned about (git asks to be challenged on every connection).
     challenge_only: bool,
+    /// It named no call and never completed its head (idle, evicted, timed out): audited at a
+    /// bounded rate (see [`IDLE_AUDITS_PER_SECOND`]).
+    idle: bool,
 }
 
 impl Attempt {
+    fn new() -> Self {
+        Self {
+            started: Instant::now(),
+            record: ConnectionRecord {
+                method: String::new(),
+                host: String::new(),
+                port: 0,
+                allowed: false,
+                address: None,
+                bytes_sent: 0,
+                bytes_received: 0,
+                duration_ms: 0,
+                note: None,
+            },
+            call: None,
+            opened: 0,
+            challenge_only: false,
+            idle: false,
+        }
+    }
+
+    /// The connection is `call`'s: it is in the call's report, and counts as one of the
+    /// connections it opened, from now on.
+    fn attribute(&mut self, call: Arc<CallState>) {
+        call.active.fetch_add(1, Ordering::AcqRel);
+        self.opened = call.opened.fetch_add(1, Ordering::AcqRel) + 1;
+        self.call = Some(call);
+    }
+
+    /// What was asked, for the record.
+    fn describe(&mut self, request: &Request) {
+        let (method, target) = match request {
+            Request::Connect { target } => ("CONNECT", target),
+            Request::Forward { method, target, .. } => (method.as_str(), target),
+        };
+        self.record.method = method.to_owned();
+        self.record.host = target.host.to_string();
+        self.record.port = target.port;
+    }
+
     fn finish(mut self, shared: &Shared) {
         self.record.duration_ms = self.started.elapsed().as_millis() as u64;
         let sink = lock(&shared.audit).clone();
-        if let Some(sink) = sink {
+        let audited = self.call.is_some() || !self.idle || shared.idle_audit_allowed();
+        if let (Some(sink), true) = (sink, audited) {
             let call = self.call.as_ref();
             sink.record(
                 call.map(|c| c.id),
@@ -459,10 +526,16 @@ impl Attempt {
                 // Logged, but not one line per connection of a flood.
                 let n = shared.unattributed_count.fetch_add(1, Ordering::AcqRel) + 1;
                 if !self.challenge_only && (n <= 20 || n.is_multiple_of(1000)) {
+                    let what = if self.record.host.is_empty() {
+                        "a connection that named no call".to_owned()
+                    } else {
+                        format!(
+                            "an unattributed connection to {}:{}",
+                            self.record.host, self.record.port
+                        )
+                    };
                     tracing::warn!(
-                        "egress proxy: refused an unattributed connection to {}:{} ({n} so far): {}",
-                        self.record.host,
-                        self.record.port,
+                        "egress proxy: refused {what} ({n} unattributed so far): {}",
                         self.record.note.as_deref().unwrap_or_default()
                     );
                 }
@@ -476,77 +549,78 @@ impl Attempt {
     }
 }
 
-async fn handle(shared: Arc<Shared>, mut client: TcpStream, stop: CancellationToken) {
+impl Shared {
+    /// Whether one more idle unattributed connection gets an audit record this second.
+    fn idle_audit_allowed(&self) -> bool {
+        let second = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or_default();
+        let mut window = lock(&self.idle_audits);
+        if window.0 != second {
+            *window = (second, 0);
+        }
+        window.1 += 1;
+        window.1 <= IDLE_AUDITS_PER_SECOND
+    }
+}
+
+async fn handle(
+    shared: Arc<Shared>,
+    mut client: TcpStream,
+    stop: CancellationToken,
+    anonymous: AnonymousSlot,
+) {
     let _ = client.set_nodelay(true);
-    let mut attempt = Attempt {
-        started: Instant::now(),
-        record: ConnectionRecord {
-            method: String::new(),
-            host: String::new(),
-            port: 0,
-            allowed: false,
-            address: None,
-            bytes_sent: 0,
-            bytes_received: 0,
-            duration_ms: 0,
-            note: None,
-        },
-        call: None,
-        challenge_only: false,
-    };
+    let mut attempt = Attempt::new();
     let mut buf = Vec::with_capacity(4096);
-    let head = tokio::select! {
-        _ = stop.cancelled() => return,
-        h = tokio::time::timeout(shared.head_timeout, read_head(&mut client, &mut buf)) => h,
-    };
+    let head = read_head(
+        &shared,
+        &mut client,
+        &mut buf,
+        &stop,
+        anonymous,
+        &mut attempt,
+    )
+    .await;
     let head = match head {
-        Err(_) => {
-            let why = format!(
-                "the request head did not arrive within {:?}",
-                shared.head_timeout
-            );
-            let _ = client
-                .write_all(&response(408, "Request Timeout", &why, &[]))
-                .await;
+        Ok(head) => head,
+        Err(HeadEnd::Quiet) => return,
+        Err(HeadEnd::Recorded(why)) => {
             attempt.record.note = Some(why);
             return attempt.finish(&shared);
         }
-        Ok(Err(ReadHeadError::Io)) | Ok(Err(ReadHeadError::Closed)) => return,
-        Ok(Err(ReadHeadError::Head(e))) => {
-            let why = e.to_string();
-            let status = if e == HeadError::TooLarge || e == HeadError::TooManyHeaders {
-                (431, "Request Header Fields Too Large")
-            } else {
-                (400, "Bad Request")
-            };
-            let _ = client
-                .write_all(&response(status.0, status.1, &why, &[]))
-                .await;
+        Err(HeadEnd::Answered {
+            status: (code, reason),
+            why,
+        }) => {
+            let _ = client.write_all(&response(code, reason, &why, &[])).await;
             attempt.record.note = Some(why);
             return attempt.finish(&shared);
         }
-        Ok(Ok(head)) => head,
     };
     let target = match &head.request {
-        Request::Connect { target } => {
-            attempt.record.method = "CONNECT".into();
-            target.clone()
-        }
-        Request::Forward { method, target, .. } => {
-            attempt.record.method = method.clone();
-            target.clone()
-        }
+        Request::Connect { target } | Request::Forward { target, .. } => target.clone(),
     };
-    attempt.record.host = target.host.to_string();
-    attempt.record.port = target.port;
+    attempt.describe(&head.request);
 
-    // Which call is this? Without valid credentials, nobody's: refused, and the 407 lets a
-    // client that waits to be asked (git's default `anyauth`) send them.
+    // Which call is this? The complete head decides; credentials seen while it arrived only
+    // said whose report it was in meanwhile. Without valid credentials, nobody's: refused,
+    // and the 407 lets a client that waits to be asked (git's default `anyauth`) send them.
     let sent_credentials = head.header_values("proxy-authorization").next().is_some();
     let call = credentials::token(&head).and_then(|token| lock(&shared.calls).get(&token).cloned());
+    let call = match (call, attempt.call.clone()) {
+        (Some(call), None) => {
+            attempt.attribute(Arc::clone(&call));
+            Some(call)
+        }
+        (Some(call), Some(seen)) if Arc::ptr_eq(&call, &seen) => Some(call),
+        _ => None,
+    };
     let Some(call) = call else {
         let why = if sent_credentials {
-            "no valid cordon proxy credentials (use the HTTP_PROXY URL this call was given)"
+            "no valid cordon proxy credentials (use the HTTP_PROXY URL this call was given, in \
+             one Proxy-Authorization field)"
         } else {
             // A client that waits to be challenged (git's default `anyauth`) sends them next.
             "no cordon proxy credentials sent (challenged with 407; a client with this call's \
@@ -564,13 +638,10 @@ async fn handle(shared: Arc<Shared>, mut client: TcpStream, stop: CancellationTo
         attempt.record.note = Some(why.into());
         return attempt.finish(&shared);
     };
-    call.active.fetch_add(1, Ordering::AcqRel);
-    attempt.call = Some(Arc::clone(&call));
     let cancel = call.cancel.clone();
-    let opened = call.opened.fetch_add(1, Ordering::AcqRel) + 1;
     let rules = &shared.rules;
 
-    let refusal = if opened > rules.max_connections_per_call {
+    let refusal = if attempt.opened > rules.max_connections_per_call {
         Some(Refusal::TooManyConnections {
             max: rules.max_connections_per_call,
             site: rules.caps_site.clone(),
@@ -585,8 +656,17 @@ async fn handle(shared: Arc<Shared>, mut client: TcpStream, stop: CancellationTo
     if let Some(refusal) = refusal {
         return refuse(&shared, attempt, &mut client, refusal).await;
     }
+    // Allowed by name. From here it holds resources (a lookup, an outbound socket): one of
+    // its call's places, and one of the proxy's.
+    let _established = match shared.admission.establish(&call.counts) {
+        Ok(e) => e,
+        Err(crowded) => {
+            let message = crowded.to_string();
+            return answer_refusal(&shared, attempt, &mut client, crowded.status(), message).await;
+        }
+    };
 
-    // Allowed by name: only now is it resolved.
+    // Only now is it resolved.
     let resolved = match &target.host {
         Host::Ip(ip) => Ok(vec![*ip]),
         Host::Name(name) => {
@@ -689,14 +769,25 @@ fn check_request(head: &RequestHead, target: &Target) -> Result<(), Refusal> {
     Ok(())
 }
 
-async fn refuse(shared: &Shared, mut attempt: Attempt, client: &mut TcpStream, refusal: Refusal) {
+async fn refuse(shared: &Shared, attempt: Attempt, client: &mut TcpStream, refusal: Refusal) {
     let message = refusal.to_string();
-    let (status, reason) = match refusal {
+    let status = match refusal {
         Refusal::BadRequest(_) => (400, "Bad Request"),
         Refusal::Unresolved(_) => (502, "Bad Gateway"),
         Refusal::TooManyConnections { .. } => (429, "Too Many Requests"),
         _ => (403, "Forbidden"),
     };
+    answer_refusal(shared, attempt, client, status, message).await
+}
+
+/// Answers a refused request with `status` and the line its call's report gets, and records it.
+async fn answer_refusal(
+    shared: &Shared,
+    mut attempt: Attempt,
+    client: &mut TcpStream,
+    (status, reason): (u16, &str),
+    message: String,
+) {
     let line = format!(
         "{} {}:{} refused: {message}",
         attempt.record.method, attempt.record.host, attempt.record.port
@@ -709,29 +800,147 @@ async fn refuse(shared: &Shared, mut attempt: Attempt, client: &mut TcpStream, r
     attempt.finish(shared)
 }
 
-enum ReadHeadError {
-    Io,
-    Closed,
-    Head(HeadError),
+/// How reading a head ended, when it did not give one.
+enum HeadEnd {
+    /// Nothing to answer or record: the client closed before naming a call, or the proxy
+    /// stops.
+    Quiet,
+    /// Recorded with this note, not answered (the client is gone, or its call is).
+    Recorded(String),
+    /// Answered with this status and recorded with this note.
+    Answered {
+        status: (u16, &'static str),
+        why: String,
+    },
 }
 
+/// Reads one request head into `buf` under the bounds of `admission`: until credentials name
+/// a call, the connection is in the shared anonymous pool (evicted when newer ones need the
+/// room, and only [`super::admission::ANONYMOUS_TIMEOUT`] to name one); once they do, it is its
+/// call's (in its report, within its bound of unfinished heads) and has the whole head
+/// timeout. What a connection still has to say when it is evicted it may finish saying, but
+/// it is not waited for.
 async fn read_head(
+    shared: &Shared,
     client: &mut TcpStream,
     buf: &mut Vec<u8>,
-) -> Result<RequestHead, ReadHeadError> {
+    stop: &CancellationToken,
+    anonymous: AnonymousSlot,
+    attempt: &mut Attempt,
+) -> Result<RequestHead, HeadEnd> {
+    let limits = *shared.admission.limits();
+    let started = tokio::time::Instant::from_std(attempt.started);
+    let anonymous_timeout = limits.anonymous_timeout.min(shared.head_timeout);
+    let mut anonymous = Some(anonymous);
+    // Held while the head arrives; given back when it is complete (or refused).
+    let mut _head_slot: Option<CallSlot> = None;
     let mut chunk = [0u8; 4096];
     loop {
-        let n = client
-            .read(&mut chunk)
-            .await
-            .map_err(|_| ReadHeadError::Io)?;
-        if n == 0 {
-            return Err(ReadHeadError::Closed);
+        match http::parse_head(buf) {
+            Ok(Some(head)) => return Ok(head),
+            Ok(None) => {}
+            Err(e) => {
+                if attempt.call.is_none()
+                    && let Some(call) = partial_call(shared, buf)
+                {
+                    attempt.attribute(call);
+                }
+                if let Some(request) = http::parse_request_line(buf) {
+                    attempt.describe(&request);
+                }
+                let status = if e == HeadError::TooLarge || e == HeadError::TooManyHeaders {
+                    (431, "Request Header Fields Too Large")
+                } else {
+                    (400, "Bad Request")
+                };
+                return Err(HeadEnd::Answered {
+                    status,
+                    why: e.to_string(),
+                });
+            }
         }
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(head) = http::parse_head(buf).map_err(ReadHeadError::Head)? {
-            return Ok(head);
+        if attempt.call.is_none()
+            && let Some(call) = partial_call(shared, buf)
+        {
+            if let Some(request) = http::parse_request_line(buf) {
+                attempt.describe(&request);
+            }
+            anonymous = None;
+            let counts = Arc::clone(&call.counts);
+            attempt.attribute(call);
+            match shared.admission.head_of_call(&counts) {
+                Ok(slot) => _head_slot = Some(slot),
+                Err(crowded) => {
+                    return Err(HeadEnd::Answered {
+                        status: crowded.status(),
+                        why: crowded.to_string(),
+                    });
+                }
+            }
         }
+        let named = attempt.call.is_some();
+        let (timeout, why_late) = if named {
+            (shared.head_timeout, "the request head did not arrive")
+        } else {
+            (
+                anonymous_timeout,
+                "no request head with this call's proxy credentials arrived",
+            )
+        };
+        let call_ended = attempt.call.as_ref().map(|c| c.cancel.clone());
+        let evicted = anonymous.as_ref().map(|a| a.evicted().clone());
+        // Biased, the read first: bytes the client has already sent always count, even on a
+        // connection just evicted or out of time.
+        let read = tokio::select! {
+            biased;
+            r = client.read(&mut chunk) => r,
+            _ = stop.cancelled() => return Err(HeadEnd::Quiet),
+            _ = cancelled(call_ended.as_ref()) => {
+                return Err(HeadEnd::Recorded("the call ended".into()));
+            }
+            _ = cancelled(evicted.as_ref()) => {
+                attempt.idle = true;
+                return Err(HeadEnd::Answered {
+                    status: (503, "Service Unavailable"),
+                    why: format!(
+                        "too many connections: {} connections had not sent their proxy \
+                         credentials yet, and the oldest of them is closed to make room (send \
+                         the request head at once)",
+                        limits.anonymous_heads
+                    ),
+                });
+            }
+            _ = tokio::time::sleep_until(started + timeout) => {
+                attempt.idle = !named;
+                return Err(HeadEnd::Answered {
+                    status: (408, "Request Timeout"),
+                    why: format!("head timeout: {why_late} within {timeout:?}"),
+                });
+            }
+        };
+        match read {
+            Ok(0) | Err(_) if named => {
+                return Err(HeadEnd::Recorded(
+                    "the client closed the connection before its request head was complete".into(),
+                ));
+            }
+            Ok(0) | Err(_) => return Err(HeadEnd::Quiet),
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+/// The call named by the credentials of a head still arriving, if they name one.
+fn partial_call(shared: &Shared, buf: &[u8]) -> Option<Arc<CallState>> {
+    let token = credentials::token_in_partial(buf)?;
+    lock(&shared.calls).get(&token).cloned()
+}
+
+/// Completes when `token` is cancelled; never without one.
+async fn cancelled(token: Option<&CancellationToken>) {
+    match token {
+        Some(t) => t.cancelled().await,
+        None => std::future::pending().await,
     }
 }
 

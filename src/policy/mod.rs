@@ -991,13 +991,15 @@ fn resolve_http(
             .collect()
     });
     for origin in &allowed_origins {
+        // `null`: the `Origin` of sandboxed frames and file pages, as documented.
         let scheme_ok = origin.starts_with("http://") || origin.starts_with("https://");
-        if !scheme_ok || origin.trim_end_matches(":*").ends_with('/') {
+        if origin != "null" && (!scheme_ok || origin.trim_end_matches(":*").ends_with('/')) {
             return Err(invalid(
                 "server.http.allowed_origins",
                 format!(
                     "`{origin}` is not an origin: write `scheme://host`, `scheme://host:port` \
-                     or `scheme://host:*` (no path), e.g. \"https://app.example.com\""
+                     or `scheme://host:*` (no path), e.g. \"https://app.example.com\", or \
+                     `null`"
                 ),
             ));
         }

@@ -221,7 +221,7 @@ impl CordonServer {
             .protocol_version()
             .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28);
         if is_stateless {
-            let subject = http::subject_of(rctx).unwrap_or_else(|| "anonymous".to_owned());
+            let subject = http::subject_of(rctx).unwrap_or(http::auth::Subject::Anonymous);
             return shared
                 .stateless
                 .for_subject(&subject, runtime)

@@ -13,6 +13,7 @@
 //! this module does not own it.
 
 use super::approval::Approvals;
+use super::http::auth::Subject;
 use crate::runtime::{Runtime, RuntimeError, Session};
 use crate::tools::SharedContext;
 use std::collections::HashMap;
@@ -109,7 +110,7 @@ impl SessionRegistry {
 /// The scopes of stateless (2026-07-28) requests over HTTP, one per authenticated subject,
 /// at most `max` of them: past that, the one unused longest with no call running is ended.
 pub struct StatelessScopes {
-    scopes: Mutex<HashMap<String, (Scope, Instant)>>,
+    scopes: Mutex<HashMap<Subject, (Scope, Instant)>>,
     max: usize,
     max_calls: usize,
 }
@@ -131,7 +132,7 @@ impl StatelessScopes {
     }
 
     /// The scope of `subject`, made on its first stateless request.
-    pub fn for_subject(&self, subject: &str, runtime: &Arc<Runtime>) -> Result<Scope, NoScope> {
+    pub fn for_subject(&self, subject: &Subject, runtime: &Arc<Runtime>) -> Result<Scope, NoScope> {
         let mut scopes = self.scopes.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((scope, used)) = scopes.get_mut(subject) {
             *used = Instant::now();
@@ -149,7 +150,7 @@ impl StatelessScopes {
             }
         }
         let scope = Scope::fresh(runtime, Some(self.max_calls)).map_err(NoScope::Failed)?;
-        scopes.insert(subject.to_owned(), (scope.clone(), Instant::now()));
+        scopes.insert(subject.clone(), (scope.clone(), Instant::now()));
         Ok(scope)
     }
 

@@ -377,3 +377,51 @@ pub fn token_file(dir: &Path, content: &str, mode: u32) -> PathBuf {
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
     path
 }
+
+/// Like [`send_raw`], but a connection the server closes or refuses, or an answer that takes
+/// longer than `within`, is an `Err` saying which (for tests where that is the finding).
+pub fn try_send_raw(addr: SocketAddr, bytes: &[u8], within: Duration) -> Result<Response, String> {
+    let mut stream =
+        TcpStream::connect_timeout(&addr, within).map_err(|e| format!("connect: {e}"))?;
+    stream
+        .set_read_timeout(Some(within))
+        .map_err(|e| format!("set_read_timeout: {e}"))?;
+    stream.write_all(bytes).map_err(|e| format!("write: {e}"))?;
+    let mut raw = Vec::new();
+    match stream.read_to_end(&mut raw) {
+        Ok(_) => {}
+        Err(e) if raw.is_empty() => return Err(format!("read: {e}")),
+        Err(_) => {}
+    }
+    if !raw.starts_with(b"HTTP/") {
+        return Err(format!(
+            "the server closed the connection without an answer ({} bytes read)",
+            raw.len()
+        ));
+    }
+    Ok(parse_response(&raw))
+}
+
+/// Raises this process's soft `RLIMIT_NOFILE` to its hard limit (tests that hold hundreds of
+/// sockets); the limit now in force.
+pub fn raise_nofile_limit() -> u64 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit on this process with a valid, owned struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return 0;
+        }
+        limit.rlim_cur = limit.rlim_max;
+        libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+    }
+    limit.rlim_cur
+}
+
+/// The raw bytes of a POST of `body` to /mcp with `headers` (and `Connection: close`).
+pub fn encode_post(headers: &[(String, String)], body: &[u8]) -> Vec<u8> {
+    encode("POST", headers, body)
+}

@@ -754,7 +754,7 @@ fn http_oauth_resource_server_accepts_valid_jwts_serves_metadata_and_refuses_the
             .unwrap(),
     )
     .unwrap();
-    assert_eq!(record["subject"], "alice");
+    assert_eq!(record["subject"], "jwt:https://auth.example#alice");
     assert_eq!(record["session"], json!(session));
 
     // Another subject holding alice's session id gets what an unknown id gets, for a call
@@ -843,4 +843,370 @@ fn http_idle_session_expires_with_its_interpreters() {
     let r = server.post(&list, &[("Mcp-Session-Id", &session)]);
     assert_eq!(r.status, 404, "the expired session still answers: {r:?}");
     assert!(gone);
+}
+
+/// Finding 9 of issue 18: 600 connections that each sent one byte (and reconnect when the
+/// server closes them) must not keep an authenticated client from being served.
+#[test]
+fn http_idle_unauthenticated_connections_do_not_keep_an_authenticated_client_out() {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::time::Instant;
+
+    const IDLE: usize = 600;
+    // The attacker's bounds: it reconnects what the server closes, at most this often and
+    // for at most this long, so the test cannot run away.
+    const MAX_RECONNECTS: usize = 20_000;
+    const ATTACK_FOR: Duration = Duration::from_secs(20);
+
+    let limit = crate::http_client::raise_nofile_limit();
+    assert!(
+        limit >= IDLE as u64 + 200,
+        "this test needs {} open files, RLIMIT_NOFILE allows {limit}",
+        IDLE + 200
+    );
+    let ws = tempfile::tempdir().unwrap();
+    let server = with_token(ws.path());
+    let addr = server.addr;
+    let open_one = move || -> Option<TcpStream> {
+        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+        s.write_all(b"P").ok()?;
+        s.set_nonblocking(true).ok()?;
+        Some(s)
+    };
+    let mut idle: Vec<Option<TcpStream>> = (0..IDLE).map(|_| open_one()).collect();
+    assert!(
+        idle.iter().filter(|s| s.is_some()).count() >= IDLE - 10,
+        "could not open {IDLE} connections to the server"
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let reconnects = Arc::new(AtomicUsize::new(0));
+    let attacker = {
+        let stop = Arc::clone(&stop);
+        let reconnects = Arc::clone(&reconnects);
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let mut buf = [0u8; 64];
+            while !stop.load(Ordering::Relaxed)
+                && started.elapsed() < ATTACK_FOR
+                && reconnects.load(Ordering::Relaxed) < MAX_RECONNECTS
+            {
+                for slot in &mut idle {
+                    let closed = match slot {
+                        None => true,
+                        Some(s) => match s.read(&mut buf) {
+                            Ok(_) => true,
+                            Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+                        },
+                    };
+                    if closed {
+                        *slot = open_one();
+                        reconnects.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            idle.len()
+        })
+    };
+    // Let the server see all of them.
+    std::thread::sleep(Duration::from_millis(500));
+    let mut headers = server.auth();
+    headers.push(("Content-Type".into(), "application/json".into()));
+    headers.push(("Accept".into(), crate::http_client::ACCEPT_BOTH.into()));
+    let raw = crate::http_client::encode_post(&headers, init_body().to_string().as_bytes());
+    let mut served = Vec::new();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let answer = crate::http_client::try_send_raw(addr, &raw, Duration::from_secs(5));
+        let took = started.elapsed();
+        eprintln!("initialize with {IDLE} idle connections: {answer:?} after {took:?}");
+        served.push((answer, took));
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    stop.store(true, Ordering::Relaxed);
+    attacker.join().unwrap();
+    eprintln!(
+        "the attacker reconnected {} times",
+        reconnects.load(Ordering::Relaxed)
+    );
+    for (answer, took) in served {
+        let answer = answer.unwrap_or_else(|e| {
+            panic!("an authenticated initialize was not served with {IDLE} idle connections: {e}")
+        });
+        assert_eq!(answer.status, 200, "{answer:?}");
+        assert!(answer.header("mcp-session-id").is_some(), "{answer:?}");
+        assert!(
+            took < Duration::from_secs(1),
+            "an authenticated initialize took {took:?} with {IDLE} idle connections"
+        );
+    }
+}
+
+/// An unauthenticated connection has two seconds from accept to authenticate, not the ten a
+/// request head may take on an authenticated one.
+#[test]
+fn http_unauthenticated_connection_is_closed_within_the_short_head_timeout() {
+    use std::io::{Read, Write};
+    let ws = tempfile::tempdir().unwrap();
+    let server = with_token(ws.path());
+    let started = std::time::Instant::now();
+    let mut idle = std::net::TcpStream::connect(server.addr).unwrap();
+    idle.write_all(b"P").unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let read = idle.read(&mut buf);
+    let took = started.elapsed();
+    assert!(
+        matches!(read, Ok(0)) || read.is_err(),
+        "the server answered a one-byte head: {read:?}"
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "an idle unauthenticated connection stayed open {took:?}"
+    );
+    // An authenticated client is served as before.
+    assert!(!server.open_session().is_empty());
+}
+
+/// Finding 10 of issue 18: a JWT whose `sub` is `bearer` (or `jwt:bearer`) is not the static
+/// token's holder, nor each other: none can use another's session or stateless scope.
+#[test]
+fn http_jwt_subjects_never_collide_with_the_static_token_or_each_other() {
+    let ws = tempfile::tempdir().unwrap();
+    let keys = tempfile::tempdir().unwrap();
+    let jwks = keys.path().join("jwks.json");
+    std::fs::write(
+        &jwks,
+        json!({"keys": [{"kty": "OKP", "crv": "Ed25519", "x": JWT_KEY_X, "kid": "k1", "alg": "EdDSA"}]})
+            .to_string(),
+    )
+    .unwrap();
+    let log = keys.path().join("audit.jsonl");
+    let policy = format!(
+        "[server.http.oauth]\nissuer = \"https://auth.example\"\nresource = \
+         \"https://cordon.example/mcp\"\njwks_file = {:?}\n",
+        jwks.display().to_string()
+    );
+    let server = HttpServer::start(
+        ws.path(),
+        Start {
+            token: true,
+            policy: Some(&policy),
+            audit_log: Some(&log),
+            ..Start::default()
+        },
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let bearer_of = |sub: &str| {
+        format!(
+            "Bearer {}",
+            jwt(
+                json!({"iss": "https://auth.example", "aud": "https://cordon.example/mcp",
+                       "sub": sub, "exp": now + 600})
+            )
+        )
+    };
+    let holders = [
+        format!("Bearer {}", server.token.as_ref().unwrap()),
+        bearer_of("bearer"),
+        bearer_of("jwt:bearer"),
+    ];
+    let post = |auth: &str, body: &serde_json::Value, extra: &[(&str, &str)]| {
+        let mut headers = vec![
+            ("Authorization".to_owned(), auth.to_owned()),
+            ("Content-Type".to_owned(), "application/json".to_owned()),
+            (
+                "Accept".to_owned(),
+                crate::http_client::ACCEPT_BOTH.to_owned(),
+            ),
+        ];
+        headers.extend(
+            extra
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+        );
+        request(server.addr, "POST", &headers, body.to_string().as_bytes())
+    };
+    // Each opens a session and runs a call in it.
+    let mut sessions = Vec::new();
+    for (i, auth) in holders.iter().enumerate() {
+        let init = post(auth, &init_body(), &[]);
+        assert_eq!(init.status, 200, "{i}: {init:?}");
+        let session = init.header("mcp-session-id").unwrap().to_owned();
+        let ack = post(
+            auth,
+            &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            &[("Mcp-Session-Id", &session)],
+        );
+        assert_eq!(ack.status, 202, "{ack:?}");
+        sessions.push(session);
+    }
+    // Nobody can use another's session.
+    for (i, auth) in holders.iter().enumerate() {
+        for (j, session) in sessions.iter().enumerate() {
+            let r = post(
+                auth,
+                &call_body(
+                    10,
+                    "shell_exec",
+                    json!({"command": format!("echo holder-{i}-in-{j}")}),
+                ),
+                &[("Mcp-Session-Id", session)],
+            );
+            if i == j {
+                let answer = r.message(10).unwrap_or_else(|| panic!("{r:?}"));
+                assert_eq!(
+                    answer["result"]["structuredContent"]["stdout"],
+                    format!("holder-{i}-in-{j}\n"),
+                    "{answer}"
+                );
+            } else {
+                assert_eq!(r.status, 404, "holder {i} used session {j}: {r:?}");
+                assert!(!r.body.contains("holder-"), "{r:?}");
+            }
+        }
+    }
+    // The audit log tells them apart.
+    let subjects: Vec<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["subject"].to_string())
+        .collect();
+    assert!(subjects.contains(&"\"bearer\"".to_owned()), "{subjects:?}");
+    assert!(
+        subjects.contains(&"\"jwt:https://auth.example#bearer\"".to_owned()),
+        "{subjects:?}"
+    );
+    assert!(
+        subjects.contains(&"\"jwt:https://auth.example#jwt:bearer\"".to_owned()),
+        "{subjects:?}"
+    );
+
+    // Stateless scopes are one per subject: an interpreter variable set by one is not the
+    // other's.
+    if skip(
+        "http_jwt_subjects_never_collide_with_the_static_token_or_each_other (stateless part)",
+        Need::Namespaces,
+    ) {
+        return;
+    }
+    let stateless = |auth: &str, id: u64, code: &str| {
+        let r = post(
+            auth,
+            &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+                "name": "code_interpreter", "arguments": {"code": code}, "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {}}}}),
+            &[
+                ("MCP-Protocol-Version", "2026-07-28"),
+                ("Mcp-Method", "tools/call"),
+                ("Mcp-Name", "code_interpreter"),
+            ],
+        );
+        r.message(id).unwrap_or_else(|| panic!("{r:?}"))
+    };
+    for (i, auth) in holders.iter().enumerate() {
+        let set = stateless(auth, 20 + i as u64, &format!("mine = {i}"));
+        assert_eq!(set["result"]["isError"], json!(false), "{set}");
+    }
+    for (i, auth) in holders.iter().enumerate() {
+        let got = stateless(auth, 30 + i as u64, "mine");
+        assert_eq!(
+            got["result"]["structuredContent"]["result"],
+            json!(i.to_string()),
+            "holder {i} sees another's stateless scope: {got}"
+        );
+    }
+}
+
+/// Finding 14 of issue 18: `Origin`, `Host` and the request target are parsed, not
+/// prefix-matched, and there is exactly one of each to check.
+#[test]
+fn http_origin_host_and_request_target_are_parsed_exactly() {
+    let ws = tempfile::tempdir().unwrap();
+    let server = with_token(ws.path());
+    for origin in [
+        "http://localhost:80.evil.example",
+        "http://localhost:5173.evil.example",
+        "http://127.0.0.1:80@evil.example",
+    ] {
+        let r = server.post(&init_body(), &[("Origin", origin)]);
+        assert_eq!(r.status, 403, "{origin}: {r:?}");
+    }
+    let body = init_body().to_string();
+    let raw = |target: &str, headers: &str| {
+        let text = format!(
+            "POST {target} HTTP/1.1\r\n{headers}Connection: close\r\nAuthorization: Bearer \
+             {}\r\nContent-Type: application/json\r\nAccept: {}\r\nContent-Length: {}\r\n\r\n{body}",
+            server.token.as_ref().unwrap(),
+            crate::http_client::ACCEPT_BOTH,
+            body.len()
+        );
+        send_raw(server.addr, text.as_bytes())
+    };
+    for (what, target, headers) in [
+        (
+            "two Origin headers, the second foreign",
+            "/mcp",
+            "Host: 127.0.0.1\r\nOrigin: http://localhost:5173\r\nOrigin: https://evil.example\r\n",
+        ),
+        (
+            "two Host headers, the second foreign",
+            "/mcp",
+            "Host: 127.0.0.1\r\nHost: rebound.evil.example\r\n",
+        ),
+        (
+            "a foreign absolute-form target",
+            "http://evil.example/mcp",
+            "Host: 127.0.0.1\r\n",
+        ),
+        (
+            "an absolute-form target that is not the Host",
+            "http://localhost/mcp",
+            "Host: 127.0.0.1\r\n",
+        ),
+        (
+            "a Host with trailing garbage",
+            "/mcp",
+            "Host: 127.0.0.1:80.evil.example\r\n",
+        ),
+    ] {
+        let r = raw(target, headers);
+        assert_eq!(r.status, 403, "{what}: {r:?}");
+        assert!(!r.body.contains("\"result\""), "{what}: {r:?}");
+    }
+    // What is right is served: one allowed Origin, an absolute target naming the Host.
+    let r = raw(
+        "http://127.0.0.1/mcp",
+        "Host: 127.0.0.1\r\nOrigin: http://localhost:5173\r\n",
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+}
+
+/// Finding 14 of issue 18: `allowed_origins = ["null"]` is accepted, as documented, and admits
+/// exactly `Origin: null`.
+#[test]
+fn http_null_origin_is_served_when_the_policy_lists_it() {
+    let ws = tempfile::tempdir().unwrap();
+    let server = HttpServer::start(
+        ws.path(),
+        Start {
+            token: true,
+            policy: Some("[server.http]\nallowed_origins = [\"null\"]\n"),
+            ..Start::default()
+        },
+    );
+    let r = server.post(&init_body(), &[("Origin", "null")]);
+    assert_eq!(r.status, 200, "{r:?}");
+    let r = server.post(&init_body(), &[("Origin", "http://localhost:5173")]);
+    assert_eq!(r.status, 403, "{r:?}");
+    let r = server.post(&init_body(), &[]);
+    assert_eq!(r.status, 200, "no Origin: not a browser");
 }

@@ -148,8 +148,15 @@ fn alive(pid: u32) -> bool {
     host_pid(pid).is_some()
 }
 
+/// A slot's main process still waiting for its job (a warm call slot): the sandbox init's
+/// program, forked, not yet exec'd. Every slot's is pid 2 of its own namespace, like a worker.
+fn is_waiting_slot(host: u32) -> bool {
+    std::fs::read(format!("/proc/{host}/cmdline"))
+        .is_ok_and(|c| c.split(|&b| b == 0).any(|a| a == b"__sandbox-init"))
+}
+
 /// The pid in this (the host's) namespace of the live process a cell knows as `pid`. Cells
-/// run in the sandbox init's PID namespace, so their pids are that namespace's: the process
+/// run in a PID namespace of their own, so their pids are that namespace's: the process
 /// is found among this test process's descendants by the last entry of its `NSpid` line (the
 /// same number as the pid itself where there are no namespaces).
 fn host_pid(pid: u32) -> Option<u32> {
@@ -188,7 +195,7 @@ fn host_pid(pid: u32) -> Option<u32> {
                     .and_then(|p| p.parse::<u32>().ok())
             });
             let zombie = field(&status, "State:").is_some_and(|s| s.starts_with('Z'));
-            inner == Some(pid) && !zombie && descends_from_me(host)
+            inner == Some(pid) && !zombie && !is_waiting_slot(host) && descends_from_me(host)
         })
 }
 
@@ -1113,15 +1120,18 @@ fn identity_of(o: &CellOutcome) -> (u32, u64) {
 }
 
 /// Whether the process a cell identified with [`WORKER_IDENTITY`] is still alive.
-fn alive_identity((pid, start): (u32, u64)) -> bool {
+fn alive_identity(identity: (u32, u64)) -> bool {
+    host_of_identity(identity).is_some()
+}
+
+/// The host pid of the live process a cell identified with [`WORKER_IDENTITY`].
+fn host_of_identity((pid, start): (u32, u64)) -> Option<u32> {
     let me = std::process::id();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return false;
-    };
+    let dir = std::fs::read_dir("/proc").ok()?;
     dir.filter_map(Result::ok)
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter(|&host| host != me)
-        .any(|host| {
+        .find(|&host| {
             let stat = std::fs::read_to_string(format!("/proc/{host}/stat")).unwrap_or_default();
             let fields: Vec<&str> = stat
                 .rsplit_once(") ")
@@ -1129,8 +1139,25 @@ fn alive_identity((pid, start): (u32, u64)) -> bool {
                 .unwrap_or_default();
             let started = fields.get(19).and_then(|f| f.parse::<u64>().ok());
             let zombie = fields.first() == Some(&"Z");
-            started == Some(start) && !zombie && host_pid(pid).is_some()
+            let inner = std::fs::read_to_string(format!("/proc/{host}/status"))
+                .ok()
+                .and_then(|s| {
+                    s.lines()
+                        .find_map(|l| l.strip_prefix("NSpid:"))
+                        .and_then(|v| v.split_whitespace().last()?.parse::<u32>().ok())
+                });
+            started == Some(start) && !zombie && inner == Some(pid) && !is_waiting_slot(host)
         })
+}
+
+fn kill9_identity(identity: (u32, u64)) {
+    let host = host_of_identity(identity)
+        .unwrap_or_else(|| panic!("no live process {identity:?} of this test"));
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(host as i32).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
 }
 
 fn pid_of(o: &CellOutcome) -> u32 {
@@ -1161,11 +1188,12 @@ async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 async fn killed_worker_frees_slot_and_next_call_runs() {
     let s = setup!();
     let m = manager_with(s, |p| p.interpreter.max_sessions = 2);
-    let a = pid_of(&run(&m, "ka", "import os\nx = 1\nos.getpid()").await);
-    let b = pid_of(&run(&m, "kb", "import os\nos.getpid()").await);
+    run(&m, "ka", "x = 1").await;
+    let a = identity_of(&run(&m, "ka", WORKER_IDENTITY).await);
+    let b = identity_of(&run(&m, "kb", WORKER_IDENTITY).await);
     // Killed from outside, as the OOM killer or an operator would.
-    kill9(a);
-    kill9(b);
+    kill9_identity(a);
+    kill9_identity(b);
     wait_until("both dead sessions left the list", || {
         m.sessions().is_empty()
     })

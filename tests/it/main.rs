@@ -4,6 +4,7 @@
 //! own process whatever runner is used; `cargo nextest` additionally runs each test in its
 //! own process.
 
+mod call_isolation;
 mod common;
 mod confinement;
 mod conformance;

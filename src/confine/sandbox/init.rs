@@ -5,13 +5,18 @@
 //!   and forks PID 1 of the new PID namespace; then only waits. It dies with the server
 //!   (`PR_SET_PDEATHSIG`, set before exec and checked against the server's pid).
 //! * **PID 1**: dies with the launcher (the same, checked through a pipe), builds the view
-//!   (`view`), drops every capability, sets `no_new_privs`, applies Landlock and seccomp once,
-//!   then serves the control socket: forks slots on request and reports how they end. When PID
-//!   1 exits — the server closed the socket, or died — the kernel kills every process of the
-//!   namespace: nothing a call started outlives the server.
-//! * a **slot**: forked by PID 1, joins the call's cgroups (the slow migration, paid here, off
-//!   the call's critical path), adds its own Landlock layer, reports ready with a pidfd of
-//!   itself, and waits. A job is then only `setsid`, `fchdir`, `dup2`, `setrlimit`, `execve`.
+//!   (`view`), then serves the control socket: forks slots on request and reports how they
+//!   end. It keeps its capabilities (each slot must mount before it confines itself) and is
+//!   reachable by nothing confined. When PID 1 exits — the server closed the socket, or died —
+//!   the kernel kills every process of the namespace: nothing a call started outlives the server.
+//! * a **slot**: cloned by PID 1 into PID, IPC and mount namespaces of its own, whose PID 1 it
+//!   is. It joins the call's cgroups (the slow migration, paid here, off the call's critical
+//!   path), unshares a cgroup namespace, mounts its own `/proc`, `/tmp`, `/dev/shm`, devpts and
+//!   cgroups (`slot_mounts`), confines itself (capabilities, `no_new_privs`, its Landlock layer,
+//!   seccomp), forks the job's main process, reports ready with a pidfd of itself, and from then
+//!   on only reaps and passes on the server's signals. The main process takes a scope-only
+//!   Landlock layer and waits; a job is then only `fchdir`, `dup2`, `setrlimit`, `execve`.
+//!   When it ends, the slot hands its wait status to PID 1 and exits, ending the namespace.
 //!
 //! Owns these processes' code; the server side is `super` (mod.rs). Everything here runs
 //! single-threaded, so forking is safe and the slot may allocate.
@@ -623,41 +628,49 @@ fn slot(plan: &InitPlan, grants: &[crate::confine::landlock::Grant], own: SlotOw
         Ok(fd) => fd,
         Err(e) => slot_fail(&sock, "pidfd", e.raw_os_error()),
     };
-    send_msg(&sock, &FromSlot::Ready, &[pidfd.as_fd()]);
-    drop(pidfd);
+    // The job's main process is forked now, while the slot waits in the pool: a call then
+    // costs only the exec, as without a reaper. It waits for the job itself.
+    // SAFETY: this process is single-threaded; the child runs `await_job`, which never returns.
+    let main = unsafe { libc::fork() };
+    match main {
+        -1 => slot_fail(&sock, "fork", errno_of(&io::Error::last_os_error())),
+        0 => {
+            drop((signals, status, pidfd));
+            await_job(plan, sock, job_scope.as_ref())
+        }
+        _ => {
+            send_msg(&sock, &FromSlot::Ready, &[pidfd.as_fd()]);
+            drop((pidfd, job_scope));
+            // The main process's copy of the socket closes at its exec: that EOF is the
+            // server's sign that the program runs.
+            drop(sock);
+            reap_until(main, &signals, &status)
+        }
+    }
+}
+
+/// The job's main process (pid 2 of the slot's namespace): takes the scope layer, waits for
+/// the job and becomes its program. Exits 0 when the server lets the slot go unused.
+fn await_job(plan: &InitPlan, sock: OwnedFd, job_scope: Option<&OwnedFd>) -> ! {
+    if let Some(scope) = job_scope
+        && let Err(e) = restrict_self(scope)
+    {
+        slot_fail(&sock, "landlock scope", errno_of(&e));
+    }
     let received = match fdpass::recv(sock.as_fd()) {
         Ok(r) if !r.eof => r,
         // The server let this slot go (shutdown, or a pool shrinking).
-        _ => std::process::exit(0),
+        // SAFETY: _exit ends this forked process without running PID 1's atexit state.
+        _ => unsafe { libc::_exit(0) },
     };
     let (job, fds) = match read_job(received) {
         Ok(j) => j,
         Err(e) => slot_fail(&sock, "job", errno_of(&e)),
     };
-    // SAFETY: this process is single-threaded; the child runs the job (`run_job` returns only
-    // on failure, then `slot_fail` ends it).
-    let main = unsafe { libc::fork() };
-    match main {
-        -1 => slot_fail(&sock, "fork", errno_of(&io::Error::last_os_error())),
-        0 => {
-            drop((signals, status));
-            if let Some(scope) = &job_scope
-                && let Err(e) = restrict_self(scope)
-            {
-                slot_fail(&sock, "landlock scope", errno_of(&e));
-            }
-            if let Err((stage, e)) = run_job(plan, &job, fds) {
-                slot_fail(&sock, stage, errno_of(&e));
-            }
-            unreachable!("run_job only returns on failure")
-        }
-        _ => {
-            // The job's copy of the socket closes at its exec: that EOF is the server's sign
-            // that the program runs.
-            drop((sock, fds));
-            reap_until(main, &signals, &status)
-        }
+    if let Err((stage, e)) = run_job(plan, &job, fds) {
+        slot_fail(&sock, stage, errno_of(&e));
     }
+    unreachable!("run_job only returns on failure")
 }
 
 /// Blocks SIGCHLD and the forwarded signals and returns a signalfd that reads them.

@@ -9,6 +9,11 @@
 //! `error="invalid_token"` for a wrong one). The token is never logged,
 //! audited or echoed in an error; the audit log names the subject `bearer`.
 //!
+//! A request's [`Subject`] is a tagged value, compared as such: the static token's holder,
+//! a JWT's (issuer, `sub`) pair, or anonymous. No `sub` a token carries can make it equal
+//! another kind's subject, and the same `sub` of two issuers are two subjects; sessions and
+//! stateless scopes belong to one.
+//!
 //! Owns loading and checking the token; the decision to refuse a non-loopback bind without
 //! one is the caller's (`http::serve`).
 
@@ -23,13 +28,50 @@ pub enum TokenSource {
     Env(String),
 }
 
-/// The subject of an authenticated request, put in the request's extensions for the audit
-/// log and the stateless scopes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Subject(pub String);
+/// Who made an authenticated request, put in the request's extensions for the session
+/// owner check, the stateless scopes and the audit log.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Subject {
+    /// No authentication is required (loopback without a token): every client is this one.
+    Anonymous,
+    /// The holder of the static token: one token, one subject.
+    StaticToken,
+    /// A JWT access token's `sub`, as its issuer vouched for it.
+    Jwt { issuer: String, sub: String },
+}
 
-/// The label of the static token's holder: one token, one subject.
+/// How the static token's holder is named in the audit log.
 pub const BEARER_SUBJECT: &str = "bearer";
+
+impl std::fmt::Display for Subject {
+    /// `anonymous`, `bearer`, or `jwt:<issuer>#<sub>` with `%`, `#` and control characters
+    /// of both percent-encoded: distinct subjects are always displayed differently.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Anonymous => f.write_str("anonymous"),
+            Self::StaticToken => f.write_str(BEARER_SUBJECT),
+            Self::Jwt { issuer, sub } => {
+                write!(f, "jwt:{}#{}", escape(issuer), escape(sub))
+            }
+        }
+    }
+}
+
+/// Percent-encodes what would make a displayed JWT subject ambiguous or unprintable.
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c == '%' || c == '#' || c.is_control() {
+            let mut bytes = [0u8; 4];
+            for b in c.encode_utf8(&mut bytes).bytes() {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
 
 /// Shortest token accepted without a warning (bytes).
 const WEAK_TOKEN_LEN: usize = 32;
@@ -137,7 +179,7 @@ impl Authenticator {
     /// Checks a request's `Authorization` headers.
     pub fn check(&self, headers: &http::HeaderMap) -> Result<Subject, Unauthenticated> {
         if !self.is_required() {
-            return Ok(Subject("anonymous".to_owned()));
+            return Ok(Subject::Anonymous);
         }
         let mut values = headers.get_all(http::header::AUTHORIZATION).iter();
         let (Some(value), None) = (values.next(), values.next()) else {
@@ -154,20 +196,17 @@ impl Authenticator {
         if let Some(expected) = &self.digest {
             let digest: [u8; 32] = Sha256::digest(presented).into();
             if bool::from(digest.ct_eq(expected)) {
-                return Ok(Subject(BEARER_SUBJECT.to_owned()));
+                return Ok(Subject::StaticToken);
             }
         }
-        let subject = self.jwt.as_ref().and_then(|jwt| {
-            std::str::from_utf8(presented)
-                .ok()
-                .and_then(|t| jwt.verify(t))
-        });
-        match subject {
-            // A JWT subject can never pass for the static token's holder.
-            Some(sub) if sub != BEARER_SUBJECT => Ok(Subject(sub)),
-            Some(sub) => Ok(Subject(format!("jwt:{sub}"))),
-            None => Err(Unauthenticated::Invalid),
-        }
+        self.jwt
+            .as_ref()
+            .and_then(|jwt| {
+                std::str::from_utf8(presented)
+                    .ok()
+                    .and_then(|t| jwt.verify(t))
+            })
+            .ok_or(Unauthenticated::Invalid)
     }
 
     /// The `WWW-Authenticate` value of a 401: RFC 6750's, with RFC 9728's
@@ -247,7 +286,7 @@ mod tests {
         let ok = auth.check(&headers(&[
             "Bearer s3cret-token-0123456789abcdef0123456789",
         ]));
-        assert_eq!(ok, Ok(Subject("bearer".into())));
+        assert_eq!(ok, Ok(Subject::StaticToken));
         assert!(
             auth.check(&headers(&[
                 "bearer s3cret-token-0123456789abcdef0123456789"
@@ -278,6 +317,42 @@ mod tests {
             Err(Unauthenticated::Invalid),
             "two Authorization headers are refused"
         );
+    }
+
+    #[test]
+    fn no_jwt_subject_equals_or_displays_as_another_subject() {
+        let jwt = |issuer: &str, sub: &str| Subject::Jwt {
+            issuer: issuer.into(),
+            sub: sub.into(),
+        };
+        let all = [
+            Subject::Anonymous,
+            Subject::StaticToken,
+            jwt("https://a.example", "bearer"),
+            jwt("https://a.example", "jwt:bearer"),
+            jwt("https://a.example", "anonymous"),
+            jwt("https://b.example", "bearer"),
+            // What a naive `issuer#sub` display would confuse.
+            jwt("https://a.example#x", "y"),
+            jwt("https://a.example", "x#y"),
+            jwt("https://a.example", "x%23y"),
+        ];
+        for (i, a) in all.iter().enumerate() {
+            for (j, b) in all.iter().enumerate() {
+                assert_eq!(i == j, a == b, "{a:?} vs {b:?}");
+                assert_eq!(
+                    i == j,
+                    a.to_string() == b.to_string(),
+                    "{a} displays like {b}"
+                );
+            }
+        }
+        assert_eq!(Subject::StaticToken.to_string(), "bearer");
+        assert_eq!(
+            jwt("https://a.example", "alice").to_string(),
+            "jwt:https://a.example#alice"
+        );
+        assert_eq!(jwt("i", "a\nb").to_string(), "jwt:i#a%0Ab");
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! bound (that is `server::scope`) nor idle expiry (rmcp's session `keep_alive`, set by the
 //! caller).
 
+use super::auth::Subject;
 use crate::server::scope::SessionRegistry;
 use bytes::Bytes;
 use futures_core::Stream;
@@ -34,7 +35,7 @@ pub struct BoundedSessions<M> {
     inner: M,
     /// Live sessions, each with the subject that began it (set once its `initialize` is
     /// answered): a session id is a bearer secret of its own, so it only works for its owner.
-    live: Mutex<HashMap<SessionId, Option<String>>>,
+    live: Mutex<HashMap<SessionId, Option<Subject>>>,
     max: usize,
     /// The sessions' scopes, ended with their sessions.
     scopes: Arc<SessionRegistry>,
@@ -72,24 +73,24 @@ impl<M> BoundedSessions<M> {
     }
 
     /// Records `subject` as the owner of the session `id` began, unless it has one.
-    pub fn claim(&self, id: &str, subject: &str) {
+    pub fn claim(&self, id: &str, subject: &Subject) {
         if let Some(owner) = self.lock().get_mut(id)
             && owner.is_none()
         {
-            *owner = Some(subject.to_owned());
+            *owner = Some(subject.clone());
         }
     }
 
     /// Whether `subject` may use the session `id`: an unknown session is for rmcp to refuse
     /// (404), a session owned by another subject is refused here as if unknown.
-    pub fn may_use(&self, id: &str, subject: &str) -> bool {
+    pub fn may_use(&self, id: &str, subject: &Subject) -> bool {
         match self.lock().get(id) {
             Some(Some(owner)) => owner == subject,
             _ => true,
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Option<String>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Option<Subject>>> {
         self.live.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -257,5 +258,48 @@ impl<B> Drop for CancelOnDrop<B> {
         if let Some(on_abandon) = self.on_abandon.take() {
             on_abandon();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+
+    #[test]
+    fn a_session_is_usable_only_by_the_subject_that_began_it() {
+        let sessions = BoundedSessions::new(
+            LocalSessionManager::default(),
+            4,
+            Arc::new(SessionRegistry::default()),
+        );
+        let jwt = |issuer: &str, sub: &str| Subject::Jwt {
+            issuer: issuer.into(),
+            sub: sub.into(),
+        };
+        let owners = [
+            Subject::StaticToken,
+            jwt("https://a.example", "bearer"),
+            jwt("https://a.example", "jwt:bearer"),
+            jwt("https://b.example", "bearer"),
+        ];
+        for (i, owner) in owners.iter().enumerate() {
+            let id: SessionId = format!("s{i}").into();
+            sessions.lock().insert(id, None);
+            sessions.claim(&format!("s{i}"), owner);
+        }
+        for (i, owner) in owners.iter().enumerate() {
+            for (j, other) in owners.iter().enumerate() {
+                assert_eq!(
+                    sessions.may_use(&format!("s{i}"), other),
+                    i == j,
+                    "{other} using {owner}'s session"
+                );
+            }
+        }
+        // A claim is made once: the owner cannot be replaced.
+        sessions.claim("s0", &owners[1]);
+        assert!(sessions.may_use("s0", &Subject::StaticToken));
+        assert!(!sessions.may_use("s0", &owners[1]));
     }
 }

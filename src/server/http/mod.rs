@@ -3,15 +3,20 @@
 //! rmcp's `StreamableHttpService` speaks the protocol (POST with JSON or SSE answers, GET
 //! streams, `Mcp-Session-Id` for sessions begun with `initialize`, DELETE to end one, the
 //! stateless 2026-07-28 revision). This module is the front door in front of it, and decides
-//! what rmcp never sees: the path, the `Origin` allow-list (403), the bearer token (401), the
+//! what rmcp never sees: the `Host` and request target (403, `target`), the path, the
+//! `Origin` allow-list (403), the bearer token (401), the
 //! body size and read time (413, 408), the session ceiling (503); and it cancels a call whose
 //! client went away mid-answer. Each MCP session gets its own scope from the service factory
-//! (`server::scope`). Connections are served by hyper, HTTP/1.1, with a header-read timeout.
+//! (`server::scope`). Connections are served by hyper, HTTP/1.1, with a header-read timeout;
+//! which connections are kept at all is `admission`'s.
 
+pub mod admission;
 pub mod auth;
+pub mod authority;
 pub mod limits;
 pub mod oauth;
 pub mod origin;
+pub mod target;
 
 use super::CordonServer;
 use crate::audit::CallOrigin;
@@ -33,10 +38,9 @@ use std::time::Duration;
 
 /// The one endpoint.
 pub const ENDPOINT: &str = "/mcp";
-/// How long a client may take to send a request's headers.
+/// How long an authenticated connection's client may take to send a later request's
+/// headers (the first must authenticate within `admission::UNAUTHENTICATED_TIMEOUT`).
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
-/// Connections served at once; one more is closed on accept (each holds a task and buffers).
-const MAX_CONNECTIONS: usize = 512;
 /// What a session's idle time must exceed the longest call by: a call's tree is killed and
 /// answered within this after its timeout.
 const IDLE_MARGIN: Duration = Duration::from_secs(10);
@@ -78,12 +82,12 @@ pub fn check_options(options: &HttpOptions) -> Result<(), HttpError> {
 }
 
 /// The authenticated subject of a request served over HTTP.
-pub fn subject_of(rctx: &RequestContext<RoleServer>) -> Option<String> {
+pub fn subject_of(rctx: &RequestContext<RoleServer>) -> Option<auth::Subject> {
     rctx.extensions
         .get::<http::request::Parts>()?
         .extensions
         .get::<auth::Subject>()
-        .map(|s| s.0.clone())
+        .cloned()
 }
 
 /// The `Mcp-Session-Id` of a request served over HTTP in a session.
@@ -110,7 +114,10 @@ pub fn call_origin(rctx: &RequestContext<RoleServer>) -> Option<CallOrigin> {
         .map(|info| serde_json::json!({"name": info.name, "version": info.version}));
     Some(CallOrigin {
         session: Some(session),
-        subject: parts.extensions.get::<auth::Subject>().map(|s| s.0.clone()),
+        subject: parts
+            .extensions
+            .get::<auth::Subject>()
+            .map(ToString::to_string),
         client,
     })
 }
@@ -121,6 +128,7 @@ struct Front {
     sessions: Arc<Sessions>,
     auth: auth::Authenticator,
     origins: origin::OriginPolicy,
+    hosts: target::HostPolicy,
     max_body: usize,
     policy_origin: String,
 }
@@ -204,16 +212,15 @@ pub async fn serve(
         sessions: Arc::clone(&sessions),
         auth: options.auth,
         origins,
+        hosts: target::HostPolicy::new(&http.allowed_hosts),
         max_body: http.max_body_bytes,
         policy_origin: ctx.runtime.policy.origin.clone(),
     });
 
-    let listener = tokio::net::TcpListener::bind(options.addr)
-        .await
-        .map_err(|source| HttpError::Bind {
-            addr: options.addr,
-            source,
-        })?;
+    let listener = listen(options.addr).map_err(|source| HttpError::Bind {
+        addr: options.addr,
+        source,
+    })?;
     let local_addr = listener.local_addr().unwrap_or(options.addr);
     let ready = super::startup_line(&ctx).replace(
         "waiting for an MCP client on stdin",
@@ -230,7 +237,7 @@ pub async fn serve(
     // tests read the port from here when they bind port 0).
     eprintln!("{ready}");
 
-    let connections = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let admission = admission::Admission::new(admission::Bounds::default());
     let stop = async move {
         let name = signals.recv().await;
         tracing::info!("{name}: ending every session and running call");
@@ -255,32 +262,22 @@ pub async fn serve(
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!("TCP_NODELAY on the connection from {peer}: {e}");
         }
-        let Ok(permit) = Arc::clone(&connections).try_acquire_owned() else {
-            tracing::warn!("{MAX_CONNECTIONS} connections open; closing the one from {peer}");
-            continue;
-        };
+        // Never refused here: if the unauthenticated bounds are full, the oldest
+        // unauthenticated connection is closed instead.
+        let ticket = Arc::new(admission.admit(&peer));
         let front = Arc::clone(&front);
         let closing = server_shutdown.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            let service = hyper::service::service_fn(move |request| {
-                let front = Arc::clone(&front);
-                async move { Ok::<_, Infallible>(front.handle(request).await) }
-            });
-            let connection = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT)
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-            tokio::pin!(connection);
-            tokio::select! {
-                result = &mut connection => {
-                    if let Err(e) = result {
-                        tracing::debug!("connection from {peer}: {e}");
-                    }
-                }
-                () = closing.cancelled() => connection.as_mut().graceful_shutdown(),
-            }
-        });
+        tokio::spawn(serve_connection(
+            stream,
+            peer,
+            front,
+            Arc::clone(&ticket),
+            closing,
+        ));
+        // The next accept may evict: first let this connection's task read what its client
+        // sent (an authenticated head leaves the bounds at once). Under a flood the accept
+        // loop would otherwise run ahead of every task it spawned.
+        let _ = tokio::time::timeout(FIRST_READ_WAIT, ticket.first_read()).await;
     }
     // Every call of every session is cancelled (its tree killed) and answered; then the
     // interpreters go and the process exits.
@@ -292,8 +289,99 @@ pub async fn serve(
     Ok(())
 }
 
+/// Connections the kernel may hold for us before `accept`: under a flood of connections a
+/// short queue overflows, and a client whose handshake is dropped waits a second to retry.
+const LISTEN_BACKLOG: u32 = 4096;
+/// The longest the accept loop waits for a new connection's first read.
+const FIRST_READ_WAIT: Duration = Duration::from_millis(10);
+
+fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
+/// Serves one connection until it ends, is evicted, fails to authenticate within
+/// `admission::UNAUTHENTICATED_TIMEOUT` of its accept, or the server shuts down.
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    front: Arc<Front>,
+    ticket: Arc<admission::Ticket>,
+    closing: tokio_util::sync::CancellationToken,
+) {
+    let service = {
+        let ticket = Arc::clone(&ticket);
+        hyper::service::service_fn(move |request| {
+            let front = Arc::clone(&front);
+            let ticket = Arc::clone(&ticket);
+            async move { Ok::<_, Infallible>(front.handle(request, &ticket).await) }
+        })
+    };
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .serve_connection(
+            hyper_util::rt::TokioIo::new(admission::Watched::new(stream, Arc::clone(&ticket))),
+            service,
+        );
+    tokio::pin!(connection);
+    let deadline = tokio::time::sleep(admission::UNAUTHENTICATED_TIMEOUT);
+    tokio::pin!(deadline);
+    let mut deadline_passed = false;
+    loop {
+        tokio::select! {
+            result = &mut connection => {
+                if let Err(e) = result {
+                    tracing::debug!("connection from {peer}: {e}");
+                }
+                break;
+            }
+            () = ticket.evicted().cancelled() => {
+                tracing::debug!("closed the unauthenticated connection from {peer} to make room");
+                break;
+            }
+            () = &mut deadline, if !deadline_passed => {
+                if !ticket.is_authenticated() {
+                    tracing::debug!(
+                        "closed the connection from {peer}: no authenticated request within {}s",
+                        admission::UNAUTHENTICATED_TIMEOUT.as_secs()
+                    );
+                    break;
+                }
+                deadline_passed = true;
+            }
+            () = closing.cancelled() => {
+                connection.as_mut().graceful_shutdown();
+                break;
+            }
+        }
+    }
+}
+
 impl Front {
-    async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
+    async fn handle(
+        &self,
+        request: Request<Incoming>,
+        ticket: &admission::Ticket,
+    ) -> Response<Body> {
+        // Which host the request is for, before anything answers it.
+        if let Err(bad) = self.hosts.check(request.uri(), request.headers()) {
+            tracing::warn!("refused a request: {bad}");
+            return plain(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "Forbidden: {bad} (server.http.allowed_hosts of the policy, {}, lists the \
+                     names this server answers to)",
+                    self.policy_origin
+                ),
+            );
+        }
         // RFC 9728 metadata: public by design (it says where to get a token).
         if let Some(jwt) = self.auth.jwt()
             && oauth::METADATA_PATHS.contains(&request.uri().path())
@@ -335,6 +423,11 @@ impl Front {
             Ok(subject) => subject,
             Err(why) => return unauthorized(&self.auth, why),
         };
+        // A complete head that authenticated: the connection leaves the unauthenticated
+        // bounds and their timeout.
+        if let Err(refused) = ticket.authenticate() {
+            return connection_refused(refused);
+        }
         let (mut parts, body) = request.into_parts();
         let session = parts
             .headers
@@ -344,18 +437,17 @@ impl Front {
         // A session belongs to the subject that began it: with OAuth, one subject holding
         // another's session id (a log, a proxy) gets what an unknown id gets.
         if let Some(id) = &session
-            && !self.sessions.may_use(id, &subject.0)
+            && !self.sessions.may_use(id, &subject)
         {
             tracing::warn!(
-                "refused a request of subject {:?} for a session another subject began",
-                subject.0
+                "refused a request of subject {subject} for a session another subject began"
             );
             return plain(
                 StatusCode::NOT_FOUND,
                 "Not Found: Session not found".to_owned(),
             );
         }
-        let subject_label = subject.0.clone();
+        let owner = subject.clone();
         parts.extensions.insert(subject);
         if parts.method != http::Method::POST {
             // GET (a session's stream) and DELETE (its end) carry no body worth reading.
@@ -423,7 +515,7 @@ impl Front {
                 .get(rmcp::transport::common::http_header::HEADER_SESSION_ID)
                 .and_then(|v| v.to_str().ok())
         {
-            self.sessions.claim(id, &subject_label);
+            self.sessions.claim(id, &owner);
         }
         // A call inside a session answered on an SSE stream: if the client goes before the
         // answer, the call is cancelled (rmcp would let it run on for a resume).
@@ -503,6 +595,31 @@ fn plain(status: StatusCode, message: String) -> Response<Body> {
         .header(http::header::CONTENT_TYPE, "text/plain; charset=utf-8")
         .body(Full::new(Bytes::from(message)).boxed())
         .expect("a static response is valid")
+}
+
+/// The 503 of a request whose connection may not stay: evicted while its head arrived, or
+/// every authenticated place taken.
+fn connection_refused(refused: admission::Refused) -> Response<Body> {
+    let message = match refused {
+        admission::Refused::Evicted => "Service Unavailable: this connection was closed to make \
+             room for newer ones before its request authenticated; retry"
+            .to_owned(),
+        admission::Refused::Full(max) => format!(
+            "Service Unavailable: {max} authenticated connections are open, the most this \
+             server serves at once; reuse one (keep-alive) or retry later"
+        ),
+    };
+    let mut response = plain(StatusCode::SERVICE_UNAVAILABLE, message);
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::RETRY_AFTER,
+        http::HeaderValue::from_static("1"),
+    );
+    headers.insert(
+        http::header::CONNECTION,
+        http::HeaderValue::from_static("close"),
+    );
+    response
 }
 
 fn unauthorized(auth: &auth::Authenticator, why: auth::Unauthenticated) -> Response<Body> {

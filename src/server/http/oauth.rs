@@ -29,6 +29,8 @@ pub const METADATA_PATHS: [&str; 2] = [
 
 pub struct JwtVerifier {
     keys: Vec<Key>,
+    /// The one issuer whose tokens are accepted: half of every JWT subject.
+    issuer: String,
     validation: Validation,
     required_scopes: Vec<String>,
     /// The metadata document, built once.
@@ -163,6 +165,7 @@ impl JwtVerifier {
         }
         Ok(Self {
             keys,
+            issuer: policy.issuer.clone(),
             validation,
             required_scopes: policy.required_scopes.clone(),
             metadata: metadata.to_string(),
@@ -170,8 +173,8 @@ impl JwtVerifier {
         })
     }
 
-    /// The subject (`sub`) of a valid token, or `None`.
-    pub fn verify(&self, token: &str) -> Option<String> {
+    /// The subject (issuer and `sub`) of a valid token, or `None`.
+    pub fn verify(&self, token: &str) -> Option<super::auth::Subject> {
         let header = jsonwebtoken::decode_header(token).ok()?;
         if !self.validation.algorithms.contains(&header.alg) {
             return None;
@@ -207,7 +210,12 @@ impl JwtVerifier {
         {
             return None;
         }
-        data.claims.sub.filter(|s| !s.is_empty())
+        // `iss` was validated to be this issuer.
+        let sub = data.claims.sub.filter(|s| !s.is_empty())?;
+        Some(super::auth::Subject::Jwt {
+            issuer: self.issuer.clone(),
+            sub,
+        })
     }
 
     pub fn metadata(&self) -> &str {
@@ -302,7 +310,13 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().unwrap();
         let v = verifier(dir.path(), serde_json::json!([]));
         let good = sign(TRUSTED_DER, claims(serde_json::json!({})), Some("k1"));
-        assert_eq!(v.verify(&good).as_deref(), Some("alice"));
+        assert_eq!(
+            v.verify(&good),
+            Some(crate::server::http::auth::Subject::Jwt {
+                issuer: "https://auth.example".into(),
+                sub: "alice".into()
+            })
+        );
         let cases = [
             (
                 "wrong issuer",

@@ -4,9 +4,10 @@
 //!
 //! Requests without `Origin` pass: browsers always send it on cross-origin and on POST
 //! requests, and non-browser clients (SDKs, proxies) do not; authentication is what guards
-//! against those. Matching is by RFC 6454 origin: scheme, host and port, the port defaulting
-//! to the scheme's; an entry ending in `:*` matches any port. `null` (sandboxed frames, file
-//! pages) matches only an entry `null`. Host checking (`allowed_hosts`) is rmcp's.
+//! against those. Matching is by RFC 6454 origin, parsed strictly (`authority`): scheme, host
+//! and port compared exactly, the port defaulting to the scheme's; an entry ending in `:*`
+//! matches any port. `null` (sandboxed frames, file pages) matches only an entry `null`.
+//! More than one `Origin` header, and the `Host` and request-target checks, are `target`'s.
 
 /// One allow-list entry, parsed once.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,8 +43,7 @@ impl OriginPolicy {
 
     /// Whether a request carrying `Origin: value` may be served.
     pub fn allows(&self, value: &str) -> bool {
-        let value = value.trim();
-        if value.eq_ignore_ascii_case("null") {
+        if value == "null" {
             return self.allowed.contains(&Allowed::Null);
         }
         let Some((scheme, host, port)) = parse_origin(value) else {
@@ -85,33 +85,22 @@ fn parse_entry(entry: &str) -> Option<Allowed> {
     })
 }
 
-/// `scheme://host[:port]` with nothing after it, lower-cased, brackets of an IPv6 host kept
-/// off.
+/// `scheme://host[:port]` with nothing after it (no user info, path, query, fragment or
+/// trailing slash), scheme and host lower-cased.
 fn parse_origin(value: &str) -> Option<(String, String, Option<u16>)> {
-    let uri: http::Uri = value.parse().ok()?;
-    let scheme = uri.scheme_str()?.to_ascii_lowercase();
-    let authority = uri.authority()?;
-    // An origin has no user info, path, query or fragment.
-    if authority.as_str().contains('@') || uri.path_and_query().is_some_and(|p| p.as_str() != "/") {
+    let (scheme, authority) = value.split_once("://")?;
+    let mut bytes = scheme.bytes();
+    let scheme_ok = bytes.next().is_some_and(|b| b.is_ascii_alphabetic())
+        && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'));
+    if !scheme_ok {
         return None;
     }
-    if value.ends_with('/') {
-        return None;
-    }
-    let host = authority
-        .host()
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_ascii_lowercase();
-    Some((scheme, host, authority.port_u16()))
+    let parsed = super::authority::parse(authority)?;
+    Some((scheme.to_ascii_lowercase(), parsed.host, parsed.port))
 }
 
 fn default_port(scheme: &str) -> Option<u16> {
-    match scheme {
-        "http" => Some(80),
-        "https" => Some(443),
-        _ => None,
-    }
+    super::authority::default_port(scheme)
 }
 
 #[cfg(test)]
@@ -142,6 +131,35 @@ mod tests {
     }
 
     #[test]
+    fn trailing_garbage_paths_and_user_info_are_not_an_origin() {
+        let p = policy(&crate::policy::DEFAULT_ALLOWED_ORIGINS);
+        for bad in [
+            "http://localhost:80.evil.example",
+            "http://localhost:3000.evil.example",
+            "http://localhost:3000/",
+            "http://localhost/",
+            "http://localhost:3000/path",
+            "http://localhost?x",
+            "http://localhost#x",
+            "http://evil@localhost",
+            "http://localhost:evil@evil.example",
+            "http://localhost:",
+            "http://localhost:99999",
+            "http://localhost http://evil.example",
+            "http://localhost, https://evil.example",
+            " http://localhost",
+            "http:/localhost",
+            "//localhost",
+        ] {
+            assert!(!p.allows(bad), "{bad:?} was taken for localhost");
+        }
+        assert!(
+            p.allows("http://[0:0::1]:8080"),
+            "IPv6 compared as an address"
+        );
+    }
+
+    #[test]
     fn explicit_ports_match_exactly_and_default_by_scheme() {
         let p = policy(&["https://app.example.com", "http://dev.example:8080"]);
         assert!(p.allows("https://app.example.com"));
@@ -163,5 +181,6 @@ mod tests {
         assert!(OriginPolicy::new(&["app.example.com".to_owned()]).is_err());
         assert!(OriginPolicy::new(&["https://a.example/path".to_owned()]).is_err());
         assert!(OriginPolicy::new(&["https://a.example:443:*".to_owned()]).is_err());
+        assert!(OriginPolicy::new(&["https://a.example:443.evil".to_owned()]).is_err());
     }
 }
