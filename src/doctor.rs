@@ -6,6 +6,7 @@
 //! the report; the forbidden operations themselves live in `confine::selftest`.
 
 mod isolation;
+mod toolchains;
 
 use crate::confine::KernelSupport;
 use crate::exec::{CaptureSpec, ExecOutcome, ExecRequest, Executor, LimitKind};
@@ -29,6 +30,9 @@ pub struct DoctorReport {
     pub enforcement: crate::confine::Enforcement,
     pub policy: String,
     pub probes: Vec<ProbeResult>,
+    /// Directories on the operator's PATH confined commands cannot see, each with the policy
+    /// field that would grant it.
+    pub invisible_toolchains: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -59,6 +63,9 @@ impl DoctorReport {
         );
         for note in &self.enforcement.notes {
             out.push_str(&format!("  note: {note}\n"));
+        }
+        for note in &self.invisible_toolchains {
+            out.push_str(&format!("  toolchain: {note}\n"));
         }
         let w = self
             .probes
@@ -251,9 +258,22 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
     let udp = std::net::UdpSocket::bind("127.0.0.1:0")?;
     let udp_port = udp.local_addr()?.port();
     let o = run_one(executor, probe("udp", Some(udp_port.to_string())), 10).await;
-    // `tcp_udp` lets UDP through (Landlock cannot restrict it before ABI 10).
-    let udp_allowed = policy.sandbox.seccomp_profile == "tcp_udp";
-    probes.push(expect_refused("UDP send to loopback", &o, !udp_allowed));
+    if executor.confinement().enforcement().network_namespace {
+        // The sandbox's own namespace: the send may succeed there (UDP is allowed on its
+        // loopback), but the host's loopback, where the receiver is, must get nothing.
+        udp.set_read_timeout(Some(std::time::Duration::from_millis(300)))?;
+        let arrived = udp.recv_from(&mut [0u8; 64]).is_ok();
+        probes.push(result(
+            "UDP send to the host's loopback (from the sandbox's network namespace)",
+            "nothing arrives",
+            &o,
+            |_| !arrived,
+        ));
+    } else {
+        // `tcp_udp` lets UDP through (Landlock cannot restrict it before ABI 10).
+        let udp_allowed = policy.sandbox.seccomp_profile == "tcp_udp";
+        probes.push(expect_refused("UDP send to loopback", &o, !udp_allowed));
+    }
 
     // The egress proxy (proxy-mode policies): a host the policy does not list is refused by
     // the proxy, before any lookup, and the refusal is in the call's result.
@@ -403,6 +423,10 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
         enforcement: confinement.enforcement().clone(),
         policy: policy.origin.clone(),
         probes,
+        invisible_toolchains: toolchains::invisible_on_path(
+            policy,
+            &std::env::var("PATH").unwrap_or_default(),
+        ),
     })
 }
 

@@ -455,6 +455,8 @@ async fn exec(
     };
     let runtime = Runtime::build(policy, options)?;
     let executor = &runtime.executor;
+    let cwd = caller_cwd_inside(executor.confinement().workspace());
+    let stdin = forwarded_stdin().await?;
     let passthrough = |tee: std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>| CaptureSpec {
         memory_cap: 64 * 1024,
         spill: None,
@@ -463,9 +465,9 @@ async fn exec(
     let outcome = executor
         .run(ExecRequest {
             argv: command,
-            cwd: None,
+            cwd,
             env: Default::default(),
-            stdin: None,
+            stdin,
             timeout,
             stdout: passthrough(Box::pin(tokio::io::stdout())),
             stderr: passthrough(Box::pin(tokio::io::stderr())),
@@ -502,4 +504,44 @@ async fn exec(
         );
     }
     Ok(outcome.shell_status())
+}
+
+/// The most `cordon exec` reads from its stdin for the command (it is handed over whole).
+const MAX_FORWARDED_STDIN: u64 = 256 << 20;
+
+/// `cordon exec`'s own stdin for the command, read to its end, unless it is a terminal (a
+/// person typing: the command gets /dev/null as before, since nothing would end the read).
+async fn forwarded_stdin() -> Result<Option<Vec<u8>>> {
+    use tokio::io::AsyncReadExt;
+    if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+        return Ok(None);
+    }
+    let mut input = Vec::new();
+    tokio::io::stdin()
+        .take(MAX_FORWARDED_STDIN + 1)
+        .read_to_end(&mut input)
+        .await
+        .context("cannot read stdin to pass it to the command")?;
+    if input.len() as u64 > MAX_FORWARDED_STDIN {
+        anyhow::bail!(
+            "stdin is larger than {} MiB, the most `cordon exec` passes to a command; write \
+             it to a file in the workspace and let the command read that",
+            MAX_FORWARDED_STDIN >> 20
+        );
+    }
+    Ok(Some(input))
+}
+
+/// The caller's current directory, opened, when it lies inside the workspace (a subdirectory
+/// of it); None (the workspace root) otherwise.
+fn caller_cwd_inside(workspace: &std::path::Path) -> Option<std::os::fd::OwnedFd> {
+    let here = std::env::current_dir().ok()?.canonicalize().ok()?;
+    if !here.starts_with(workspace) {
+        return None;
+    }
+    let dir = std::fs::File::open(&here).ok()?;
+    dir.metadata()
+        .ok()
+        .filter(|m| m.is_dir())
+        .map(|_| std::os::fd::OwnedFd::from(dir))
 }

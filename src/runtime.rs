@@ -41,6 +41,9 @@ pub enum RuntimeError {
     /// Creating `.cordon/` (the spill area) failed.
     #[error(transparent)]
     SpillArea(PathError),
+    /// Creating the calls' persistent home (`{workspace_home}`) failed.
+    #[error("the calls' home directory (HOME = {{workspace_home}} in the policy): {0}")]
+    Home(PathError),
     #[error(transparent)]
     Confine(#[from] crate::confine::ConfineError),
     #[error("linter configuration: {0}")]
@@ -136,6 +139,12 @@ impl Runtime {
         };
         // The policy, resolved once: every stage below gets its plan, none the policy.
         let plans = policy.resolve(workspace.root());
+        create_granted_dirs(&plans.create_dirs);
+        if plans.workspace_home.is_some() {
+            workspace
+                .ensure_home(crate::policy::toolchains::WORKSPACE_HOME)
+                .map_err(RuntimeError::Home)?;
+        }
         let confinement = Arc::new(Confinement::build(&plans.confine, &confine_options)?);
         let executor = Arc::new(Executor::new(Arc::clone(&confinement), plans.exec));
         let parser = options.parser_program.clone().map(|program| {
@@ -348,6 +357,26 @@ impl FileLocks {
             }
         };
         lock.lock_owned().await
+    }
+}
+
+/// Creates the read-write directories the policy grants that do not exist yet (the
+/// workspace's persistent home, package caches), owner-only, so the grant is not silently
+/// void (Landlock and the sandbox's view can only grant what exists). One that cannot be made
+/// is said in the log and stays ungranted; the call still runs.
+fn create_granted_dirs(dirs: &[PathBuf]) {
+    use std::os::unix::fs::DirBuilderExt;
+    for dir in dirs {
+        if let Err(e) = std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+        {
+            tracing::warn!(
+                "cannot create {}, granted read-write by the policy: {e}; commands cannot use it",
+                dir.display()
+            );
+        }
     }
 }
 

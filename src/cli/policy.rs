@@ -144,8 +144,8 @@ pub fn explain(policy: &Policy) -> String {
         read_only: &[],
         devices: &fs.devices,
         deny: &fs.deny,
-        tcp_connect: &[],
-        tcp_bind: &[],
+        tcp_connect: &crate::confine::landlock::TcpPorts::NONE,
+        tcp_bind: &crate::confine::landlock::TcpPorts::NONE,
     });
     let list = |kind: GrantKind| -> Vec<String> {
         grants

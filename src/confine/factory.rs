@@ -8,6 +8,7 @@
 //! `Confinement::build` hands it.
 
 use super::cgroup::{CallCgroup, CallLimits, Cgroups};
+use super::landlock::TcpPorts;
 use super::sandbox::plan::{InitPlan, LandlockPlan};
 use super::sandbox::wire::SlotLayer;
 use super::sandbox::{Namespaces, Sandbox, SandboxError, Slot};
@@ -63,7 +64,7 @@ pub(crate) struct ViewInputs<'a> {
     pub protected: &'a [String],
     pub isolate_network: bool,
     /// The egress proxy's port in the namespace (proxy-mode policies; needs
-    /// `isolate_network`): PID 1 listens there and Landlock lets calls connect to it.
+    /// `isolate_network`): PID 1 listens there (no Landlock port rules in that namespace).
     pub proxy_port: Option<u16>,
     pub seccomp: &'a [BpfProgram],
     pub read_exec: &'a [PathBuf],
@@ -347,13 +348,19 @@ fn plan(inputs: &ViewInputs<'_>) -> InitPlan {
             read_only: l.read_only.clone(),
             devices: l.devices.clone(),
             deny: l.deny.clone(),
-            tcp_connect: l
-                .tcp_connect
-                .iter()
-                .copied()
-                .chain(inputs.proxy_port)
-                .collect(),
-            tcp_bind: l.tcp_bind.clone(),
+            // In a namespace of its own only `lo` is there (and, under the proxy, the proxy's
+            // listener): every port reaches only what the calls started, so no port rules.
+            // Where the host's namespace is shared, the policy's ports.
+            tcp_connect: if inputs.isolate_network {
+                TcpPorts::Any
+            } else {
+                TcpPorts::Only(l.tcp_connect.clone())
+            },
+            tcp_bind: if inputs.isolate_network {
+                TcpPorts::Any
+            } else {
+                TcpPorts::Only(l.tcp_bind.clone())
+            },
             best_effort: l.best_effort,
             calls_tmp: inputs.calls_tmp.to_path_buf(),
             private_root: inputs.private_root.to_path_buf(),

@@ -4,12 +4,14 @@
 //! Built once per policy in the parent and kept as an fd; children only call
 //! `landlock_restrict_self` on it (see `child`). Landlock can only *grant*, so a granted
 //! directory that contains a denied path is expanded here into its children minus the denied
-//! ones. Nothing in this module runs in the child.
+//! ones. TCP ports are restricted only where the host's network namespace is shared
+//! ([`TcpPorts`]). Nothing in this module runs in the child.
 
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd,
-    Ruleset, RulesetAttr, RulesetCreatedAttr, Scope,
+    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath,
+    PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, Scope,
 };
+use serde::{Deserialize, Serialize};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
@@ -38,8 +40,37 @@ pub struct LandlockSpec<'a> {
     pub read_only: &'a [PathBuf],
     pub devices: &'a [PathBuf],
     pub deny: &'a [PathBuf],
-    pub tcp_connect: &'a [u16],
-    pub tcp_bind: &'a [u16],
+    pub tcp_connect: &'a TcpPorts,
+    pub tcp_bind: &'a TcpPorts,
+}
+
+/// Which TCP ports one direction (connect or bind) may use.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TcpPorts {
+    /// Only these (port 0 in a bind rule: any port the kernel picks). Where the host's network
+    /// namespace is shared, a port rule is what stands between a command and the host's and
+    /// the internet's services.
+    Only(Vec<u16>),
+    /// Not restricted by Landlock: the sandbox has its own network namespace whose only
+    /// interface is `lo` (plus, under the proxy, the proxy's listener), so every port reaches
+    /// only what the call itself started there.
+    Any,
+}
+
+impl TcpPorts {
+    /// No port at all.
+    pub const NONE: TcpPorts = TcpPorts::Only(Vec::new());
+
+    pub fn is_restricted(&self) -> bool {
+        matches!(self, TcpPorts::Only(_))
+    }
+
+    fn ports(&self) -> &[u16] {
+        match self {
+            TcpPorts::Only(ports) => ports,
+            TcpPorts::Any => &[],
+        }
+    }
 }
 
 /// One grant as actually written into the ruleset (after deny expansion).
@@ -74,8 +105,8 @@ pub fn build_ruleset(spec: &LandlockSpec<'_>, best_effort: bool) -> Result<Owned
 /// and each slot opens them anew inside its own mount namespace, plus its own directories).
 pub fn ruleset_of_grants(
     grants: &[Grant],
-    tcp_connect: &[u16],
-    tcp_bind: &[u16],
+    tcp_connect: &TcpPorts,
+    tcp_bind: &TcpPorts,
     best_effort: bool,
 ) -> Result<OwnedFd, LandlockError> {
     let abi = ABI::V6;
@@ -91,10 +122,22 @@ pub fn ruleset_of_grants(
     let write = AccessFs::from_all(abi) & !(AccessFs::MakeBlock | AccessFs::MakeChar);
     let device = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev;
 
-    let mut created = Ruleset::default()
+    // A direction Landlock does not handle is not restricted at all (TcpPorts::Any); a handled
+    // one allows exactly the ports given rules below.
+    let mut net = BitFlags::<AccessNet>::empty();
+    if tcp_connect.is_restricted() {
+        net |= AccessNet::ConnectTcp;
+    }
+    if tcp_bind.is_restricted() {
+        net |= AccessNet::BindTcp;
+    }
+    let mut ruleset = Ruleset::default()
         .set_compatibility(level)
-        .handle_access(AccessFs::from_all(abi))?
-        .handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)?
+        .handle_access(AccessFs::from_all(abi))?;
+    if !net.is_empty() {
+        ruleset = ruleset.handle_access(net)?;
+    }
+    let mut created = ruleset
         .scope(Scope::AbstractUnixSocket | Scope::Signal)?
         .create()?;
 
@@ -114,10 +157,10 @@ pub fn ruleset_of_grants(
         })?;
         created = created.add_rule(PathBeneath::new(fd, access))?;
     }
-    for &port in tcp_connect {
+    for &port in tcp_connect.ports() {
         created = created.add_rule(NetPort::new(port, AccessNet::ConnectTcp))?;
     }
-    for &port in tcp_bind {
+    for &port in tcp_bind.ports() {
         created = created.add_rule(NetPort::new(port, AccessNet::BindTcp))?;
     }
     Option::<OwnedFd>::from(created).ok_or(LandlockError::Unsupported)
@@ -284,8 +327,8 @@ mod tests {
             read_only: &[],
             devices: &[],
             deny: &deny,
-            tcp_connect: &[],
-            tcp_bind: &[],
+            tcp_connect: &TcpPorts::NONE,
+            tcp_bind: &TcpPorts::NONE,
         });
         let has =
             |p: &str, k: GrantKind| grants.iter().any(|g| g.path == r.join(p) && g.access == k);

@@ -267,14 +267,16 @@ impl LandlockInputs {
     fn build(&self, private: &Path) -> Result<OwnedFd, ConfineError> {
         let mut read_write = self.read_write.clone();
         read_write.push(private.to_path_buf());
+        // This ruleset serves processes in the host's network namespace (the per-child path):
+        // the policy's ports, always.
         let spec = landlock::LandlockSpec {
             read_exec: &self.read_exec,
             read_write: &read_write,
             read_only: &self.read_only,
             devices: &self.devices,
             deny: &self.deny,
-            tcp_connect: &self.tcp_connect,
-            tcp_bind: &self.tcp_bind,
+            tcp_connect: &landlock::TcpPorts::Only(self.tcp_connect.clone()),
+            tcp_bind: &landlock::TcpPorts::Only(self.tcp_bind.clone()),
         };
         Ok(landlock::build_ruleset(&spec, self.best_effort)?)
     }
@@ -347,12 +349,13 @@ impl Confinement {
         let drop_capabilities = kernel.is_root;
         let private_root = scratch::ScratchDir::new("private").map_err(ConfineError::TempDir)?;
         let protected = plan.protected.clone();
+        let factory_seccomp = private_netns_seccomp(plan, &seccomp)?;
         let factory = start_factory(
             plan,
             options,
             &kernel,
             landlock_inputs.as_ref(),
-            &seccomp,
+            factory_seccomp.as_deref().unwrap_or(&seccomp),
             tmp_root.path(),
             private_root.path(),
             &protected,
@@ -650,6 +653,23 @@ impl Confinement {
             })
             .collect()
     }
+}
+
+/// The seccomp programs for the sandbox init when it gets its own network namespace and the
+/// policy names a built-in profile: `private_netns`, which adds IPv4/IPv6 (TCP and UDP) and
+/// NETLINK_ROUTE sockets to the kernel-surface rules every profile shares. In that namespace
+/// only `lo` exists (and, under the proxy, the proxy's listener), so those sockets reach
+/// nothing the call did not start itself. A profile file of the operator's own is used as
+/// written; so is every profile where the host's namespace is shared (the per-child path).
+fn private_netns_seccomp(
+    plan: &ConfinePlan,
+    policy_programs: &[BpfProgram],
+) -> Result<Option<Vec<BpfProgram>>, ConfineError> {
+    let builtin = seccomp::embedded_profile_names().contains(&plan.seccomp_profile.as_str());
+    if !plan.isolate_network || !builtin || policy_programs.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(seccomp::compile_profile(seccomp::PRIVATE_NETNS)?))
 }
 
 /// The egress proxy of a proxy-mode policy, attached to the sandbox init's listener. Without

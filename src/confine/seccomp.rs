@@ -23,6 +23,11 @@ const EMBEDDED: &[(&str, &str)] = &[
     ),
 ];
 
+/// The profile the sandbox init's calls get instead of a built-in one when the sandbox has
+/// its own network namespace (see `confine::private_netns_seccomp`); never named by a policy.
+pub const PRIVATE_NETNS: &str = "builtin:private_netns";
+const PRIVATE_NETNS_TEXT: &str = include_str!("../../sandbox-profiles/private_netns.json");
+
 #[derive(Debug, thiserror::Error)]
 pub enum SeccompError {
     #[error(
@@ -78,6 +83,9 @@ pub fn embedded_profile_names() -> Vec<&'static str> {
 pub fn compile_profile(name_or_path: &str) -> Result<Vec<BpfProgram>, SeccompError> {
     let (origin, text) = match EMBEDDED.iter().find(|(n, _)| *n == name_or_path) {
         Some((n, text)) => (format!("builtin:{n}"), (*text).to_owned()),
+        None if name_or_path == PRIVATE_NETNS => {
+            (PRIVATE_NETNS.to_owned(), PRIVATE_NETNS_TEXT.to_owned())
+        }
         None if Path::new(name_or_path).is_file() => {
             let text =
                 std::fs::read_to_string(name_or_path).map_err(|source| SeccompError::Read {
@@ -190,7 +198,7 @@ mod tests {
 
     #[test]
     fn embedded_profiles_compile_with_prologue() {
-        for name in embedded_profile_names() {
+        for name in embedded_profile_names().into_iter().chain([PRIVATE_NETNS]) {
             let progs = compile_profile(name).unwrap();
             assert_eq!(progs[0][4].k, X32_SYSCALL_BIT, "{name}");
         }

@@ -11,6 +11,7 @@
 
 pub mod capture;
 pub mod disk;
+mod disk_scan;
 pub mod env;
 mod outcome;
 pub mod process;
@@ -151,12 +152,13 @@ impl Executor {
     /// every command; a long-lived worker's owner (interpreter cells) starts one per cell and
     /// selects on [`disk::DiskWatch::overrun`]. None (with a warning) when a filesystem cannot
     /// be measured; the call then runs without the budget rather than not at all.
-    pub fn watch_disk(&self) -> Option<disk::DiskWatch> {
+    pub fn watch_disk(&self) -> Option<std::sync::Arc<disk::DiskWatch>> {
         let conf = &self.confinement;
         disk::DiskWatch::start(&[conf.workspace(), conf.tmp_root()], self.plan.disk_budget)
             .inspect_err(|e| tracing::warn!("disk budget not enforced for this call: {e}"))
             .ok()
             .map(|w| self.plan.disk_extra.iter().fold(w, |w, p| w.also_watch(p)))
+            .map(std::sync::Arc::new)
     }
 
     pub fn confinement(&self) -> &Confinement {

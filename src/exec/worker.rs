@@ -75,6 +75,11 @@ impl Executor {
         let home = spec.private_dir.join("home");
         std::fs::create_dir_all(&home).map_err(ExecError::TempDir)?;
         let mut env = self.plan.env.build(&home, &spec.env);
+        // A worker's HOME is its own private one, whatever the policy gives commands (the
+        // workspace's shared home, `{workspace_home}`): no other session or command sees it.
+        if !spec.env.contains_key("HOME") {
+            env.insert("HOME".into(), home.to_string_lossy().into_owned());
+        }
         // The worker's own proxy URL for its whole life (see `Executor::run`). Only in the
         // sandbox init: the per-child path has no proxy (and no network).
         let egress = conf.egress().map(|proxy| proxy.open_call());

@@ -416,6 +416,16 @@ pub fn explain_port(policy: &Policy, port: u16, op: NetOperation) -> String {
              it (is the other side there? is the port already in use?)."
         );
     }
+    let own_namespace = policy.network.uses_proxy()
+        || (policy.network.is_off() && policy.sandbox.seccomp_profile == "default");
+    if own_namespace && op == NetOperation::Bind {
+        return format!(
+            "listening on TCP port {port} is not restricted by this policy: the sandbox has its \
+             own network namespace, where any port may be bound (is the port already in use by \
+             another process of this call?). Without namespaces cordon gives this policy no \
+             network at all."
+        );
+    }
     if policy.network.uses_proxy() && op == NetOperation::Connect {
         return format!(
             "connecting to TCP port {port} directly was stopped: this policy routes the network \
@@ -423,6 +433,15 @@ pub fn explain_port(policy: &Policy, port: u16, op: NetOperation) -> String {
              sandbox has no other route out. Use a client that honours those variables; to \
              allow a host, add it to network.allow_hosts in policy {origin}. (network.tcp_connect \
              names ports of the sandbox's own loopback only.)"
+        );
+    }
+    if own_namespace {
+        return format!(
+            "{doing} TCP port {port} found nothing: the sandbox has its own network namespace \
+             with only its own loopback, so 127.0.0.1:{port} there is a server this call started \
+             itself (any port works for those), never one on the host, and nothing outside is \
+             reachable. To reach hosts, use a policy with the egress proxy (`dev`) and list them \
+             in network.allow_hosts; policy {origin} has the network off."
         );
     }
     if policy.network.is_off() {
@@ -695,6 +714,14 @@ mod tests {
     #[test]
     fn ports_blocked_by_network_off_or_missing_from_the_list() {
         let mut p = Policy::builtin_default();
+        // default: network off in a namespace of its own, where loopback is the call's.
+        let e = explain_port(&p, 8080, NetOperation::Connect);
+        assert!(e.contains("own network namespace"), "{e}");
+        assert!(e.contains("network.allow_hosts"), "{e}");
+        let e = explain_port(&p, 8080, NetOperation::Bind);
+        assert!(e.contains("not restricted"), "{e}");
+        // Network off with a custom profile: no namespace of its own, ports decide.
+        p.sandbox.seccomp_profile = "/etc/cordon/profile.json".into();
         let e = explain_port(&p, 8080, NetOperation::Connect);
         assert!(e.contains("network is off"), "{e}");
         assert!(e.contains("add 8080 to network.tcp_connect"), "{e}");

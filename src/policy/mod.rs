@@ -12,6 +12,7 @@ pub mod decide;
 pub mod explain;
 mod raw;
 pub mod resolve;
+pub mod toolchains;
 
 pub use crate::interpreter::InterpreterPolicy;
 pub use crate::shape::OutputPolicy;
@@ -116,6 +117,9 @@ pub struct FilesystemPolicy {
     pub workspace_writable: Vec<String>,
     /// Workspace-relative paths the file tools never write.
     pub protected: Vec<String>,
+    /// Toolchain roots in the operator's home (rustup, pyenv, nvm, ...): each one that exists
+    /// is granted read + execute and its bin directories go where PATH says `{toolchains}`.
+    pub toolchains: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -673,6 +677,10 @@ fn validate(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
             .ok_or_else(|| missing("filesystem.workspace"))?,
         workspace_writable: fs.workspace_writable.unwrap_or_default(),
         protected: fs.protected.unwrap_or_default(),
+        toolchains: paths(
+            "filesystem.toolchains",
+            Some(fs.toolchains.unwrap_or_default()),
+        )?,
     };
     for p in &filesystem.workspace_writable {
         if p.starts_with('/') || p.split('/').any(|c| c == "..") || p.trim_matches('/').is_empty() {
@@ -729,8 +737,15 @@ fn validate(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
         tcp_bind: n.tcp_bind.unwrap_or_default(),
         proxy: egress,
     };
-    if network.tcp_connect.contains(&0) || network.tcp_bind.contains(&0) {
-        return Err(invalid("network", "port 0 is not a port".into()));
+    // In tcp_bind, 0 is what a server asks for when any free port will do (the kernel picks
+    // one); nothing can be connected to on port 0.
+    if network.tcp_connect.contains(&0) {
+        return Err(invalid(
+            "network.tcp_connect",
+            "nothing can be connected to on port 0; list the ports to connect to (port 0 is \
+             meaningful in tcp_bind only: any port the kernel picks)"
+                .into(),
+        ));
     }
     if network.uses_proxy() && network.tcp_bind.contains(&crate::egress::PROXY_PORT) {
         return Err(invalid(
@@ -1332,6 +1347,22 @@ mod tests {
             "{err}"
         );
         assert!(err.contains("proxy = true"), "{err}");
+    }
+
+    #[test]
+    fn port_0_binds_any_free_port_but_cannot_be_connected_to() {
+        let p = load_text(
+            "extends = \"default\"\n[network]\ntcp_bind = [0]\n[sandbox]\nseccomp_profile = \"tcp\"\n",
+        )
+        .unwrap();
+        assert_eq!(p.network.tcp_bind, vec![0]);
+        let err = load_text(
+            "extends = \"default\"\n[network]\ntcp_connect = [0]\n[sandbox]\nseccomp_profile = \"tcp\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("network.tcp_connect"), "{err}");
+        assert!(err.contains("tcp_bind only"), "{err}");
     }
 
     #[test]

@@ -90,6 +90,7 @@ pub struct RawFilesystem {
     pub workspace: Option<WorkspaceAccess>,
     pub workspace_writable: Option<Vec<String>>,
     pub protected: Option<Vec<String>>,
+    pub toolchains: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
@@ -228,6 +229,7 @@ overlay_struct!(RawFilesystem {
     workspace,
     workspace_writable,
     protected,
+    toolchains,
 });
 overlay_struct!(RawLint {
     enabled,

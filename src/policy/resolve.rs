@@ -5,6 +5,9 @@
 //!
 //! Owns the derivations and the one meaning of "home" ([`server_home`]): `~/` in a policy
 //! path and `{home}` in an environment value are both the home of the user running cordon.
+//! `{workspace_home}` is the calls' own persistent home for this workspace (granted
+//! read-write and created: see `toolchains::workspace_home`), `{toolchains}` the bin
+//! directories of the `filesystem.toolchains` that exist (granted read + execute).
 //! It does not validate the TOML (that is `policy::load`) and builds nothing that runs.
 
 use super::{Policy, WorkspaceAccess};
@@ -26,6 +29,12 @@ pub struct Plans {
     /// With a read-only workspace, the only directories the file tools may write; None: the
     /// whole workspace (protected paths aside).
     pub writable_only: Option<Vec<String>>,
+    /// Read-write directories to create before the sandbox is built (the workspace home,
+    /// granted directories that do not exist yet): a grant of a missing path grants nothing.
+    pub create_dirs: Vec<std::path::PathBuf>,
+    /// The calls' persistent home, when the environment names `{workspace_home}`: the runtime
+    /// creates it (beneath the workspace, never through a link) before the sandbox is built.
+    pub workspace_home: Option<std::path::PathBuf>,
 }
 
 /// The home directory of the user running cordon, when `$HOME` names an absolute path.
@@ -61,15 +70,34 @@ impl Policy {
         let protected = self.protected_patterns(workspace);
         let fs = &self.filesystem;
         let read_only_workspace = fs.workspace == WorkspaceAccess::ReadOnly;
+        let toolchains = super::toolchains::present(&fs.toolchains);
+        let uses_home = self
+            .environment
+            .set
+            .values()
+            .any(|v| v.contains("{workspace_home}"));
+        let home = uses_home.then(|| super::toolchains::workspace_home(workspace));
         let mut read_write = fs.read_write.clone();
+        let create_dirs: Vec<std::path::PathBuf> = fs
+            .read_write
+            .iter()
+            .filter(|p| p.symlink_metadata().is_err())
+            .cloned()
+            .collect();
+        if let Some(home) = home.as_ref().filter(|_| read_only_workspace) {
+            // Inside the workspace: writable with it, or on its own when the workspace is not.
+            read_write.push(home.clone());
+        }
         if read_only_workspace {
             read_write.extend(fs.workspace_writable.iter().map(|p| workspace.join(p)));
         }
+        let mut read_exec = fs.read_exec.clone();
+        read_exec.extend(toolchains.iter().map(|t| t.root.clone()));
         let limits = &self.limits;
         let confine = ConfinePlan {
             workspace: workspace.to_path_buf(),
             read_only_workspace,
-            read_exec: fs.read_exec.clone(),
+            read_exec,
             read_write,
             devices: fs.devices.clone(),
             deny: fs.deny.clone(),
@@ -98,7 +126,7 @@ impl Policy {
                 cpu_percent: limits.cpu_percent,
             },
         };
-        let env = self.env_template(workspace);
+        let env = self.env_template(workspace, home.as_deref(), &toolchains);
         let lint = LintPlan {
             enabled: self.lint.enabled,
             syntax: self.lint.syntax,
@@ -119,26 +147,61 @@ impl Policy {
             lint,
             protected,
             writable_only: read_only_workspace.then(|| fs.workspace_writable.clone()),
+            create_dirs,
+            workspace_home: home,
         }
     }
 
-    /// `environment` with `{home}` and `{workspace}` expanded; `{tmp}` stays, it differs per
-    /// call.
-    fn env_template(&self, workspace: &Path) -> EnvTemplate {
+    /// `environment` with `{home}`, `{workspace}`, `{workspace_home}` and `{toolchains}`
+    /// expanded; `{tmp}` stays, it differs per call. Each present toolchain's root variable
+    /// (`RUSTUP_HOME`, ...) is set too, unless the policy sets it or passes it from a server
+    /// environment that has it.
+    fn env_template(
+        &self,
+        workspace: &Path,
+        workspace_home: Option<&Path>,
+        toolchains: &[super::toolchains::Toolchain],
+    ) -> EnvTemplate {
         let home = server_home().unwrap_or_default();
         let workspace = workspace.to_string_lossy();
-        let set = self
+        let workspace_home = workspace_home
+            .map(|h| h.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let bins = toolchains
+            .iter()
+            .flat_map(|t| &t.path_dirs)
+            .map(|d| d.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(":");
+        let mut set: std::collections::BTreeMap<String, String> = self
             .environment
             .set
             .iter()
             .map(|(name, value)| {
                 let value = value
+                    .replace("{workspace_home}", &workspace_home)
                     .replace("{workspace}", &workspace)
-                    .replace("{home}", &home);
+                    .replace("{home}", &home)
+                    .replace("{toolchains}", &bins);
                 (name.clone(), value)
             })
             .collect();
-        let mut set: std::collections::BTreeMap<String, String> = set;
+        if let Some(path) = set.get_mut("PATH") {
+            // An empty entry (no toolchain present) would mean "the current directory".
+            *path = path
+                .split(':')
+                .filter(|p| !p.is_empty())
+                .collect::<Vec<_>>()
+                .join(":");
+        }
+        for t in toolchains {
+            let Some(var) = t.root_var else { continue };
+            let passed =
+                self.environment.pass.iter().any(|p| p == var) && std::env::var(var).is_ok();
+            if !passed && !set.contains_key(var) {
+                set.insert(var.to_owned(), t.root.to_string_lossy().into_owned());
+            }
+        }
         // The operator's identity (only `user.name`/`user.email`), so `git commit` works in
         // calls without showing them the operator's git configuration; the policy's own
         // `environment.set` wins.

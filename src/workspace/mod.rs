@@ -19,6 +19,7 @@
 mod error;
 pub mod gitconfig;
 pub mod gitlinks;
+mod home;
 pub mod protect;
 pub mod quarantine;
 mod relpath;

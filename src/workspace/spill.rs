@@ -25,8 +25,9 @@ use crate::exec::capture::SPILL_LIMIT;
 const CORDON_DIR: &str = ".cordon";
 const OUTPUTS_DIR: &str = "outputs";
 const SPILL_REL: &str = ".cordon/outputs";
-const GITIGNORE: &str = ".gitignore";
-const GITIGNORE_CONTENT: &[u8] = b"# Written by cordon: keep its own files out of git.\n*\n";
+pub(super) const GITIGNORE: &str = ".gitignore";
+pub(super) const GITIGNORE_CONTENT: &[u8] =
+    b"# Written by cordon: keep its own files out of git.\n*\n";
 
 /// Process-wide, so two calls in the same second still get different names.
 static SPILL_COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -231,7 +232,11 @@ fn spill_entries(dir: &Dir) -> Vec<SpillEntry> {
 }
 
 /// Creates `name` in `parent` if missing and opens it, refusing a symlink in its place.
-fn open_or_create_dir_nofollow(parent: &Dir, name: &str, shown: &str) -> Result<Dir, PathError> {
+pub(super) fn open_or_create_dir_nofollow(
+    parent: &Dir,
+    name: &str,
+    shown: &str,
+) -> Result<Dir, PathError> {
     match parent.create_dir(name) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}

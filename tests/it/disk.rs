@@ -145,3 +145,45 @@ async fn disk_budget_does_not_count_the_servers_spill_of_the_output() {
     );
     client.cancel().await.ok();
 }
+
+#[test]
+fn disk_budget_does_not_charge_a_call_for_a_host_write_to_the_same_filesystem() {
+    if skip(
+        "disk_budget_does_not_charge_a_call_for_a_host_write_to_the_same_filesystem",
+        Need::LandlockSeccomp,
+    ) {
+        return;
+    }
+    // The call writes 8 MiB and waits; meanwhile a host program writes 640 MiB to the same
+    // filesystem (next to the workspace, as an `apt-get` or another build would). Measured as
+    // free space that was 2.5 times the call's 256 MiB budget.
+    let sb = Sandbox::new();
+    let policy = sb.policy("disk.toml", SMALL_BUDGET);
+    let host_file = sb.outside().join("host-write");
+    let writer = std::thread::spawn(move || {
+        use std::io::Write;
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let mut f = std::fs::File::create(&host_file).unwrap();
+        let chunk = vec![3u8; 64 << 20];
+        for _ in 0..10 {
+            f.write_all(&chunk).unwrap();
+        }
+        f.sync_all().unwrap();
+        host_file
+    });
+    let run = sb.exec(
+        &["--policy", &policy, "--timeout", "120"],
+        &[
+            "sh",
+            "-c",
+            "head -c 8M /dev/zero > mine && sleep 4 && echo survived",
+        ],
+    );
+    let host_file = writer.join().unwrap();
+    let host_bytes = std::fs::metadata(&host_file).unwrap().len();
+    std::fs::remove_file(&host_file).unwrap();
+    assert_eq!(host_bytes, 640 << 20, "the host write happened");
+    assert_eq!(run.code(), 0, "{run:?}");
+    assert!(run.stdout.contains("survived"), "{run:?}");
+    assert!(!run.stderr.contains("disk budget"), "{run:?}");
+}

@@ -439,6 +439,103 @@ fn tcp_port_rules_have_no_fast_open_or_mptcp_side_door() {
 }
 
 // ---------------------------------------------------------------------------------------
+// The sandbox's own loopback
+// ---------------------------------------------------------------------------------------
+
+/// A server and its client in one call, on port 0, IPv4 and IPv6, plus NETLINK_ROUTE (what
+/// `ip addr` uses); other netlink families and raw sockets stay refused.
+const LOOPBACK_SCRIPT: &str = r#"
+import socket, threading, urllib.request
+srv = socket.create_server(('127.0.0.1', 0))
+port = srv.getsockname()[1]
+def serve():
+    c, _ = srv.accept(); buf = b''
+    while b'\r\n\r\n' not in buf:
+        buf += c.recv(4096)
+    c.sendall(b'HTTP/1.0 200 OK\r\n\r\nloopback-ok'); c.close()
+threading.Thread(target=serve).start()
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+print(opener.open('http://127.0.0.1:%d/' % port, timeout=10).read().decode())
+s6 = socket.create_server(('::1', 0), family=socket.AF_INET6)
+socket.create_connection(('::1', s6.getsockname()[1]), timeout=5).close(); print('v6-ok')
+socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0).close(); print('netlink-route-ok')
+for name, args in [('netlink-audit', (socket.AF_NETLINK, socket.SOCK_RAW, 9)), ('raw', (socket.AF_INET, socket.SOCK_RAW, 1)), ('packet', (17, socket.SOCK_RAW, 0))]:
+    try:
+        socket.socket(*args); print(name, 'ALLOWED')
+    except OSError as e:
+        print(name, 'refused', e.errno)
+"#;
+
+#[test]
+fn a_server_and_its_client_in_one_call_work_on_the_sandbox_loopback() {
+    let test = "a_server_and_its_client_in_one_call_work_on_the_sandbox_loopback";
+    if skip(test, Need::Namespaces) || !have_python(test) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let eperm = libc::EPERM;
+    let expected = format!(
+        "loopback-ok\nv6-ok\nnetlink-route-ok\nnetlink-audit refused {eperm}\nraw refused {eperm}\npacket refused {eperm}\n"
+    );
+    for policy in ["default", "dev"] {
+        let run = sb.exec(&["--policy", policy], &[PYTHON, "-c", LOOPBACK_SCRIPT]);
+        assert_eq!(run.code(), 0, "{policy}: {run:?}");
+        assert_eq!(run.stdout, expected, "{policy}: {run:?}");
+    }
+}
+
+#[test]
+fn the_sandbox_loopback_is_not_the_hosts() {
+    let test = "the_sandbox_loopback_is_not_the_hosts";
+    if skip(test, Need::Namespaces) || !have_python(test) {
+        return;
+    }
+    // A host server on 127.0.0.1 and a host UDP receiver: inet sockets are allowed in the
+    // sandbox's namespace, but its 127.0.0.1 is its own, and nothing else is routed.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_read_timeout(Some(std::time::Duration::from_millis(300)))
+        .unwrap();
+    let (tcp_port, udp_port) = (
+        listener.local_addr().unwrap().port(),
+        udp.local_addr().unwrap().port(),
+    );
+    let script = format!(
+        r#"
+import socket
+for addr in [('127.0.0.1', {tcp_port}), ('10.255.255.1', 80), ('1.1.1.1', 443)]:
+    try:
+        socket.create_connection(addr, timeout=3); print('CONNECTED', addr)
+    except OSError as e:
+        print('refused')
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.sendto(b'x', ('127.0.0.1', {udp_port}))
+try:
+    s.sendto(b'x', ('1.1.1.1', 53)); print('UDP OUT SENT')
+except OSError:
+    print('refused')
+"#
+    );
+    let sb = Sandbox::new();
+    for policy in ["default", "dev"] {
+        let run = sb.exec(&["--policy", policy], &[PYTHON, "-c", &script]);
+        assert_eq!(
+            run.stdout, "refused\nrefused\nrefused\nrefused\n",
+            "{policy}: {run:?}"
+        );
+        assert!(
+            listener.accept().is_err(),
+            "{policy}: reached the host's listener"
+        );
+        assert!(
+            udp.recv_from(&mut [0u8; 8]).is_err(),
+            "{policy}: a datagram reached the host's loopback"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
 // The fallback: no namespaces
 // ---------------------------------------------------------------------------------------
 

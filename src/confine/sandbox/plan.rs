@@ -86,8 +86,9 @@ pub struct LandlockPlan {
     pub read_only: Vec<PathBuf>,
     pub devices: Vec<PathBuf>,
     pub deny: Vec<PathBuf>,
-    pub tcp_connect: Vec<u16>,
-    pub tcp_bind: Vec<u16>,
+    /// `Any` in the sandbox's own network namespace (see `TcpPorts`).
+    pub tcp_connect: crate::confine::landlock::TcpPorts,
+    pub tcp_bind: crate::confine::landlock::TcpPorts,
     pub best_effort: bool,
     /// Root of the per-call temporary directories.
     pub calls_tmp: PathBuf,

@@ -1,0 +1,124 @@
+//! Toolchains installed in the operator's home (`filesystem.toolchains`): which of them exist,
+//! the directories of each that go on the sandbox PATH, and the variable that tells the
+//! toolchain where it lives once HOME is not the operator's.
+//!
+//! Owns the knowledge of the usual layouts (rustup, cargo's bin, pyenv, nvm, Go's GOPATH) and
+//! where the per-workspace home (`{workspace_home}`) lives. Granting is `resolve`'s job: a toolchain root
+//! is a read + execute grant only, so what lies beside it in the home (`~/.ssh`,
+//! `~/.cargo/credentials.toml`) stays unreadable.
+
+use std::path::{Path, PathBuf};
+
+/// One toolchain root that exists on this machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Toolchain {
+    pub root: PathBuf,
+    /// Directories put on the sandbox PATH, in order (existing ones only).
+    pub path_dirs: Vec<PathBuf>,
+    /// The variable naming the root for the toolchain itself (`RUSTUP_HOME`, `PYENV_ROOT`,
+    /// `NVM_DIR`): with HOME elsewhere it would look for itself under the wrong home.
+    pub root_var: Option<&'static str>,
+}
+
+/// The toolchains among `roots` that exist, each with its PATH directories.
+pub fn present(roots: &[PathBuf]) -> Vec<Toolchain> {
+    roots
+        .iter()
+        .filter(|r| r.is_dir())
+        .map(|root| describe(root))
+        .collect()
+}
+
+fn describe(root: &Path) -> Toolchain {
+    let name = root
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let (dirs, root_var): (Vec<PathBuf>, Option<&'static str>) = match name.as_str() {
+        ".rustup" => (Vec::new(), Some("RUSTUP_HOME")),
+        ".pyenv" => (
+            vec![root.join("shims"), root.join("bin")],
+            Some("PYENV_ROOT"),
+        ),
+        ".nvm" => (newest_node(root).into_iter().collect(), Some("NVM_DIR")),
+        // `~/.cargo/bin`, `~/go/bin`, a bin directory named directly.
+        "bin" => (vec![root.to_path_buf()], None),
+        _ => (vec![root.join("bin")], None),
+    };
+    Toolchain {
+        root: root.to_path_buf(),
+        path_dirs: dirs.into_iter().filter(|d| d.is_dir()).collect(),
+        root_var,
+    }
+}
+
+/// nvm keeps each Node version in `versions/node/vX.Y.Z`; the newest is the one on PATH
+/// (nvm's `default` alias may name a range, which only nvm itself resolves).
+fn newest_node(nvm: &Path) -> Option<PathBuf> {
+    let versions = std::fs::read_dir(nvm.join("versions/node")).ok()?;
+    let parse = |name: &str| -> Option<Vec<u64>> {
+        name.strip_prefix('v')?
+            .split('.')
+            .map(|p| p.parse().ok())
+            .collect()
+    };
+    versions
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            Some((parse(&name)?, e.path()))
+        })
+        .max_by(|a, b| a.0.cmp(&b.0))
+        .map(|(_, p)| p.join("bin"))
+}
+
+/// Where the calls' persistent home lives, relative to the workspace: inside it, so it goes
+/// when the workspace goes and two workspaces never share one; git-ignored (its own
+/// `.gitignore`, protected like `.cordon`'s) so host tools leave it alone.
+pub const WORKSPACE_HOME: &str = ".cordon-home";
+
+/// The persistent home of the calls in `workspace` (see [`WORKSPACE_HOME`]).
+pub fn workspace_home(workspace: &Path) -> PathBuf {
+    workspace.join(WORKSPACE_HOME)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layouts_give_their_bin_dirs_and_root_variables() {
+        let home = tempfile::tempdir().unwrap();
+        let h = home.path();
+        for d in [
+            ".rustup/toolchains",
+            ".cargo/bin",
+            ".pyenv/shims",
+            ".pyenv/bin",
+            ".nvm/versions/node/v9.1.0/bin",
+            ".nvm/versions/node/v20.11.1/bin",
+            "go/bin",
+        ] {
+            std::fs::create_dir_all(h.join(d)).unwrap();
+        }
+        let roots: Vec<PathBuf> = [".rustup", ".cargo/bin", ".pyenv", ".nvm", "go", "absent"]
+            .iter()
+            .map(|r| h.join(r))
+            .collect();
+        let found = present(&roots);
+        assert_eq!(found.len(), 5, "the absent root is left out: {found:?}");
+        assert_eq!(found[0].root_var, Some("RUSTUP_HOME"));
+        assert!(found[0].path_dirs.is_empty());
+        assert_eq!(found[1].path_dirs, vec![h.join(".cargo/bin")]);
+        assert_eq!(
+            found[2].path_dirs,
+            vec![h.join(".pyenv/shims"), h.join(".pyenv/bin")]
+        );
+        assert_eq!(
+            found[3].path_dirs,
+            vec![h.join(".nvm/versions/node/v20.11.1/bin")],
+            "the newest version, compared as numbers"
+        );
+        assert_eq!(found[4].path_dirs, vec![h.join("go/bin")]);
+    }
+}

@@ -1,0 +1,585 @@
+//! The compatibility suite (issue 24): ordinary work runs the same inside the sandbox as
+//! outside. Each test is one row of the issue's table (plus a medium real test suite): the
+//! workload is prepared outside the sandbox, run unconfined, then under `cordon exec` with
+//! `default` and `dev`, and the test fails when a confined result differs. `harness` runs
+//! the two sides; README.md's COMPAT section records which rows pass.
+
+mod harness;
+
+use harness::{Row, check, have, host, write_files};
+use std::path::Path;
+
+// ---------------------------------------------------------------------------------------
+// Network on the sandbox's own loopback
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn loopback_http_server_and_curl_in_one_call() {
+    if !have("loopback_http_server", &["python3", "curl"]) {
+        return;
+    }
+    check(Row {
+        name: "loopback_http_server",
+        prepare: &|ws| write_files(ws, &[("index.html", "served\n")]),
+        script: "python3 -u -m http.server 0 --bind 127.0.0.1 > server.log 2>&1 & \
+                 for i in $(seq 100); do \
+                   port=$(sed -n 's/.* port \\([0-9]*\\).*/\\1/p' server.log); \
+                   [ -n \"$port\" ] && break; sleep 0.1; done; \
+                 curl -sS --noproxy '*' \"http://127.0.0.1:$port/index.html\"; kill %1",
+        ..Row::default()
+    });
+}
+
+#[test]
+fn curl_localhost_needs_no_proxy_setting() {
+    // Under `dev` the proxy variables are set; loopback must bypass them (NO_PROXY).
+    if !have("curl_localhost", &["python3", "curl"]) {
+        return;
+    }
+    check(Row {
+        name: "curl_localhost",
+        prepare: &|ws| write_files(ws, &[("index.html", "served\n")]),
+        script: "python3 -u -m http.server 0 --bind 127.0.0.1 > server.log 2>&1 & \
+                 for i in $(seq 100); do \
+                   port=$(sed -n 's/.* port \\([0-9]*\\).*/\\1/p' server.log); \
+                   [ -n \"$port\" ] && break; sleep 0.1; done; \
+                 curl -sS \"http://localhost:$port/index.html\"; kill %1",
+        ..Row::default()
+    });
+}
+
+#[test]
+fn ip_addr_and_ss_read_the_interfaces() {
+    if !have("ip_addr", &["ip", "ss", "python3"]) {
+        return;
+    }
+    check(Row {
+        name: "ip_addr",
+        script: "ip addr show lo | grep -c 'inet 127.0.0.1/8'; ss -tln >/dev/null && echo ss-ok; \
+                 python3 -c 'import socket; print(\"lo\" in [n for _, n in socket.if_nameindex()])'",
+        ..Row::default()
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// IPC, /dev/shm, /tmp, ptys, hostname, /sys, signals
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn python_multiprocessing_pool_queue_and_shared_memory() {
+    if !have("python_multiprocessing", &["python3"]) {
+        return;
+    }
+    check(Row {
+        name: "python_multiprocessing",
+        prepare: &|ws| {
+            write_files(
+                ws,
+                &[(
+                    "mp.py",
+                    "import multiprocessing as mp\n\
+                     from multiprocessing import shared_memory\n\
+                     from concurrent.futures import ProcessPoolExecutor\n\
+                     def sq(x):\n    return x * x\n\
+                     if __name__ == '__main__':\n\
+                     \x20   with mp.Pool(2) as p:\n        print(sum(p.map(sq, range(100))))\n\
+                     \x20   q = mp.Queue(); q.put('queued'); print(q.get())\n\
+                     \x20   lock = mp.Lock(); sem = mp.Semaphore(2)\n\
+                     \x20   with lock, sem:\n        print('locked')\n\
+                     \x20   shm = shared_memory.SharedMemory(create=True, size=16)\n\
+                     \x20   shm.buf[0] = 42; print(shm.buf[0]); shm.close(); shm.unlink()\n\
+                     \x20   with ProcessPoolExecutor(2) as ex:\n        print(list(ex.map(sq, [3, 4])))\n",
+                )],
+            )
+        },
+        script: "python3 mp.py",
+        ..Row::default()
+    });
+}
+
+#[test]
+fn c_shm_open_and_sem_open() {
+    if !have("c_shm_open", &["cc"]) {
+        return;
+    }
+    check(Row {
+        name: "c_shm_open",
+        prepare: &|ws| {
+            write_files(
+                ws,
+                &[(
+                    "shm.c",
+                    "#include <fcntl.h>\n#include <semaphore.h>\n#include <stdio.h>\n\
+                     #include <sys/mman.h>\n#include <unistd.h>\n\
+                     int main(void) {\n\
+                     int fd = shm_open(\"/cordon-compat\", O_CREAT | O_RDWR, 0600);\n\
+                     if (fd < 0 || ftruncate(fd, 4096) != 0) { perror(\"shm_open\"); return 1; }\n\
+                     shm_unlink(\"/cordon-compat\");\n\
+                     sem_t *s = sem_open(\"/cordon-compat-sem\", O_CREAT, 0600, 1);\n\
+                     if (s == SEM_FAILED) { perror(\"sem_open\"); return 1; }\n\
+                     sem_wait(s); sem_post(s); sem_unlink(\"/cordon-compat-sem\");\n\
+                     puts(\"shm-ok\"); return 0; }\n",
+                )],
+            )
+        },
+        script: "cc -o shm shm.c -pthread -lrt && ./shm",
+        ..Row::default()
+    });
+}
+
+#[test]
+fn yes_head_exits_quietly_on_sigpipe() {
+    check(Row {
+        name: "yes_head",
+        script: "yes | head -1; echo \"${PIPESTATUS[@]}\"; seq 100000 | head -2 2>&1",
+        ..Row::default()
+    });
+}
+
+#[test]
+fn mktemp_in_tmp_and_a_hard_coded_tmp_path() {
+    check(Row {
+        name: "mktemp_tmp",
+        script: "f=$(mktemp -p /tmp) && echo x > \"$f\" && rm \"$f\" && echo mktemp-ok; \
+                 p=/tmp/cordon-compat-$$-$RANDOM; echo y > $p && cat $p && rm $p; \
+                 d=$(mktemp -d -p /var/tmp) && rmdir \"$d\" && echo var-tmp-ok",
+        ..Row::default()
+    });
+}
+
+#[test]
+fn the_hostname_resolves() {
+    if !have("hostname", &["hostname", "getent", "python3"]) {
+        return;
+    }
+    check(Row {
+        name: "hostname",
+        script: "hostname -f >/dev/null && echo f-ok; \
+                 getent hosts \"$(hostname)\" >/dev/null && echo getent-ok; \
+                 python3 -c 'import socket; socket.gethostbyname(socket.gethostname()); print(\"py-ok\")'",
+        ..Row::default()
+    });
+}
+
+#[test]
+fn pty_programs_get_a_pty() {
+    if !have("pty", &["python3", "script"]) {
+        return;
+    }
+    check(Row {
+        name: "pty",
+        script: "python3 -c 'import pty, os; m, s = pty.openpty(); print(os.isatty(s))'; \
+                 script -qc 'echo in-a-pty' /dev/null | tr -d '\\r'",
+        ..Row::default()
+    });
+}
+
+#[test]
+fn lscpu_and_nproc_see_the_cpus() {
+    if !have("lscpu", &["lscpu", "nproc"]) {
+        return;
+    }
+    check(Row {
+        name: "lscpu_nproc",
+        script: "lscpu | grep -c '^CPU(s):'; nproc; \
+                 test -r /sys/devices/system/cpu/online && echo sys-cpu-ok",
+        ..Row::default()
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// Limits sized for real work
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn five_thousand_open_files() {
+    check(Row {
+        name: "open_files",
+        script: "python3 -c \"import tempfile; d = tempfile.mkdtemp(dir='.'); \
+                 fs = [open(f'{d}/{i}', 'w') for i in range(5000)]; print(len(fs))\"",
+        ..Row::default()
+    });
+}
+
+#[test]
+fn five_hundred_threads() {
+    check(Row {
+        name: "threads",
+        script: "python3 -c \"import threading; e = threading.Event(); \
+                 ts = [threading.Thread(target=e.wait) for _ in range(500)]; \
+                 [t.start() for t in ts]; print(threading.active_count() - 1); e.set(); \
+                 [t.join() for t in ts]\"",
+        ..Row::default()
+    });
+}
+
+#[test]
+fn a_32_gib_prot_none_reservation_as_sanitizers_make() {
+    if !have("large_mmap", &["cc"]) {
+        return;
+    }
+    check(Row {
+        name: "large_mmap",
+        prepare: &|ws| {
+            write_files(
+                ws,
+                &[(
+                    "map.c",
+                    "#include <stdio.h>\n#include <sys/mman.h>\n\
+                     int main(void) {\n\
+                     void *p = mmap(0, 32UL << 30, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);\n\
+                     if (p == MAP_FAILED) { perror(\"mmap\"); return 1; }\n\
+                     puts(\"reserved 32 GiB\"); return 0; }\n",
+                )],
+            )
+        },
+        script: "cc -o map map.c && ./map",
+        ..Row::default()
+    });
+}
+
+#[test]
+fn node_with_several_webassembly_memories() {
+    if !have("node_wasm", &["node"]) {
+        return;
+    }
+    check(Row {
+        name: "node_wasm",
+        script: "node -e 'const m = []; for (let i = 0; i < 4; i++) \
+                 m.push(new WebAssembly.Memory({ initial: 1, maximum: 65536 })); \
+                 console.log(m.length)'",
+        ..Row::default()
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// Toolchains and builds
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn cargo_version_from_rustup() {
+    if !have("cargo_version", &["cargo"]) {
+        return;
+    }
+    check(Row {
+        name: "cargo_version",
+        script: "cargo --version",
+        ..Row::default()
+    });
+}
+
+#[test]
+fn python_version_without_the_3() {
+    if !have("python_version", &["python"]) {
+        return;
+    }
+    check(Row {
+        name: "python_version",
+        script: "python --version",
+        ..Row::default()
+    });
+}
+
+#[test]
+fn make_j2_of_a_tiny_c_project() {
+    if !have("make_j2", &["make", "cc"]) {
+        return;
+    }
+    check(Row {
+        name: "make_j2",
+        prepare: &|ws| {
+            write_files(
+                ws,
+                &[
+                    ("a.c", "int a(void) { return 40; }\n"),
+                    (
+                        "main.c",
+                        "#include <stdio.h>\nint a(void);\nint main(void) { printf(\"%d\\n\", a() + 2); return 0; }\n",
+                    ),
+                    (
+                        "Makefile",
+                        "app: a.o main.o\n\t$(CC) -o $@ $^\n%.o: %.c\n\t$(CC) -O2 -c -o $@ $<\n",
+                    ),
+                ],
+            )
+        },
+        script: "make -s -j2 && ./app",
+        ..Row::default()
+    });
+}
+
+/// A wheel of a one-module package, zipped by hand (no build backend or network needed).
+fn tiny_wheel(ws: &Path) {
+    std::fs::create_dir_all(ws.join("dist")).unwrap();
+    host(
+        ws,
+        &[
+            "python3",
+            "-c",
+            "import zipfile\n\
+             z = zipfile.ZipFile('dist/tinypkg-1.0-py3-none-any.whl', 'w')\n\
+             z.writestr('tinypkg.py', 'def hello():\\n    return \"hello from the wheel\"\\n')\n\
+             z.writestr('tinypkg-1.0.dist-info/METADATA', 'Metadata-Version: 2.1\\nName: tinypkg\\nVersion: 1.0\\n')\n\
+             z.writestr('tinypkg-1.0.dist-info/WHEEL', 'Wheel-Version: 1.0\\nGenerator: hand\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n')\n\
+             z.writestr('tinypkg-1.0.dist-info/RECORD', '')\n\
+             z.close()\n",
+        ],
+    );
+}
+
+#[test]
+fn venv_and_pip_install_of_a_local_wheel() {
+    if !have("venv_pip", &["python3"]) {
+        return;
+    }
+    check(Row {
+        name: "venv_pip",
+        prepare: &tiny_wheel,
+        script: "python3 -m venv venv && \
+                 venv/bin/pip install -q --no-index --disable-pip-version-check dist/tinypkg-1.0-py3-none-any.whl && \
+                 venv/bin/python -c 'import tinypkg; print(tinypkg.hello())'",
+        ..Row::default()
+    });
+}
+
+#[test]
+fn sqlite3_cli_and_python_module() {
+    if !have("sqlite3", &["sqlite3", "python3"]) {
+        return;
+    }
+    check(Row {
+        name: "sqlite3",
+        script: "sqlite3 db.sqlite 'create table t(x); insert into t values (1), (2); select sum(x) from t;' && \
+                 python3 -c \"import sqlite3; c = sqlite3.connect('db.sqlite'); print(c.execute('select count(*) from t').fetchone()[0])\"",
+        ..Row::default()
+    });
+}
+
+#[test]
+fn npm_test_of_a_tiny_package() {
+    if !have("npm_test", &["node", "npm"]) {
+        return;
+    }
+    check(Row {
+        name: "npm_test",
+        prepare: &|ws| {
+            write_files(
+                ws,
+                &[
+                    (
+                        "package.json",
+                        "{\"name\": \"tiny\", \"version\": \"1.0.0\", \"private\": true, \
+                         \"scripts\": {\"test\": \"node test.js\"}}\n",
+                    ),
+                    (
+                        "test.js",
+                        "const assert = require('assert');\nassert.strictEqual(1 + 1, 2);\nconsole.log('tests passed');\n",
+                    ),
+                ],
+            )
+        },
+        script: "npm test --silent",
+        ..Row::default()
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// git as agents use it (made to pass by the git work of issue 24)
+// ---------------------------------------------------------------------------------------
+
+/// A repository with one commit, made on the host, and a bare remote beside it holding it.
+fn repo(ws: &Path) {
+    write_files(ws, &[("README", "hello\n")]);
+    for argv in [
+        &["git", "init", "-q", "-b", "main"][..],
+        &["git", "add", "README"],
+        &["git", "commit", "-qm", "first"],
+        &["git", "init", "-q", "--bare", "-b", "main", "remote.git"],
+        &["git", "push", "-q", "remote.git", "main"],
+    ] {
+        host(ws, argv);
+    }
+}
+
+#[test]
+fn git_commit_with_the_operators_identity() {
+    if !have("git_commit", &["git"]) {
+        return;
+    }
+    check(Row {
+        name: "git_commit",
+        prepare: &repo,
+        script: "echo more >> README && git commit -qam second && git log -1 --format='%an <%ae>'",
+        ..Row::default()
+    });
+}
+
+#[test]
+fn git_config_remote_push_and_upstream() {
+    if !have("git_config_remote", &["git"]) {
+        return;
+    }
+    check(Row {
+        name: "git_config_remote",
+        prepare: &repo,
+        script: "git config user.email agent@example.org && git config user.email && \
+                 git remote add origin remote.git && git push -q -u origin main 2>&1 && \
+                 git rev-parse --abbrev-ref main@{upstream} && \
+                 git branch --set-upstream-to=origin/main main >/dev/null && echo upstream-ok",
+        ..Row::default()
+    });
+}
+
+#[test]
+fn git_worktree_and_submodule_add() {
+    if !have("git_worktree", &["git"]) {
+        return;
+    }
+    check(Row {
+        name: "git_worktree",
+        prepare: &repo,
+        script: "git worktree add -q wt && git -C wt log -1 --format=%s && \
+                 git -c protocol.file.allow=always submodule add -q \"$PWD/remote.git\" sub && \
+                 git submodule status | wc -l",
+        // The next call (and the host) must still see both as repositories.
+        after: Some(
+            "git -C wt rev-parse --is-inside-work-tree && git -C sub rev-parse --is-inside-work-tree && \
+             git worktree list | wc -l && git status --short | wc -l",
+        ),
+        ..Row::default()
+    });
+}
+
+#[test]
+fn git_gc_and_maintenance() {
+    if !have("git_gc", &["git"]) {
+        return;
+    }
+    check(Row {
+        name: "git_gc",
+        prepare: &repo,
+        script: "git gc -q 2>&1 && git count-objects -v | grep -c '^count' && git fsck --no-progress 2>&1 && echo fsck-ok",
+        ..Row::default()
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// `cordon exec` itself
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn piped_stdin_and_a_subdirectory() {
+    check(Row {
+        name: "stdin_and_cwd",
+        prepare: &|ws| std::fs::create_dir_all(ws.join("sub/dir")).unwrap(),
+        cwd: "sub/dir",
+        stdin: Some(b"one\ntwo\nthree\n"),
+        script: "wc -l; basename \"$PWD\"",
+        ..Row::default()
+    });
+}
+
+#[test]
+fn home_state_survives_between_calls() {
+    // Within one workspace: what the first command leaves in HOME the second one finds.
+    if !have("home_state", &["git"]) {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let exec = |script: &str| {
+        std::process::Command::new(harness::cordon())
+            .args(["exec", "--workspace"])
+            .arg(ws.path())
+            .args(["--", "bash", "-c", script])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let first = exec(
+        "git config --global alias.st status && mkdir -p ~/.cache/x && echo kept > ~/.cache/x/f",
+    );
+    assert!(first.status.success(), "{first:?}");
+    let second = exec("git config --global alias.st && cat ~/.cache/x/f");
+    assert_eq!(
+        String::from_utf8_lossy(&second.stdout),
+        "status\nkept\n",
+        "{second:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// A medium real test suite
+// ---------------------------------------------------------------------------------------
+
+const MORE_ITERTOOLS: &str = "more-itertools==10.5.0";
+
+/// The more-itertools sdist (its tests included), downloaded once from PyPI into the target
+/// directory; None when it cannot be had.
+fn more_itertools_sdist() -> Option<std::path::PathBuf> {
+    let cache = harness::cache_dir().join("more-itertools");
+    let find = || {
+        std::fs::read_dir(&cache)
+            .ok()?
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.to_string_lossy().ends_with(".tar.gz"))
+    };
+    if let Some(found) = find() {
+        return Some(found);
+    }
+    let out = std::process::Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+        ])
+        .args(["--disable-pip-version-check", "-d"])
+        .arg(&cache)
+        .arg(MORE_ITERTOOLS)
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        eprintln!(
+            "pip download {MORE_ITERTOOLS}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    find()
+}
+
+#[test]
+fn more_itertools_test_suite() {
+    if !have("more_itertools", &["python3", "tar"]) {
+        return;
+    }
+    let Some(sdist) = more_itertools_sdist() else {
+        harness::missing(
+            "more_itertools",
+            "the more-itertools sdist could not be downloaded from PyPI",
+        );
+        return;
+    };
+    let has_pytest = std::process::Command::new("python3")
+        .args(["-c", "import pytest"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_pytest {
+        harness::missing(
+            "more_itertools",
+            "python3 has no pytest (python3 -m pip install pytest)",
+        );
+        return;
+    }
+    let sdist = sdist.to_string_lossy().into_owned();
+    check(Row {
+        name: "more_itertools",
+        prepare: &|ws| host(ws, &["tar", "xzf", &sdist, "--strip-components=1"]),
+        // The summary line without its timing; -p no:cacheprovider: no .pytest_cache.
+        script: "python3 -m pytest -q -p no:cacheprovider tests 2>&1 | tail -1 | sed 's/ in [0-9.]*s.*//'",
+        ..Row::default()
+    });
+}

@@ -1,0 +1,73 @@
+//! `cordon exec` as a shell user runs it: what is piped into it reaches the command, and a
+//! command started from a subdirectory of the workspace runs there.
+
+use crate::common::{CORDON, Need, Sandbox, skip};
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+#[test]
+fn piped_stdin_reaches_the_command() {
+    if skip("piped_stdin_reaches_the_command", Need::LandlockSeccomp) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let mut child = Command::new(CORDON)
+        .args(["exec", "--workspace"])
+        .arg(sb.ws())
+        .args(["--", "sh", "-c", "wc -l; echo done"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let input: String = (0..10_000).map(|i| format!("line {i}\n")).collect();
+    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "10000\ndone\n",
+        "{out:?}"
+    );
+}
+
+#[test]
+fn the_callers_subdirectory_is_the_commands_cwd() {
+    if skip(
+        "the_callers_subdirectory_is_the_commands_cwd",
+        Need::LandlockSeccomp,
+    ) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let sub = sb.ws().join("src/deep");
+    std::fs::create_dir_all(&sub).unwrap();
+    let run = |dir: &std::path::Path| {
+        Command::new(CORDON)
+            .args(["exec", "--workspace"])
+            .arg(sb.ws())
+            .args(["--", "sh", "-c", "pwd; touch made-here"])
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = run(&sub);
+    assert!(out.status.success(), "{out:?}");
+    let ws = sb.ws().canonicalize().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim_end(),
+        ws.join("src/deep").to_string_lossy(),
+        "{out:?}"
+    );
+    assert!(sub.join("made-here").exists());
+    // From outside the workspace: its root, as before.
+    let out = run(sb.outside());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim_end(),
+        ws.to_string_lossy(),
+        "{out:?}"
+    );
+}
