@@ -12,7 +12,7 @@ use landlock::{
     PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, Scope,
 };
 use serde::{Deserialize, Serialize};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 /// How far below a granted directory we descend to carve out denied paths. The default
@@ -27,6 +27,11 @@ pub enum LandlockError {
     PathFd {
         path: PathBuf,
         source: landlock::PathFdError,
+    },
+    #[error("Landlock: cannot open {path} for a rule: {source}")]
+    Open {
+        path: PathBuf,
+        source: std::io::Error,
     },
     #[error("Landlock is not supported by this kernel")]
     Unsupported,
@@ -109,6 +114,53 @@ pub fn ruleset_of_grants(
     tcp_bind: &TcpPorts,
     best_effort: bool,
 ) -> Result<OwnedFd, LandlockError> {
+    let opened = open_grants(grants)?;
+    let all: Vec<&OpenedGrant> = opened.iter().collect();
+    ruleset_of_opened(&all, tcp_connect, tcp_bind, best_effort)
+}
+
+/// A grant whose path is already open: a rule names an inode, so a descriptor opened once
+/// serves every ruleset built from it (the sandbox init opens the policy's grants once and each
+/// slot reuses them, opening anew only what its own mounts replace).
+#[derive(Debug)]
+pub struct OpenedGrant {
+    pub path: PathBuf,
+    pub access: GrantKind,
+    pub is_dir: bool,
+    pub fd: OwnedFd,
+}
+
+/// Opens each grant's path (`O_PATH`, close-on-exec, following links as a rule does).
+pub fn open_grants(grants: &[Grant]) -> Result<Vec<OpenedGrant>, LandlockError> {
+    use rustix::fs::{Mode, OFlags, fstat, open};
+    grants
+        .iter()
+        .map(|grant| {
+            let failed = |e: rustix::io::Errno| LandlockError::Open {
+                path: grant.path.clone(),
+                source: e.into(),
+            };
+            let fd = open(&grant.path, OFlags::PATH | OFlags::CLOEXEC, Mode::empty())
+                .map_err(failed)?;
+            let is_dir = rustix::fs::FileType::from_raw_mode(fstat(&fd).map_err(failed)?.st_mode)
+                .is_dir();
+            Ok(OpenedGrant {
+                path: grant.path.clone(),
+                access: grant.access,
+                is_dir,
+                fd,
+            })
+        })
+        .collect()
+}
+
+/// Builds a ruleset from grants already open (see [`OpenedGrant`]).
+pub fn ruleset_of_opened(
+    grants: &[&OpenedGrant],
+    tcp_connect: &TcpPorts,
+    tcp_bind: &TcpPorts,
+    best_effort: bool,
+) -> Result<OwnedFd, LandlockError> {
     let abi = ABI::V6;
     let level = if best_effort {
         CompatLevel::BestEffort
@@ -142,8 +194,7 @@ pub fn ruleset_of_grants(
         .create()?;
 
     for grant in grants {
-        let is_dir = grant.path.is_dir();
-        let access = match (grant.access, is_dir) {
+        let access = match (grant.access, grant.is_dir) {
             (GrantKind::ReadExec, true) => read,
             (GrantKind::ReadExec, false) => read_file,
             (GrantKind::ListOnly, _) => AccessFs::ReadDir.into(),
@@ -151,11 +202,7 @@ pub fn ruleset_of_grants(
             (GrantKind::ReadWrite, false) => write & AccessFs::from_file(abi),
             (GrantKind::Device, _) => device,
         };
-        let fd = PathFd::new(&grant.path).map_err(|source| LandlockError::PathFd {
-            path: grant.path.clone(),
-            source,
-        })?;
-        created = created.add_rule(PathBeneath::new(fd, access))?;
+        created = created.add_rule(PathBeneath::new(grant.fd.as_fd(), access))?;
     }
     for &port in tcp_connect.ports() {
         created = created.add_rule(NetPort::new(port, AccessNet::ConnectTcp))?;

@@ -24,6 +24,7 @@
 use super::plan::{InitPlan, LandlockPlan};
 use super::wire::{self, FromInit, FromSlot, Job, SlotLayer, ToInit, ToSlot};
 use super::{fdpass, view};
+use crate::confine::landlock::OpenedGrant;
 use std::collections::HashMap;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -272,12 +273,12 @@ fn proxy_listener(port: u16) -> io::Result<OwnedFd> {
     Ok(sock)
 }
 
-/// The policy's grants expanded around its denied paths, as paths of the view. Expanding reads
-/// whole directories (/etc), so PID 1 does it once and every slot opens the result anew in its
-/// own mount namespace (where `/proc` is another mount, so an inherited descriptor would grant
-/// the wrong one).
-fn policy_grants(plan: &LandlockPlan) -> Vec<crate::confine::landlock::Grant> {
-    crate::confine::landlock::expand_grants(&crate::confine::landlock::LandlockSpec {
+/// The policy's grants expanded around its denied paths and opened, in the view. Expanding
+/// reads whole directories (/etc) and opening them costs a syscall each, so PID 1 does both
+/// once and every slot reuses the descriptors (a rule names an inode, whatever mount shows it);
+/// only what a slot mounts anew (`/proc`) it opens again itself.
+fn policy_grants(plan: &LandlockPlan) -> Result<Vec<OpenedGrant>, String> {
+    let grants = crate::confine::landlock::expand_grants(&crate::confine::landlock::LandlockSpec {
         read_exec: &plan.read_exec,
         read_write: &plan.read_write,
         read_only: &plan.read_only,
@@ -285,23 +286,40 @@ fn policy_grants(plan: &LandlockPlan) -> Vec<crate::confine::landlock::Grant> {
         deny: &plan.deny,
         tcp_connect: &plan.tcp_connect,
         tcp_bind: &plan.tcp_bind,
-    })
+    });
+    crate::confine::landlock::open_grants(&grants).map_err(|e| e.to_string())
+}
+
+/// Grants below these paths name filesystems each slot mounts anew.
+fn remounted_by_slots(path: &Path) -> bool {
+    path.starts_with("/proc")
 }
 
 /// A slot's Landlock layer: the policy's grants minus the roots that hold every slot's
 /// directory, plus this slot's own directory and what its mount namespace holds.
 fn slot_ruleset(
     plan: &LandlockPlan,
-    grants: &[crate::confine::landlock::Grant],
+    grants: &[OpenedGrant],
     own: &[crate::confine::landlock::Grant],
 ) -> Result<OwnedFd, crate::confine::landlock::LandlockError> {
-    let all: Vec<crate::confine::landlock::Grant> = grants
+    let reopened: Vec<crate::confine::landlock::Grant> = grants
         .iter()
-        .filter(|g| g.path != plan.calls_tmp && g.path != plan.private_root)
-        .chain(own)
-        .cloned()
+        .filter(|g| remounted_by_slots(&g.path))
+        .map(|g| crate::confine::landlock::Grant {
+            path: g.path.clone(),
+            access: g.access,
+        })
+        .chain(own.iter().cloned())
         .collect();
-    crate::confine::landlock::ruleset_of_grants(
+    let reopened = crate::confine::landlock::open_grants(&reopened)?;
+    let all: Vec<&OpenedGrant> = grants
+        .iter()
+        .filter(|g| {
+            g.path != plan.calls_tmp && g.path != plan.private_root && !remounted_by_slots(&g.path)
+        })
+        .chain(&reopened)
+        .collect();
+    crate::confine::landlock::ruleset_of_opened(
         &all,
         &plan.tcp_connect,
         &plan.tcp_bind,
@@ -367,8 +385,9 @@ fn serve(plan: &InitPlan, control: &OwnedFd) -> ! {
     let Ok(signals) = child_signals() else {
         std::process::exit(1)
     };
-    // Expanded at the first slot and reused by every later one (see `policy_grants`).
-    let mut grants: Option<Vec<crate::confine::landlock::Grant>> = None;
+    // Expanded and opened at the first slot and reused by every later one (`policy_grants`).
+    let mut grants: Option<Result<Vec<OpenedGrant>, String>> = None;
+    let no_grants: Vec<OpenedGrant> = Vec::new();
     let mut slots: HashMap<i32, ForkedSlot> = HashMap::new();
     loop {
         let (control_ready, child_ready) = {
@@ -397,9 +416,24 @@ fn serve(plan: &InitPlan, control: &OwnedFd) -> ! {
             match wire::decode::<ToInit>(&received.data, wire::MAX_MESSAGE) {
                 Ok(ToInit::Slot { id, layer }) => {
                     let grants = match (&grants, &plan.landlock) {
-                        (Some(g), _) => g.as_slice(),
-                        (None, Some(landlock)) => grants.insert(policy_grants(landlock)),
-                        (None, None) => &[],
+                        (Some(g), _) => g.as_ref(),
+                        (None, Some(landlock)) => grants.insert(policy_grants(landlock)).as_ref(),
+                        (None, None) => Ok(&no_grants),
+                    };
+                    let grants = match grants {
+                        Ok(g) => g.as_slice(),
+                        Err(e) => {
+                            eprintln!("cordon sandbox init: the policy's Landlock grants: {e}");
+                            send_msg(
+                                control,
+                                &FromInit::SlotFailed {
+                                    id,
+                                    error: format!("the policy's Landlock grants: {e}"),
+                                },
+                                &[],
+                            );
+                            continue;
+                        }
                     };
                     let parent = SlotParent {
                         plan,
@@ -455,8 +489,8 @@ struct SlotParent<'a> {
     plan: &'a InitPlan,
     control: &'a OwnedFd,
     signals: &'a OwnedFd,
-    /// The policy's grants, expanded once (see `policy_grants`).
-    grants: &'a [crate::confine::landlock::Grant],
+    /// The policy's grants, expanded and opened once (see `policy_grants`).
+    grants: &'a [OpenedGrant],
 }
 
 /// Namespaces every slot gets of its own: a slot is the PID 1 (reaper) of a PID namespace
@@ -570,7 +604,7 @@ const FORWARDED: &[libc::c_int] = &[
 /// A slot: PID 1 of its own PID namespace. Joins its cgroups, mounts what its namespace holds
 /// of its own, confines itself, reports ready and waits for a job; then forks the job's main
 /// process and reaps until that ends.
-fn slot(plan: &InitPlan, grants: &[crate::confine::landlock::Grant], own: SlotOwn) -> ! {
+fn slot(plan: &InitPlan, grants: &[OpenedGrant], own: SlotOwn) -> ! {
     let SlotOwn {
         layer,
         sock,
@@ -699,7 +733,7 @@ fn reaper_signals() -> io::Result<OwnedFd> {
 /// forbids changing them afterwards, seccomp refuses the calls).
 fn confine_self(
     plan: &InitPlan,
-    grants: &[crate::confine::landlock::Grant],
+    grants: &[OpenedGrant],
     own: &[crate::confine::landlock::Grant],
 ) -> Result<(), (&'static str, io::Error)> {
     if plan.drop_capabilities {
