@@ -74,7 +74,7 @@ fn newest_node(nvm: &Path) -> Option<PathBuf> {
 
 /// Where the calls' persistent home lives, relative to the workspace: inside it, so it goes
 /// when the workspace goes and two workspaces never share one; git-ignored (its own
-/// `.gitignore`, protected like `.cordon`'s) so host tools leave it alone.
+/// `.gitignore`, written by the server) so git and the tools that follow it leave it alone.
 pub const WORKSPACE_HOME: &str = ".cordon-home";
 
 /// The persistent home of the calls in `workspace` (see [`WORKSPACE_HOME`]).

@@ -1,8 +1,10 @@
 //! The calls' persistent home inside the workspace (`.cordon-home/`, the policy's
 //! `{workspace_home}`): created by the server, beneath the workspace and never through a
 //! link, with a `.gitignore` holding `*` so that git (and the tools that follow it) leave the
-//! caches and tool state there alone. The policy protects that `.gitignore` like `.cordon/`,
-//! so a command cannot remove it; everything else in the home is the calls' to write.
+//! caches and tool state there alone. The home is the calls' to write, `.gitignore` included
+//! (binding it read-only in the view would pin the home as a mount point of the view, for a
+//! file whose loss only makes the caches show up in `git status`); the server writes it
+//! again at its next start when it is gone.
 
 use super::spill::{GITIGNORE, GITIGNORE_CONTENT, open_or_create_dir_nofollow};
 use super::{PathError, Workspace};

@@ -47,8 +47,6 @@ pub const GIT_CONTROL_PATHS: &[&str] = &[
     ".git/modules/*/info/attributes",
     ".git/modules/*/objects/info/alternates",
     ".cordon",
-    // What keeps the calls' persistent home out of git (see `workspace::home`).
-    ".cordon-home/.gitignore",
 ];
 
 /// The name git looks for in every directory: as a file ("gitdir: PATH") it says where the
