@@ -503,8 +503,20 @@ async fn exec(
              reading stopped (no cgroup here to kill it)"
         );
     }
+    if outcome.git_refused {
+        // As a tool result would be `denied`: a command that "succeeded" while cordon undid
+        // or moved what it wrote to git must not look like a success to a script.
+        eprintln!(
+            "cordon: exit status {GIT_REFUSED_STATUS}: cordon refused a git change the command              made (above)"
+        );
+        return Ok(GIT_REFUSED_STATUS);
+    }
     Ok(outcome.shell_status())
 }
+
+/// `cordon exec`'s exit status when the command's git change was refused or quarantined (the
+/// status wrappers use for "the wrapper refused", as 126 and 127 are the shell's).
+const GIT_REFUSED_STATUS: i32 = 125;
 
 /// The most `cordon exec` reads from its stdin for the command (it is handed over whole).
 const MAX_FORWARDED_STDIN: u64 = 256 << 20;
