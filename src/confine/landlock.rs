@@ -140,10 +140,10 @@ pub fn open_grants(grants: &[Grant]) -> Result<Vec<OpenedGrant>, LandlockError> 
                 path: grant.path.clone(),
                 source: e.into(),
             };
-            let fd = open(&grant.path, OFlags::PATH | OFlags::CLOEXEC, Mode::empty())
-                .map_err(failed)?;
-            let is_dir = rustix::fs::FileType::from_raw_mode(fstat(&fd).map_err(failed)?.st_mode)
-                .is_dir();
+            let fd =
+                open(&grant.path, OFlags::PATH | OFlags::CLOEXEC, Mode::empty()).map_err(failed)?;
+            let is_dir =
+                rustix::fs::FileType::from_raw_mode(fstat(&fd).map_err(failed)?.st_mode).is_dir();
             Ok(OpenedGrant {
                 path: grant.path.clone(),
                 access: grant.access,

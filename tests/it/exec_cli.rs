@@ -71,3 +71,43 @@ fn the_callers_subdirectory_is_the_commands_cwd() {
         "{out:?}"
     );
 }
+
+/// A command whose git change cordon refuses does not look like a success to a script: as a
+/// tool result would be `denied`, `cordon exec` exits 125 and says why.
+#[test]
+fn a_refused_git_change_makes_exec_exit_125() {
+    if skip("a_refused_git_change_makes_exec_exit_125", Need::Namespaces) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(sb.ws())
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .expect("git runs");
+        assert!(out.status.success(), "{out:?}");
+    };
+    git(&["init", "-q"]);
+    let run = |script: &str| {
+        Command::new(CORDON)
+            .args(["exec", "--workspace"])
+            .arg(sb.ws())
+            .args(["--", "sh", "-c", script])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let refused = run("git config core.fsmonitor 'touch pwned'");
+    assert_eq!(refused.status.code(), Some(125), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("refused a git change"),
+        "{refused:?}"
+    );
+    let config = std::fs::read_to_string(sb.ws().join(".git/config")).unwrap();
+    assert!(!config.contains("fsmonitor"), "{config}");
+    // A change that runs nothing is the command's own success.
+    let allowed = run("git config user.email agent@example.invalid");
+    assert_eq!(allowed.status.code(), Some(0), "{allowed:?}");
+}
