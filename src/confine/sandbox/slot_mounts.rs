@@ -108,9 +108,9 @@ pub fn build(plan: &InitPlan, dir: &Path, joined_cgroups: bool) -> Result<Vec<Gr
 /// Programs that hard-code `/tmp` (or `/var/tmp`) find the slot's own directory there: the
 /// same inode, so the grant of `dir` covers it. What the view had below `/tmp` (the server's
 /// TMPDIR usually holds the slots' directories, and a workspace may live there too) would be
-/// hidden by that mount, so each of those mounts is bound again at its own path on top, except
-/// the roots of every slot's directories; `dir` itself comes back at its own path the same way,
-/// so every path the server computed still means the same here.
+/// hidden by that mount, so each of those mounts is bound again at its own path on top (in a
+/// read-only skeleton), except the roots of every slot's directories; `dir` itself comes back at
+/// its own path the same way, so every path the server computed still means the same here.
 fn own_tmp(plan: &InitPlan, dir: &Path) -> Result<(), MountError> {
     use rustix::fs::{Mode, OFlags, open};
     let opened = |path: &Path| {
@@ -136,29 +136,80 @@ fn own_tmp(plan: &InitPlan, dir: &Path) -> Result<(), MountError> {
     if Path::new("/var/tmp").is_dir() {
         step("bind /var/tmp", mount_bind(&own_path, "/var/tmp"))?;
     }
-    for (mount_point, fd) in &again {
-        let is_dir = step("stat for /tmp", rustix::fs::fstat(fd))
-            .map(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_dir())?;
-        // The mount point is made in the slot's own directory, as a file or directory like
-        // what is bound on it.
-        let made = if is_dir {
-            std::fs::create_dir_all(mount_point)
-        } else {
-            mount_point
-                .parent()
-                .map_or(Ok(()), std::fs::create_dir_all)
-                .and_then(|()| std::fs::File::create(mount_point).map(drop))
+    // Grouped by their first name below /tmp: a mount there directly gets a mount point in the
+    // slot's directory, which the mount covers; deeper ones get a read-only skeleton of their
+    // own there, so the names that lead to them cannot be written into (a write there would
+    // land in the call's TMPDIR and vanish with it, where outside the sandbox it fails).
+    let mut tops: std::collections::BTreeMap<PathBuf, Vec<(PathBuf, std::os::fd::OwnedFd)>> =
+        std::collections::BTreeMap::new();
+    for (mount_point, fd) in again {
+        let Some(first) = mount_point
+            .strip_prefix(tmp)
+            .ok()
+            .and_then(|rest| rest.components().next())
+        else {
+            continue;
         };
-        made.map_err(|source| MountError {
-            step: "mount point below /tmp",
-            source,
-        })?;
-        step(
-            "bind again below /tmp",
-            rustix::mount::mount_bind_recursive(fd_path(fd), mount_point),
-        )?;
+        tops.entry(tmp.join(first))
+            .or_default()
+            .push((mount_point, fd));
+    }
+    for (top, mounts) in &tops {
+        let direct = mounts.len() == 1 && mounts[0].0 == *top;
+        if !direct {
+            std::fs::create_dir_all(top).map_err(|source| MountError {
+                step: "mount point below /tmp",
+                source,
+            })?;
+            step(
+                "skeleton below /tmp",
+                mount(
+                    "cordon-tmp",
+                    top,
+                    "tmpfs",
+                    MountFlags::NOSUID | MountFlags::NODEV,
+                    c"mode=0755,size=64k",
+                ),
+            )?;
+        }
+        for (mount_point, fd) in mounts {
+            bind_again(mount_point, fd)?;
+        }
+        if !direct {
+            step(
+                "skeleton below /tmp read-only",
+                rustix::mount::mount_remount(
+                    top,
+                    MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV,
+                    c"",
+                ),
+            )?;
+        }
     }
     Ok(())
+}
+
+/// Binds the open `fd` (a mount the view had below /tmp) at `mount_point` again, making the
+/// mount point as a file or a directory like what is bound on it.
+fn bind_again(mount_point: &Path, fd: &std::os::fd::OwnedFd) -> Result<(), MountError> {
+    let is_dir = step("stat for /tmp", rustix::fs::fstat(fd))
+        .map(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_dir())?;
+    let made = if is_dir {
+        std::fs::create_dir_all(mount_point)
+    } else {
+        mount_point
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::File::create(mount_point).map(drop))
+    };
+    made.map_err(|source| MountError {
+        step: "mount point below /tmp",
+        source,
+    })?;
+    step(
+        "bind again below /tmp",
+        rustix::mount::mount_bind_recursive(fd_path(fd), mount_point),
+    )
 }
 
 /// `/proc/self/fd/N`: a path that names the open file itself, whatever now covers its name.
