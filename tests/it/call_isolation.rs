@@ -11,12 +11,20 @@ use crate::stdio_server::{StdioServer, structured};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
+/// The first of `tools` this machine lacks. Missing in CI is a failure, never a silent pass
+/// (`.ci/run` installs them: util-linux, procps).
 fn have(tools: &[&'static str]) -> Option<&'static str> {
-    tools.iter().copied().find(|t| {
+    let missing = tools.iter().copied().find(|t| {
         !["/usr/bin", "/bin", "/usr/sbin", "/sbin"]
             .iter()
             .any(|d| std::path::Path::new(d).join(t).exists())
-    })
+    });
+    if let Some(tool) = missing
+        && std::env::var("CI").is_ok_and(|v| v == "true")
+    {
+        panic!("`{tool}` is missing in CI");
+    }
+    missing
 }
 
 /// Starts call A (`script`, which must create `ready` in the workspace once it is running)
