@@ -507,7 +507,7 @@ async fn exec(
         // As a tool result would be `denied`: a command that "succeeded" while cordon undid
         // or moved what it wrote to git must not look like a success to a script.
         eprintln!(
-            "cordon: exit status {GIT_REFUSED_STATUS}: cordon refused a git change the command              made (above)"
+            "cordon: exit status {GIT_REFUSED_STATUS}: cordon refused a git change the command made (above)"
         );
         return Ok(GIT_REFUSED_STATUS);
     }

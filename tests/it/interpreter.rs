@@ -756,8 +756,9 @@ async fn figures_come_back_as_png_images_and_are_closed() {
     let probe = run(&m, "img", "import matplotlib").await;
     if let Some(e) = probe.exception {
         missing_in_ci(&format!(
-            "matplotlib is not importable by the sandbox's python3 ({}); install it for \
-             /usr/bin/python3, e.g. `apt-get install -y python3-matplotlib`",
+            "matplotlib is not importable by the sandbox's python3 ({}); install it for the \
+             python3 first on the sandbox PATH (a granted toolchain's, e.g. `python3 -m pip \
+             install matplotlib`, or Debian's: `apt-get install -y python3-matplotlib`)",
             e.message
         ));
         return;

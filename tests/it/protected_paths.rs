@@ -264,7 +264,9 @@ fn git_commondir_cannot_redirect_the_operators_git_to_planted_hooks_and_config()
         m = marker.display()
     );
     let run = sb.exec(&[], &["sh", "-c", &script]);
-    assert_eq!(run.code(), 0, "{run:?}");
+    // The command's own status was 0; cordon moved its plant away, so `cordon exec` says so
+    // with 125 (a tool result would be `denied`).
+    assert_eq!(run.code(), 125, "{run:?}");
     assert_operator_git_runs_nothing_planted(&sb, &marker, ".git/commondir");
 }
 
