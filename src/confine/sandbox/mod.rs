@@ -230,15 +230,15 @@ impl PendingSlot<'_> {
                 )));
             }
         }
-        let pidfd = received
-            .fds
-            .into_iter()
+        let mut fds = received.fds.into_iter();
+        let pidfd = fds
             .next()
             .ok_or_else(|| SandboxError::Slot("ready without a pidfd".into()))?;
         Ok(Slot {
             id: self.id,
             pid: pid_of(&pidfd),
             pidfd,
+            main_pidfd: fds.next(),
             socket,
             exit: self.exit.take().expect("taken only here"),
         })
@@ -431,7 +431,10 @@ fn run_init(
 pub struct Slot {
     id: u64,
     pid: Option<u32>,
+    /// The slot's reaper (PID 1 of its namespace): what is signalled and waited for.
     pidfd: OwnedFd,
+    /// The job's main process, when the slot sent it: it ends first, and tells sooner.
+    main_pidfd: Option<OwnedFd>,
     socket: OwnedFd,
     exit: watch::Receiver<Option<i32>>,
 }
@@ -500,6 +503,7 @@ impl Slot {
             id: self.id,
             pid: self.pid,
             pidfd: self.pidfd,
+            main_pidfd: self.main_pidfd,
             exit: self.exit,
             status: None,
         })
@@ -511,6 +515,7 @@ pub struct SandboxChild {
     id: u64,
     pid: Option<u32>,
     pidfd: OwnedFd,
+    main_pidfd: Option<OwnedFd>,
     exit: watch::Receiver<Option<i32>>,
     status: Option<ExitStatus>,
 }
@@ -552,9 +557,14 @@ impl SandboxChild {
         self.status
     }
 
-    /// Whether the process has exited, straight from the kernel (a pidfd turns readable).
+    /// Whether the job's main process has exited, straight from the kernel (a pidfd turns
+    /// readable): the reaper's report of its status follows within moments.
     fn has_exited(&self) -> bool {
-        poll_readable(&self.pidfd, Duration::ZERO).unwrap_or(false)
+        poll_readable(
+            self.main_pidfd.as_ref().unwrap_or(&self.pidfd),
+            Duration::ZERO,
+        )
+        .unwrap_or(false)
     }
 
     pub async fn wait(&mut self) -> ExitStatus {
