@@ -362,8 +362,6 @@ fn plan(inputs: &ViewInputs<'_>) -> InitPlan {
                 TcpPorts::Only(l.tcp_bind.clone())
             },
             best_effort: l.best_effort,
-            calls_tmp: inputs.calls_tmp.to_path_buf(),
-            private_root: inputs.private_root.to_path_buf(),
         }),
         seccomp: inputs
             .seccomp

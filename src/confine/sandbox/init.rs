@@ -298,6 +298,7 @@ fn remounted_by_slots(path: &Path) -> bool {
 /// A slot's Landlock layer: the policy's grants minus the roots that hold every slot's
 /// directory, plus this slot's own directory and what its mount namespace holds.
 fn slot_ruleset(
+    init: &InitPlan,
     plan: &LandlockPlan,
     grants: &[OpenedGrant],
     own: &[crate::confine::landlock::Grant],
@@ -315,7 +316,7 @@ fn slot_ruleset(
     let all: Vec<&OpenedGrant> = grants
         .iter()
         .filter(|g| {
-            g.path != plan.calls_tmp && g.path != plan.private_root && !remounted_by_slots(&g.path)
+            g.path != init.calls_tmp && g.path != init.private_root && !remounted_by_slots(&g.path)
         })
         .chain(&reopened)
         .collect();
@@ -615,6 +616,7 @@ fn slot(plan: &InitPlan, grants: &[OpenedGrant], own: SlotOwn) -> ! {
         cgroup_procs,
     } = own;
     let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
+    default_dispositions();
     let signals = match reaper_signals() {
         Ok(fd) => fd,
         Err(e) => slot_fail(&sock, "signalfd", errno_of(&e)),
@@ -753,7 +755,7 @@ fn confine_self(
     }
     rustix::thread::set_no_new_privs(true).map_err(|e| ("no_new_privs", e.into()))?;
     if let Some(landlock) = &plan.landlock {
-        let fd = slot_ruleset(landlock, grants, own).map_err(|e| {
+        let fd = slot_ruleset(plan, landlock, grants, own).map_err(|e| {
             // The errno alone says little here (which grant failed): the init's stderr is
             // the server's.
             eprintln!("cordon sandbox init: a slot's Landlock layer: {e}");
@@ -852,10 +854,9 @@ fn read_job(received: fdpass::Received) -> io::Result<(Job, Vec<OwnedFd>)> {
 /// Turns this slot into the job's program. Returns only on failure, with the failing step.
 fn run_job(plan: &InitPlan, job: &Job, fds: Vec<OwnedFd>) -> Result<(), (&'static str, io::Error)> {
     let e = |stage: &'static str| move |err: rustix::io::Errno| (stage, io::Error::from(err));
-    // The job starts as an ordinary program would: no signal blocked or ignored (the reaper
-    // blocks its own; this program's runtime ignores SIGPIPE, which exec would keep, so
-    // `yes | head -1` would print "Broken pipe" instead of ending quietly).
-    reset_signals();
+    // The job starts as an ordinary program would: no signal blocked (the reaper blocks its
+    // own) or ignored (`default_dispositions`, done by the slot while it waited).
+    unblock_signals();
     let root = rustix::fs::open(
         &plan.workspace,
         rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
@@ -920,18 +921,28 @@ fn run_job(plan: &InitPlan, job: &Job, fds: Vec<OwnedFd>) -> Result<(), (&'stati
     Err(("exec", exec(job)))
 }
 
-/// Every signal back to its default action and none blocked.
-fn reset_signals() {
-    // SAFETY: sigaction with SIG_DFL and sigprocmask with an empty local set; both read only
-    // live locals. Numbers the kernel refuses (SIGKILL, SIGSTOP, libc's reserved ones) fail
-    // harmlessly.
+/// Every signal back to its default action. An ignored signal stays ignored across exec: this
+/// program's runtime ignores SIGPIPE (`yes | head -1` would print "Broken pipe" instead of
+/// ending quietly), and a server started under `nohup` passes SIGHUP ignored. Done by the slot
+/// while it waits in the pool (its main process inherits the dispositions), so a call does not
+/// pay the ~64 syscalls.
+fn default_dispositions() {
+    // SAFETY: sigaction with SIG_DFL reads only a live local. Numbers the kernel refuses
+    // (SIGKILL, SIGSTOP, libc's reserved ones) fail harmlessly.
     unsafe {
         let mut action: libc::sigaction = std::mem::zeroed();
         action.sa_sigaction = libc::SIG_DFL;
         libc::sigemptyset(&mut action.sa_mask);
-        for sig in 1..libc::SIGRTMAX() {
+        for sig in 1..=libc::SIGRTMAX() {
             libc::sigaction(sig, &action, std::ptr::null_mut());
         }
+    }
+}
+
+/// No signal blocked: the signal mask survives exec.
+fn unblock_signals() {
+    // SAFETY: sigprocmask with an empty local set.
+    unsafe {
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());

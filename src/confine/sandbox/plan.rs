@@ -77,7 +77,8 @@ pub struct CgroupMount {
 
 /// The policy's Landlock grants. Each slot builds its layer from them plus its own directory
 /// (see `wire::SlotLayer`) and what its mount namespace holds (`/proc`, `/dev/shm`,
-/// `/dev/pts`, `/sys` subsets); the roots below (`calls_tmp`, `private_root`) are never granted
+/// `/dev/pts`, `/sys` subsets); the roots holding every slot's directory (`InitPlan::calls_tmp`,
+/// `InitPlan::private_root`) are never granted
 /// as wholes.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LandlockPlan {
@@ -90,10 +91,6 @@ pub struct LandlockPlan {
     pub tcp_connect: crate::confine::landlock::TcpPorts,
     pub tcp_bind: crate::confine::landlock::TcpPorts,
     pub best_effort: bool,
-    /// Root of the per-call temporary directories.
-    pub calls_tmp: PathBuf,
-    /// Root of the long-lived workers' private directories.
-    pub private_root: PathBuf,
 }
 
 /// A list of paths as lists of bytes (any name the kernel allows, UTF-8 or not).
