@@ -639,6 +639,26 @@ impl GitGuard {
         Ok(links)
     }
 
+    /// A submodule's file lies behind the symbolic link `at`: while the operator's entries are
+    /// recorded, the link is remembered as theirs; afterwards it is refused unless it is theirs.
+    fn symlink_on_the_way(
+        &self,
+        at: &Path,
+        what: &str,
+        record: bool,
+        state: &mut State,
+        report: &mut GuardReport,
+        seen: &mut dyn FnMut(&Path, Stamp),
+    ) {
+        if record {
+            if let Ok(m) = self.root.symlink_metadata(at) {
+                seen(at, stamp(&m));
+            }
+        } else {
+            self.refuse_unless_operators(at, what, state, report);
+        }
+    }
+
     /// Checks one gitlink: its `.git`, and the config, hooks and commondir git would read in
     /// its gitdir. Returns the gitdir to recurse into when there is one to trust.
     fn check_gitlink(
@@ -664,19 +684,13 @@ impl GitGuard {
         let meta = match self.lstat_beneath(&dot_git) {
             Ok(Some(m)) => m,
             Ok(None) => return None, // not checked out: git does not enter it
-            Err(at) if record => {
-                if let Ok(m) = self.root.symlink_metadata(&at) {
-                    seen(&at, stamp(&m));
-                }
-                return None;
-            }
             Err(at) => {
                 let what = format!(
                     "the submodule {} is reached through the symbolic link {}",
                     link.display(),
                     at.display()
                 );
-                self.refuse_unless_operators(&at, &what, state, report);
+                self.symlink_on_the_way(&at, &what, record, state, report, seen);
                 return None;
             }
         };
@@ -715,12 +729,6 @@ impl GitGuard {
             let meta = match self.lstat_beneath(&path) {
                 Ok(Some(m)) => m,
                 Ok(None) => continue,
-                Err(at) if record => {
-                    if let Ok(m) = self.root.symlink_metadata(&at) {
-                        seen(&at, stamp(&m));
-                    }
-                    return None;
-                }
                 Err(at) => {
                     let what = format!(
                         "the submodule {}'s {} is reached through the symbolic link {}",
@@ -728,7 +736,7 @@ impl GitGuard {
                         path.display(),
                         at.display()
                     );
-                    self.refuse_unless_operators(&at, &what, state, report);
+                    self.symlink_on_the_way(&at, &what, record, state, report, seen);
                     return None;
                 }
             };
