@@ -59,6 +59,20 @@ fn host_git(ws: &Path, args: &[&str]) -> std::process::Output {
         .expect("git runs")
 }
 
+/// The common start of a plant test: the operator's repository, a marker the plant would
+/// create, and a session with cordon on it. None when namespaces are missing here (a failure
+/// in CI, see `skip`).
+async fn operator_session(test: &str) -> Option<(tempfile::TempDir, Marker, Client)> {
+    if skip(test, Need::Namespaces) {
+        return None;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    operator_repo(ws.path());
+    let marker = Marker::new();
+    let client = connect(ws.path()).await;
+    Some((ws, marker, client))
+}
+
 /// An operator's repository with one commit.
 fn operator_repo(ws: &Path) {
     for args in [
@@ -115,13 +129,9 @@ const BENIGN_SUBMODULE: &str = "git init -q sub && git -C sub -c user.email=a@b.
 
 #[tokio::test]
 async fn finding1_submodule_config_changed_in_a_later_call_is_quarantined() {
-    if skip("finding1", Need::Namespaces) {
+    let Some((ws, marker, client)) = operator_session("finding1").await else {
         return;
-    }
-    let ws = tempfile::tempdir().unwrap();
-    operator_repo(ws.path());
-    let marker = Marker::new();
-    let client = connect(ws.path()).await;
+    };
     let first = shell(&client, BENIGN_SUBMODULE).await;
     assert!(!first.0, "a benign submodule is accepted: {first:?}");
     // Seconds later, in a call that does not touch the index.
@@ -140,13 +150,9 @@ async fn finding1_submodule_config_changed_in_a_later_call_is_quarantined() {
 
 #[tokio::test]
 async fn finding2_configs_cordon_cannot_read_are_quarantined_not_skipped() {
-    if skip("finding2", Need::Namespaces) {
+    let Some((ws, marker, client)) = operator_session("finding2").await else {
         return;
-    }
-    let ws = tempfile::tempdir().unwrap();
-    operator_repo(ws.path());
-    let marker = Marker::new();
-    let client = connect(ws.path()).await;
+    };
     let plant = |dir: &str| {
         format!(
             "git init -q {dir} && git -C {dir} -c user.email=a@b.invalid -c user.name=a commit -q \
@@ -180,13 +186,9 @@ async fn finding2_configs_cordon_cannot_read_are_quarantined_not_skipped() {
 
 #[tokio::test]
 async fn finding2_a_submodule_gitdir_outside_the_workspace_is_refused() {
-    if skip("finding2_outside", Need::Namespaces) {
+    let Some((ws, marker, client)) = operator_session("finding2_outside").await else {
         return;
-    }
-    let ws = tempfile::tempdir().unwrap();
-    operator_repo(ws.path());
-    let marker = Marker::new();
-    let client = connect(ws.path()).await;
+    };
     // Where the calls' TMPDIR root is writable, a real repository there; either way the
     // gitfile names a gitdir outside the workspace, which cordon cannot vouch for.
     let script = format!(
@@ -209,13 +211,9 @@ async fn finding2_a_submodule_gitdir_outside_the_workspace_is_refused() {
 
 #[tokio::test]
 async fn finding2_an_index_padded_past_64_mib_is_still_read() {
-    if skip("finding2_zpad", Need::Namespaces) {
+    let Some((ws, marker, client)) = operator_session("finding2_zpad").await else {
         return;
-    }
-    let ws = tempfile::tempdir().unwrap();
-    operator_repo(ws.path());
-    let marker = Marker::new();
-    let client = connect(ws.path()).await;
+    };
     // An optional extension (`ZPAD`) of 64 MiB after the entries, with a valid checksum: git
     // reads the index as usual.
     let pad = r#"python3 -c '
@@ -405,13 +403,9 @@ async fn finding5_the_operators_edit_during_a_call_is_never_quarantined() {
 
 #[tokio::test]
 async fn finding6_a_hostile_name_is_protected_and_never_downgrades_cordon() {
-    if skip("finding6", Need::Namespaces) {
+    let Some((ws, marker, client)) = operator_session("finding6").await else {
         return;
-    }
-    let ws = tempfile::tempdir().unwrap();
-    operator_repo(ws.path());
-    let marker = Marker::new();
-    let client = connect(ws.path()).await;
+    };
     let name = "\"$(printf '\\377')$(printf 'a%.0s' $(seq 240))\"";
     let planted = shell(
         &client,
@@ -492,13 +486,9 @@ async fn finding7_keys_a_deny_list_missed_are_refused() {
 
 #[tokio::test]
 async fn a_plant_by_a_process_still_running_is_caught_before_the_call_ends() {
-    if skip("timer", Need::Namespaces) {
+    let Some((ws, marker, client)) = operator_session("timer").await else {
         return;
-    }
-    let ws = tempfile::tempdir().unwrap();
-    operator_repo(ws.path());
-    let marker = Marker::new();
-    let client = connect(ws.path()).await;
+    };
     let first = shell(&client, BENIGN_SUBMODULE).await;
     assert!(!first.0, "{first:?}");
     let started = std::time::Instant::now();
