@@ -392,6 +392,16 @@ impl CallCgroup {
         hits
     }
 
+    /// CPU time the call's tree has used (all its processes, living and reaped), where the
+    /// kernel reports it: v2's `cpu.stat`, present in every v2 group (hybrid hosts too).
+    pub fn cpu_usage(&self) -> Option<Duration> {
+        let text = fs::read_to_string(self.v2_dir.as_ref()?.join("cpu.stat")).ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("usage_usec "))
+            .and_then(|v| v.trim().parse().ok())
+            .map(Duration::from_micros)
+    }
+
     /// Peak memory of the call's tree in bytes, where the kernel reports it.
     pub fn memory_peak(&self) -> Option<u64> {
         let from = |p: PathBuf| fs::read_to_string(p).ok()?.trim().parse().ok();

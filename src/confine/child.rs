@@ -28,6 +28,9 @@ pub struct ChildSetup {
     /// besides stdio. When not empty, every other descriptor ≥ 3 is closed at exec. The parent
     /// guarantees each source number is above every target number (see `exec::worker`).
     pub pass_fds: Vec<(RawFd, RawFd)>,
+    /// Make the terminal on fd 0 the new session's controlling terminal (a job run under a
+    /// pty on the per-child path: Ctrl-C written to the master then reaches its foreground).
+    pub controlling_tty: bool,
 }
 
 /// Applies the confinement to the calling (freshly forked) process.
@@ -39,6 +42,12 @@ pub unsafe fn enter(setup: &ChildSetup) -> io::Result<()> {
     // Own session and process group, so a process-group kill reaches the whole tree even
     // without cgroups, and the child has no controlling terminal to inject input into.
     rustix::process::setsid()?;
+    if setup.controlling_tty {
+        // SAFETY: TIOCSCTTY takes an integer argument; fd 0 is the terminal the parent placed.
+        if unsafe { libc::ioctl(0, libc::TIOCSCTTY, 0) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
     if let Some(fd) = setup.cwd_fd {
         // SAFETY: fd is a directory fd owned by the parent's ChildSetup owner and open here.
         if unsafe { libc::fchdir(fd) } != 0 {

@@ -191,6 +191,11 @@ impl Factory {
         self.sandbox.is_alive()
     }
 
+    /// The sandbox's private network namespace, when it has one (job forwarding).
+    pub fn network_namespace(&self) -> Option<std::sync::Arc<std::os::fd::OwnedFd>> {
+        self.sandbox.network_namespace()
+    }
+
     /// A warm slot, if one is ready. Never blocks.
     pub fn pop_warm(&self) -> Option<WarmSlot> {
         self.pool.lock().ok().and_then(|mut p| p.pop())

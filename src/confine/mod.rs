@@ -625,6 +625,7 @@ impl Confinement {
             seccomp_programs: Arc::clone(&self.seccomp),
             readonly_binds: self.protected_binds(),
             pass_fds: Vec::new(),
+            controlling_tty: false,
         }
     }
 

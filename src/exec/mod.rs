@@ -13,6 +13,7 @@ pub mod capture;
 pub mod disk;
 mod disk_scan;
 pub mod env;
+pub mod launch;
 mod outcome;
 pub mod process;
 pub mod worker;
@@ -27,7 +28,7 @@ use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::Stdio;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
 
@@ -166,80 +167,24 @@ impl Executor {
     }
 
     pub async fn run(&self, req: ExecRequest) -> Result<ExecOutcome, ExecError> {
-        let started = Instant::now();
-        let disk = self.watch_disk();
-        let conf = &self.confinement;
-        // Held for the whole call: a replaced init stays up until its last process is done.
-        let factory = self.sandbox_init().await.transpose()?;
-        let mut warm = match &factory {
-            Some(factory) => Some(self.call_slot(factory).await?),
-            None => None,
-        };
-        // The call's TMPDIR: its slot's own directory (no other call's process may enter it),
-        // or, on the per-child path, one made now. Removed without recursion when the call is
-        // done: the call writes into it, and a deep enough tree overflows `remove_dir_all`'s
-        // stack (see `confine::scratch`).
-        let tmp = match warm.as_mut().and_then(|w| w.tmp.take()) {
-            Some(tmp) => tmp,
-            None => crate::confine::scratch::RemovedOnDrop::take(
-                tempfile::Builder::new()
-                    .prefix("call-")
-                    .tempdir_in(conf.tmp_root())
-                    .map_err(ExecError::TempDir)?,
-            ),
-        };
-        let mut env = self.plan.env.build(tmp.path(), &req.env);
-        // A proxy-mode policy: this call's own proxy URL (its token tells its connections
-        // apart from other calls'), set last so it is the one the call's processes use.
-        let egress = conf.egress().map(|proxy| proxy.open_call());
-        if let Some(ticket) = &egress {
-            env.extend(ticket.env(crate::egress::listen_addr()));
-        }
-        let (mut child, pipes, cgroup) = match warm {
-            Some(warm) => {
-                let spec = process::SlotSpawn {
-                    argv: &req.argv,
-                    env: &env,
-                    cwd: relative_cwd(req.cwd.as_ref(), conf.workspace(), &req.argv)?,
-                    piped_stdin: req.stdin.is_some(),
-                    rlimits: conf.job_rlimits(),
-                    extra_fds: Vec::new(),
-                };
-                let (child, pipes) = process::spawn_in_slot(warm.slot, spec)?;
-                (child, pipes, warm.cgroup)
-            }
-            None => {
-                let cgroup = conf.create_call_cgroup()?;
-                // The workspace root is the default cwd; an fd keeps it from being swapped
-                // underneath, and a missing root is an error, not the server's cwd.
-                let root_fd = match req.cwd {
-                    Some(_) => None,
-                    None => Some(open_workspace_root(conf.workspace())?),
-                };
-                let cwd_fd = req
-                    .cwd
-                    .as_ref()
-                    .or(root_fd.as_ref())
-                    .map(AsRawFd::as_raw_fd);
-                let setup = conf.child_setup(cwd_fd, cgroup.as_ref());
-                let stdin = if req.stdin.is_some() {
-                    Stdio::piped()
-                } else {
-                    Stdio::null()
-                };
-                let mut child = spawn_confined(&req.argv, &env, stdin, setup)?;
-                drop(root_fd);
-                let pipes = process::Pipes::of_child(&mut child);
-                (process::Process::Forked(child), pipes, cgroup)
-            }
-        };
-        drop(req.cwd);
-        let pgid = child.id();
+        let mut launched = self
+            .launch(launch::LaunchSpec {
+                argv: req.argv,
+                cwd: req.cwd,
+                env: req.env,
+                piped_stdin: req.stdin.is_some(),
+                pty: None,
+                cpu_seconds: None,
+            })
+            .await?;
+        let started = launched.started;
+        let disk = launched.disk.clone();
         let process::Pipes {
             stdin: stdin_pipe,
             stdout: stdout_pipe,
             stderr: stderr_pipe,
-        } = pipes;
+            pty: _,
+        } = std::mem::take(&mut launched.pipes);
 
         let stop_reading = CancellationToken::new();
         let stdout = stdout_pipe.map(|p| {
@@ -268,7 +213,7 @@ impl Executor {
         let cancel = req.cancel.unwrap_or_default();
         let mut disk_overrun = None;
         let (status, timed_out, cancelled) = tokio::select! {
-            status = child.wait() => (status, false, false),
+            status = launched.child.wait() => (status, false, false),
             _ = tokio::time::sleep(req.timeout) => (None, true, false),
             _ = cancel.cancelled() => (None, false, true),
             hit = disk::overrun(disk.as_ref()) => {
@@ -277,48 +222,16 @@ impl Executor {
             }
         };
         // Whatever happened, the tree dies now: background jobs, double forks, setsid daemons.
-        let cgroup = kill_tree(cgroup, pgid).await;
-        let status = match status {
-            Some(s) => Some(s),
-            None => child.wait().await,
-        };
-
+        let finished = launched.finish(self, status).await;
         let (stdout, stderr, output_cut_short) =
             collect_output(&stop_reading, stdout, stderr).await;
-        let network = match egress {
-            Some(ticket) => Some(ticket.finish().await),
-            None => None,
-        };
-        let hits = cgroup.as_ref().map(|c| c.limit_hits());
-        // The tree is dead: nothing of this call can still write. A protected control file it
-        // created (git reads `.git/commondir` as configuration) goes to quarantine now.
-        // File-system work (an index can be large): off the async threads.
-        let guard = match &factory {
-            Some(f) => {
-                let f = Arc::clone(f);
-                tokio::task::spawn_blocking(move || f.after_call())
-                    .await
-                    .unwrap_or_else(|e| crate::workspace::GuardReport {
-                        notices: vec![format!(
-                            "cordon's git check after this call did not finish ({e}): inspect \
-                             the repository before running git here"
-                        )],
-                        refused: true,
-                    })
-            }
-            None => crate::workspace::GuardReport::default(),
-        };
-        // The tree is dead; removing its directories and preparing the next call's cgroup
-        // need not delay the answer.
-        let confinement = Arc::clone(&self.confinement);
-        tokio::task::spawn_blocking(move || {
-            drop(cgroup);
-            drop(tmp);
-            match factory {
-                Some(factory) => confinement.refill_call_slots(&factory),
-                None => confinement.prepare_spare_cgroup(),
-            }
-        });
+        let launch::Finished {
+            status,
+            hits,
+            network,
+            guard,
+            ..
+        } = finished;
 
         use std::os::unix::process::ExitStatusExt;
         let (exit_code, signal) = match status {
@@ -423,7 +336,7 @@ fn relative_cwd(
 fn spawn_confined(
     argv: &[OsString],
     env: &BTreeMap<String, String>,
-    stdin: Stdio,
+    [stdin, stdout, stderr]: [Stdio; 3],
     setup: crate::confine::ChildSetup,
 ) -> Result<tokio::process::Child, ExecError> {
     let program = argv.first().cloned().unwrap_or_default();
@@ -432,8 +345,8 @@ fn spawn_confined(
         .env_clear()
         .envs(env)
         .stdin(stdin)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdout(stdout)
+        .stderr(stderr)
         .kill_on_drop(true);
     crate::confine::confine_on_spawn(&mut cmd, setup);
     cmd.spawn().map_err(|source| ExecError::Spawn {

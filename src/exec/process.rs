@@ -26,6 +26,9 @@ pub struct Pipes {
     pub stdin: Option<pipe::Sender>,
     pub stdout: Option<pipe::Receiver>,
     pub stderr: Option<pipe::Receiver>,
+    /// The master side of the terminal the process runs under, if it runs under one (then
+    /// stdout and stderr are the terminal's and `stdout`/`stderr` are None).
+    pub pty: Option<OwnedFd>,
 }
 
 impl Process {
@@ -84,6 +87,7 @@ impl Pipes {
                 || Err(std::io::ErrorKind::NotFound.into()),
                 |s| s.into_owned_fd(),
             )),
+            pty: None,
         }
     }
 }
@@ -111,18 +115,23 @@ pub struct SlotSpawn<'a> {
     pub rlimits: Vec<(i32, u64)>,
     /// Extra descriptors placed at the given numbers (3 and up).
     pub extra_fds: Vec<(i32, OwnedFd)>,
+    /// Run under a terminal of this size instead of pipes.
+    pub pty: Option<crate::confine::sandbox::wire::PtySize>,
 }
 
 /// Starts `spec` in `slot`, returning the running process and the server's pipe ends.
 pub fn spawn_in_slot(
     slot: Slot,
-    spec: SlotSpawn<'_>,
+    mut spec: SlotSpawn<'_>,
 ) -> Result<(Process, Pipes), super::ExecError> {
     let program = spec.argv.first().cloned().unwrap_or_default();
     let spawn_err = |source: std::io::Error| super::ExecError::Spawn {
         program: program.to_string_lossy().into_owned(),
         source,
     };
+    if spec.pty.is_some() {
+        return spawn_under_terminal(slot, spec).map_err(spawn_err);
+    }
     let (stdout, stdout_w) = output_pipe().map_err(spawn_err)?;
     let (stderr, stderr_w) = output_pipe().map_err(spawn_err)?;
     let (stdin, stdin_r) = if spec.piped_stdin {
@@ -136,11 +145,25 @@ pub fn spawn_in_slot(
     };
     let mut fds = vec![stdin_r, stdout_w, stderr_w];
     let mut targets = vec![0, 1, 2];
-    for (target, fd) in spec.extra_fds {
+    for (target, fd) in std::mem::take(&mut spec.extra_fds) {
         targets.push(target);
         fds.push(fd);
     }
-    let job = Job {
+    let job = job_of(&spec, targets);
+    let child = slot.start(job, fds).map_err(|e| spawn_err(e.source))?;
+    Ok((
+        Process::Slot(child),
+        Pipes {
+            stdin,
+            stdout: Some(stdout),
+            stderr: Some(stderr),
+            pty: None,
+        },
+    ))
+}
+
+fn job_of(spec: &SlotSpawn<'_>, fds: Vec<i32>) -> Job {
+    Job {
         argv: spec
             .argv
             .iter()
@@ -151,17 +174,32 @@ pub fn spawn_in_slot(
             .iter()
             .map(|(k, v)| Arg::Text(format!("{k}={v}")))
             .collect(),
-        cwd: spec.cwd,
-        fds: targets,
-        rlimits: spec.rlimits,
-    };
-    let child = slot.start(job, fds).map_err(|e| spawn_err(e.source))?;
+        cwd: spec.cwd.clone(),
+        fds,
+        rlimits: spec.rlimits.clone(),
+        pty: spec.pty,
+    }
+}
+
+/// Starts `spec` in `slot` under a terminal the slot opens in its own devpts: the process's
+/// standard streams are the terminal, the server gets its master.
+fn spawn_under_terminal(slot: Slot, mut spec: SlotSpawn<'_>) -> std::io::Result<(Process, Pipes)> {
+    // Placeholders for 0, 1 and 2 until the slot puts the terminal there.
+    let null = || std::fs::File::open("/dev/null").map(OwnedFd::from);
+    let mut fds = vec![null()?, null()?, null()?];
+    let mut targets = vec![0, 1, 2];
+    for (target, fd) in std::mem::take(&mut spec.extra_fds) {
+        targets.push(target);
+        fds.push(fd);
+    }
+    let job = job_of(&spec, targets);
+    let mut child = slot.start(job, fds).map_err(|e| e.source)?;
+    let pty = child.take_pty();
     Ok((
         Process::Slot(child),
         Pipes {
-            stdin,
-            stdout: Some(stdout),
-            stderr: Some(stderr),
+            pty,
+            ..Pipes::default()
         },
     ))
 }

@@ -112,6 +112,7 @@ impl Executor {
                     piped_stdin: true,
                     rlimits: rlimits.iter().map(|&(r, v)| (r as i32, v)).collect(),
                     extra_fds: pass_fds,
+                    pty: None,
                 },
             )?;
             let mut worker = ConfinedWorker::new(child, pipes, warm.cgroup);
@@ -135,7 +136,12 @@ impl Executor {
         cpu_override(&mut rlimits);
         setup.rlimits = Arc::new(rlimits);
 
-        let mut child = super::spawn_confined(&spec.argv, &env, Stdio::piped(), setup)?;
+        let mut child = super::spawn_confined(
+            &spec.argv,
+            &env,
+            [Stdio::piped(), Stdio::piped(), Stdio::piped()],
+            setup,
+        )?;
         // The ruleset, cwd and passed fds were only needed until exec.
         drop((ruleset, root_fd, passed));
         let pipes = Pipes::of_child(&mut child);

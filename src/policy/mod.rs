@@ -10,6 +10,7 @@
 pub mod commands;
 pub mod decide;
 pub mod explain;
+pub mod jobs;
 mod raw;
 pub mod resolve;
 pub mod toolchains;
@@ -76,6 +77,8 @@ pub struct Policy {
     pub commands: commands::CommandRules,
     pub interpreter: InterpreterPolicy,
     pub files: FilesPolicy,
+    /// Long-lived processes (`shell_exec {background: true}`, the `job` tool).
+    pub jobs: jobs::JobsPolicy,
     /// The files this policy was read from (itself first, then each file it `extends`),
     /// canonical; built-in layers are not files and are not listed. The server protects the
     /// ones inside the workspace, so a call cannot rewrite the policy it runs under.
@@ -945,6 +948,8 @@ fn validate(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
         ));
     }
 
+    let jobs = jobs::JobsPolicy::validate(raw.jobs).map_err(|e| invalid(e.field, e.message))?;
+
     let read_budget_kb = positive("files.read_budget_kb", raw.files.read_budget_kb)?;
     if read_budget_kb > MAX_READ_BUDGET_KB {
         return Err(invalid(
@@ -975,6 +980,7 @@ fn validate(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
         lint,
         commands,
         interpreter,
+        jobs,
     })
 }
 

@@ -36,6 +36,8 @@ pub struct RawPolicy {
     pub interpreter: RawInterpreter,
     #[serde(default)]
     pub files: RawFiles,
+    #[serde(default)]
+    pub jobs: super::jobs::RawJobs,
 }
 
 /// `[files]`: bounds of the file tools' answers.
@@ -338,6 +340,7 @@ impl Overlay for RawPolicy {
             commands: self.commands.overlay(base.commands),
             interpreter: self.interpreter.overlay(base.interpreter),
             files: self.files.overlay(base.files),
+            jobs: self.jobs.overlay(base.jobs),
         }
     }
 }

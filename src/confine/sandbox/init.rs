@@ -208,7 +208,35 @@ fn pid1(plan: &InitPlan, control: &OwnedFd, alive: OwnedFd) -> ! {
             std::process::exit(1);
         }
     };
-    let passed: Vec<std::os::fd::BorrowedFd<'_>> = listener.iter().map(|l| l.as_fd()).collect();
+    // The namespace itself, for the server's job forwarding (it connects from the host into
+    // this loopback); a descriptor of a namespace grants nothing to a process already in it.
+    let netns = if plan.isolate_network {
+        match rustix::fs::open(
+            "/proc/self/ns/net",
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        ) {
+            Ok(fd) => Some(fd),
+            Err(e) => {
+                send_msg(
+                    control,
+                    &FromInit::Failed {
+                        stage: "network namespace".into(),
+                        error: e.to_string(),
+                    },
+                    &[],
+                );
+                std::process::exit(1);
+            }
+        }
+    } else {
+        None
+    };
+    let passed: Vec<std::os::fd::BorrowedFd<'_>> = listener
+        .iter()
+        .chain(netns.iter())
+        .map(|l| l.as_fd())
+        .collect();
     send_msg(
         control,
         &FromInit::Ready {
@@ -222,7 +250,7 @@ fn pid1(plan: &InitPlan, control: &OwnedFd, alive: OwnedFd) -> ! {
     // The server holds the listener now; no process of the sandbox keeps a copy (nor can
     // bind the port: the socket stays bound for as long as the server holds it).
     drop(passed);
-    drop(listener);
+    drop((listener, netns));
     serve(plan, control)
 }
 
@@ -715,7 +743,7 @@ fn await_job(plan: &InitPlan, sock: OwnedFd, job_scope: Option<&OwnedFd>) -> ! {
         Ok(j) => j,
         Err(e) => slot_fail(&sock, "job", errno_of(&e)),
     };
-    if let Err((stage, e)) = run_job(plan, &job, fds) {
+    if let Err((stage, e)) = run_job(plan, &sock, &job, fds) {
         slot_fail(&sock, stage, errno_of(&e));
     }
     unreachable!("run_job only returns on failure")
@@ -852,7 +880,12 @@ fn read_job(received: fdpass::Received) -> io::Result<(Job, Vec<OwnedFd>)> {
 }
 
 /// Turns this slot into the job's program. Returns only on failure, with the failing step.
-fn run_job(plan: &InitPlan, job: &Job, fds: Vec<OwnedFd>) -> Result<(), (&'static str, io::Error)> {
+fn run_job(
+    plan: &InitPlan,
+    sock: &OwnedFd,
+    job: &Job,
+    fds: Vec<OwnedFd>,
+) -> Result<(), (&'static str, io::Error)> {
     let e = |stage: &'static str| move |err: rustix::io::Errno| (stage, io::Error::from(err));
     // The job starts as an ordinary program would: no signal blocked (the reaper blocks its
     // own) or ignored (`default_dispositions`, done by the slot while it waited).
@@ -892,6 +925,9 @@ fn run_job(plan: &InitPlan, job: &Job, fds: Vec<OwnedFd>) -> Result<(), (&'stati
         }
     }
     drop(moved);
+    if let Some(size) = job.pty {
+        under_terminal(sock, size)?;
+    }
     // Everything else this process holds (its socket included) closes at exec.
     // SAFETY: close_range with the CLOEXEC flag only marks descriptors.
     unsafe {
@@ -919,6 +955,50 @@ fn run_job(plan: &InitPlan, job: &Job, fds: Vec<OwnedFd>) -> Result<(), (&'stati
         }
     }
     Err(("exec", exec(job)))
+}
+
+/// Puts this process under a new terminal of the slot's own devpts: opens a master, sends it
+/// to the server, and makes the terminal's other side this process's controlling terminal and
+/// its standard streams. Opened here, inside the slot's mount namespace, so the terminal is
+/// one no other call can open (each slot mounts its own devpts instance).
+fn under_terminal(sock: &OwnedFd, size: wire::PtySize) -> Result<(), (&'static str, io::Error)> {
+    let e = |stage: &'static str| move |err: rustix::io::Errno| (stage, io::Error::from(err));
+    let master = rustix::fs::open(
+        "/dev/ptmx",
+        rustix::fs::OFlags::RDWR | rustix::fs::OFlags::NOCTTY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(e("open /dev/ptmx"))?;
+    rustix::pty::unlockpt(&master).map_err(e("unlockpt"))?;
+    let winsize = libc::winsize {
+        ws_row: size.rows,
+        ws_col: size.cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCSWINSZ reads a live local winsize.
+    if unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCSWINSZ, &winsize) } != 0 {
+        return Err(("pty size", io::Error::last_os_error()));
+    }
+    // The other side through the master itself (no path lookup that a rename could redirect).
+    let terminal = rustix::pty::ioctl_tiocgptpeer(
+        &master,
+        rustix::pty::OpenptFlags::RDWR | rustix::pty::OpenptFlags::NOCTTY,
+    )
+    .map_err(e("open pty peer"))?;
+    send_msg(sock, &FromSlot::Pty, &[master.as_fd()]);
+    drop(master);
+    // A session of its own is what may own a controlling terminal; the cgroup and the slot's
+    // PID namespace still hold the whole tree.
+    rustix::process::setsid().map_err(e("setsid"))?;
+    rustix::process::ioctl_tiocsctty(&terminal).map_err(e("controlling terminal"))?;
+    for target in 0..=2 {
+        // SAFETY: dup2 onto the standard descriptors, which this process is about to replace.
+        if unsafe { libc::dup2(terminal.as_raw_fd(), target) } < 0 {
+            return Err(("dup2 pty", io::Error::last_os_error()));
+        }
+    }
+    Ok(())
 }
 
 /// Every signal back to its default action. An ignored signal stays ignored across exec: this

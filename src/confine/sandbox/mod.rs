@@ -67,6 +67,13 @@ pub struct Namespaces {
 
 type SlotReply = Result<OwnedFd, String>;
 
+/// What the init hands over when it is ready.
+struct InitReady {
+    namespaces: Namespaces,
+    listener: Option<OwnedFd>,
+    netns: Option<OwnedFd>,
+}
+
 struct Shared {
     control: OwnedFd,
     pending: Mutex<HashMap<u64, mpsc::Sender<SlotReply>>>,
@@ -81,6 +88,8 @@ pub struct Sandbox {
     namespaces: Namespaces,
     /// The listening socket the init made for the egress proxy, until it is taken.
     proxy_listener: Mutex<Option<OwnedFd>>,
+    /// The init's own network namespace, when it has one (job forwarding connects into it).
+    netns: Option<Arc<OwnedFd>>,
     /// The empty directory the init mounted its root on; removed when we go.
     _new_root: super::scratch::ScratchDir,
 }
@@ -112,7 +121,11 @@ impl Sandbox {
             .name("cordon-sandbox".into())
             .spawn(move || run_init(thread_shared, program, init_end, plan_json, ready_tx))
             .map_err(SandboxError::Start)?;
-        let (ready, listener) = ready_rx
+        let InitReady {
+            namespaces: ready,
+            listener,
+            netns,
+        } = ready_rx
             .recv_timeout(START_TIMEOUT)
             .map_err(|_| SandboxError::StartTimeout(START_TIMEOUT))??;
         if plan.proxy_listener.is_some() && listener.is_none() {
@@ -126,6 +139,7 @@ impl Sandbox {
             next_id: AtomicU64::new(1),
             namespaces: ready,
             proxy_listener: Mutex::new(listener),
+            netns: netns.map(Arc::new),
             _new_root: new_root,
         })
     }
@@ -137,6 +151,12 @@ impl Sandbox {
     /// The egress proxy's listening socket in the init's network namespace (once).
     pub fn take_proxy_listener(&self) -> Option<OwnedFd> {
         lock(&self.proxy_listener).take()
+    }
+
+    /// The init's private network namespace, if it has one: a socket made by a thread that
+    /// entered it reaches the sandbox's loopback.
+    pub fn network_namespace(&self) -> Option<Arc<OwnedFd>> {
+        self.netns.clone()
     }
 
     pub fn is_alive(&self) -> bool {
@@ -229,6 +249,11 @@ impl PendingSlot<'_> {
                     io::Error::from_raw_os_error(errno)
                 )));
             }
+            FromSlot::Pty => {
+                return Err(SandboxError::Slot(
+                    "the slot sent a terminal before it had a job".into(),
+                ));
+            }
         }
         let mut fds = received.fds.into_iter();
         let pidfd = fds
@@ -307,7 +332,7 @@ fn run_init(
     program: PathBuf,
     init_end: OwnedFd,
     plan_json: Vec<u8>,
-    ready: mpsc::Sender<Result<(Namespaces, Option<OwnedFd>), SandboxError>>,
+    ready: mpsc::Sender<Result<InitReady, SandboxError>>,
 ) {
     use std::io::Write;
     use std::os::unix::process::CommandExt;
@@ -369,19 +394,22 @@ fn run_init(
                 proxy_listener,
                 ..
             } => {
-                let listener = if proxy_listener {
-                    received.fds.into_iter().next()
+                let mut fds = received.fds.into_iter();
+                let listener = if proxy_listener { fds.next() } else { None };
+                let netns = if network_namespace {
+                    fds.next()
                 } else {
                     None
                 };
                 if let Some(tx) = ready.take() {
-                    let _ = tx.send(Ok((
-                        Namespaces {
+                    let _ = tx.send(Ok(InitReady {
+                        namespaces: Namespaces {
                             network: network_namespace,
                             user: user_namespace,
                         },
                         listener,
-                    )));
+                        netns,
+                    }));
                 }
             }
             FromInit::Failed { stage, error } => {
@@ -455,6 +483,7 @@ impl Slot {
             stage: stage.into(),
             source,
         };
+        let job_wants_pty = job.pty.is_some();
         let bytes =
             wire::encode(&ToSlot::Job(job)).map_err(|e| err("encode", io::Error::other(e)))?;
         if bytes.len() > wire::MAX_JOB {
@@ -483,21 +512,29 @@ impl Slot {
         )
         .map_err(|e| err("send job", e))?;
         drop(attached);
-        if !poll_readable(&self.socket, EXEC_TIMEOUT).map_err(|e| err("wait for exec", e))? {
-            return Err(err("exec", io::Error::from(io::ErrorKind::TimedOut)));
+        let wants_pty = job_wants_pty;
+        let mut pty = None;
+        loop {
+            if !poll_readable(&self.socket, EXEC_TIMEOUT).map_err(|e| err("wait for exec", e))? {
+                return Err(err("exec", io::Error::from(io::ErrorKind::TimedOut)));
+            }
+            let reply = fdpass::recv(self.socket.as_fd()).map_err(|e| err("wait for exec", e))?;
+            if reply.eof {
+                break;
+            }
+            match wire::decode::<FromSlot>(&reply.data, wire::MAX_MESSAGE) {
+                // The terminal's master, once, and only for a job that asked for one.
+                Ok(FromSlot::Pty) if wants_pty && pty.is_none() && reply.fds.len() == 1 => {
+                    pty = reply.fds.into_iter().next();
+                }
+                Ok(FromSlot::Failed { stage, errno }) => {
+                    return Err(err(&stage, io::Error::from_raw_os_error(errno)));
+                }
+                Ok(_) | Err(_) => return Err(err("exec", io::Error::other("unexpected reply"))),
+            }
         }
-        let reply = fdpass::recv(self.socket.as_fd()).map_err(|e| err("wait for exec", e))?;
-        if !reply.eof {
-            return Err(
-                match wire::decode::<FromSlot>(&reply.data, wire::MAX_MESSAGE) {
-                    Ok(FromSlot::Failed { stage, errno }) => {
-                        err(&stage, io::Error::from_raw_os_error(errno))
-                    }
-                    Ok(FromSlot::Ready) | Err(_) => {
-                        err("exec", io::Error::other("unexpected reply"))
-                    }
-                },
-            );
+        if wants_pty && pty.is_none() {
+            return Err(err("pty", io::Error::other("the slot sent no terminal")));
         }
         Ok(SandboxChild {
             id: self.id,
@@ -506,6 +543,7 @@ impl Slot {
             main_pidfd: self.main_pidfd,
             exit: self.exit,
             status: None,
+            pty,
         })
     }
 }
@@ -518,6 +556,8 @@ pub struct SandboxChild {
     main_pidfd: Option<OwnedFd>,
     exit: watch::Receiver<Option<i32>>,
     status: Option<ExitStatus>,
+    /// The master side of the job's terminal, for a job run under one.
+    pty: Option<OwnedFd>,
 }
 
 impl SandboxChild {
@@ -532,6 +572,11 @@ impl SandboxChild {
 
     pub fn slot_id(&self) -> u64 {
         self.id
+    }
+
+    /// The master side of the job's terminal (once), when it runs under one.
+    pub fn take_pty(&mut self) -> Option<OwnedFd> {
+        self.pty.take()
     }
 
     pub fn try_wait(&mut self) -> Option<ExitStatus> {

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 /// Bumped whenever a message changes shape; the init refuses a plan of another version, so a
 /// server and an init from different builds never misread each other.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// Largest datagram either side sends or accepts. Jobs above it go through a memfd
 /// ([`ToSlot::JobInMemfd`]), bounded by [`MAX_JOB`].
@@ -87,7 +87,9 @@ pub enum ToInit {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FromInit {
     /// The view is built and the confinement applied; the init now takes requests.
-    /// Descriptor, when `proxy_listener`: the listening socket of the plan's proxy port.
+    /// Descriptors: when `proxy_listener`, the listening socket of the plan's proxy port;
+    /// then, when `network_namespace`, the init's network namespace (`/proc/self/ns/net`), in
+    /// which the server makes the sockets that forward host ports to jobs.
     Ready {
         pid_namespace: bool,
         network_namespace: bool,
@@ -121,6 +123,16 @@ pub enum FromSlot {
     Ready,
     /// The job could not start; the slot exits 127. `errno` as the kernel gave it.
     Failed { stage: String, errno: i32 },
+    /// The job runs under a terminal of the slot's own devpts. Descriptor: the master side,
+    /// for the server to read and write; the exec's EOF follows.
+    Pty,
+}
+
+/// A terminal's size, for a job that runs under one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PtySize {
+    pub cols: u16,
+    pub rows: u16,
 }
 
 /// One program to run in a slot.
@@ -136,6 +148,10 @@ pub struct Job {
     pub fds: Vec<i32>,
     /// `(resource, value)`: soft and hard limit alike.
     pub rlimits: Vec<(i32, u64)>,
+    /// Run under a new terminal of the slot's devpts (its controlling terminal, on 0, 1 and
+    /// 2, whatever `fds` places there); the master goes back to the server ([`FromSlot::Pty`]).
+    #[serde(default)]
+    pub pty: Option<PtySize>,
 }
 
 pub fn encode<T: Serialize>(message: &T) -> Result<Vec<u8>, WireError> {
@@ -227,6 +243,7 @@ mod tests {
             cwd: PathBuf::from("."),
             fds: vec![0, 1, 2],
             rlimits: vec![(1, 10)],
+            pty: Some(PtySize { cols: 80, rows: 24 }),
         }
     }
 

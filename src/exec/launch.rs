@@ -1,0 +1,294 @@
+//! Starting one confined process for a call or a background job, and the work after it ends.
+//!
+//! Owns the one way a command's tree is born (a warm slot of the sandbox init, or a child the
+//! server forks itself where namespaces cannot be had: the call's TMPDIR, environment, egress
+//! ticket and disk watch come with it) and the one way it is buried ([`Launched::finish`]: the
+//! tree killed through its cgroup, limit hits and CPU read, the proxy's report, the git check,
+//! the directories removed and the next slot prepared off the answer's path). `Executor::run`
+//! waits for a call between the two; `jobs` keeps a job running between them for as long as
+//! its policy allows. It does not own capture, timeouts or how a result is shown.
+
+use super::process::{self, Pipes, Process};
+use super::{ExecError, Executor, kill_tree, open_workspace_root, relative_cwd, spawn_confined};
+use crate::confine::sandbox::wire::PtySize;
+use crate::confine::{CallCgroup, Factory, LimitHits};
+use crate::workspace::GuardReport;
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What to start.
+pub struct LaunchSpec {
+    /// Program and arguments; a program without `/` is looked up in the child's PATH.
+    pub argv: Vec<OsString>,
+    /// Directory to start in (resolved beneath the workspace); None = the workspace root.
+    pub cwd: Option<OwnedFd>,
+    /// Overrides merged over the policy's scrubbed environment.
+    pub env: BTreeMap<String, String>,
+    /// A pipe to the process's stdin (else /dev/null).
+    pub piped_stdin: bool,
+    /// Run under a new terminal of this size instead of pipes.
+    pub pty: Option<PtySize>,
+    /// RLIMIT_CPU in seconds instead of the policy's per-call value (a job lives far longer
+    /// than one command).
+    pub cpu_seconds: Option<u64>,
+}
+
+/// A running confined process with everything that ends with it.
+pub struct Launched {
+    pub child: Process,
+    pub pipes: Pipes,
+    pub cgroup: Option<CallCgroup>,
+    /// The call's registration with the egress proxy (proxy-mode policies).
+    pub egress: Option<crate::egress::CallTicket>,
+    /// The per-call disk budget's watch, when the filesystems can be measured.
+    pub disk: Option<Arc<super::disk::DiskWatch>>,
+    pub started: Instant,
+    /// The process group (and pid) in the server's namespace, while it runs.
+    pub pgid: Option<u32>,
+    tmp: crate::confine::scratch::RemovedOnDrop,
+    /// The init the process was born in, kept up for its life (declared last).
+    factory: Option<Arc<Factory>>,
+}
+
+/// What is known once the tree is dead.
+pub struct Finished {
+    pub status: Option<ExitStatus>,
+    pub hits: Option<LimitHits>,
+    pub cpu: Option<Duration>,
+    pub peak_memory: Option<u64>,
+    pub network: Option<crate::egress::NetworkReport>,
+    pub guard: GuardReport,
+}
+
+impl Executor {
+    /// Starts `spec` confined: in a warm slot of the sandbox init, or forked by the server
+    /// where there is no init.
+    pub async fn launch(&self, spec: LaunchSpec) -> Result<Launched, ExecError> {
+        let started = Instant::now();
+        let disk = self.watch_disk();
+        let conf = &self.confinement;
+        // Held for the process's life: a replaced init stays up until its last process is done.
+        let factory = self.sandbox_init().await.transpose()?;
+        let mut warm = match &factory {
+            Some(factory) => Some(self.call_slot(factory).await?),
+            None => None,
+        };
+        // The call's TMPDIR: its slot's own directory (no other call's process may enter it),
+        // or, on the per-child path, one made now. Removed without recursion when the call is
+        // done: the call writes into it, and a deep enough tree overflows `remove_dir_all`'s
+        // stack (see `confine::scratch`).
+        let tmp = match warm.as_mut().and_then(|w| w.tmp.take()) {
+            Some(tmp) => tmp,
+            None => crate::confine::scratch::RemovedOnDrop::take(
+                tempfile::Builder::new()
+                    .prefix("call-")
+                    .tempdir_in(conf.tmp_root())
+                    .map_err(ExecError::TempDir)?,
+            ),
+        };
+        let mut env = self.plan.env.build(tmp.path(), &spec.env);
+        // A proxy-mode policy: this call's own proxy URL (its token tells its connections
+        // apart from other calls'), set last so it is the one the call's processes use.
+        let egress = conf.egress().map(|proxy| proxy.open_call());
+        if let Some(ticket) = &egress {
+            env.extend(ticket.env(crate::egress::listen_addr()));
+        }
+        let mut rlimits = conf.job_rlimits();
+        if let Some(cpu) = spec.cpu_seconds {
+            for (resource, value) in rlimits.iter_mut() {
+                if *resource == libc::RLIMIT_CPU as i32 {
+                    // An unprivileged server cannot raise its own hard limit for the child.
+                    let hard = rustix::process::getrlimit(rustix::process::Resource::Cpu).maximum;
+                    *value = hard.map_or(cpu, |h| cpu.min(h));
+                }
+            }
+        }
+        let (child, pipes, cgroup) = match warm {
+            Some(warm) => {
+                let slot_spec = process::SlotSpawn {
+                    argv: &spec.argv,
+                    env: &env,
+                    cwd: relative_cwd(spec.cwd.as_ref(), conf.workspace(), &spec.argv)?,
+                    piped_stdin: spec.piped_stdin,
+                    rlimits,
+                    extra_fds: Vec::new(),
+                    pty: spec.pty,
+                };
+                let (child, pipes) = process::spawn_in_slot(warm.slot, slot_spec)?;
+                (child, pipes, warm.cgroup)
+            }
+            None => self.fork_confined(&spec, &env)?,
+        };
+        drop(spec.cwd);
+        let pgid = child.id();
+        Ok(Launched {
+            child,
+            pipes,
+            cgroup,
+            egress,
+            disk,
+            started,
+            pgid,
+            tmp,
+            factory,
+        })
+    }
+
+    /// The per-child path: the server forks the confined child itself.
+    fn fork_confined(
+        &self,
+        spec: &LaunchSpec,
+        env: &BTreeMap<String, String>,
+    ) -> Result<(Process, Pipes, Option<CallCgroup>), ExecError> {
+        let conf = &self.confinement;
+        let cgroup = conf.create_call_cgroup()?;
+        // The workspace root is the default cwd; an fd keeps it from being swapped
+        // underneath, and a missing root is an error, not the server's cwd.
+        let root_fd = match spec.cwd {
+            Some(_) => None,
+            None => Some(open_workspace_root(conf.workspace())?),
+        };
+        let cwd_fd = spec
+            .cwd
+            .as_ref()
+            .or(root_fd.as_ref())
+            .map(AsRawFd::as_raw_fd);
+        let mut setup = conf.child_setup(cwd_fd, cgroup.as_ref());
+        if let Some(cpu) = spec.cpu_seconds {
+            let mut rlimits = setup.rlimits.to_vec();
+            for (resource, value) in rlimits.iter_mut() {
+                if *resource == rustix::process::Resource::Cpu {
+                    let hard = rustix::process::getrlimit(*resource).maximum;
+                    *value = hard.map_or(cpu, |h| cpu.min(h));
+                }
+            }
+            setup.rlimits = Arc::new(rlimits);
+        }
+        let spawn_err = |source| ExecError::Spawn {
+            program: spec
+                .argv
+                .first()
+                .map(|a| a.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            source,
+        };
+        let (stdio, master) = match spec.pty {
+            Some(size) => {
+                let (master, terminal) = host_terminal(size).map_err(spawn_err)?;
+                setup.controlling_tty = true;
+                let copy = |fd: &OwnedFd| fd.try_clone().map(Stdio::from).map_err(spawn_err);
+                (
+                    [copy(&terminal)?, copy(&terminal)?, copy(&terminal)?],
+                    Some(master),
+                )
+            }
+            None => (
+                [
+                    if spec.piped_stdin {
+                        Stdio::piped()
+                    } else {
+                        Stdio::null()
+                    },
+                    Stdio::piped(),
+                    Stdio::piped(),
+                ],
+                None,
+            ),
+        };
+        let mut child = spawn_confined(&spec.argv, env, stdio, setup)?;
+        drop(root_fd);
+        let mut pipes = Pipes::of_child(&mut child);
+        pipes.pty = master;
+        Ok((Process::Forked(child), pipes, cgroup))
+    }
+}
+
+/// A terminal of the host's devpts for a job on the per-child path (there is no private one
+/// without namespaces): the master for the server, the other side for the child.
+fn host_terminal(size: PtySize) -> std::io::Result<(OwnedFd, OwnedFd)> {
+    use rustix::pty::OpenptFlags;
+    let master = rustix::pty::openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC)?;
+    rustix::pty::grantpt(&master)?;
+    rustix::pty::unlockpt(&master)?;
+    rustix::termios::tcsetwinsize(
+        &master,
+        rustix::termios::Winsize {
+            ws_row: size.rows,
+            ws_col: size.cols,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        },
+    )?;
+    let terminal = rustix::pty::ioctl_tiocgptpeer(
+        &master,
+        OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC,
+    )?;
+    Ok((master, terminal))
+}
+
+impl Launched {
+    /// Whether the process is still running (its status not yet known).
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait()
+    }
+
+    /// Kills the whole tree (whatever is left of it), collects what the kernel and the proxy
+    /// say about it, runs the git check and hands the clean-up to the blocking pool. `status`
+    /// is the main process's exit status if it was already seen.
+    pub async fn finish(mut self, executor: &Executor, status: Option<ExitStatus>) -> Finished {
+        let cgroup = kill_tree(self.cgroup.take(), self.pgid).await;
+        let status = match status {
+            Some(s) => Some(s),
+            None => self.child.wait().await,
+        };
+        let network = match self.egress.take() {
+            Some(ticket) => Some(ticket.finish().await),
+            None => None,
+        };
+        let hits = cgroup.as_ref().map(|c| c.limit_hits());
+        let cpu = cgroup.as_ref().and_then(|c| c.cpu_usage());
+        let peak_memory = cgroup.as_ref().and_then(|c| c.memory_peak());
+        // The tree is dead: nothing of it can still write. A protected control file it created
+        // (git reads `.git/commondir` as configuration) goes to quarantine now. File-system
+        // work (an index can be large): off the async threads.
+        let guard = match &self.factory {
+            Some(f) => {
+                let f = Arc::clone(f);
+                tokio::task::spawn_blocking(move || f.after_call())
+                    .await
+                    .unwrap_or_else(|e| GuardReport {
+                        notices: vec![format!(
+                            "cordon's git check after this call did not finish ({e}): inspect \
+                             the repository before running git here"
+                        )],
+                        refused: true,
+                    })
+            }
+            None => GuardReport::default(),
+        };
+        // Removing the directories and preparing the next call's cgroup need not delay the
+        // answer.
+        let confinement = Arc::clone(&executor.confinement);
+        let (tmp, factory) = (self.tmp, self.factory);
+        tokio::task::spawn_blocking(move || {
+            drop(cgroup);
+            drop(tmp);
+            match factory {
+                Some(factory) => confinement.refill_call_slots(&factory),
+                None => confinement.prepare_spare_cgroup(),
+            }
+        });
+        Finished {
+            status,
+            hits,
+            cpu,
+            peak_memory,
+            network,
+            guard,
+        }
+    }
+}
