@@ -380,6 +380,7 @@ impl Bench<'_> {
                         stderr: capture(),
                         cancel: None,
                         live: None,
+                        pty: None,
                     })
                     .await
                     .expect("confined /bin/true");

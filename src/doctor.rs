@@ -455,6 +455,7 @@ async fn run_one(
             stderr: spec(),
             cancel: None,
             live: None,
+            pty: None,
         })
         .await
         .ok()

@@ -70,6 +70,7 @@ pub mod error_kind;
 pub mod exec;
 pub mod files;
 pub mod interpreter;
+pub mod jobs;
 pub mod lint;
 pub mod parser;
 pub mod policy;

@@ -426,6 +426,7 @@ async fn start(
         }
     }
     runtime.start_parser().await?;
+    runtime.start_forwarding().await;
     Ok(cordon::server::CordonServer::new(Session::new(runtime)?))
 }
 
@@ -473,6 +474,7 @@ async fn exec(
             stderr: passthrough(Box::pin(tokio::io::stderr())),
             cancel: None,
             live: None,
+            pty: None,
         })
         .await;
     let outcome = match outcome {

@@ -118,6 +118,8 @@ pub struct Runtime {
     pub(crate) file_locks: FileLocks,
     /// Cancelled when the server shuts down: every session's calls end with it.
     pub shutdown: CancellationToken,
+    /// Host ports relayed to jobs' servers (`[jobs] forward`), once `serve` started them.
+    pub forwarder: std::sync::OnceLock<Arc<crate::jobs::forward::Forwarder>>,
 }
 
 impl Runtime {
@@ -164,6 +166,7 @@ impl Runtime {
             slots,
             file_locks: FileLocks::default(),
             shutdown: CancellationToken::new(),
+            forwarder: std::sync::OnceLock::new(),
             policy,
             workspace,
             confinement,
@@ -174,6 +177,48 @@ impl Runtime {
             lint,
             audit,
         })
+    }
+
+    /// Starts relaying `[jobs] forward` ports from the host's 127.0.0.1 into the sandbox's
+    /// loopback (`serve` does, before it answers anything). Refused, and said, where the
+    /// sandbox's loopback is not private: then a job's server is on the host's loopback anyway.
+    pub async fn start_forwarding(&self) {
+        let ports = &self.policy.jobs.forward;
+        if ports.is_empty() || self.forwarder.get().is_some() {
+            return;
+        }
+        let private = match self.executor.sandbox_init().await {
+            Some(Ok(init)) if init.namespaces().network => Ok(()),
+            Some(Ok(_)) => Err(
+                "the sandbox shares the host's network under this policy, so its \
+                                 loopback is not private"
+                    .to_owned(),
+            ),
+            Some(Err(e)) => Err(format!("the sandbox init could not start: {e}")),
+            None => Err(
+                "namespaces are not available here (the per-child fallback), so the \
+                         sandbox's loopback is the host's"
+                    .to_owned(),
+            ),
+        };
+        let confinement = Arc::clone(&self.confinement);
+        let source: crate::jobs::forward::NamespaceSource = Box::new(move || {
+            confinement
+                .current_sandbox_init()
+                .and_then(|init| init.network_namespace())
+        });
+        let forwarder = crate::jobs::forward::Forwarder::start(ports, source, private).await;
+        let _ = self.forwarder.set(Arc::new(forwarder));
+    }
+
+    /// Whether the sandbox's loopback belongs to the sandbox alone (a private network
+    /// namespace): servers that jobs start there are reachable only from confined calls.
+    pub fn private_loopback(&self) -> bool {
+        self.confinement.uses_sandbox_init()
+            && self
+                .confinement
+                .current_sandbox_init()
+                .is_some_and(|init| init.namespaces().network)
     }
 
     /// Starts the parser worker and checks the policy's command-rule examples in it (they are
@@ -299,6 +344,9 @@ pub struct Session {
     /// Cancelled when this client goes away or the server shuts down (a child of the
     /// runtime's token): every call of the session ends with it.
     pub cancel: CancellationToken,
+    /// This client's background jobs: another client never sees them, and they end with the
+    /// session.
+    pub jobs: Arc<crate::jobs::JobTable>,
 }
 
 impl Session {
@@ -312,9 +360,17 @@ impl Session {
     /// A session whose interpreter sessions are `interpreter`'s (built over the runtime's
     /// executor, possibly with other `[interpreter]` settings: tests tighten them).
     pub fn with_interpreter(runtime: Arc<Runtime>, interpreter: Arc<SessionManager>) -> Self {
+        let cancel = runtime.shutdown.child_token();
+        let jobs = Arc::new(crate::jobs::JobTable::new(
+            runtime.policy.jobs.clone(),
+            runtime.policy.origin.clone(),
+            Arc::clone(&runtime.executor),
+            cancel.child_token(),
+        ));
         Self {
-            cancel: runtime.shutdown.child_token(),
+            cancel,
             interpreter,
+            jobs,
             runtime,
         }
     }
@@ -323,7 +379,10 @@ impl Session {
     /// interpreters stopped, waiting at most `grace`.
     pub async fn close(&self, grace: Duration) {
         self.cancel.cancel();
-        let _ = tokio::time::timeout(grace, self.interpreter.shutdown()).await;
+        let _ = tokio::time::timeout(grace, async {
+            tokio::join!(self.interpreter.shutdown(), self.jobs.shutdown(grace));
+        })
+        .await;
     }
 }
 

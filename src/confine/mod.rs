@@ -18,6 +18,7 @@ pub mod sandbox;
 pub mod scratch;
 pub mod seccomp;
 pub mod selftest;
+pub mod terminal;
 
 pub use cgroup::{CallCgroup, CallLimits, CgroupMode, LimitHits};
 pub use child::ChildSetup;

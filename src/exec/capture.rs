@@ -40,7 +40,7 @@ pub fn spilled_total() -> u64 {
     SPILLED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-fn count_spilled(n: usize) {
+pub(crate) fn count_spilled(n: usize) {
     SPILLED.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
 }
 

@@ -211,7 +211,8 @@ impl Executor {
 /// without namespaces): the master for the server, the other side for the child.
 fn host_terminal(size: PtySize) -> std::io::Result<(OwnedFd, OwnedFd)> {
     use rustix::pty::OpenptFlags;
-    let master = rustix::pty::openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC)?;
+    let master =
+        rustix::pty::openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC)?;
     rustix::pty::grantpt(&master)?;
     rustix::pty::unlockpt(&master)?;
     rustix::termios::tcsetwinsize(

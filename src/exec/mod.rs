@@ -19,7 +19,7 @@ pub mod process;
 pub mod worker;
 
 pub use capture::{CaptureSpec, Captured, LiveStatus, SpillOpener};
-pub use outcome::{ExecOutcome, LimitHit, LimitKind, kernel_limit, signal_name};
+pub use outcome::{ExecOutcome, LimitHit, LimitKind, classify_limit, kernel_limit, signal_name};
 pub use worker::{ConfinedWorker, WorkerEnd, WorkerSpec};
 
 use crate::confine::{CallCgroup, ConfineError, Confinement, Factory, WarmSlot};
@@ -114,6 +114,9 @@ pub struct ExecRequest {
     pub stderr: CaptureSpec,
     pub cancel: Option<CancellationToken>,
     pub live: Option<Arc<LiveStatus>>,
+    /// Run under a new terminal of this size: its output is one stream (stdout), and `stdin`
+    /// is typed into it.
+    pub pty: Option<crate::confine::sandbox::wire::PtySize>,
 }
 
 /// What an executor needs besides the confinement, resolved from the policy.
@@ -173,7 +176,7 @@ impl Executor {
                 cwd: req.cwd,
                 env: req.env,
                 piped_stdin: req.stdin.is_some(),
-                pty: None,
+                pty: req.pty,
                 cpu_seconds: None,
             })
             .await?;
@@ -183,18 +186,35 @@ impl Executor {
             stdin: stdin_pipe,
             stdout: stdout_pipe,
             stderr: stderr_pipe,
-            pty: _,
+            pty,
         } = std::mem::take(&mut launched.pipes);
+        let terminal = match pty {
+            Some(master) => Some(crate::confine::terminal::Terminal::new(master).map_err(
+                |source| ExecError::Spawn {
+                    program: "the command's terminal".into(),
+                    source,
+                },
+            )?),
+            None => None,
+        };
 
         let stop_reading = CancellationToken::new();
-        let stdout = stdout_pipe.map(|p| {
-            tokio::spawn(capture::drain(
-                p,
+        let stdout = match &terminal {
+            Some(terminal) => Some(tokio::spawn(capture::drain(
+                terminal.clone(),
                 req.stdout,
                 req.live.clone(),
                 stop_reading.clone(),
-            ))
-        });
+            ))),
+            None => stdout_pipe.map(|p| {
+                tokio::spawn(capture::drain(
+                    p,
+                    req.stdout,
+                    req.live.clone(),
+                    stop_reading.clone(),
+                ))
+            }),
+        };
         let stderr = stderr_pipe.map(|p| {
             tokio::spawn(capture::drain(
                 p,
@@ -203,11 +223,20 @@ impl Executor {
                 stop_reading.clone(),
             ))
         });
-        if let (Some(mut pipe), Some(input)) = (stdin_pipe, req.stdin) {
-            tokio::spawn(async move {
-                // A child that exits without reading its input is not an error.
-                let _ = pipe.write_all(&input).await;
-            });
+        match (stdin_pipe, &terminal, req.stdin) {
+            (Some(mut pipe), _, Some(input)) => {
+                tokio::spawn(async move {
+                    // A child that exits without reading its input is not an error.
+                    let _ = pipe.write_all(&input).await;
+                });
+            }
+            (None, Some(terminal), Some(input)) => {
+                let terminal = terminal.clone();
+                tokio::spawn(async move {
+                    let _ = terminal.write_all(&input).await;
+                });
+            }
+            _ => {}
         }
 
         let cancel = req.cancel.unwrap_or_default();

@@ -444,6 +444,7 @@ impl Linting {
                 stderr: spec(),
                 cancel: None,
                 live: None,
+                pty: None,
             })
             .await
             .map_err(|e| format!("{}: could not start: {e}", config.name))?;

@@ -154,7 +154,9 @@ fn ports(entries: Vec<RawPort>) -> Result<Vec<u16>, String> {
                 (p, p)
             }
             RawPort::Range(text) => {
-                let bad = || format!("`{text}` is not a port range: write \"FROM-TO\", e.g. \"8080-8089\"");
+                let bad = || {
+                    format!("`{text}` is not a port range: write \"FROM-TO\", e.g. \"8080-8089\"")
+                };
                 let (a, b) = text.split_once('-').ok_or_else(bad)?;
                 let a: i64 = a.trim().parse().map_err(|_| bad())?;
                 let b: i64 = b.trim().parse().map_err(|_| bad())?;

@@ -26,6 +26,7 @@ use crate::tools::CallHooks;
 use crate::tools::SharedContext;
 use crate::tools::code_interpreter::{self, CodeInterpreterArgs, CodeInterpreterOutput};
 use crate::tools::edit_file::{self, EditFileArgs, EditFileOutput};
+use crate::tools::job::{self, JobArgs, JobOutput};
 use crate::tools::read_file::{self, ReadFileArgs, ReadFileOutput};
 use crate::tools::shell_exec::{self, ShellExecArgs, ShellExecOutput};
 use crate::tools::write_file::{self, WriteFileArgs, WriteFileOutput};
@@ -150,6 +151,7 @@ impl CordonServer {
         let mut tool_router = Self::tool_router();
         patch_schemas(&mut tool_router, &ctx);
         make_portable(&mut tool_router);
+        declare_job_events(&mut tool_router);
         let instructions = Arc::new(instructions::render(&ctx));
         let approvals = Arc::new(approval::Approvals::new(
             ctx.runtime.policy.server.approval_timeout,
@@ -367,6 +369,39 @@ fresh. Example: {\"code\": \"import statistics\\nxs = [3, 1, 4, 1, 5]\\nstatisti
     }
 
     #[tool(
+        description = "Read and drive a background job (started by shell_exec with \
+`background: true`: dev servers, watchers, REPLs). With `id`: writes `input` (under a pty \
+\"\\u0003\" is Ctrl-C), sends `signal` (INT, TERM, HUP, KILL), waits up to `wait_secs` for new \
+output, for output matching `until` (a regex, e.g. \"Listening on\") or for the job to end, and \
+returns the output produced since the previous read, with the job's state, exit status and \
+usage; `full_output` is its whole log. Without `id`: lists this session's jobs. A job is \
+confined like any command and ends at the policy's limits, its lifetime, after a long idle time, \
+or when this session ends; every later result says so in `job_events`. Example: {\"id\": \
+\"job-1\", \"wait_secs\": 10, \"until\": \"Serving HTTP\"}",
+        annotations(
+            title = "Read or drive a background job",
+            read_only_hint = false,
+            destructive_hint = true,
+            idempotent_hint = false,
+            open_world_hint = false
+        ),
+        output_schema = output_schema::<JobOutput>()
+    )]
+    async fn job(
+        &self,
+        Parameters(args): Parameters<JobArgs>,
+        rctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let scope = match self.call_scope(&rctx).await {
+            Ok(scope) => scope,
+            Err(error) => {
+                return Ok(refused_result(&error, Some(&output_schema::<JobOutput>())));
+            }
+        };
+        Ok(job::run(scope.session, args).await.into_result())
+    }
+
+    #[tool(
         description = "Read a text file of the workspace, a window of lines at a time \
 (`offset` is the 1-based first line, `limit` the number of lines). Content comes back byte for \
 byte, so it can be pasted into edit_file's old_string. Binary files are refused. Use it instead \
@@ -497,6 +532,63 @@ impl CordonServer {
     }
 }
 
+/// Adds the job endings not yet reported to this client to a result: `job_events` in its
+/// structured content and a line each in its text.
+fn with_job_events(response: &mut CallToolResponse, events: Vec<crate::jobs::JobEvent>) {
+    let CallToolResponse::Complete(result) = response else {
+        return;
+    };
+    if events.is_empty() {
+        return;
+    }
+    let mut lines = String::new();
+    for e in &events {
+        lines.push_str(&format!(
+            "[cordon] job {} ({}): {}\n",
+            e.id, e.command, e.reason
+        ));
+    }
+    if let Some(serde_json::Value::Object(content)) = &mut result.structured_content {
+        content.insert(
+            "job_events".into(),
+            serde_json::to_value(&events).unwrap_or_default(),
+        );
+    }
+    match result.content.first_mut() {
+        Some(ContentBlock::Text(text)) => text.text.push_str(&format!("\n{lines}")),
+        _ => result.content.push(ContentBlock::text(lines)),
+    }
+}
+
+/// `job_events` in every tool's output schema: any result may carry the endings of this
+/// client's jobs.
+fn declare_job_events(router: &mut ToolRouter<CordonServer>) {
+    let property = serde_json::json!({
+        "type": "array",
+        "description": "Background jobs of this session that ended since the previous result: \
+                        which, and why (exited, killed at a bound or with its session, a limit).",
+        "items": {
+            "type": "object",
+            "properties": {
+                "id": {"type": "string"},
+                "state": {"type": "string", "enum": ["exited", "killed", "limit", "ended"]},
+                "reason": {"type": "string"},
+                "command": {"type": "string"}
+            },
+            "required": ["id", "state", "reason", "command"]
+        }
+    });
+    for route in router.map.values_mut() {
+        if let Some(output) = &route.attr.output_schema {
+            let mut schema = (**output).clone();
+            if let Some(serde_json::Value::Object(properties)) = schema.get_mut("properties") {
+                properties.insert("job_events".into(), property.clone());
+            }
+            route.attr.output_schema = Some(Arc::new(schema));
+        }
+    }
+}
+
 /// Rewrites every tool's schemas into the portable form of [`schema`].
 fn make_portable(router: &mut ToolRouter<CordonServer>) {
     for route in router.map.values_mut() {
@@ -523,10 +615,20 @@ impl ServerHandler for CordonServer {
         // one more call.
         let origin = http::call_origin(&context);
         let mut _running = None;
+        // The client's own scope, whose job endings this result reports.
+        let mut events_scope = self
+            .http
+            .is_none()
+            .then(|| self.own.get().cloned())
+            .flatten();
         if origin.is_some() {
             let admitted = match self.call_scope(&context).await {
                 Err(error) => Err(error),
-                Ok(scope) => scope.begin_call().map_err(|limit| {
+                Ok(scope) => {
+                    events_scope = Some(scope.clone());
+                    scope.begin_call()
+                }
+                .map_err(|limit| {
                     ToolError::new(
                         ErrorKind::ResourceLimit,
                         format!(
@@ -554,7 +656,10 @@ impl ServerHandler for CordonServer {
             Some(origin) => crate::audit::CALL_ORIGIN.scope(origin, call).await?,
             None => call.await?,
         };
-        let response = fits_output_schema(response, output_schema.as_deref());
+        let mut response = fits_output_schema(response, output_schema.as_deref());
+        if let Some(scope) = &events_scope {
+            with_job_events(&mut response, scope.session.jobs.take_events());
+        }
         let Some(spilled) = resources::spilled_file(&response) else {
             return Ok(response);
         };
@@ -763,6 +868,8 @@ pub async fn serve_stdio(server: CordonServer, mut signals: StopSignals) -> Resu
     // Interpreter workers outlive calls, so they are killed explicitly; this also ends any
     // cell still running.
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, ctx.interpreter.shutdown()).await;
+    // So do background jobs: the client that could read them is gone.
+    ctx.jobs.shutdown(SHUTDOWN_GRACE).await;
     // rmcp cancels every in-flight request at EOF; give their process trees time to die.
     ctx.runtime.drain(SHUTDOWN_GRACE).await;
     quit.map(|_| ()).map_err(|e| ServeError::Run(e.to_string()))

@@ -73,6 +73,7 @@ impl Scope {
         self.calls
             .as_ref()
             .is_none_or(|c| c.available_permits() == self.max_calls)
+            && self.session.jobs.running() == 0
     }
 }
 

@@ -43,7 +43,35 @@ pub struct ShellExecArgs {
     /// Environment variables set for this command, over the sandbox's scrubbed environment.
     #[serde(default)]
     pub env: Option<BTreeMap<String, String>>,
+    /// Keep the command running after this call returns, as a job (dev servers, watchers,
+    /// REPLs): the call answers after `wait_secs` with the output so far and `job`; read and
+    /// drive it with the `job` tool. Confined and bounded like any call; it ends at the
+    /// policy's `[jobs]` bounds or when this session ends.
+    #[serde(default)]
+    pub background: bool,
+    /// Run under a terminal (for programs that need a tty: REPLs, prompts, `git add -p`).
+    /// Its output is one stream (in `stdout`); colours are removed from the text and kept in
+    /// the spill file.
+    #[serde(default)]
+    pub pty: bool,
+    /// Terminal width with `pty` (default 120).
+    #[serde(default)]
+    #[schemars(range(min = 20, max = 1000))]
+    pub cols: Option<u16>,
+    /// Terminal height with `pty` (default 40).
+    #[serde(default)]
+    #[schemars(range(min = 5, max = 500))]
+    pub rows: Option<u16>,
+    /// With `background`: seconds to wait before answering (earlier if the job exits);
+    /// default 1.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 30))]
+    pub wait_secs: Option<u64>,
 }
+
+/// Default terminal size of `pty`.
+pub const DEFAULT_COLS: u16 = 120;
+pub const DEFAULT_ROWS: u16 = 40;
 
 fn dot() -> String {
     ".".into()
@@ -72,6 +100,9 @@ pub struct ShellExecOutput {
     /// proxy (host, port, allowed, bytes each way, duration), and each refusal in words.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub network: Option<crate::egress::NetworkReport>,
+    /// With `background`: the job the command keeps running as (read it with the `job`
+    /// tool), or null.
+    pub job: Option<super::job::JobInfo>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<ToolError>,
 }
@@ -331,6 +362,11 @@ async fn run_prepared(
     let started = Instant::now();
     let result = match prepared {
         Err(error) => Err(error),
+        Ok(request) if args.background => {
+            // The slot bounds starting it; a running job is bounded by `[jobs]` instead.
+            let _slot = ctx.runtime.slots.acquire().await;
+            super::job::start_background(&ctx, &args, request.request, &request.cwd).await
+        }
         Ok(request) => {
             let _slot = ctx.runtime.slots.acquire().await;
             Ok(execute(&ctx, request, hooks).await)
@@ -371,6 +407,19 @@ async fn prepare(ctx: &SharedContext, args: &ShellExecArgs) -> Result<Prepared, 
             args.command.len()
         )));
     }
+    if !args.pty && (args.cols.is_some() || args.rows.is_some()) {
+        return Err(invalid(
+            "`cols` and `rows` size a terminal: pass them with `pty: true`, or leave them out"
+                .into(),
+        ));
+    }
+    if !args.background && args.wait_secs.is_some() {
+        return Err(invalid(
+            "`wait_secs` applies to a background job (`background: true`); a call without it \
+             waits for the command to end, up to `timeout_secs`"
+                .into(),
+        ));
+    }
     let limits = &ctx.runtime.policy.limits;
     let timeout =
         crate::policy::timeout_within(args.timeout_secs, limits.timeout, limits.max_timeout)
@@ -407,6 +456,10 @@ async fn prepare(ctx: &SharedContext, args: &ShellExecArgs) -> Result<Prepared, 
             stderr: super::capture_spec(ctx, "shell", "stderr"),
             cancel: None,
             live: Some(Arc::clone(&live)),
+            pty: args.pty.then(|| crate::confine::sandbox::wire::PtySize {
+                cols: args.cols.unwrap_or(DEFAULT_COLS),
+                rows: args.rows.unwrap_or(DEFAULT_ROWS),
+            }),
         },
         live,
         cwd: cwd_path,
@@ -526,6 +579,7 @@ fn shape_outcome(ctx: &Session, outcome: ExecOutcome, cwd: &std::path::Path) -> 
         limit: outcome.limit.clone(),
         enforcement,
         network: outcome.network.clone(),
+        job: None,
         error,
     };
     let is_error = output.error.is_some();

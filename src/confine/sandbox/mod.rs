@@ -396,11 +396,7 @@ fn run_init(
             } => {
                 let mut fds = received.fds.into_iter();
                 let listener = if proxy_listener { fds.next() } else { None };
-                let netns = if network_namespace {
-                    fds.next()
-                } else {
-                    None
-                };
+                let netns = if network_namespace { fds.next() } else { None };
                 if let Some(tx) = ready.take() {
                     let _ = tx.send(Ok(InitReady {
                         namespaces: Namespaces {

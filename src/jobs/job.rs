@@ -1,0 +1,653 @@
+//! One background job: its launch, its supervisor, its output and its end.
+//!
+//! The supervisor task owns the launched process ([`crate::exec::launch::Launched`]) for its
+//! whole life and is the only place it ends: the main process exits, a limit is hit (the
+//! cgroup's memory or pids, the disk budget), its lifetime or idle time runs out, a signal it
+//! was sent ends it, or its session ends; in every case the whole tree is killed through its
+//! cgroup and the git check runs, as after any call. Readers drain the pipes (or the
+//! terminal's master) into a [`Ring`] per stream and into the job's log file, so a flood costs
+//! the ring's size in memory and the spill bound on disk, and never blocks the job.
+//!
+//! Everything the job writes is hostile: it is counted and bounded before it is kept, and only
+//! read from descriptors the server opened before the job ran.
+
+use super::JobEvent;
+use super::ring::{Chunk, Ring};
+use crate::confine::sandbox::wire::PtySize;
+use crate::exec::launch::{LaunchSpec, Launched};
+use crate::exec::process::Process;
+use crate::exec::{Executor, LimitHit};
+use crate::policy::jobs::JobsPolicy;
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io::Write;
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::pipe;
+use tokio::sync::{Notify, mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+/// How often the supervisor reads the job's CPU and memory and checks its idle time.
+const TICK: Duration = Duration::from_millis(500);
+/// After the tree is dead, how long the readers may take to reach the end of the output.
+const DRAIN_BOUND: Duration = Duration::from_millis(500);
+/// Largest input one `job` call may write.
+pub const MAX_INPUT: usize = 64 * 1024;
+/// How long a write to a job's input may wait for the job to read (a full terminal queue).
+const INPUT_WAIT: Duration = Duration::from_secs(5);
+
+/// What to run as a job.
+pub struct JobSpec {
+    /// The command line as the caller gave it (for listings and events).
+    pub command: String,
+    pub argv: Vec<OsString>,
+    pub cwd: Option<OwnedFd>,
+    pub env: BTreeMap<String, String>,
+    /// Written to the job's input first.
+    pub stdin: Option<Vec<u8>>,
+    pub pty: Option<PtySize>,
+    /// The job's log file in the spill area: (workspace-relative path, file).
+    pub log: Option<(String, std::fs::File)>,
+    /// A shorter life than `[jobs] max_lifetime_secs` (the caller's `timeout_secs`).
+    pub lifetime: Option<Duration>,
+}
+
+/// Where a job is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobState {
+    Running,
+    /// Its main process exited on its own (any status).
+    Exited,
+    /// Ended by a signal: one it was sent, or cordon's kill at its lifetime, idle timeout or
+    /// its session's end.
+    Killed,
+    /// Ended by one of its limits (memory, pids, disk, CPU time, file size).
+    Limit,
+}
+
+impl JobState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Exited => "exited",
+            Self::Killed => "killed",
+            Self::Limit => "limit",
+        }
+    }
+}
+
+/// How a job ended.
+#[derive(Debug, Clone)]
+pub struct JobEnd {
+    pub state: JobState,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub limit: Option<LimitHit>,
+    /// In words, for results and events.
+    pub reason: String,
+    /// What the git check found when the tree was dead (also in the session's next result).
+    pub notices: Vec<String>,
+    pub git_refused: bool,
+    pub network: Option<crate::egress::NetworkReport>,
+}
+
+/// A message to a job's supervisor.
+#[derive(Debug, Clone, Copy)]
+pub enum Control {
+    Signal(rustix::process::Signal),
+}
+
+/// Why cordon ended a job.
+enum Ending {
+    /// The main process ended by itself (or by a signal it was sent).
+    Exited(Option<std::process::ExitStatus>),
+    Disk(crate::exec::disk::DiskOverrun),
+    Killed(String),
+}
+
+/// What a job's input goes to.
+enum Input {
+    Pipe(pipe::Sender),
+    Pty(crate::confine::terminal::Terminal),
+    Closed,
+}
+
+struct Inner {
+    out: Ring,
+    err: Ring,
+    end: Option<JobEnd>,
+    last_activity: Instant,
+    cpu: Option<Duration>,
+    peak_memory: Option<u64>,
+    log: Option<std::fs::File>,
+    log_written: u64,
+    log_truncated: bool,
+}
+
+/// A job, shared by its table, its supervisor and its readers.
+pub struct Job {
+    pub id: String,
+    pub command: String,
+    /// RFC 3339, UTC.
+    pub started_at: String,
+    pub pty: bool,
+    /// The main process's pid as the job sees it (in its own PID namespace: 2; on the
+    /// per-child path, the host pid).
+    pub pid_in_sandbox: Option<u32>,
+    /// The log file, workspace-relative, when one could be made.
+    pub log_path: Option<String>,
+    started: Instant,
+    inner: Mutex<Inner>,
+    changed: Notify,
+    control: mpsc::Sender<Control>,
+    input: tokio::sync::Mutex<Input>,
+    ended: watch::Receiver<bool>,
+}
+
+/// One read of a job's output since the previous read.
+#[derive(Debug)]
+pub struct JobRead {
+    pub stdout: Chunk,
+    pub stderr: Chunk,
+    /// Bytes of output read so far, both streams (monotonic).
+    pub cursor: u64,
+    pub end: Option<JobEnd>,
+    pub cpu: Option<Duration>,
+    pub peak_memory: Option<u64>,
+    /// The log stopped growing at the spill bound.
+    pub log_truncated: bool,
+    pub last_line: String,
+}
+
+/// Starts the job: launched like a call, then supervised until it ends.
+pub(super) async fn start(
+    executor: Arc<Executor>,
+    id: String,
+    spec: JobSpec,
+    policy: &JobsPolicy,
+    cancel: CancellationToken,
+    on_end: Box<dyn FnOnce(JobEvent) + Send>,
+) -> Result<Arc<Job>, super::StartError> {
+    let mut launched = executor
+        .launch(LaunchSpec {
+            argv: spec.argv,
+            cwd: spec.cwd,
+            env: spec.env,
+            piped_stdin: true,
+            pty: spec.pty,
+            // RLIMIT_CPU bounds one process's CPU seconds: a dev server may use a core for a
+            // while over its life, which its lifetime bounds anyway.
+            cpu_seconds: Some(policy.max_lifetime.as_secs().max(1)),
+        })
+        .await?;
+    let pid_in_sandbox = match &launched.child {
+        Process::Slot(_) => Some(2),
+        Process::Forked(child) => child.id(),
+    };
+    let pipes = std::mem::take(&mut launched.pipes);
+    let (log_path, log) = match spec.log {
+        Some((path, file)) => (Some(path), Some(file)),
+        None => (None, None),
+    };
+    let (control, control_rx) = mpsc::channel(16);
+    let (ended_tx, ended) = watch::channel(false);
+    let terminal = match pipes.pty {
+        Some(master) => Some(crate::confine::terminal::Terminal::new(master).map_err(
+            |source| {
+                super::StartError::Exec(crate::exec::ExecError::Spawn {
+                    program: "the job's terminal".into(),
+                    source,
+                })
+            },
+        )?),
+        None => None,
+    };
+    let input = match (&terminal, pipes.stdin) {
+        (Some(master), _) => Input::Pty(master.clone()),
+        (None, Some(stdin)) => Input::Pipe(stdin),
+        (None, None) => Input::Closed,
+    };
+    let ring = policy.ring_bytes;
+    let job = Arc::new(Job {
+        id,
+        command: spec.command,
+        started_at: crate::audit::now_rfc3339(),
+        pty: terminal.is_some(),
+        pid_in_sandbox,
+        log_path,
+        started: Instant::now(),
+        inner: Mutex::new(Inner {
+            out: Ring::new(ring),
+            err: Ring::new(ring),
+            end: None,
+            last_activity: Instant::now(),
+            cpu: None,
+            peak_memory: None,
+            log,
+            log_written: 0,
+            log_truncated: false,
+        }),
+        changed: Notify::new(),
+        control,
+        input: tokio::sync::Mutex::new(input),
+        ended,
+    });
+    let mut readers = Vec::new();
+    match terminal {
+        Some(master) => readers.push(tokio::spawn(read_output(
+            Arc::clone(&job),
+            master,
+            Stream::Out,
+        ))),
+        None => {
+            if let Some(out) = pipes.stdout {
+                readers.push(tokio::spawn(read_output(
+                    Arc::clone(&job),
+                    out,
+                    Stream::Out,
+                )));
+            }
+            if let Some(err) = pipes.stderr {
+                readers.push(tokio::spawn(read_output(
+                    Arc::clone(&job),
+                    err,
+                    Stream::Err,
+                )));
+            }
+        }
+    }
+    if let Some(data) = spec.stdin {
+        // The caller's `stdin` goes first; its failure (the job exited at once) is no error.
+        let _ = job.write_input(&data).await;
+    }
+    tokio::spawn(supervise(
+        Arc::clone(&job),
+        executor,
+        launched,
+        Supervision {
+            lifetime: spec
+                .lifetime
+                .map_or(policy.max_lifetime, |l| l.min(policy.max_lifetime)),
+            idle: policy.idle_kill,
+            cancel,
+            control: control_rx,
+            readers,
+            ended: ended_tx,
+            on_end,
+        },
+    ));
+    Ok(job)
+}
+
+struct Supervision {
+    lifetime: Duration,
+    idle: Duration,
+    cancel: CancellationToken,
+    control: mpsc::Receiver<Control>,
+    readers: Vec<tokio::task::JoinHandle<()>>,
+    ended: watch::Sender<bool>,
+    on_end: Box<dyn FnOnce(JobEvent) + Send>,
+}
+
+/// The job's life after its start: waits for its end, whichever comes first, then buries it.
+async fn supervise(
+    job: Arc<Job>,
+    executor: Arc<Executor>,
+    mut launched: Launched,
+    mut s: Supervision,
+) {
+    let disk = launched.disk.clone();
+    let lifetime = tokio::time::sleep(s.lifetime);
+    tokio::pin!(lifetime);
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let ending = loop {
+        tokio::select! {
+            status = launched.child.wait() => break Ending::Exited(status),
+            hit = crate::exec::disk::overrun(disk.as_ref()) => break Ending::Disk(hit),
+            _ = s.cancel.cancelled() => break Ending::Killed("its session ended".into()),
+            _ = &mut lifetime => break Ending::Killed(format!(
+                "it ran past `[jobs] max_lifetime_secs` ({}s)", s.lifetime.as_secs()
+            )),
+            Some(message) = s.control.recv() => match message {
+                Control::Signal(signal) => {
+                    launched.child.signal(signal);
+                }
+            },
+            _ = tick.tick() => {
+                job.note_usage(&launched);
+                if job.idle_for() >= s.idle {
+                    break Ending::Killed(format!(
+                        "nobody read its output or sent it input for `[jobs] idle_kill_secs` ({}s)",
+                        s.idle.as_secs()
+                    ));
+                }
+            }
+        }
+    };
+    job.note_usage(&launched);
+    let status = match &ending {
+        Ending::Exited(status) => *status,
+        _ => None,
+    };
+    let finished = launched.finish(&executor, status).await;
+    // The tree is dead: the readers reach the end of what it wrote, within a bound (only a
+    // process outside the cgroup could still hold a pipe).
+    let drain = async {
+        for reader in &mut s.readers {
+            let _ = reader.await;
+        }
+    };
+    if tokio::time::timeout(DRAIN_BOUND, drain).await.is_err() {
+        for reader in &s.readers {
+            reader.abort();
+        }
+    }
+    let end = judge(ending, &finished, &job);
+    {
+        let mut inner = job.lock();
+        if finished.cpu.is_some() {
+            inner.cpu = finished.cpu;
+        }
+        if finished.peak_memory.is_some() {
+            inner.peak_memory = finished.peak_memory;
+        }
+        inner.log = None;
+        inner.end = Some(end.clone());
+    }
+    *job.input.lock().await = Input::Closed;
+    let _ = s.ended.send(true);
+    job.changed.notify_waiters();
+    tracing::info!("job {} ({}) ended: {}", job.id, job.command, end.reason);
+    (s.on_end)(JobEvent {
+        id: job.id.clone(),
+        state: end.state.as_str().into(),
+        reason: end.reason.clone(),
+        command: job.command.clone(),
+    });
+}
+
+/// What the job ended as, and why, in words.
+fn judge(ending: Ending, finished: &crate::exec::launch::Finished, job: &Job) -> JobEnd {
+    use std::os::unix::process::ExitStatusExt;
+    let (mut exit_code, mut signal) = match finished.status {
+        Some(s) => (s.code(), s.signal()),
+        None => (None, None),
+    };
+    let stderr_tail = {
+        let inner = job.lock();
+        crate::exec::Captured {
+            head: inner.err.peek_unread(4096),
+            ..Default::default()
+        }
+    };
+    let (state, limit, reason) = match ending {
+        Ending::Disk(hit) => {
+            let hit = hit.limit_hit();
+            let reason = format!("stopped by its {}: {}", hit.kind.describe(), hit.evidence);
+            (JobState::Limit, Some(hit), reason)
+        }
+        Ending::Killed(why) => {
+            (exit_code, signal) = (None, Some(libc::SIGKILL));
+            (
+                JobState::Killed,
+                None,
+                format!("killed with its whole tree: {why}"),
+            )
+        }
+        Ending::Exited(_) => {
+            let limit = crate::exec::classify_limit(
+                false,
+                finished.hits,
+                exit_code,
+                signal,
+                &stderr_tail,
+                Duration::ZERO,
+            );
+            match (limit, exit_code, signal) {
+                (Some(hit), _, _) => {
+                    let reason =
+                        format!("stopped by its {}: {}", hit.kind.describe(), hit.evidence);
+                    (JobState::Limit, Some(hit), reason)
+                }
+                (None, Some(code), _) => {
+                    (JobState::Exited, None, format!("exited with status {code}"))
+                }
+                (None, None, Some(sig)) => (
+                    JobState::Killed,
+                    None,
+                    format!("ended by {}", crate::exec::signal_name(sig)),
+                ),
+                (None, None, None) => (JobState::Killed, None, "ended".into()),
+            }
+        }
+    };
+    JobEnd {
+        state,
+        exit_code,
+        signal,
+        limit,
+        reason,
+        notices: finished.guard.notices.clone(),
+        git_refused: finished.guard.refused,
+        network: finished.network.clone(),
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Stream {
+    Out,
+    Err,
+}
+
+async fn read_output(job: Arc<Job>, mut from: impl tokio::io::AsyncRead + Unpin, stream: Stream) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match from.read(&mut buf).await {
+            Ok(0) => return,
+            Ok(n) => job.append(stream, &buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return,
+        }
+    }
+}
+
+impl Job {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn is_running(&self) -> bool {
+        !*self.ended.borrow()
+    }
+
+    /// Waits until the job's tree is dead and its end recorded.
+    pub async fn ended(&self) {
+        let mut ended = self.ended.clone();
+        let _ = ended.wait_for(|e| *e).await;
+    }
+
+    pub fn state(&self) -> JobState {
+        self.lock()
+            .end
+            .as_ref()
+            .map_or(JobState::Running, |e| e.state)
+    }
+
+    pub fn end(&self) -> Option<JobEnd> {
+        self.lock().end.clone()
+    }
+
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    fn idle_for(&self) -> Duration {
+        self.lock().last_activity.elapsed()
+    }
+
+    /// Someone read or wrote: the idle clock starts again.
+    pub fn touch(&self) {
+        self.lock().last_activity = Instant::now();
+    }
+
+    fn note_usage(&self, launched: &Launched) {
+        let Some(cgroup) = launched.cgroup.as_ref() else {
+            return;
+        };
+        let (cpu, peak) = (cgroup.cpu_usage(), cgroup.memory_peak());
+        let mut inner = self.lock();
+        inner.cpu = cpu.or(inner.cpu);
+        inner.peak_memory = peak.or(inner.peak_memory);
+    }
+
+    fn append(&self, stream: Stream, data: &[u8]) {
+        {
+            let mut inner = self.lock();
+            match stream {
+                Stream::Out => inner.out.push(data),
+                Stream::Err => inner.err.push(data),
+            }
+            // The whole output in the log, up to the spill bound; the server's writes are not
+            // the job's, so the disk budget is credited with them.
+            let room = crate::exec::capture::SPILL_LIMIT.saturating_sub(inner.log_written);
+            let n = (data.len() as u64).min(room) as usize;
+            if n < data.len() {
+                inner.log_truncated = true;
+            }
+            if n > 0
+                && let Some(log) = inner.log.as_mut()
+            {
+                if log.write_all(&data[..n]).is_ok() {
+                    crate::exec::capture::count_spilled(n);
+                    inner.log_written += n as u64;
+                } else {
+                    inner.log = None;
+                    inner.log_truncated = true;
+                }
+            }
+        }
+        self.changed.notify_waiters();
+    }
+
+    /// Sends `signal` to the job's main process (through its supervisor). False once ended.
+    pub fn signal(&self, signal: rustix::process::Signal) -> bool {
+        self.is_running() && self.control.try_send(Control::Signal(signal)).is_ok()
+    }
+
+    /// Writes `data` to the job's input: its terminal, or its stdin pipe. For a pipe, the
+    /// single character Ctrl-D (`\u{4}`) closes stdin, as a terminal would read it.
+    pub async fn write_input(&self, data: &[u8]) -> Result<(), String> {
+        if data.len() > MAX_INPUT {
+            return Err(format!(
+                "`input` is {} bytes; write at most {MAX_INPUT} bytes per call",
+                data.len()
+            ));
+        }
+        let mut input = self.input.lock().await;
+        match &mut *input {
+            Input::Closed => Err(if self.is_running() {
+                "the job's input is closed (it was sent Ctrl-D)".into()
+            } else {
+                "the job has ended; it reads no more input".into()
+            }),
+            Input::Pipe(_) if data == b"\x04" => {
+                *input = Input::Closed;
+                Ok(())
+            }
+            Input::Pipe(pipe) => match tokio::time::timeout(INPUT_WAIT, pipe.write_all(data)).await
+            {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(format!("the job did not take the input: {e}")),
+                Err(_) => Err(format!(
+                    "the job did not read its input within {}s; part of it may be unwritten",
+                    INPUT_WAIT.as_secs()
+                )),
+            },
+            Input::Pty(master) => {
+                let master = master.clone();
+                drop(input);
+                match tokio::time::timeout(INPUT_WAIT, master.write_all(data)).await {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(e)) => Err(format!("the job's terminal took no input: {e}")),
+                    Err(_) => Err(format!(
+                        "the job's terminal took no input for {}s (its input queue is full)",
+                        INPUT_WAIT.as_secs()
+                    )),
+                }
+            }
+        }
+    }
+
+    /// Waits up to `wait` for something worth answering with: the job's end, unread output
+    /// (any, or with `until`, output that matches it).
+    pub async fn wait_for_news(&self, wait: Duration, until: Option<&regex::Regex>) {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.has_news(until) {
+                return;
+            }
+            tokio::select! {
+                _ = notified => {}
+                _ = tokio::time::sleep_until(deadline) => return,
+            }
+        }
+    }
+
+    fn has_news(&self, until: Option<&regex::Regex>) -> bool {
+        let inner = self.lock();
+        if inner.end.is_some() {
+            return true;
+        }
+        match until {
+            None => inner.out.has_unread() || inner.err.has_unread(),
+            Some(re) => [&inner.out, &inner.err].iter().any(|ring| {
+                ring.has_unread()
+                    && re.is_match(&String::from_utf8_lossy(&ring.peek_unread(64 * 1024)))
+            }),
+        }
+    }
+
+    /// Consumes up to `max_bytes` of unread output (split between the streams, stdout first).
+    pub fn read(&self, max_bytes: usize) -> JobRead {
+        let mut inner = self.lock();
+        let stdout = inner.out.take_unread(max_bytes);
+        let stderr = inner
+            .err
+            .take_unread(max_bytes.saturating_sub(stdout.bytes.len()));
+        let last_line = {
+            let l = inner.out.last_line();
+            if l.is_empty() {
+                inner.err.last_line()
+            } else {
+                l
+            }
+        };
+        JobRead {
+            cursor: inner.out.cursor() + inner.err.cursor(),
+            stdout,
+            stderr,
+            end: inner.end.clone(),
+            cpu: inner.cpu,
+            peak_memory: inner.peak_memory,
+            log_truncated: inner.log_truncated,
+            last_line,
+        }
+    }
+
+    /// The last line of output, for listings (nothing is consumed).
+    pub fn last_line(&self) -> String {
+        let inner = self.lock();
+        let l = inner.out.last_line();
+        if l.is_empty() {
+            inner.err.last_line()
+        } else {
+            l
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! Background jobs: confined process trees that outlive their `tools/call`, owned by one
+//! client session and bounded like a call.
+//!
+//! A job is launched exactly like a call (`exec::launch`: a warm slot of the sandbox init, its
+//! own cgroups with the per-call memory, pids and CPU limits, the disk budget, Landlock and
+//! seccomp), but its supervisor ([`job`]) keeps it running after the call answers: its output
+//! goes to a bounded ring per stream and to a log file in the spill area, and it ends (whole
+//! tree, through its cgroup) at its limits, its lifetime, its idle timeout, an explicit signal,
+//! or when its session ends. Every ending becomes a [`JobEvent`] that the session's next result
+//! carries. Host ports reach jobs' servers only through [`forward`], where the operator opted
+//! in.
+//!
+//! Owns the per-session table (how many, which ids, what ended), not the MCP contract
+//! (`tools::job`, `tools::shell_exec`) nor the launch (`exec`).
+
+pub mod forward;
+pub mod job;
+pub mod ring;
+
+pub use job::{Control, Job, JobEnd, JobRead, JobSpec, JobState};
+
+use crate::exec::Executor;
+use crate::policy::jobs::JobsPolicy;
+use serde::Serialize;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio_util::sync::CancellationToken;
+
+/// Ended jobs a table keeps for reading after their end; the oldest go first.
+const KEEP_ENDED: usize = 16;
+/// Endings kept for the next result; past that the oldest are folded into a count.
+const MAX_EVENTS: usize = 64;
+
+/// How a job ended, as every later result of its session says once.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq, Eq)]
+pub struct JobEvent {
+    pub id: String,
+    /// `exited`, `killed` or `limit`.
+    pub state: String,
+    /// Why, in words: "exited with status 0", "killed: ran past jobs.max_lifetime_secs (3600s)".
+    pub reason: String,
+    pub command: String,
+}
+
+/// Why a job could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(
+        "background jobs are disabled by the policy (`[jobs] max_per_session = 0` in {origin}); \
+         run the command without `background`, or ask the operator to enable jobs"
+    )]
+    Disabled { origin: String },
+    #[error(
+        "this session already has {running} running jobs, the most `[jobs] max_per_session` \
+         allows ({origin}); end one with the `job` tool (`signal: \"TERM\"`) or wait for one \
+         to finish"
+    )]
+    Full { running: usize, origin: String },
+    #[error("the session is ending; no job can start")]
+    Closing,
+    #[error(transparent)]
+    Exec(#[from] crate::exec::ExecError),
+    #[error("cannot create the job's log file: {0}")]
+    Log(std::io::Error),
+}
+
+impl StartError {
+    pub fn kind(&self) -> crate::error_kind::ErrorKind {
+        use crate::error_kind::ErrorKind;
+        match self {
+            Self::Disabled { .. } => ErrorKind::Denied,
+            Self::Full { .. } | Self::Closing => ErrorKind::ResourceLimit,
+            Self::Exec(e) => ErrorKind::from(e),
+            Self::Log(_) => ErrorKind::Io,
+        }
+    }
+}
+
+/// One session's jobs.
+pub struct JobTable {
+    policy: JobsPolicy,
+    origin: String,
+    executor: Arc<Executor>,
+    jobs: Mutex<BTreeMap<u64, Arc<Job>>>,
+    /// Starts under way (counted against the limit before their launch finishes).
+    starting: Mutex<usize>,
+    events: Arc<Mutex<Events>>,
+    next_id: AtomicU64,
+    /// Cancelled when the session ends: every job's tree dies with it.
+    cancel: CancellationToken,
+}
+
+#[derive(Default)]
+struct Events {
+    queue: VecDeque<JobEvent>,
+    folded: usize,
+}
+
+impl JobTable {
+    pub fn new(
+        policy: JobsPolicy,
+        origin: String,
+        executor: Arc<Executor>,
+        cancel: CancellationToken,
+    ) -> Self {
+        Self {
+            policy,
+            origin,
+            executor,
+            jobs: Mutex::default(),
+            starting: Mutex::new(0),
+            events: Arc::default(),
+            next_id: AtomicU64::new(1),
+            cancel,
+        }
+    }
+
+    pub fn policy(&self) -> &JobsPolicy {
+        &self.policy
+    }
+
+    fn lock_jobs(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Arc<Job>>> {
+        self.jobs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Jobs of this session still running.
+    pub fn running(&self) -> usize {
+        self.lock_jobs().values().filter(|j| j.is_running()).count()
+    }
+
+    /// Starts `spec` as a job of this session, or says why not.
+    pub async fn start(&self, spec: JobSpec) -> Result<Arc<Job>, StartError> {
+        if !self.policy.enabled() {
+            return Err(StartError::Disabled {
+                origin: self.origin.clone(),
+            });
+        }
+        if self.cancel.is_cancelled() {
+            return Err(StartError::Closing);
+        }
+        {
+            let mut starting = self.starting.lock().unwrap_or_else(|e| e.into_inner());
+            let running = self.running() + *starting;
+            if running >= self.policy.max_per_session {
+                return Err(StartError::Full {
+                    running,
+                    origin: self.origin.clone(),
+                });
+            }
+            *starting += 1;
+        }
+        let number = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let id = format!("job-{number}");
+        let events = Arc::clone(&self.events);
+        let on_end = Box::new(move |event: JobEvent| {
+            let mut e = events.lock().unwrap_or_else(|e| e.into_inner());
+            if e.queue.len() >= MAX_EVENTS {
+                e.queue.pop_front();
+                e.folded += 1;
+            }
+            e.queue.push_back(event);
+        });
+        let started = job::start(
+            Arc::clone(&self.executor),
+            id,
+            spec,
+            &self.policy,
+            self.cancel.child_token(),
+            on_end,
+        )
+        .await;
+        *self.starting.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+        let job = started?;
+        let mut jobs = self.lock_jobs();
+        jobs.insert(number, Arc::clone(&job));
+        // Forget the oldest ended jobs beyond what is kept for reading.
+        let ended: Vec<u64> = jobs
+            .iter()
+            .filter(|(_, j)| !j.is_running())
+            .map(|(n, _)| *n)
+            .collect();
+        for n in ended.iter().take(ended.len().saturating_sub(KEEP_ENDED)) {
+            jobs.remove(n);
+        }
+        Ok(job)
+    }
+
+    /// The job called `id` in this session (another session's ids are unknown here).
+    pub fn get(&self, id: &str) -> Option<Arc<Job>> {
+        let number: u64 = id.strip_prefix("job-")?.parse().ok()?;
+        self.lock_jobs().get(&number).cloned()
+    }
+
+    /// Every job of this session, oldest first.
+    pub fn list(&self) -> Vec<Arc<Job>> {
+        self.lock_jobs().values().cloned().collect()
+    }
+
+    /// The endings not yet reported, oldest first (each is reported once), with a line for
+    /// those that did not fit.
+    pub fn take_events(&self) -> Vec<JobEvent> {
+        let mut e = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out: Vec<JobEvent> = e.queue.drain(..).collect();
+        if e.folded > 0 {
+            out.insert(
+                0,
+                JobEvent {
+                    id: String::new(),
+                    state: "ended".into(),
+                    reason: format!("{} earlier job endings were not kept", e.folded),
+                    command: String::new(),
+                },
+            );
+            e.folded = 0;
+        }
+        out
+    }
+
+    /// Kills every job of the session (its end) and waits, bounded, for their trees to go.
+    pub async fn shutdown(&self, grace: std::time::Duration) {
+        self.cancel.cancel();
+        let jobs = self.list();
+        let _ = tokio::time::timeout(grace, async {
+            for job in jobs {
+                job.ended().await;
+            }
+        })
+        .await;
+    }
+}
+
+impl Drop for JobTable {
+    fn drop(&mut self) {
+        // A table dropped without `shutdown` (a session dropped): its jobs die all the same.
+        self.cancel.cancel();
+    }
+}

@@ -1,0 +1,572 @@
+//! `job`: reading and driving the background jobs that `shell_exec {background: true}`
+//! started, and that start itself (`start_background`, called by `shell_exec`).
+//!
+//! Owns the contract (arguments, output, errors) and how a job's output is shown: the output
+//! since the previous read, cut by `max_bytes` and the policy's output thresholds, its control
+//! characters removed, and the job's log file named as `full_output`. The jobs themselves (launch,
+//! supervision, limits, endings) are `jobs`'; a job is only ever looked up in the calling
+//! client's own table, so another client's ids do not exist here.
+
+use super::shell_exec::{ShellExecArgs, ShellExecOutput};
+use super::{Done, SharedContext, Tool, finish};
+use crate::audit::{Decision, Outcome};
+use crate::exec::{ExecRequest, LimitHit};
+use crate::jobs::{Job, JobRead, JobSpec, JobState};
+use crate::runtime::Session;
+use crate::shape::{ErrorKind, ToolError, ToolOutcome, push_sections, shape_stream};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Default and largest `max_bytes`.
+pub const DEFAULT_MAX_BYTES: usize = 32 * 1024;
+pub const MAX_MAX_BYTES: usize = 1024 * 1024;
+/// Longest `until` pattern, and the most memory its compiled form may take.
+const MAX_UNTIL: usize = 1000;
+const UNTIL_SIZE_LIMIT: usize = 1 << 20;
+/// Default `wait_secs` of `shell_exec {background: true}`.
+const DEFAULT_BACKGROUND_WAIT: u64 = 1;
+
+#[derive(Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JobArgs {
+    /// The job to read or drive (from `shell_exec`'s `job.id`); leave it out to list this
+    /// session's jobs.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Text written to the job's input first. Under a pty, "\u0003" is Ctrl-C and "\u0004"
+    /// Ctrl-D; without one, "\u0004" alone closes the job's stdin.
+    #[serde(default)]
+    pub input: Option<String>,
+    /// A signal for the job's main process, sent after `input`.
+    #[serde(default)]
+    pub signal: Option<JobSignal>,
+    /// Seconds to wait for new output (or output matching `until`), or for the job to end.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 30))]
+    pub wait_secs: Option<u64>,
+    /// A regular expression: with `wait_secs`, return as soon as new output matches it (for
+    /// readiness, e.g. "Listening on|Serving").
+    #[serde(default)]
+    #[schemars(length(min = 1, max = 1000))]
+    pub until: Option<String>,
+    /// The most output to return (and consume) in this call, in bytes; the rest waits for the
+    /// next read. Default 32768.
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 1048576))]
+    pub max_bytes: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum JobSignal {
+    INT,
+    TERM,
+    HUP,
+    KILL,
+}
+
+impl JobSignal {
+    fn signal(self) -> rustix::process::Signal {
+        use rustix::process::Signal;
+        match self {
+            Self::INT => Signal::INT,
+            Self::TERM => Signal::TERM,
+            Self::HUP => Signal::HUP,
+            Self::KILL => Signal::KILL,
+        }
+    }
+}
+
+/// A job as results show it.
+#[derive(Debug, Clone, Default, Serialize, JsonSchema)]
+pub struct JobInfo {
+    pub id: String,
+    /// `running`, `exited`, `killed` or `limit`.
+    pub state: String,
+    pub command: String,
+    /// The main process's pid inside the sandbox (its own PID namespace).
+    pub pid_in_sandbox: Option<u32>,
+    /// RFC 3339, UTC.
+    pub started_at: String,
+    /// Whether it runs under a terminal.
+    pub pty: bool,
+    /// Host URLs (`[jobs] forward`) on which something in the sandbox listens now.
+    pub forwarded: Vec<String>,
+}
+
+/// One line of the job list.
+#[derive(Debug, Clone, Default, Serialize, JsonSchema)]
+pub struct JobListing {
+    pub id: String,
+    pub state: String,
+    pub command: String,
+    pub started_at: String,
+    /// The last line of output, nothing consumed.
+    pub last_line: String,
+}
+
+#[derive(Debug, Default, Serialize, JsonSchema)]
+pub struct JobOutput {
+    /// The job read (null when listing).
+    pub job: Option<JobInfo>,
+    /// Output since the previous read: stdout, or under a pty everything the terminal showed.
+    pub output: String,
+    /// stderr since the previous read (empty under a pty).
+    pub stderr: String,
+    /// Bytes of output read so far, both streams.
+    pub cursor: u64,
+    /// Output that fell out of the job's memory buffer before it was read (it is in
+    /// `full_output`).
+    pub dropped_bytes: u64,
+    /// True when this answer does not show all new output: more is waiting (read again), or
+    /// it was cut to its head and tail (see `full_output`).
+    pub truncated: bool,
+    /// Workspace-relative path of the job's whole log.
+    pub full_output: Option<String>,
+    pub exit_code: Option<i32>,
+    pub signal: Option<String>,
+    pub limit: Option<LimitHit>,
+    /// CPU time of the job's whole tree so far.
+    pub cpu_ms: Option<u64>,
+    pub peak_memory_bytes: Option<u64>,
+    /// Without `id`: this session's jobs.
+    pub jobs: Vec<JobListing>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<ToolError>,
+}
+
+pub struct JobTool;
+
+impl Tool for JobTool {
+    const NAME: &'static str = "job";
+    type Args = JobArgs;
+    type Output = JobOutput;
+
+    fn failed(_ctx: &Session, _args: &JobArgs, error: ToolError) -> JobOutput {
+        JobOutput {
+            error: Some(error),
+            ..Default::default()
+        }
+    }
+
+    fn audit(output: &JobOutput, _is_error: bool) -> Outcome {
+        Outcome::Other(serde_json::json!({
+            "error": output.error.as_ref().map(|e| e.kind),
+            "job": output.job.as_ref().map(|j| &j.id),
+            "state": output.job.as_ref().map(|j| &j.state),
+            "exit_code": output.exit_code,
+            "signal": output.signal,
+        }))
+    }
+}
+
+fn invalid(message: String) -> ToolError {
+    ToolError::new(ErrorKind::InvalidArgument, message)
+}
+
+/// The `job` tool: list, or read and drive one job.
+pub async fn run(ctx: SharedContext, args: JobArgs) -> ToolOutcome {
+    let started = Instant::now();
+    let result = act(&ctx, &args).await;
+    finish::<JobTool>(&ctx, &args, &Decision::Allow, started, result)
+}
+
+async fn act(ctx: &SharedContext, args: &JobArgs) -> Result<Done<JobTool>, ToolError> {
+    let Some(id) = &args.id else {
+        if args.input.is_some() || args.signal.is_some() || args.until.is_some() {
+            return Err(invalid(
+                "`input`, `signal` and `until` need the `id` of a job; call `job` without \
+                 arguments to list this session's jobs"
+                    .into(),
+            ));
+        }
+        return Ok(list(ctx));
+    };
+    let Some(job) = ctx.jobs.get(id) else {
+        let known: Vec<String> = ctx.jobs.list().iter().map(|j| j.id.clone()).collect();
+        return Err(invalid(format!(
+            "no job {} in this session ({}); jobs are started with shell_exec \
+             {{\"background\": true}} and belong to the session that started them",
+            super::echo_arg(id),
+            if known.is_empty() {
+                "it has none".to_owned()
+            } else {
+                format!("its jobs: {}", known.join(", "))
+            }
+        )));
+    };
+    let wait = Duration::from_secs(args.wait_secs.unwrap_or(0).min(30));
+    let max_bytes = args
+        .max_bytes
+        .map_or(DEFAULT_MAX_BYTES, |m| (m as usize).clamp(1, MAX_MAX_BYTES));
+    let until = match &args.until {
+        None => None,
+        Some(pattern) => Some(compile_until(pattern)?),
+    };
+    job.touch();
+    let mut notices = Vec::new();
+    if let Some(input) = &args.input {
+        if !job.is_running() {
+            return Err(invalid(format!(
+                "job {id} has ended ({}); it reads no more input",
+                job.end().map(|e| e.reason).unwrap_or_default()
+            )));
+        }
+        job.write_input(input.as_bytes()).await.map_err(|e| {
+            ToolError::new(
+                ErrorKind::Io,
+                format!("input for job {id} not written: {e}"),
+            )
+        })?;
+    }
+    if let Some(signal) = args.signal {
+        if job.signal(signal.signal()) {
+            notices.push(format!("sent SIG{signal:?} to the job's main process"));
+        } else {
+            notices.push(format!("SIG{signal:?} not sent: the job has already ended"));
+        }
+    }
+    if args.signal.is_some() {
+        // What a signal is for is the job's end: wait for that (the output read below is what
+        // it printed on the way), at least a moment for an immediate end to be recorded.
+        let _ = tokio::time::timeout(wait.max(Duration::from_millis(200)), job.ended()).await;
+    } else {
+        job.wait_for_news(wait, until.as_ref()).await;
+    }
+    job.touch();
+    let read = job.read(max_bytes);
+    Ok(shown_read(ctx, &job, read, notices).await)
+}
+
+fn compile_until(pattern: &str) -> Result<regex::Regex, ToolError> {
+    if pattern.len() > MAX_UNTIL {
+        return Err(invalid(format!(
+            "`until` is {} characters; keep it under {MAX_UNTIL}",
+            pattern.len()
+        )));
+    }
+    regex::RegexBuilder::new(pattern)
+        .size_limit(UNTIL_SIZE_LIMIT)
+        .build()
+        .map_err(|e| {
+            invalid(format!(
+                "`until` is not a valid regular expression (Rust regex syntax): {e}"
+            ))
+        })
+}
+
+fn list(ctx: &Session) -> Done<JobTool> {
+    let jobs: Vec<JobListing> = ctx
+        .jobs
+        .list()
+        .iter()
+        .map(|j| JobListing {
+            id: j.id.clone(),
+            state: j.state().as_str().into(),
+            command: super::echo_arg(&j.command),
+            started_at: j.started_at.clone(),
+            last_line: crate::text::shortened(&j.last_line(), 200).into_owned(),
+        })
+        .collect();
+    let mut text = if jobs.is_empty() {
+        "no jobs in this session; start one with shell_exec {\"background\": true}\n".to_owned()
+    } else {
+        format!("{} jobs in this session:\n", jobs.len())
+    };
+    for j in &jobs {
+        text.push_str(&format!(
+            "{} [{}] {} (since {}){}\n",
+            j.id,
+            j.state,
+            j.command,
+            j.started_at,
+            if j.last_line.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", j.last_line)
+            }
+        ));
+    }
+    let (cleaned, _) = crate::shape::hygiene::strip_controls(&text);
+    Done::ok(
+        JobOutput {
+            jobs,
+            ..Default::default()
+        },
+        cleaned,
+    )
+}
+
+/// The job as a result's `job` field.
+pub async fn info(ctx: &Session, job: &Job) -> JobInfo {
+    let forwarded = match ctx.runtime.forwarder.get() {
+        Some(f) if job.is_running() && !f.listening.is_empty() => f.serving().await,
+        _ => Vec::new(),
+    };
+    JobInfo {
+        id: job.id.clone(),
+        state: job.state().as_str().into(),
+        command: super::echo_arg(&job.command),
+        pid_in_sandbox: job.pid_in_sandbox,
+        started_at: job.started_at.clone(),
+        pty: job.pty,
+        forwarded,
+    }
+}
+
+/// One stream's new bytes as text: control characters removed (unless the policy keeps
+/// them), cut to the policy's thresholds; the log file has it all.
+fn show(ctx: &Session, bytes: Vec<u8>, name: &str) -> (String, bool) {
+    let captured = crate::exec::Captured {
+        total_bytes: bytes.len() as u64,
+        total_lines: bytes.iter().filter(|&&b| b == b'\n').count() as u64,
+        head: bytes,
+        ..Default::default()
+    };
+    let shaped = shape_stream(&captured, &ctx.runtime.policy.output, name, None);
+    (shaped.text, shaped.truncated)
+}
+
+async fn shown_read(
+    ctx: &Session,
+    job: &Arc<Job>,
+    read: JobRead,
+    mut notices: Vec<String>,
+) -> Done<JobTool> {
+    let (output, out_cut) = show(ctx, read.stdout.bytes, "output");
+    let (stderr, err_cut) = show(ctx, read.stderr.bytes, "stderr");
+    let dropped = read.stdout.dropped + read.stderr.dropped;
+    let more = read.stdout.more || read.stderr.more;
+    if more {
+        notices.push("more output is waiting: call job again to read on".into());
+    }
+    if dropped > 0 {
+        notices.push(format!(
+            "{dropped} bytes of output left the job's buffer before they were read; they are in \
+             {}",
+            job.log_path
+                .as_deref()
+                .unwrap_or("the job's log (not kept)")
+        ));
+    }
+    if read.log_truncated {
+        notices.push(
+            "the job's log stopped growing at the spill file bound (512 MiB); later output is \
+             only in memory"
+                .into(),
+        );
+    }
+    let info = info(ctx, job).await;
+    let mut error = None;
+    if let Some(end) = &read.end {
+        notices.extend(end.notices.iter().cloned());
+        if end.git_refused {
+            error = Some(ToolError::new(
+                ErrorKind::Denied,
+                format!(
+                    "job {} ended ({}), and cordon refused a git change it left: {}. Do not \
+                     retry it in another form; ask the operator to make the change on the host",
+                    job.id,
+                    end.reason,
+                    end.notices
+                        .first()
+                        .map(String::as_str)
+                        .unwrap_or("see stderr")
+                ),
+            ));
+        }
+    }
+    let state = info.state.clone();
+    let mut text = match &read.end {
+        None => format!(
+            "job {} [{state}] {} (running for {}s)\n",
+            job.id,
+            info.command,
+            job.elapsed().as_secs()
+        ),
+        Some(end) => format!(
+            "job {} [{state}] {}: {}\n",
+            job.id, info.command, end.reason
+        ),
+    };
+    for url in &info.forwarded {
+        text.push_str(&format!("[forwarded from the host: {url}]\n"));
+    }
+    push_sections(
+        &mut text,
+        &[
+            (if job.pty { "terminal" } else { "stdout" }, &output),
+            ("stderr", &stderr),
+        ],
+    );
+    for notice in &notices {
+        text.push_str(&format!("[cordon] {notice}\n"));
+    }
+    if let Some(e) = &error {
+        text.push_str(&e.text());
+        text.push('\n');
+    }
+    let end = read.end.clone();
+    let output = JobOutput {
+        job: Some(info),
+        output,
+        stderr,
+        cursor: read.cursor,
+        dropped_bytes: dropped,
+        truncated: more || out_cut || err_cut,
+        full_output: job.log_path.clone(),
+        exit_code: end.as_ref().and_then(|e| e.exit_code),
+        signal: end
+            .as_ref()
+            .and_then(|e| e.signal)
+            .map(crate::exec::signal_name),
+        limit: end.as_ref().and_then(|e| e.limit.clone()),
+        cpu_ms: read.cpu.map(|d| d.as_millis() as u64),
+        peak_memory_bytes: read.peak_memory,
+        jobs: Vec::new(),
+        error,
+    };
+    let is_error = output.error.is_some();
+    Done {
+        output,
+        text,
+        is_error,
+        images: Vec::new(),
+    }
+}
+
+/// `shell_exec {background: true}`: starts the job, waits `wait_secs` (or for its end), and
+/// answers with the output so far and `job`.
+pub async fn start_background(
+    ctx: &SharedContext,
+    args: &ShellExecArgs,
+    request: ExecRequest,
+    _cwd: &std::path::Path,
+) -> Result<Done<super::shell_exec::ShellExec>, ToolError> {
+    let enforcement = ctx.runtime.enforcement_level().as_str().to_owned();
+    let failed = |error: ToolError| {
+        Done::error(
+            ShellExecOutput {
+                enforcement: enforcement.clone(),
+                error: Some(error.clone()),
+                ..Default::default()
+            },
+            &error,
+        )
+    };
+    // The job's log: the whole of its output, in the spill area (bounded like spill files).
+    let log = ctx
+        .runtime
+        .blocking(|rt| rt.workspace.create_spill_std("job"))
+        .await
+        .map_err(|e| tracing::warn!("a job's log file could not be made: {e}"))
+        .ok();
+    let lifetime = args.timeout_secs.map(|_| request.timeout);
+    let mut env = request.env;
+    // A job's output is read while it runs: Python's block buffering on a pipe would hold
+    // back a server's "Serving on …" until 8 KiB had accumulated.
+    env.entry("PYTHONUNBUFFERED".into())
+        .or_insert_with(|| "1".into());
+    let spec = JobSpec {
+        command: args.command.clone(),
+        argv: request.argv,
+        cwd: request.cwd,
+        env,
+        stdin: request.stdin,
+        pty: request.pty,
+        log,
+        lifetime,
+    };
+    let job = match ctx.jobs.start(spec).await {
+        Ok(job) => job,
+        Err(e) => {
+            let kind = e.kind();
+            return Ok(failed(ToolError::new(
+                kind,
+                format!("the background job did not start: {e}"),
+            )));
+        }
+    };
+    let wait = Duration::from_secs(args.wait_secs.unwrap_or(DEFAULT_BACKGROUND_WAIT).min(30));
+    let deadline = tokio::time::Instant::now() + wait;
+    // Output so far: wait the whole `wait_secs` unless the job ends first.
+    tokio::select! {
+        _ = job.ended() => {}
+        _ = tokio::time::sleep_until(deadline) => {}
+    }
+    job.touch();
+    let read = job.read(DEFAULT_MAX_BYTES);
+    let (stdout, out_cut) = show(ctx, read.stdout.bytes, "stdout");
+    let (stderr, err_cut) = show(ctx, read.stderr.bytes, "stderr");
+    let info = info(ctx, &job).await;
+    let mut text = match &read.end {
+        None => format!(
+            "started job {} [running]; read and drive it with the `job` tool (id \"{}\")\n",
+            job.id, job.id
+        ),
+        Some(end) => format!("job {} [{}] already: {}\n", job.id, info.state, end.reason),
+    };
+    for url in &info.forwarded {
+        text.push_str(&format!("[forwarded from the host: {url}]\n"));
+    }
+    if !ctx.runtime.private_loopback() {
+        text.push_str(
+            "[cordon] this sandbox has no private network namespace: a server the job starts \
+             on 127.0.0.1 listens on the host's loopback\n",
+        );
+    }
+    if let Some(f) = ctx.runtime.forwarder.get() {
+        for problem in &f.problems {
+            text.push_str(&format!("[cordon] {problem}\n"));
+        }
+    }
+    push_sections(
+        &mut text,
+        &[
+            (if job.pty { "terminal" } else { "stdout" }, &stdout),
+            ("stderr", &stderr),
+        ],
+    );
+    let end = read.end.clone();
+    let error = end.as_ref().and_then(|end| match end.state {
+        JobState::Exited if end.exit_code == Some(0) => None,
+        JobState::Running => None,
+        _ => Some(ToolError::new(
+            if end.limit.is_some() {
+                ErrorKind::ResourceLimit
+            } else {
+                ErrorKind::ExitStatus
+            },
+            format!(
+                "the background job ended before the call returned: {}",
+                end.reason
+            ),
+        )),
+    });
+    let output = ShellExecOutput {
+        exit_code: end.as_ref().and_then(|e| e.exit_code),
+        signal: end
+            .as_ref()
+            .and_then(|e| e.signal)
+            .map(crate::exec::signal_name),
+        timed_out: false,
+        stdout,
+        stderr,
+        truncated: out_cut || err_cut || read.stdout.more || read.stderr.more,
+        full_output: job.log_path.clone(),
+        duration_ms: job.elapsed().as_millis() as u64,
+        limit: end.as_ref().and_then(|e| e.limit.clone()),
+        enforcement,
+        network: end.as_ref().and_then(|e| e.network.clone()),
+        job: Some(info),
+        error,
+    };
+    let is_error = output.error.is_some();
+    Ok(Done {
+        output,
+        text,
+        is_error,
+        images: Vec::new(),
+    })
+}

@@ -1,0 +1,612 @@
+//! Background jobs (`shell_exec {background: true}` and the `job` tool), end to end through
+//! `cordon serve`: a dev server reached from later calls, a REPL under a pty, Ctrl-C, signals,
+//! every bound that ends a job (lifetime, idle time, memory, a fork bomb, a flood of output,
+//! the per-session count), every way its owner can go (stdin closed, SIGTERM, SIGKILL, HTTP
+//! DELETE, another HTTP session), forwarding from the host, a git plant caught while the job
+//! runs, and a denied command that never starts. Each test is its own process (nextest) and
+//! attempts the real thing.
+
+use crate::common::{
+    Need, Sandbox, assert_no_survivors, marker, processes_with, skip, unique_token,
+};
+use crate::stdio_server::{StdioServer, eventually, structured, text};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+const REAP_WITHIN: Duration = Duration::from_secs(10);
+
+fn server(sb: &Sandbox, policy: Option<&str>) -> StdioServer {
+    match policy {
+        Some(text) => {
+            let path = sb.policy("jobs.toml", &format!("extends = \"default\"\n{text}"));
+            StdioServer::start(sb.ws(), &["--policy", &path], "", &[])
+        }
+        None => StdioServer::start(sb.ws(), &[], "", &[]),
+    }
+}
+
+fn start_job(s: &mut StdioServer, command: &str, extra: Value) -> (Value, String) {
+    let mut args = json!({"command": command, "background": true});
+    if let (Value::Object(a), Value::Object(e)) = (&mut args, extra) {
+        a.extend(e);
+    }
+    let r = s.call("shell_exec", args);
+    let id = structured(&r)["job"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no job in the result: {r}"))
+        .to_owned();
+    (r, id)
+}
+
+fn job(s: &mut StdioServer, args: Value) -> Value {
+    s.call("job", args)
+}
+
+/// Waits (bounded) until job `id` is no longer running; returns its last read.
+fn until_ended(s: &mut StdioServer, id: &str, within: Duration) -> Value {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let r = job(s, json!({"id": id, "wait_secs": 2}));
+        if structured(&r)["job"]["state"] != json!("running")
+            || std::time::Instant::now() > deadline
+        {
+            return r;
+        }
+    }
+}
+
+#[test]
+fn a_dev_server_job_is_reached_by_later_shell_exec_and_code_interpreter_calls() {
+    if skip(
+        "a_dev_server_job_is_reached_by_later_calls",
+        Need::Namespaces,
+    ) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let mut s = server(&sb, None);
+    let (started, id) = start_job(
+        &mut s,
+        "python3 -m http.server 8000 --bind 127.0.0.1",
+        json!({"wait_secs": 0}),
+    );
+    assert_eq!(
+        structured(&started)["job"]["state"],
+        json!("running"),
+        "{started}"
+    );
+    assert_eq!(structured(&started)["isError"], Value::Null);
+    let ready = job(
+        &mut s,
+        json!({"id": id, "wait_secs": 20, "until": "Serving"}),
+    );
+    let output = structured(&ready)["output"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned()
+        + structured(&started)["stdout"].as_str().unwrap_or("");
+    assert!(output.contains("Serving HTTP"), "never ready: {ready}");
+    let curl = s.call(
+        "shell_exec",
+        json!({"command": "curl -sS -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/"}),
+    );
+    assert_eq!(structured(&curl)["stdout"], json!("200"), "{curl}");
+    let py = s.call(
+        "code_interpreter",
+        json!({"code": "import urllib.request\nurllib.request.urlopen('http://127.0.0.1:8000/').status"}),
+    );
+    assert_eq!(structured(&py)["result"], json!("200"), "{py}");
+    // The server saw both requests, and says so in the job's output.
+    let log = job(&mut s, json!({"id": id, "wait_secs": 2}));
+    let stderr = structured(&log)["stderr"].as_str().unwrap_or("");
+    assert!(stderr.matches("GET / HTTP").count() >= 2, "{log}");
+    assert!(
+        structured(&log)["full_output"]
+            .as_str()
+            .is_some_and(|p| p.starts_with(".cordon/outputs/"))
+    );
+}
+
+#[test]
+fn a_python_repl_under_a_pty_keeps_its_state_and_ctrl_c_interrupts_it() {
+    if skip("a_python_repl_under_a_pty", Need::Namespaces) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let mut s = server(&sb, None);
+    let (_, id) = start_job(
+        &mut s,
+        "exec python3 -i -q",
+        json!({"pty": true, "wait_secs": 2}),
+    );
+    job(
+        &mut s,
+        json!({"id": id, "input": "answer = 6 * 7\n", "wait_secs": 3, "until": ">>> "}),
+    );
+    let printed = job(
+        &mut s,
+        json!({"id": id, "input": "print(answer)\n", "wait_secs": 5, "until": "42"}),
+    );
+    assert!(
+        structured(&printed)["output"]
+            .as_str()
+            .unwrap_or("")
+            .contains("42"),
+        "a value defined in one input was not printed by the next: {printed}"
+    );
+    job(
+        &mut s,
+        json!({"id": id, "input": "import time; time.sleep(600)\n", "wait_secs": 1}),
+    );
+    let interrupted = job(
+        &mut s,
+        json!({"id": id, "input": "\u{3}", "wait_secs": 10, "until": "KeyboardInterrupt"}),
+    );
+    assert!(
+        structured(&interrupted)["output"]
+            .as_str()
+            .unwrap_or("")
+            .contains("KeyboardInterrupt"),
+        "Ctrl-C did not reach the REPL: {interrupted}"
+    );
+    assert_eq!(structured(&interrupted)["job"]["state"], json!("running"));
+    assert_eq!(structured(&interrupted)["job"]["pty"], json!(true));
+    // Ctrl-D at the prompt ends it (Python then exits as it chooses: after an interrupt
+    // recent versions end by SIGINT), and the end is reported as it was.
+    job(&mut s, json!({"id": id, "input": "\u{4}"}));
+    let ended = until_ended(&mut s, &id, Duration::from_secs(15));
+    let st = structured(&ended);
+    assert_ne!(st["job"]["state"], json!("running"), "{ended}");
+    assert!(
+        st["exit_code"].is_i64() || st["signal"].is_string(),
+        "{ended}"
+    );
+}
+
+#[test]
+fn a_call_under_a_pty_sees_a_terminal() {
+    if skip("a_call_under_a_pty_sees_a_terminal", Need::Namespaces) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let mut s = server(&sb, None);
+    let plain = s.call(
+        "shell_exec",
+        json!({"command": "test -t 1 && echo tty || echo notty"}),
+    );
+    assert_eq!(structured(&plain)["stdout"], json!("notty\n"));
+    let r = s.call(
+        "shell_exec",
+        json!({"command": "test -t 0 && test -t 1 && stty size", "pty": true, "cols": 100, "rows": 30}),
+    );
+    assert_eq!(structured(&r)["exit_code"], json!(0), "{r}");
+    assert!(
+        structured(&r)["stdout"]
+            .as_str()
+            .unwrap_or("")
+            .contains("30 100"),
+        "{r}"
+    );
+    let bad = s.call("shell_exec", json!({"command": "true", "cols": 100}));
+    assert_eq!(
+        structured(&bad)["error"]["kind"],
+        json!("invalid_argument"),
+        "{bad}"
+    );
+}
+
+#[test]
+fn signals_end_a_job_and_its_whole_tree() {
+    if skip("signals_end_a_job", Need::Namespaces) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let mut s = server(&sb, None);
+    let token = unique_token();
+    let m = marker(&token);
+    let (_, id) = start_job(
+        &mut s,
+        &format!("sh -c 'sleep {token}; : {m}' & sleep {token}; : {m}"),
+        json!({}),
+    );
+    assert!(eventually(Duration::from_secs(10), || processes_with(
+        &token
+    )
+    .len()
+        >= 2));
+    let r = job(&mut s, json!({"id": id, "signal": "TERM", "wait_secs": 10}));
+    assert_eq!(structured(&r)["job"]["state"], json!("killed"), "{r}");
+    assert_eq!(structured(&r)["signal"], json!("SIGTERM"), "{r}");
+    assert!(eventually(REAP_WITHIN, || processes_with(&token).is_empty()));
+    assert_no_survivors(&token, "a job ended by SIGTERM");
+    // KILL too, and a signal to an ended job says so.
+    let (_, id) = start_job(&mut s, "sleep 600", json!({}));
+    let r = job(&mut s, json!({"id": id, "signal": "KILL", "wait_secs": 10}));
+    assert_eq!(structured(&r)["signal"], json!("SIGKILL"), "{r}");
+    let again = job(&mut s, json!({"id": id, "signal": "KILL"}));
+    assert!(text(&again).contains("already ended"), "{again}");
+    // Unknown ids are the caller's to fix.
+    let unknown = job(&mut s, json!({"id": "job-999"}));
+    assert_eq!(
+        structured(&unknown)["error"]["kind"],
+        json!("invalid_argument")
+    );
+    assert!(
+        structured(&unknown)["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no job job-999 in this session")
+    );
+}
+
+#[test]
+fn a_job_past_its_lifetime_is_killed_and_the_next_result_says_so() {
+    if skip("a_job_past_its_lifetime_is_killed", Need::Namespaces) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let mut s = server(&sb, Some("[jobs]\nmax_lifetime_secs = 2\n"));
+    let token = unique_token();
+    let (_, id) = start_job(&mut s, &format!("sleep {token}"), json!({"wait_secs": 0}));
+    assert!(eventually(REAP_WITHIN, || processes_with(&token).is_empty()));
+    // Any later result of the session carries the ending, once (the tree is gone a moment
+    // before its end is recorded: the git check runs first).
+    let mut r = Value::Null;
+    eventually(Duration::from_secs(5), || {
+        r = s.call("read_file", json!({"path": "nothing-here"}));
+        structured(&r).get("job_events").is_some()
+    });
+    let events = &structured(&r)["job_events"];
+    assert_eq!(events[0]["id"], json!(id), "{r}");
+    assert_eq!(events[0]["state"], json!("killed"));
+    assert!(
+        events[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("max_lifetime_secs"),
+        "{r}"
+    );
+    let r = s.call("read_file", json!({"path": "nothing-here"}));
+    assert!(
+        structured(&r).get("job_events").is_none(),
+        "reported twice: {r}"
+    );
+}
+
+#[test]
+fn a_job_nobody_reads_is_killed_after_its_idle_time() {
+    if skip("a_job_nobody_reads_is_killed", Need::Namespaces) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let mut s = server(&sb, Some("[jobs]\nidle_kill_secs = 2\n"));
+    let token = unique_token();
+    let (_, id) = start_job(&mut s, &format!("sleep {token}"), json!({"wait_secs": 0}));
+    assert!(eventually(REAP_WITHIN, || processes_with(&token).is_empty()));
+    // Its end is recorded a moment after the tree is gone.
+    let r = job(&mut s, json!({"id": id, "wait_secs": 5}));
+    assert_eq!(structured(&r)["job"]["state"], json!("killed"), "{r}");
+    assert!(text(&r).contains("idle_kill_secs"), "{r}");
+}
+
+#[test]
+fn a_job_past_its_memory_limit_ends_as_limit() {
+    if skip("a_job_past_its_memory_limit", Need::Cgroups) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let mut s = server(&sb, Some("[limits]\nmemory_mb = 128\nshm_mb = 16\n"));
+    let (_, id) = start_job(
+        &mut s,
+        "python3 -c 'import time; x = bytearray(1 << 30); time.sleep(60)'",
+        json!({"wait_secs": 0}),
+    );
+    let r = until_ended(&mut s, &id, Duration::from_secs(30));
+    assert_eq!(structured(&r)["job"]["state"], json!("limit"), "{r}");
+    assert_eq!(structured(&r)["limit"]["kind"], json!("memory"), "{r}");
+}
+
+#[test]
+fn a_fork_bomb_in_a_job_is_contained() {
+    if skip("a_fork_bomb_in_a_job_is_contained", Need::Cgroups) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let mut s = server(&sb, Some("[limits]\npids = 64\n"));
+    let token = unique_token();
+    let m = marker(&token);
+    // A bomb the command rules cannot see (they refuse the shell's `:(){ :|:& };:`).
+    let bomb = "import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.05)";
+    let (_, id) = start_job(
+        &mut s,
+        &format!("python3 -c '{bomb}' {token}"),
+        json!({"wait_secs": 2}),
+    );
+    // The bomb hits the job's pids limit; the server still answers other calls.
+    let echo = s.call("shell_exec", json!({"command": "echo alive"}));
+    assert_eq!(structured(&echo)["stdout"], json!("alive\n"), "{echo}");
+    assert!(processes_with(&token).len() <= 64);
+    job(&mut s, json!({"id": id, "signal": "KILL", "wait_secs": 10}));
+    assert!(eventually(REAP_WITHIN, || processes_with(&token).is_empty()));
+    assert_no_survivors(&token, "a fork bomb in a job");
+}
+
+/// The server's resident set size in KiB (from /proc).
+fn rss_kib(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn a_gibibyte_of_job_output_costs_the_server_its_ring_not_the_flood() {
+    if skip("a_gibibyte_of_job_output", Need::Namespaces) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let mut s = server(&sb, Some("[jobs]\nring_kb = 256\n"));
+    let before = rss_kib(s.pid());
+    let (_, id) = start_job(
+        &mut s,
+        "head -c 1073741824 /dev/zero | tr '\\0' x",
+        json!({"wait_secs": 0}),
+    );
+    let mut peak = before;
+    let mut dropped = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(240);
+    let ended = loop {
+        peak = peak.max(rss_kib(s.pid()));
+        let r = job(&mut s, json!({"id": id, "wait_secs": 1, "max_bytes": 1024}));
+        dropped += structured(&r)["dropped_bytes"].as_u64().unwrap();
+        if structured(&r)["job"]["state"] != json!("running")
+            || std::time::Instant::now() > deadline
+        {
+            break r;
+        }
+    };
+    peak = peak.max(rss_kib(s.pid()));
+    assert_eq!(
+        structured(&ended)["job"]["state"],
+        json!("exited"),
+        "{ended}"
+    );
+    // Almost all of it fell out of the ring before anyone read it, and says so.
+    let mut read_all = dropped;
+    loop {
+        let r = job(&mut s, json!({"id": id, "max_bytes": 1048576}));
+        read_all += structured(&r)["output"].as_str().unwrap_or("").len() as u64;
+        read_all += structured(&r)["dropped_bytes"].as_u64().unwrap();
+        if !structured(&r)["truncated"].as_bool().unwrap() {
+            break;
+        }
+    }
+    assert!(dropped > 1 << 29, "dropped only {dropped}");
+    assert!(read_all > 0);
+    // The server's memory grew by far less than the output (two 256 KiB rings, buffers).
+    let grew_mib = peak.saturating_sub(before) / 1024;
+    assert!(
+        grew_mib < 64,
+        "server RSS grew by {grew_mib} MiB for 1 GiB of output"
+    );
+}
+
+#[test]
+fn a_fifth_job_is_refused_with_the_policy_line_to_change() {
+    if skip("a_fifth_job_is_refused", Need::Namespaces) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let mut s = server(&sb, None);
+    for _ in 0..4 {
+        start_job(&mut s, "sleep 600", json!({"wait_secs": 0}));
+    }
+    let r = s.call(
+        "shell_exec",
+        json!({"command": "sleep 600", "background": true}),
+    );
+    let error = &structured(&r)["error"];
+    assert_eq!(error["kind"], json!("resource_limit"), "{r}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_per_session"),
+        "{r}"
+    );
+    assert_eq!(structured(&r)["job"], Value::Null);
+    let list = job(&mut s, json!({}));
+    assert_eq!(
+        structured(&list)["jobs"].as_array().unwrap().len(),
+        4,
+        "{list}"
+    );
+}
+
+#[test]
+fn strict_disables_jobs_and_says_so() {
+    if skip("strict_disables_jobs", Need::LandlockSeccomp) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let mut s = StdioServer::start(sb.ws(), &["--policy", "strict"], "", &[]);
+    let r = s.call(
+        "shell_exec",
+        json!({"command": "sleep 600", "background": true}),
+    );
+    assert_eq!(structured(&r)["error"]["kind"], json!("denied"), "{r}");
+    assert!(text(&r).contains("max_per_session = 0"), "{r}");
+}
+
+#[test]
+fn a_denied_command_never_starts_as_a_job() {
+    if skip(
+        "a_denied_command_never_starts_as_a_job",
+        Need::LandlockSeccomp,
+    ) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let token = unique_token();
+    let mut s = server(
+        &sb,
+        Some(&format!(
+            "[[commands.rules]]\nname = \"no-sleep\"\ndecision = \"deny\"\n\
+             match = {{ program = [\"sleep\"] }}\njustification = \"test\"\n\
+             examples = {{ match = [\"sleep 1\"], not_match = [\"echo sleep\"] }}\n"
+        )),
+    );
+    let r = s.call(
+        "shell_exec",
+        json!({"command": format!("sleep {token}"), "background": true}),
+    );
+    assert_eq!(structured(&r)["error"]["kind"], json!("denied"), "{r}");
+    assert_eq!(structured(&r)["job"], Value::Null);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_no_survivors(&token, "a denied background command");
+    assert!(
+        structured(&job(&mut s, json!({})))["jobs"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+}
+
+fn leaves_no_job(ending: &str, end: impl FnOnce(&mut StdioServer)) {
+    let sb = Sandbox::new();
+    let mut s = server(&sb, None);
+    let token = unique_token();
+    let m = marker(&token);
+    start_job(
+        &mut s,
+        &format!("setsid sh -c 'sleep {token}; : {m}' & sleep {token}; : {m}"),
+        json!({}),
+    );
+    assert!(eventually(Duration::from_secs(10), || processes_with(
+        &token
+    )
+    .len()
+        >= 2));
+    end(&mut s);
+    assert!(
+        eventually(REAP_WITHIN, || processes_with(&token).is_empty()),
+        "{ending}: the job outlived its owner"
+    );
+    assert_no_survivors(&token, ending);
+}
+
+#[test]
+fn closing_stdin_ends_every_job() {
+    if skip("closing_stdin_ends_every_job", Need::Namespaces) {
+        return;
+    }
+    leaves_no_job("stdin closed", |s| s.close_stdin());
+}
+
+#[test]
+fn sigterm_of_the_server_ends_every_job() {
+    if skip("sigterm_of_the_server_ends_every_job", Need::Namespaces) {
+        return;
+    }
+    leaves_no_job("SIGTERM", |s| s.signal(libc::SIGTERM));
+}
+
+#[test]
+fn sigkill_of_the_server_ends_every_job() {
+    if skip("sigkill_of_the_server_ends_every_job", Need::Namespaces) {
+        return;
+    }
+    leaves_no_job("SIGKILL", |s| s.signal(libc::SIGKILL));
+}
+
+#[test]
+fn a_job_that_plants_a_git_hook_is_caught_while_it_runs() {
+    if skip("a_job_that_plants_a_git_hook", Need::Namespaces) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let git = |args: &[&str]| {
+        let ok = std::process::Command::new("git")
+            .args(args)
+            .current_dir(sb.ws())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    let mut s = server(&sb, None);
+    let hook = sb.ws().join(".git/hooks/pre-commit");
+    let (r, id) = start_job(
+        &mut s,
+        "printf '#!/bin/sh\\ntouch /tmp/pwned\\n' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit; echo planted; sleep 600",
+        json!({"wait_secs": 2}),
+    );
+    // Either the write was refused outright (the hooks are read-only in the view) or the
+    // guard moved the hook away: within seconds, while the job still runs.
+    let caught = eventually(Duration::from_secs(5), || !hook.exists());
+    let still = job(&mut s, json!({"id": id}));
+    assert!(caught, "the planted hook stayed while the job ran: {r}");
+    assert_eq!(
+        structured(&still)["job"]["state"],
+        json!("running"),
+        "{still}"
+    );
+}
+
+#[test]
+fn forwarding_reaches_a_job_server_from_the_host_and_nothing_else() {
+    if skip("forwarding_reaches_a_job_server", Need::Namespaces) {
+        return;
+    }
+    let free_port = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let (forwarded, other) = (free_port(), free_port());
+    let sb = Sandbox::new();
+    let mut s = server(&sb, Some(&format!("[jobs]\nforward = [{forwarded}]\n")));
+    for port in [forwarded, other] {
+        let (_, id) = start_job(
+            &mut s,
+            &format!("python3 -m http.server {port} --bind 127.0.0.1"),
+            json!({"wait_secs": 0}),
+        );
+        let ready = job(
+            &mut s,
+            json!({"id": id, "wait_secs": 20, "until": "Serving"}),
+        );
+        if port == forwarded {
+            assert_eq!(
+                structured(&ready)["job"]["forwarded"],
+                json!([format!("http://127.0.0.1:{forwarded}")]),
+                "{ready}"
+            );
+        }
+    }
+    let get = |port: u16| {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        c.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+        c.write_all(b"GET / HTTP/1.0\r\n\r\n").ok()?;
+        let mut answer = String::new();
+        c.read_to_string(&mut answer).ok()?;
+        Some(answer)
+    };
+    let answer = get(forwarded).unwrap_or_default();
+    assert!(
+        answer.starts_with("HTTP/1.0 200"),
+        "forwarded port: {answer:?}"
+    );
+    // The other server listens on the same port number inside the sandbox, not on the host.
+    let unforwarded = get(other);
+    assert!(
+        unforwarded.as_deref().is_none_or(|a| !a.contains("200")),
+        "an unforwarded port was reachable from the host: {unforwarded:?}"
+    );
+}
