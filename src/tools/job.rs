@@ -25,6 +25,8 @@ pub const MAX_MAX_BYTES: usize = 1024 * 1024;
 /// Longest `until` pattern, and the most memory its compiled form may take.
 const MAX_UNTIL: usize = 1000;
 const UNTIL_SIZE_LIMIT: usize = 1 << 20;
+/// The longest one call waits for a job.
+const MAX_WAIT_SECS: u64 = 30;
 /// Default `wait_secs` of `shell_exec {background: true}`.
 const DEFAULT_BACKGROUND_WAIT: u64 = 1;
 
@@ -196,10 +198,17 @@ async fn act(ctx: &SharedContext, args: &JobArgs) -> Result<Done<JobTool>, ToolE
             }
         )));
     };
-    let wait = Duration::from_secs(args.wait_secs.unwrap_or(0).min(30));
-    let max_bytes = args
-        .max_bytes
-        .map_or(DEFAULT_MAX_BYTES, |m| (m as usize).clamp(1, MAX_MAX_BYTES));
+    let wait = Duration::from_secs(wait_secs(args.wait_secs, 0)?);
+    let max_bytes = match args.max_bytes {
+        None => DEFAULT_MAX_BYTES,
+        Some(m) if (1..=MAX_MAX_BYTES as u64).contains(&m) => m as usize,
+        Some(m) => {
+            return Err(invalid(format!(
+                "`max_bytes` is {m}; pass 1 to {MAX_MAX_BYTES} (the rest of the output waits for \
+                 the next read, and all of it is in `full_output`)"
+            )));
+        }
+    };
     let until = match &args.until {
         None => None,
         Some(pattern) => Some(compile_until(pattern)?),
@@ -237,6 +246,18 @@ async fn act(ctx: &SharedContext, args: &JobArgs) -> Result<Done<JobTool>, ToolE
     job.touch();
     let read = job.read(max_bytes);
     Ok(shown_read(ctx, &job, read, notices).await)
+}
+
+/// `wait_secs` within 0..=30, or the error that says so.
+pub fn wait_secs(given: Option<u64>, default: u64) -> Result<u64, ToolError> {
+    match given {
+        None => Ok(default),
+        Some(w) if w <= MAX_WAIT_SECS => Ok(w),
+        Some(w) => Err(invalid(format!(
+            "`wait_secs` is {w}; pass 0 to {MAX_WAIT_SECS} and call `job` again to wait longer \
+             (the job keeps running between calls)"
+        ))),
+    }
 }
 
 fn compile_until(pattern: &str) -> Result<regex::Regex, ToolError> {
@@ -404,8 +425,7 @@ async fn shown_read(
         text.push_str(&format!("[cordon] {notice}\n"));
     }
     if let Some(e) = &error {
-        text.push_str(&e.text());
-        text.push('\n');
+        text = format!("{}\n{text}", e.text());
     }
     let end = read.end.clone();
     let output = JobOutput {
@@ -488,7 +508,7 @@ pub async fn start_background(
             )));
         }
     };
-    let wait = Duration::from_secs(args.wait_secs.unwrap_or(DEFAULT_BACKGROUND_WAIT).min(30));
+    let wait = Duration::from_secs(wait_secs(args.wait_secs, DEFAULT_BACKGROUND_WAIT)?);
     let deadline = tokio::time::Instant::now() + wait;
     // Output so far: wait the whole `wait_secs` unless the job ends first.
     tokio::select! {
@@ -544,6 +564,9 @@ pub async fn start_background(
             ),
         )),
     });
+    if let Some(e) = &error {
+        text = format!("{}\n{text}", e.text());
+    }
     let output = ShellExecOutput {
         exit_code: end.as_ref().and_then(|e| e.exit_code),
         signal: end

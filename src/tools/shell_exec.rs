@@ -420,6 +420,21 @@ async fn prepare(ctx: &SharedContext, args: &ShellExecArgs) -> Result<Prepared, 
                 .into(),
         ));
     }
+    super::job::wait_secs(args.wait_secs, 0)?;
+    for (name, value, range) in [
+        ("cols", args.cols, 20..=1000),
+        ("rows", args.rows, 5..=500),
+    ] {
+        if let Some(v) = value
+            && !range.contains(&v)
+        {
+            return Err(invalid(format!(
+                "`{name}` is {v}; pass {} to {}",
+                range.start(),
+                range.end()
+            )));
+        }
+    }
     let limits = &ctx.runtime.policy.limits;
     let timeout =
         crate::policy::timeout_within(args.timeout_secs, limits.timeout, limits.max_timeout)

@@ -610,3 +610,85 @@ fn forwarding_reaches_a_job_server_from_the_host_and_nothing_else() {
         "an unforwarded port was reachable from the host: {unforwarded:?}"
     );
 }
+
+#[test]
+fn http_sessions_cannot_see_each_others_jobs_and_delete_ends_a_sessions_jobs() {
+    if skip(
+        "http_sessions_cannot_see_each_others_jobs",
+        Need::Namespaces,
+    ) {
+        return;
+    }
+    use crate::http_client::{HttpServer, Start, request};
+    let ws = tempfile::tempdir().unwrap();
+    let server = HttpServer::start(
+        ws.path(),
+        Start {
+            token: true,
+            ..Start::default()
+        },
+    );
+    let (a, b) = (server.open_session(), server.open_session());
+    let token = unique_token();
+    let m = marker(&token);
+    let started = server.call(
+        &a,
+        1,
+        "shell_exec",
+        json!({"command": format!("sleep {token}; : {m}"), "background": true, "wait_secs": 0}),
+    );
+    let id = started["result"]["structuredContent"]["job"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{started}"))
+        .to_owned();
+    assert!(eventually(Duration::from_secs(10), || processes_with(
+        &token
+    )
+    .len()
+        == 2));
+    // The other session neither lists nor reads nor drives it.
+    let listed = server.call(&b, 2, "job", json!({}));
+    assert_eq!(
+        listed["result"]["structuredContent"]["jobs"],
+        json!([]),
+        "{listed}"
+    );
+    for args in [
+        json!({"id": id}),
+        json!({"id": id, "signal": "KILL"}),
+        json!({"id": id, "input": "x\n"}),
+    ] {
+        let other = server.call(&b, 3, "job", args);
+        let error = &other["result"]["structuredContent"]["error"];
+        assert_eq!(error["kind"], json!("invalid_argument"), "{other}");
+        assert!(
+            error["message"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("no job {id} in this session"))
+        );
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        processes_with(&token).len(),
+        2,
+        "session b's KILL reached a's job"
+    );
+    // Its own session reads it.
+    let own = server.call(&a, 4, "job", json!({"id": id}));
+    assert_eq!(
+        own["result"]["structuredContent"]["job"]["state"],
+        json!("running"),
+        "{own}"
+    );
+    // DELETE of the session ends its jobs.
+    let mut headers = server.auth();
+    headers.push(("Mcp-Session-Id".into(), a));
+    let deleted = request(server.addr, "DELETE", &headers, b"");
+    assert!(deleted.status < 300, "{deleted:?}");
+    assert!(
+        eventually(REAP_WITHIN, || processes_with(&token).is_empty()),
+        "a job outlived its DELETEd session"
+    );
+    assert_no_survivors(&token, "a job of a DELETEd session");
+}

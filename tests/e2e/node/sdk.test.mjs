@@ -78,6 +78,7 @@ describe("schemas", () => {
     assert.deepEqual(Object.keys(tools).sort(), [
       "code_interpreter",
       "edit_file",
+      "job",
       "read_file",
       "shell_exec",
       "write_file",
@@ -99,6 +100,7 @@ const argumentErrors = {
   write_file: [{ path: "x.txt" }, { path: "x.txt", content: 1 }, { path: "x.txt", content: "", extra: 1 }],
   edit_file: [{ path: "app.py" }, { path: "app.py", edits: "x" }, { path: "app.py", edits: [{ old_string: "a" }] }],
   code_interpreter: [{}, { code: 1 }, { code: "1", reset: "yes" }, { code: "1", timeout_secs: -5 }],
+  job: [{ id: 5 }, { id: "job-1", signal: "STOP" }, { id: "job-1", wait_secs: -1 }, { id: "job-1", tail: 3 }],
 };
 
 describe("argument errors validate against the outputSchema", () => {
@@ -237,6 +239,67 @@ describe("code_interpreter", () => {
   test("an argument error names a cordon error type", async () => {
     const r = await call("code_interpreter", { code: 1 }, "invalid_argument");
     assert.equal(r.structuredContent.error.type, "cordon.invalid_argument");
+  });
+});
+
+describe("background jobs", () => {
+  test("good: start, read with until, list, end", async () => {
+    const started = await call(
+      "shell_exec",
+      { command: "echo ready; sleep 600", background: true, wait_secs: 0 },
+      null,
+    );
+    const id = started.structuredContent.job.id;
+    assert.equal(started.structuredContent.job.state, "running");
+    const read = await call("job", { id, wait_secs: 10, until: "ready" }, null);
+    assert.match(read.structuredContent.output + started.structuredContent.stdout, /ready/);
+    const listed = await call("job", {}, null);
+    assert.ok(listed.structuredContent.jobs.some((j) => j.id === id));
+    const ended = await call("job", { id, signal: "KILL", wait_secs: 10 }, null);
+    assert.equal(ended.structuredContent.job.state, "killed");
+    assert.equal(ended.structuredContent.signal, "SIGKILL");
+  });
+  test("under a pty", async () => {
+    const r = await call("shell_exec", { command: "test -t 1 && echo tty", pty: true }, null);
+    assert.match(r.structuredContent.stdout, /tty/);
+  });
+  test("an unknown id is invalid_argument", async () => {
+    const r = await call("job", { id: "job-404" }, "invalid_argument");
+    assert.match(r.structuredContent.error.message, /no job job-404 in this session/);
+  });
+  test("a bad until is invalid_argument", () =>
+    call("job", { id: "job-1", until: "([" }, "invalid_argument"));
+  test("wait_secs past 30 is invalid_argument", () => call("job", { id: "job-1", wait_secs: 31 }, "invalid_argument"));
+  test("input to an ended job is invalid_argument", async () => {
+    const r = await call("shell_exec", { command: "true", background: true, wait_secs: 2 }, null);
+    await call("job", { id: r.structuredContent.job.id, input: "x\n" }, "invalid_argument");
+  });
+  test("a job that fails before the call returns is exit_status", () =>
+    call("shell_exec", { command: "exit 4", background: true, wait_secs: 3 }, "exit_status"));
+  test("a denied command never starts as a job", () =>
+    call("shell_exec", { command: "rm -rf ~", background: true }, "denied"));
+  test("wait_secs without background is invalid_argument", () =>
+    call("shell_exec", { command: "true", wait_secs: 1 }, "invalid_argument"));
+  test("a fifth running job is resource_limit", async () => {
+    const ids = [];
+    for (let i = 0; i < 4; i++) {
+      const r = await call("shell_exec", { command: "sleep 600", background: true, wait_secs: 0 }, null);
+      ids.push(r.structuredContent.job.id);
+    }
+    const r = await call("shell_exec", { command: "sleep 600", background: true }, "resource_limit");
+    assert.match(r.structuredContent.error.message, /max_per_session/);
+    for (const id of ids) await call("job", { id, signal: "KILL", wait_secs: 10 }, null);
+  });
+  test("a later result carries the endings as job_events", async () => {
+    await call("shell_exec", { command: "exit 0", background: true, wait_secs: 0 }, null);
+    let events = [];
+    for (let i = 0; i < 50 && events.length === 0; i++) {
+      const r = await call("read_file", { path: "hello.txt" }, null);
+      events = r.structuredContent.job_events ?? [];
+      if (events.length === 0) await new Promise((res) => setTimeout(res, 100));
+    }
+    assert.ok(events.length > 0);
+    assert.ok(events.every((e) => ["exited", "killed", "limit", "ended"].includes(e.state)));
   });
 });
 
