@@ -421,10 +421,7 @@ async fn prepare(ctx: &SharedContext, args: &ShellExecArgs) -> Result<Prepared, 
         ));
     }
     super::job::wait_secs(args.wait_secs, 0)?;
-    for (name, value, range) in [
-        ("cols", args.cols, 20..=1000),
-        ("rows", args.rows, 5..=500),
-    ] {
+    for (name, value, range) in [("cols", args.cols, 20..=1000), ("rows", args.rows, 5..=500)] {
         if let Some(v) = value
             && !range.contains(&v)
         {

@@ -21,6 +21,7 @@ ANNOTATIONS = {  # readOnly, destructive, idempotent, openWorld (default policy:
     "edit_file": (False, True, False, False),
     "shell_exec": (False, True, False, False),
     "code_interpreter": (False, True, False, False),
+    "job": (False, True, False, False),  # it can kill
 }
 
 
@@ -63,7 +64,8 @@ def test_sdk_lists_tools_with_strict_schemas_and_truthful_annotations(cordon_bin
             == ANNOTATIONS[name], name
         assert tool.input_schema["type"] == "object"
         assert tool.input_schema["additionalProperties"] is False, name
-        assert tool.input_schema["required"], name
+        # `job` lists this session's jobs when called with no argument at all.
+        assert tool.input_schema.get("required") or name == "job", name
         assert tool.output_schema and tool.output_schema.get("properties"), name
         assert tool.description
     assert tools["shell_exec"].input_schema["properties"]["timeout_secs"]["maximum"] == 600
@@ -108,6 +110,37 @@ def test_sdk_calls_every_tool_successfully_and_with_an_error(cordon_bin, workspa
     for res in r.values():  # every result also has a human-readable text block
         assert res.content and res.content[0].type == "text" and res.content[0].text.strip()
     assert (workspace / "src" / "a.py").read_text() == "x = 2\n"
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+def test_sdk_runs_a_dev_server_job_tests_it_and_drives_a_repl(cordon_bin, workspace, mode):
+    async def body(c):
+        out = {}
+        out["start"] = await c.call_tool("shell_exec", {
+            "command": "python3 -m http.server 8000 --bind 127.0.0.1", "background": True,
+            "wait_secs": 0})
+        jid = out["start"].structured_content["job"]["id"]
+        out["ready"] = await c.call_tool("job", {"id": jid, "wait_secs": 20, "until": "Serving"})
+        out["curl"] = await c.call_tool("shell_exec", {
+            "command": "curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/"})
+        out["stop"] = await c.call_tool("job", {"id": jid, "signal": "TERM", "wait_secs": 10})
+        out["repl"] = await c.call_tool("shell_exec", {
+            "command": "exec python3 -i -q", "background": True, "pty": True, "wait_secs": 2})
+        rid = out["repl"].structured_content["job"]["id"]
+        await c.call_tool("job", {"id": rid, "input": "v = 'kept'\n", "wait_secs": 5, "until": ">>> "})
+        out["value"] = await c.call_tool("job", {"id": rid, "input": "print(v)\n", "wait_secs": 5,
+                                                 "until": "kept"})
+        out["unknown"] = await c.call_tool("job", {"id": "job-77"})
+        return out
+
+    r = run_client(cordon_bin, workspace, mode, body)
+    assert r["start"].structured_content["job"]["state"] == "running"
+    ready = r["ready"].structured_content["output"] + r["start"].structured_content["stdout"]
+    assert "Serving HTTP" in ready
+    assert r["curl"].structured_content["stdout"] == "200"
+    assert r["stop"].structured_content["job"]["state"] == "killed"
+    assert "kept" in r["value"].structured_content["output"]
+    assert err(r["unknown"]) == "invalid_argument"
 
 
 @pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])

@@ -103,6 +103,7 @@ async fn lists_tools_with_strict_schemas_and_annotations(lifecycle: ClientLifecy
         [
             "code_interpreter",
             "edit_file",
+            "job",
             "read_file",
             "shell_exec",
             "write_file"
@@ -119,6 +120,7 @@ async fn lists_tools_with_strict_schemas_and_annotations(lifecycle: ClientLifecy
             (false, true, false, false),
             vec!["path", "edits"],
         ),
+        ("job", (false, true, false, false), vec![]),
         ("read_file", (true, false, true, false), vec!["path"]),
         ("shell_exec", (false, true, false, false), vec!["command"]),
         (
@@ -137,12 +139,16 @@ async fn lists_tools_with_strict_schemas_and_annotations(lifecycle: ClientLifecy
             Some(&json!(false)),
             "{name}"
         );
-        let mut req: Vec<&str> = input["required"]
-            .as_array()
-            .expect("required")
-            .iter()
-            .filter_map(Value::as_str)
-            .collect();
+        // A tool whose arguments are all optional (`job`) has no `required` list.
+        let mut req: Vec<&str> = match input.get("required") {
+            Some(list) => list
+                .as_array()
+                .expect("required is a list")
+                .iter()
+                .filter_map(Value::as_str)
+                .collect(),
+            None => Vec::new(),
+        };
         req.sort_unstable();
         let mut want = required.clone();
         want.sort_unstable();

@@ -92,6 +92,7 @@ fn assert_serves_all_tools(argv: &[String]) {
         [
             "code_interpreter",
             "edit_file",
+            "job",
             "read_file",
             "shell_exec",
             "write_file"

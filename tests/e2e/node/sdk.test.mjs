@@ -271,11 +271,14 @@ describe("background jobs", () => {
     call("job", { id: "job-1", until: "([" }, "invalid_argument"));
   test("wait_secs past 30 is invalid_argument", () => call("job", { id: "job-1", wait_secs: 31 }, "invalid_argument"));
   test("input to an ended job is invalid_argument", async () => {
-    const r = await call("shell_exec", { command: "true", background: true, wait_secs: 2 }, null);
-    await call("job", { id: r.structuredContent.job.id, input: "x\n" }, "invalid_argument");
+    const r = await call("shell_exec", { command: "true", background: true, wait_secs: 10 }, null);
+    const id = r.structuredContent.job.id;
+    // Its end is recorded a moment after it exits: wait for it (no output, so the wait ends there).
+    await call("job", { id, wait_secs: 10 }, null);
+    await call("job", { id, input: "x\n" }, "invalid_argument");
   });
   test("a job that fails before the call returns is exit_status", () =>
-    call("shell_exec", { command: "exit 4", background: true, wait_secs: 3 }, "exit_status"));
+    call("shell_exec", { command: "exit 4", background: true, wait_secs: 20 }, "exit_status"));
   test("a denied command never starts as a job", () =>
     call("shell_exec", { command: "rm -rf ~", background: true }, "denied"));
   test("wait_secs without background is invalid_argument", () =>
