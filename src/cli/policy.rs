@@ -105,6 +105,33 @@ pub fn check(policy: &Policy) -> Result<String, PolicyCliError> {
             );
         }
     }
+    let j = &policy.jobs;
+    let _ = if j.enabled() {
+        writeln!(
+            out,
+            "  jobs: up to {} per session, killed after {}s (lifetime) or {}s unread (idle), {} KiB \
+             of output in memory per stream, host ports forwarded: {}",
+            j.max_per_session,
+            j.max_lifetime.as_secs(),
+            j.idle_kill.as_secs(),
+            j.ring_bytes / 1024,
+            if j.forward.is_empty() {
+                "none".to_owned()
+            } else {
+                format!("{:?}", j.forward)
+            }
+        )
+    } else {
+        writeln!(out, "  jobs: disabled (max_per_session = 0)")
+    };
+    if !j.forward.is_empty() {
+        let _ = writeln!(
+            out,
+            "  note: jobs.forward makes 127.0.0.1 ports {:?} of the host reach servers in the \
+             sandbox: any local user or process can connect to them",
+            j.forward
+        );
+    }
     let fs = &policy.filesystem;
     for p in fs.read_exec.iter().chain(&fs.read_write).chain(&fs.devices) {
         if !p.exists() {
@@ -322,6 +349,8 @@ pub fn explain(policy: &Policy) -> String {
         i.idle_timeout.as_secs()
     );
 
+    explain_jobs(&mut o, policy);
+
     let h = &policy.server.http;
     let _ = writeln!(o, "\nOver HTTP (serve --http)");
     let pages = if h.allowed_origins.is_empty() {
@@ -435,6 +464,70 @@ pub fn explain(policy: &Policy) -> String {
         "  `cordon doctor` proves each guarantee with a live probe."
     );
     o
+}
+
+/// `[jobs]`: what outlives a call, for how long, and who can reach it.
+fn explain_jobs(o: &mut String, policy: &Policy) {
+    let j = &policy.jobs;
+    let _ = writeln!(o, "\nBackground jobs (shell_exec background, the job tool)");
+    if !j.enabled() {
+        let _ = writeln!(
+            o,
+            "  Disabled (`[jobs] max_per_session = 0`): no process outlives its call; \
+             `background: true` is refused with `denied`."
+        );
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "  Up to {} running jobs per client session, each a call's process tree with the call's \
+         sandbox and limits (memory, pids, CPU bandwidth, disk budget; RLIMIT_CPU raised to the \
+         job's lifetime). A job's whole tree is killed {}s after it started, after {}s with no \
+         read and no input, at a limit, when its session ends (stdin closed, HTTP DELETE or idle \
+         expiry) and when the server stops; every later result of the session says which job \
+         ended and why (`job_events`). {} KiB of each stream stay in memory; all of it goes to \
+         the job's log in .cordon/outputs/ (bounded like spill files). Command rules apply to a \
+         job's command line as to any shell_exec.",
+        j.max_per_session,
+        j.max_lifetime.as_secs(),
+        j.idle_kill.as_secs(),
+        j.ring_bytes / 1024,
+    );
+    let isolated = policy.network.uses_proxy()
+        || (policy.network.is_off() && policy.sandbox.seccomp_profile == "default");
+    let _ = if isolated {
+        writeln!(
+            o,
+            "  This policy gives the sandbox its own network namespace (where namespaces can be \
+             had: root, or user namespaces), so its loopback is private: a server a job starts \
+             on 127.0.0.1:PORT is reachable from later shell_exec calls and code_interpreter \
+             cells of this server (TCP connect and bind are allowed on any port there, since \
+             nothing else is in that namespace) and from nothing on the host. Without \
+             namespaces the loopback is the host's."
+        )
+    } else {
+        writeln!(
+            o,
+            "  This policy shares the host's network (it lists TCP ports): a job's server on \
+             127.0.0.1 is on the host's loopback, reachable by local processes, within the \
+             listed tcp_bind ports; `[jobs] forward` is refused."
+        )
+    };
+    if j.forward.is_empty() {
+        let _ = writeln!(
+            o,
+            "  No host port is forwarded (`[jobs] forward = []`): jobs' servers are not reachable \
+             from the host."
+        );
+    } else {
+        let _ = writeln!(
+            o,
+            "  Forwarded from the host's 127.0.0.1 into the sandbox's loopback (`[jobs] \
+             forward`): ports {:?}; any local process on the host can reach a job's server on \
+             those ports. Refused where the sandbox's loopback is not private.",
+            j.forward
+        );
+    }
 }
 
 fn explain_egress(o: &mut String, policy: &Policy, rules: &crate::egress::EgressRules) {
