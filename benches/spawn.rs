@@ -454,6 +454,7 @@ impl Bench<'_> {
                 piped_stdin: false,
                 rlimits: self.sandboxed.job_rlimits(),
                 extra_fds: Vec::new(),
+                pty: None,
             },
         )
         .expect("slot spawn");

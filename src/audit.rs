@@ -4,7 +4,7 @@
 //!
 //! Append-only and line-buffered so `tail -f` and log shippers see whole records; long
 //! argument strings are shortened so a log cannot balloon with file contents, and `env`
-//! values and `stdin` are redacted to their sizes unless the policy opts in
+//! values, `stdin` and a job's `input` are redacted to their sizes unless the policy opts in
 //! (`server.audit_log_values`), since that is where secrets are passed. The file is rotated by
 //! size (`<file>.1` .. `.3`). Owns the typed record ([`AuditRecord`] with its [`Decision`] and
 //! per-tool [`Outcome`]) and the file; records are written at one point, `Runtime::audit`,
@@ -311,8 +311,11 @@ pub fn loggable(arguments: &Value, keep_values: bool) -> Value {
         if let Some(Value::Object(env)) = map.get_mut("env") {
             env.values_mut().for_each(redact);
         }
-        if let Some(stdin) = map.get_mut("stdin") {
-            redact(stdin);
+        // `input` is what the `job` tool types into a job (a password at a prompt, say).
+        for key in ["stdin", "input"] {
+            if let Some(v) = map.get_mut(key) {
+                redact(v);
+            }
         }
     }
     shorten(&value)
@@ -383,6 +386,8 @@ mod tests {
         assert_eq!(logged["command"], "deploy");
         assert!(!logged.to_string().contains("sk-secret"));
         assert_eq!(loggable(&args, true)["env"]["API_KEY"], "sk-secret");
+        let typed = serde_json::json!({"id": "job-1", "input": "hunter2\n"});
+        assert_eq!(loggable(&typed, false)["input"], "[redacted: 8 bytes]");
         let none = serde_json::json!({"command": "ls", "stdin": null});
         assert_eq!(loggable(&none, false)["stdin"], serde_json::Value::Null);
     }

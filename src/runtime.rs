@@ -361,11 +361,27 @@ impl Session {
     /// executor, possibly with other `[interpreter]` settings: tests tighten them).
     pub fn with_interpreter(runtime: Arc<Runtime>, interpreter: Arc<SessionManager>) -> Self {
         let cancel = runtime.shutdown.child_token();
+        // Every ending goes to the audit log as it happens (the session may never call again).
+        let audited = Arc::downgrade(&runtime);
+        let observer: crate::jobs::Observer = Arc::new(move |event: &crate::jobs::JobEvent| {
+            if let Some(runtime) = audited.upgrade() {
+                runtime.audit(
+                    "job",
+                    &serde_json::json!({"id": event.id, "command": event.command}),
+                    &crate::audit::Decision::Allow,
+                    crate::audit::Outcome::Other(
+                        serde_json::json!({"state": event.state, "reason": event.reason}),
+                    ),
+                    Instant::now(),
+                );
+            }
+        });
         let jobs = Arc::new(crate::jobs::JobTable::new(
             runtime.policy.jobs.clone(),
             runtime.policy.origin.clone(),
             Arc::clone(&runtime.executor),
             cancel.child_token(),
+            Some(observer),
         ));
         Self {
             cancel,

@@ -89,7 +89,12 @@ pub struct JobTable {
     next_id: AtomicU64,
     /// Cancelled when the session ends: every job's tree dies with it.
     cancel: CancellationToken,
+    /// Told of every ending as it happens (the audit log, the client's log messages).
+    observer: Option<Observer>,
 }
+
+/// Who hears of a job's end as it happens, besides the session's next result.
+pub type Observer = Arc<dyn Fn(&JobEvent) + Send + Sync>;
 
 #[derive(Default)]
 struct Events {
@@ -103,6 +108,7 @@ impl JobTable {
         origin: String,
         executor: Arc<Executor>,
         cancel: CancellationToken,
+        observer: Option<Observer>,
     ) -> Self {
         Self {
             policy,
@@ -113,6 +119,7 @@ impl JobTable {
             events: Arc::default(),
             next_id: AtomicU64::new(1),
             cancel,
+            observer,
         }
     }
 
@@ -153,7 +160,11 @@ impl JobTable {
         let number = self.next_id.fetch_add(1, Ordering::Relaxed);
         let id = format!("job-{number}");
         let events = Arc::clone(&self.events);
+        let observer = self.observer.clone();
         let on_end = Box::new(move |event: JobEvent| {
+            if let Some(observe) = &observer {
+                observe(&event);
+            }
             let mut e = events.lock().unwrap_or_else(|e| e.into_inner());
             if e.queue.len() >= MAX_EVENTS {
                 e.queue.pop_front();

@@ -245,7 +245,17 @@ fn a_job_past_its_lifetime_is_killed_and_the_next_result_says_so() {
         return;
     }
     let sb = Sandbox::new();
-    let mut s = server(&sb, Some("[jobs]\nmax_lifetime_secs = 2\n"));
+    let audit = sb.outside().join("audit.jsonl");
+    let policy = sb.policy(
+        "jobs.toml",
+        "extends = \"default\"\n[jobs]\nmax_lifetime_secs = 2\n",
+    );
+    let mut s = StdioServer::start(
+        sb.ws(),
+        &["--policy", &policy, "--audit-log", audit.to_str().unwrap()],
+        "",
+        &[],
+    );
     let token = unique_token();
     let (_, id) = start_job(&mut s, &format!("sleep {token}"), json!({"wait_secs": 0}));
     assert!(eventually(REAP_WITHIN, || processes_with(&token).is_empty()));
@@ -314,7 +324,6 @@ fn a_fork_bomb_in_a_job_is_contained() {
     let sb = Sandbox::new();
     let mut s = server(&sb, Some("[limits]\npids = 64\n"));
     let token = unique_token();
-    let m = marker(&token);
     // A bomb the command rules cannot see (they refuse the shell's `:(){ :|:& };:`).
     let bomb = "import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.05)";
     let (_, id) = start_job(
@@ -452,11 +461,11 @@ fn a_denied_command_never_starts_as_a_job() {
     let token = unique_token();
     let mut s = server(
         &sb,
-        Some(&format!(
+        Some(
             "[[commands.rules]]\nname = \"no-sleep\"\ndecision = \"deny\"\n\
-             match = {{ program = [\"sleep\"] }}\njustification = \"test\"\n\
-             examples = {{ match = [\"sleep 1\"], not_match = [\"echo sleep\"] }}\n"
-        )),
+             match = { program = [\"sleep\"] }\njustification = \"test\"\n\
+             examples = { match = [\"sleep 1\"], not_match = [\"echo sleep\"] }\n",
+        ),
     );
     let r = s.call(
         "shell_exec",
