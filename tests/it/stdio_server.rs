@@ -133,6 +133,11 @@ impl StdioServer {
             .unwrap_or_else(|| panic!("{tool} failed at the protocol level: {response}"))
     }
 
+    /// Closes the server's stdin: the client going away.
+    pub fn close_stdin(&mut self) {
+        self.stdin = None;
+    }
+
     /// Sends `signal` to the server process.
     pub fn signal(&self, signal: i32) {
         // SAFETY: sending a signal to our own child; no memory is involved.
