@@ -273,7 +273,11 @@ impl Tasks {
         inner.sweep();
     }
 
+    /// Notes a running call's latest output line for its status message. The line is the
+    /// confined command's (at most 200 bytes, cut by `exec`): terminal escapes and control
+    /// characters are removed, as from any text result, before a client shows it.
     fn note_line(&self, id: &str, line: String) {
+        let (line, _) = crate::shape::hygiene::strip_controls(&line);
         if let Some(entry) = lock(&self.inner).entries.get_mut(id)
             && entry.finished.is_none()
             && entry.last_line != line
@@ -521,6 +525,41 @@ mod tests {
         let err = tasks.get(&ids[0]).unwrap_err();
         assert_eq!(err.code, rmcp::model::ErrorCode::INVALID_PARAMS);
         assert!(tasks.get(ids.last().unwrap()).is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_running_tasks_status_message_has_its_last_line_without_escapes() {
+        let tasks = Arc::new(Tasks::default());
+        let session = CancellationToken::new();
+        let (said, told) = tokio::sync::oneshot::channel::<()>();
+        let run: Run = Box::new(move |hooks: CallHooks| {
+            Box::pin(async move {
+                let progress = hooks.progress.expect("a task's call reports progress");
+                progress(
+                    Duration::from_secs(1),
+                    "\u{1b}[31mcompiling\u{1b}[0m \u{7}crate".into(),
+                );
+                let _ = said.send(());
+                hooks.cancel.cancelled().await;
+                Ok(CallToolResult::success(vec![]))
+            })
+        });
+        let created =
+            tasks
+                .reserve()
+                .unwrap()
+                .start("shell_exec", Duration::from_secs(1), &session, run);
+        let id = created.task.task_id;
+        told.await.unwrap();
+        let got = tasks.get(&id).unwrap();
+        assert_eq!(got.task.status(), TaskStatus::Working);
+        let message = got.task.task.status_message.unwrap();
+        assert!(message.starts_with("shell_exec running for "), "{message}");
+        assert!(
+            message.ends_with("; last output: compiling crate"),
+            "{message}"
+        );
+        session.cancel();
     }
 
     #[tokio::test]

@@ -508,3 +508,114 @@ fn http_delete_of_a_session_kills_its_running_task() {
     assert_no_survivors(&token, "a task of a DELETEd session");
     assert!(gone);
 }
+
+/// A stateless (2026-07-28) request: no session; the revision's `_meta` and headers.
+fn stateless(server: &HttpServer, id: u64, method: &str, params: Value, name: &str) -> Value {
+    let mut params = params;
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {
+            "extensions": {"io.modelcontextprotocol/tasks": {}}}});
+    let r = server.post(
+        &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        &[
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", method),
+            ("Mcp-Name", name),
+        ],
+    );
+    assert_eq!(r.status, 200, "{method}: {r:?}");
+    r.message(id)
+        .unwrap_or_else(|| panic!("no answer to {id}: {r:?}"))
+}
+
+#[test]
+fn http_stateless_task_is_polled_to_its_result_and_cancel_kills_another() {
+    if skip(
+        "http_stateless_task_is_polled_to_its_result_and_cancel_kills_another",
+        Need::Namespaces,
+    ) {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let server = HttpServer::start(
+        ws.path(),
+        Start {
+            token: true,
+            ..Start::default()
+        },
+    );
+    let created = stateless(
+        &server,
+        1,
+        "tools/call",
+        json!({"name": "code_interpreter", "arguments": {"code": "sum(range(10))"}}),
+        "code_interpreter",
+    );
+    let id = task_id(&created["result"]);
+    let mut n = 10;
+    let last = loop {
+        n += 1;
+        let got = stateless(&server, n, "tasks/get", json!({"taskId": id}), &id);
+        if got["result"]["status"] != json!("working") {
+            break got["result"].clone();
+        }
+        assert!(n < 10 + 600, "the task never ended: {got}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(last["status"], json!("completed"), "{last}");
+    assert_eq!(structured(&last["result"])["result"], json!("45"), "{last}");
+
+    let token = unique_token();
+    let created = stateless(
+        &server,
+        700,
+        "tools/call",
+        json!({"name": "shell_exec",
+               "arguments": {"command": format!("sleep {token}"), "timeout_secs": 120}}),
+        "shell_exec",
+    );
+    let id = task_id(&created["result"]);
+    assert!(
+        eventually(Duration::from_secs(30), || !processes_with(&token)
+            .is_empty()),
+        "the task's process never started"
+    );
+    let ack = stateless(&server, 701, "tasks/cancel", json!({"taskId": id}), &id);
+    assert_eq!(ack["result"]["resultType"], json!("complete"), "{ack}");
+    let gone = eventually(REAP_WITHIN, || processes_with(&token).is_empty());
+    assert_no_survivors(&token, "a cancelled stateless task");
+    assert!(gone);
+}
+
+#[test]
+fn stdio_sigterm_or_sigkill_of_serve_leaves_no_task_running() {
+    if skip(
+        "stdio_sigterm_or_sigkill_of_serve_leaves_no_task_running",
+        Need::Namespaces,
+    ) {
+        return;
+    }
+    for signal in [libc::SIGTERM, libc::SIGKILL] {
+        let ws = tempfile::tempdir().unwrap();
+        let mut server = StdioServer::start(ws.path(), &[], "", &[]);
+        let token = unique_token();
+        let created = call_as_task(
+            &mut server,
+            "shell_exec",
+            json!({"command": format!("sleep {token} & sleep {token}; wait"), "timeout_secs": 120}),
+        );
+        task_id(&created);
+        assert!(
+            eventually(Duration::from_secs(30), || processes_with(&token).len()
+                >= 2),
+            "the task's processes never started"
+        );
+        server.signal(signal);
+        let status = server.wait_exit(Duration::from_secs(15));
+        let gone = eventually(REAP_WITHIN, || processes_with(&token).is_empty());
+        assert_no_survivors(&token, &format!("a task after signal {signal} to serve"));
+        assert!(gone);
+        assert!(status.is_some(), "serve did not exit after signal {signal}");
+    }
+}
