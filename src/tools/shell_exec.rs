@@ -383,7 +383,21 @@ async fn run_prepared(
     decision: &Decision,
 ) -> ToolOutcome {
     let started = Instant::now();
-    let _slot = ctx.runtime.slots.acquire().await;
+    // A call cancelled while it waits for a slot (its client cancelled it, its MCP task was
+    // cancelled, its session ended) never starts its command.
+    let cancel = hooks.cancel.clone();
+    let _slot = tokio::select! {
+        biased;
+        () = cancel.cancelled() => {
+            let error = ToolError::new(
+                ErrorKind::Internal,
+                "the call was cancelled while it waited for a free slot \
+                 (`server.max_concurrent_calls`); nothing ran",
+            );
+            return finish::<ShellExec>(&ctx, &args, decision, started, Err(error));
+        }
+        slot = ctx.runtime.slots.acquire() => slot,
+    };
     let result = Ok(execute(&ctx, prepared, hooks).await);
     finish::<ShellExec>(&ctx, &args, decision, started, result)
 }

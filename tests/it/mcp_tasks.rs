@@ -619,3 +619,47 @@ fn stdio_sigterm_or_sigkill_of_serve_leaves_no_task_running() {
         assert!(status.is_some(), "serve did not exit after signal {signal}");
     }
 }
+
+#[test]
+fn stdio_task_cancelled_while_it_waits_for_a_slot_never_starts() {
+    let sb = crate::common::Sandbox::new();
+    let policy = sb.policy(
+        "one-slot.toml",
+        "extends = \"default\"\n[server]\nmax_concurrent_calls = 1\n",
+    );
+    let mut server = StdioServer::start(sb.ws(), &["--policy", &policy], "", &[]);
+    let token = unique_token();
+    let first = call_as_task(
+        &mut server,
+        "shell_exec",
+        json!({"command": format!("sleep {token}"), "timeout_secs": 120}),
+    );
+    let first = task_id(&first);
+    assert!(
+        eventually(Duration::from_secs(30), || !processes_with(&token)
+            .is_empty()),
+        "the first task never started"
+    );
+    // The only slot is taken: this one waits for it.
+    let queued = call_as_task(
+        &mut server,
+        "shell_exec",
+        json!({"command": "echo ran > queued-ran.txt"}),
+    );
+    let queued = task_id(&queued);
+    tasks_request(&mut server, "tasks/cancel", &queued, true);
+    // It ends while the first still holds the slot, and its command never ran.
+    let (_, last) = settle(&mut server, &queued);
+    assert_eq!(last["status"], json!("cancelled"), "{last}");
+    assert!(!processes_with(&token).is_empty(), "the first task ended");
+    tasks_request(&mut server, "tasks/cancel", &first, true);
+    let gone = eventually(REAP_WITHIN, || processes_with(&token).is_empty());
+    assert_no_survivors(&token, "the first task after its cancel");
+    assert!(gone);
+    let (_, last) = settle(&mut server, &first);
+    assert_eq!(last["status"], json!("cancelled"), "{last}");
+    assert!(
+        !sb.ws().join("queued-ran.txt").exists(),
+        "the cancelled queued task ran its command"
+    );
+}
