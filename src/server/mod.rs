@@ -511,46 +511,6 @@ impl CordonServer {
         call
     }
 
-    /// Whether this call may become an MCP task, and its reserved place if so: a task tool
-    /// (`tasks::TASK_TOOLS`) called by a client that declared the extension on the request.
-    /// `Err` is the session's task bound, answered as the tool's error.
-    async fn task_offer(
-        &self,
-        name: &str,
-        context: &RequestContext<RoleServer>,
-    ) -> Result<Option<TaskOffer>, ToolError> {
-        let Some(tool) = tasks::TASK_TOOLS.iter().find(|t| **t == name).copied() else {
-            return Ok(None);
-        };
-        if !tasks::client_declared(context) {
-            return Ok(None);
-        }
-        // A scope that cannot be had is the tool's own error to answer, as a plain call.
-        let Ok(scope) = self.call_scope(context).await else {
-            return Ok(None);
-        };
-        let reservation = match scope.tasks.reserve() {
-            Ok(reservation) => reservation,
-            Err(tasks::NoTask::NoEntropy) => return Ok(None),
-            Err(full @ tasks::NoTask::Full) => {
-                return Err(ToolError::new(ErrorKind::ResourceLimit, full.to_string()));
-            }
-        };
-        let policy = &self.ctx.runtime.policy;
-        let max_run = if tool == "shell_exec" {
-            policy.limits.max_timeout
-        } else {
-            policy.interpreter.max_timeout
-        };
-        Ok(Some(TaskOffer {
-            tool,
-            max_run,
-            scope,
-            reservation,
-            offer: tasks::Offer::default(),
-        }))
-    }
-
     /// The scope whose tasks `tasks/*` requests see: the caller's own.
     async fn task_scope(
         &self,
@@ -622,7 +582,7 @@ impl ServerHandler for CordonServer {
         } else {
             self.note_client(&context);
         }
-        let task = match self.task_offer(&name, &context).await {
+        let task = match tasks::offer(self, &name, &context).await {
             Ok(task) => task,
             Err(error) => {
                 let result = refused_result(&error, output_schema.as_deref());
@@ -641,30 +601,13 @@ impl ServerHandler for CordonServer {
         if let Some(task) = task
             && let Some(run) = task.offer.take()
         {
-            let ctx = Arc::clone(&self.ctx);
-            let run: tasks::Run = Box::new(move |hooks| {
-                let call = run(hooks);
-                Box::pin(async move {
-                    // The task holds the session's place for a running call, like a call.
-                    let _running = running;
-                    let finished = async move {
-                        let result = call.await?;
-                        let response = CallToolResponse::Complete(result);
-                        match finish_response(response, output_schema, ctx).await? {
-                            CallToolResponse::Complete(result) => Ok(result),
-                            _ => Err(McpError::internal_error("a task's call ended oddly", None)),
-                        }
-                    };
-                    match origin {
-                        Some(origin) => crate::audit::CALL_ORIGIN.scope(origin, finished).await,
-                        None => finished.await,
-                    }
-                })
-            });
-            let created =
-                task.reservation
-                    .start(task.tool, task.max_run, &task.scope.session.cancel, run);
-            return Ok(CallToolResponse::Task(created));
+            let finish = tasks::Finish {
+                running,
+                origin,
+                schema: output_schema,
+                ctx: Arc::clone(&self.ctx),
+            };
+            return Ok(CallToolResponse::Task(task.start(run, finish)));
         }
         finish_response(response, output_schema, Arc::clone(&self.ctx)).await
     }
@@ -747,15 +690,6 @@ impl ServerHandler for CordonServer {
         .with_server_info(Implementation::new("cordon", env!("CARGO_PKG_VERSION")))
         .with_instructions(self.instructions.as_str())
     }
-}
-
-/// A call that may become a task (see `CordonServer::task_offer`).
-struct TaskOffer {
-    tool: &'static str,
-    max_run: Duration,
-    scope: scope::Scope,
-    reservation: tasks::Reservation,
-    offer: tasks::Offer,
 }
 
 /// A tool's answer as the client gets it, directly or as a task's result: fitted to the

@@ -8,17 +8,26 @@
 //! `CallToolResult`), `tasks/cancel` (the call's cancellation token: the same path as
 //! `notifications/cancelled`, which kills the process tree) and `tasks/update` (cordon's
 //! tasks never ask for input: approvals are settled before a task exists). Each task's token
-//! is a child of its session's, so a task ends with its session like any call. Which calls
-//! become tasks, and how their result is finished, is the server's (`server::call_tool`):
-//! it reserves a place here first ([`Tasks::reserve`]), the tool hands back its run through
-//! an [`Offer`], and the reservation starts it ([`Reservation::start`]).
+//! is a child of its session's, so a task ends with its session like any call.
+//!
+//! Which calls become tasks ([`offer`]): `shell_exec` and `code_interpreter` calls of a client
+//! that declared the extension. `server::call_tool` asks [`offer`] first (which reserves a
+//! place), puts the [`Offer`] in the request's extensions, and runs the tool as usual; a tool
+//! that decides to run (after the command rules, the argument checks and any approval) hands
+//! its run to the offer instead of awaiting it, and [`TaskOffer::start`] starts it with the
+//! same finishing a plain call's result gets (`server::finish_response`, the audit origin, the
+//! HTTP session's call permit).
 
-use crate::tools::CallHooks;
+use super::CordonServer;
+use crate::shape::{ErrorKind, ToolError};
+use crate::tools::{CallHooks, SharedContext};
 use rmcp::ErrorData as McpError;
+use rmcp::RoleServer;
 use rmcp::model::{
-    CallToolResult, CreateTaskResult, DetailedTask, GetTaskResult, JsonObject, Task, TaskPayload,
-    TaskStatus,
+    CallToolResponse, CallToolResult, CreateTaskResult, DetailedTask, GetTaskResult, JsonObject,
+    Task, TaskPayload, TaskStatus,
 };
+use rmcp::service::RequestContext;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -419,12 +428,109 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// What a task-capable call needs to become a task, if it may: the client declared the
-/// extension on this request (or at `initialize`, for the sessions of earlier revisions).
-pub fn client_declared(context: &rmcp::service::RequestContext<rmcp::RoleServer>) -> bool {
+/// Whether the client declared the extension on this request (or at `initialize`, for the
+/// sessions of earlier revisions): the only clients that may get a task handle.
+fn client_declared(context: &RequestContext<RoleServer>) -> bool {
     context
         .client_capabilities()
         .is_some_and(|caps| caps.supports_tasks())
+}
+
+/// A call that may become a task: its place reserved, and the [`Offer`] its tool hands its
+/// run to.
+pub struct TaskOffer {
+    tool: &'static str,
+    /// The longest the call may run (the policy's maximum timeout for the tool).
+    max_run: Duration,
+    scope: super::scope::Scope,
+    reservation: Reservation,
+    pub offer: Offer,
+}
+
+/// Whether this call may become a task, and its reserved place if so: a task tool
+/// ([`TASK_TOOLS`]) called by a client that declared the extension. `Err` is the session's
+/// task bound, answered as the tool's error.
+pub async fn offer(
+    server: &CordonServer,
+    name: &str,
+    context: &RequestContext<RoleServer>,
+) -> Result<Option<TaskOffer>, ToolError> {
+    let Some(tool) = TASK_TOOLS.iter().find(|t| **t == name).copied() else {
+        return Ok(None);
+    };
+    if !client_declared(context) {
+        return Ok(None);
+    }
+    // A scope that cannot be had is the tool's own error to answer, as a plain call.
+    let Ok(scope) = server.call_scope(context).await else {
+        return Ok(None);
+    };
+    let reservation = match scope.tasks.reserve() {
+        Ok(reservation) => reservation,
+        Err(NoTask::NoEntropy) => return Ok(None),
+        Err(full @ NoTask::Full) => {
+            return Err(ToolError::new(ErrorKind::ResourceLimit, full.to_string()));
+        }
+    };
+    let policy = &server.ctx.runtime.policy;
+    let max_run = if tool == "shell_exec" {
+        policy.limits.max_timeout
+    } else {
+        policy.interpreter.max_timeout
+    };
+    Ok(Some(TaskOffer {
+        tool,
+        max_run,
+        scope,
+        reservation,
+        offer: Offer::default(),
+    }))
+}
+
+/// What a task's result goes through after its run, as a plain call's does in `call_tool`.
+pub struct Finish {
+    /// Over HTTP: the session's place for a running call, held until the task ends.
+    pub running: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// Over HTTP: who called, for the audit record the call writes.
+    pub origin: Option<crate::audit::CallOrigin>,
+    pub schema: Option<Arc<JsonObject>>,
+    pub ctx: SharedContext,
+}
+
+impl TaskOffer {
+    /// Starts the run the tool handed over as a task of the caller's scope; its handle.
+    pub fn start(self, run: Run, finish: Finish) -> CreateTaskResult {
+        let Finish {
+            running,
+            origin,
+            schema,
+            ctx,
+        } = finish;
+        let run: Run = Box::new(move |hooks| {
+            let call = run(hooks);
+            Box::pin(async move {
+                let _running = running;
+                let finished = async move {
+                    let result = call.await?;
+                    let response = CallToolResponse::Complete(result);
+                    match super::finish_response(response, schema, ctx).await? {
+                        CallToolResponse::Complete(result) => Ok(result),
+                        _ => Err(McpError::internal_error(
+                            "a task's call answered with something other than a result",
+                            None,
+                        )),
+                    }
+                };
+                match origin {
+                    Some(origin) => crate::audit::CALL_ORIGIN.scope(origin, finished).await,
+                    None => finished.await,
+                }
+            })
+        });
+        let session = &self.scope.session.cancel;
+        self.reservation
+            .start(self.tool, self.max_run, session, run)
+    }
 }
 
 #[cfg(test)]
