@@ -9,7 +9,8 @@
 //! `tools`; this module only translates a request context into a tool's arguments and hooks
 //! (cancellation, progress, the `approval::Asker` `shell_exec` asks through) and unwraps the
 //! `shape::ToolOutcome` it answers. One [`CordonServer`] serves one client session
-//! (`runtime::Session`) over a shared `runtime::Runtime`.
+//! (`runtime::Session`) over a shared `runtime::Runtime`. Long calls of clients that declare
+//! the MCP Tasks extension run as tasks (`tasks`).
 
 mod approval;
 pub mod failed_start;
@@ -19,6 +20,7 @@ mod instructions;
 mod resources;
 pub mod schema;
 pub mod scope;
+mod tasks;
 
 use crate::runtime::Session;
 use crate::shape::{ErrorKind, ToolError};
@@ -294,6 +296,29 @@ Long output is cut to its first and last lines, and the full text is saved under
             }
         };
         let ctx = &scope.session;
+        let offer = rctx.extensions.get::<tasks::Offer>().cloned();
+        let approver = approval::Asker {
+            approvals: &scope.approvals,
+            rctx: &rctx,
+            state,
+            responses,
+        };
+        let ready = match shell_exec::decide(Arc::clone(ctx), args, approver).await {
+            shell_exec::Decided::Answer(shell_exec::Answer::Done(outcome)) => {
+                return Ok(outcome.into_result().into());
+            }
+            shell_exec::Decided::Answer(shell_exec::Answer::Pending(input_required)) => {
+                return Ok(input_required.into());
+            }
+            shell_exec::Decided::Run(ready) => ready,
+        };
+        // Admitted and checked: a task's run starts now, with the task's hooks.
+        if let Some(offer) = offer {
+            offer.defer(Box::new(move |hooks| {
+                Box::pin(async move { Ok(ready.run(hooks).await.into_result()) })
+            }));
+            return Ok(CallToolResult::success(Vec::new()).into());
+        }
         let progress = rctx.meta.get_progress_token().map(|token| {
             let peer = rctx.peer.clone();
             Box::new(move |elapsed: Duration, line: String| {
@@ -313,18 +338,7 @@ Long output is cut to its first and last lines, and the full text is saved under
         let cancel = self.call_token(&rctx, ctx);
         let _ends_with_the_call = cancel.clone().drop_guard();
         let hooks = CallHooks { cancel, progress };
-        let approver = approval::Asker {
-            approvals: &scope.approvals,
-            rctx: &rctx,
-            state,
-            responses,
-        };
-        Ok(
-            match shell_exec::call(Arc::clone(ctx), args, approver, hooks).await {
-                shell_exec::Answer::Done(outcome) => outcome.into_result().into(),
-                shell_exec::Answer::Pending(input_required) => input_required.into(),
-            },
-        )
+        Ok(ready.run(hooks).await.into_result().into())
     }
 
     #[tool(
@@ -361,6 +375,16 @@ fresh. Example: {\"code\": \"import statistics\\nxs = [3, 1, 4, 1, 5]\\nstatisti
                 ));
             }
         };
+        if let Some(offer) = rctx.extensions.get::<tasks::Offer>() {
+            offer.defer(Box::new(move |hooks| {
+                Box::pin(async move {
+                    Ok(code_interpreter::run(scope.session, args, hooks.cancel)
+                        .await
+                        .into_result())
+                })
+            }));
+            return Ok(CallToolResult::success(Vec::new()));
+        }
         let cancel = self.call_token(&rctx, &scope.session);
         let _ends_with_the_call = cancel.clone().drop_guard();
         Ok(code_interpreter::run(scope.session, args, cancel)
@@ -522,6 +546,16 @@ impl CordonServer {
         call
     }
 
+    /// The scope whose tasks `tasks/*` requests see: the caller's own.
+    async fn task_scope(
+        &self,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<scope::Scope, McpError> {
+        self.call_scope(context)
+            .await
+            .map_err(|error| McpError::internal_error(error.message, None))
+    }
+
     /// Hands the calling client's `clientInfo` to the audit log.
     fn note_client(&self, context: &RequestContext<RoleServer>) {
         if let Some(log) = &self.ctx.runtime.audit
@@ -604,7 +638,7 @@ impl ServerHandler for CordonServer {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        context: RequestContext<RoleServer>,
+        mut context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let name = request.name.to_string();
         let Some(route) = self.tool_router.map.get(name.as_str()) else {
@@ -614,7 +648,7 @@ impl ServerHandler for CordonServer {
         // Over HTTP: who is calling (for the audit log) and whether their session may run
         // one more call.
         let origin = http::call_origin(&context);
-        let mut _running = None;
+        let mut running = None;
         // The client's own scope, whose job endings this result reports.
         let mut events_scope = self
             .http
@@ -641,7 +675,7 @@ impl ServerHandler for CordonServer {
                 }),
             };
             match admitted {
-                Ok(permit) => _running = permit,
+                Ok(permit) => running = permit,
                 Err(error) => {
                     let result = refused_result(&error, output_schema.as_deref());
                     return Ok(CallToolResponse::Complete(result));
@@ -650,23 +684,68 @@ impl ServerHandler for CordonServer {
         } else {
             self.note_client(&context);
         }
+        let task = match tasks::offer(self, &name, &context).await {
+            Ok(task) => task,
+            Err(error) => {
+                let result = refused_result(&error, output_schema.as_deref());
+                return Ok(CallToolResponse::Complete(result));
+            }
+        };
+        if let Some(task) = &task {
+            context.extensions.insert(task.offer.clone());
+        }
         let tcc = ToolCallContext::new(self, request, context);
         let call = self.tool_router.call(tcc);
-        let response = match origin {
+        let response = match origin.clone() {
             Some(origin) => crate::audit::CALL_ORIGIN.scope(origin, call).await?,
             None => call.await?,
         };
-        let mut response = fits_output_schema(response, output_schema.as_deref());
+        if let Some(task) = task
+            && let Some(run) = task.offer.take()
+        {
+            let finish = tasks::Finish {
+                running,
+                origin,
+                schema: output_schema,
+                ctx: Arc::clone(&self.ctx),
+            };
+            return Ok(CallToolResponse::Task(task.start(run, finish)));
+        }
+        let mut response = response;
         if let Some(scope) = &events_scope {
             with_job_events(&mut response, scope.session.jobs.take_events());
         }
-        let Some(spilled) = resources::spilled_file(&response) else {
-            return Ok(response);
-        };
-        // Finding the spill file's size is blocking file-system work; only a cut-short result
-        // pays for the hop to the blocking pool.
-        let ctx = Arc::clone(&self.ctx);
-        on_blocking_pool(move || Ok(resources::link_spilled(response, &spilled, &ctx))).await
+        finish_response(response, output_schema, Arc::clone(&self.ctx)).await
+    }
+
+    async fn get_task(
+        &self,
+        request: rmcp::model::GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetTaskResult, McpError> {
+        self.task_scope(&context).await?.tasks.get(&request.task_id)
+    }
+
+    async fn update_task(
+        &self,
+        request: rmcp::model::UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.task_scope(&context)
+            .await?
+            .tasks
+            .update(&request.task_id)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: rmcp::model::CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.task_scope(&context)
+            .await?
+            .tasks
+            .cancel(&request.task_id)
     }
 
     async fn list_resources(
@@ -697,7 +776,9 @@ impl ServerHandler for CordonServer {
             format!(
                 "method not found: `{}` is not an MCP method this server implements; it \
                  serves initialize, ping, tools/list, tools/call, resources/list and \
-                 resources/read (and server/discover in the 2026-07-28 revision)",
+                 resources/read (and server/discover in the 2026-07-28 revision; tasks/get, \
+                 tasks/update and tasks/cancel for clients that declare the \
+                 io.modelcontextprotocol/tasks extension)",
                 request.method
             ),
             None,
@@ -709,11 +790,28 @@ impl ServerHandler for CordonServer {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_resources()
+                .enable_tasks()
                 .build(),
         )
         .with_server_info(Implementation::new("cordon", env!("CARGO_PKG_VERSION")))
         .with_instructions(self.instructions.as_str())
     }
+}
+
+/// A tool's answer as the client gets it, directly or as a task's result: fitted to the
+/// tool's `outputSchema`, and the spill file of a cut-short output linked as a resource.
+async fn finish_response(
+    response: CallToolResponse,
+    schema: Option<Arc<JsonObject>>,
+    ctx: SharedContext,
+) -> Result<CallToolResponse, McpError> {
+    let response = fits_output_schema(response, schema.as_deref());
+    let Some(spilled) = resources::spilled_file(&response) else {
+        return Ok(response);
+    };
+    // Finding the spill file's size is blocking file-system work; only a cut-short result
+    // pays for the hop to the blocking pool.
+    on_blocking_pool(move || Ok(resources::link_spilled(response, &spilled, &ctx))).await
 }
 
 /// Runs `work` (file-system calls in the spill area) on the blocking pool, so a slow disk
@@ -865,6 +963,9 @@ pub async fn serve_stdio(server: CordonServer, mut signals: StopSignals) -> Resu
         stop.cancel();
     });
     let quit = service.waiting().await;
+    // The client is gone: the calls no request waits for any more (its MCP tasks) end with
+    // it, as every other call of the session did.
+    ctx.cancel.cancel();
     // Interpreter workers outlive calls, so they are killed explicitly; this also ends any
     // cell still running.
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, ctx.interpreter.shutdown()).await;

@@ -1,5 +1,6 @@
 //! Which client state a call runs in: the MCP session's [`Session`] (its interpreter sessions
-//! and cancellation), its approval questions, and how many calls it may have running.
+//! and cancellation), its approval questions, its MCP tasks, and how many calls it may have
+//! running.
 //!
 //! On stdio there is one client, so one scope for the server's life. Over HTTP every
 //! `initialize` begins an MCP session whose service the factory makes; its scope is made on
@@ -29,6 +30,8 @@ const CLOSE_GRACE: Duration = Duration::from_secs(5);
 pub struct Scope {
     pub session: SharedContext,
     pub approvals: Arc<Approvals>,
+    /// Its MCP tasks (`tasks`): another client never sees them.
+    pub tasks: Arc<super::tasks::Tasks>,
     /// `None` on stdio (the runtime's slots are the only bound there).
     calls: Option<Arc<Semaphore>>,
     max_calls: usize,
@@ -43,6 +46,7 @@ impl Scope {
         Self {
             session,
             approvals,
+            tasks: Arc::default(),
             calls: max_calls.map(|n| Arc::new(Semaphore::new(n))),
             max_calls: max_calls.unwrap_or(0),
         }

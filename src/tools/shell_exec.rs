@@ -158,20 +158,62 @@ pub enum Answer<P> {
     Pending(P),
 }
 
-/// The whole `shell_exec` decision and run, in one place: the command rules' verdict, the
-/// argument checks (once, before anyone is asked: nobody should approve a call that would
-/// fail anyway), the user's approval where a rule asks, then the run.
+/// The whole `shell_exec` decision and run, in one place: [`decide`], then the run.
 pub async fn call<A: Approver>(
     ctx: SharedContext,
     args: ShellExecArgs,
     approver: A,
     hooks: CallHooks,
 ) -> Answer<A::Pending> {
+    match decide(ctx, args, approver).await {
+        Decided::Answer(answer) => answer,
+        Decided::Run(ready) => Answer::Done(ready.run(hooks).await),
+    }
+}
+
+/// What [`decide`] came to: an answer now (refused, invalid, waiting for the user), or a
+/// checked and admitted call whose run the server may start now or as an MCP task.
+pub enum Decided<P> {
+    Answer(Answer<P>),
+    Run(Box<Ready>),
+}
+
+/// A call the command rules (and the user) admitted and whose arguments are checked: only
+/// the run is left.
+pub struct Ready {
+    ctx: SharedContext,
+    args: ShellExecArgs,
+    prepared: Prepared,
+    decision: Decision,
+}
+
+impl Ready {
+    /// Runs the command (waiting for a slot first) and answers.
+    pub async fn run(self: Box<Self>, hooks: CallHooks) -> ToolOutcome {
+        let Ready {
+            ctx,
+            args,
+            prepared,
+            decision,
+        } = *self;
+        run_prepared(ctx, args, prepared, hooks, &decision).await
+    }
+}
+
+/// The decision before the run: the command rules' verdict, the argument checks (once,
+/// before anyone is asked: nobody should approve a call that would fail anyway), the user's
+/// approval where a rule asks. Nothing runs here.
+pub async fn decide<A: Approver>(
+    ctx: SharedContext,
+    args: ShellExecArgs,
+    approver: A,
+) -> Decided<A::Pending> {
     let verdict = assess(&ctx, &args).await;
     let (decision, reason) = match (verdict.decision, verdict.reason) {
         (RuleDecision::Allow, _) | (_, None) => (Decision::Allow, None),
         (RuleDecision::Deny, Some(reason)) => {
-            return Answer::Done(refuse(&ctx, &args, &reason, &Refusal::Denied));
+            let refused = refuse(&ctx, &args, &reason, &Refusal::Denied);
+            return Decided::Answer(Answer::Done(refused));
         }
         (RuleDecision::Ask, Some(reason)) => (Decision::Allow, Some(reason)),
     };
@@ -183,7 +225,8 @@ pub async fn call<A: Approver>(
         Some(reason) => match approver.ask(&args, &reason).await {
             Approval::Approved => ask(&reason.rule, Answer_::Approved),
             Approval::Refused(refusal) => {
-                return Answer::Done(refuse(&ctx, &args, &reason, &refusal));
+                let refused = refuse(&ctx, &args, &reason, &refusal);
+                return Decided::Answer(Answer::Done(refused));
             }
             Approval::Pending(pending) => {
                 ctx.runtime.audit(
@@ -195,11 +238,22 @@ pub async fn call<A: Approver>(
                     },
                     Instant::now(),
                 );
-                return Answer::Pending(pending);
+                return Decided::Answer(Answer::Pending(pending));
             }
         },
     };
-    Answer::Done(run_prepared(ctx, args, prepared, hooks, &decision).await)
+    match prepared {
+        Ok(prepared) => Decided::Run(Box::new(Ready {
+            ctx,
+            args,
+            prepared,
+            decision,
+        })),
+        Err(error) => {
+            let answer = finish::<ShellExec>(&ctx, &args, &decision, Instant::now(), Err(error));
+            Decided::Answer(Answer::Done(answer))
+        }
+    }
 }
 
 /// The output of a call that ran nothing: the error in an otherwise default output.
@@ -355,22 +409,31 @@ fn refuse(
 async fn run_prepared(
     ctx: SharedContext,
     args: ShellExecArgs,
-    prepared: Result<Prepared, ToolError>,
+    prepared: Prepared,
     hooks: CallHooks,
     decision: &Decision,
 ) -> ToolOutcome {
     let started = Instant::now();
-    let result = match prepared {
-        Err(error) => Err(error),
-        Ok(request) if args.background => {
-            // The slot bounds starting it; a running job is bounded by `[jobs]` instead.
-            let _slot = ctx.runtime.slots.acquire().await;
-            super::job::start_background(&ctx, &args, request.request, &request.cwd).await
+    // A call cancelled while it waits for a slot (its client cancelled it, its MCP task was
+    // cancelled, its session ended) never starts its command.
+    let cancel = hooks.cancel.clone();
+    let _slot = tokio::select! {
+        biased;
+        () = cancel.cancelled() => {
+            let error = ToolError::new(
+                ErrorKind::Internal,
+                "the call was cancelled while it waited for a free slot \
+                 (`server.max_concurrent_calls`); nothing ran",
+            );
+            return finish::<ShellExec>(&ctx, &args, decision, started, Err(error));
         }
-        Ok(request) => {
-            let _slot = ctx.runtime.slots.acquire().await;
-            Ok(execute(&ctx, request, hooks).await)
-        }
+        slot = ctx.runtime.slots.acquire() => slot,
+    };
+    // The slot bounds starting a background job; a running job is bounded by `[jobs]`.
+    let result = if args.background {
+        super::job::start_background(&ctx, &args, prepared.request, &prepared.cwd).await
+    } else {
+        Ok(execute(&ctx, prepared, hooks).await)
     };
     finish::<ShellExec>(&ctx, &args, decision, started, result)
 }

@@ -316,3 +316,74 @@ async fn sessions_negotiate_the_expected_protocol_versions() {
     );
     client.cancel().await.unwrap();
 }
+
+/// The rmcp client declaring the MCP Tasks extension (SEP-2663; neither the Python nor the
+/// TypeScript SDK speaks it): `shell_exec` answers with a task handle the client's own types
+/// parse, `tasks/get` ends with the call's `CallToolResult`, structured content included.
+async fn a_declaring_client_gets_shell_exec_as_a_task(lifecycle: ClientLifecycleMode) {
+    use rmcp::model::{
+        CallToolResponse, ClientCapabilities, ClientConfig, GetTaskParams, Implementation,
+        TaskPayload, TaskStatus,
+    };
+    let ws = tempfile::tempdir().unwrap();
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_cordon"));
+    cmd.arg("serve").arg("--workspace").arg(ws.path());
+    let transport = TokioChildProcess::new(cmd).expect("spawn cordon serve");
+    let config = ClientConfig::new(
+        ClientCapabilities::builder().enable_tasks().build(),
+        Implementation::new("cordon-it", "1"),
+    );
+    let client = config
+        .serve_with_lifecycle(transport, lifecycle)
+        .await
+        .expect("MCP session with cordon starts");
+    let Value::Object(arguments) = json!({"command": "sleep 1; echo from-a-task"}) else {
+        unreachable!()
+    };
+    let response = client
+        .call_tool_once(CallToolRequestParams::new("shell_exec").with_arguments(arguments))
+        .await
+        .expect("tools/call");
+    let CallToolResponse::Task(created) = response else {
+        panic!("expected a task handle, got {response:?}")
+    };
+    assert_eq!(created.task.status, TaskStatus::Working);
+    let id = created.task.task_id.clone();
+    let done = loop {
+        let got = client
+            .get_task(GetTaskParams::new(id.clone()))
+            .await
+            .expect("tasks/get");
+        if got.task.status().is_terminal() {
+            break got.task;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    let TaskPayload::Completed { result } = done.payload else {
+        panic!("expected a completed task, got {done:?}")
+    };
+    let result: CallToolResult = serde_json::from_value(Value::Object(result)).unwrap();
+    assert_eq!(success(&result)["stdout"], json!("from-a-task\n"));
+    // read_file is never a task.
+    let Value::Object(arguments) = json!({"path": "missing"}) else {
+        unreachable!()
+    };
+    let response = client
+        .call_tool_once(CallToolRequestParams::new("read_file").with_arguments(arguments))
+        .await
+        .expect("tools/call");
+    let CallToolResponse::Complete(result) = response else {
+        panic!("read_file became a task: {response:?}")
+    };
+    assert_eq!(error_kind(&result), "not_found");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn legacy_session_declaring_tasks_gets_shell_exec_as_a_task() {
+    a_declaring_client_gets_shell_exec_as_a_task(legacy()).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stateless_session_declaring_tasks_gets_shell_exec_as_a_task() {
+    a_declaring_client_gets_shell_exec_as_a_task(stateless()).await;
+}

@@ -133,9 +133,9 @@ impl StdioServer {
             .unwrap_or_else(|| panic!("{tool} failed at the protocol level: {response}"))
     }
 
-    /// Closes the server's stdin: the client went away.
+    /// Closes the server's stdin: the client going away.
     pub fn close_stdin(&mut self) {
-        self.stdin.take();
+        self.stdin = None;
     }
 
     /// Sends `signal` to the server process.
