@@ -118,6 +118,33 @@ pub fn check(policy: &Policy) -> Result<String, PolicyCliError> {
     Ok(out)
 }
 
+/// Who answers an `ask` rule under `policy` (`server.approvals`), in words.
+pub fn approval_channels(policy: &Policy) -> String {
+    use crate::policy::ApprovalChannel;
+    let said: Vec<String> = policy
+        .server
+        .approvals
+        .iter()
+        .map(|c| match c {
+            ApprovalChannel::Elicitation => {
+                "the client's user (elicitation, where the client declared it)".to_owned()
+            }
+            ApprovalChannel::Operator => format!(
+                "the operator on the host (`cordon approvals`, then `cordon approve ID` or \
+                 `cordon deny ID`; socket in {})",
+                crate::server::operator::channel_dir().display()
+            ),
+        })
+        .collect();
+    format!(
+        "`ask` rules are answered by ({}, in this order): {}; unanswered after {}s, the command \
+         is refused.",
+        "server.approvals",
+        said.join(", else "),
+        policy.server.approval_timeout.as_secs()
+    )
+}
+
 /// The policy in plain language, with what this kernel can enforce of it.
 pub fn explain(policy: &Policy) -> String {
     let kernel = KernelSupport::detect();
@@ -305,6 +332,7 @@ pub fn explain(policy: &Policy) -> String {
         "  Commands no rule can judge (dynamic program names, unparsable input): {}.",
         decision(&policy.commands.on_unknown)
     );
+    let _ = writeln!(o, "  {}", approval_channels(policy));
 
     let i = &policy.interpreter;
     let _ = writeln!(o, "\nPython sessions (code_interpreter)");

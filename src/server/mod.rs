@@ -16,6 +16,8 @@ pub mod failed_start;
 mod framing;
 pub mod http;
 mod instructions;
+mod logging;
+pub mod operator;
 mod resources;
 pub mod schema;
 pub mod scope;
@@ -58,6 +60,37 @@ pub struct CordonServer {
     own: Arc<tokio::sync::OnceCell<scope::Scope>>,
     /// Over HTTP only.
     http: Option<HttpShared>,
+    /// This MCP session's `logging/setLevel` and its messages.
+    logging: Arc<logging::Logging>,
+    /// The operator's approval channel (one per server), or why it is not running.
+    operator: Arc<Result<operator::OperatorChannel, String>>,
+}
+
+/// Starts the operator channel when `server.approvals` names it; otherwise, or when it cannot
+/// start (said on stderr), the reason it is not running.
+fn start_operator(ctx: &Session) -> Result<operator::OperatorChannel, String> {
+    let runtime = &ctx.runtime;
+    if !runtime
+        .policy
+        .server
+        .approvals
+        .contains(&crate::policy::ApprovalChannel::Operator)
+    {
+        return Err("`server.approvals` does not list \"operator\"".into());
+    }
+    let root = runtime.workspace.root();
+    let plan = runtime.policy.resolve(root).confine;
+    let mut granted = vec![root.to_path_buf()];
+    granted.extend(
+        plan.read_exec
+            .into_iter()
+            .chain(plan.read_write)
+            .chain(plan.devices),
+    );
+    operator::OperatorChannel::start(root, &granted).map_err(|e| {
+        tracing::warn!("operator approvals are off: {e}");
+        e.to_string()
+    })
 }
 
 /// What every HTTP session's server shares: the stateless scopes, the registry that ends a
@@ -155,6 +188,7 @@ impl CordonServer {
             ctx.runtime.policy.server.approval_timeout,
         ));
         let own = scope::Scope::new(Arc::clone(&ctx), Arc::clone(&approvals), None);
+        let operator = Arc::new(start_operator(&ctx));
         Self {
             ctx,
             tool_router,
@@ -162,6 +196,8 @@ impl CordonServer {
             approvals,
             own: Arc::new(tokio::sync::OnceCell::new_with(Some(own))),
             http: None,
+            logging: Arc::default(),
+            operator,
         }
     }
 
@@ -188,6 +224,7 @@ impl CordonServer {
             approvals: Arc::new(approval::Approvals::new(
                 self.ctx.runtime.policy.server.approval_timeout,
             )),
+            logging: Arc::default(),
             ..self.clone()
         }
     }
@@ -316,6 +353,9 @@ Long output is cut to its first and last lines, and the full text is saved under
             rctx: &rctx,
             state,
             responses,
+            operator: self.operator.as_ref().as_ref().ok(),
+            channels: &ctx.runtime.policy.server.approvals,
+            operator_down: self.operator.as_ref().as_ref().err().map(String::as_str),
         };
         Ok(
             match shell_exec::call(Arc::clone(ctx), args, approver, hooks).await {
@@ -549,7 +589,7 @@ impl ServerHandler for CordonServer {
             self.note_client(&context);
         }
         let tcc = ToolCallContext::new(self, request, context);
-        let call = self.tool_router.call(tcc);
+        let call = crate::events::in_session(self.logging.key(), self.tool_router.call(tcc));
         let response = match origin {
             Some(origin) => crate::audit::CALL_ORIGIN.scope(origin, call).await?,
             None => call.await?,
@@ -582,6 +622,19 @@ impl ServerHandler for CordonServer {
         on_blocking_pool(move || resources::read(&ctx, &request.uri).map(Into::into)).await
     }
 
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let enforcement = self.ctx.runtime.executor.confinement().enforcement();
+        let below_full = (!enforcement.level.is_full())
+            .then(|| (enforcement.level.as_str(), enforcement.notes.as_slice()));
+        self.logging
+            .set_level(request.level, context.peer, below_full)
+    }
+
     async fn on_custom_request(
         &self,
         request: rmcp::model::CustomRequest,
@@ -591,19 +644,22 @@ impl ServerHandler for CordonServer {
             rmcp::model::ErrorCode::METHOD_NOT_FOUND,
             format!(
                 "method not found: `{}` is not an MCP method this server implements; it \
-                 serves initialize, ping, tools/list, tools/call, resources/list and \
-                 resources/read (and server/discover in the 2026-07-28 revision)",
+                 serves initialize, ping, tools/list, tools/call, resources/list, \
+                 resources/read and logging/setLevel (and server/discover in the 2026-07-28 \
+                 revision)",
                 request.method
             ),
             None,
         ))
     }
 
+    #[allow(deprecated)] // logging: see `logging`
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_resources()
+                .enable_logging()
                 .build(),
         )
         .with_server_info(Implementation::new("cordon", env!("CARGO_PKG_VERSION")))

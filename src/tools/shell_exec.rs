@@ -8,7 +8,7 @@
 //! permission error means under the policy is `policy::explain`.
 
 use super::{CallHooks, Done, SharedContext, Tool, finish};
-use crate::audit::{Answer as Answer_, Decision, Outcome};
+use crate::audit::{Answer as Answer_, AnsweredBy, Decision, Outcome};
 use crate::exec::{ExecOutcome, ExecRequest, LimitHit, LiveStatus};
 use crate::policy::commands::{
     Decision as RuleDecision, ON_ANALYSIS_FAILURE, ON_UNKNOWN, Reason, Verdict,
@@ -113,10 +113,10 @@ pub trait Approver {
     ) -> impl std::future::Future<Output = Approval<Self::Pending>> + Send;
 }
 
-/// The user's answer (or why there is none yet).
+/// The user's answer (or why there is none yet), with who gave it where someone did.
 pub enum Approval<P> {
-    Approved,
-    Refused(Refusal),
+    Approved(AnsweredBy),
+    Refused(Refusal, Option<AnsweredBy>),
     /// Asked; the reply comes with a later request.
     Pending(P),
 }
@@ -140,7 +140,7 @@ pub async fn call<A: Approver>(
     let (decision, reason) = match (verdict.decision, verdict.reason) {
         (RuleDecision::Allow, _) | (_, None) => (Decision::Allow, None),
         (RuleDecision::Deny, Some(reason)) => {
-            return Answer::Done(refuse(&ctx, &args, &reason, &Refusal::Denied));
+            return Answer::Done(refuse(&ctx, &args, &reason, &Refusal::Denied, None));
         }
         (RuleDecision::Ask, Some(reason)) => (Decision::Allow, Some(reason)),
     };
@@ -148,17 +148,17 @@ pub async fn call<A: Approver>(
     let checked = prepared.is_ok();
     let decision = match reason {
         None => decision,
-        Some(reason) if !checked => ask(&reason.rule, Answer_::NotAsked),
+        Some(reason) if !checked => ask(&reason.rule, Answer_::NotAsked, None),
         Some(reason) => match approver.ask(&args, &reason).await {
-            Approval::Approved => ask(&reason.rule, Answer_::Approved),
-            Approval::Refused(refusal) => {
-                return Answer::Done(refuse(&ctx, &args, &reason, &refusal));
+            Approval::Approved(by) => ask(&reason.rule, Answer_::Approved, Some(by)),
+            Approval::Refused(refusal, by) => {
+                return Answer::Done(refuse(&ctx, &args, &reason, &refusal, by));
             }
             Approval::Pending(pending) => {
                 ctx.runtime.audit(
                     "shell_exec",
                     &args,
-                    &ask(&reason.rule, Answer_::Pending),
+                    &ask(&reason.rule, Answer_::Pending, None),
                     Outcome::InputRequired {
                         input_required: true,
                     },
@@ -180,10 +180,11 @@ fn nothing_ran(ctx: &Session, error: ToolError) -> ShellExecOutput {
     }
 }
 
-fn ask(rule: &str, answer: Answer_) -> Decision {
+fn ask(rule: &str, answer: Answer_, by: Option<AnsweredBy>) -> Decision {
     Decision::Ask {
         rule: rule.to_owned(),
         answer,
+        by,
     }
 }
 
@@ -229,10 +230,11 @@ pub enum Refusal {
 
 impl Refusal {
     /// The audit log's `decision` for this refusal under `rule`.
-    pub fn audit_decision(&self, rule: &str) -> Decision {
+    pub fn audit_decision(&self, rule: &str, by: Option<AnsweredBy>) -> Decision {
         let ask = |answer| Decision::Ask {
             rule: rule.to_owned(),
             answer,
+            by,
         };
         match self {
             Refusal::Denied => Decision::Deny {
@@ -300,7 +302,9 @@ pub fn refusal_error(ctx: &Session, reason: &Reason, refusal: &Refusal) -> ToolE
         ),
         Refusal::Unavailable(why) => format!(
             "not run: {rule_ref} needs the user's approval for `{}` ({}), but {why}. To run such \
-             commands without asking, {change}; or use an MCP client that supports elicitation.",
+             commands without asking, {change}; or use an MCP client that supports elicitation, or \
+             have the operator answer on the host (`cordon approvals`, with \"operator\" in \
+             `server.approvals`).",
             reason.command, reason.justification
         ),
     };
@@ -313,9 +317,10 @@ fn refuse(
     args: &ShellExecArgs,
     reason: &Reason,
     refusal: &Refusal,
+    by: Option<AnsweredBy>,
 ) -> ToolOutcome {
     let error = refusal_error(ctx, reason, refusal);
-    let decision = refusal.audit_decision(&reason.rule);
+    let decision = refusal.audit_decision(&reason.rule, by);
     finish::<ShellExec>(ctx, args, &decision, Instant::now(), Err(error))
 }
 
