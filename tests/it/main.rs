@@ -27,6 +27,7 @@ mod lint_syntax;
 mod mcp_rmcp_client;
 mod namespaces;
 mod node_e2e;
+mod operator_approvals;
 mod parser_worker;
 mod protected_paths;
 mod protected_view;
