@@ -24,6 +24,7 @@ mod lint_confined;
 mod lint_introduced;
 mod lint_parsers;
 mod lint_syntax;
+mod mcp_logging;
 mod mcp_rmcp_client;
 mod namespaces;
 mod node_e2e;

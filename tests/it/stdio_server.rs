@@ -21,6 +21,8 @@ pub struct StdioServer {
     early: Vec<Value>,
     /// Notifications (progress, log messages) read while waiting for responses.
     notes: Vec<Value>,
+    /// The server's answer to `initialize`.
+    pub initialize: Value,
 }
 
 impl StdioServer {
@@ -62,6 +64,7 @@ impl StdioServer {
             next_id: 1,
             early: Vec::new(),
             notes: Vec::new(),
+            initialize: Value::Null,
         };
         let id = server.send_request(
             "initialize",
@@ -72,6 +75,7 @@ impl StdioServer {
             .response(id, HANG_GUARD)
             .expect("cordon serve answers initialize");
         assert!(init.get("result").is_some(), "initialize failed: {init}");
+        server.initialize = init;
         server.notify("notifications/initialized");
         server
     }
