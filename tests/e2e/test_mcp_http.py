@@ -233,3 +233,41 @@ def test_http_sdk_ask_rules_are_answered_by_the_client(http_server, workspace, m
         assert not result.is_error and result.structured_content["exit_code"] == 0, result
     else:
         assert err(result) == "denied"
+
+
+@pytest.mark.filterwarnings("ignore:The logging capability is deprecated")
+def test_http_sdk_log_messages_follow_the_level_and_stay_in_their_session(http_server):
+    # Legacy sessions: `logging/setLevel`, then a call stopped by its wall-clock limit. Its
+    # `limit` event is a warning for the calling session only; a session whose level is
+    # `error` gets nothing, and no message carries the command's secrets.
+    got = {"a": [], "b": [], "quiet": []}
+
+    def collector(name):
+        async def on_log(params):
+            got[name].append(params)
+        return on_log
+
+    async def main():
+        async with Client(http_server.transport(), mode="legacy", logging_callback=collector("a")) as a, \
+                Client(http_server.transport(), mode="legacy", logging_callback=collector("b")) as b, \
+                Client(http_server.transport(), mode="legacy", logging_callback=collector("quiet")) as quiet:
+            assert (await a.set_logging_level("info")) is not None
+            await b.set_logging_level("debug")
+            await quiet.set_logging_level("error")
+            r = await a.call_tool("shell_exec", {"command": "sleep 30 # sk-http-secret",
+                                                 "timeout_secs": 1})
+            assert r.structured_content["limit"]["kind"] == "wall_time", r
+            await quiet.call_tool("shell_exec", {"command": "sleep 30", "timeout_secs": 1})
+            for _ in range(100):
+                if any(m.data.get("event") == "limit" for m in got["a"]):
+                    break
+                await anyio.sleep(0.1)
+
+    anyio.run(main)
+    limits = [m for m in got["a"] if m.data.get("event") == "limit"]
+    assert len(limits) == 1, got
+    assert limits[0].level == "warning" and limits[0].logger == "cordon"
+    assert limits[0].data["tool"] == "shell_exec" and limits[0].data["limit"] == "wall_time"
+    assert not [m for m in got["b"] if m.data.get("event") == "limit"], got["b"]
+    assert got["quiet"] == [], got["quiet"]
+    assert "sk-http-secret" not in repr(got)
