@@ -30,6 +30,7 @@ mod namespaces;
 mod node_e2e;
 mod operator_approvals;
 mod parser_worker;
+mod policy_replay;
 mod protected_paths;
 mod protected_view;
 mod python_e2e;
