@@ -137,10 +137,9 @@ pub fn approval_channels(policy: &Policy) -> String {
         })
         .collect();
     format!(
-        "`ask` rules are answered by ({}, in this order): {}; unanswered after {}s, the command \
+        "`ask` rules are answered by {} (`server.approvals`); unanswered after {}s, the command \
          is refused.",
-        "server.approvals",
-        said.join(", else "),
+        said.join(", else by "),
         policy.server.approval_timeout.as_secs()
     )
 }
@@ -534,5 +533,31 @@ fn join_or_none(items: &[String]) -> String {
         "none".into()
     } else {
         items.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn explain_names_the_approval_channels_in_force() {
+        let mut policy = Policy::builtin_default();
+        let text = explain(&policy);
+        let line = text
+            .lines()
+            .find(|l| l.contains("`ask` rules are answered by"))
+            .expect(&text);
+        let (client, operator) = (
+            line.find("the client's user").expect(line),
+            line.find("`cordon approvals`").expect(line),
+        );
+        assert!(client < operator, "elicitation first: {line}");
+        policy.server.approvals = vec![crate::policy::ApprovalChannel::Operator];
+        let line = approval_channels(&policy);
+        assert!(
+            line.contains("`cordon approve ID`") && !line.contains("client's user"),
+            "{line}"
+        );
     }
 }

@@ -1200,6 +1200,38 @@ mod tests {
     }
 
     #[test]
+    fn approval_channels_are_named_once_each_in_order_of_preference() {
+        assert_eq!(
+            Policy::builtin_default().server.approvals,
+            DEFAULT_APPROVALS.to_vec()
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("p.toml");
+        let load = |text: &str| {
+            std::fs::write(&f, format!("extends = \"default\"\n[server]\n{text}\n")).unwrap();
+            Policy::load(f.to_str().unwrap()).map(|p| p.server.approvals)
+        };
+        assert_eq!(
+            load("approvals = [\"operator\", \"elicitation\"]").unwrap(),
+            [ApprovalChannel::Operator, ApprovalChannel::Elicitation]
+        );
+        for (text, says) in [
+            ("approvals = []", "could ask nobody"),
+            (
+                "approvals = [\"email\"]",
+                "`email` is not an approval channel",
+            ),
+            ("approvals = [\"operator\", \"operator\"]", "twice"),
+        ] {
+            let err = load(text).unwrap_err().to_string();
+            assert!(
+                err.contains("field `server.approvals`") && err.contains(says),
+                "{text}: {err}"
+            );
+        }
+    }
+
+    #[test]
     fn invalid_value_cites_file_line_and_field() {
         let dir = tempfile::tempdir().unwrap();
         let base = dir.path().join("base.toml");
