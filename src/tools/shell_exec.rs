@@ -249,7 +249,17 @@ impl Refusal {
 }
 
 /// The `denied` error for a refused command: which rule, why, and how to change the policy.
-pub fn refusal_error(ctx: &Session, reason: &Reason, refusal: &Refusal) -> ToolError {
+pub fn refusal_error(
+    ctx: &Session,
+    reason: &Reason,
+    refusal: &Refusal,
+    by: Option<&AnsweredBy>,
+) -> ToolError {
+    // The operator answers on the host; everything else is the client's user.
+    let who = match by {
+        Some(by) if by.channel == "operator" => "the operator",
+        _ => "the user",
+    };
     let origin = &ctx.runtime.policy.origin;
     let (rule_ref, change) = if reason.rule == ON_UNKNOWN {
         (
@@ -282,7 +292,7 @@ pub fn refusal_error(ctx: &Session, reason: &Reason, refusal: &Refusal) -> ToolE
             reason.command, reason.justification
         ),
         Refusal::Declined => format!(
-            "not run: the user declined it when asked ({rule_ref} asks before `{}`: {}). Do not \
+            "not run: {who} declined it when asked ({rule_ref} asks before `{}`: {}). Do not \
              retry it; ask the user how to proceed.",
             reason.command, reason.justification
         ),
@@ -319,7 +329,7 @@ fn refuse(
     refusal: &Refusal,
     by: Option<AnsweredBy>,
 ) -> ToolOutcome {
-    let error = refusal_error(ctx, reason, refusal);
+    let error = refusal_error(ctx, reason, refusal, by.as_ref());
     let decision = refusal.audit_decision(&reason.rule, by);
     finish::<ShellExec>(ctx, args, &decision, Instant::now(), Err(error))
 }

@@ -10,6 +10,7 @@ generations, and that a client leaving mid-call leaves no process.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -29,7 +30,7 @@ MODES = ["legacy", "2026-07-28"]
 
 
 class HttpServer:
-    def __init__(self, binary, workspace, tmp_path):
+    def __init__(self, binary, workspace, tmp_path, env=None):
         self.token = secrets.token_hex(24)
         token_file = tmp_path / "token"
         token_file.write_text(self.token + "\n")
@@ -39,7 +40,8 @@ class HttpServer:
         self.proc = subprocess.Popen(
             [str(binary), "serve", "--workspace", str(workspace), "--http", "127.0.0.1:0",
              "--http-token-file", str(token_file)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr)
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr,
+            env={**os.environ, **(env or {})})
         deadline = time.monotonic() + 60
         self.url = None
         while time.monotonic() < deadline and self.url is None:
@@ -271,3 +273,53 @@ def test_http_sdk_log_messages_follow_the_level_and_stay_in_their_session(http_s
     assert not [m for m in got["b"] if m.data.get("event") == "limit"], got["b"]
     assert got["quiet"] == [], got["quiet"]
     assert "sk-http-secret" not in repr(got)
+
+
+def test_http_sdk_client_without_elicitation_waits_for_the_operator(cordon_bin, workspace, tmp_path):
+    # A legacy HTTP session whose client declared no elicitation: the `ask` rule's question
+    # waits on the operator's socket, the call reports progress saying so, and
+    # `cordon approve ID` lets it run.
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    approvals_dir = str(run_dir / "cordon")
+    server = HttpServer(cordon_bin, workspace, tmp_path, env={"XDG_RUNTIME_DIR": str(run_dir)})
+    (workspace / "keep.txt").write_text("precious\n")
+    progress = []
+
+    def cli(*args):
+        out = subprocess.run([str(cordon_bin), *args, "--dir", approvals_dir],
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out
+        return out.stdout
+
+    async def on_progress(_progress, _total, message):
+        progress.append(message)
+
+    async def main():
+        async with Client(server.transport(), mode="legacy", read_timeout_seconds=60) as c:
+            result = {}
+
+            async def call():
+                result["r"] = await c.call_tool("shell_exec", {"command": "rm -rf ./*"},
+                                                progress_callback=on_progress)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call)
+                for _ in range(300):
+                    listing = json.loads(cli("approvals", "--json"))
+                    pending = [p for s in listing["servers"] for p in s["pending"]]
+                    if pending:
+                        break
+                    await anyio.sleep(0.1)
+                assert len(pending) == 1 and pending[0]["rule"] == "rm-recursive-workspace", pending
+                cli("approve", pending[0]["id"])
+            return result["r"]
+
+    try:
+        r = anyio.run(main)
+    finally:
+        server.close()
+    assert not r.is_error and r.structured_content["exit_code"] == 0, r
+    assert not (workspace / "keep.txt").exists()
+    assert any("waiting for the operator's approval: run `cordon approvals`" in (m or "")
+               for m in progress), progress

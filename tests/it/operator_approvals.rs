@@ -136,6 +136,10 @@ fn the_operator_answers_an_ask_rule_for_a_client_without_elicitation() {
     let result = &response["result"];
     assert_eq!(result["isError"], true, "{result}");
     assert_eq!(structured(result)["error"]["kind"], "denied", "{result}");
+    assert!(
+        text(result).contains("the operator declined it"),
+        "{result}"
+    );
     assert!(setup.ws().join("keep.txt").exists());
     let progress: Vec<String> = server
         .notifications("notifications/progress", Duration::from_secs(5))
