@@ -78,6 +78,16 @@ fn start_operator(ctx: &Session) -> Result<operator::OperatorChannel, String> {
     {
         return Err("`server.approvals` does not list \"operator\"".into());
     }
+    // The token keeps a confined peer out only where it cannot read it: outside the sandbox
+    // view (namespaces) or outside Landlock's grants. With neither, a command could answer
+    // its own question.
+    let enforcement = runtime.executor.confinement().enforcement();
+    if !enforcement.namespaces && !enforcement.landlock {
+        let why = "without namespaces and without Landlock a confined command could read the \
+                   channel's token and answer its own question";
+        tracing::warn!("operator approvals are off: {why}");
+        return Err(why.into());
+    }
     let root = runtime.workspace.root();
     let plan = runtime.policy.resolve(root).confine;
     let mut granted = vec![root.to_path_buf()];

@@ -416,3 +416,42 @@ fn the_socket_and_its_token_are_private_and_removed_when_the_server_ends() {
 fn rustix_uid() -> u32 {
     std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap())
 }
+
+#[test]
+fn without_namespaces_or_landlock_the_operator_channel_stays_off() {
+    let test = "without_namespaces_or_landlock_the_operator_channel_stays_off";
+    if skip(test, Need::LandlockSeccomp) {
+        return;
+    }
+    let setup = Setup::new();
+    let policy = setup.policy("");
+    let run = setup.run_dir();
+    let audit = setup.audit().display().to_string();
+    let mut server = StdioServer::start(
+        &setup.ws(),
+        &[
+            "--policy",
+            &policy,
+            "--audit-log",
+            &audit,
+            "--allow-degraded",
+        ],
+        "",
+        &[
+            ("XDG_RUNTIME_DIR", &run),
+            ("CORDON_SIMULATE_MISSING", "namespaces,landlock"),
+        ],
+    );
+    let result = server.call("shell_exec", json!({"command": ASK_COMMAND}));
+    assert_eq!(structured(&result)["error"]["kind"], "denied", "{result}");
+    assert!(
+        text(&result).contains("operator channel is not running")
+            && text(&result).contains("read the channel's token"),
+        "{result}"
+    );
+    assert!(setup.ws().join("keep.txt").exists());
+    let sockets = std::fs::read_dir(setup.dir())
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(sockets, 0, "no socket was opened");
+}
