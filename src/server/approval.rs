@@ -146,9 +146,13 @@ async fn ask_operator(
     let waiting = "waiting for the operator's approval: run `cordon approvals` on the host";
     let progress = rctx.meta.get_progress_token();
     let peer = rctx.peer.clone();
+    // Progress must only grow, and the command's own ticks start at 1 (seconds run): the
+    // wait reports 1/2, 2/3, 3/4, … which stay below it however long the wait.
+    let sent = std::sync::atomic::AtomicU32::new(0);
     let notify = |message: String| {
         if let Some(token) = &progress {
-            let param = rmcp::model::ProgressNotificationParam::new(token.clone(), 0.0)
+            let n = f64::from(sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1);
+            let param = rmcp::model::ProgressNotificationParam::new(token.clone(), n / (n + 1.0))
                 .with_message(message);
             let peer = peer.clone();
             tokio::spawn(async move {
@@ -156,7 +160,11 @@ async fn ask_operator(
             });
         }
     };
+    let question = std::sync::Mutex::new(String::new());
     let opened = |id: &str| {
+        if let Ok(mut q) = question.lock() {
+            *q = id.to_owned();
+        }
         notify(format!("{waiting} (question {id}, rule `{}`)", reason.rule));
         crate::events::emit_for_call(
             crate::events::Level::Notice,
@@ -169,16 +177,32 @@ async fn ask_operator(
             }),
         );
     };
-    let waited = operator
-        .ask(
-            &args.command,
-            &reason.rule,
-            &reason.justification,
-            approvals.timeout,
-            &rctx.ct,
-            opened,
-        )
-        .await;
+    let asked = operator.ask(
+        &args.command,
+        &reason.rule,
+        &reason.justification,
+        approvals.timeout,
+        &rctx.ct,
+        opened,
+    );
+    tokio::pin!(asked);
+    // Repeated while the question waits, so clients that time out quiet calls keep it open.
+    let started = Instant::now();
+    let mut tick =
+        tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
+    let waited = loop {
+        tokio::select! {
+            waited = &mut asked => break waited,
+            _ = tick.tick() => {
+                let id = question.lock().map(|q| q.clone()).unwrap_or_default();
+                notify(format!(
+                    "{waiting} (question {id}, {}s so far, at most {}s)",
+                    started.elapsed().as_secs(),
+                    approvals.timeout.as_secs()
+                ));
+            }
+        }
+    };
     match waited {
         Waited::Answered(verdict) => {
             let by = AnsweredBy {
@@ -203,6 +227,9 @@ async fn ask_operator(
         ),
     }
 }
+
+/// How often a call waiting for the operator says so again.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
 /// Who answers through the client: its `clientInfo` name, or "the client" if it gave none.
 fn client_user(rctx: &RequestContext<RoleServer>, channel: &'static str) -> AnsweredBy {

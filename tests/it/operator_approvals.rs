@@ -130,6 +130,8 @@ fn the_operator_answers_an_ask_rule_for_a_client_without_elicitation() {
         "{table}"
     );
     let qid = question["id"].as_str().unwrap();
+    // Long enough for the wait to be reported again (every 5 s).
+    std::thread::sleep(Duration::from_secs(6));
     let denied = setup.cli(&["deny", qid]);
     assert!(denied.status.success(), "{denied:?}");
     let response = server.response(id, HANG_GUARD).expect("an answer");
@@ -141,16 +143,31 @@ fn the_operator_answers_an_ask_rule_for_a_client_without_elicitation() {
         "{result}"
     );
     assert!(setup.ws().join("keep.txt").exists());
-    let progress: Vec<String> = server
+    let progress: Vec<(f64, String)> = server
         .notifications("notifications/progress", Duration::from_secs(5))
         .iter()
         .filter(|n| n["method"] == "notifications/progress")
-        .map(|n| n["params"]["message"].as_str().unwrap_or("").to_owned())
+        .map(|n| {
+            (
+                n["params"]["progress"].as_f64().unwrap(),
+                n["params"]["message"].as_str().unwrap_or("").to_owned(),
+            )
+        })
         .collect();
     assert!(
-        progress.iter().any(|m| m
-            .contains("waiting for the operator's approval: run `cordon approvals`")
-            && m.contains(qid)),
+        progress.len() >= 2,
+        "said again while waiting: {progress:?}"
+    );
+    for (_, m) in &progress {
+        assert!(
+            m.contains("waiting for the operator's approval: run `cordon approvals`")
+                && m.contains(qid),
+            "{progress:?}"
+        );
+    }
+    // Progress only grows, and stays below the command's own first tick (1 s run).
+    assert!(
+        progress.windows(2).all(|w| w[0].0 < w[1].0) && progress.iter().all(|p| p.0 < 1.0),
         "{progress:?}"
     );
     // An answered question is gone; answering it again says so.
