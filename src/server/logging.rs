@@ -105,6 +105,43 @@ impl Logging {
     }
 }
 
+/// The log level a 2026-07-28 request carries in its `_meta` (that revision has no
+/// `logging/setLevel` and no session): the events of its own call, and the server-wide ones
+/// emitted meanwhile, go to the request's peer while it runs. Run the call under
+/// [`Self::key`], then [`Self::finish`] it so the last events go out before the answer.
+pub struct RequestLogging {
+    key: SessionKey,
+    forwarder: tokio::task::JoinHandle<()>,
+}
+
+impl RequestLogging {
+    /// Starts forwarding for one request whose `_meta` names `level`.
+    pub fn start(level: Option<LoggingLevel>, peer: Peer<RoleServer>) -> Option<Self> {
+        let key = SessionKey::fresh();
+        let mut queue = events::Events::global()
+            .subscribe(key, from_mcp(level?))
+            .ok()??;
+        let forwarder = tokio::spawn(async move {
+            while let Some(event) = queue.events.recv().await {
+                if peer.notify_logging_message(message(event)).await.is_err() {
+                    break;
+                }
+            }
+        });
+        Some(Self { key, forwarder })
+    }
+
+    pub fn key(&self) -> SessionKey {
+        self.key
+    }
+
+    /// Ends the subscription and waits (briefly) until what was queued has been sent.
+    pub async fn finish(self) {
+        events::Events::global().unsubscribe(self.key);
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), self.forwarder).await;
+    }
+}
+
 impl Drop for Logging {
     fn drop(&mut self) {
         events::Events::global().unsubscribe(self.key);

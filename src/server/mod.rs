@@ -598,12 +598,24 @@ impl ServerHandler for CordonServer {
         } else {
             self.note_client(&context);
         }
+        // A 2026-07-28 request names its log level in `_meta` (no setLevel, no session).
+        let request_log = context
+            .protocol_version()
+            .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28)
+            .then(|| logging::RequestLogging::start(context.meta.log_level(), context.peer.clone()))
+            .flatten();
+        let key = request_log
+            .as_ref()
+            .map_or(self.logging.key(), logging::RequestLogging::key);
         let tcc = ToolCallContext::new(self, request, context);
-        let call = crate::events::in_session(self.logging.key(), self.tool_router.call(tcc));
+        let call = crate::events::in_session(key, self.tool_router.call(tcc));
         let response = match origin {
             Some(origin) => crate::audit::CALL_ORIGIN.scope(origin, call).await?,
             None => call.await?,
         };
+        if let Some(log) = request_log {
+            log.finish().await;
+        }
         let response = fits_output_schema(response, output_schema.as_deref());
         let Some(spilled) = resources::spilled_file(&response) else {
             return Ok(response);

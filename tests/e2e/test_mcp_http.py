@@ -323,3 +323,34 @@ def test_http_sdk_client_without_elicitation_waits_for_the_operator(cordon_bin, 
     assert not (workspace / "keep.txt").exists()
     assert any("waiting for the operator's approval: run `cordon approvals`" in (m or "")
                for m in progress), progress
+
+
+@pytest.mark.filterwarnings("ignore:The logging capability is deprecated")
+@pytest.mark.parametrize("transport", ["http", "stdio"])
+def test_2026_requests_name_their_log_level_in_meta(http_server, cordon_bin, workspace, transport):
+    # 2026-07-28 has no logging/setLevel and no session: the SDK sends `log_level` in each
+    # request's `_meta`, and that request's events come with its answer.
+    from mcp import StdioServerParameters
+
+    got = []
+
+    async def on_log(params):
+        got.append(params)
+
+    server = http_server.transport() if transport == "http" else StdioServerParameters(
+        command=str(cordon_bin), args=["serve", "--workspace", str(workspace)])
+
+    async def main():
+        async with Client(server, mode="2026-07-28", logging_callback=on_log,
+                          log_level="warning") as c:
+            r = await c.call_tool("shell_exec", {"command": "sleep 30 # sk-meta-secret",
+                                                 "timeout_secs": 1})
+            assert r.structured_content["limit"]["kind"] == "wall_time", r
+            quiet = await c.call_tool("shell_exec", {"command": "echo quiet"})
+            assert quiet.structured_content["exit_code"] == 0
+            await anyio.sleep(0.3)
+
+    anyio.run(main)
+    limits = [m for m in got if m.data.get("event") == "limit"]
+    assert len(limits) == 1 and limits[0].level == "warning", got
+    assert "sk-meta-secret" not in repr(got)
