@@ -115,6 +115,17 @@ pub struct RequestLogging {
 }
 
 impl RequestLogging {
+    /// For a 2026-07-28 request that names a level in `_meta`; None for any other.
+    pub fn for_request(context: &rmcp::service::RequestContext<RoleServer>) -> Option<Self> {
+        let modern = context
+            .protocol_version()
+            .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28);
+        if !modern {
+            return None;
+        }
+        Self::start(context.meta.log_level(), context.peer.clone())
+    }
+
     /// Starts forwarding for one request whose `_meta` names `level`.
     pub fn start(level: Option<LoggingLevel>, peer: Peer<RoleServer>) -> Option<Self> {
         let key = SessionKey::fresh();

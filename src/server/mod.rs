@@ -4,8 +4,9 @@
 //! Owns everything that knows MCP types on the way in and out: tool descriptions and
 //! annotations, schemas patched with the policy's bounds and made portable (`schema`), results
 //! made to fit their `outputSchema` (argument errors included), unknown tools and methods named
-//! back, the spill area as resources (`resources`), asking the user (`approval`), the server
-//! instructions, and what a failed start answers (`failed_start`). The work itself is in
+//! back, the spill area as resources (`resources`), asking the user (`approval`) or the
+//! operator (`operator`), log messages (`logging`), the server instructions, and what a failed
+//! start answers (`failed_start`). The work itself is in
 //! `tools`; this module only translates a request context into a tool's arguments and hooks
 //! (cancellation, progress, the `approval::Asker` `shell_exec` asks through) and unwraps the
 //! `shape::ToolOutcome` it answers. One [`CordonServer`] serves one client session
@@ -64,43 +65,6 @@ pub struct CordonServer {
     logging: Arc<logging::Logging>,
     /// The operator's approval channel (one per server), or why it is not running.
     operator: Arc<Result<operator::OperatorChannel, String>>,
-}
-
-/// Starts the operator channel when `server.approvals` names it; otherwise, or when it cannot
-/// start (said on stderr), the reason it is not running.
-fn start_operator(ctx: &Session) -> Result<operator::OperatorChannel, String> {
-    let runtime = &ctx.runtime;
-    if !runtime
-        .policy
-        .server
-        .approvals
-        .contains(&crate::policy::ApprovalChannel::Operator)
-    {
-        return Err("`server.approvals` does not list \"operator\"".into());
-    }
-    // The token keeps a confined peer out only where it cannot read it: outside the sandbox
-    // view (namespaces) or outside Landlock's grants. With neither, a command could answer
-    // its own question.
-    let enforcement = runtime.executor.confinement().enforcement();
-    if !enforcement.namespaces && !enforcement.landlock {
-        let why = "without namespaces and without Landlock a confined command could read the \
-                   channel's token and answer its own question";
-        tracing::warn!("operator approvals are off: {why}");
-        return Err(why.into());
-    }
-    let root = runtime.workspace.root();
-    let plan = runtime.policy.resolve(root).confine;
-    let mut granted = vec![root.to_path_buf()];
-    granted.extend(
-        plan.read_exec
-            .into_iter()
-            .chain(plan.read_write)
-            .chain(plan.devices),
-    );
-    operator::OperatorChannel::start(root, &granted).map_err(|e| {
-        tracing::warn!("operator approvals are off: {e}");
-        e.to_string()
-    })
 }
 
 /// What every HTTP session's server shares: the stateless scopes, the registry that ends a
@@ -198,7 +162,7 @@ impl CordonServer {
             ctx.runtime.policy.server.approval_timeout,
         ));
         let own = scope::Scope::new(Arc::clone(&ctx), Arc::clone(&approvals), None);
-        let operator = Arc::new(start_operator(&ctx));
+        let operator = Arc::new(operator::start_for(&ctx));
         Self {
             ctx,
             tool_router,
@@ -598,12 +562,7 @@ impl ServerHandler for CordonServer {
         } else {
             self.note_client(&context);
         }
-        // A 2026-07-28 request names its log level in `_meta` (no setLevel, no session).
-        let request_log = context
-            .protocol_version()
-            .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28)
-            .then(|| logging::RequestLogging::start(context.meta.log_level(), context.peer.clone()))
-            .flatten();
+        let request_log = logging::RequestLogging::for_request(&context);
         let key = request_log
             .as_ref()
             .map_or(self.logging.key(), logging::RequestLogging::key);

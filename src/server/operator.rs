@@ -75,6 +75,43 @@ pub fn channel_dir() -> PathBuf {
     }
 }
 
+/// Starts the operator channel when `server.approvals` names it; otherwise, or when it cannot
+/// start (said on stderr), the reason it is not running.
+pub fn start_for(ctx: &crate::runtime::Session) -> Result<OperatorChannel, String> {
+    let runtime = &ctx.runtime;
+    if !runtime
+        .policy
+        .server
+        .approvals
+        .contains(&crate::policy::ApprovalChannel::Operator)
+    {
+        return Err("`server.approvals` does not list \"operator\"".into());
+    }
+    // The token keeps a confined peer out only where it cannot read it: outside the sandbox
+    // view (namespaces) or outside Landlock's grants. With neither, a command could answer
+    // its own question.
+    let enforcement = runtime.executor.confinement().enforcement();
+    if !enforcement.namespaces && !enforcement.landlock {
+        let why = "without namespaces and without Landlock a confined command could read the \
+                   channel's token and answer its own question";
+        tracing::warn!("operator approvals are off: {why}");
+        return Err(why.into());
+    }
+    let root = runtime.workspace.root();
+    let plan = runtime.policy.resolve(root).confine;
+    let mut granted = vec![root.to_path_buf()];
+    granted.extend(
+        plan.read_exec
+            .into_iter()
+            .chain(plan.read_write)
+            .chain(plan.devices),
+    );
+    OperatorChannel::start(root, &granted).map_err(|e| {
+        tracing::warn!("operator approvals are off: {e}");
+        e.to_string()
+    })
+}
+
 /// A request to a server's channel (one JSON line).
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
