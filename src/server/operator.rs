@@ -203,13 +203,18 @@ impl OperatorChannel {
         workspace: &Path,
         granted: &[PathBuf],
     ) -> Result<Self, OperatorError> {
+        // Judged before anything is made, on the path as it will resolve (its parent's real
+        // path), and again on the directory as it is.
+        let planned = match (dir.parent(), dir.file_name()) {
+            (Some(parent), Some(name)) => parent
+                .canonicalize()
+                .map(|p| p.join(name))
+                .unwrap_or_else(|_| dir.to_owned()),
+            _ => dir.to_owned(),
+        };
+        visible_to_confined(&planned, granted)?;
         let dir = private_dir(dir)?;
-        for g in granted {
-            let g = g.canonicalize().unwrap_or_else(|_| g.clone());
-            if dir.starts_with(&g) {
-                return Err(OperatorError::Visible { dir, granted: g });
-            }
-        }
+        visible_to_confined(&dir, granted)?;
         let pid = std::process::id();
         let socket = dir.join(format!("approvals-{pid}.sock"));
         let token_file = dir.join(format!("approvals-{pid}.token"));
@@ -327,6 +332,20 @@ impl Drop for Forget<'_> {
             q.remove(self.id);
         }
     }
+}
+
+/// Refuses `dir` when it lies beneath a path confined processes may read.
+fn visible_to_confined(dir: &Path, granted: &[PathBuf]) -> Result<(), OperatorError> {
+    for g in granted {
+        let g = g.canonicalize().unwrap_or_else(|_| g.clone());
+        if dir.starts_with(&g) {
+            return Err(OperatorError::Visible {
+                dir: dir.to_owned(),
+                granted: g,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// `dir` made (mode 0700) or checked: a real directory of ours that nobody else can enter.
@@ -513,11 +532,16 @@ mod tests {
     #[tokio::test]
     async fn a_directory_beneath_a_granted_path_is_refused() {
         let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir(tmp.path().join("ws")).unwrap();
         let dir = tmp.path().join("ws/.cordon/approvals");
         let err = OperatorChannel::start_in(&dir, &tmp.path().join("ws"), &[tmp.path().join("ws")])
             .err()
             .expect("refused");
         assert!(matches!(err, OperatorError::Visible { .. }), "{err}");
+        assert!(
+            !tmp.path().join("ws/.cordon").exists(),
+            "nothing was made in the workspace"
+        );
     }
 
     #[test]

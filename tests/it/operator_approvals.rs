@@ -472,3 +472,32 @@ fn without_namespaces_or_landlock_the_operator_channel_stays_off() {
         .unwrap_or(0);
     assert_eq!(sockets, 0, "no socket was opened");
 }
+
+#[test]
+fn an_approvals_directory_inside_the_workspace_is_refused() {
+    let test = "an_approvals_directory_inside_the_workspace_is_refused";
+    if skip(test, Need::LandlockSeccomp) {
+        return;
+    }
+    let setup = Setup::new();
+    let policy = setup.policy("");
+    let inside = setup.ws().join("run").display().to_string();
+    let mut server = StdioServer::start(
+        &setup.ws(),
+        &["--policy", &policy],
+        "",
+        &[("XDG_RUNTIME_DIR", &inside)],
+    );
+    let result = server.call("shell_exec", json!({"command": ASK_COMMAND}));
+    assert_eq!(structured(&result)["error"]["kind"], "denied", "{result}");
+    assert!(
+        text(&result).contains("operator channel is not running")
+            && text(&result).contains("which confined processes may read"),
+        "{result}"
+    );
+    assert!(
+        !setup.ws().join("run").exists(),
+        "nothing made in the workspace"
+    );
+    assert!(setup.ws().join("keep.txt").exists());
+}
