@@ -282,6 +282,11 @@ async fn analyse(
     let Some(parser) = &runtime.parser else {
         return Ok(out);
     };
+    // A worker that cannot start at all would make every line `on_analysis_failure`: say so
+    // instead of reporting changes that are not the policy's.
+    parser.warm_up().await.map_err(|e| {
+        super::policy::PolicyCliError::Examples(crate::parser::StartupError::from(e))
+    })?;
     for batch in lines.chunks(BATCH) {
         match parser.analyze(batch).await {
             Ok(analyses) if analyses.len() == batch.len() => {
