@@ -75,7 +75,18 @@ pub enum Decision {
     Ask {
         rule: String,
         answer: Answer,
+        /// Who answered, through which channel (logged as the record's `approval`).
+        by: Option<AnsweredBy>,
     },
+}
+
+/// Who answered an approval question and how: `elicitation` (the client's user, named by the
+/// client's `clientInfo`), `input_required` (the same in a 2026-07-28 session) or `operator`
+/// (`cordon approve`/`deny` on the host, named by the kernel's credentials of its process).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AnsweredBy {
+    pub channel: &'static str,
+    pub by: String,
 }
 
 /// How an `ask` ended.
@@ -114,7 +125,7 @@ impl std::fmt::Display for Decision {
         match self {
             Decision::Allow => f.write_str("allow"),
             Decision::Deny { rule } => write!(f, "deny:{rule}"),
-            Decision::Ask { rule, answer } => write!(f, "ask:{rule}:{}", answer.as_str()),
+            Decision::Ask { rule, answer, .. } => write!(f, "ask:{rule}:{}", answer.as_str()),
         }
     }
 }
@@ -207,6 +218,8 @@ struct Line<'a> {
     session: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     subject: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    approval: Option<&'a AnsweredBy>,
 }
 
 impl AuditLog {
@@ -242,12 +255,17 @@ impl AuditLog {
             .or_else(|| self.client.lock().ok().and_then(|c| c.clone()))
             .unwrap_or(Value::Null);
         let (session, subject) = origin.map_or((None, None), |o| (o.session, o.subject));
+        let approval = match &record.decision {
+            Decision::Ask { by, .. } => by.as_ref(),
+            _ => None,
+        };
         let line = Line {
             record,
             client,
             policy: &self.options.policy,
             session,
             subject,
+            approval,
         };
         let Ok(mut line) = serde_json::to_vec(&line) else {
             return;
@@ -452,6 +470,7 @@ mod tests {
         let ask = |answer| Decision::Ask {
             rule: "force-push".into(),
             answer,
+            by: None,
         };
         assert_eq!(Decision::Allow.to_string(), "allow");
         assert_eq!(
@@ -488,6 +507,35 @@ mod tests {
             serde_json::json!({"error": "timeout", "exit_code": null, "limit": null,
                                "signal": "SIGKILL", "timed_out": true})
         );
+    }
+
+    #[test]
+    fn an_answered_question_names_who_answered_and_how() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let log = AuditLog::open(&path, options(0)).unwrap();
+        let mut answered = record();
+        answered.decision = Decision::Ask {
+            rule: "force-push".into(),
+            answer: Answer::Approved,
+            by: Some(AnsweredBy {
+                channel: "operator",
+                by: "uid 1000, pid 42".into(),
+            }),
+        };
+        log.record(&answered);
+        log.record(&record());
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines[0]["decision"], "ask:force-push:approved");
+        assert_eq!(
+            lines[0]["approval"],
+            serde_json::json!({"channel": "operator", "by": "uid 1000, pid 42"})
+        );
+        assert!(lines[1].get("approval").is_none(), "{}", lines[1]);
     }
 
     #[test]

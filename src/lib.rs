@@ -50,6 +50,8 @@
 //! * [`shape`]: presentation: long output cut with spill, text hygiene, the tool result.
 //! * [`error_kind`]: the SPEC error kinds every stage names its failures in.
 //! * [`audit`]: typed audit records and the append-only log they go to.
+//! * [`events`]: server events for clients (quarantine, limits, view rebuilt, parser worker
+//!   restarted, degraded enforcement), sent by `server` as MCP log messages.
 //! * [`text`]: cutting text to a number of characters, one way everywhere.
 //! * [`doctor`]: live proof, on the running kernel, that the confinement holds.
 //! * [`egress`]: the proxy that lets a proxy-mode policy reach hosts by name (started by
@@ -67,6 +69,7 @@ pub mod confine;
 pub mod doctor;
 pub mod egress;
 pub mod error_kind;
+pub mod events;
 pub mod exec;
 pub mod files;
 pub mod interpreter;

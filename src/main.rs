@@ -93,10 +93,36 @@ enum Command {
         #[arg(long)]
         allow_degraded: bool,
     },
-    /// Show, check or explain a policy.
+    /// Show, check, explain or replay a policy.
     Policy {
         #[command(subcommand)]
         action: PolicyAction,
+    },
+    /// List the approval questions waiting for the operator (command, rule, reason, age) on
+    /// every running cordon server of this user.
+    Approvals {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// The approvals directory (default: $XDG_RUNTIME_DIR/cordon, else /tmp/cordon-UID).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// Approve a waiting question: its command runs.
+    Approve {
+        /// The question's id, as `cordon approvals` lists it.
+        id: String,
+        /// The approvals directory (default: $XDG_RUNTIME_DIR/cordon, else /tmp/cordon-UID).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// Deny a waiting question: its command is refused.
+    Deny {
+        /// The question's id, as `cordon approvals` lists it.
+        id: String,
+        /// The approvals directory (default: $XDG_RUNTIME_DIR/cordon, else /tmp/cordon-UID).
+        #[arg(long)]
+        dir: Option<PathBuf>,
     },
     /// Attempt one forbidden operation (used by `doctor` and the tests).
     #[command(hide = true)]
@@ -186,6 +212,18 @@ enum PolicyAction {
         /// Built-in policy name (default, dev, strict) or a policy file.
         #[arg(default_value = "default")]
         policy: String,
+    },
+    /// Re-decide every call of an audit log under a policy and list the decisions that would
+    /// change (exit 1 when one does, 0 when none does).
+    Replay {
+        /// The audit log (JSON lines, as `serve --audit-log` writes it).
+        audit_log: PathBuf,
+        /// The candidate policy (built-in name or file). Default: the one the log names.
+        #[arg(long)]
+        policy: Option<String>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -330,13 +368,53 @@ async fn run(command: Command) -> Result<i32> {
                 PolicyAction::Explain { policy: name } => {
                     print!("{}", policy::explain(&Policy::load(&name)?));
                 }
+                PolicyAction::Replay {
+                    audit_log,
+                    policy: candidate,
+                    json,
+                } => {
+                    use cordon::cli::replay;
+                    let report = replay::run(&audit_log, candidate.as_deref()).await?;
+                    if json {
+                        println!("{}", serde_json::to_string_pretty(&report)?);
+                    } else {
+                        print!("{}", replay::render(&report));
+                    }
+                    return Ok(if report.changed.is_empty() { 0 } else { 1 });
+                }
             }
             Ok(0)
         }
+        Command::Approvals { json, dir } => {
+            use cordon::cli::approvals;
+            let dir = approvals::dir_or_default(dir);
+            let listing = approvals::list(&dir)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&listing)?);
+            } else {
+                print!("{}", approvals::render(&listing, &dir));
+            }
+            Ok(0)
+        }
+        Command::Approve { id, dir } => answer_question(id, dir, true),
+        Command::Deny { id, dir } => answer_question(id, dir, false),
         Command::Probe { .. } | Command::ParseWorker => {
             unreachable!("handled before the runtime starts")
         }
     }
+}
+
+/// `cordon approve ID` / `cordon deny ID`.
+fn answer_question(id: String, dir: Option<PathBuf>, approve: bool) -> Result<i32> {
+    use cordon::cli::approvals;
+    let dir = approvals::dir_or_default(dir);
+    let socket = approvals::answer(&dir, &id, approve)?;
+    println!(
+        "{} {id} (server {})",
+        if approve { "approved" } else { "denied" },
+        socket.display()
+    );
+    Ok(0)
 }
 
 fn workspace_or_cwd(workspace: Option<PathBuf>) -> Result<PathBuf> {

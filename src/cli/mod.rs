@@ -1,7 +1,10 @@
-//! Terminal commands that are more than a call into the library: `cordon lint` and
-//! `cordon policy …`, and the choice of workspace every command makes. They print for people
+//! Terminal commands that are more than a call into the library: `cordon lint`,
+//! `cordon policy …` (with `policy replay`), the operator's `cordon approvals`/`approve`/
+//! `deny`, and the choice of workspace every command makes. They print for people
 //! (or `--json` for scripts); the MCP server itself never uses this module.
 
+pub mod approvals;
 pub mod lint;
 pub mod policy;
+pub mod replay;
 pub mod workspace;

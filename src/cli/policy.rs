@@ -145,6 +145,32 @@ pub fn check(policy: &Policy) -> Result<String, PolicyCliError> {
     Ok(out)
 }
 
+/// Who answers an `ask` rule under `policy` (`server.approvals`), in words.
+pub fn approval_channels(policy: &Policy) -> String {
+    use crate::policy::ApprovalChannel;
+    let said: Vec<String> = policy
+        .server
+        .approvals
+        .iter()
+        .map(|c| match c {
+            ApprovalChannel::Elicitation => {
+                "the client's user (elicitation, where the client declared it)".to_owned()
+            }
+            ApprovalChannel::Operator => format!(
+                "the operator on the host (`cordon approvals`, then `cordon approve ID` or \
+                 `cordon deny ID`; socket in {})",
+                crate::server::operator::channel_dir().display()
+            ),
+        })
+        .collect();
+    format!(
+        "`ask` rules are answered by {} (`server.approvals`); unanswered after {}s, the command \
+         is refused.",
+        said.join(", else by "),
+        policy.server.approval_timeout.as_secs()
+    )
+}
+
 /// The policy in plain language, with what this kernel can enforce of it.
 pub fn explain(policy: &Policy) -> String {
     let kernel = KernelSupport::detect();
@@ -332,6 +358,7 @@ pub fn explain(policy: &Policy) -> String {
         "  Commands no rule can judge (dynamic program names, unparsable input): {}.",
         decision(&policy.commands.on_unknown)
     );
+    let _ = writeln!(o, "  {}", approval_channels(policy));
 
     let i = &policy.interpreter;
     let _ = writeln!(o, "\nPython sessions (code_interpreter)");
@@ -599,5 +626,31 @@ fn join_or_none(items: &[String]) -> String {
         "none".into()
     } else {
         items.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn explain_names_the_approval_channels_in_force() {
+        let mut policy = Policy::builtin_default();
+        let text = explain(&policy);
+        let line = text
+            .lines()
+            .find(|l| l.contains("`ask` rules are answered by"))
+            .expect(&text);
+        let (client, operator) = (
+            line.find("the client's user").expect(line),
+            line.find("`cordon approvals`").expect(line),
+        );
+        assert!(client < operator, "elicitation first: {line}");
+        policy.server.approvals = vec![crate::policy::ApprovalChannel::Operator];
+        let line = approval_channels(&policy);
+        assert!(
+            line.contains("`cordon approve ID`") && !line.contains("client's user"),
+            "{line}"
+        );
     }
 }

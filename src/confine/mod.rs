@@ -495,6 +495,14 @@ impl Confinement {
                 let fresh = Arc::new(fresh);
                 current.retire();
                 *slot = Some(Arc::clone(&fresh));
+                crate::events::emit(
+                    crate::events::Level::Info,
+                    "view_rebuilt",
+                    serde_json::json!({
+                        "reason": why,
+                        "message": format!("{why}: the sandbox view was rebuilt for the next calls"),
+                    }),
+                );
                 Ok(fresh)
             }
             // A dead init is never replaced by the weaker per-child path: the call fails.
@@ -503,6 +511,17 @@ impl Confinement {
                 // Keep serving with the view we have, and say so: a protected path that
                 // appeared since is then writable by commands until the next attempt.
                 tracing::warn!("{why}, but the view cannot be rebuilt: {e}");
+                crate::events::emit(
+                    crate::events::Level::Warning,
+                    "view_rebuild_failed",
+                    serde_json::json!({
+                        "reason": why,
+                        "message": format!(
+                            "{why}, but the sandbox view cannot be rebuilt; calls keep the old \
+                             view until the next attempt"
+                        ),
+                    }),
+                );
                 Ok(current)
             }
         })

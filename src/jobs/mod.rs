@@ -161,9 +161,30 @@ impl JobTable {
         let id = format!("job-{number}");
         let events = Arc::clone(&self.events);
         let observer = self.observer.clone();
+        // The client's log messages: captured now, inside the call (the supervisor runs
+        // outside any call).
+        let session = crate::events::SessionKey::current();
         let on_end = Box::new(move |event: JobEvent| {
             if let Some(observe) = &observer {
                 observe(&event);
+            }
+            if let Some(session) = session {
+                let level = match event.state.as_str() {
+                    "exited" => crate::events::Level::Info,
+                    _ => crate::events::Level::Warning,
+                };
+                // cordon's own words only: the reason names bounds and signals, never the
+                // command line or its output.
+                crate::events::emit_to(
+                    session,
+                    level,
+                    "job_ended",
+                    serde_json::json!({
+                        "job": event.id,
+                        "state": event.state,
+                        "message": format!("job {} ended: {}", event.id, event.reason),
+                    }),
+                );
             }
             let mut e = events.lock().unwrap_or_else(|e| e.into_inner());
             if e.queue.len() >= MAX_EVENTS {

@@ -285,6 +285,17 @@ impl ParserClient {
                 });
             }
             state.starts.push_back(now);
+            if state.generation > 0 {
+                crate::events::emit(
+                    crate::events::Level::Warning,
+                    "parser_restarted",
+                    serde_json::json!({
+                        "starts_in_window": state.starts.len(),
+                        "message": "the parser worker (command analysis, syntax checks) \
+                                    ended and is started again",
+                    }),
+                );
+            }
             state.generation += 1;
             state.live = Some(self.start(state.generation)?);
         }

@@ -206,8 +206,68 @@ pub struct ServerPolicy {
     /// How long a question to the user (an `ask` rule) waits for an answer before the
     /// command is refused.
     pub approval_timeout: Duration,
+    /// Who answers an `ask` rule, in order of preference: the first channel available for
+    /// the call asks (elicitation needs a client that declared it; the operator channel a
+    /// running `approvals` socket).
+    pub approvals: Vec<ApprovalChannel>,
     /// `[server.http]`: bounds of `serve --http` (unused on stdio).
     pub http: HttpPolicy,
+}
+
+/// One way to ask whether an `ask` rule's command may run (`server.approvals`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalChannel {
+    /// The client asks its user (`elicitation/create`, or `input_required` in 2026-07-28).
+    Elicitation,
+    /// The operator answers on the host: `cordon approvals`, `cordon approve ID`.
+    Operator,
+}
+
+impl ApprovalChannel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Elicitation => "elicitation",
+            Self::Operator => "operator",
+        }
+    }
+}
+
+/// `server.approvals` when the policy names none: the client's user where it can be asked,
+/// else the operator.
+pub const DEFAULT_APPROVALS: [ApprovalChannel; 2] =
+    [ApprovalChannel::Elicitation, ApprovalChannel::Operator];
+
+/// `server.approvals` validated: known names, none twice, at least one.
+fn approval_channels(list: Option<Vec<String>>) -> Result<Vec<ApprovalChannel>, String> {
+    let Some(list) = list else {
+        return Ok(DEFAULT_APPROVALS.to_vec());
+    };
+    if list.is_empty() {
+        return Err(
+            "is empty, so an `ask` rule could ask nobody: list \"elicitation\", \
+                    \"operator\" or both (or make the rule `deny`)"
+                .into(),
+        );
+    }
+    let mut out = Vec::new();
+    for name in &list {
+        let channel = match name.as_str() {
+            "elicitation" => ApprovalChannel::Elicitation,
+            "operator" => ApprovalChannel::Operator,
+            other => {
+                return Err(format!(
+                    "`{other}` is not an approval channel: use \"elicitation\" (the client asks \
+                     its user) or \"operator\" (`cordon approvals` on the host)"
+                ));
+            }
+        };
+        if out.contains(&channel) {
+            return Err(format!("lists `{name}` twice"));
+        }
+        out.push(channel);
+    }
+    Ok(out)
 }
 
 /// `[server.http]`: who may talk to `serve --http` and how much. The bind address and the
@@ -875,6 +935,8 @@ fn validate(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
             "server.approval_timeout_secs",
             Some(raw.server.approval_timeout_secs.unwrap_or(300)),
         )?),
+        approvals: approval_channels(raw.server.approvals)
+            .map_err(|m| invalid("server.approvals", m))?,
         http: resolve_http(raw.server.http, &invalid, &positive)?,
     };
 
@@ -1141,6 +1203,38 @@ mod tests {
         let err = Policy::load(f.to_str().unwrap()).unwrap_err().to_string();
         assert!(err.contains("line 3"), "{err}");
         assert!(err.contains("memroy_mb"), "{err}");
+    }
+
+    #[test]
+    fn approval_channels_are_named_once_each_in_order_of_preference() {
+        assert_eq!(
+            Policy::builtin_default().server.approvals,
+            DEFAULT_APPROVALS.to_vec()
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("p.toml");
+        let load = |text: &str| {
+            std::fs::write(&f, format!("extends = \"default\"\n[server]\n{text}\n")).unwrap();
+            Policy::load(f.to_str().unwrap()).map(|p| p.server.approvals)
+        };
+        assert_eq!(
+            load("approvals = [\"operator\", \"elicitation\"]").unwrap(),
+            [ApprovalChannel::Operator, ApprovalChannel::Elicitation]
+        );
+        for (text, says) in [
+            ("approvals = []", "could ask nobody"),
+            (
+                "approvals = [\"email\"]",
+                "`email` is not an approval channel",
+            ),
+            ("approvals = [\"operator\", \"operator\"]", "twice"),
+        ] {
+            let err = load(text).unwrap_err().to_string();
+            assert!(
+                err.contains("field `server.approvals`") && err.contains(says),
+                "{text}: {err}"
+            );
+        }
     }
 
     #[test]

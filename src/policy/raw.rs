@@ -177,6 +177,8 @@ pub struct RawServer {
     pub audit_log_max_kb: Option<u64>,
     pub audit_log_values: Option<bool>,
     pub approval_timeout_secs: Option<u64>,
+    /// Who answers an `ask` rule, in order of preference (`elicitation`, `operator`).
+    pub approvals: Option<Vec<String>>,
     #[serde(default)]
     pub http: RawHttp,
 }
@@ -316,6 +318,7 @@ impl Overlay for RawServer {
             audit_log_max_kb: self.audit_log_max_kb.or(base.audit_log_max_kb),
             audit_log_values: self.audit_log_values.or(base.audit_log_values),
             approval_timeout_secs: self.approval_timeout_secs.or(base.approval_timeout_secs),
+            approvals: self.approvals.or(base.approvals),
             // A sub-table overlays field by field too, so a policy can change one HTTP bound.
             http: self.http.overlay(base.http),
         }

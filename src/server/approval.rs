@@ -1,16 +1,22 @@
-//! Asking the user before a command that a policy rule marks `ask`.
+//! Asking before a command that a policy rule marks `ask`.
 //!
-//! Owns the two ways MCP has to ask: `elicitation/create` sent to the client in sessions that
-//! began with `initialize`, and the input-required round trip (SEP-2322) in 2026-07-28
+//! Owns the choice of channel (`server.approvals`, in order: the first one this call can use
+//! asks) and the two ways MCP has to ask: `elicitation/create` sent to the client in sessions
+//! that began with `initialize`, and the input-required round trip (SEP-2322) in 2026-07-28
 //! sessions, where the first `tools/call` answers `input_required` and the client calls again
-//! with `inputResponses` and the `requestState` it was given. It does not decide *whether* to
-//! ask (that is `policy::commands`) nor what a refusal says (that is `tools::shell_exec`).
+//! with `inputResponses` and the `requestState` it was given. The third channel, the operator
+//! on the host, is `operator`'s; while it waits, the call reports progress saying so. It does
+//! not decide *whether* to ask (that is `policy::commands`) nor what a refusal says (that is
+//! `tools::shell_exec`).
 //!
 //! `requestState` comes back from the client and is attacker-controlled, so it carries no
 //! meaning: it is a random handle to an entry kept here, single-use, bound to the exact
 //! arguments and rule it was issued for, and expiring. A handle that does not fit is ignored and
 //! the user is asked afresh; an approval can never be forged or carried over to another command.
 
+use super::operator::{OperatorChannel, Waited};
+use crate::audit::AnsweredBy;
+use crate::policy::ApprovalChannel;
 use crate::policy::commands::Reason;
 use crate::tools::shell_exec::{self, Refusal, ShellExecArgs};
 use rmcp::RoleServer;
@@ -47,25 +53,191 @@ pub struct Asker<'a> {
     pub rctx: &'a RequestContext<RoleServer>,
     pub state: Option<String>,
     pub responses: Option<rmcp::model::InputResponses>,
+    /// The server's operator channel, if it runs.
+    pub operator: Option<&'a OperatorChannel>,
+    /// `server.approvals`: the channels to try, in order.
+    pub channels: &'a [ApprovalChannel],
+    /// Why the operator channel is not running, when it is not.
+    pub operator_down: Option<&'a str>,
 }
 
 impl shell_exec::Approver for Asker<'_> {
     type Pending = InputRequiredResult;
 
-    /// Asks the user through `rctx`'s client. `state` and `responses` are the MRTR retry
-    /// fields of this call (None on a first call and in legacy sessions).
+    /// Asks through the first channel of `server.approvals` this call can use. `state` and
+    /// `responses` are the MRTR retry fields of this call (None on a first call and in
+    /// legacy sessions).
     async fn ask(self, args: &ShellExecArgs, reason: &Reason) -> Approval {
         let modern = self
             .rctx
             .protocol_version()
             .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
-        if modern {
-            self.approvals
-                .round_trip(self.rctx, args, reason, self.state, self.responses)
-        } else {
-            elicit(self.rctx, args, reason, self.approvals.timeout).await
+        let elicitation_allowed = self.channels.contains(&ApprovalChannel::Elicitation);
+        // A retry carrying the answer to our `input_required` question belongs to it.
+        if modern && elicitation_allowed && self.state.is_some() {
+            return self
+                .approvals
+                .round_trip(self.rctx, args, reason, self.state, self.responses);
         }
+        let mut why_not = Vec::new();
+        for channel in self.channels {
+            match channel {
+                ApprovalChannel::Elicitation => {
+                    let can = if modern {
+                        self.rctx
+                            .client_capabilities()
+                            .is_some_and(|c| c.elicitation.is_some())
+                    } else {
+                        self.rctx
+                            .peer
+                            .supported_elicitation_modes()
+                            .contains(&ElicitationMode::Form)
+                    };
+                    if !can {
+                        why_not.push("the client did not declare elicitation support".to_owned());
+                        continue;
+                    }
+                    return if modern {
+                        self.approvals.round_trip(
+                            self.rctx,
+                            args,
+                            reason,
+                            self.state,
+                            self.responses,
+                        )
+                    } else {
+                        elicit(self.rctx, args, reason, self.approvals.timeout).await
+                    };
+                }
+                ApprovalChannel::Operator => match self.operator {
+                    Some(operator) => {
+                        return ask_operator(operator, self.rctx, args, reason, self.approvals)
+                            .await;
+                    }
+                    None => why_not.push(format!(
+                        "the operator channel is not running ({})",
+                        self.operator_down.unwrap_or("see the server's log")
+                    )),
+                },
+            }
+        }
+        let listed: Vec<&str> = self.channels.iter().map(|c| c.as_str()).collect();
+        Approval::Refused(
+            Refusal::Unavailable(format!(
+                "no approval channel of `server.approvals` ({}) can ask: {}",
+                listed.join(", "),
+                why_not.join("; ")
+            )),
+            None,
+        )
     }
+}
+
+/// The operator on the host: the question is listed on the approvals socket until someone
+/// answers, the timeout passes or the call is cancelled. The client hears, as progress (when
+/// it asked for progress) and as a log message, what the call waits for.
+async fn ask_operator(
+    operator: &OperatorChannel,
+    rctx: &RequestContext<RoleServer>,
+    args: &ShellExecArgs,
+    reason: &Reason,
+    approvals: &Approvals,
+) -> Approval {
+    let waiting = "waiting for the operator's approval: run `cordon approvals` on the host";
+    let progress = rctx.meta.get_progress_token();
+    let peer = rctx.peer.clone();
+    // Progress must only grow, and the command's own ticks start at 1 (seconds run): the
+    // wait reports 1/2, 2/3, 3/4, … which stay below it however long the wait.
+    let sent = std::sync::atomic::AtomicU32::new(0);
+    let notify = |message: String| {
+        if let Some(token) = &progress {
+            let n = f64::from(sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1);
+            let param = rmcp::model::ProgressNotificationParam::new(token.clone(), n / (n + 1.0))
+                .with_message(message);
+            let peer = peer.clone();
+            tokio::spawn(async move {
+                let _ = peer.notify_progress(param).await;
+            });
+        }
+    };
+    let question = std::sync::Mutex::new(String::new());
+    let opened = |id: &str| {
+        if let Ok(mut q) = question.lock() {
+            *q = id.to_owned();
+        }
+        notify(format!("{waiting} (question {id}, rule `{}`)", reason.rule));
+        crate::events::emit_for_call(
+            crate::events::Level::Notice,
+            "approval_waiting",
+            serde_json::json!({
+                "id": id,
+                "rule": reason.rule,
+                "channel": "operator",
+                "message": format!("{waiting}, then `cordon approve {id}` or `cordon deny {id}`"),
+            }),
+        );
+    };
+    let asked = operator.ask(
+        &args.command,
+        &reason.rule,
+        &reason.justification,
+        approvals.timeout,
+        &rctx.ct,
+        opened,
+    );
+    tokio::pin!(asked);
+    // Repeated while the question waits, so clients that time out quiet calls keep it open.
+    let started = Instant::now();
+    let mut tick =
+        tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
+    let waited = loop {
+        tokio::select! {
+            waited = &mut asked => break waited,
+            _ = tick.tick() => {
+                let id = question.lock().map(|q| q.clone()).unwrap_or_default();
+                notify(format!(
+                    "{waiting} (question {id}, {}s so far, at most {}s)",
+                    started.elapsed().as_secs(),
+                    approvals.timeout.as_secs()
+                ));
+            }
+        }
+    };
+    match waited {
+        Waited::Answered(verdict) => {
+            let by = AnsweredBy {
+                channel: "operator",
+                by: verdict.by,
+            };
+            if verdict.approve {
+                Approval::Approved(by)
+            } else {
+                Approval::Refused(Refusal::Declined, Some(by))
+            }
+        }
+        Waited::Expired => Approval::Refused(Refusal::Expired(approvals.timeout), None),
+        Waited::Cancelled => Approval::Refused(Refusal::Cancelled, None),
+        Waited::Full => Approval::Refused(
+            Refusal::Unavailable(format!(
+                "{} questions already wait for the operator; answer or deny some with \
+                 `cordon approvals` first",
+                super::operator::MAX_PENDING
+            )),
+            None,
+        ),
+    }
+}
+
+/// How often a call waiting for the operator says so again.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+/// Who answers through the client: its `clientInfo` name, or "the client" if it gave none.
+fn client_user(rctx: &RequestContext<RoleServer>, channel: &'static str) -> AnsweredBy {
+    let by = rctx
+        .client_info()
+        .map(|info| format!("the user of {} {}", info.name, info.version))
+        .unwrap_or_else(|| "the client's user".to_owned());
+    AnsweredBy { channel, by }
 }
 
 struct Pending {
@@ -109,10 +281,14 @@ impl Approvals {
             .client_capabilities()
             .is_some_and(|c| c.elicitation.is_some());
         if !can_elicit {
-            return Approval::Refused(Refusal::Unavailable(
-                "the client did not declare elicitation support in clientCapabilities".into(),
-            ));
+            return Approval::Refused(
+                Refusal::Unavailable(
+                    "the client did not declare elicitation support in clientCapabilities".into(),
+                ),
+                None,
+            );
         }
+        let by = || Some(client_user(rctx, "input_required"));
         let arguments = serde_json::to_string(args).unwrap_or_default();
         if let Some(handle) = state
             && let Some(p) = self.take(&handle)
@@ -120,16 +296,18 @@ impl Approvals {
             && p.rule == reason.rule
         {
             if p.issued.elapsed() >= self.timeout {
-                return Approval::Refused(Refusal::Expired(self.timeout));
+                return Approval::Refused(Refusal::Expired(self.timeout), None);
             }
             let answer = responses.as_ref().and_then(|r| r.get(INPUT_KEY));
             return match answer.map(|a| (&a["action"], &a["content"]["approve"])) {
                 Some((action, serde_json::Value::Bool(true))) if action == "accept" => {
-                    Approval::Approved
+                    Approval::Approved(client_user(rctx, "input_required"))
                 }
-                Some((action, _)) if action == "cancel" => Approval::Refused(Refusal::Cancelled),
+                Some((action, _)) if action == "cancel" => {
+                    Approval::Refused(Refusal::Cancelled, by())
+                }
                 // `decline`, an accepted "no", or no answer at all.
-                _ => Approval::Refused(Refusal::Declined),
+                _ => Approval::Refused(Refusal::Declined, by()),
             };
         }
         let schema = match ElicitationSchema::builder()
@@ -138,9 +316,10 @@ impl Approvals {
         {
             Ok(s) => s,
             Err(e) => {
-                return Approval::Refused(Refusal::Unavailable(format!(
-                    "the approval form could not be built ({e})"
-                )));
+                return Approval::Refused(
+                    Refusal::Unavailable(format!("the approval form could not be built ({e})")),
+                    None,
+                );
             }
         };
         let request = InputRequest::Elicitation(ElicitRequest::new(
@@ -202,32 +381,42 @@ async fn elicit(
         .supported_elicitation_modes()
         .contains(&ElicitationMode::Form)
     {
-        return Approval::Refused(Refusal::Unavailable(
-            "the client did not declare elicitation (form) support when it initialized".into(),
-        ));
+        return Approval::Refused(
+            Refusal::Unavailable(
+                "the client did not declare elicitation (form) support when it initialized".into(),
+            ),
+            None,
+        );
     }
     let asked = rctx.peer.elicit::<ApproveCommand>(question(args, reason));
     let answer = tokio::select! {
         answer = asked => answer,
         // The call was cancelled while the user looked at the question: nothing runs.
-        _ = rctx.ct.cancelled() => return Approval::Refused(Refusal::Cancelled),
-        _ = tokio::time::sleep(timeout) => return Approval::Refused(Refusal::Expired(timeout)),
+        _ = rctx.ct.cancelled() => return Approval::Refused(Refusal::Cancelled, None),
+        _ = tokio::time::sleep(timeout) => {
+            return Approval::Refused(Refusal::Expired(timeout), None);
+        }
     };
+    let by = || Some(client_user(rctx, "elicitation"));
     match answer {
-        Ok(Some(ApproveCommand { approve: true })) => Approval::Approved,
-        Ok(_) | Err(ElicitationError::UserDeclined) => Approval::Refused(Refusal::Declined),
-        Err(ElicitationError::UserCancelled) => Approval::Refused(Refusal::Cancelled),
-        Err(ElicitationError::CapabilityNotSupported) => Approval::Refused(Refusal::Unavailable(
-            "the client does not support elicitation".into(),
-        )),
-        Err(e) => Approval::Refused(Refusal::Unavailable(format!(
-            "asking the client failed ({e})"
-        ))),
+        Ok(Some(ApproveCommand { approve: true })) => {
+            Approval::Approved(client_user(rctx, "elicitation"))
+        }
+        Ok(_) | Err(ElicitationError::UserDeclined) => Approval::Refused(Refusal::Declined, by()),
+        Err(ElicitationError::UserCancelled) => Approval::Refused(Refusal::Cancelled, by()),
+        Err(ElicitationError::CapabilityNotSupported) => Approval::Refused(
+            Refusal::Unavailable("the client does not support elicitation".into()),
+            None,
+        ),
+        Err(e) => Approval::Refused(
+            Refusal::Unavailable(format!("asking the client failed ({e})")),
+            None,
+        ),
     }
 }
 
 /// 128 random bits, hex: an unguessable handle (the value itself means nothing).
-fn random_handle() -> String {
+pub(crate) fn random_handle() -> String {
     let mut bytes = [0u8; 16];
     let filled = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
     if filled.is_err() {

@@ -4,8 +4,9 @@
 //! Owns everything that knows MCP types on the way in and out: tool descriptions and
 //! annotations, schemas patched with the policy's bounds and made portable (`schema`), results
 //! made to fit their `outputSchema` (argument errors included), unknown tools and methods named
-//! back, the spill area as resources (`resources`), asking the user (`approval`), the server
-//! instructions, and what a failed start answers (`failed_start`). The work itself is in
+//! back, the spill area as resources (`resources`), asking the user (`approval`) or the
+//! operator (`operator`), log messages (`logging`), the server instructions, and what a failed
+//! start answers (`failed_start`). The work itself is in
 //! `tools`; this module only translates a request context into a tool's arguments and hooks
 //! (cancellation, progress, the `approval::Asker` `shell_exec` asks through) and unwraps the
 //! `shape::ToolOutcome` it answers. One [`CordonServer`] serves one client session
@@ -17,6 +18,8 @@ pub mod failed_start;
 mod framing;
 pub mod http;
 mod instructions;
+mod logging;
+pub mod operator;
 mod resources;
 pub mod schema;
 pub mod scope;
@@ -61,6 +64,10 @@ pub struct CordonServer {
     own: Arc<tokio::sync::OnceCell<scope::Scope>>,
     /// Over HTTP only.
     http: Option<HttpShared>,
+    /// This MCP session's `logging/setLevel` and its messages.
+    logging: Arc<logging::Logging>,
+    /// The operator's approval channel (one per server), or why it is not running.
+    operator: Arc<Result<operator::OperatorChannel, String>>,
 }
 
 /// What every HTTP session's server shares: the stateless scopes, the registry that ends a
@@ -159,6 +166,7 @@ impl CordonServer {
             ctx.runtime.policy.server.approval_timeout,
         ));
         let own = scope::Scope::new(Arc::clone(&ctx), Arc::clone(&approvals), None);
+        let operator = Arc::new(operator::start_for(&ctx));
         Self {
             ctx,
             tool_router,
@@ -166,6 +174,8 @@ impl CordonServer {
             approvals,
             own: Arc::new(tokio::sync::OnceCell::new_with(Some(own))),
             http: None,
+            logging: Arc::default(),
+            operator,
         }
     }
 
@@ -192,6 +202,7 @@ impl CordonServer {
             approvals: Arc::new(approval::Approvals::new(
                 self.ctx.runtime.policy.server.approval_timeout,
             )),
+            logging: Arc::default(),
             ..self.clone()
         }
     }
@@ -302,6 +313,9 @@ Long output is cut to its first and last lines, and the full text is saved under
             rctx: &rctx,
             state,
             responses,
+            operator: self.operator.as_ref().as_ref().ok(),
+            channels: &ctx.runtime.policy.server.approvals,
+            operator_down: self.operator.as_ref().as_ref().err().map(String::as_str),
         };
         let ready = match shell_exec::decide(Arc::clone(ctx), args, approver).await {
             shell_exec::Decided::Answer(shell_exec::Answer::Done(outcome)) => {
@@ -694,12 +708,19 @@ impl ServerHandler for CordonServer {
         if let Some(task) = &task {
             context.extensions.insert(task.offer.clone());
         }
+        let request_log = logging::RequestLogging::for_request(&context);
+        let key = request_log
+            .as_ref()
+            .map_or(self.logging.key(), logging::RequestLogging::key);
         let tcc = ToolCallContext::new(self, request, context);
-        let call = self.tool_router.call(tcc);
+        let call = crate::events::in_session(key, self.tool_router.call(tcc));
         let response = match origin.clone() {
             Some(origin) => crate::audit::CALL_ORIGIN.scope(origin, call).await?,
             None => call.await?,
         };
+        if let Some(log) = request_log {
+            log.finish().await;
+        }
         if let Some(task) = task
             && let Some(run) = task.offer.take()
         {
@@ -766,6 +787,19 @@ impl ServerHandler for CordonServer {
         on_blocking_pool(move || resources::read(&ctx, &request.uri).map(Into::into)).await
     }
 
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let enforcement = self.ctx.runtime.executor.confinement().enforcement();
+        let below_full = (!enforcement.level.is_full())
+            .then(|| (enforcement.level.as_str(), enforcement.notes.as_slice()));
+        self.logging
+            .set_level(request.level, context.peer, below_full)
+    }
+
     async fn on_custom_request(
         &self,
         request: rmcp::model::CustomRequest,
@@ -775,22 +809,24 @@ impl ServerHandler for CordonServer {
             rmcp::model::ErrorCode::METHOD_NOT_FOUND,
             format!(
                 "method not found: `{}` is not an MCP method this server implements; it \
-                 serves initialize, ping, tools/list, tools/call, resources/list and \
-                 resources/read (and server/discover in the 2026-07-28 revision; tasks/get, \
-                 tasks/update and tasks/cancel for clients that declare the \
-                 io.modelcontextprotocol/tasks extension)",
+                 serves initialize, ping, tools/list, tools/call, resources/list, \
+                 resources/read and logging/setLevel (and server/discover in the 2026-07-28 \
+                 revision; tasks/get, tasks/update and tasks/cancel for clients that declare \
+                 the io.modelcontextprotocol/tasks extension)",
                 request.method
             ),
             None,
         ))
     }
 
+    #[allow(deprecated)] // logging: see `logging`
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_resources()
                 .enable_tasks()
+                .enable_logging()
                 .build(),
         )
         .with_server_info(Implementation::new("cordon", env!("CARGO_PKG_VERSION")))

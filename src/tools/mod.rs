@@ -203,13 +203,9 @@ pub fn finish<T: Tool>(
             images: Vec::new(),
         }
     });
-    ctx.runtime.audit(
-        T::NAME,
-        args,
-        decision,
-        T::audit(&done.output, done.is_error),
-        started,
-    );
+    let audited = T::audit(&done.output, done.is_error);
+    announce_limit(T::NAME, &audited);
+    ctx.runtime.audit(T::NAME, args, decision, audited, started);
     let outcome = done.images.into_iter().fold(
         ToolOutcome::new(&done.output, done.text, done.is_error),
         |o, png| o.with_png(png),
@@ -221,6 +217,28 @@ pub fn finish<T: Tool>(
     match T::oversized(args, done.output, size) {
         Some(smaller) => ToolOutcome::new(&smaller.output, smaller.text, smaller.is_error),
         None => outcome,
+    }
+}
+
+/// A limit that stopped the call, as a `warning` event for the calling session: the tool and
+/// the limit's kind only (the command and its output stay in the result).
+fn announce_limit(tool: &'static str, outcome: &crate::audit::Outcome) {
+    let limit = match outcome {
+        crate::audit::Outcome::Shell { limit, .. }
+        | crate::audit::Outcome::Interpreter { limit, .. } => *limit,
+        _ => None,
+    };
+    if let Some(limit) = limit {
+        let kind = serde_json::to_value(limit).unwrap_or_default();
+        crate::events::emit_for_call(
+            crate::events::Level::Warning,
+            "limit",
+            serde_json::json!({
+                "tool": tool,
+                "limit": kind,
+                "message": format!("a {tool} call was stopped by its {} limit", kind.as_str().unwrap_or("?")),
+            }),
+        );
     }
 }
 

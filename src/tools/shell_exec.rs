@@ -8,7 +8,7 @@
 //! permission error means under the policy is `policy::explain`.
 
 use super::{CallHooks, Done, SharedContext, Tool, finish};
-use crate::audit::{Answer as Answer_, Decision, Outcome};
+use crate::audit::{Answer as Answer_, AnsweredBy, Decision, Outcome};
 use crate::exec::{ExecOutcome, ExecRequest, LimitHit, LiveStatus};
 use crate::policy::commands::{
     Decision as RuleDecision, ON_ANALYSIS_FAILURE, ON_UNKNOWN, Reason, Verdict,
@@ -144,10 +144,10 @@ pub trait Approver {
     ) -> impl std::future::Future<Output = Approval<Self::Pending>> + Send;
 }
 
-/// The user's answer (or why there is none yet).
+/// The user's answer (or why there is none yet), with who gave it where someone did.
 pub enum Approval<P> {
-    Approved,
-    Refused(Refusal),
+    Approved(AnsweredBy),
+    Refused(Refusal, Option<AnsweredBy>),
     /// Asked; the reply comes with a later request.
     Pending(P),
 }
@@ -212,7 +212,7 @@ pub async fn decide<A: Approver>(
     let (decision, reason) = match (verdict.decision, verdict.reason) {
         (RuleDecision::Allow, _) | (_, None) => (Decision::Allow, None),
         (RuleDecision::Deny, Some(reason)) => {
-            let refused = refuse(&ctx, &args, &reason, &Refusal::Denied);
+            let refused = refuse(&ctx, &args, &reason, &Refusal::Denied, None);
             return Decided::Answer(Answer::Done(refused));
         }
         (RuleDecision::Ask, Some(reason)) => (Decision::Allow, Some(reason)),
@@ -221,18 +221,18 @@ pub async fn decide<A: Approver>(
     let checked = prepared.is_ok();
     let decision = match reason {
         None => decision,
-        Some(reason) if !checked => ask(&reason.rule, Answer_::NotAsked),
+        Some(reason) if !checked => ask(&reason.rule, Answer_::NotAsked, None),
         Some(reason) => match approver.ask(&args, &reason).await {
-            Approval::Approved => ask(&reason.rule, Answer_::Approved),
-            Approval::Refused(refusal) => {
-                let refused = refuse(&ctx, &args, &reason, &refusal);
+            Approval::Approved(by) => ask(&reason.rule, Answer_::Approved, Some(by)),
+            Approval::Refused(refusal, by) => {
+                let refused = refuse(&ctx, &args, &reason, &refusal, by);
                 return Decided::Answer(Answer::Done(refused));
             }
             Approval::Pending(pending) => {
                 ctx.runtime.audit(
                     "shell_exec",
                     &args,
-                    &ask(&reason.rule, Answer_::Pending),
+                    &ask(&reason.rule, Answer_::Pending, None),
                     Outcome::InputRequired {
                         input_required: true,
                     },
@@ -265,10 +265,11 @@ fn nothing_ran(ctx: &Session, error: ToolError) -> ShellExecOutput {
     }
 }
 
-fn ask(rule: &str, answer: Answer_) -> Decision {
+fn ask(rule: &str, answer: Answer_, by: Option<AnsweredBy>) -> Decision {
     Decision::Ask {
         rule: rule.to_owned(),
         answer,
+        by,
     }
 }
 
@@ -314,10 +315,11 @@ pub enum Refusal {
 
 impl Refusal {
     /// The audit log's `decision` for this refusal under `rule`.
-    pub fn audit_decision(&self, rule: &str) -> Decision {
+    pub fn audit_decision(&self, rule: &str, by: Option<AnsweredBy>) -> Decision {
         let ask = |answer| Decision::Ask {
             rule: rule.to_owned(),
             answer,
+            by,
         };
         match self {
             Refusal::Denied => Decision::Deny {
@@ -332,7 +334,17 @@ impl Refusal {
 }
 
 /// The `denied` error for a refused command: which rule, why, and how to change the policy.
-pub fn refusal_error(ctx: &Session, reason: &Reason, refusal: &Refusal) -> ToolError {
+pub fn refusal_error(
+    ctx: &Session,
+    reason: &Reason,
+    refusal: &Refusal,
+    by: Option<&AnsweredBy>,
+) -> ToolError {
+    // The operator answers on the host; everything else is the client's user.
+    let who = match by {
+        Some(by) if by.channel == "operator" => "the operator",
+        _ => "the user",
+    };
     let origin = &ctx.runtime.policy.origin;
     let (rule_ref, change) = if reason.rule == ON_UNKNOWN {
         (
@@ -365,7 +377,7 @@ pub fn refusal_error(ctx: &Session, reason: &Reason, refusal: &Refusal) -> ToolE
             reason.command, reason.justification
         ),
         Refusal::Declined => format!(
-            "not run: the user declined it when asked ({rule_ref} asks before `{}`: {}). Do not \
+            "not run: {who} declined it when asked ({rule_ref} asks before `{}`: {}). Do not \
              retry it; ask the user how to proceed.",
             reason.command, reason.justification
         ),
@@ -385,7 +397,9 @@ pub fn refusal_error(ctx: &Session, reason: &Reason, refusal: &Refusal) -> ToolE
         ),
         Refusal::Unavailable(why) => format!(
             "not run: {rule_ref} needs the user's approval for `{}` ({}), but {why}. To run such \
-             commands without asking, {change}; or use an MCP client that supports elicitation.",
+             commands without asking, {change}; or use an MCP client that supports elicitation, or \
+             have the operator answer on the host (`cordon approvals`, with \"operator\" in \
+             `server.approvals`).",
             reason.command, reason.justification
         ),
     };
@@ -398,9 +412,10 @@ fn refuse(
     args: &ShellExecArgs,
     reason: &Reason,
     refusal: &Refusal,
+    by: Option<AnsweredBy>,
 ) -> ToolOutcome {
-    let error = refusal_error(ctx, reason, refusal);
-    let decision = refusal.audit_decision(&reason.rule);
+    let error = refusal_error(ctx, reason, refusal, by.as_ref());
+    let decision = refusal.audit_decision(&reason.rule, by);
     finish::<ShellExec>(ctx, args, &decision, Instant::now(), Err(error))
 }
 

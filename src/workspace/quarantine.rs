@@ -127,6 +127,24 @@ impl GuardReport {
     }
 }
 
+/// Each finding as a server event for every session (they share the workspace): `warning`
+/// when something was refused or quarantined, else `notice`. The notices are cordon's own
+/// sentences about workspace paths, never file contents.
+fn announce(report: &GuardReport) {
+    let level = if report.refused {
+        crate::events::Level::Warning
+    } else {
+        crate::events::Level::Notice
+    };
+    for notice in &report.notices {
+        crate::events::emit(
+            level,
+            "quarantine",
+            serde_json::json!({ "message": notice }),
+        );
+    }
+}
+
 #[derive(Default)]
 struct State {
     /// Gitlinks of an index, by the index's stamp.
@@ -290,7 +308,9 @@ impl GitGuard {
             return GuardReport::default();
         };
         let mut report = std::mem::take(&mut state.pending);
-        report.extend(self.check_locked(&mut state));
+        let fresh = self.check_locked(&mut state);
+        announce(&fresh);
+        report.extend(fresh);
         report
     }
 
@@ -303,6 +323,7 @@ impl GitGuard {
         let found = self.check_locked(&mut state);
         state.background = false;
         state.suspects = std::mem::take(&mut state.suspects_next);
+        let mut new = GuardReport::default();
         for notice in found.notices {
             // The same finding (a file that can be neither moved nor deleted) recurs at every
             // check: kept once, and never more than a bounded number.
@@ -311,8 +332,11 @@ impl GitGuard {
                 continue;
             }
             tracing::warn!("git guard: {notice}");
-            state.pending.notices.push(notice);
+            state.pending.notices.push(notice.clone());
+            new.notices.push(notice);
         }
+        new.refused = found.refused;
+        announce(&new);
         state.pending.refused |= found.refused;
     }
 

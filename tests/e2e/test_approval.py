@@ -169,6 +169,9 @@ def test_audit_records_name_client_policy_and_enforcement(approval_server):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_a_client_that_cannot_be_asked_gets_a_denial_naming_the_rule(approval_server, mode):
+    # With the operator channel listed (the default), such a call waits for the operator
+    # (tests/it/operator_approvals.rs); with elicitation alone nobody can be asked.
+    approval_server.use_policy('extends = "default"\n[server]\napprovals = ["elicitation"]\n')
     result = anyio.run(call, approval_server, mode, None)
     assert result.is_error
     error = result.structured_content["error"]

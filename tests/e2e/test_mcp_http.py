@@ -10,6 +10,7 @@ generations, and that a client leaving mid-call leaves no process.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -29,7 +30,7 @@ MODES = ["legacy", "2026-07-28"]
 
 
 class HttpServer:
-    def __init__(self, binary, workspace, tmp_path):
+    def __init__(self, binary, workspace, tmp_path, env=None):
         self.token = secrets.token_hex(24)
         token_file = tmp_path / "token"
         token_file.write_text(self.token + "\n")
@@ -39,7 +40,8 @@ class HttpServer:
         self.proc = subprocess.Popen(
             [str(binary), "serve", "--workspace", str(workspace), "--http", "127.0.0.1:0",
              "--http-token-file", str(token_file)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr)
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr,
+            env={**os.environ, **(env or {})})
         deadline = time.monotonic() + 60
         self.url = None
         while time.monotonic() < deadline and self.url is None:
@@ -233,3 +235,122 @@ def test_http_sdk_ask_rules_are_answered_by_the_client(http_server, workspace, m
         assert not result.is_error and result.structured_content["exit_code"] == 0, result
     else:
         assert err(result) == "denied"
+
+
+@pytest.mark.filterwarnings("ignore:The logging capability is deprecated")
+def test_http_sdk_log_messages_follow_the_level_and_stay_in_their_session(http_server):
+    # Legacy sessions: `logging/setLevel`, then a call stopped by its wall-clock limit. Its
+    # `limit` event is a warning for the calling session only; a session whose level is
+    # `error` gets nothing, and no message carries the command's secrets.
+    got = {"a": [], "b": [], "quiet": []}
+
+    def collector(name):
+        async def on_log(params):
+            got[name].append(params)
+        return on_log
+
+    async def main():
+        async with Client(http_server.transport(), mode="legacy", logging_callback=collector("a")) as a, \
+                Client(http_server.transport(), mode="legacy", logging_callback=collector("b")) as b, \
+                Client(http_server.transport(), mode="legacy", logging_callback=collector("quiet")) as quiet:
+            assert (await a.set_logging_level("info")) is not None
+            await b.set_logging_level("debug")
+            await quiet.set_logging_level("error")
+            r = await a.call_tool("shell_exec", {"command": "sleep 30 # sk-http-secret",
+                                                 "timeout_secs": 1})
+            assert r.structured_content["limit"]["kind"] == "wall_time", r
+            await quiet.call_tool("shell_exec", {"command": "sleep 30", "timeout_secs": 1})
+            for _ in range(100):
+                if any(m.data.get("event") == "limit" for m in got["a"]):
+                    break
+                await anyio.sleep(0.1)
+
+    anyio.run(main)
+    limits = [m for m in got["a"] if m.data.get("event") == "limit"]
+    assert len(limits) == 1, got
+    assert limits[0].level == "warning" and limits[0].logger == "cordon"
+    assert limits[0].data["tool"] == "shell_exec" and limits[0].data["limit"] == "wall_time"
+    assert not [m for m in got["b"] if m.data.get("event") == "limit"], got["b"]
+    assert got["quiet"] == [], got["quiet"]
+    assert "sk-http-secret" not in repr(got)
+
+
+def test_http_sdk_client_without_elicitation_waits_for_the_operator(cordon_bin, workspace, tmp_path):
+    # A legacy HTTP session whose client declared no elicitation: the `ask` rule's question
+    # waits on the operator's socket, the call reports progress saying so, and
+    # `cordon approve ID` lets it run.
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    approvals_dir = str(run_dir / "cordon")
+    server = HttpServer(cordon_bin, workspace, tmp_path, env={"XDG_RUNTIME_DIR": str(run_dir)})
+    (workspace / "keep.txt").write_text("precious\n")
+    progress = []
+
+    def cli(*args):
+        out = subprocess.run([str(cordon_bin), *args, "--dir", approvals_dir],
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out
+        return out.stdout
+
+    async def on_progress(_progress, _total, message):
+        progress.append(message)
+
+    async def main():
+        async with Client(server.transport(), mode="legacy", read_timeout_seconds=60) as c:
+            result = {}
+
+            async def call():
+                result["r"] = await c.call_tool("shell_exec", {"command": "rm -rf ./*"},
+                                                progress_callback=on_progress)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call)
+                for _ in range(300):
+                    listing = json.loads(cli("approvals", "--json"))
+                    pending = [p for s in listing["servers"] for p in s["pending"]]
+                    if pending:
+                        break
+                    await anyio.sleep(0.1)
+                assert len(pending) == 1 and pending[0]["rule"] == "rm-recursive-workspace", pending
+                cli("approve", pending[0]["id"])
+            return result["r"]
+
+    try:
+        r = anyio.run(main)
+    finally:
+        server.close()
+    assert not r.is_error and r.structured_content["exit_code"] == 0, r
+    assert not (workspace / "keep.txt").exists()
+    assert any("waiting for the operator's approval: run `cordon approvals`" in (m or "")
+               for m in progress), progress
+
+
+@pytest.mark.filterwarnings("ignore:The logging capability is deprecated")
+@pytest.mark.parametrize("transport", ["http", "stdio"])
+def test_2026_requests_name_their_log_level_in_meta(http_server, cordon_bin, workspace, transport):
+    # 2026-07-28 has no logging/setLevel and no session: the SDK sends `log_level` in each
+    # request's `_meta`, and that request's events come with its answer.
+    from mcp import StdioServerParameters
+
+    got = []
+
+    async def on_log(params):
+        got.append(params)
+
+    server = http_server.transport() if transport == "http" else StdioServerParameters(
+        command=str(cordon_bin), args=["serve", "--workspace", str(workspace)])
+
+    async def main():
+        async with Client(server, mode="2026-07-28", logging_callback=on_log,
+                          log_level="warning") as c:
+            r = await c.call_tool("shell_exec", {"command": "sleep 30 # sk-meta-secret",
+                                                 "timeout_secs": 1})
+            assert r.structured_content["limit"]["kind"] == "wall_time", r
+            quiet = await c.call_tool("shell_exec", {"command": "echo quiet"})
+            assert quiet.structured_content["exit_code"] == 0
+            await anyio.sleep(0.3)
+
+    anyio.run(main)
+    limits = [m for m in got if m.data.get("event") == "limit"]
+    assert len(limits) == 1 and limits[0].level == "warning", got
+    assert "sk-meta-secret" not in repr(got)

@@ -701,3 +701,39 @@ fn http_sessions_cannot_see_each_others_jobs_and_delete_ends_a_sessions_jobs() {
     );
     assert_no_survivors(&token, "a job of a DELETEd session");
 }
+
+#[test]
+fn a_job_ending_is_a_log_message_of_its_session() {
+    if skip("a_job_ending_is_a_log_message", Need::Namespaces) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let mut s = server(&sb, Some("[jobs]\nmax_lifetime_secs = 1\n"));
+    let id = s.send_request("logging/setLevel", json!({"level": "info"}));
+    s.response(id, crate::common::HANG_GUARD).expect("setLevel");
+    let token = unique_token();
+    let (_, job_id) = start_job(
+        &mut s,
+        &format!("sleep {token} # sk-secret-in-the-command"),
+        json!({"wait_secs": 0}),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let ended = loop {
+        let found: Vec<Value> = s
+            .notifications("notifications/message", Duration::from_millis(300))
+            .into_iter()
+            .filter(|n| n["params"]["data"]["event"] == "job_ended")
+            .collect();
+        if !found.is_empty() || std::time::Instant::now() > deadline {
+            break found;
+        }
+    };
+    assert_eq!(ended.len(), 1, "no job_ended message");
+    let params = &ended[0]["params"];
+    assert_eq!(params["level"], json!("warning"), "{params}");
+    assert_eq!(params["data"]["job"], json!(job_id));
+    assert!(
+        !params.to_string().contains("sk-secret"),
+        "the command line leaked: {params}"
+    );
+}

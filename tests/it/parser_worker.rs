@@ -328,7 +328,10 @@ fn hung_parser_worker_times_out_and_lint_is_unavailable() {
     }
     let sb = Sandbox::new();
     let token = unique_token();
-    let mut server = Server::start(&sb, &policy(&sb, ""), &[(HANG_ON, &token)]);
+    // Elicitation alone: this client cannot be asked (with the operator channel, the default,
+    // the question would wait for `cordon approve`).
+    let only_elicitation = policy(&sb, "[server]\napprovals = [\"elicitation\"]\n");
+    let mut server = Server::start(&sb, &only_elicitation, &[(HANG_ON, &token)]);
     let started = Instant::now();
     let lint = server.lint_of("hang.py", &format!("x = 1  # {token}\n"));
     assert!(started.elapsed() < Duration::from_secs(30));

@@ -19,6 +19,10 @@ pub struct StdioServer {
     next_id: u64,
     /// Responses read while waiting for another one.
     early: Vec<Value>,
+    /// Notifications (progress, log messages) read while waiting for responses.
+    notes: Vec<Value>,
+    /// The server's answer to `initialize`.
+    pub initialize: Value,
 }
 
 impl StdioServer {
@@ -59,6 +63,8 @@ impl StdioServer {
             lines,
             next_id: 1,
             early: Vec::new(),
+            notes: Vec::new(),
+            initialize: Value::Null,
         };
         let id = server.send_request(
             "initialize",
@@ -69,8 +75,24 @@ impl StdioServer {
             .response(id, HANG_GUARD)
             .expect("cordon serve answers initialize");
         assert!(init.get("result").is_some(), "initialize failed: {init}");
+        server.initialize = init;
         server.notify("notifications/initialized");
         server
+    }
+
+    /// The notifications seen so far (progress, `notifications/message`), in order; waits up
+    /// to `within` for one with `method` to arrive first.
+    pub fn notifications(&mut self, method: &str, within: Duration) -> Vec<Value> {
+        let deadline = Instant::now() + within;
+        while !self.notes.iter().any(|n| n["method"] == method) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(v) if v.get("method").is_some() && v.get("id").is_none() => self.notes.push(v),
+                Ok(v) => self.early.push(v),
+                Err(_) => break,
+            }
+        }
+        self.notes.clone()
     }
 
     /// The pid of `cordon serve` itself (the shell exec'd into it).
@@ -114,7 +136,8 @@ impl StdioServer {
             match self.lines.recv_timeout(left) {
                 Ok(v) if v["id"] == id => return Some(v),
                 Ok(v) if v.get("id").is_some() && v.get("method").is_none() => self.early.push(v),
-                Ok(_) => {} // notifications (progress, logging)
+                Ok(v) if v.get("method").is_some() && v.get("id").is_none() => self.notes.push(v),
+                Ok(_) => {}
                 Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => return None,
             }
         }
