@@ -417,6 +417,13 @@ async fn start(
         spill_area: true,
         ..RuntimeOptions::default()
     };
+    // Before the sandbox init's plan is made: its Landlock layers log denials only once the
+    // reader runs.
+    if let cordon::confine::audit::Availability::Unavailable { reason } =
+        cordon::confine::audit::start()
+    {
+        tracing::info!("kernel-reported denials unavailable: {reason}");
+    }
     let runtime = Arc::new(Runtime::build(Policy::load(policy)?, options)?);
     let enforcement = runtime.executor.confinement().enforcement();
     if !enforcement.level.is_full() {

@@ -7,6 +7,7 @@
 //! hands it the plan), never spawns a process itself (that is `exec`), and knows nothing of
 //! MCP.
 
+pub mod audit;
 mod cgroup;
 mod child;
 mod factory;

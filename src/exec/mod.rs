@@ -235,6 +235,8 @@ impl Executor {
         };
         drop(req.cwd);
         let pgid = child.id();
+        // The process that made the call's Landlock domain: the slot, or the forked child.
+        let denials_watch = pgid.and_then(crate::confine::audit::watch);
         let process::Pipes {
             stdin: stdin_pipe,
             stdout: stdout_pipe,
@@ -333,6 +335,17 @@ impl Executor {
         };
         // Killed by us (timeout, cancel, disk budget): the exit status is our SIGKILL.
         let killed = timed_out || cancelled || disk_overrun.is_some();
+        // A failed call waits until the kernel's audit queue has passed its records (a
+        // barrier: a millisecond or so); a successful one reports what has arrived.
+        let kernel_denials = match denials_watch {
+            Some(watch) => {
+                let sync = killed || exit_code != Some(0);
+                tokio::task::spawn_blocking(move || watch.finish(sync))
+                    .await
+                    .ok()
+            }
+            None => None,
+        };
         Ok(ExecOutcome {
             exit_code: if killed { None } else { exit_code },
             signal: if killed { Some(libc::SIGKILL) } else { signal },
@@ -347,6 +360,7 @@ impl Executor {
             notices: guard.notices,
             git_refused: guard.refused,
             network,
+            kernel_denials,
         })
     }
 }

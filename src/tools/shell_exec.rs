@@ -74,6 +74,11 @@ pub struct ShellExecOutput {
     pub network: Option<crate::egress::NetworkReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<ToolError>,
+    /// The call's denials, each with the policy field that governs it and where its
+    /// explanation comes from (`source`: "kernel" = the kernel's Landlock audit record for
+    /// this call, "error_message" = derived from stderr). Left out when there are none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub denials: Vec<explain::Denial>,
 }
 
 /// What the policy's command rules say about this call (see `policy::commands`). The command
@@ -490,7 +495,8 @@ fn shape_outcome(ctx: &Session, outcome: ExecOutcome, cwd: &std::path::Path) -> 
         cwd,
         protected_for_commands: ctx.runtime.executor.confinement().protects_paths(),
     };
-    let error = outcome_error(&outcome, &scene);
+    let denials = call_denials(&outcome, &scene);
+    let error = outcome_error(&outcome, &scene, &denials);
     let mut text = String::new();
     if let Some(e) = &error {
         text.push_str(&e.text());
@@ -527,6 +533,7 @@ fn shape_outcome(ctx: &Session, outcome: ExecOutcome, cwd: &std::path::Path) -> 
         enforcement,
         network: outcome.network.clone(),
         error,
+        denials,
     };
     let is_error = output.error.is_some();
     Done {
@@ -537,7 +544,34 @@ fn shape_outcome(ctx: &Session, outcome: ExecOutcome, cwd: &std::path::Path) -> 
     }
 }
 
-fn outcome_error(o: &ExecOutcome, scene: &explain::Scene<'_>) -> Option<ToolError> {
+/// The kernel's record of the call's denials where the server reads it; else, for a failed
+/// call, what its stderr suggests.
+fn call_denials(o: &ExecOutcome, scene: &explain::Scene<'_>) -> Vec<explain::Denial> {
+    if let Some(kernel) = &o.kernel_denials
+        && !kernel.denials.is_empty()
+    {
+        return explain::explain_kernel(scene, &kernel.denials);
+    }
+    if o.success() {
+        return Vec::new();
+    }
+    let mut denials = explain::message_denials(scene, &stderr_text(o));
+    denials.truncate(explain::MAX_DENIALS_SHOWN);
+    denials
+}
+
+fn stderr_text(o: &ExecOutcome) -> String {
+    let mut stderr = String::from_utf8_lossy(&o.stderr.head).into_owned();
+    stderr.push('\n');
+    stderr.push_str(&String::from_utf8_lossy(&o.stderr.tail));
+    stderr
+}
+
+fn outcome_error(
+    o: &ExecOutcome,
+    scene: &explain::Scene<'_>,
+    denials: &[explain::Denial],
+) -> Option<ToolError> {
     if o.timed_out {
         return Some(ToolError::new(
             ErrorKind::Timeout,
@@ -602,12 +636,34 @@ fn outcome_error(o: &ExecOutcome, scene: &explain::Scene<'_>) -> Option<ToolErro
             retriable: false,
         });
     }
-    let mut stderr = String::from_utf8_lossy(&o.stderr.head).into_owned();
-    stderr.push('\n');
-    stderr.push_str(&String::from_utf8_lossy(&o.stderr.tail));
+    let kernel: Vec<&str> = denials
+        .iter()
+        .filter(|d| d.source == explain::DenialSource::Kernel)
+        .map(|d| d.explanation.as_str())
+        .take(3)
+        .collect();
+    if !kernel.is_empty() {
+        message.push_str(&format!(
+            "; [from the kernel's Landlock audit record for this call] {}",
+            kernel.join(" ")
+        ));
+        return Some(ToolError {
+            kind: ErrorKind::ExitStatus,
+            message,
+            retriable: false,
+        });
+    }
+    let stderr = stderr_text(o);
+    let kernel_saw_none = o.kernel_denials.as_ref().is_some_and(|k| k.complete);
     if let Some(explanation) = explain::explain_stderr(scene, &stderr) {
         message.push_str("; ");
         message.push_str(&explanation);
+        if kernel_saw_none {
+            message.push_str(
+                " (The kernel's audit log has no Landlock denial for this call, so the error \
+                 did not come from Landlock's file or port rules.)",
+            );
+        }
     } else if stderr.contains("Permission denied") || stderr.contains("Operation not permitted") {
         message.push_str(
             "; stderr reports a permission error, which may be the sandbox refusing a path, \

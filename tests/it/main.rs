@@ -19,6 +19,7 @@ mod home;
 mod http_client;
 mod http_server;
 mod interpreter;
+mod kernel_denials;
 mod kubernetes;
 mod lint_confined;
 mod lint_introduced;
