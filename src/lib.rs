@@ -71,6 +71,7 @@ pub mod exec;
 pub mod files;
 pub mod interpreter;
 pub mod lint;
+pub mod metrics;
 pub mod parser;
 pub mod policy;
 pub mod runtime;

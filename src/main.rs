@@ -129,6 +129,10 @@ struct HttpArgs {
     /// Environment variable holding the bearer token every HTTP request must carry.
     #[arg(long, value_name = "VAR", requires = "http")]
     http_token_env: Option<String>,
+    /// Serve Prometheus metrics at http://ADDR:PORT/metrics (a loopback address; same
+    /// authentication as /mcp) instead of at /metrics on the --http listener.
+    #[arg(long, value_name = "ADDR:PORT", requires = "http")]
+    metrics_addr: Option<String>,
 }
 
 impl HttpArgs {
@@ -145,7 +149,16 @@ impl HttpArgs {
             (None, None) => Authenticator::none(),
         };
         // Checked by `serve` once the policy's `[server.http.oauth]` is known too.
-        Ok(Some(cordon::server::http::HttpOptions { addr, auth }))
+        let metrics_addr = self
+            .metrics_addr
+            .as_deref()
+            .map(parse_listen_addr)
+            .transpose()?;
+        Ok(Some(cordon::server::http::HttpOptions {
+            addr,
+            auth,
+            metrics_addr,
+        }))
     }
 }
 

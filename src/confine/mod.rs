@@ -493,6 +493,7 @@ impl Confinement {
                     return Some(Ok(current));
                 }
                 let fresh = Arc::new(fresh);
+                crate::metrics::view_rebuilt();
                 current.retire();
                 *slot = Some(Arc::clone(&fresh));
                 Ok(fresh)

@@ -346,6 +346,13 @@ impl Executor {
             }
             None => None,
         };
+        if let Some(k) = &kernel_denials {
+            let n = k.denials.iter().map(|d| d.count).sum::<u64>() + k.not_kept;
+            crate::metrics::denials(crate::metrics::Layer::Landlock, n);
+        }
+        if !killed && signal == Some(libc::SIGSYS) {
+            crate::metrics::denials(crate::metrics::Layer::Seccomp, 1);
+        }
         Ok(ExecOutcome {
             exit_code: if killed { None } else { exit_code },
             signal: if killed { Some(libc::SIGKILL) } else { signal },
@@ -390,6 +397,7 @@ impl Executor {
             tokio::task::spawn_blocking(move || confinement.refill_call_slots(&factory));
             return Ok(warm);
         }
+        crate::metrics::warm_slot_miss();
         let (confinement, factory) = (Arc::clone(&self.confinement), Arc::clone(factory));
         tokio::task::spawn_blocking(move || confinement.make_call_slot(&factory))
             .await

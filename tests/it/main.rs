@@ -26,6 +26,7 @@ mod lint_introduced;
 mod lint_parsers;
 mod lint_syntax;
 mod mcp_rmcp_client;
+mod metrics;
 mod namespaces;
 mod node_e2e;
 mod parser_worker;
