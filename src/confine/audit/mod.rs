@@ -137,6 +137,9 @@ fn preconditions() -> Result<netlink::Status, String> {
 /// [`CallWatch::finish`]; None when kernel-reported denials are unavailable.
 pub fn watch(pid: u32) -> Option<CallWatch> {
     let reader = Arc::clone(READER.get()?.as_ref().ok()?);
+    if !reader.alive.load(Ordering::Acquire) {
+        return None;
+    }
     let id = reader.next_watch.fetch_add(1, Ordering::Relaxed);
     let mut state = reader.state.lock().ok()?;
     let lost = state.lost;
@@ -230,6 +233,8 @@ struct Reader {
     next_barrier: AtomicU64,
     next_watch: AtomicU64,
     enabled_audit: bool,
+    /// The reader thread runs (it stops only on a socket error it cannot recover from).
+    alive: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Default)]
@@ -375,6 +380,7 @@ impl Reader {
             next_barrier: AtomicU64::new(1),
             next_watch: AtomicU64::new(1),
             enabled_audit,
+            alive: std::sync::atomic::AtomicBool::new(true),
         });
         let shared = Arc::clone(&me);
         std::thread::Builder::new()
@@ -406,9 +412,11 @@ impl Reader {
                 }
                 Err(e) => {
                     tracing::warn!("the audit reader stopped: {e}; denials are no longer reported");
+                    self.alive.store(false, Ordering::Release);
                     if let Ok(mut state) = self.state.lock() {
                         state.lost += 1;
                     }
+                    self.arrived.notify_all();
                     return;
                 }
             }
@@ -418,6 +426,9 @@ impl Reader {
     /// Sends a barrier and waits until the reader has seen it. False when it did not come
     /// back in time (records may be missing).
     fn barrier(&self) -> bool {
+        if !self.alive.load(Ordering::Acquire) {
+            return false;
+        }
         let number = {
             let Ok(control) = self.control.lock() else {
                 return false;
