@@ -642,22 +642,28 @@ fn kernel_one(scene: &Scene<'_>, d: &crate::confine::audit::KernelDenial) -> (St
         );
     }
     if let Ok(rel) = abs.strip_prefix(scene.workspace) {
-        return (
-            "filesystem.workspace".into(),
+        let text = if writing && fs.workspace == WorkspaceAccess::ReadOnly {
             format!(
-                "{head}; `{}` is in the workspace, which this policy grants {} (writable \
+                "{head}; `{}` is in the workspace, which this policy grants read-only (writable \
                  there: {}). To let commands write here, add its directory to \
                  filesystem.workspace_writable or set filesystem.workspace = \"read_write\" in \
                  policy {origin}.",
                 rel.display(),
-                access(fs.workspace),
                 if fs.workspace_writable.is_empty() {
-                    "nothing else".to_owned()
+                    "nothing".to_owned()
                 } else {
                     fs.workspace_writable.join(", ")
                 }
-            ),
-        );
+            )
+        } else {
+            format!(
+                "{head}; `{}` is in the workspace, which this policy grants {}: the sandbox \
+                 keeps this right from every call there (policy {origin}).",
+                rel.display(),
+                access(fs.workspace)
+            )
+        };
+        return ("filesystem.workspace".into(), text);
     }
     if abs.starts_with("/dev") {
         return (
@@ -912,6 +918,96 @@ mod tests {
         ] {
             assert_eq!(findings(line), [Finding::Port { port, op }], "{line}");
         }
+    }
+
+    fn kernel(blockers: &[&str], path: Option<&str>, port: Option<u16>) -> Denial {
+        let p = Policy::builtin_default();
+        let d = crate::confine::audit::KernelDenial {
+            blockers: blockers.iter().map(|b| (*b).to_owned()).collect(),
+            path: path.map(str::to_owned),
+            port,
+            address: port.map(|_| "127.0.0.1".to_owned()),
+            count: 2,
+        };
+        explain_kernel(&scene(&p), &[d]).remove(0)
+    }
+
+    #[test]
+    fn kernel_records_name_the_governing_field() {
+        let d = kernel(&["fs.read_file"], Some("/etc/shadow"), None);
+        assert_eq!(d.policy_field, "filesystem.deny");
+        assert_eq!((d.source, d.count), (DenialSource::Kernel, 2));
+        assert!(
+            d.explanation.contains("remove \"/etc/shadow\""),
+            "{}",
+            d.explanation
+        );
+        // Writing a file below a read-only grant: the grant to add is its directory.
+        let d = kernel(&["fs.write_file"], Some("/usr/lib/x.so"), None);
+        assert_eq!(d.policy_field, "filesystem.read_exec");
+        assert!(
+            d.explanation
+                .contains("add \"/usr/lib\" to filesystem.read_write"),
+            "{}",
+            d.explanation
+        );
+        // Creating an entry names the directory itself, which is what needs the grant.
+        let d = kernel(&["fs.make_reg"], Some("/srv/out"), None);
+        assert_eq!(d.policy_field, "not_granted");
+        assert!(
+            d.explanation
+                .contains("add \"/srv/out\" to filesystem.read_write"),
+            "{}",
+            d.explanation
+        );
+        let d = kernel(&["fs.execute", "fs.read_file"], Some("/srv/tool"), None);
+        assert_eq!(d.policy_field, "not_granted");
+        assert!(
+            d.explanation.contains("executing /srv/tool"),
+            "{}",
+            d.explanation
+        );
+        let d = kernel(&["fs.write_file"], Some("/dev/tty"), None);
+        assert_eq!(d.policy_field, "filesystem.devices");
+        let d = kernel(&["net.connect_tcp"], None, Some(5432));
+        assert_eq!(
+            (d.policy_field.as_str(), d.port),
+            ("network.tcp_connect", Some(5432))
+        );
+        assert!(
+            d.explanation.contains("127.0.0.1:5432"),
+            "{}",
+            d.explanation
+        );
+        let d = kernel(&["net.bind_tcp"], None, Some(8080));
+        assert_eq!(d.policy_field, "network.tcp_bind");
+        let d = kernel(&["scope.signal"], None, None);
+        assert_eq!(d.policy_field, "sandbox_scope");
+        // The workspace's own paths: the read-only workspace is the field to change.
+        let mut p = Policy::builtin_default();
+        p.filesystem.workspace = WorkspaceAccess::ReadOnly;
+        let d = crate::confine::audit::KernelDenial {
+            blockers: vec!["fs.make_reg".into()],
+            path: Some("/ws/sub".into()),
+            port: None,
+            address: None,
+            count: 1,
+        };
+        let d = explain_kernel(&scene(&p), &[d]).remove(0);
+        assert_eq!(d.policy_field, "filesystem.workspace");
+        assert!(d.explanation.contains("read-only"), "{}", d.explanation);
+    }
+
+    #[test]
+    fn message_denials_say_their_source() {
+        let p = Policy::builtin_default();
+        let found = message_denials(&scene(&p), "cat: /etc/shadow: Permission denied\n");
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].source, DenialSource::ErrorMessage);
+        assert_eq!(found[0].policy_field, "filesystem.deny");
+        assert_eq!(found[0].access, ["read"]);
+        assert_eq!(found[0].path.as_deref(), Some("/etc/shadow"));
+        assert!(message_denials(&scene(&p), "all fine\n").is_empty());
     }
 
     #[test]

@@ -185,3 +185,69 @@ fn metrics_addr_is_a_loopback_listener_of_its_own() {
         "{out:?}"
     );
 }
+
+/// Through the egress proxy: the bytes of an allowed request and a refusal are counted.
+#[test]
+fn metrics_count_egress_bytes_and_refusals() {
+    if skip("metrics_count_egress_bytes_and_refusals", Need::Namespaces) {
+        return;
+    }
+    let origin = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = origin.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for mut stream in origin.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            let _ = stream.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 13\r\nConnection: close\r\n\r\nhello-metric\n",
+            );
+        }
+    });
+    let ws = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("egress.toml");
+    std::fs::write(
+        &policy,
+        "extends = \"dev\"\n[network]\nproxy = true\nallow_hosts = [\"localhost:*\"]\n\
+         allow_private = [\"127.0.0.0/8\"]\n",
+    )
+    .unwrap();
+    let server = HttpServer::start(
+        ws.path(),
+        Start {
+            token: true,
+            extra: &["--policy", policy.to_str().unwrap()],
+            ..Start::default()
+        },
+    );
+    let token = server.token.clone().unwrap();
+    let session = server.open_session();
+    let got = server.call(
+        &session,
+        1,
+        "shell_exec",
+        // The host's loopback through the proxy (a call's NO_PROXY keeps localhost inside).
+        json!({"command": format!("unset NO_PROXY no_proxy; curl -sS -m 20 http://localhost:{port}/")}),
+    );
+    assert!(got.to_string().contains("hello-metric"), "{got}");
+    server.call(
+        &session,
+        2,
+        "shell_exec",
+        json!({"command": "curl -sS -m 20 https://not-listed.invalid/"}),
+    );
+    let text = scrape(server.addr, Some(&token)).body;
+    assert!(
+        sample(&text, "cordon_egress_bytes_total{direction=\"received\"}") >= 13.0,
+        "{text}"
+    );
+    assert!(
+        sample(&text, "cordon_egress_refusals_total") >= 1.0,
+        "{text}"
+    );
+    assert!(
+        sample(&text, "cordon_denials_total{layer=\"proxy\"}") >= 1.0,
+        "{text}"
+    );
+}
