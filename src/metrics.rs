@@ -119,7 +119,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     );
     registry.register(
         "sessions_active",
-        "MCP sessions open now",
+        "MCP sessions open now (begun with initialize; stateless requests open none)",
         m.sessions.clone(),
     );
     registry.register("jobs_active", "Background jobs running now", m.jobs.clone());

@@ -660,8 +660,8 @@ fn outcome_error(
         message.push_str(&explanation);
         if kernel_saw_none {
             message.push_str(
-                " (The kernel's audit log has no Landlock denial for this call, so the error \
-                 did not come from Landlock's file or port rules.)",
+                " (The kernel's audit log has no denial by the sandbox's Landlock rules for this \
+                 call, so the error did not come from its file or port rules.)",
             );
         }
     } else if stderr.contains("Permission denied") || stderr.contains("Operation not permitted") {
