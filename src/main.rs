@@ -41,6 +41,10 @@ enum Command {
         /// Run with whatever confinement the kernel offers instead of refusing.
         #[arg(long)]
         allow_degraded: bool,
+        /// Do not read the kernel's Landlock audit records (nor turn the host's audit on to
+        /// get them); denials are then explained from error messages only.
+        #[arg(long)]
+        no_kernel_denials: bool,
         #[command(flatten)]
         http: HttpArgs,
     },
@@ -286,8 +290,19 @@ async fn run(command: Command) -> Result<i32> {
             policy,
             audit_log,
             allow_degraded,
+            no_kernel_denials,
             http,
-        } => serve(workspace, &policy, audit_log, allow_degraded, &http).await,
+        } => {
+            serve(
+                workspace,
+                &policy,
+                audit_log,
+                allow_degraded,
+                no_kernel_denials,
+                &http,
+            )
+            .await
+        }
         Command::Exec {
             workspace,
             policy,
@@ -361,6 +376,7 @@ async fn serve(
     policy: &str,
     audit_log: Option<PathBuf>,
     allow_degraded: bool,
+    no_kernel_denials: bool,
     http: &HttpArgs,
 ) -> Result<i32> {
     tracing_subscriber::fmt()
@@ -373,6 +389,15 @@ async fn serve(
         .init();
     let signals =
         cordon::server::StopSignals::listen().context("cannot listen for SIGTERM and SIGINT")?;
+    // Before the sandbox init's plan is made (in `start`): its Landlock layers log denials
+    // only once the reader runs.
+    if no_kernel_denials {
+        tracing::info!("kernel-reported denials off (--no-kernel-denials)");
+    } else if let cordon::confine::audit::Availability::Unavailable { reason } =
+        cordon::confine::audit::start()
+    {
+        tracing::info!("kernel-reported denials unavailable: {reason}");
+    }
     if http.http.is_some() {
         // Over HTTP nobody reads an `initialize` answer on stdin: a failed start is the
         // message on stderr and exit status 2.
@@ -430,13 +455,6 @@ async fn start(
         spill_area: true,
         ..RuntimeOptions::default()
     };
-    // Before the sandbox init's plan is made: its Landlock layers log denials only once the
-    // reader runs.
-    if let cordon::confine::audit::Availability::Unavailable { reason } =
-        cordon::confine::audit::start()
-    {
-        tracing::info!("kernel-reported denials unavailable: {reason}");
-    }
     let runtime = Arc::new(Runtime::build(Policy::load(policy)?, options)?);
     let enforcement = runtime.executor.confinement().enforcement();
     if !enforcement.level.is_full() {

@@ -231,3 +231,28 @@ fn a_denied_tcp_connect_is_explained_from_the_kernels_record() {
     assert_eq!(d["port"], port, "{d:#}");
     assert_eq!(d["policy_field"], "network.tcp_connect", "{d:#}");
 }
+
+/// `--no-kernel-denials` (or a machine without audit): the same denial comes from the error
+/// message, labeled as such.
+#[test]
+fn without_kernel_records_a_denial_is_explained_from_the_error_message() {
+    if skip(
+        "without_kernel_records_a_denial_is_explained_from_the_error_message",
+        Need::LandlockSeccomp,
+    ) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let out = run(&sb, &["--no-kernel-denials"], &[], "cat /etc/shadow");
+    let denials = out["denials"].as_array().expect("denials");
+    assert_eq!(denials.len(), 1, "{out:#}");
+    let d = &denials[0];
+    assert_eq!(d["source"], "error_message", "{d:#}");
+    assert_eq!(d["path"], "/etc/shadow", "{d:#}");
+    assert_eq!(d["policy_field"], "filesystem.deny", "{d:#}");
+    let message = out["error"]["message"].as_str().expect("an error message");
+    assert!(
+        message.contains("by reading the error message"),
+        "{message}"
+    );
+}
