@@ -141,31 +141,7 @@ pub fn watch(pid: u32) -> Option<CallWatch> {
         return None;
     }
     let id = reader.next_watch.fetch_add(1, Ordering::Relaxed);
-    let mut state = reader.state.lock().ok()?;
-    let lost = state.lost;
-    let mut call = Collected {
-        lost_at_start: lost,
-        ..Collected::default()
-    };
-    // The domain's first record may have been read before this registration.
-    let mut kept = VecDeque::new();
-    while let Some(u) = state.unclaimed.pop_front() {
-        if u.pid == pid {
-            call.domains.push(u.domain);
-            for access in u.records {
-                call.add(access);
-            }
-        } else {
-            kept.push_back(u);
-        }
-    }
-    state.unclaimed = kept;
-    for &d in &call.domains {
-        state.by_domain.insert(d, id);
-    }
-    state.by_pid.insert(pid, id);
-    state.calls.insert(id, (pid, call));
-    drop(state);
+    reader.state.lock().ok()?.register(id, pid);
     Some(CallWatch { reader, id })
 }
 
@@ -288,6 +264,32 @@ impl Collected {
 }
 
 impl State {
+    /// Registers call `id` for the domains `pid` creates, claiming any of them read before
+    /// (the domain's first record can race the registration).
+    fn register(&mut self, id: u64, pid: u32) {
+        let mut call = Collected {
+            lost_at_start: self.lost,
+            ..Collected::default()
+        };
+        let mut kept = VecDeque::new();
+        while let Some(u) = self.unclaimed.pop_front() {
+            if u.pid == pid && call.domains.len() < MAX_DOMAINS_PER_CALL {
+                call.domains.push(u.domain);
+                for access in u.records {
+                    call.add(access);
+                }
+            } else {
+                kept.push_back(u);
+            }
+        }
+        self.unclaimed = kept;
+        for &d in &call.domains {
+            self.by_domain.insert(d, id);
+        }
+        self.by_pid.insert(pid, id);
+        self.calls.insert(id, (pid, call));
+    }
+
     fn remove(&mut self, id: u64) -> Option<(u32, Collected)> {
         let (pid, call) = self.calls.remove(&id)?;
         if self.by_pid.get(&pid) == Some(&id) {
@@ -482,8 +484,25 @@ mod tests {
     }
 
     fn watching(state: &mut State, id: u64, pid: u32) {
-        state.by_pid.insert(pid, id);
-        state.calls.insert(id, (pid, Collected::default()));
+        state.register(id, pid);
+    }
+
+    #[test]
+    fn a_domain_seen_before_its_call_registered_is_claimed() {
+        let mut state = State::default();
+        state.handle(access(1, 0xc, "/early"));
+        state.handle(allocated(1, 0xc, 300));
+        state.handle(access(2, 0xc, "/later"));
+        watching(&mut state, 7, 300);
+        state.handle(access(3, 0xc, "/after"));
+        assert!(state.unclaimed.is_empty());
+        let (_, call) = state.remove(7).unwrap();
+        let paths: Vec<_> = call
+            .denials
+            .iter()
+            .filter_map(|d| d.path.as_deref())
+            .collect();
+        assert_eq!(paths, ["/early", "/later", "/after"]);
     }
 
     #[test]
