@@ -41,7 +41,8 @@
 //! * [`files`]: the pure logic of the file tools (paging, exact edits, diffs).
 //! * [`confine`]: how the kernel enforces a [`confine::ConfinePlan`] (Landlock, seccomp,
 //!   rlimits, cgroups, namespaces, the sandbox init) and the scratch directories that serves
-//!   (swept after a killed server); the only `unsafe` code.
+//!   (swept after a killed server), and the reader of the kernel's Landlock audit records
+//!   ([`confine::audit`]: each denial attributed to its call); the only `unsafe` code.
 //! * [`exec`]: one confined child from spawn to the death of its whole tree.
 //! * [`interpreter`]: persistent, confined Python sessions for `code_interpreter`.
 //! * [`parser`]: the confined worker that runs every tree-sitter grammar (syntax check,
@@ -50,6 +51,8 @@
 //! * [`shape`]: presentation: long output cut with spill, text hygiene, the tool result.
 //! * [`error_kind`]: the SPEC error kinds every stage names its failures in.
 //! * [`audit`]: typed audit records and the append-only log they go to.
+//! * [`metrics`]: the Prometheus registry `serve --http` exposes at `/metrics`, and the small
+//!   counting functions the stages call.
 //! * [`text`]: cutting text to a number of characters, one way everywhere.
 //! * [`doctor`]: live proof, on the running kernel, that the confinement holds.
 //! * [`egress`]: the proxy that lets a proxy-mode policy reach hosts by name (started by
