@@ -251,3 +251,38 @@ fn metrics_count_egress_bytes_and_refusals() {
         "{text}"
     );
 }
+
+/// A protected path appearing between calls (`git init` on the host) makes the next call
+/// rebuild the sandbox's view: counted.
+#[test]
+fn metrics_count_view_rebuilds() {
+    if skip("metrics_count_view_rebuilds", Need::Namespaces) {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let server = HttpServer::start(
+        ws.path(),
+        Start {
+            token: true,
+            ..Start::default()
+        },
+    );
+    let token = server.token.clone().unwrap();
+    let session = server.open_session();
+    server.call(&session, 1, "shell_exec", json!({"command": "true"}));
+    let before = sample(
+        &scrape(server.addr, Some(&token)).body,
+        "cordon_view_rebuilds_total",
+    );
+    let git = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(ws.path())
+        .status();
+    assert!(git.is_ok_and(|s| s.success()), "git init in the workspace");
+    server.call(&session, 2, "shell_exec", json!({"command": "true"}));
+    let after = sample(
+        &scrape(server.addr, Some(&token)).body,
+        "cordon_view_rebuilds_total",
+    );
+    assert_eq!(after, before + 1.0, "one rebuild for the new .git");
+}
