@@ -647,6 +647,22 @@ fn outcome_error(
             "; [from the kernel's Landlock audit record for this call] {}",
             kernel.join(" ")
         ));
+        if let Some(k) = &o.kernel_denials {
+            let listed = k.denials.len().min(explain::MAX_DENIALS_SHOWN);
+            let in_field = listed.saturating_sub(kernel.len());
+            let not_listed = (k.denials.len() - listed) as u64 + k.not_kept;
+            if in_field > 0 {
+                message.push_str(&format!(" ({in_field} more in the result's `denials`)"));
+            }
+            if not_listed > 0 {
+                message.push_str(&format!(
+                    " ({not_listed} more denied accesses of this call are not listed)"
+                ));
+            }
+            if !k.complete {
+                message.push_str(" (the kernel's records of this call may be incomplete)");
+            }
+        }
         return Some(ToolError {
             kind: ErrorKind::ExitStatus,
             message,

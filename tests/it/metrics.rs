@@ -286,3 +286,41 @@ fn metrics_count_view_rebuilds() {
     );
     assert_eq!(after, before + 1.0, "one rebuild for the new .git");
 }
+
+/// The parser worker aborting (tree-sitter-yaml's scanner on this file) and being replaced for
+/// the next write: counted.
+#[test]
+fn metrics_count_parser_worker_restarts() {
+    if skip(
+        "metrics_count_parser_worker_restarts",
+        Need::LandlockSeccomp,
+    ) {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let server = HttpServer::start(
+        ws.path(),
+        Start {
+            token: true,
+            policy: Some("[lint]\nlinters = []\n"),
+            ..Start::default()
+        },
+    );
+    let token = server.token.clone().unwrap();
+    let session = server.open_session();
+    let write = |id: u64, path: &str, content: &str| {
+        server.call(
+            &session,
+            id,
+            "write_file",
+            json!({"path": path, "content": content}),
+        )
+    };
+    write(1, "ok.py", "x = 1\n");
+    let restarts = "cordon_parser_worker_restarts_total";
+    let before = sample(&scrape(server.addr, Some(&token)).body, restarts);
+    write(2, "ci.yaml", &"- ".repeat(600));
+    write(3, "ok.py", "x = 2\n");
+    let after = sample(&scrape(server.addr, Some(&token)).body, restarts);
+    assert_eq!(after, before + 1.0, "the crashed worker was replaced once");
+}
