@@ -256,3 +256,45 @@ fn without_kernel_records_a_denial_is_explained_from_the_error_message() {
         "{message}"
     );
 }
+
+/// The denial the output names leads; one it does not name is not blamed for the failure;
+/// a successful call lists none.
+#[test]
+fn the_denial_the_output_names_leads_and_others_are_not_blamed() {
+    if skip_without_audit("the_denial_the_output_names_leads_and_others_are_not_blamed") {
+        return;
+    }
+    let sb = Sandbox::new();
+    let mut server = StdioServer::start(sb.ws(), &[], "", &[]);
+    let mut shell = |command: &str| {
+        let result = server.call("shell_exec", json!({ "command": command }));
+        structured(&result).clone()
+    };
+    let out = shell("cat /etc/gshadow 2>/dev/null; cat /etc/shadow");
+    let denials = out["denials"].as_array().expect("denials");
+    assert_eq!(denials.len(), 2, "{out:#}");
+    assert_eq!(denials[0]["path"], "/etc/shadow", "named first: {out:#}");
+    assert_eq!(denials[1]["path"], "/etc/gshadow", "{out:#}");
+    let message = out["error"]["message"].as_str().unwrap();
+    assert!(message.contains("on /etc/shadow"), "{message}");
+    assert!(!message.contains("on /etc/gshadow"), "{message}");
+    assert!(
+        message.contains("1 more in the result's `denials`"),
+        "{message}"
+    );
+
+    let out = shell("cat /etc/shadow 2>/dev/null; exit 3");
+    assert_eq!(out["denials"][0]["path"], "/etc/shadow", "{out:#}");
+    let message = out["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("the output names none of these, so they may not be why it failed"),
+        "{message}"
+    );
+
+    let out = shell("cat /etc/shadow 2>/dev/null; true");
+    assert_eq!(out["exit_code"], 0, "{out:#}");
+    assert!(
+        out.get("denials").is_none(),
+        "a successful call lists none: {out:#}"
+    );
+}

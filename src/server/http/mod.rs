@@ -368,10 +368,12 @@ async fn serve_metrics(
             stream,
             peer,
             Arc::clone(&front),
-            ticket,
+            Arc::clone(&ticket),
             closing.clone(),
             Role::MetricsOnly,
         ));
+        // As on the main listener: a flood's accepts do not run ahead of its reads.
+        let _ = tokio::time::timeout(FIRST_READ_WAIT, ticket.first_read()).await;
     }
 }
 
