@@ -65,7 +65,7 @@ pub enum Availability {
     },
 }
 
-/// The restrict flags for a Landlock layer of a confined process (see [`RESTRICT_FLAGS`]).
+/// The restrict flags for a Landlock layer of a confined process (`RESTRICT_FLAGS`).
 pub fn restrict_flags() -> u32 {
     RESTRICT_FLAGS.load(Ordering::Relaxed)
 }
@@ -175,7 +175,7 @@ pub struct CallWatch {
 impl CallWatch {
     /// The call's denials. With `sync` (the call's processes are all gone), first waits until
     /// the kernel's audit queue has passed a barrier sent now, so every record of the call
-    /// has been read; blocks for at most [`BARRIER_WAIT`]. Without, what has arrived so far.
+    /// has been read; blocks for at most `BARRIER_WAIT` (1 s). Without, what has arrived so far.
     pub fn finish(self, sync: bool) -> KernelDenials {
         let complete = sync && self.reader.barrier();
         let Ok(mut state) = self.reader.state.lock() else {
