@@ -33,6 +33,9 @@ pub struct DoctorReport {
     /// Directories on the operator's PATH confined commands cannot see, each with the policy
     /// field that would grant it.
     pub invisible_toolchains: Vec<String>,
+    /// Whether `serve` puts the kernel's own record of each Landlock denial in results
+    /// (`denials` with source "kernel"), or why not (results then explain from stderr).
+    pub kernel_denials: crate::confine::audit::Availability,
 }
 
 #[derive(Debug, Serialize)]
@@ -67,6 +70,30 @@ impl DoctorReport {
         for note in &self.invisible_toolchains {
             out.push_str(&format!("  toolchain: {note}\n"));
         }
+        use crate::confine::audit::Availability;
+        out.push_str(&match &self.kernel_denials {
+            Availability::Available { enabled_audit } => format!(
+                "  kernel-reported denials: available (Landlock audit records{})\n",
+                if *enabled_audit {
+                    "; cordon turned audit on"
+                } else {
+                    ""
+                }
+            ),
+            Availability::Possible { audit_enabled } => format!(
+                "  kernel-reported denials: available to `cordon serve` (Landlock audit records; \
+                 audit is {})\n",
+                if *audit_enabled {
+                    "on"
+                } else {
+                    "off: serve turns it on, host-wide, see SECURITY.md"
+                }
+            ),
+            Availability::Unavailable { reason } => format!(
+                "  kernel-reported denials: unavailable ({reason}); denials are explained from \
+                 error messages\n"
+            ),
+        });
         let w = self
             .probes
             .iter()
@@ -427,6 +454,7 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
             policy,
             &std::env::var("PATH").unwrap_or_default(),
         ),
+        kernel_denials: crate::confine::audit::probe(),
     })
 }
 

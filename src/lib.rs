@@ -41,7 +41,8 @@
 //! * [`files`]: the pure logic of the file tools (paging, exact edits, diffs).
 //! * [`confine`]: how the kernel enforces a [`confine::ConfinePlan`] (Landlock, seccomp,
 //!   rlimits, cgroups, namespaces, the sandbox init) and the scratch directories that serves
-//!   (swept after a killed server); the only `unsafe` code.
+//!   (swept after a killed server), and the reader of the kernel's Landlock audit records
+//!   ([`confine::audit`]: each denial attributed to its call); the only `unsafe` code.
 //! * [`exec`]: one confined child from spawn to the death of its whole tree.
 //! * [`interpreter`]: persistent, confined Python sessions for `code_interpreter`.
 //! * [`parser`]: the confined worker that runs every tree-sitter grammar (syntax check,
@@ -52,6 +53,8 @@
 //! * [`audit`]: typed audit records and the append-only log they go to.
 //! * [`events`]: server events for clients (quarantine, limits, view rebuilt, parser worker
 //!   restarted, degraded enforcement), sent by `server` as MCP log messages.
+//! * [`metrics`]: the Prometheus registry `serve --http` exposes at `/metrics`, and the small
+//!   counting functions the stages call.
 //! * [`text`]: cutting text to a number of characters, one way everywhere.
 //! * [`doctor`]: live proof, on the running kernel, that the confinement holds.
 //! * [`egress`]: the proxy that lets a proxy-mode policy reach hosts by name (started by
@@ -75,6 +78,7 @@ pub mod files;
 pub mod interpreter;
 pub mod jobs;
 pub mod lint;
+pub mod metrics;
 pub mod parser;
 pub mod policy;
 pub mod runtime;

@@ -41,6 +41,10 @@ enum Command {
         /// Run with whatever confinement the kernel offers instead of refusing.
         #[arg(long)]
         allow_degraded: bool,
+        /// Do not read the kernel's Landlock audit records (nor turn the host's audit on to
+        /// get them); denials are then explained from error messages only.
+        #[arg(long)]
+        no_kernel_denials: bool,
         #[command(flatten)]
         http: HttpArgs,
     },
@@ -155,6 +159,10 @@ struct HttpArgs {
     /// Environment variable holding the bearer token every HTTP request must carry.
     #[arg(long, value_name = "VAR", requires = "http")]
     http_token_env: Option<String>,
+    /// Serve Prometheus metrics at http://ADDR:PORT/metrics (a loopback address; same
+    /// authentication as /mcp) instead of at /metrics on the --http listener.
+    #[arg(long, value_name = "ADDR:PORT", requires = "http")]
+    metrics_addr: Option<String>,
 }
 
 impl HttpArgs {
@@ -171,7 +179,16 @@ impl HttpArgs {
             (None, None) => Authenticator::none(),
         };
         // Checked by `serve` once the policy's `[server.http.oauth]` is known too.
-        Ok(Some(cordon::server::http::HttpOptions { addr, auth }))
+        let metrics_addr = self
+            .metrics_addr
+            .as_deref()
+            .map(parse_listen_addr)
+            .transpose()?;
+        Ok(Some(cordon::server::http::HttpOptions {
+            addr,
+            auth,
+            metrics_addr,
+        }))
     }
 }
 
@@ -311,8 +328,19 @@ async fn run(command: Command) -> Result<i32> {
             policy,
             audit_log,
             allow_degraded,
+            no_kernel_denials,
             http,
-        } => serve(workspace, &policy, audit_log, allow_degraded, &http).await,
+        } => {
+            serve(
+                workspace,
+                &policy,
+                audit_log,
+                allow_degraded,
+                no_kernel_denials,
+                &http,
+            )
+            .await
+        }
         Command::Exec {
             workspace,
             policy,
@@ -426,6 +454,7 @@ async fn serve(
     policy: &str,
     audit_log: Option<PathBuf>,
     allow_degraded: bool,
+    no_kernel_denials: bool,
     http: &HttpArgs,
 ) -> Result<i32> {
     tracing_subscriber::fmt()
@@ -438,6 +467,15 @@ async fn serve(
         .init();
     let signals =
         cordon::server::StopSignals::listen().context("cannot listen for SIGTERM and SIGINT")?;
+    // Before the sandbox init's plan is made (in `start`): its Landlock layers log denials
+    // only once the reader runs.
+    if no_kernel_denials {
+        tracing::info!("kernel-reported denials off (--no-kernel-denials)");
+    } else if let cordon::confine::audit::Availability::Unavailable { reason } =
+        cordon::confine::audit::start()
+    {
+        tracing::info!("kernel-reported denials unavailable: {reason}");
+    }
     if http.http.is_some() {
         // Over HTTP nobody reads an `initialize` answer on stdin: a failed start is the
         // message on stderr and exit status 2.

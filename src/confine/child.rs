@@ -79,8 +79,10 @@ pub unsafe fn enter(setup: &ChildSetup) -> io::Result<()> {
     }
     rustix::thread::set_no_new_privs(true)?;
     if let Some(fd) = setup.landlock_ruleset_fd {
-        // SAFETY: landlock_restrict_self(ruleset_fd, flags=0) reads no memory of ours.
-        if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, fd, 0u32) } != 0 {
+        // An atomic load: async-signal-safe, so fine between fork and exec.
+        let flags = crate::confine::audit::restrict_flags();
+        // SAFETY: landlock_restrict_self(ruleset_fd, flags) reads no memory of ours.
+        if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, fd, flags) } != 0 {
             return Err(io::Error::last_os_error());
         }
     }

@@ -367,6 +367,7 @@ fn plan(inputs: &ViewInputs<'_>) -> InitPlan {
                 TcpPorts::Only(l.tcp_bind.clone())
             },
             best_effort: l.best_effort,
+            restrict_flags: crate::confine::audit::restrict_flags(),
         }),
         seccomp: inputs
             .seccomp

@@ -2,11 +2,13 @@
 //!
 //! Owns the Landlock ruleset, the seccomp programs, the rlimit plan and the cgroups, all
 //! built once when the runtime is built ("build once, apply many"), the scratch directories
-//! they use in the temp dir (`scratch`: removed after a killed server), and the only `unsafe`
-//! code in cordon (`child`, `kernel`, `selftest`). It never sees a policy (`policy::resolve`
+//! they use in the temp dir (`scratch`: removed after a killed server), the reader of the
+//! kernel's Landlock audit records (`audit`), and the only `unsafe` code in cordon (`child`,
+//! `kernel`, `selftest`, `audit::netlink`). It never sees a policy (`policy::resolve`
 //! hands it the plan), never spawns a process itself (that is `exec`), and knows nothing of
 //! MCP.
 
+pub mod audit;
 mod cgroup;
 mod child;
 mod factory;
@@ -493,6 +495,7 @@ impl Confinement {
                     return Some(Ok(current));
                 }
                 let fresh = Arc::new(fresh);
+                crate::metrics::view_rebuilt();
                 current.retire();
                 *slot = Some(Arc::clone(&fresh));
                 crate::events::emit(

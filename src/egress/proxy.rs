@@ -501,6 +501,12 @@ impl Attempt {
 
     fn finish(mut self, shared: &Shared) {
         self.record.duration_ms = self.started.elapsed().as_millis() as u64;
+        // An idle connection that named nothing was never a request: not a refusal.
+        crate::metrics::egress_connection(
+            self.record.bytes_sent,
+            self.record.bytes_received,
+            !self.record.allowed && !self.idle && !self.challenge_only,
+        );
         let sink = lock(&shared.audit).clone();
         let audited = self.call.is_some() || !self.idle || shared.idle_audit_allowed();
         if let (Some(sink), true) = (sink, audited) {

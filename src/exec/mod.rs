@@ -182,6 +182,8 @@ impl Executor {
             .await?;
         let started = launched.started;
         let disk = launched.disk.clone();
+        // The process that made the call's Landlock domain: the slot, or the forked child.
+        let denials_watch = launched.pgid.and_then(crate::confine::audit::watch);
         let process::Pipes {
             stdin: stdin_pipe,
             stdout: stdout_pipe,
@@ -275,6 +277,24 @@ impl Executor {
         };
         // Killed by us (timeout, cancel, disk budget): the exit status is our SIGKILL.
         let killed = timed_out || cancelled || disk_overrun.is_some();
+        // A failed call waits until the kernel's audit queue has passed its records (a
+        // barrier: a millisecond or so); a successful one reports what has arrived.
+        let kernel_denials = match denials_watch {
+            Some(watch) => {
+                let sync = killed || exit_code != Some(0);
+                tokio::task::spawn_blocking(move || watch.finish(sync))
+                    .await
+                    .ok()
+            }
+            None => None,
+        };
+        if let Some(k) = &kernel_denials {
+            let n = k.denials.iter().map(|d| d.count).sum::<u64>() + k.not_kept;
+            crate::metrics::denials(crate::metrics::Layer::Landlock, n);
+        }
+        if !killed && signal == Some(libc::SIGSYS) {
+            crate::metrics::denials(crate::metrics::Layer::Seccomp, 1);
+        }
         Ok(ExecOutcome {
             exit_code: if killed { None } else { exit_code },
             signal: if killed { Some(libc::SIGKILL) } else { signal },
@@ -289,6 +309,7 @@ impl Executor {
             notices: guard.notices,
             git_refused: guard.refused,
             network,
+            kernel_denials,
         })
     }
 }
@@ -318,6 +339,7 @@ impl Executor {
             tokio::task::spawn_blocking(move || confinement.refill_call_slots(&factory));
             return Ok(warm);
         }
+        crate::metrics::warm_slot_miss();
         let (confinement, factory) = (Arc::clone(&self.confinement), Arc::clone(factory));
         tokio::task::spawn_blocking(move || confinement.make_call_slot(&factory))
             .await

@@ -63,6 +63,9 @@ pub struct ExecOutcome {
     pub git_refused: bool,
     /// What the call did through the egress proxy (proxy-mode policies only).
     pub network: Option<crate::egress::NetworkReport>,
+    /// The call's Landlock denials as the kernel's audit records tell them, where the server
+    /// reads them (root, Landlock ABI 7, audit); None elsewhere.
+    pub kernel_denials: Option<crate::confine::audit::KernelDenials>,
 }
 
 impl ExecOutcome {

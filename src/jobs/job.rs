@@ -298,6 +298,8 @@ async fn supervise(
     mut launched: Launched,
     mut s: Supervision,
 ) {
+    // `cordon_jobs_active` counts this job for as long as this task supervises it.
+    let _counted = crate::metrics::job_started();
     let disk = launched.disk.clone();
     let lifetime = tokio::time::sleep(s.lifetime);
     tokio::pin!(lifetime);

@@ -297,6 +297,10 @@ impl ParserClient {
                 );
             }
             state.generation += 1;
+            // Every worker after the first replaces one that crashed, hung or hit a limit.
+            if state.generation > 1 {
+                crate::metrics::parser_worker_restarted();
+            }
             state.live = Some(self.start(state.generation)?);
         }
         Ok(state.live.as_mut().expect("a worker was just made live"))

@@ -503,6 +503,289 @@ pub fn explain_stderr(scene: &Scene<'_>, stderr: &str) -> Option<String> {
     ))
 }
 
+/// Where a denial's explanation comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DenialSource {
+    /// The kernel's Landlock audit record for this call: the exact right and object.
+    Kernel,
+    /// Derived from the policy by reading the command's error message (no kernel record was
+    /// available): can be wrong when the error came from elsewhere.
+    ErrorMessage,
+}
+
+/// One denial of a call and the policy field that governs it (the `denials` of a result).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+pub struct Denial {
+    /// "kernel" (from the kernel's Landlock audit record) or "error_message" (derived from
+    /// the policy by reading stderr).
+    pub source: DenialSource,
+    /// The access rights the kernel reported missing, as it names them ("fs.read_file",
+    /// "fs.write_file", "fs.make_reg", "fs.execute", "net.connect_tcp", …); for an
+    /// error-message explanation, the operation the message suggests ("read", "write", …).
+    pub access: Vec<String>,
+    /// The file or directory (for creating or removing an entry: its directory), or null.
+    pub path: Option<String>,
+    /// The TCP port, or null.
+    pub port: Option<u16>,
+    /// The policy field that governs it: "filesystem.deny", "filesystem.read_exec" (grants
+    /// reading and executing only), "filesystem.workspace", "filesystem.devices",
+    /// "network.tcp_connect", "network.tcp_bind", "not_granted" (outside every grant), or
+    /// "sandbox_scope" (cordon's own isolation of the sandbox, no policy field).
+    pub policy_field: String,
+    /// What was stopped and which policy line would allow it.
+    pub explanation: String,
+    /// How many times the kernel reported it during the call (1 for error-message ones).
+    pub count: u64,
+}
+
+/// Most denials listed in one result; the first ones are the likely cause.
+pub const MAX_DENIALS_SHOWN: usize = 8;
+
+/// Explains each kernel-reported denial (in the order the kernel reported them).
+pub fn explain_kernel(
+    scene: &Scene<'_>,
+    denials: &[crate::confine::audit::KernelDenial],
+) -> Vec<Denial> {
+    denials
+        .iter()
+        .take(MAX_DENIALS_SHOWN)
+        .map(|d| {
+            let (policy_field, explanation) = kernel_one(scene, d);
+            Denial {
+                source: DenialSource::Kernel,
+                access: d.blockers.clone(),
+                path: d.path.clone(),
+                port: d.port,
+                policy_field,
+                explanation,
+                count: d.count,
+            }
+        })
+        .collect()
+}
+
+fn kernel_one(scene: &Scene<'_>, d: &crate::confine::audit::KernelDenial) -> (String, String) {
+    let has = |prefix: &str| d.blockers.iter().any(|b| b.starts_with(prefix));
+    let rights = d.blockers.join(", ");
+    if has("net.") {
+        let op = if has("net.bind_tcp") {
+            NetOperation::Bind
+        } else {
+            NetOperation::Connect
+        };
+        let field = match op {
+            NetOperation::Bind => "network.tcp_bind",
+            NetOperation::Connect => "network.tcp_connect",
+        };
+        let port = d.port.unwrap_or(0);
+        let text = format!(
+            "The kernel denied {rights}{} (Landlock). {}",
+            d.address
+                .as_ref()
+                .map(|a| format!(" to {a}:{port}"))
+                .unwrap_or_else(|| format!(" on port {port}")),
+            explain_port(scene.policy, port, op)
+        );
+        return (field.into(), text);
+    }
+    if has("scope.") {
+        return (
+            "sandbox_scope".into(),
+            format!(
+                "The kernel denied {rights} (Landlock scope): a confined process may not signal \
+                 or reach abstract Unix sockets of processes outside its own sandbox. No policy \
+                 field changes this."
+            ),
+        );
+    }
+    let Some(path) = d.path.as_deref() else {
+        return (
+            "not_granted".into(),
+            format!("The kernel denied {rights} (Landlock) on an object it did not name."),
+        );
+    };
+    let fs = &scene.policy.filesystem;
+    let origin = &scene.policy.origin;
+    let abs = lexical(Path::new(path));
+    // Creating or removing an entry names the directory it is in.
+    let in_dir = has("fs.make_") || has("fs.remove_") || has("fs.refer");
+    let writing = in_dir || has("fs.write_file") || has("fs.truncate");
+    let what = if in_dir {
+        format!("creating or removing entries in {}", abs.display())
+    } else {
+        format!(
+            "{} {}",
+            if writing {
+                "writing"
+            } else if has("fs.execute") {
+                "executing"
+            } else {
+                "reading"
+            },
+            abs.display()
+        )
+    };
+    let head = format!(
+        "The kernel denied {rights} on {} (Landlock): {what} was stopped",
+        abs.display()
+    );
+    if let Some(entry) = fs.deny.iter().find(|e| under(&abs, e)) {
+        return (
+            "filesystem.deny".into(),
+            format!(
+                "{head}; it is under {} in filesystem.deny, which no grant overrides. If the \
+                 command really needs it, remove {} from filesystem.deny in policy {origin}.",
+                shown(entry),
+                shown(entry)
+            ),
+        );
+    }
+    if let Ok(rel) = abs.strip_prefix(scene.workspace) {
+        let text = if writing && fs.workspace == WorkspaceAccess::ReadOnly {
+            format!(
+                "{head}; `{}` is in the workspace, which this policy grants read-only (writable \
+                 there: {}). To let commands write here, add its directory to \
+                 filesystem.workspace_writable or set filesystem.workspace = \"read_write\" in \
+                 policy {origin}.",
+                rel.display(),
+                if fs.workspace_writable.is_empty() {
+                    "nothing".to_owned()
+                } else {
+                    fs.workspace_writable.join(", ")
+                }
+            )
+        } else {
+            format!(
+                "{head}; `{}` is in the workspace, which this policy grants {}: the sandbox \
+                 keeps this right from every call there (policy {origin}).",
+                rel.display(),
+                access(fs.workspace)
+            )
+        };
+        return ("filesystem.workspace".into(), text);
+    }
+    if abs.starts_with("/dev") {
+        return (
+            "filesystem.devices".into(),
+            format!(
+                "{head}; device files are reachable only when listed in filesystem.devices. To \
+                 allow it, add {} to filesystem.devices in policy {origin}.",
+                shown(&abs)
+            ),
+        );
+    }
+    if writing && let Some(entry) = fs.read_exec.iter().find(|g| abs.starts_with(g)) {
+        let target = if in_dir {
+            abs.as_path()
+        } else {
+            abs.parent().unwrap_or(&abs)
+        };
+        return (
+            "filesystem.read_exec".into(),
+            format!(
+                "{head}; {} in filesystem.read_exec grants reading and executing only. To let \
+                 commands write there, add {} to filesystem.read_write in policy {origin}.",
+                shown(entry),
+                shown(target)
+            ),
+        );
+    }
+    let grant = if writing {
+        let target = if in_dir {
+            abs.as_path()
+        } else {
+            abs.parent().unwrap_or(&abs)
+        };
+        format!("add {} to filesystem.read_write", shown(target))
+    } else {
+        format!("add {} to filesystem.read_exec", shown(&abs))
+    };
+    (
+        "not_granted".into(),
+        format!(
+            "{head}; it is outside every path the policy grants for that (the workspace, the \
+             call's temporary directory, filesystem.read_exec and filesystem.read_write). To \
+             allow it, {grant} in policy {origin}."
+        ),
+    )
+}
+
+/// The error-message explanations as denials (the fallback where no kernel record exists).
+pub fn message_denials(scene: &Scene<'_>, stderr: &str) -> Vec<Denial> {
+    findings(stderr)
+        .into_iter()
+        .filter_map(|f| match f {
+            Finding::Path {
+                path,
+                missing: true,
+                ..
+            } if is_granted(scene, &path) => None,
+            Finding::Path { path, op, .. } => {
+                let explanation = explain_path(scene, &path, op);
+                let field = message_field(&explanation);
+                Some(Denial {
+                    source: DenialSource::ErrorMessage,
+                    access: vec![
+                        match op {
+                            Operation::Read => "read",
+                            Operation::Write => "write",
+                            Operation::Execute => "execute",
+                            Operation::Access => "access",
+                        }
+                        .into(),
+                    ],
+                    path: Some(lexical(&scene.cwd.join(&path)).display().to_string()),
+                    port: None,
+                    policy_field: field,
+                    explanation,
+                    count: 1,
+                })
+            }
+            Finding::Port { port, op } => Some(Denial {
+                source: DenialSource::ErrorMessage,
+                access: vec![
+                    match op {
+                        NetOperation::Connect => "connect",
+                        NetOperation::Bind => "bind",
+                    }
+                    .into(),
+                ],
+                path: None,
+                port: Some(port),
+                policy_field: match op {
+                    NetOperation::Connect => "network.tcp_connect",
+                    NetOperation::Bind => "network.tcp_bind",
+                }
+                .into(),
+                explanation: explain_port(scene.policy, port, op),
+                count: 1,
+            }),
+        })
+        .collect()
+}
+
+/// The field an error-message explanation names first (they all name the line to change).
+fn message_field(explanation: &str) -> String {
+    for field in [
+        "filesystem.deny",
+        "filesystem.workspace_writable",
+        "filesystem.protected",
+        "filesystem.devices",
+        "filesystem.read_write",
+        "filesystem.read_exec",
+    ] {
+        if explanation.contains(field) {
+            return match field {
+                "filesystem.workspace_writable" => "filesystem.workspace".into(),
+                _ if explanation.contains("outside every path") => "not_granted".into(),
+                f => f.into(),
+            };
+        }
+    }
+    "not_granted".into()
+}
+
 /// What to tell a file tool whose write the policy's write rules refused (a protected path,
 /// or a read-only workspace): which setting of which policy to change. None for any other
 /// failure, which says enough by itself.
@@ -635,6 +918,96 @@ mod tests {
         ] {
             assert_eq!(findings(line), [Finding::Port { port, op }], "{line}");
         }
+    }
+
+    fn kernel(blockers: &[&str], path: Option<&str>, port: Option<u16>) -> Denial {
+        let p = Policy::builtin_default();
+        let d = crate::confine::audit::KernelDenial {
+            blockers: blockers.iter().map(|b| (*b).to_owned()).collect(),
+            path: path.map(str::to_owned),
+            port,
+            address: port.map(|_| "127.0.0.1".to_owned()),
+            count: 2,
+        };
+        explain_kernel(&scene(&p), &[d]).remove(0)
+    }
+
+    #[test]
+    fn kernel_records_name_the_governing_field() {
+        let d = kernel(&["fs.read_file"], Some("/etc/shadow"), None);
+        assert_eq!(d.policy_field, "filesystem.deny");
+        assert_eq!((d.source, d.count), (DenialSource::Kernel, 2));
+        assert!(
+            d.explanation.contains("remove \"/etc/shadow\""),
+            "{}",
+            d.explanation
+        );
+        // Writing a file below a read-only grant: the grant to add is its directory.
+        let d = kernel(&["fs.write_file"], Some("/usr/lib/x.so"), None);
+        assert_eq!(d.policy_field, "filesystem.read_exec");
+        assert!(
+            d.explanation
+                .contains("add \"/usr/lib\" to filesystem.read_write"),
+            "{}",
+            d.explanation
+        );
+        // Creating an entry names the directory itself, which is what needs the grant.
+        let d = kernel(&["fs.make_reg"], Some("/srv/out"), None);
+        assert_eq!(d.policy_field, "not_granted");
+        assert!(
+            d.explanation
+                .contains("add \"/srv/out\" to filesystem.read_write"),
+            "{}",
+            d.explanation
+        );
+        let d = kernel(&["fs.execute", "fs.read_file"], Some("/srv/tool"), None);
+        assert_eq!(d.policy_field, "not_granted");
+        assert!(
+            d.explanation.contains("executing /srv/tool"),
+            "{}",
+            d.explanation
+        );
+        let d = kernel(&["fs.write_file"], Some("/dev/tty"), None);
+        assert_eq!(d.policy_field, "filesystem.devices");
+        let d = kernel(&["net.connect_tcp"], None, Some(5432));
+        assert_eq!(
+            (d.policy_field.as_str(), d.port),
+            ("network.tcp_connect", Some(5432))
+        );
+        assert!(
+            d.explanation.contains("127.0.0.1:5432"),
+            "{}",
+            d.explanation
+        );
+        let d = kernel(&["net.bind_tcp"], None, Some(8080));
+        assert_eq!(d.policy_field, "network.tcp_bind");
+        let d = kernel(&["scope.signal"], None, None);
+        assert_eq!(d.policy_field, "sandbox_scope");
+        // The workspace's own paths: the read-only workspace is the field to change.
+        let mut p = Policy::builtin_default();
+        p.filesystem.workspace = WorkspaceAccess::ReadOnly;
+        let d = crate::confine::audit::KernelDenial {
+            blockers: vec!["fs.make_reg".into()],
+            path: Some("/ws/sub".into()),
+            port: None,
+            address: None,
+            count: 1,
+        };
+        let d = explain_kernel(&scene(&p), &[d]).remove(0);
+        assert_eq!(d.policy_field, "filesystem.workspace");
+        assert!(d.explanation.contains("read-only"), "{}", d.explanation);
+    }
+
+    #[test]
+    fn message_denials_say_their_source() {
+        let p = Policy::builtin_default();
+        let found = message_denials(&scene(&p), "cat: /etc/shadow: Permission denied\n");
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].source, DenialSource::ErrorMessage);
+        assert_eq!(found[0].policy_field, "filesystem.deny");
+        assert_eq!(found[0].access, ["read"]);
+        assert_eq!(found[0].path.as_deref(), Some("/etc/shadow"));
+        assert!(message_denials(&scene(&p), "all fine\n").is_empty());
     }
 
     #[test]

@@ -206,6 +206,26 @@ pub fn finish<T: Tool>(
     let audited = T::audit(&done.output, done.is_error);
     announce_limit(T::NAME, &audited);
     ctx.runtime.audit(T::NAME, args, decision, audited, started);
+    let refused = matches!(
+        decision,
+        Decision::Deny { .. }
+            | Decision::Ask {
+                answer: crate::audit::Answer::Declined,
+                ..
+            }
+    );
+    if refused {
+        crate::metrics::denials(crate::metrics::Layer::Rule, 1);
+    }
+    crate::metrics::call_finished(
+        T::NAME,
+        match (refused, done.is_error) {
+            (true, _) => crate::metrics::CallOutcome::Denied,
+            (false, true) => crate::metrics::CallOutcome::Error,
+            (false, false) => crate::metrics::CallOutcome::Ok,
+        },
+        started.elapsed(),
+    );
     let outcome = done.images.into_iter().fold(
         ToolOutcome::new(&done.output, done.text, done.is_error),
         |o, png| o.with_png(png),

@@ -105,6 +105,12 @@ pub struct ShellExecOutput {
     pub job: Option<super::job::JobInfo>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<ToolError>,
+    /// A failed call's denials, each with the policy field that governs it and where its
+    /// explanation comes from (`source`: "kernel" = the kernel's Landlock audit record for
+    /// this call, "error_message" = derived from stderr); the ones the output names first.
+    /// Left out when there are none, and for a successful call.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub denials: Vec<explain::Denial>,
 }
 
 /// What the policy's command rules say about this call (see `policy::commands`). The command
@@ -633,7 +639,8 @@ fn shape_outcome(ctx: &Session, outcome: ExecOutcome, cwd: &std::path::Path) -> 
         cwd,
         protected_for_commands: ctx.runtime.executor.confinement().protects_paths(),
     };
-    let error = outcome_error(&outcome, &scene);
+    let denials = call_denials(&outcome, &scene);
+    let error = outcome_error(&outcome, &scene, &denials);
     let mut text = String::new();
     if let Some(e) = &error {
         text.push_str(&e.text());
@@ -671,6 +678,7 @@ fn shape_outcome(ctx: &Session, outcome: ExecOutcome, cwd: &std::path::Path) -> 
         network: outcome.network.clone(),
         job: None,
         error,
+        denials,
     };
     let is_error = output.error.is_some();
     Done {
@@ -681,7 +689,60 @@ fn shape_outcome(ctx: &Session, outcome: ExecOutcome, cwd: &std::path::Path) -> 
     }
 }
 
-fn outcome_error(o: &ExecOutcome, scene: &explain::Scene<'_>) -> Option<ToolError> {
+/// A failed call's denials: the kernel's record of them where the server reads it, else what
+/// its stderr suggests. A successful call lists none: programs probe paths they can do without
+/// (every `bash` tries `/dev/tty`), and the call did what it was asked.
+fn call_denials(o: &ExecOutcome, scene: &explain::Scene<'_>) -> Vec<explain::Denial> {
+    if o.success() {
+        return Vec::new();
+    }
+    if let Some(kernel) = &o.kernel_denials
+        && !kernel.denials.is_empty()
+    {
+        // What the output names first: the likely cause leads (the sort is stable).
+        let output = call_output(o);
+        let mut ordered = kernel.denials.clone();
+        ordered.sort_by_key(|d| !mentioned(d.path.as_deref(), d.port, &output));
+        return explain::explain_kernel(scene, &ordered);
+    }
+    let mut denials = explain::message_denials(scene, &stderr_text(o));
+    denials.truncate(explain::MAX_DENIALS_SHOWN);
+    denials
+}
+
+/// Both streams as far as they were kept (head and tail), for finding what they name.
+fn call_output(o: &ExecOutcome) -> String {
+    let mut text = stderr_text(o);
+    for part in [&o.stdout.head, &o.stdout.tail] {
+        text.push('\n');
+        text.push_str(&String::from_utf8_lossy(part));
+    }
+    text
+}
+
+/// Whether `output` names the path (or a file in the directory) or the port of a denial.
+fn mentioned(path: Option<&str>, port: Option<u16>, output: &str) -> bool {
+    if let Some(path) = path
+        && path.len() > 1
+        && output.contains(path)
+    {
+        return true;
+    }
+    port.is_some_and(|p| output.contains(&format!(":{p}")) || output.contains(&format!("port {p}")))
+}
+
+fn stderr_text(o: &ExecOutcome) -> String {
+    let mut stderr = String::from_utf8_lossy(&o.stderr.head).into_owned();
+    stderr.push('\n');
+    stderr.push_str(&String::from_utf8_lossy(&o.stderr.tail));
+    stderr
+}
+
+fn outcome_error(
+    o: &ExecOutcome,
+    scene: &explain::Scene<'_>,
+    denials: &[explain::Denial],
+) -> Option<ToolError> {
     if o.timed_out {
         return Some(ToolError::new(
             ErrorKind::Timeout,
@@ -746,12 +807,94 @@ fn outcome_error(o: &ExecOutcome, scene: &explain::Scene<'_>) -> Option<ToolErro
             retriable: false,
         });
     }
-    let mut stderr = String::from_utf8_lossy(&o.stderr.head).into_owned();
-    stderr.push('\n');
-    stderr.push_str(&String::from_utf8_lossy(&o.stderr.tail));
+    let stderr = stderr_text(o);
+    let kernel: Vec<&explain::Denial> = denials
+        .iter()
+        .filter(|d| d.source == explain::DenialSource::Kernel)
+        .collect();
+    if !kernel.is_empty() {
+        // A denial the output names is the likely cause; others (a program probing
+        // `/dev/tty` or a config file it can do without) may have nothing to do with it.
+        let output = call_output(o);
+        let named: Vec<&str> = kernel
+            .iter()
+            .filter(|d| mentioned(d.path.as_deref(), d.port, &output))
+            .map(|d| d.explanation.as_str())
+            .take(3)
+            .collect();
+        let shown = if !named.is_empty() {
+            message.push_str(&format!(
+                "; [from the kernel's Landlock audit record for this call] {}",
+                named.join(" ")
+            ));
+            named.len()
+        } else if let Some(explanation) = explain::explain_stderr(scene, &stderr) {
+            message.push_str("; ");
+            message.push_str(&explanation);
+            message.push_str(
+                " (The kernel's audit records of this call show other Landlock denials, which \
+                 the output does not mention: see `denials`.)",
+            );
+            0
+        } else {
+            let first: Vec<&str> = kernel
+                .iter()
+                .map(|d| d.explanation.as_str())
+                .take(3)
+                .collect();
+            message.push_str(&format!(
+                "; [from the kernel's Landlock audit record for this call; the output names none \
+                 of these, so they may not be why it failed] {}",
+                first.join(" ")
+            ));
+            if stderr.contains("Permission denied") || stderr.contains("Operation not permitted") {
+                message.push_str(
+                    " stderr's permission error may also be seccomp refusing a syscall or \
+                     socket.",
+                );
+            }
+            first.len()
+        };
+        if let Some(k) = &o.kernel_denials {
+            let listed = k.denials.len().min(explain::MAX_DENIALS_SHOWN);
+            let in_field = listed.saturating_sub(shown);
+            let not_listed = (k.denials.len() - listed) as u64 + k.not_kept;
+            if in_field > 0 {
+                message.push_str(&format!(" ({in_field} more in the result's `denials`)"));
+            }
+            if not_listed > 0 {
+                message.push_str(&format!(
+                    " ({not_listed} more denied accesses of this call are not listed)"
+                ));
+            }
+            if !k.complete {
+                message.push_str(" (the kernel's records of this call may be incomplete)");
+            }
+        }
+        return Some(ToolError {
+            kind: ErrorKind::ExitStatus,
+            message,
+            retriable: false,
+        });
+    }
+    let kernel_saw_none = o.kernel_denials.as_ref().is_some_and(|k| k.complete);
     if let Some(explanation) = explain::explain_stderr(scene, &stderr) {
         message.push_str("; ");
         message.push_str(&explanation);
+        if kernel_saw_none {
+            message.push_str(
+                " (The kernel's audit log has no denial by the sandbox's Landlock rules for this \
+                 call, so the error did not come from its file or port rules.)",
+            );
+        }
+    } else if kernel_saw_none
+        && (stderr.contains("Permission denied") || stderr.contains("Operation not permitted"))
+    {
+        message.push_str(
+            "; stderr reports a permission error, and the kernel's audit log has no denial by \
+             the sandbox's Landlock rules for this call: it came from elsewhere (seccomp \
+             refusing a syscall or socket, a read-only mount, or the file's own permissions)",
+        );
     } else if stderr.contains("Permission denied") || stderr.contains("Operation not permitted") {
         message.push_str(
             "; stderr reports a permission error, which may be the sandbox refusing a path, \

@@ -21,6 +21,24 @@ fn doctor_passes_every_probe_here() {
     assert!(failed.is_empty(), "failed probes: {failed:#?}");
     assert_eq!(run.code(), 0, "{run:?}");
     assert_eq!(report["enforcement"]["level"], "full");
+    // Whether results carry the kernel's own record of each denial (issue 21), and why not.
+    let kernel = report["kernel_denials"]["status"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        ["available", "possible", "unavailable"].contains(&kernel),
+        "doctor reports kernel-reported denials: {}",
+        report["kernel_denials"]
+    );
+    if kernel == "unavailable" {
+        assert!(
+            report["kernel_denials"]["reason"]
+                .as_str()
+                .is_some_and(|r| !r.is_empty()),
+            "{}",
+            report["kernel_denials"]
+        );
+    }
     for expected in [
         "read a secret outside the workspace",
         "i386 int 0x80 syscall",

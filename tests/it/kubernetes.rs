@@ -83,6 +83,10 @@ fn kubernetes_manifest_policy_is_valid_and_the_context_keeps_what_the_sandbox_ne
         "allowPrivilegeEscalation: false",
         "--http-token-env=CORDON_HTTP_TOKEN",
         "command: [\"cordon\", \"doctor\"]",
+        // Scraped where `serve --http` serves its metrics (issue 21).
+        "prometheus.io/scrape: \"true\"",
+        "prometheus.io/port: \"8080\"",
+        "prometheus.io/path: \"/metrics\"",
     ] {
         assert!(text.contains(needed), "the manifest lost `{needed}`");
     }

@@ -356,9 +356,10 @@ fn slot_ruleset(
     )
 }
 
-fn restrict_self(ruleset: &OwnedFd) -> io::Result<()> {
-    // SAFETY: landlock_restrict_self(ruleset_fd, flags=0) reads no memory of ours.
-    let ret = unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0u32) };
+fn restrict_self(ruleset: &OwnedFd, flags: u32) -> io::Result<()> {
+    // SAFETY: landlock_restrict_self(ruleset_fd, flags) reads no memory of ours.
+    let ret =
+        unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), flags) };
     if ret != 0 {
         return Err(io::Error::last_os_error());
     }
@@ -729,7 +730,10 @@ fn slot(plan: &InitPlan, grants: &[OpenedGrant], own: SlotOwn) -> ! {
 /// the job and becomes its program. Exits 0 when the server lets the slot go unused.
 fn await_job(plan: &InitPlan, sock: OwnedFd, job_scope: Option<&OwnedFd>) -> ! {
     if let Some(scope) = job_scope
-        && let Err(e) = restrict_self(scope)
+        && let Err(e) = restrict_self(
+            scope,
+            plan.landlock.as_ref().map_or(0, |l| l.restrict_flags),
+        )
     {
         slot_fail(&sock, "landlock scope", errno_of(&e));
     }
@@ -789,7 +793,7 @@ fn confine_self(
             eprintln!("cordon sandbox init: a slot's Landlock layer: {e}");
             ("landlock layer", io::Error::other(e.to_string()))
         })?;
-        restrict_self(&fd).map_err(|e| ("landlock layer", e))?;
+        restrict_self(&fd, landlock.restrict_flags).map_err(|e| ("landlock layer", e))?;
     }
     for program in &plan.seccomp {
         let program: Vec<seccompiler::sock_filter> = program

@@ -91,6 +91,10 @@ pub struct LandlockPlan {
     pub tcp_connect: crate::confine::landlock::TcpPorts,
     pub tcp_bind: crate::confine::landlock::TcpPorts,
     pub best_effort: bool,
+    /// `landlock_restrict_self` flags of every layer a slot puts on (audit logging of
+    /// denials after exec when the server reads them, see `confine::audit`).
+    #[serde(default)]
+    pub restrict_flags: u32,
 }
 
 /// A list of paths as lists of bytes (any name the kernel allows, UTF-8 or not).

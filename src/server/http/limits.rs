@@ -108,7 +108,9 @@ impl<M: SessionManager> SessionManager for BoundedSessions<M> {
         let (id, transport) = self.inner.create_session().await?;
         let admitted = {
             let mut live = self.lock();
-            live.len() < self.max && live.insert(id.clone(), None).is_none()
+            let admitted = live.len() < self.max && live.insert(id.clone(), None).is_none();
+            crate::metrics::set_sessions(live.len());
+            admitted
         };
         if !admitted {
             let _ = self.inner.close_session(&id).await;
@@ -130,7 +132,11 @@ impl<M: SessionManager> SessionManager for BoundedSessions<M> {
     }
 
     async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
-        self.lock().remove(id);
+        {
+            let mut live = self.lock();
+            live.remove(id);
+            crate::metrics::set_sessions(live.len());
+        }
         // DELETE, idle expiry or shutdown: the session's calls and interpreters end now.
         self.scopes.end(id).await;
         Ok(self.inner.close_session(id).await?)

@@ -36,8 +36,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The one endpoint.
+/// The MCP endpoint.
 pub const ENDPOINT: &str = "/mcp";
+/// Prometheus metrics (`crate::metrics`), behind the same checks and authentication as
+/// [`ENDPOINT`]; on the `--metrics-addr` listener instead when one is given.
+pub const METRICS_PATH: &str = "/metrics";
 /// How long an authenticated connection's client may take to send a later request's
 /// headers (the first must authenticate within `admission::UNAUTHENTICATED_TIMEOUT`).
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -54,6 +57,17 @@ type Mcp = StreamableHttpService<CordonServer, Sessions>;
 pub struct HttpOptions {
     pub addr: SocketAddr,
     pub auth: auth::Authenticator,
+    /// A separate listener for [`METRICS_PATH`] only (loopback addresses only).
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+/// What a listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// `/mcp`, and `/metrics` too unless a metrics listener of its own is given.
+    Main { metrics: bool },
+    /// `/metrics` only (`--metrics-addr`).
+    MetricsOnly,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -71,12 +85,21 @@ pub enum HttpError {
     Origin(#[from] origin::BadOrigin),
     #[error(transparent)]
     OAuth(#[from] oauth::OAuthError),
+    #[error(
+        "refusing to serve metrics on {0}: --metrics-addr takes a loopback address (127.0.0.1:PORT or [::1]:PORT); to scrape from elsewhere, use /metrics on the --http listener, which has its authentication"
+    )]
+    MetricsNotLoopback(SocketAddr),
 }
 
 /// A non-loopback address needs authentication (a token, or `[server.http.oauth]`).
 pub fn check_options(options: &HttpOptions) -> Result<(), HttpError> {
     if !options.addr.ip().is_loopback() && !options.auth.is_required() {
         return Err(HttpError::Unauthenticated(options.addr));
+    }
+    if let Some(addr) = options.metrics_addr
+        && !addr.ip().is_loopback()
+    {
+        return Err(HttpError::MetricsNotLoopback(addr));
     }
     Ok(())
 }
@@ -222,6 +245,22 @@ pub async fn serve(
         source,
     })?;
     let local_addr = listener.local_addr().unwrap_or(options.addr);
+    // Listening before the ready line: whoever reads it may scrape at once.
+    let role = Role::Main {
+        metrics: options.metrics_addr.is_none(),
+    };
+    if let Some(addr) = options.metrics_addr {
+        let metrics = listen(addr).map_err(|source| HttpError::Bind { addr, source })?;
+        eprintln!(
+            "cordon: metrics at http://{}{METRICS_PATH}",
+            metrics.local_addr().unwrap_or(addr)
+        );
+        tokio::spawn(serve_metrics(
+            metrics,
+            Arc::clone(&front),
+            server_shutdown.clone(),
+        ));
+    }
     let ready = super::startup_line(&ctx).replace(
         "waiting for an MCP client on stdin",
         &format!(
@@ -273,6 +312,7 @@ pub async fn serve(
             front,
             Arc::clone(&ticket),
             closing,
+            role,
         ));
         // The next accept may evict: first let this connection's task read what its client
         // sent (an authenticated head leaves the bounds at once). Under a flood the accept
@@ -306,6 +346,37 @@ fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     socket.listen(LISTEN_BACKLOG)
 }
 
+/// The `--metrics-addr` listener's accept loop: its connections pass the same admission
+/// bounds and front door as the main listener's, and are answered only at [`METRICS_PATH`].
+async fn serve_metrics(
+    listener: tokio::net::TcpListener,
+    front: Arc<Front>,
+    closing: tokio_util::sync::CancellationToken,
+) {
+    let admission = admission::Admission::new(admission::Bounds::default());
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = closing.cancelled() => return,
+        };
+        let Ok((stream, peer)) = accepted else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let ticket = Arc::new(admission.admit(&peer));
+        tokio::spawn(serve_connection(
+            stream,
+            peer,
+            Arc::clone(&front),
+            Arc::clone(&ticket),
+            closing.clone(),
+            Role::MetricsOnly,
+        ));
+        // As on the main listener: a flood's accepts do not run ahead of its reads.
+        let _ = tokio::time::timeout(FIRST_READ_WAIT, ticket.first_read()).await;
+    }
+}
+
 /// Serves one connection until it ends, is evicted, fails to authenticate within
 /// `admission::UNAUTHENTICATED_TIMEOUT` of its accept, or the server shuts down.
 async fn serve_connection(
@@ -314,13 +385,14 @@ async fn serve_connection(
     front: Arc<Front>,
     ticket: Arc<admission::Ticket>,
     closing: tokio_util::sync::CancellationToken,
+    role: Role,
 ) {
     let service = {
         let ticket = Arc::clone(&ticket);
         hyper::service::service_fn(move |request| {
             let front = Arc::clone(&front);
             let ticket = Arc::clone(&ticket);
-            async move { Ok::<_, Infallible>(front.handle(request, &ticket).await) }
+            async move { Ok::<_, Infallible>(front.handle(request, &ticket, role).await) }
         })
     };
     let connection = hyper::server::conn::http1::Builder::new()
@@ -369,9 +441,16 @@ impl Front {
         &self,
         request: Request<Incoming>,
         ticket: &admission::Ticket,
+        role: Role,
     ) -> Response<Body> {
-        // Which host the request is for, before anything answers it.
-        if let Err(bad) = self.hosts.check(request.uri(), request.headers()) {
+        // Which host the request is for, before anything answers it. A scrape of the metrics
+        // names the pod's or host's address, which no allow-list can know: where a token is
+        // required it is what keeps a rebinding page out (it cannot know the token), so the
+        // host list is not asked then.
+        let token_guarded_scrape = request.uri().path() == METRICS_PATH && self.auth.is_required();
+        if !token_guarded_scrape
+            && let Err(bad) = self.hosts.check(request.uri(), request.headers())
+        {
             tracing::warn!("refused a request: {bad}");
             return plain(
                 StatusCode::FORBIDDEN,
@@ -393,11 +472,24 @@ impl Front {
                 .body(Full::new(Bytes::from(jwt.metadata().to_owned())).boxed())
                 .expect("a static response is valid");
         }
-        if request.uri().path() != ENDPOINT {
+        let path = request.uri().path();
+        let metrics = path == METRICS_PATH && role != Role::Main { metrics: false };
+        if role == Role::MetricsOnly && !metrics {
+            return plain(
+                StatusCode::NOT_FOUND,
+                format!("Not Found: this listener serves only {METRICS_PATH}"),
+            );
+        }
+        if path != ENDPOINT && !metrics {
             return plain(
                 StatusCode::NOT_FOUND,
                 format!(
-                    "Not Found: this server's only endpoint is {ENDPOINT} (MCP Streamable HTTP)"
+                    "Not Found: this server's endpoints are {ENDPOINT} (MCP Streamable HTTP){}",
+                    if role == (Role::Main { metrics: true }) {
+                        format!(" and {METRICS_PATH} (Prometheus metrics)")
+                    } else {
+                        String::new()
+                    }
                 ),
             );
         }
@@ -427,6 +519,19 @@ impl Front {
         // bounds and their timeout.
         if let Err(refused) = ticket.authenticate() {
             return connection_refused(refused);
+        }
+        if metrics {
+            if request.method() != http::Method::GET {
+                return plain(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    format!("Method Not Allowed: {METRICS_PATH} answers GET"),
+                );
+            }
+            return Response::builder()
+                .status(StatusCode::OK)
+                .header(http::header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)
+                .body(Full::new(Bytes::from(crate::metrics::render())).boxed())
+                .expect("a metrics response is valid");
         }
         let (mut parts, body) = request.into_parts();
         let session = parts

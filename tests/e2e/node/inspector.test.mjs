@@ -52,7 +52,7 @@ function expectKind(result, kind) {
 describe("Inspector CLI", () => {
   test("tools/list shows every tool with clean schemas", () => {
     const { tools } = inspect("tools/list");
-    assert.equal(tools.length, 5);
+    assert.equal(tools.length, 6);
     for (const tool of tools) assert.ok(tool.outputSchema, tool.name);
   });
 
@@ -74,6 +74,11 @@ describe("Inspector CLI", () => {
     ["code_interpreter", { code: "6 * 7" }, null],
     ["code_interpreter", { code: "raise ValueError('no')" }, "exception"],
     ["code_interpreter", { code: "1", extra: true }, "invalid_argument"],
+    ["shell_exec", { command: "echo started", background: true, wait_secs: 0 }, null],
+    ["shell_exec", { command: "true", wait_secs: 2 }, "invalid_argument"],
+    ["job", {}, null],
+    ["job", { id: "job-1" }, "invalid_argument"],
+    ["job", { id: "job-1", signal: "STOP" }, "invalid_argument"],
   ];
   for (const [name, args, kind] of cases) {
     test(`tools/call ${name} ${JSON.stringify(args)} -> ${kind ?? "ok"}`, () => {

@@ -1,0 +1,300 @@
+//! Denials as the kernel saw them (issue 21, part 2): a denied read, write, exec and TCP
+//! connect each come back in the result's `denials` from the kernel's Landlock audit record
+//! (`source: "kernel"`), naming the right, the path or port and the policy field that governs
+//! it, with the error message saying so. Each test starts its own `cordon serve` (its own
+//! process); they skip loudly where the kernel or privileges give no audit records, and fail
+//! under `CI=true`.
+
+use crate::common::{CORDON, Need, Sandbox, skip};
+use crate::stdio_server::{StdioServer, structured};
+use serde_json::{Value, json};
+use std::path::Path;
+
+/// True (after saying why) when this machine gives no kernel-reported denials.
+fn skip_without_audit(test: &str) -> bool {
+    if skip(test, Need::LandlockSeccomp) {
+        return true;
+    }
+    use cordon::confine::audit::Availability;
+    let why = match cordon::confine::audit::probe() {
+        Availability::Available { .. } | Availability::Possible { .. } => return false,
+        Availability::Unavailable { reason } => reason,
+    };
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{test} cannot run in CI: kernel-reported denials unavailable: {why}");
+    }
+    eprintln!("SKIPPED {test}: kernel-reported denials unavailable: {why}");
+    true
+}
+
+/// The default policy's lists (lists replace rather than append when a policy extends).
+fn default_list(section: &str, key: &str) -> Vec<toml::Value> {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/default.toml"),
+    )
+    .expect("read policies/default.toml");
+    let table: toml::Table = toml::from_str(&text).expect("default.toml parses");
+    table[section][key].as_array().expect("a list").clone()
+}
+
+fn policy_with(sb: &Sandbox, name: &str, body: toml::Table) -> String {
+    let mut policy = body;
+    policy.insert("extends".into(), "default".into());
+    sb.policy(name, &toml::to_string(&policy).expect("serialize policy"))
+}
+
+fn run(sb: &Sandbox, args: &[&str], env: &[(&str, &str)], command: &str) -> Value {
+    let mut server = StdioServer::start(sb.ws(), args, "", env);
+    let result = server.call("shell_exec", json!({ "command": command }));
+    structured(&result).clone()
+}
+
+/// The single kernel-sourced denial of `out`, checked against what the error says.
+fn kernel_denial<'a>(out: &'a Value, access: &str) -> &'a Value {
+    let denials = out["denials"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no denials in the result: {out:#}"));
+    let d = denials
+        .iter()
+        .find(|d| {
+            d["access"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|x| x == access))
+        })
+        .unwrap_or_else(|| panic!("no denial of {access}: {out:#}"));
+    assert_eq!(
+        d["source"], "kernel",
+        "explained from the kernel's record: {out:#}"
+    );
+    let message = out["error"]["message"].as_str().expect("an error message");
+    assert!(
+        message.contains("from the kernel's Landlock audit record"),
+        "the message says where its explanation comes from: {message}"
+    );
+    assert!(
+        !message.contains("by reading the error message"),
+        "the stderr guess is not used when the kernel said: {message}"
+    );
+    d
+}
+
+#[test]
+fn a_denied_read_is_explained_from_the_kernels_record() {
+    if skip_without_audit("a_denied_read_is_explained_from_the_kernels_record") {
+        return;
+    }
+    let sb = Sandbox::new();
+    let mut server = StdioServer::start(sb.ws(), &[], "", &[]);
+    let result = server.call("shell_exec", json!({ "command": "cat /etc/shadow" }));
+    let out = structured(&result).clone();
+    assert_ne!(out["exit_code"], 0, "{out:#}");
+    let d = kernel_denial(&out, "fs.read_file");
+    // The result's new field is in the tool's outputSchema, optional, and every denial has
+    // what its item schema requires.
+    let id = server.send_request("tools/list", json!({}));
+    let tools = server
+        .response(id, crate::common::HANG_GUARD)
+        .expect("tools/list");
+    let shell = tools["result"]["tools"]
+        .as_array()
+        .and_then(|t| t.iter().find(|t| t["name"] == "shell_exec"))
+        .expect("shell_exec listed");
+    let schema = &shell["outputSchema"];
+    assert!(
+        !schema["required"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|f| f == "denials")),
+        "denials is optional: {schema:#}"
+    );
+    let item = &schema["properties"]["denials"]["items"];
+    for field in item["required"].as_array().expect("denial fields required") {
+        assert!(
+            d.get(field.as_str().unwrap()).is_some(),
+            "{field} missing in {d:#}"
+        );
+    }
+    let sources: Vec<&Value> = item["properties"]["source"]["oneOf"]
+        .as_array()
+        .expect("source is one of named constants")
+        .iter()
+        .map(|v| &v["const"])
+        .collect();
+    assert_eq!(
+        sources,
+        [&json!("kernel"), &json!("error_message")],
+        "{item:#}"
+    );
+    assert_eq!(d["path"], "/etc/shadow", "{d:#}");
+    assert_eq!(d["policy_field"], "filesystem.deny", "{d:#}");
+    assert!(d["count"].as_u64().is_some_and(|c| c >= 1), "{d:#}");
+}
+
+/// Without namespaces (the per-child path) the host's tree is visible and Landlock alone
+/// refuses a write outside every grant: the fallback's layer logs too.
+#[test]
+fn a_denied_write_is_explained_from_the_kernels_record() {
+    if skip_without_audit("a_denied_write_is_explained_from_the_kernels_record") {
+        return;
+    }
+    let sb = Sandbox::new();
+    let target = sb.outside().join("new.txt");
+    let out = run(
+        &sb,
+        &[],
+        &[("CORDON_SIMULATE_MISSING", "namespaces")],
+        &format!("echo x > '{}'", target.display()),
+    );
+    assert!(!target.exists(), "the write happened: {out:#}");
+    let d = kernel_denial(&out, "fs.make_reg");
+    assert_eq!(d["path"], sb.outside().to_str().unwrap(), "{d:#}");
+    assert_eq!(d["policy_field"], "not_granted", "{d:#}");
+    assert!(
+        d["explanation"]
+            .as_str()
+            .is_some_and(|e| e.contains("filesystem.read_write")),
+        "names the field that would allow it: {d:#}"
+    );
+}
+
+#[test]
+fn a_denied_exec_is_explained_from_the_kernels_record() {
+    if skip_without_audit("a_denied_exec_is_explained_from_the_kernels_record") {
+        return;
+    }
+    let sb = Sandbox::new();
+    // Not below /tmp: in the sandbox's view /tmp is the call's own directory, granted whole.
+    let tools_dir = tempfile::Builder::new()
+        .prefix("cordon-test-tools-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
+    let tools = tools_dir.path().to_path_buf();
+    let denied = tools.join("denied-tool");
+    std::fs::copy("/bin/true", &denied).unwrap();
+    std::fs::copy("/bin/true", tools.join("allowed-tool")).unwrap();
+    let mut read_exec = default_list("filesystem", "read_exec");
+    read_exec.push(tools.to_str().unwrap().into());
+    let mut deny = default_list("filesystem", "deny");
+    deny.push(denied.to_str().unwrap().into());
+    let mut fs = toml::Table::new();
+    fs.insert("read_exec".into(), toml::Value::Array(read_exec));
+    fs.insert("deny".into(), toml::Value::Array(deny));
+    let mut body = toml::Table::new();
+    body.insert("filesystem".into(), toml::Value::Table(fs));
+    let policy = policy_with(&sb, "exec.toml", body);
+    let out = run(
+        &sb,
+        &["--policy", &policy],
+        &[],
+        &format!(
+            "'{}' && '{}'",
+            tools.join("allowed-tool").display(),
+            denied.display()
+        ),
+    );
+    assert_eq!(
+        out["exit_code"], 126,
+        "the allowed tool ran, the denied one did not: {out:#}"
+    );
+    let d = kernel_denial(&out, "fs.execute");
+    assert_eq!(d["path"], denied.to_str().unwrap(), "{d:#}");
+    assert_eq!(d["policy_field"], "filesystem.deny", "{d:#}");
+}
+
+/// Where the policy shares the host's network (`tcp` seccomp profile, a port list), Landlock's
+/// port rules refuse the connect, and the kernel's record names the port.
+#[test]
+fn a_denied_tcp_connect_is_explained_from_the_kernels_record() {
+    if skip_without_audit("a_denied_tcp_connect_is_explained_from_the_kernels_record") {
+        return;
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let sb = Sandbox::new();
+    let mut read_exec = default_list("filesystem", "read_exec");
+    let bin_dir = Path::new(CORDON).parent().expect("binary has a directory");
+    read_exec.push(bin_dir.to_str().unwrap().into());
+    let mut body: toml::Table =
+        toml::from_str("[network]\ntcp_connect = [1]\n[sandbox]\nseccomp_profile = \"tcp\"\n")
+            .unwrap();
+    let mut fs = toml::Table::new();
+    fs.insert("read_exec".into(), toml::Value::Array(read_exec));
+    body.insert("filesystem".into(), toml::Value::Table(fs));
+    let policy = policy_with(&sb, "tcp.toml", body);
+    let out = run(
+        &sb,
+        &["--policy", &policy],
+        &[],
+        &format!("'{CORDON}' probe tcp-connect {port}"),
+    );
+    assert_eq!(out["exit_code"], 1, "{out:#}");
+    let d = kernel_denial(&out, "net.connect_tcp");
+    assert_eq!(d["port"], port, "{d:#}");
+    assert_eq!(d["policy_field"], "network.tcp_connect", "{d:#}");
+}
+
+/// `--no-kernel-denials` (or a machine without audit): the same denial comes from the error
+/// message, labeled as such.
+#[test]
+fn without_kernel_records_a_denial_is_explained_from_the_error_message() {
+    if skip(
+        "without_kernel_records_a_denial_is_explained_from_the_error_message",
+        Need::LandlockSeccomp,
+    ) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let out = run(&sb, &["--no-kernel-denials"], &[], "cat /etc/shadow");
+    let denials = out["denials"].as_array().expect("denials");
+    assert_eq!(denials.len(), 1, "{out:#}");
+    let d = &denials[0];
+    assert_eq!(d["source"], "error_message", "{d:#}");
+    assert_eq!(d["path"], "/etc/shadow", "{d:#}");
+    assert_eq!(d["policy_field"], "filesystem.deny", "{d:#}");
+    let message = out["error"]["message"].as_str().expect("an error message");
+    assert!(
+        message.contains("by reading the error message"),
+        "{message}"
+    );
+}
+
+/// The denial the output names leads; one it does not name is not blamed for the failure;
+/// a successful call lists none.
+#[test]
+fn the_denial_the_output_names_leads_and_others_are_not_blamed() {
+    if skip_without_audit("the_denial_the_output_names_leads_and_others_are_not_blamed") {
+        return;
+    }
+    let sb = Sandbox::new();
+    let mut server = StdioServer::start(sb.ws(), &[], "", &[]);
+    let mut shell = |command: &str| {
+        let result = server.call("shell_exec", json!({ "command": command }));
+        structured(&result).clone()
+    };
+    let out = shell("cat /etc/gshadow 2>/dev/null; cat /etc/shadow");
+    let denials = out["denials"].as_array().expect("denials");
+    assert_eq!(denials.len(), 2, "{out:#}");
+    assert_eq!(denials[0]["path"], "/etc/shadow", "named first: {out:#}");
+    assert_eq!(denials[1]["path"], "/etc/gshadow", "{out:#}");
+    let message = out["error"]["message"].as_str().unwrap();
+    assert!(message.contains("on /etc/shadow"), "{message}");
+    assert!(!message.contains("on /etc/gshadow"), "{message}");
+    assert!(
+        message.contains("1 more in the result's `denials`"),
+        "{message}"
+    );
+
+    let out = shell("cat /etc/shadow 2>/dev/null; exit 3");
+    assert_eq!(out["denials"][0]["path"], "/etc/shadow", "{out:#}");
+    let message = out["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("the output names none of these, so they may not be why it failed"),
+        "{message}"
+    );
+
+    let out = shell("cat /etc/shadow 2>/dev/null; true");
+    assert_eq!(out["exit_code"], 0, "{out:#}");
+    assert!(
+        out.get("denials").is_none(),
+        "a successful call lists none: {out:#}"
+    );
+}
