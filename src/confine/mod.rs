@@ -762,6 +762,11 @@ fn start_factory(
         protected,
         isolate_network: plan.isolate_network,
         proxy_port: plan.proxy.is_some().then_some(crate::egress::PROXY_PORT),
+        ca_bundle: plan
+            .proxy
+            .as_ref()
+            .filter(|rules| rules.intercepts_any())
+            .map(|_| crate::egress::tls::sandbox_bundle()),
         seccomp,
         read_exec: &read_exec,
         read_write: &plan.read_write,
