@@ -443,6 +443,7 @@ fn judge(
         None => return Err(bad("a request needs a Host header naming its target".into())),
     }
     let path = head.path_only().to_owned();
+    let decided = l7::judge(&ctx.rules.http_rules, target, &head.method, &path);
     // Placeholders first: an attempt is reported as one whatever the rules would say.
     let injected = ctx
         .vault
@@ -451,10 +452,7 @@ fn judge(
             outcome.exfiltration = Some(exf.credential.clone());
             ((403, "Forbidden"), exf.to_string())
         })?;
-    if !injected.names.is_empty() {
-        outcome.credential = Some(injected.names.join(","));
-    }
-    match l7::judge(&ctx.rules.http_rules, target, &head.method, &path) {
+    match decided {
         Ok(Some(rule)) => outcome.rule = Some(l7::rule_label(rule)),
         Ok(None) => outcome.rule = Some(format!("network.allow_hosts ({})", ctx.rules.allow_site)),
         Err(refusal) => {
@@ -463,6 +461,10 @@ fn judge(
             }
             return Err(((403, "Forbidden"), refusal.to_string()));
         }
+    }
+    // Recorded only for a request that goes on (a refused one carried nothing anywhere).
+    if !injected.names.is_empty() {
+        outcome.credential = Some(injected.names.join(","));
     }
     Ok(())
 }

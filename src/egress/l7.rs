@@ -59,7 +59,11 @@ pub fn rule_label(rule: &HttpRule) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RuleRefusal {
     /// The path could be read two ways.
-    AmbiguousPath { path: String, why: &'static str },
+    AmbiguousPath {
+        path: String,
+        why: &'static str,
+        site: Site,
+    },
     /// No rule of the host allows this method and path.
     NotAllowed {
         method: String,
@@ -74,10 +78,10 @@ pub enum RuleRefusal {
 impl fmt::Display for RuleRefusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::AmbiguousPath { path, why } => write!(
+            Self::AmbiguousPath { path, why, site } => write!(
                 f,
-                "the path `{}` {why}; a host with [[network.rules]] is sent only paths that \
-                 every server reads the same way",
+                "the path `{}` {why}; a host with [[network.rules]] ({site}) is sent only paths \
+                 that every server reads the same way (send the path normalised)",
                 path.escape_debug()
             ),
             Self::NotAllowed {
@@ -144,6 +148,7 @@ pub fn judge<'a>(
         return Err(RuleRefusal::AmbiguousPath {
             path: path.to_owned(),
             why,
+            site: host_rules[0].site.clone(),
         });
     }
     if let Some(rule) = host_rules.iter().find(|r| r.allows(method, path)) {
