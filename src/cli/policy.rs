@@ -42,6 +42,12 @@ pub async fn check_examples(policy: &Policy) -> Result<(), PolicyCliError> {
         parser_program: Some(crate::parser::worker_program()?),
         ..Default::default()
     };
+    // The command examples need no credential: their sources are `check`'s to report (a
+    // policy is checked where its secrets are not set), so the proxy starts without them.
+    let mut policy = policy.clone();
+    if let Some(rules) = policy.network.proxy.as_mut() {
+        rules.credentials.clear();
+    }
     let runtime = crate::runtime::Runtime::build(policy.clone(), options)?;
     if let Some(parser) = &runtime.parser {
         crate::parser::check_examples(parser, &policy.commands).await?;
@@ -104,6 +110,7 @@ pub fn check(policy: &Policy) -> Result<String, PolicyCliError> {
                  list some"
             );
         }
+        check_interception(&mut out, rules);
     }
     let fs = &policy.filesystem;
     for p in fs.read_exec.iter().chain(&fs.read_write).chain(&fs.devices) {
@@ -437,6 +444,117 @@ pub fn explain(policy: &Policy) -> String {
     o
 }
 
+/// `[[network.credentials]]`, `[[network.rules]]`, `[network.git]` and `extra_roots`: each
+/// entry with what it does, and the sources and roots checked now (as the server's start
+/// will check them).
+fn check_interception(out: &mut String, rules: &crate::egress::EgressRules) {
+    use crate::egress::secrets::SecretSource;
+    for c in &rules.credentials {
+        let hosts: Vec<String> = c
+            .hosts
+            .iter()
+            .map(|h| {
+                if h.plain_http {
+                    format!("http://{}", h.pattern)
+                } else {
+                    h.pattern.to_string()
+                }
+            })
+            .collect();
+        let source = match &c.source {
+            SecretSource::Env(var) if std::env::var_os(var).is_some() => {
+                format!("{} (set here)", c.source)
+            }
+            SecretSource::Env(_) => format!(
+                "{} (NOT set in this environment: the server will not start without it)",
+                c.source
+            ),
+            SecretSource::File(p) => match std::fs::symlink_metadata(p) {
+                Ok(m) if m.is_file() => {
+                    use std::os::unix::fs::MetadataExt;
+                    if m.mode() & 0o077 == 0 {
+                        format!("{} (a private file)", c.source)
+                    } else {
+                        format!(
+                            "{} (mode {:04o}: the server refuses it until `chmod 600`)",
+                            c.source,
+                            m.mode() & 0o7777
+                        )
+                    }
+                }
+                Ok(_) => format!("{} (NOT a regular file)", c.source),
+                Err(e) => format!("{} (cannot be read: {e})", c.source),
+            },
+        };
+        let _ = writeln!(
+            out,
+            "  credential `{}` ({}): the sandbox sees ${} = cordon-cred-{}-<random>; the real \
+             value, {source}, goes only to {} as `{}` (intercepted)",
+            c.name,
+            c.site,
+            c.env,
+            c.name,
+            hosts.join(", "),
+            c.inject
+        );
+    }
+    for r in &rules.http_rules {
+        let any = |v: &[String]| {
+            if v.is_empty() {
+                "any".to_owned()
+            } else {
+                v.join(", ")
+            }
+        };
+        let _ = writeln!(
+            out,
+            "  rule {} `{}` ({}): methods {} on paths {}; every other request to it gets a 403 \
+             naming this rule (intercepted)",
+            r.index,
+            r.host,
+            r.site,
+            any(&r.methods),
+            any(&r.paths)
+        );
+    }
+    if let Some(g) = &rules.git {
+        let _ = writeln!(
+            out,
+            "  git ({}): pushes to {} may update only [{}]; deletions {}",
+            g.site,
+            if g.hosts.is_empty() {
+                "every host a credential or rule names".to_owned()
+            } else {
+                g.hosts
+                    .iter()
+                    .map(|h| h.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+            g.push_refs.join(", "),
+            if g.allow_delete { "allowed" } else { "refused" }
+        );
+    }
+    if rules.intercepts_any() {
+        match crate::egress::tls::client_config(&rules.extra_roots) {
+            Ok(_) => {
+                let _ = writeln!(
+                    out,
+                    "  upstream TLS of intercepted hosts: verified against the system roots{}",
+                    if rules.extra_roots.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" and extra_roots {:?}", rules.extra_roots)
+                    }
+                );
+            }
+            Err(e) => {
+                let _ = writeln!(out, "  error: {e} (the server will not start)");
+            }
+        }
+    }
+}
+
 fn explain_egress(o: &mut String, policy: &Policy, rules: &crate::egress::EgressRules) {
     let list = |entries: &[crate::egress::rules::SitedPattern]| {
         if entries.is_empty() {
@@ -499,6 +617,20 @@ fn explain_egress(o: &mut String, policy: &Policy, rules: &crate::egress::Egress
         rules.max_connections_per_call,
         rules.max_bytes_per_connection >> 20
     );
+    if rules.intercepts_any() {
+        let _ = writeln!(
+            o,
+            "  Intercepted (TLS terminated by the proxy with a certificate of cordon's own CA, \
+             made in memory at start and trusted only inside the sandbox; upstreams verified \
+             against the system roots and extra_roots): every host a credential, a rule or \
+             [network.git] names. Every other allowed host stays an opaque tunnel. One audit \
+             record per intercepted request (method, host, path without query, status, bytes, \
+             credential, rule)."
+        );
+        let mut detail = String::new();
+        check_interception(&mut detail, rules);
+        o.push_str(&detail);
+    }
 }
 
 fn join_or_none(items: &[String]) -> String {

@@ -705,6 +705,13 @@ fn egress_for(
                  the proxy's port would also let them reach any host on that port)"
                     .into(),
             );
+            if !rules.credentials.is_empty() {
+                notes.push(
+                    "network: [[network.credentials]] are unused here (no proxy runs, so no \
+                     request can carry them); their placeholders are not set either"
+                        .into(),
+                );
+            }
             Ok((None, landlock))
         }
     }

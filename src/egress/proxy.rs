@@ -251,11 +251,8 @@ impl Proxy {
     }
 
     pub fn with_options(rules: EgressRules, options: ProxyOptions) -> io::Result<Self> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("cordon-egress")
-            .enable_all()
-            .build()?;
+        // What can fail for want of a secret or a root comes before the runtime (which may not
+        // be dropped from inside another's async context).
         let vault = Vault::load(&rules.credentials).map_err(io::Error::other)?;
         let upstream_tls = if rules.intercepts_any() {
             Some(tls::client_config(&rules.extra_roots).map_err(io::Error::other)?)
@@ -275,6 +272,11 @@ impl Proxy {
                 );
             }
         }
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("cordon-egress")
+            .enable_all()
+            .build()?;
         Ok(Self {
             shared: Arc::new(Shared {
                 rules,

@@ -396,3 +396,145 @@ pub(super) fn locate(rules: &mut EgressRules, layers: &[(String, String, super::
         };
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::Policy;
+
+    fn load(network: &str) -> Result<Policy, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("p.toml");
+        let text = format!(
+            "extends = \"dev\"\n[network]\nproxy = true\nallow_hosts = [\"github.com\", \
+             \"api.github.com\", \"localhost:*\"]\nallow_private = [\"127.0.0.0/8\"]\n{network}"
+        );
+        std::fs::write(&f, text).unwrap();
+        Policy::load(f.to_str().unwrap()).map_err(|e| e.to_string())
+    }
+
+    const ISSUE_EXAMPLE: &str = r#"
+[[network.credentials]]
+name = "github"
+hosts = ["github.com", "api.github.com"]
+env = "GITHUB_TOKEN"
+from_env = "CORDON_GITHUB_TOKEN"
+inject = "basic:x-access-token"
+
+[[network.rules]]
+host = "api.github.com"
+methods = ["get", "HEAD"]
+paths = ["/repos/acme/*", "/user"]
+
+[network.git]
+push_refs = ["refs/heads/agent/*"]
+allow_delete = false
+"#;
+
+    #[test]
+    fn the_issues_example_compiles_with_each_entry_on_its_line() {
+        let p = load(ISSUE_EXAMPLE).unwrap();
+        let rules = p.network.proxy.unwrap();
+        let c = &rules.credentials[0];
+        assert_eq!(
+            (c.name.as_str(), c.env.as_str()),
+            ("github", "GITHUB_TOKEN")
+        );
+        assert_eq!(c.site.line, Some(7), "{:?}", c.site);
+        assert_eq!(rules.http_rules[0].methods, vec!["GET", "HEAD"]);
+        assert_eq!(rules.http_rules[0].site.line, Some(14));
+        let git = rules.git.as_ref().unwrap();
+        assert_eq!(git.site.line, Some(19));
+        assert!(!git.allow_delete);
+        let t = |s: &str| crate::egress::pattern::Target::parse_authority(s).unwrap();
+        assert!(rules.intercepts(&t("api.github.com:443")));
+        assert!(rules.intercepts(&t("github.com:443")));
+        assert!(
+            !rules.intercepts(&t("localhost:8080")),
+            "an unnamed host stays opaque"
+        );
+    }
+
+    #[test]
+    fn bad_entries_are_errors_that_say_how_to_fix_them() {
+        let cred = |body: &str| format!("[[network.credentials]]\n{body}\n");
+        for (network, wanted) in [
+            (
+                cred("name = \"gh\"\nhosts = [\"github.com\"]\nenv = \"T\""),
+                "exactly one of `from_env`",
+            ),
+            (
+                cred(
+                    "name = \"gh\"\nhosts = [\"github.com\"]\nenv = \"T\"\nfrom_env = \"X\"\nfrom_file = \"/x\"",
+                ),
+                "exactly one of",
+            ),
+            (
+                cred("name = \"Gh!\"\nhosts = [\"github.com\"]\nenv = \"T\"\nfrom_env = \"X\""),
+                "a-z, 0-9",
+            ),
+            (
+                cred(
+                    "name = \"gh\"\nhosts = [\"github.com\"]\nenv = \"HTTPS_PROXY\"\nfrom_env = \"X\"",
+                ),
+                "not one cordon sets",
+            ),
+            (
+                cred(
+                    "name = \"gh\"\nhosts = [\"github.com\"]\nenv = \"T\"\nfrom_env = \"X\"\ninject = \"token\"",
+                ),
+                "basic:USER",
+            ),
+            (
+                cred("name = \"gh\"\nhosts = [\"evil.example\"]\nenv = \"T\"\nfrom_env = \"X\""),
+                "list it in [network].allow_hosts",
+            ),
+            (
+                cred(
+                    "name = \"gh\"\nhosts = [\"http://github.com\"]\nenv = \"T\"\nfrom_env = \"X\"",
+                ),
+                "over HTTPS only",
+            ),
+            (
+                "[[network.rules]]\nhost = \"api.github.com\"\npaths = [\"repos\"]\n".into(),
+                "must start with `/`",
+            ),
+            (
+                "[[network.rules]]\nhost = \"api.github.com\"\nmethods = [\"G T\"]\n".into(),
+                "not an HTTP method",
+            ),
+            (
+                "[network.git]\nhosts = [\"github.com\"]\n".into(),
+                "`push_refs` is required",
+            ),
+            (
+                "[network.git]\nhosts = [\"github.com\"]\npush_refs = [\"agent/*\"]\n".into(),
+                "starting with `refs/`",
+            ),
+            (
+                "[network.git]\npush_refs = [\"refs/heads/a\"]\n".into(),
+                "names no host",
+            ),
+            ("extra_roots = [\"ca.pem\"]\n".into(), "absolute path"),
+        ] {
+            let e = load(&network).unwrap_err();
+            assert!(e.contains(wanted), "{network}: {e}");
+        }
+        // Plain HTTP is allowed to loopback listed in allow_private (tests).
+        let ok = cred(
+            "name = \"t\"\nhosts = [\"http://localhost:8080\"]\nenv = \"T\"\nfrom_env = \"X\"",
+        );
+        assert!(load(&ok).is_ok(), "{:?}", load(&ok).err());
+    }
+
+    #[test]
+    fn interception_fields_need_the_proxy() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("p.toml");
+        std::fs::write(&f, "[[network.rules]]\nhost = \"api.github.com\"\n").unwrap();
+        let e = Policy::load(f.to_str().unwrap()).unwrap_err().to_string();
+        assert!(
+            e.contains("network.rules") && e.contains("proxy = true"),
+            "{e}"
+        );
+    }
+}
