@@ -685,6 +685,19 @@ fn egress_for(
     let Some(rules) = &plan.proxy else {
         return Ok((None, landlock));
     };
+    for c in &rules.credentials {
+        if let crate::egress::secrets::SecretSource::File(path) = &c.source {
+            let real = path.canonicalize().unwrap_or_else(|_| path.clone());
+            if real.starts_with(&plan.workspace) {
+                return Err(ConfineError::Egress(format!(
+                    "credential `{}`: from_file {} is inside the workspace, which the sandbox \
+                     reads; keep the secret outside it",
+                    c.name,
+                    path.display()
+                )));
+            }
+        }
+    }
     match factory {
         Some(factory) => {
             let proxy = crate::egress::Proxy::start(rules.clone())

@@ -187,8 +187,9 @@ where
             return outcome.refused("the client closed the connection".into());
         }
     }
-    let mut reader = BodyReader::new(body, std::mem::take(&mut pending));
-    if is_push(&head) && push_judged(ctx, target) {
+    let judged_push = is_push(&head) && push_judged(ctx, target);
+    let mut reader = BodyReader::new(body, std::mem::take(&mut pending), judged_push);
+    if judged_push {
         match check_push(ctx, &mut client, &mut reader, &head).await {
             Ok(None) => {
                 outcome.rule = Some(format!("network.git.push_refs ({})", git_site(ctx)));
@@ -573,13 +574,16 @@ struct BodyReader {
     left: u64,
     chunked: http::ChunkedEnd,
     done: bool,
-    /// Decoded content seen so far (bounded by the push check's need).
+    /// Decoded content seen so far, kept only for a push's check (and bounded by its need).
     decoded: Vec<u8>,
+    keep_decoded: bool,
     decoder: Dechunk,
+    /// A framing error: the body is not sent on past it.
+    error: Option<String>,
 }
 
 impl BodyReader {
-    fn new(body: Body, early: Vec<u8>) -> Self {
+    fn new(body: Body, early: Vec<u8>, keep_decoded: bool) -> Self {
         let left = match body {
             Body::Length(n) => n,
             Body::Chunked => 0,
@@ -591,7 +595,9 @@ impl BodyReader {
             chunked: http::ChunkedEnd::default(),
             done: matches!(body, Body::Length(0)),
             decoded: Vec::new(),
+            keep_decoded,
             decoder: Dechunk::default(),
+            error: None,
         };
         r.take(early);
         r
@@ -620,14 +626,15 @@ impl BodyReader {
                     }
                     n
                 }
-                Err(_) => {
+                Err(e) => {
                     self.done = true;
+                    self.error = Some(e.to_string());
                     0
                 }
             },
         };
         bytes.truncate(n);
-        if self.decoded.len() < pktline::MAX_COMMANDS + 4 {
+        if self.keep_decoded && self.decoded.len() < pktline::MAX_COMMANDS + 4 {
             match self.body {
                 Body::Length(_) => self.decoded.extend_from_slice(&bytes),
                 Body::Chunked => self.decoder.feed(&bytes, &mut self.decoded),
@@ -662,6 +669,9 @@ impl BodyReader {
     async fn next<C: AsyncRead + Unpin>(&mut self, client: &mut C) -> io::Result<Option<Vec<u8>>> {
         if !self.raw.is_empty() {
             return Ok(Some(std::mem::take(&mut self.raw)));
+        }
+        if let Some(e) = &self.error {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, e.clone()));
         }
         if !self.fill(client).await? {
             return Ok(None);
@@ -808,12 +818,25 @@ mod tests {
 
     #[test]
     fn a_body_reader_stops_at_the_end_of_its_framing() {
-        let r = BodyReader::new(Body::Length(3), b"abcGET /smuggled".to_vec());
+        let r = BodyReader::new(Body::Length(3), b"abcGET /smuggled".to_vec(), false);
         assert_eq!(r.raw, b"abc");
-        assert!(r.done);
-        let r = BodyReader::new(Body::Chunked, b"3\r\nabc\r\n0\r\n\r\nGET /x".to_vec());
+        assert!(r.done && r.decoded.is_empty());
+        let r = BodyReader::new(Body::Chunked, b"3\r\nabc\r\n0\r\n\r\nGET /x".to_vec(), true);
         assert_eq!(r.raw, b"3\r\nabc\r\n0\r\n\r\n");
         assert_eq!(r.decoded, b"abc");
         assert!(r.done);
+        let mut r = BodyReader::new(Body::Chunked, b"3\r\nabcX\r\n".to_vec(), false);
+        assert!(
+            r.error.is_some(),
+            "a malformed chunk is an error, not a short body"
+        );
+        let mut empty: &[u8] = &[];
+        let raw = std::mem::take(&mut r.raw);
+        assert!(!raw.ends_with(b"X\r\n"));
+        let e = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(r.next(&mut empty));
+        assert!(e.is_err());
     }
 }

@@ -359,6 +359,55 @@ fn check_plain_http(
     }
 }
 
+/// A credential's source must be out of the sandbox's reach: its `from_env` not passed on by
+/// `[environment] pass`, its `from_file` under no path the filesystem grants (the view holds
+/// only those; a file beneath the workspace is refused when the server starts, see
+/// `confine`).
+pub(super) fn check_reach(
+    rules: &EgressRules,
+    fs: &super::FilesystemPolicy,
+    env: &super::EnvironmentPolicy,
+    invalid: Invalid<'_>,
+) -> Result<(), PolicyError> {
+    for c in &rules.credentials {
+        match &c.source {
+            SecretSource::Env(var) if env.pass.iter().any(|p| p == var) => {
+                return Err(invalid(
+                    "network.credentials",
+                    format!(
+                        "credential `{}`: from_env `{var}` is also in [environment] pass, which \
+                         would give the sandbox the real value; remove it there",
+                        c.name
+                    ),
+                ));
+            }
+            SecretSource::File(path) => {
+                if let Some(granted) = fs
+                    .read_exec
+                    .iter()
+                    .chain(&fs.read_write)
+                    .chain(&fs.toolchains)
+                    .find(|g| path.starts_with(g))
+                {
+                    return Err(invalid(
+                        "network.credentials",
+                        format!(
+                            "credential `{}`: from_file {} is beneath {}, which the sandbox can \
+                             read; keep the secret where the policy grants nothing (e.g. \
+                             /run/secrets)",
+                            c.name,
+                            path.display(),
+                            granted.display()
+                        ),
+                    ));
+                }
+            }
+            SecretSource::Env(_) => {}
+        }
+    }
+    Ok(())
+}
+
 /// Fills in the line of each entry: the N-th `[[network.credentials]]` / `[[network.rules]]`
 /// header of the layer that sets the list, and `[network.git]`. `layers` is child first.
 pub(super) fn locate(rules: &mut EgressRules, layers: &[(String, String, super::raw::RawPolicy)]) {
@@ -515,6 +564,19 @@ allow_delete = false
                 "names no host",
             ),
             ("extra_roots = [\"ca.pem\"]\n".into(), "absolute path"),
+            (
+                cred(
+                    "name = \"gh\"\nhosts = [\"github.com\"]\nenv = \"T\"\nfrom_file = \"/etc/gh-token\"",
+                ),
+                "which the sandbox can read",
+            ),
+            (
+                format!(
+                    "{}[environment]\npass = [\"X\"]\n",
+                    cred("name = \"gh\"\nhosts = [\"github.com\"]\nenv = \"T\"\nfrom_env = \"X\"")
+                ),
+                "also in [environment] pass",
+            ),
         ] {
             let e = load(&network).unwrap_err();
             assert!(e.contains(wanted), "{network}: {e}");

@@ -821,6 +821,10 @@ fn validate(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
         }
     }
 
+    if let Some(rules) = &network.proxy {
+        interception::check_reach(rules, &filesystem, &environment, &invalid)?;
+    }
+
     let sandbox = SandboxPolicy {
         seccomp_profile: raw
             .sandbox
