@@ -930,3 +930,42 @@ fn a_host_nobody_names_stays_an_opaque_tunnel() {
     );
     f.assert_token_nowhere();
 }
+
+#[test]
+fn without_namespaces_credentials_are_unused_and_said_to_be() {
+    if skip("credentials_fallback", Need::LandlockSeccomp) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let policy = sb.policy(
+        "fallback.toml",
+        "extends = \"dev\"\n[network]\nproxy = true\nallow_hosts = [\"github.com\"]\n\n\
+         [[network.credentials]]\nname = \"github\"\nhosts = [\"github.com\"]\n\
+         env = \"GITHUB_TOKEN\"\nfrom_env = \"CORDON_TEST_GH_TOKEN\"\n",
+    );
+    let env = [
+        ("CORDON_SIMULATE_MISSING", "namespaces"),
+        (
+            "CORDON_TEST_GH_TOKEN",
+            "ghp_not_used_without_namespaces_000000",
+        ),
+    ];
+    let mut server = StdioServer::start(sb.ws(), &["--policy", &policy], "", &env);
+    let r = server.call(
+        "shell_exec",
+        json!({ "command": "echo \"[${GITHUB_TOKEN-unset}]\"", "timeout_secs": 30 }),
+    );
+    assert_eq!(stdout(&r), "[unset]\n", "{r}");
+    assert!(!r.to_string().contains("ghp_not_used"), "{r}");
+    let doctor = std::process::Command::new(crate::common::CORDON)
+        .args(["doctor", "--policy", &policy])
+        .envs(env)
+        .output()
+        .unwrap();
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&doctor.stdout),
+        String::from_utf8_lossy(&doctor.stderr)
+    );
+    assert!(all.contains("[[network.credentials]] are unused"), "{all}");
+}
