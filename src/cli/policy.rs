@@ -516,6 +516,36 @@ fn check_interception(out: &mut String, rules: &crate::egress::EgressRules) {
             any(&r.methods),
             any(&r.paths)
         );
+        // Examples judged by the proxy's own code (all rules of the host together).
+        let (host, _) = r.host.examples();
+        if let Ok(target) = crate::egress::pattern::Target::parse_authority(&host) {
+            let method = r.methods.first().map_or("GET", String::as_str);
+            let path = r
+                .paths
+                .first()
+                .map_or("/".to_owned(), |p| p.replace('*', "x"));
+            let other = ["DELETE", "POST", "PATCH"]
+                .into_iter()
+                .find(|m| !r.methods.is_empty() && !r.methods.iter().any(|x| x == m));
+            let mut examples = vec![(method.to_owned(), path.clone())];
+            if let Some(m) = other {
+                examples.push((m.to_owned(), path.clone()));
+            }
+            if !r.paths.is_empty() {
+                examples.push((method.to_owned(), "/cordon-unlisted-example".to_owned()));
+            }
+            let verdicts: Vec<String> = examples
+                .iter()
+                .map(|(m, p)| {
+                    let v = match crate::egress::l7::judge(&rules.http_rules, &target, m, p) {
+                        Ok(_) => "allowed",
+                        Err(_) => "refused (403)",
+                    };
+                    format!("{m} {p} -> {v}")
+                })
+                .collect();
+            let _ = writeln!(out, "    e.g. {}", verdicts.join("; "));
+        }
     }
     if let Some(g) = &rules.git {
         let _ = writeln!(
@@ -534,6 +564,48 @@ fn check_interception(out: &mut String, rules: &crate::egress::EgressRules) {
             g.push_refs.join(", "),
             if g.allow_delete { "allowed" } else { "refused" }
         );
+        use crate::egress::pktline::RefUpdate;
+        let (zero, one) = ("0".repeat(40), "1".repeat(40));
+        let mut examples: Vec<(String, RefUpdate)> = Vec::new();
+        if let Some(p) = g.push_refs.first() {
+            let name = p.replace('*', "x");
+            examples.push((
+                format!("push {name}"),
+                RefUpdate {
+                    old: zero.clone(),
+                    new: one.clone(),
+                    refname: name.clone(),
+                },
+            ));
+            examples.push((
+                format!("delete {name}"),
+                RefUpdate {
+                    old: one.clone(),
+                    new: zero.clone(),
+                    refname: name,
+                },
+            ));
+        }
+        examples.push((
+            "push refs/heads/main".into(),
+            RefUpdate {
+                old: one.clone(),
+                new: one,
+                refname: "refs/heads/main".into(),
+            },
+        ));
+        let verdicts: Vec<String> = examples
+            .into_iter()
+            .map(|(what, u)| {
+                let v = if g.judge(std::slice::from_ref(&u)).is_empty() {
+                    "allowed"
+                } else {
+                    "refused"
+                };
+                format!("{what} -> {v}")
+            })
+            .collect();
+        let _ = writeln!(out, "    e.g. {}", verdicts.join("; "));
     }
     if rules.intercepts_any() {
         match crate::egress::tls::client_config(&rules.extra_roots) {

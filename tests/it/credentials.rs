@@ -969,3 +969,65 @@ fn without_namespaces_credentials_are_unused_and_said_to_be() {
     );
     assert!(all.contains("[[network.credentials]] are unused"), "{all}");
 }
+
+#[test]
+fn policy_check_and_explain_describe_every_interception_field_with_examples() {
+    let sb = Sandbox::new();
+    let roots = sb.outside().join("roots.pem");
+    std::fs::write(&roots, TestCa::new("check").pem).unwrap();
+    let policy = sb.policy(
+        "check.toml",
+        &format!(
+            r#"extends = "dev"
+[network]
+proxy = true
+allow_hosts = ["github.com", "api.github.com"]
+extra_roots = ["{}"]
+
+[[network.credentials]]
+name = "github"
+hosts = ["github.com", "api.github.com"]
+env = "GITHUB_TOKEN"
+from_env = "CORDON_TEST_UNSET_TOKEN"
+inject = "basic:x-access-token"
+
+[[network.rules]]
+host = "api.github.com"
+methods = ["GET", "HEAD"]
+paths = ["/repos/acme/*", "/user"]
+
+[network.git]
+push_refs = ["refs/heads/agent/*"]
+"#,
+            roots.display()
+        ),
+    );
+    let run = |what: &str| {
+        let out = std::process::Command::new(crate::common::CORDON)
+            .args(["policy", what, &policy])
+            .env_remove("CORDON_TEST_UNSET_TOKEN")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "policy {what}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let check = run("check");
+    for wanted in [
+        "credential `github` (policy line 7 of",
+        "NOT set in this environment",
+        "goes only to github.com, api.github.com as `basic:x-access-token`",
+        "GET /repos/acme/x -> allowed; DELETE /repos/acme/x -> refused (403); GET \
+         /cordon-unlisted-example -> refused (403)",
+        "push refs/heads/agent/x -> allowed; delete refs/heads/agent/x -> refused; push \
+         refs/heads/main -> refused",
+        "verified against the system roots and extra_roots",
+    ] {
+        assert!(check.contains(wanted), "{wanted}:\n{check}");
+    }
+    let explain = run("explain");
+    assert!(
+        explain.contains("Every other allowed host stays an opaque tunnel"),
+        "{explain}"
+    );
+    assert!(explain.contains("rule 0 `api.github.com`"), "{explain}");
+}
