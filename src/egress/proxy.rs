@@ -13,7 +13,11 @@
 //! [`ConnectionRecord`] for its call's result and the audit log. It runs on its own small
 //! runtime, so it serves the same whether its owner is async (the server) or not (the CLI).
 //! The rules themselves are `rules`; the wire format `http`; where the listener comes from is
-//! `confine` (the sandbox init creates it inside the namespace).
+//! `confine` (the sandbox init creates it inside the namespace). A target a credential, a
+//! rule or `[network.git]` names is handed, once connected, to `intercept` (TLS terminated,
+//! one request read and judged); every other one is relayed as bytes. The credentials'
+//! values (`secrets::Vault`) and the upstream TLS configuration are loaded when the proxy
+//! starts, and every call's environment gets the placeholders and CA variables.
 
 use super::admission::{Admission, AnonymousSlot, CallCounts, CallSlot, Limits};
 use super::http::{self, Body, HeadError, OriginHead, Request, RequestHead};
