@@ -526,6 +526,19 @@ fn intercepted_clients_trust_the_certificate_and_only_the_server_sees_the_real_t
     );
     assert!(!out.contains(&f.real), "{r}");
 
+    // The CA variables name the distribution's bundle, which the view replaced with the
+    // system bundle plus cordon's CA certificate (its key is nowhere in it).
+    let r = f.shell(
+        "for v in SSL_CERT_FILE REQUESTS_CA_BUNDLE CURL_CA_BUNDLE NODE_EXTRA_CA_CERTS \
+         GIT_SSL_CAINFO PIP_CERT; do printenv $v; done | sort -u; \
+         grep -c 'cordon egress interception CA' \"$SSL_CERT_FILE\"; \
+         grep -c 'PRIVATE KEY' \"$SSL_CERT_FILE\"; echo done",
+    );
+    let lines: Vec<&str> = stdout(&r).lines().collect();
+    assert_eq!(lines.len(), 4, "one bundle path for all six variables: {r}");
+    assert!(lines[0].starts_with("/etc/"), "{r}");
+    assert_eq!(&lines[1..], ["1", "0", "done"], "{r}");
+
     // curl, with the placeholder as its bearer token: the server gets the real one.
     let r = f.shell(&format!(
         "curl -sS -m 30 -H \"Authorization: Bearer $GITHUB_TOKEN\" {api}/user"
