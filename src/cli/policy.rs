@@ -42,6 +42,12 @@ pub async fn check_examples(policy: &Policy) -> Result<(), PolicyCliError> {
         parser_program: Some(crate::parser::worker_program()?),
         ..Default::default()
     };
+    // The command examples need no credential: their sources are `check`'s to report (a
+    // policy is checked where its secrets are not set), so the proxy starts without them.
+    let mut policy = policy.clone();
+    if let Some(rules) = policy.network.proxy.as_mut() {
+        rules.credentials.clear();
+    }
     let runtime = crate::runtime::Runtime::build(policy.clone(), options)?;
     if let Some(parser) = &runtime.parser {
         crate::parser::check_examples(parser, &policy.commands).await?;
@@ -104,6 +110,7 @@ pub fn check(policy: &Policy) -> Result<String, PolicyCliError> {
                  list some"
             );
         }
+        check_interception(&mut out, rules);
     }
     let j = &policy.jobs;
     let _ = if j.enabled() {
@@ -557,6 +564,189 @@ fn explain_jobs(o: &mut String, policy: &Policy) {
     }
 }
 
+/// `[[network.credentials]]`, `[[network.rules]]`, `[network.git]` and `extra_roots`: each
+/// entry with what it does, and the sources and roots checked now (as the server's start
+/// will check them).
+fn check_interception(out: &mut String, rules: &crate::egress::EgressRules) {
+    use crate::egress::secrets::SecretSource;
+    for c in &rules.credentials {
+        let hosts: Vec<String> = c
+            .hosts
+            .iter()
+            .map(|h| {
+                if h.plain_http {
+                    format!("http://{}", h.pattern)
+                } else {
+                    h.pattern.to_string()
+                }
+            })
+            .collect();
+        let source = match &c.source {
+            SecretSource::Env(var) if std::env::var_os(var).is_some() => {
+                format!("{} (set here)", c.source)
+            }
+            SecretSource::Env(_) => format!(
+                "{} (NOT set in this environment: the server will not start without it)",
+                c.source
+            ),
+            SecretSource::File(p) => match std::fs::symlink_metadata(p) {
+                Ok(m) if m.is_file() => {
+                    use std::os::unix::fs::MetadataExt;
+                    if m.mode() & 0o077 == 0 {
+                        format!("{} (a private file)", c.source)
+                    } else {
+                        format!(
+                            "{} (mode {:04o}: the server refuses it until `chmod 600`)",
+                            c.source,
+                            m.mode() & 0o7777
+                        )
+                    }
+                }
+                Ok(_) => format!("{} (NOT a regular file)", c.source),
+                Err(e) => format!("{} (cannot be read: {e})", c.source),
+            },
+        };
+        let _ = writeln!(
+            out,
+            "  credential `{}` ({}): the sandbox sees ${} = cordon-cred-{}-<random>; the real \
+             value, {source}, goes only to {} as `{}` (intercepted)",
+            c.name,
+            c.site,
+            c.env,
+            c.name,
+            hosts.join(", "),
+            c.inject
+        );
+    }
+    for r in &rules.http_rules {
+        let any = |v: &[String]| {
+            if v.is_empty() {
+                "any".to_owned()
+            } else {
+                v.join(", ")
+            }
+        };
+        let _ = writeln!(
+            out,
+            "  rule {} `{}` ({}): methods {} on paths {}; every other request to it gets a 403 \
+             naming this rule (intercepted)",
+            r.index,
+            r.host,
+            r.site,
+            any(&r.methods),
+            any(&r.paths)
+        );
+        // Examples judged by the proxy's own code (all rules of the host together).
+        let (host, _) = r.host.examples();
+        if let Ok(target) = crate::egress::pattern::Target::parse_authority(&host) {
+            let method = r.methods.first().map_or("GET", String::as_str);
+            let path = r
+                .paths
+                .first()
+                .map_or("/".to_owned(), |p| p.replace('*', "x"));
+            let other = ["DELETE", "POST", "PATCH"]
+                .into_iter()
+                .find(|m| !r.methods.is_empty() && !r.methods.iter().any(|x| x == m));
+            let mut examples = vec![(method.to_owned(), path.clone())];
+            if let Some(m) = other {
+                examples.push((m.to_owned(), path.clone()));
+            }
+            if !r.paths.is_empty() {
+                examples.push((method.to_owned(), "/cordon-unlisted-example".to_owned()));
+            }
+            let verdicts: Vec<String> = examples
+                .iter()
+                .map(|(m, p)| {
+                    let v = match crate::egress::l7::judge(&rules.http_rules, &target, m, p) {
+                        Ok(_) => "allowed",
+                        Err(_) => "refused (403)",
+                    };
+                    format!("{m} {p} -> {v}")
+                })
+                .collect();
+            let _ = writeln!(out, "    e.g. {}", verdicts.join("; "));
+        }
+    }
+    if let Some(g) = &rules.git {
+        let _ = writeln!(
+            out,
+            "  git ({}): pushes to {} may update only [{}]; deletions {}",
+            g.site,
+            if g.hosts.is_empty() {
+                "every host a credential or rule names".to_owned()
+            } else {
+                g.hosts
+                    .iter()
+                    .map(|h| h.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+            g.push_refs.join(", "),
+            if g.allow_delete { "allowed" } else { "refused" }
+        );
+        use crate::egress::pktline::RefUpdate;
+        let (zero, one) = ("0".repeat(40), "1".repeat(40));
+        let mut examples: Vec<(String, RefUpdate)> = Vec::new();
+        if let Some(p) = g.push_refs.first() {
+            let name = p.replace('*', "x");
+            examples.push((
+                format!("push {name}"),
+                RefUpdate {
+                    old: zero.clone(),
+                    new: one.clone(),
+                    refname: name.clone(),
+                },
+            ));
+            examples.push((
+                format!("delete {name}"),
+                RefUpdate {
+                    old: one.clone(),
+                    new: zero.clone(),
+                    refname: name,
+                },
+            ));
+        }
+        examples.push((
+            "push refs/heads/main".into(),
+            RefUpdate {
+                old: one.clone(),
+                new: one,
+                refname: "refs/heads/main".into(),
+            },
+        ));
+        let verdicts: Vec<String> = examples
+            .into_iter()
+            .map(|(what, u)| {
+                let v = if g.judge(std::slice::from_ref(&u)).is_empty() {
+                    "allowed"
+                } else {
+                    "refused"
+                };
+                format!("{what} -> {v}")
+            })
+            .collect();
+        let _ = writeln!(out, "    e.g. {}", verdicts.join("; "));
+    }
+    if rules.intercepts_any() {
+        match crate::egress::tls::client_config(&rules.extra_roots) {
+            Ok(_) => {
+                let _ = writeln!(
+                    out,
+                    "  upstream TLS of intercepted hosts: verified against the system roots{}",
+                    if rules.extra_roots.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" and extra_roots {:?}", rules.extra_roots)
+                    }
+                );
+            }
+            Err(e) => {
+                let _ = writeln!(out, "  error: {e} (the server will not start)");
+            }
+        }
+    }
+}
+
 fn explain_egress(o: &mut String, policy: &Policy, rules: &crate::egress::EgressRules) {
     let list = |entries: &[crate::egress::rules::SitedPattern]| {
         if entries.is_empty() {
@@ -619,6 +809,20 @@ fn explain_egress(o: &mut String, policy: &Policy, rules: &crate::egress::Egress
         rules.max_connections_per_call,
         rules.max_bytes_per_connection >> 20
     );
+    if rules.intercepts_any() {
+        let _ = writeln!(
+            o,
+            "  Intercepted (TLS terminated by the proxy with a certificate of cordon's own CA, \
+             made in memory at start and trusted only inside the sandbox; upstreams verified \
+             against the system roots and extra_roots): every host a credential, a rule or \
+             [network.git] names. Every other allowed host stays an opaque tunnel. One audit \
+             record per intercepted request (method, host, path without query, status, bytes, \
+             credential, rule)."
+        );
+        let mut detail = String::new();
+        check_interception(&mut detail, rules);
+        o.push_str(&detail);
+    }
 }
 
 fn join_or_none(items: &[String]) -> String {

@@ -66,6 +66,9 @@ pub(crate) struct ViewInputs<'a> {
     /// The egress proxy's port in the namespace (proxy-mode policies; needs
     /// `isolate_network`): PID 1 listens there (no Landlock port rules in that namespace).
     pub proxy_port: Option<u16>,
+    /// The CA bundle the sandbox trusts, when the proxy intercepts hosts (see
+    /// `egress::tls::sandbox_bundle`); the view binds it over the distribution's bundle.
+    pub ca_bundle: Option<String>,
     pub seccomp: &'a [BpfProgram],
     pub read_exec: &'a [PathBuf],
     pub read_write: &'a [PathBuf],
@@ -340,6 +343,7 @@ fn plan(inputs: &ViewInputs<'_>) -> InitPlan {
         devices: inputs.devices.to_vec(),
         isolate_network: inputs.isolate_network,
         proxy_listener: inputs.proxy_port,
+        ca_bundle: inputs.ca_bundle.clone(),
         user_namespace: (!inputs.is_root).then(|| {
             (
                 rustix::process::getuid().as_raw(),

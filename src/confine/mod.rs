@@ -709,6 +709,19 @@ fn egress_for(
     let Some(rules) = &plan.proxy else {
         return Ok((None, landlock));
     };
+    for c in &rules.credentials {
+        if let crate::egress::secrets::SecretSource::File(path) = &c.source {
+            let real = path.canonicalize().unwrap_or_else(|_| path.clone());
+            if real.starts_with(&plan.workspace) {
+                return Err(ConfineError::Egress(format!(
+                    "credential `{}`: from_file {} is inside the workspace, which the sandbox \
+                     reads; keep the secret outside it",
+                    c.name,
+                    path.display()
+                )));
+            }
+        }
+    }
     match factory {
         Some(factory) => {
             let proxy = crate::egress::Proxy::start(rules.clone())
@@ -729,6 +742,13 @@ fn egress_for(
                  the proxy's port would also let them reach any host on that port)"
                     .into(),
             );
+            if !rules.credentials.is_empty() {
+                notes.push(
+                    "network: [[network.credentials]] are unused here (no proxy runs, so no \
+                     request can carry them); their placeholders are not set either"
+                        .into(),
+                );
+            }
             Ok((None, landlock))
         }
     }
@@ -786,6 +806,11 @@ fn start_factory(
         protected,
         isolate_network: plan.isolate_network,
         proxy_port: plan.proxy.is_some().then_some(crate::egress::PROXY_PORT),
+        ca_bundle: plan
+            .proxy
+            .as_ref()
+            .filter(|rules| rules.intercepts_any())
+            .map(|_| crate::egress::tls::sandbox_bundle()),
         seccomp,
         read_exec: &read_exec,
         read_write: &plan.read_write,

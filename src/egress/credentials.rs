@@ -49,7 +49,7 @@ pub fn basic_authorization(userinfo: &str) -> String {
     format!("Basic {}", base64_encode(userinfo.as_bytes()))
 }
 
-fn base64_encode(bytes: &[u8]) -> String {
+pub(super) fn base64_encode(bytes: &[u8]) -> String {
     const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {
@@ -69,7 +69,13 @@ fn base64_encode(bytes: &[u8]) -> String {
 }
 
 fn base64_decode(s: &str) -> Option<Vec<u8>> {
-    if s.len() > 256 || !s.len().is_multiple_of(4) {
+    base64_decode_within(s, 256)
+}
+
+/// Strict standard base64 of at most `max` characters (the `Authorization: Basic` of an
+/// intercepted request carries a credential, longer than the proxy's own token).
+pub(super) fn base64_decode_within(s: &str, max: usize) -> Option<Vec<u8>> {
+    if s.len() > max || !s.len().is_multiple_of(4) {
         return None;
     }
     let value = |c: u8| -> Option<u32> {

@@ -62,45 +62,17 @@ pub struct RequestHead {
 impl RequestHead {
     /// Every value of header `name` (case-insensitive).
     pub fn header_values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
-        self.headers
-            .iter()
-            .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        values_in(&self.headers, name)
     }
 
     /// The one value of `name`; an error when it is repeated.
     pub fn single_header<'a>(&'a self, name: &'a str) -> Result<Option<&'a str>, HeadError> {
-        let mut values = self.header_values(name);
-        let first = values.next();
-        if values.next().is_some() {
-            return Err(HeadError::Header(format!(
-                "`{name}` appears more than once"
-            )));
-        }
-        Ok(first)
+        single_in(&self.headers, name)
     }
 
     /// How the request body is framed, which decides how much the proxy forwards.
     pub fn body(&self) -> Result<Body, HeadError> {
-        let te: Vec<&str> = self.header_values("transfer-encoding").collect();
-        let cl = self.single_header("content-length")?;
-        match (te.as_slice(), cl) {
-            ([], None) => Ok(Body::Length(0)),
-            ([], Some(n)) => n
-                .parse::<u64>()
-                .ok()
-                .filter(|_| n.bytes().all(|b| b.is_ascii_digit()))
-                .map(Body::Length)
-                .ok_or_else(|| HeadError::Header(format!("Content-Length `{n}` is not a number"))),
-            ([one], None) if one.trim().eq_ignore_ascii_case("chunked") => Ok(Body::Chunked),
-            (_, Some(_)) => Err(HeadError::Header(
-                "both Transfer-Encoding and Content-Length are set (a request-smuggling shape)"
-                    .into(),
-            )),
-            _ => Err(HeadError::Header(
-                "the only Transfer-Encoding accepted is a single `chunked`".into(),
-            )),
-        }
+        body_in(&self.headers)
     }
 
     /// The head sent to the origin in place of this one: origin-form target, the proxy's own
@@ -142,16 +114,177 @@ impl RequestHead {
     }
 }
 
-/// Request body framing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Body {
-    Length(u64),
-    Chunked,
+/// Every value of header `name` among `headers` (case-insensitive).
+pub fn values_in<'a>(
+    headers: &'a [(String, String)],
+    name: &'a str,
+) -> impl Iterator<Item = &'a str> + 'a {
+    headers
+        .iter()
+        .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
 }
 
-/// Parses the head at the start of `buf`. `Ok(None)`: not complete yet (read more, unless
-/// `buf` already holds [`MAX_HEAD`] bytes, which is then an error).
-pub fn parse_head(buf: &[u8]) -> Result<Option<RequestHead>, HeadError> {
+/// The one value of `name` among `headers`; an error when it is repeated.
+pub fn single_in<'a>(
+    headers: &'a [(String, String)],
+    name: &'a str,
+) -> Result<Option<&'a str>, HeadError> {
+    let mut values = values_in(headers, name);
+    let first = values.next();
+    if values.next().is_some() {
+        return Err(HeadError::Header(format!(
+            "`{name}` appears more than once"
+        )));
+    }
+    Ok(first)
+}
+
+/// How a request body is framed by `headers` (a request without either field has none).
+pub fn body_in(headers: &[(String, String)]) -> Result<Body, HeadError> {
+    let te: Vec<&str> = values_in(headers, "transfer-encoding").collect();
+    let cl = single_in(headers, "content-length")?;
+    match (te.as_slice(), cl) {
+        ([], None) => Ok(Body::Length(0)),
+        ([], Some(n)) => n
+            .parse::<u64>()
+            .ok()
+            .filter(|_| n.bytes().all(|b| b.is_ascii_digit()))
+            .map(Body::Length)
+            .ok_or_else(|| HeadError::Header(format!("Content-Length `{n}` is not a number"))),
+        ([one], None) if one.trim().eq_ignore_ascii_case("chunked") => Ok(Body::Chunked),
+        (_, Some(_)) => Err(HeadError::Header(
+            "both Transfer-Encoding and Content-Length are set (a request-smuggling shape)".into(),
+        )),
+        _ => Err(HeadError::Header(
+            "the only Transfer-Encoding accepted is a single `chunked`".into(),
+        )),
+    }
+}
+
+/// A request in origin form (`GET /path HTTP/1.1`), as a client sends it to the server itself:
+/// what the proxy reads inside a tunnel it intercepts (see `intercept`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OriginHead {
+    pub method: String,
+    /// The origin-form target (`/path?query`), or `*` for `OPTIONS *`.
+    pub path: String,
+    pub minor_version: u8,
+    pub headers: Vec<(String, String)>,
+    /// Bytes of the buffer the head took.
+    pub len: usize,
+}
+
+impl OriginHead {
+    /// The head as bytes, with its fields as they are now.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = format!(
+            "{} {} HTTP/1.{}\r\n",
+            self.method, self.path, self.minor_version
+        )
+        .into_bytes();
+        for (name, value) in &self.headers {
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        out.extend_from_slice(b"\r\n");
+        out
+    }
+
+    /// The path without its query: what rules match and the audit records.
+    pub fn path_only(&self) -> &str {
+        self.path.split('?').next().unwrap_or_default()
+    }
+}
+
+/// Parses an origin-form request head at the start of `buf` (`Ok(None)`: not complete yet).
+pub fn parse_origin_head(buf: &[u8]) -> Result<Option<OriginHead>, HeadError> {
+    let Some((line, headers, len)) = split_head(buf)? else {
+        return Ok(None);
+    };
+    let (method, target, minor_version) = request_line(&line)?;
+    if !(target.starts_with('/') || (target == "*" && method == "OPTIONS")) {
+        return Err(HeadError::Target(format!(
+            "inside a tunnel the request target is a path (`GET /path`), not `{}`",
+            target.escape_debug()
+        )));
+    }
+    if target.contains('#') {
+        return Err(HeadError::Target("a request target has no fragment".into()));
+    }
+    Ok(Some(OriginHead {
+        method: method.to_owned(),
+        path: target.to_owned(),
+        minor_version,
+        headers,
+        len,
+    }))
+}
+
+/// The status line and fields of a response, read by the proxy from an origin it intercepts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponseHead {
+    pub status: u16,
+    pub minor_version: u8,
+    pub reason: String,
+    pub headers: Vec<(String, String)>,
+    pub len: usize,
+}
+
+impl ResponseHead {
+    /// The head as bytes, with its fields as they are now.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = format!(
+            "HTTP/1.{} {} {}\r\n",
+            self.minor_version, self.status, self.reason
+        )
+        .into_bytes();
+        for (name, value) in &self.headers {
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        out.extend_from_slice(b"\r\n");
+        out
+    }
+}
+
+/// Parses a response head at the start of `buf` (`Ok(None)`: not complete yet).
+pub fn parse_response_head(buf: &[u8]) -> Result<Option<ResponseHead>, HeadError> {
+    let Some((line, headers, len)) = split_head(buf)? else {
+        return Ok(None);
+    };
+    let bad = || HeadError::RequestLine("expected `HTTP/1.1 NNN reason`".into());
+    let rest = line.strip_prefix("HTTP/1.").ok_or_else(bad)?;
+    let minor_version = match rest.as_bytes().first() {
+        Some(b'0') => 0,
+        Some(b'1') => 1,
+        _ => return Err(bad()),
+    };
+    let rest = rest[1..].strip_prefix(' ').ok_or_else(bad)?;
+    let (code, reason) = rest.split_once(' ').unwrap_or((rest, ""));
+    let status = code
+        .parse::<u16>()
+        .ok()
+        .filter(|c| code.len() == 3 && (100..600).contains(c))
+        .ok_or_else(bad)?;
+    Ok(Some(ResponseHead {
+        status,
+        minor_version,
+        reason: reason.to_owned(),
+        headers,
+        len,
+    }))
+}
+
+/// A head's first line, its fields, and its length.
+type SplitHead = (String, Vec<(String, String)>, usize);
+
+/// The first line and the fields of a head, and its length; None when not complete.
+fn split_head(buf: &[u8]) -> Result<Option<SplitHead>, HeadError> {
     let window = &buf[..buf.len().min(MAX_HEAD)];
     let Some(end) = find(window, b"\r\n\r\n") else {
         if buf.len() >= MAX_HEAD {
@@ -159,15 +292,20 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<RequestHead>, HeadError> {
         }
         return Ok(None);
     };
-    // Every line of the head with its own CRLF; the empty line that ends it is not included.
     let head = &buf[..end + 2];
-    let len = end + 4;
     let mut lines = head[..head.len() - 1].split(|&b| b == b'\n');
-    let request_line = lines.next().unwrap_or_default();
-    let request_line = strip_cr(request_line)
-        .ok_or_else(|| HeadError::RequestLine("a line ends without CRLF".into()))?;
-    let text = std::str::from_utf8(request_line)
-        .map_err(|_| HeadError::RequestLine("not ASCII".into()))?;
+    let first = lines.next().unwrap_or_default();
+    let first =
+        strip_cr(first).ok_or_else(|| HeadError::RequestLine("a line ends without CRLF".into()))?;
+    let first = std::str::from_utf8(first)
+        .ok()
+        .filter(|l| l.bytes().all(|b| b == b' ' || b.is_ascii_graphic()))
+        .ok_or_else(|| HeadError::RequestLine("not printable ASCII".into()))?;
+    Ok(Some((first.to_owned(), fields(lines)?, end + 4)))
+}
+
+/// `METHOD target HTTP/1.x`, checked.
+fn request_line(text: &str) -> Result<(&str, &str, u8), HeadError> {
     let mut parts = text.split(' ');
     let (Some(method), Some(target), Some(version), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
@@ -197,6 +335,11 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<RequestHead>, HeadError> {
             "the target has spaces or control characters".into(),
         ));
     }
+    Ok((method, target, minor_version))
+}
+
+/// The header fields of a head's lines (each still ending in CR), checked strictly.
+fn fields<'a>(lines: impl Iterator<Item = &'a [u8]>) -> Result<Vec<(String, String)>, HeadError> {
     let mut headers = Vec::new();
     for line in lines {
         let line =
@@ -229,6 +372,23 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<RequestHead>, HeadError> {
             .trim_matches(|c| c == ' ' || c == '\t');
         headers.push((String::from_utf8_lossy(name).into_owned(), value.to_owned()));
     }
+    Ok(headers)
+}
+
+/// Request body framing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Body {
+    Length(u64),
+    Chunked,
+}
+
+/// Parses the head at the start of `buf`. `Ok(None)`: not complete yet (read more, unless
+/// `buf` already holds [`MAX_HEAD`] bytes, which is then an error).
+pub fn parse_head(buf: &[u8]) -> Result<Option<RequestHead>, HeadError> {
+    let Some((line, headers, len)) = split_head(buf)? else {
+        return Ok(None);
+    };
+    let (method, target, minor_version) = request_line(&line)?;
     let request = if method == "CONNECT" {
         Request::Connect {
             target: Target::parse_authority(target)?,

@@ -14,6 +14,10 @@
 //! * [`admission`]: how many connections it holds at once, per call and in all.
 //! * [`proxy`]: the server side: connections, per-call attribution and reports; `relay`
 //!   copies the bytes, `credentials` reads which call a connection belongs to.
+//! * Interception (issue 20), only for hosts a credential, a rule or `[network.git]` names:
+//!   [`tls`] (cordon's in-memory CA, leaves, verified upstreams), [`secrets`] (credentials
+//!   the sandbox sees as placeholders), [`l7`] (method/path rules, the push policy),
+//!   [`pktline`] (a push's ref updates), `intercept` (one request, end to end).
 //!
 //! How the listener gets into the namespace, and what confines the process (Landlock's
 //! connect rule narrowed to the proxy port, seccomp without UDP) is `confine`'s job.
@@ -21,10 +25,15 @@
 pub mod admission;
 pub mod credentials;
 pub mod http;
+mod intercept;
+pub mod l7;
 pub mod pattern;
+pub mod pktline;
 pub mod proxy;
 mod relay;
 pub mod rules;
+pub mod secrets;
+pub mod tls;
 
 pub use proxy::{CallTicket, ConnectionRecord, NetworkReport, Proxy};
 pub use rules::EgressRules;

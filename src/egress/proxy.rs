@@ -13,13 +13,18 @@
 //! [`ConnectionRecord`] for its call's result and the audit log. It runs on its own small
 //! runtime, so it serves the same whether its owner is async (the server) or not (the CLI).
 //! The rules themselves are `rules`; the wire format `http`; where the listener comes from is
-//! `confine` (the sandbox init creates it inside the namespace).
+//! `confine` (the sandbox init creates it inside the namespace). A target a credential, a
+//! rule or `[network.git]` names is handed, once connected, to `intercept` (TLS terminated,
+//! one request read and judged); every other one is relayed as bytes. The credentials'
+//! values (`secrets::Vault`) and the upstream TLS configuration are loaded when the proxy
+//! starts, and every call's environment gets the placeholders and CA variables.
 
 use super::admission::{Admission, AnonymousSlot, CallCounts, CallSlot, Limits};
-use super::http::{self, Body, HeadError, Request, RequestHead};
+use super::http::{self, Body, HeadError, OriginHead, Request, RequestHead};
 use super::pattern::{Host, Target};
 use super::rules::{EgressRules, Refusal};
-use super::{credentials, relay};
+use super::secrets::{Detector, Vault};
+use super::{credentials, intercept, relay, tls};
 use schemars::JsonSchema;
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
@@ -78,6 +83,27 @@ pub struct ConnectionRecord {
     /// Why it was refused, or why it ended early (the byte cap, a failed connect).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// The proxy read this request in clear (a host a credential, `[[network.rules]]` or
+    /// `[network.git]` names): `method` is then the request's own, and `path`, `status`,
+    /// `credential` and `rule` say what happened to it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub intercepted: bool,
+    /// The request's path, its query dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// The HTTP status the client got.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// The credential(s) whose real value the proxy put into the request, by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential: Option<String>,
+    /// The rule that decided (`network.rules[N] (policy line …)`, `network.git.push_refs …`,
+    /// `network.allow_hosts …`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// The credential whose placeholder was sent where it is not bound (refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exfiltration: Option<String>,
 }
 
 /// What a call's processes did on the network, for its result.
@@ -91,6 +117,10 @@ pub struct NetworkReport {
     pub refused: Vec<String>,
     /// Connections beyond the first 256, counted but not listed (0 normally).
     pub omitted: u64,
+    /// One line per exfiltration attempt: a credential's placeholder sent to a host it is not
+    /// bound to (each also in `refused`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exfiltration: Vec<String>,
 }
 
 /// How names become addresses; the system resolver by default, a fake in tests.
@@ -175,6 +205,12 @@ impl Default for ProxyOptions {
 
 struct Shared {
     rules: EgressRules,
+    /// The credentials' real values and placeholders (empty without `[[network.credentials]]`).
+    vault: Vault,
+    /// The verifying client side of intercepted hosts (None when nothing is intercepted).
+    upstream_tls: Option<Arc<rustls::ClientConfig>>,
+    /// What every call's environment gets besides the proxy URL: placeholders, CA variables.
+    sandbox_env: Vec<(String, String)>,
     head_timeout: Duration,
     resolver: Arc<dyn Resolve>,
     calls: Mutex<HashMap<String, Arc<CallState>>>,
@@ -219,6 +255,27 @@ impl Proxy {
     }
 
     pub fn with_options(rules: EgressRules, options: ProxyOptions) -> io::Result<Self> {
+        // What can fail for want of a secret or a root comes before the runtime (which may not
+        // be dropped from inside another's async context).
+        let vault = Vault::load(&rules.credentials).map_err(io::Error::other)?;
+        let upstream_tls = if rules.intercepts_any() {
+            Some(tls::client_config(&rules.extra_roots).map_err(io::Error::other)?)
+        } else {
+            None
+        };
+        let mut sandbox_env = vault.env();
+        if rules.intercepts_any() {
+            // Made now, so the CA exists before the first call's view binds its bundle.
+            let _ = tls::Authority::global();
+            if let Some(bundle) = tls::host_bundle() {
+                let path = bundle.to_string_lossy().into_owned();
+                sandbox_env.extend(
+                    crate::exec::env::CA_BUNDLE_VARIABLES
+                        .iter()
+                        .map(|v| ((*v).to_owned(), path.clone())),
+                );
+            }
+        }
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("cordon-egress")
@@ -227,6 +284,9 @@ impl Proxy {
         Ok(Self {
             shared: Arc::new(Shared {
                 rules,
+                vault,
+                upstream_tls,
+                sandbox_env,
                 head_timeout: options.head_timeout,
                 resolver: options.resolver,
                 calls: Mutex::new(HashMap::new()),
@@ -358,6 +418,7 @@ impl CallTicket {
             .chain([("NO_PROXY", NO_PROXY.to_owned())])
             .flat_map(|(n, v)| [(n.to_owned(), v.clone()), (n.to_ascii_lowercase(), v)])
             .chain([("NODE_USE_ENV_PROXY".to_owned(), "1".to_owned())])
+            .chain(self.shared.sandbox_env.iter().cloned())
             .collect()
     }
 
@@ -397,11 +458,26 @@ impl CallTicket {
             .filter(|c| !c.allowed)
             .map(|c| {
                 format!(
-                    "{} {}:{} refused: {}",
+                    "{} {}:{}{} refused: {}",
                     c.method,
                     c.host,
                     c.port,
+                    c.path.as_deref().unwrap_or_default(),
                     c.note.as_deref().unwrap_or("refused")
+                )
+            })
+            .collect();
+        let exfiltration = connections
+            .iter()
+            .filter(|c| c.exfiltration.is_some())
+            .map(|c| {
+                format!(
+                    "{} {}:{}{}: {}",
+                    c.method,
+                    c.host,
+                    c.port,
+                    c.path.as_deref().unwrap_or_default(),
+                    c.note.as_deref().unwrap_or("exfiltration attempt")
                 )
             })
             .collect();
@@ -410,6 +486,7 @@ impl CallTicket {
             connections,
             refused,
             omitted: self.state.omitted.swap(0, Ordering::AcqRel),
+            exfiltration,
         }
     }
 }
@@ -472,6 +549,12 @@ impl Attempt {
                 bytes_received: 0,
                 duration_ms: 0,
                 note: None,
+                intercepted: false,
+                path: None,
+                status: None,
+                credential: None,
+                rule: None,
+                exfiltration: None,
             },
             call: None,
             opened: 0,
@@ -497,6 +580,26 @@ impl Attempt {
         self.record.method = method.to_owned();
         self.record.host = target.host.to_string();
         self.record.port = target.port;
+    }
+
+    /// The record of an intercepted request: the request's own method, its path and status,
+    /// the credential injected and the rule that decided.
+    fn intercepted(mut self, o: intercept::Outcome) -> Self {
+        let r = &mut self.record;
+        r.intercepted = true;
+        if let Some(m) = o.method {
+            r.method = m;
+        }
+        r.path = o.path;
+        r.status = o.status;
+        r.credential = o.credential;
+        r.rule = o.rule;
+        r.exfiltration = o.exfiltration;
+        r.allowed = o.allowed;
+        r.bytes_sent = o.sent;
+        r.bytes_received = o.received;
+        r.note = o.note;
+        self
     }
 
     fn finish(mut self, shared: &Shared) {
@@ -662,6 +765,19 @@ async fn handle(
     if let Some(refusal) = refusal {
         return refuse(&shared, attempt, &mut client, refusal).await;
     }
+    // A placeholder in a plain request's head to a host the proxy does not intercept is
+    // bound nowhere there: an exfiltration attempt, refused before anything is resolved.
+    if matches!(head.request, Request::Forward { .. })
+        && !rules.intercepts(&target)
+        && let Some(exf) =
+            shared
+                .vault
+                .unbound_in(&buf[..head.len], &target, false, "the request head")
+    {
+        attempt.record.exfiltration = Some(exf.credential.clone());
+        let message = exf.to_string();
+        return answer_refusal(&shared, attempt, &mut client, (403, "Forbidden"), message).await;
+    }
     // Allowed by name. From here it holds resources (a lookup, an outbound socket): one of
     // its call's places, and one of the proxy's.
     let _established = match shared.admission.establish(&call.counts) {
@@ -718,6 +834,14 @@ async fn handle(
     let _ = upstream.set_nodelay(true);
     let cap = rules.max_bytes_per_connection;
     let early = buf.split_off(head.len);
+    let intercepted = rules.intercepts(&target);
+    let scope = intercept::Scope {
+        rules,
+        vault: &shared.vault,
+        upstream_tls: shared.upstream_tls.as_ref(),
+        head_timeout: shared.head_timeout,
+        cancel: &cancel,
+    };
     let outcome = match &head.request {
         Request::Connect { .. } => {
             if client
@@ -727,9 +851,33 @@ async fn handle(
             {
                 return attempt.finish(&shared);
             }
-            relay::relay(client, upstream, early, None, cap, &cancel).await
+            if intercepted {
+                let outcome = intercept::tunnel(&scope, client, upstream, early, &target).await;
+                return attempt.intercepted(outcome).finish(&shared);
+            }
+            relay::relay(client, upstream, early, None, cap, &cancel, None).await
         }
-        Request::Forward { .. } => {
+        Request::Forward { method, path, .. } => {
+            if intercepted {
+                let origin = OriginHead {
+                    method: method.clone(),
+                    path: path.clone(),
+                    minor_version: head.minor_version,
+                    headers: head
+                        .headers
+                        .iter()
+                        .filter(|(n, _)| {
+                            !n.eq_ignore_ascii_case("proxy-authorization")
+                                && !n.eq_ignore_ascii_case("proxy-connection")
+                        })
+                        .cloned()
+                        .collect(),
+                    len: head.len,
+                };
+                let outcome =
+                    intercept::plain(&scope, client, upstream, origin, early, &target).await;
+                return attempt.intercepted(outcome).finish(&shared);
+            }
             let Some(forwarded) = head.forwarded() else {
                 return attempt.finish(&shared);
             };
@@ -738,12 +886,19 @@ async fn handle(
                 attempt.record.note = Some(format!("{target} closed the connection"));
                 return attempt.finish(&shared);
             }
-            relay::relay(client, upstream, early, Some(body), cap, &cancel).await
+            let scan =
+                (!shared.vault.is_empty()).then(|| Detector::new(&shared.vault, &target, false));
+            relay::relay(client, upstream, early, Some(body), cap, &cancel, scan).await
         }
     };
     attempt.record.bytes_sent = outcome.sent;
     attempt.record.bytes_received = outcome.received;
     attempt.record.note = outcome.note;
+    if let Some(exf) = outcome.exfiltration {
+        attempt.record.allowed = false;
+        attempt.record.exfiltration = Some(exf.credential.clone());
+        attempt.record.note = Some(exf.to_string());
+    }
     attempt.finish(&shared)
 }
 

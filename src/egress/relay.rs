@@ -5,6 +5,7 @@
 //! Owns the copying only; what may be relayed, and to where, is decided before (`proxy`).
 
 use super::http::{Body, ChunkedEnd};
+use super::secrets::{Detector, Exfiltration};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -17,11 +18,15 @@ pub(super) struct RelayOutcome {
     pub sent: u64,
     pub received: u64,
     pub note: Option<String>,
+    /// A placeholder of a credential not bound to the target, found in a plain request's
+    /// body (what followed it was not sent).
+    pub exfiltration: Option<Exfiltration>,
 }
 
 /// Relays until both sides are done, the byte cap is reached or the call ends. `early` is
 /// what the client sent behind its head. `body`: a plain request, whose client→target
 /// direction ends with its body (nothing behind it reaches the target); None: a tunnel.
+/// `scan`: what watches a plain request's body for placeholders of unbound credentials.
 pub(super) async fn relay(
     client: TcpStream,
     upstream: TcpStream,
@@ -29,7 +34,9 @@ pub(super) async fn relay(
     body: Option<Body>,
     cap: u64,
     cancel: &CancellationToken,
+    mut scan: Option<Detector<'_>>,
 ) -> RelayOutcome {
+    let mut found: Option<Exfiltration> = None;
     let total = AtomicU64::new(0);
     let sent = AtomicU64::new(0);
     let received = AtomicU64::new(0);
@@ -44,7 +51,16 @@ pub(super) async fn relay(
         stop: &stop,
     };
     let up = async {
-        let r = pump_up(&mut client_r, &mut up_w, early, body, &sent, &counters).await;
+        let r = pump_up(
+            &mut client_r,
+            &mut up_w,
+            early,
+            body,
+            &sent,
+            &counters,
+            (&mut scan, &mut found),
+        )
+        .await;
         if body.is_none() {
             // A tunnel's client finished sending: pass the half-close on.
             let _ = up_w.shutdown().await;
@@ -80,6 +96,7 @@ pub(super) async fn relay(
         sent: sent.load(Ordering::Acquire),
         received: received.load(Ordering::Acquire),
         note,
+        exfiltration: found,
     }
 }
 
@@ -148,6 +165,7 @@ async fn pump_up<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     body: Option<Body>,
     count: &AtomicU64,
     c: &Counters<'_>,
+    (scan, found): (&mut Option<Detector<'_>>, &mut Option<Exfiltration>),
 ) -> io::Result<()> {
     let mut left = match body {
         Some(Body::Length(n)) => Some(n),
@@ -179,6 +197,12 @@ async fn pump_up<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             n = ch
                 .feed(&pending[..n])
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+        }
+        if let Some(exf) = scan.as_mut().and_then(|d| d.feed(&pending[..n])) {
+            // Not sent on: the request is cut here, and the response (if any) with it.
+            *found = Some(exf);
+            c.stop.cancel();
+            return Ok(());
         }
         if n == 0 || !pass_on(w, &pending[..n], count, c).await? {
             return Ok(());

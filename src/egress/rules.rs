@@ -65,6 +65,19 @@ pub struct EgressRules {
     pub private_site: Site,
     #[serde(skip)]
     pub caps_site: Site,
+    /// `[[network.credentials]]`: values the sandbox never holds (see `secrets`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub credentials: Vec<super::secrets::CredentialRule>,
+    /// `[[network.rules]]`: methods and paths per intercepted host (see `l7`).
+    #[serde(rename = "rules", skip_serializing_if = "Vec::is_empty")]
+    pub http_rules: Vec<super::l7::HttpRule>,
+    /// `[network.git]`: which refs a push through the proxy may update.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub git: Option<super::l7::GitPolicy>,
+    /// `[network].extra_roots`: PEM files trusted for intercepted upstreams, besides the
+    /// system roots.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub extra_roots: Vec<std::path::PathBuf>,
 }
 
 /// Why a request was refused, before or after resolution.
@@ -170,6 +183,24 @@ impl Refusal {
 }
 
 impl EgressRules {
+    /// Whether the proxy terminates TLS to `target` (a credential, a rule or `[network.git]`
+    /// names it); every other allowed target stays an opaque tunnel.
+    pub fn intercepts(&self, target: &Target) -> bool {
+        self.credentials.iter().any(|c| c.names(target))
+            || self.http_rules.iter().any(|r| r.host.matches(target))
+            || self
+                .git
+                .as_ref()
+                .is_some_and(|g| g.hosts.iter().any(|h| h.matches(target)))
+    }
+
+    /// Whether any host is intercepted (so the sandbox needs cordon's CA).
+    pub fn intercepts_any(&self) -> bool {
+        !self.credentials.is_empty()
+            || !self.http_rules.is_empty()
+            || self.git.as_ref().is_some_and(|g| !g.hosts.is_empty())
+    }
+
     /// Judges a target by its name alone: deny list first (it wins), then the allow list.
     /// Nothing here resolves; a refused name is never looked up.
     pub fn judge(&self, target: &Target) -> Result<(), Refusal> {
@@ -267,6 +298,10 @@ mod tests {
             deny_site: site(4),
             private_site: site(5),
             caps_site: site(6),
+            credentials: Vec::new(),
+            http_rules: Vec::new(),
+            git: None,
+            extra_roots: Vec::new(),
         }
     }
 

@@ -10,6 +10,7 @@
 pub mod commands;
 pub mod decide;
 pub mod explain;
+mod interception;
 pub mod jobs;
 mod raw;
 pub mod resolve;
@@ -605,6 +606,10 @@ fn egress_rules(
         deny_site: site.clone(),
         private_site: site.clone(),
         caps_site: site,
+        credentials: Vec::new(),
+        http_rules: Vec::new(),
+        git: None,
+        extra_roots: Vec::new(),
     };
     if let Some(examples) = &n.host_examples {
         for (text, want_allowed) in examples
@@ -695,6 +700,7 @@ fn locate_network(network: &mut NetworkPolicy, layers: &[(String, String, RawPol
     rules.deny_site = place(&mut rules.deny_hosts, "network.deny_hosts");
     rules.private_site = site_of("network.allow_private").0;
     rules.caps_site = site_of("network.max_connections_per_call").0;
+    interception::locate(rules, layers);
 }
 
 /// The merged raw layers, checked field by field into a [`Policy`] (the plans come later, from
@@ -779,6 +785,10 @@ fn validate(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
                 n.allow_private.as_ref().is_some_and(|l| !l.is_empty()),
             ),
             ("network.host_examples", n.host_examples.is_some()),
+            (
+                interception::any_set(&n).unwrap_or("network.credentials"),
+                interception::any_set(&n).is_some(),
+            ),
         ] {
             if set {
                 return Err(invalid(
@@ -791,7 +801,9 @@ fn validate(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
         }
     }
     let egress = if proxy {
-        Some(egress_rules(&n, &invalid, &origin)?)
+        let mut rules = egress_rules(&n, &invalid, &origin)?;
+        interception::compile(&n, &mut rules, &invalid, &origin)?;
+        Some(rules)
     } else {
         None
     };
@@ -870,6 +882,10 @@ fn validate(raw: RawPolicy, origin: String) -> Result<Policy, PolicyError> {
                 format!("`{name}` is not a valid variable name"),
             ));
         }
+    }
+
+    if let Some(rules) = &network.proxy {
+        interception::check_reach(rules, &filesystem, &environment, &invalid)?;
     }
 
     let sandbox = SandboxPolicy {

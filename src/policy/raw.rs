@@ -115,6 +115,44 @@ pub struct RawNetwork {
     pub max_connections_per_call: Option<u64>,
     pub max_mb_per_connection: Option<u64>,
     pub host_examples: Option<RawHostExamples>,
+    /// PEM files trusted for intercepted upstreams besides the system roots.
+    pub extra_roots: Option<Vec<String>>,
+    /// `[[network.credentials]]`: secrets the sandbox sees only as placeholders.
+    pub credentials: Option<Vec<RawCredential>>,
+    /// `[[network.rules]]`: methods and paths allowed per intercepted host.
+    pub rules: Option<Vec<RawHttpRule>>,
+    /// `[network.git]`: the refs a push through the proxy may update.
+    pub git: Option<RawGit>,
+}
+
+/// One `[[network.credentials]]` entry.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCredential {
+    pub name: Option<String>,
+    pub hosts: Option<Vec<String>>,
+    pub env: Option<String>,
+    pub from_env: Option<String>,
+    pub from_file: Option<String>,
+    pub inject: Option<String>,
+}
+
+/// One `[[network.rules]]` entry.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHttpRule {
+    pub host: Option<String>,
+    pub methods: Option<Vec<String>>,
+    pub paths: Option<Vec<String>>,
+}
+
+/// `[network.git]`.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawGit {
+    pub hosts: Option<Vec<String>>,
+    pub push_refs: Option<Vec<String>>,
+    pub allow_delete: Option<bool>,
 }
 
 /// Targets the host patterns must allow and refuse, checked when the policy is loaded.
@@ -266,6 +304,10 @@ overlay_struct!(RawNetwork {
     max_connections_per_call,
     max_mb_per_connection,
     host_examples,
+    extra_roots,
+    credentials,
+    rules,
+    git,
 });
 overlay_struct!(RawLimits {
     timeout_secs,

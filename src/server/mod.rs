@@ -119,6 +119,10 @@ impl crate::egress::proxy::ConnectionAudit for ConnectionAuditor {
             .unwrap_or_else(std::time::Instant::now);
         let decision = match (call, record.allowed) {
             (_, true) => crate::audit::Decision::Allow,
+            // A credential's placeholder sent where it is not bound (issue 20).
+            (_, false) if record.exfiltration.is_some() => crate::audit::Decision::Deny {
+                rule: "egress-exfiltration".into(),
+            },
             (Some(_), false) => crate::audit::Decision::Deny {
                 rule: "egress".into(),
             },

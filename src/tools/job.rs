@@ -583,6 +583,7 @@ pub async fn start_background(
         enforcement,
         network: end.as_ref().and_then(|e| e.network.clone()),
         job: Some(info),
+        denials: Vec::new(),
         error,
     };
     let is_error = output.error.is_some();

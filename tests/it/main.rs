@@ -8,6 +8,7 @@ mod call_isolation;
 mod common;
 mod confinement;
 mod conformance;
+mod credentials;
 mod disk;
 mod doctor;
 mod egress;

@@ -40,6 +40,11 @@ pub struct InitPlan {
     /// egress proxy accepts on it; a descriptor works across namespaces).
     #[serde(default)]
     pub proxy_listener: Option<u16>,
+    /// The CA bundle (PEM, certificates only) the view binds read-only over each of
+    /// `egress::tls::BUNDLE_PATHS` that it has: the system bundle plus cordon's interception
+    /// CA, when the proxy intercepts hosts.
+    #[serde(default)]
+    pub ca_bundle: Option<String>,
     /// `Some((uid, gid))` when cordon is not root: a user namespace mapping them to themselves.
     pub user_namespace: Option<(u32, u32)>,
     pub hostname: String,
@@ -140,6 +145,7 @@ mod tests {
             devices: Vec::new(),
             isolate_network: false,
             proxy_listener: None,
+            ca_bundle: None,
             user_namespace: None,
             hostname: "cordon".into(),
             landlock: None,

@@ -200,6 +200,9 @@ pub fn build(plan: &InitPlan) -> Result<(), ViewError> {
     build_dev(root, &plan.devices)?;
     slot_mount_points(root, plan)?;
     hosts_file(root, &plan.hostname)?;
+    if let Some(bundle) = &plan.ca_bundle {
+        ca_bundle(root, bundle)?;
+    }
 
     let proc_dir = inside(root, Path::new("/proc"));
     io_at("mkdir", &proc_dir, std::fs::create_dir_all(&proc_dir))?;
@@ -283,6 +286,32 @@ fn hosts_file(root: &Path, hostname: &str) -> Result<(), ViewError> {
     // The staged file stays: an unlinked file still in use keeps the root tmpfs from being
     // remounted read-only (EBUSY).
     set_attributes(&view_hosts, true)
+}
+
+/// The sandbox's CA bundle (the system one plus cordon's interception CA) bound read-only
+/// over each distribution bundle path the view has as a regular file, so clients that read
+/// the system bundle trust intercepted hosts unchanged. Staged in the root tmpfs like the
+/// hosts file; a view without `/etc` gets nothing (and no client there reads a bundle).
+fn ca_bundle(root: &Path, bundle: &str) -> Result<(), ViewError> {
+    let staged = inside(root, Path::new("/.cordon-ca-bundle.pem"));
+    let mut written = false;
+    for path in crate::egress::tls::BUNDLE_PATHS {
+        let dst = inside(root, Path::new(path));
+        if !dst.symlink_metadata().is_ok_and(|m| m.is_file()) {
+            continue; // absent, or a link (its target, if granted, is bound itself)
+        }
+        if !written {
+            io_at("write", &staged, std::fs::write(&staged, bundle))?;
+            written = true;
+        }
+        at(
+            "bind CA bundle",
+            &dst,
+            rustix::mount::mount_bind(&staged, &dst),
+        )?;
+        set_attributes(&dst, true)?;
+    }
+    Ok(())
 }
 
 /// A private `/dev`: a tmpfs with binds of the base device nodes and the policy's, a fresh
