@@ -6,7 +6,8 @@
 //! the report: one line per changed call, a summary by kind of change, and each record it
 //! cannot judge with the reason. What it re-decides:
 //! * `shell_exec`: the command rules (allow, ask, deny, and which rule), on the command line
-//!   as logged, analysed by a confined parser worker exactly as the server analyses it;
+//!   as logged, analysed by a confined parser worker exactly as the server analyses it; and
+//!   for `background: true`, whether the candidate still runs jobs (`[jobs] max_per_session`);
 //! * `write_file` / `edit_file`: the write rules (`filesystem.protected`, a read-only
 //!   workspace and its `workspace_writable`), on the path as given in the call;
 //! * `egress`: the proxy's host rules (`network.allow_hosts`, `deny_hosts`, proxy on or off),
@@ -202,7 +203,10 @@ pub async fn run(path: &Path, candidate: Option<&str>) -> Result<Report, ReplayE
     let mut unchanged = 0;
     for record in &records {
         let judged = match record.str("tool") {
-            "shell_exec" => judge_command(&policy, record, &analyses),
+            "shell_exec" => match judge_command(&policy, record, &analyses) {
+                Ok(None) => Ok(judge_job(&policy, record)),
+                other => other,
+            },
             "write_file" | "edit_file" => judge_write(&policy, record),
             "egress" => {
                 let named = record.str("policy").to_owned();
@@ -401,6 +405,39 @@ fn judge_command(
         kind: "command rule",
         because,
     }))
+}
+
+/// A `shell_exec {background: true}` the command rules still allow: whether the candidate
+/// still runs jobs (`[jobs] max_per_session`). A call that started a job had no `denied`
+/// error; one refused because jobs were off had one.
+fn judge_job(policy: &Policy, record: &Record) -> Option<Change> {
+    if record.value["arguments"]["background"] != Value::Bool(true) {
+        return None;
+    }
+    let started = record.value["outcome"]["error"].as_str() != Some("denied");
+    let runs = policy.jobs.enabled();
+    if started == runs {
+        return None;
+    }
+    let spell = |yes: bool| if yes { "job started" } else { "jobs disabled" };
+    let site = line_in_sources(policy, "max_per_session")
+        .unwrap_or_else(|| format!("policy {}", policy.origin));
+    Some(Change {
+        line: record.line,
+        time: record.str("time").to_owned(),
+        tool: record.tool(),
+        argument: record.value["arguments"]["command"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned(),
+        old: spell(started).into(),
+        new: spell(runs).into(),
+        kind: "jobs",
+        because: format!(
+            "`[jobs] max_per_session = {}` ({site})",
+            policy.jobs.max_per_session
+        ),
+    })
 }
 
 /// The line of `needle` in the first of the policy's files that has it.

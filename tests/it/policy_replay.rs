@@ -45,6 +45,9 @@ decision = "deny"
 justification = "deploys go through CI"
 match = { program = ["make"], any_arg = ["deploy"] }
 examples = { match = ["make deploy"], not_match = ["make test"] }
+
+[jobs]
+max_per_session = 0
 "#;
 
 fn replay(log: &std::path::Path, policy: Option<&str>, json: bool) -> std::process::Output {
@@ -90,6 +93,11 @@ fn a_recorded_log_replayed_under_its_own_policy_and_a_candidate() {
     );
     assert_eq!(structured(&push)["error"]["kind"], "denied", "{push}");
     shell(&mut server, json!({"command": "make deploy"}));
+    let job = shell(
+        &mut server,
+        json!({"command": "sleep 1", "background": true, "wait_secs": 0}),
+    );
+    assert_eq!(structured(&job)["job"]["state"], "running", "{job}");
     shell(
         &mut server,
         json!({"command": "printenv TOKEN", "env": {"TOKEN": "sk-replay-secret"}}),
@@ -129,14 +137,26 @@ fn a_recorded_log_replayed_under_its_own_policy_and_a_candidate() {
         "{out}"
     );
 
-    // Under the candidate: four calls change, each with its rule or field and line. One is
+    // Under the candidate: five calls change (a background job among them), each with its rule or field and line. One is
     // the kind of surprise replay is for: a `[[commands.rules]]` list replaces the one it
     // extends, so the default's `git-push-force` rule is gone and the push would run.
     let changed = replay(&log, Some(&candidate.display().to_string()), false);
     let out = String::from_utf8_lossy(&changed.stdout).into_owned();
     assert_eq!(changed.status.code(), Some(1), "{changed:?}");
     let lines: Vec<&str> = out.lines().filter(|l| l.contains(" → ")).collect();
-    assert_eq!(lines.len(), 4, "{out}");
+    assert_eq!(lines.len(), 5, "{out}");
+    let job = lines.iter().find(|l| l.contains("sleep 1")).expect(&out);
+    let jobs_line = CANDIDATE
+        .lines()
+        .position(|l| l.starts_with("max_per_session"))
+        .unwrap()
+        + 1;
+    assert!(
+        job.contains("job started → jobs disabled")
+            && job.contains("max_per_session = 0")
+            && job.contains(&format!("line {jobs_line}")),
+        "{job}"
+    );
     let push = lines
         .iter()
         .find(|l| l.contains("git push --force"))
@@ -197,6 +217,7 @@ fn a_recorded_log_replayed_under_its_own_policy_and_a_candidate() {
         ("command rule", '2'),
         ("write rule", '1'),
         ("egress host", '1'),
+        ("jobs", '1'),
     ] {
         assert!(
             out.lines()
@@ -210,7 +231,7 @@ fn a_recorded_log_replayed_under_its_own_policy_and_a_candidate() {
     let as_json = replay(&log, Some(&candidate.display().to_string()), true);
     assert_eq!(as_json.status.code(), Some(1));
     let report: Value = serde_json::from_slice(&as_json.stdout).unwrap();
-    assert_eq!(report["changed"].as_array().unwrap().len(), 4, "{report}");
+    assert_eq!(report["changed"].as_array().unwrap().len(), 5, "{report}");
     assert_eq!(report["summary"]["command rule"], 2, "{report}");
     assert!(
         report["not_judged"][0]["why"]
