@@ -203,8 +203,10 @@ impl Runtime {
         };
         let confinement = Arc::clone(&self.confinement);
         let source: crate::jobs::forward::NamespaceSource = Box::new(move || {
+            // No view check: the namespace does not depend on the view, and this runs for
+            // every forwarded connection.
             confinement
-                .current_sandbox_init()
+                .installed_sandbox_init()
                 .and_then(|init| init.network_namespace())
         });
         let forwarder = crate::jobs::forward::Forwarder::start(ports, source, private).await;
@@ -214,11 +216,9 @@ impl Runtime {
     /// Whether the sandbox's loopback belongs to the sandbox alone (a private network
     /// namespace): servers that jobs start there are reachable only from confined calls.
     pub fn private_loopback(&self) -> bool {
-        self.confinement.uses_sandbox_init()
-            && self
-                .confinement
-                .current_sandbox_init()
-                .is_some_and(|init| init.namespaces().network)
+        self.confinement
+            .installed_sandbox_init()
+            .is_some_and(|init| init.namespaces().network)
     }
 
     /// Starts the parser worker and checks the policy's command-rule examples in it (they are

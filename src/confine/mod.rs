@@ -468,6 +468,12 @@ impl Confinement {
             .cloned()
     }
 
+    /// The sandbox init in force, without checking that its view is up to date (no file-system
+    /// call): for what does not depend on the view, such as its network namespace.
+    pub fn installed_sandbox_init(&self) -> Option<Arc<factory::Factory>> {
+        self.factory.read().ok()?.as_ref().cloned()
+    }
+
     pub fn sandbox_init(&self) -> Option<Result<Arc<factory::Factory>, ConfineError>> {
         let current = self.factory.read().ok()?.as_ref().cloned()?;
         if current.is_alive() && current.is_current() {

@@ -28,7 +28,13 @@ pub struct Forwarder {
     pub problems: Vec<String>,
     dialer: Option<Dialer>,
     stop: CancellationToken,
+    /// The sandbox's listening ports as last read, and when: reading them walks kernel tables
+    /// (milliseconds), so results reuse a reading for up to [`LISTENING_TTL`].
+    listening_seen: std::sync::Mutex<Option<(std::time::Instant, Vec<u16>)>>,
 }
+
+/// How long one reading of the sandbox's listening ports is reused.
+const LISTENING_TTL: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Drop for Forwarder {
     fn drop(&mut self) {
@@ -62,6 +68,7 @@ impl Forwarder {
             problems: Vec::new(),
             dialer: None,
             stop: stop.clone(),
+            listening_seen: std::sync::Mutex::new(None),
         };
         if ports.is_empty() {
             return me;
@@ -117,11 +124,27 @@ impl Forwarder {
         let Some(dialer) = &self.dialer else {
             return Vec::new();
         };
-        let (tx, rx) = oneshot::channel();
-        if dialer.requests.send(Request::Listening(tx)).is_err() {
-            return Vec::new();
-        }
-        let listening = rx.await.unwrap_or_default();
+        let fresh = self
+            .listening_seen
+            .lock()
+            .ok()
+            .and_then(|seen| seen.clone())
+            .filter(|(at, _)| at.elapsed() < LISTENING_TTL)
+            .map(|(_, ports)| ports);
+        let listening = match fresh {
+            Some(ports) => ports,
+            None => {
+                let (tx, rx) = oneshot::channel();
+                if dialer.requests.send(Request::Listening(tx)).is_err() {
+                    return Vec::new();
+                }
+                let ports = rx.await.unwrap_or_default();
+                if let Ok(mut seen) = self.listening_seen.lock() {
+                    *seen = Some((std::time::Instant::now(), ports.clone()));
+                }
+                ports
+            }
+        };
         self.listening
             .iter()
             .filter(|p| listening.contains(p))
@@ -195,12 +218,26 @@ impl Dialer {
 }
 
 /// Listening TCP ports on 127.0.0.1 or any address of the namespace this thread is in.
+///
+/// The kernel lists listening sockets first, then walks its whole established-connection
+/// table (shared by every namespace: milliseconds on a busy host), so reading stops at the
+/// first line that is not a listener, and at 1 MiB in any case.
 fn listening_ports() -> Vec<u16> {
-    use std::io::Read;
+    use std::io::{BufRead, Read};
+    let Ok(f) = std::fs::File::open("/proc/thread-self/net/tcp") else {
+        return Vec::new();
+    };
     let mut text = String::new();
-    // The namespace's own table: bounded (a namespace with more sockets is cut, not read whole).
-    if let Ok(f) = std::fs::File::open("/proc/thread-self/net/tcp") {
-        let _ = f.take(1 << 20).read_to_string(&mut text);
+    for line in std::io::BufReader::with_capacity(4096, f.take(1 << 20))
+        .lines()
+        .map_while(Result::ok)
+    {
+        let state = line.split_whitespace().nth(3);
+        if !text.is_empty() && state != Some("0A") {
+            break;
+        }
+        text.push_str(&line);
+        text.push('\n');
     }
     parse_listening(&text)
 }

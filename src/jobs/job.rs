@@ -586,6 +586,10 @@ impl Job {
     /// Waits up to `wait` for something worth answering with: the job's end, unread output
     /// (any, or with `until`, output that matches it).
     pub async fn wait_for_news(&self, wait: Duration, until: Option<&regex::Regex>) {
+        if wait.is_zero() {
+            // Not even a timer: one that expires at once still waits for the next tick.
+            return;
+        }
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             let notified = self.changed.notified();

@@ -5,7 +5,7 @@
 //! to a credential and restricted by `[[network.rules]]`, a git host (a real `git
 //! http-backend` behind a small HTTPS-to-CGI shim) under `[network.git]`, an intercepted host
 //! the credential is not bound to, a host nobody names (an opaque tunnel), and a host whose
-//! certificate no trusted root signed. curl, git, Python's urllib and Node go through the
+//! certificate no trusted root signed. curl, git, Python's urllib, Node's https and Node 22's fetch go through the
 //! interception and see a valid certificate; the servers get the real token while the
 //! sandbox only ever sees its placeholder; every refusal is attempted for real and must show
 //! in the call's result and the audit log in the proxy's words; and at the end the real token
@@ -626,6 +626,29 @@ http.request({{ host: p.hostname, port: p.port, method: 'CONNECT', path: 'localh
     let r = f.shell("node node-get.js");
     assert_eq!(stdout(&r), "ok GET /user\n", "node: {r}");
 
+    // Node's `fetch`, which uses a proxy from the environment from Node 22.21 on with
+    // NODE_USE_ENV_PROXY (cordon sets it): the Node 22 the conformance suite installs, copied
+    // into the workspace (the sandbox cannot read the checkout).
+    let node22 = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/e2e/conformance/node_modules/node/bin/node");
+    let fetched = if node22.exists() {
+        std::fs::copy(&node22, f.sb.ws().join("node22")).unwrap();
+        let r = f.shell(&format!(
+            "./node22 -e \"fetch('{api}/user').then(r => r.text()).then(t => process.stdout.write(t), e => {{ console.error(e.cause || e); process.exit(1); }})\""
+        ));
+        assert_eq!(stdout(&r), "ok GET /user\n", "node fetch: {r}");
+        1
+    } else if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("Node 22 for the fetch check is missing: npm ci --prefix tests/e2e/conformance");
+    } else {
+        eprintln!(
+            "SKIPPED the Node fetch check: {} is missing; to run it: npm ci --prefix \
+             tests/e2e/conformance",
+            node22.display()
+        );
+        0
+    };
+
     // The audit log has one egress record per intercepted request, with its fields.
     let text = std::fs::read_to_string(&f.audit).unwrap();
     let records: Vec<Value> = text
@@ -636,8 +659,12 @@ http.request({{ host: p.hostname, port: p.port, method: 'CONNECT', path: 'localh
         .iter()
         .filter(|v| v["tool"] == "egress" && v["outcome"]["intercepted"] == true)
         .collect();
-    let with_requests = usize::from(f.api.requests().len() == 5);
-    assert_eq!(intercepted.len(), 4 + with_requests, "{intercepted:?}");
+    let with_requests = usize::from(f.api.requests().len() == 5 + fetched);
+    assert_eq!(
+        intercepted.len(),
+        4 + with_requests + fetched,
+        "{intercepted:?}"
+    );
     let urllib = intercepted
         .iter()
         .find(|v| v["outcome"]["path"] == "/repos/acme/x")

@@ -591,11 +591,15 @@ fn forwarding_reaches_a_job_server_from_the_host_and_nothing_else() {
             json!({"id": id, "wait_secs": 20, "until": "Serving"}),
         );
         if port == forwarded {
-            assert_eq!(
-                structured(&ready)["job"]["forwarded"],
-                json!([format!("http://127.0.0.1:{forwarded}")]),
-                "{ready}"
-            );
+            // The listening ports are read at most once a second: the URL shows within that.
+            let url = json!([format!("http://127.0.0.1:{forwarded}")]);
+            let mut seen = structured(&ready)["job"]["forwarded"].clone();
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while seen != url && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(250));
+                seen = structured(&job(&mut s, json!({"id": id})))["job"]["forwarded"].clone();
+            }
+            assert_eq!(seen, url, "{ready}");
         }
     }
     let get = |port: u16| {
