@@ -733,6 +733,7 @@ impl ServerHandler for CordonServer {
                 origin,
                 schema: output_schema,
                 ctx: Arc::clone(&self.ctx),
+                events: key,
             };
             return Ok(CallToolResponse::Task(task.start(run, finish)));
         }

@@ -495,6 +495,9 @@ pub struct Finish {
     pub origin: Option<crate::audit::CallOrigin>,
     pub schema: Option<Arc<JsonObject>>,
     pub ctx: SharedContext,
+    /// The session the call's server events (a limit hit, a job's start) belong to: the task
+    /// runs outside the `tools/call` that set it.
+    pub events: crate::events::SessionKey,
 }
 
 impl TaskOffer {
@@ -505,6 +508,7 @@ impl TaskOffer {
             origin,
             schema,
             ctx,
+            events,
         } = finish;
         let run: Run = Box::new(move |hooks| {
             let call = run(hooks);
@@ -521,6 +525,7 @@ impl TaskOffer {
                         )),
                     }
                 };
+                let finished = crate::events::in_session(events, finished);
                 match origin {
                     Some(origin) => crate::audit::CALL_ORIGIN.scope(origin, finished).await,
                     None => finished.await,

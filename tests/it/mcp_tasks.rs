@@ -663,3 +663,38 @@ fn stdio_task_cancelled_while_it_waits_for_a_slot_never_starts() {
         "the cancelled queued task ran its command"
     );
 }
+
+#[test]
+fn a_task_that_hits_a_limit_sends_its_sessions_log_message() {
+    if skip(
+        "a_task_that_hits_a_limit_sends_its_sessions_log_message",
+        Need::LandlockSeccomp,
+    ) {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let mut server = StdioServer::start(ws.path(), &[], "", &[]);
+    let id = server.send_request("logging/setLevel", json!({"level": "warning"}));
+    server.response(id, HANG_GUARD).expect("setLevel");
+    // The task runs after its `tools/call` answered: its events still belong to this session.
+    let created = call_as_task(
+        &mut server,
+        "shell_exec",
+        json!({"command": "sleep 30", "timeout_secs": 1}),
+    );
+    let task = task_id(&created);
+    let (_, result) = settle(&mut server, &task);
+    assert_eq!(result["status"], json!("completed"), "{result}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let limits = loop {
+        let found: Vec<Value> = server
+            .notifications("notifications/message", Duration::from_millis(200))
+            .into_iter()
+            .filter(|n| n["params"]["data"]["event"] == "limit")
+            .collect();
+        if !found.is_empty() || std::time::Instant::now() > deadline {
+            break found;
+        }
+    };
+    assert_eq!(limits.len(), 1, "the task's limit hit sent no log message");
+}
