@@ -81,7 +81,7 @@ pub(crate) struct ViewInputs<'a> {
 impl Factory {
     /// Starts the init. `program` is the cordon binary (it runs `cordon __sandbox-init`).
     pub(crate) fn start(inputs: &ViewInputs<'_>, program: PathBuf) -> Result<Self, SandboxError> {
-        Self::start_plan(plan(inputs), program, inputs.protected.to_vec(), None)
+        Self::start_plan(plan(inputs), program, inputs.protected.to_vec(), None, None)
     }
 
     fn start_plan(
@@ -89,6 +89,7 @@ impl Factory {
         program: PathBuf,
         patterns: Vec<String>,
         predecessor: Option<&GitGuard>,
+        join_network: Option<Arc<std::os::fd::OwnedFd>>,
     ) -> Result<Self, SandboxError> {
         let workspace = crate::workspace::Workspace::open(&plan.workspace)
             .map_err(|e| SandboxError::Start(std::io::Error::other(e.to_string())))?;
@@ -128,7 +129,7 @@ impl Factory {
             }
         }
         plan.pinned.sort_by_key(|p| p.components().count());
-        let sandbox = Sandbox::start(plan.clone(), program.clone())?;
+        let sandbox = Sandbox::start(plan.clone(), program.clone(), join_network)?;
         let guard = Arc::new(guard);
         watch_in_background(&guard, &plan.workspace);
         Ok(Self {
@@ -164,13 +165,41 @@ impl Factory {
     }
 
     /// A new init with the same plan, whose view binds the protected entries as they are now.
+    ///
+    /// Where the server may (root, no user namespace), it joins this init's network namespace
+    /// rather than making a new one: servers that background jobs started there stay
+    /// reachable from the new init's calls, and the proxy's listener (handed over here) keeps
+    /// serving both. Elsewhere entering the namespace needs a capability the server lacks, and
+    /// the new init has a namespace of its own, as before.
     pub fn rebuilt(&self) -> Result<Self, SandboxError> {
-        Self::start_plan(
-            self.plan.clone(),
+        let mut plan = self.plan.clone();
+        let join = self
+            .sandbox
+            .network_namespace()
+            .filter(|_| plan.user_namespace.is_none() && rustix::process::geteuid().is_root());
+        if join.is_some() {
+            plan.join_network = true;
+            plan.proxy_listener = None;
+        }
+        let fresh = Self::start_plan(
+            plan,
             self.program.clone(),
             self.patterns.clone(),
             Some(&self.guard),
-        )
+            join,
+        )?;
+        if fresh.plan.join_network
+            && let (Ok(mut mine), Ok(mut theirs)) = (self.proxy.lock(), fresh.proxy.lock())
+        {
+            *theirs = mine.take();
+        }
+        Ok(fresh)
+    }
+
+    /// Whether this init's calls are served by the egress proxy already (a rebuilt init
+    /// that joined its predecessor's network namespace took over its listener).
+    pub fn has_proxy(&self) -> bool {
+        self.proxy.lock().is_ok_and(|p| p.is_some())
     }
 
     pub fn namespaces(&self) -> Namespaces {
@@ -343,6 +372,7 @@ fn plan(inputs: &ViewInputs<'_>) -> InitPlan {
         devices: inputs.devices.to_vec(),
         isolate_network: inputs.isolate_network,
         proxy_listener: inputs.proxy_port,
+        join_network: false,
         ca_bundle: inputs.ca_bundle.clone(),
         user_namespace: (!inputs.is_root).then(|| {
             (

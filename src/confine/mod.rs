@@ -494,6 +494,7 @@ impl Confinement {
             Ok(fresh) => {
                 tracing::info!("{why}: started a new sandbox init");
                 if let Some(proxy) = &self.egress
+                    && !fresh.has_proxy()
                     && let Err(e) = fresh.attach_proxy(proxy)
                 {
                     // Calls in the new init would find no proxy: keep the old one.

@@ -741,3 +741,49 @@ fn a_job_ending_is_a_log_message_of_its_session() {
         "the command line leaked: {params}"
     );
 }
+
+#[test]
+fn a_job_server_stays_reachable_after_the_view_is_rebuilt() {
+    if skip(
+        "a_job_server_stays_reachable_after_a_rebuild",
+        Need::Namespaces,
+    ) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let mut s = server(&sb, None);
+    let (_, id) = start_job(
+        &mut s,
+        "python3 -m http.server 8000 --bind 127.0.0.1",
+        json!({"wait_secs": 0}),
+    );
+    job(
+        &mut s,
+        json!({"id": id, "wait_secs": 20, "until": "Serving"}),
+    );
+    // `git init` makes `.git` appear: the next call runs in a new sandbox init whose view
+    // binds it (and its hooks) read-only.
+    let init = s.call("shell_exec", json!({"command": "git init -q && echo made"}));
+    assert_eq!(structured(&init)["stdout"], json!("made\n"), "{init}");
+    let hooks = s.call(
+        "shell_exec",
+        json!({"command": "touch .git/hooks/x 2>&1; echo $?"}),
+    );
+    assert_ne!(
+        structured(&hooks)["stdout"],
+        json!("0\n"),
+        "the view was not rebuilt (the new hooks are writable): {hooks}"
+    );
+    // The job still runs in the first init, its server in the namespace the new init joined.
+    let curl = s.call(
+        "shell_exec",
+        json!({"command": "curl -sS -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/"}),
+    );
+    assert_eq!(structured(&curl)["stdout"], json!("200"), "{curl}");
+    let still = job(&mut s, json!({"id": id}));
+    assert_eq!(
+        structured(&still)["job"]["state"],
+        json!("running"),
+        "{still}"
+    );
+}

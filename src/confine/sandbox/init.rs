@@ -36,6 +36,8 @@ pub const INIT_ARG: &str = "__sandbox-init";
 pub const PARENT_ENV: &str = "CORDON_INIT_PARENT";
 /// Where the launcher finds the control socket.
 pub const CONTROL_FD: RawFd = 3;
+/// Where the server places the network namespace a rebuilt init joins (`plan.join_network`).
+pub const NETNS_FD: RawFd = 4;
 /// Job descriptors are placed below this; received ones are first moved above it.
 const FD_TARGET_LIMIT: RawFd = 64;
 /// Largest plan the launcher reads.
@@ -103,7 +105,17 @@ fn launcher(control: &OwnedFd) -> Result<i32, StageError> {
     }
     let mut flags =
         libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
-    if plan.isolate_network {
+    if plan.isolate_network && plan.join_network {
+        // The first init's namespace, before anything else is unshared (entering it needs
+        // CAP_SYS_ADMIN here, which the server only asks for when it runs as root).
+        // SAFETY: setns and close take a descriptor the server placed and a flag.
+        unsafe {
+            if libc::setns(NETNS_FD, libc::CLONE_NEWNET) != 0 {
+                return Err(("join network", io::Error::last_os_error().to_string()));
+            }
+            libc::close(NETNS_FD);
+        }
+    } else if plan.isolate_network {
         flags |= libc::CLONE_NEWNET;
     }
     if plan.user_namespace.is_some() {
@@ -273,7 +285,7 @@ fn setup(plan: &InitPlan) -> Result<Option<OwnedFd>, StageError> {
         "hostname",
         rustix::system::sethostname(plan.hostname.as_bytes()),
     )?;
-    if plan.isolate_network {
+    if plan.isolate_network && !plan.join_network {
         stage("loopback", bring_up_loopback())?;
     }
     // Only inside a namespace of our own (on the host's loopback any local process could pose

@@ -100,7 +100,13 @@ const KILLED_STATUS: i32 = libc::SIGKILL;
 impl Sandbox {
     /// Starts the init for `plan` (its `new_root` is replaced by a fresh empty directory) and
     /// waits until it has built its view and applied its confinement.
-    pub fn start(mut plan: plan::InitPlan, program: PathBuf) -> Result<Self, SandboxError> {
+    /// `join`: the network namespace of an init this one replaces (its `netns`), to join
+    /// instead of making a new one; honoured only with `plan.join_network`.
+    pub fn start(
+        mut plan: plan::InitPlan,
+        program: PathBuf,
+        join: Option<Arc<OwnedFd>>,
+    ) -> Result<Self, SandboxError> {
         let new_root = super::scratch::ScratchDir::new("view").map_err(SandboxError::Start)?;
         plan.new_root = new_root.path().to_path_buf();
         plan.version = wire::PROTOCOL_VERSION;
@@ -119,7 +125,7 @@ impl Sandbox {
         // thread that lives exactly as long as the init: this one, which then dispatches.
         std::thread::Builder::new()
             .name("cordon-sandbox".into())
-            .spawn(move || run_init(thread_shared, program, init_end, plan_json, ready_tx))
+            .spawn(move || run_init(thread_shared, program, init_end, join, plan_json, ready_tx))
             .map_err(SandboxError::Start)?;
         let InitReady {
             namespaces: ready,
@@ -331,12 +337,16 @@ fn run_init(
     shared: Arc<Shared>,
     program: PathBuf,
     init_end: OwnedFd,
+    join: Option<Arc<OwnedFd>>,
     plan_json: Vec<u8>,
     ready: mpsc::Sender<Result<InitReady, SandboxError>>,
 ) {
     use std::io::Write;
     use std::os::unix::process::CommandExt;
     let init_raw = init_end.as_raw_fd();
+    // Above the numbers the child places, so neither dup2 below clobbers the other's source.
+    let join = join.and_then(|fd| rustix::io::fcntl_dupfd_cloexec(&*fd, 10).ok());
+    let join_raw = join.as_ref().map(|fd| fd.as_raw_fd());
     let server_pid = std::process::id();
     let mut cmd = std::process::Command::new(&program);
     cmd.arg(init::INIT_ARG)
@@ -351,6 +361,11 @@ fn run_init(
     unsafe {
         cmd.pre_exec(move || {
             if libc::dup2(init_raw, init::CONTROL_FD) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if let Some(fd) = join_raw
+                && libc::dup2(fd, init::NETNS_FD) < 0
+            {
                 return Err(io::Error::last_os_error());
             }
             // Out of the terminal's process group: Ctrl-C is the server's to handle.

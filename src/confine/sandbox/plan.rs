@@ -40,6 +40,12 @@ pub struct InitPlan {
     /// egress proxy accepts on it; a descriptor works across namespaces).
     #[serde(default)]
     pub proxy_listener: Option<u16>,
+    /// With `isolate_network`: join the network namespace passed at [`super::init::NETNS_FD`]
+    /// (the first init's, so jobs' servers and the proxy's listener stay reachable when the
+    /// view is rebuilt) instead of making a new one; its loopback is up already and no proxy
+    /// listener is made.
+    #[serde(default)]
+    pub join_network: bool,
     /// The CA bundle (PEM, certificates only) the view binds read-only over each of
     /// `egress::tls::BUNDLE_PATHS` that it has: the system bundle plus cordon's interception
     /// CA, when the proxy intercepts hosts.
@@ -145,6 +151,7 @@ mod tests {
             devices: Vec::new(),
             isolate_network: false,
             proxy_listener: None,
+            join_network: false,
             ca_bundle: None,
             user_namespace: None,
             hostname: "cordon".into(),

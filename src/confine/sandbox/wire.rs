@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 /// Bumped whenever a message changes shape; the init refuses a plan of another version, so a
 /// server and an init from different builds never misread each other.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// Largest datagram either side sends or accepts. Jobs above it go through a memfd
 /// ([`ToSlot::JobInMemfd`]), bounded by [`MAX_JOB`].
