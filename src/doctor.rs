@@ -5,6 +5,7 @@
 //! child, and compares what happened with what the policy promises. Owns the probe list and
 //! the report; the forbidden operations themselves live in `confine::selftest`.
 
+pub mod bench;
 mod isolation;
 mod toolchains;
 
@@ -22,6 +23,10 @@ pub enum DoctorError {
     Runtime(#[from] crate::runtime::RuntimeError),
     #[error("doctor setup: {0}")]
     Setup(#[from] std::io::Error),
+    #[error(transparent)]
+    Parser(#[from] crate::parser::StartupError),
+    #[error("doctor --bench: {0}")]
+    Bench(String),
 }
 
 #[derive(Debug, Serialize)]

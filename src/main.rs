@@ -76,6 +76,16 @@ enum Command {
         /// is checked.
         #[arg(long, default_value = "default")]
         policy: String,
+        /// Instead of the probes: measure a bare spawn against a confined one (and with
+        /// --mcp an MCP shell_exec round trip), interleaved, on this machine.
+        #[arg(long)]
+        bench: bool,
+        /// Rounds of --bench.
+        #[arg(long, default_value_t = 200, requires = "bench")]
+        n: usize,
+        /// With --bench: also an MCP `shell_exec true` through an in-process server.
+        #[arg(long, requires = "bench")]
+        mcp: bool,
     },
     /// Lint files with the same pipeline write_file and edit_file use.
     Lint {
@@ -348,7 +358,24 @@ async fn run(command: Command) -> Result<i32> {
             allow_degraded,
             command,
         } => exec(workspace, &policy, timeout, allow_degraded, command).await,
-        Command::Doctor { json, policy } => {
+        Command::Doctor {
+            json,
+            policy,
+            bench: true,
+            n,
+            mcp,
+        } => {
+            let policy = Policy::load(&policy)?;
+            let options = cordon::doctor::bench::BenchOptions { n, mcp };
+            let report = cordon::doctor::bench::run(&policy, options).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", report.render());
+            }
+            Ok(0)
+        }
+        Command::Doctor { json, policy, .. } => {
             let policy = Policy::load(&policy)?;
             let report = cordon::doctor::run(&policy).await?;
             if json {

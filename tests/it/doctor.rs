@@ -104,3 +104,44 @@ fn doctor_passes_every_probe_under_dev_and_strict() {
         assert_eq!(run.code(), 0, "{policy}: {run:?}");
     }
 }
+
+#[test]
+fn doctor_bench_reports_interleaved_series_with_ratios_and_the_machine() {
+    if crate::common::skip(
+        "doctor_bench_reports_series",
+        crate::common::Need::Namespaces,
+    ) {
+        return;
+    }
+    let out = std::process::Command::new(crate::common::CORDON)
+        .args(["doctor", "--bench", "--n", "5", "--mcp", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // Its shape, not its numbers.
+    assert_eq!(report["rounds"], 5);
+    let series = report["series"].as_array().unwrap();
+    assert_eq!(series.len(), 3, "{report}");
+    for s in series {
+        assert_eq!(s["samples"], 5, "{s}");
+        for key in ["median_ms", "p90_ms", "min_ms"] {
+            assert!(s[key].as_f64().is_some_and(|v| v > 0.0), "{key}: {s}");
+        }
+    }
+    assert_eq!(report["ratio_to_bare_spawn"].as_object().unwrap().len(), 2);
+    for key in ["kernel", "cgroups", "load_average", "enforcement"] {
+        assert!(report["machine"][key].is_string(), "{key}: {report}");
+    }
+    assert!(report["machine"]["cpus"].as_u64().is_some_and(|c| c >= 1));
+    // Text mode says the same in lines a person reads.
+    let text = std::process::Command::new(crate::common::CORDON)
+        .args(["doctor", "--bench", "--n", "3"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("bare spawn of /bin/true") && text.contains("x bare"),
+        "{text}"
+    );
+}
