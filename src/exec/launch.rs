@@ -98,12 +98,10 @@ impl Executor {
             env.extend(ticket.env(crate::egress::listen_addr()));
         }
         let mut rlimits = conf.job_rlimits();
-        if let Some(cpu) = spec.cpu_seconds {
+        if let Some(cpu) = spec.cpu_seconds.map(capped_cpu_seconds) {
             for (resource, value) in rlimits.iter_mut() {
                 if *resource == libc::RLIMIT_CPU as i32 {
-                    // An unprivileged server cannot raise its own hard limit for the child.
-                    let hard = rustix::process::getrlimit(rustix::process::Resource::Cpu).maximum;
-                    *value = hard.map_or(cpu, |h| cpu.min(h));
+                    *value = cpu;
                 }
             }
         }
@@ -158,12 +156,11 @@ impl Executor {
             .or(root_fd.as_ref())
             .map(AsRawFd::as_raw_fd);
         let mut setup = conf.child_setup(cwd_fd, cgroup.as_ref());
-        if let Some(cpu) = spec.cpu_seconds {
+        if let Some(cpu) = spec.cpu_seconds.map(capped_cpu_seconds) {
             let mut rlimits = setup.rlimits.to_vec();
             for (resource, value) in rlimits.iter_mut() {
                 if *resource == rustix::process::Resource::Cpu {
-                    let hard = rustix::process::getrlimit(*resource).maximum;
-                    *value = hard.map_or(cpu, |h| cpu.min(h));
+                    *value = cpu;
                 }
             }
             setup.rlimits = Arc::new(rlimits);
@@ -231,12 +228,14 @@ fn host_terminal(size: PtySize) -> std::io::Result<(OwnedFd, OwnedFd)> {
     Ok((master, terminal))
 }
 
-impl Launched {
-    /// Whether the process is still running (its status not yet known).
-    pub fn try_wait(&mut self) -> Option<ExitStatus> {
-        self.child.try_wait()
-    }
+/// `cpu` seconds of RLIMIT_CPU, or the server's own hard limit when that is lower: an
+/// unprivileged server cannot raise it for a child.
+pub(crate) fn capped_cpu_seconds(cpu: u64) -> u64 {
+    let hard = rustix::process::getrlimit(rustix::process::Resource::Cpu).maximum;
+    hard.map_or(cpu, |h| cpu.min(h))
+}
 
+impl Launched {
     /// Kills the whole tree (whatever is left of it), collects what the kernel and the proxy
     /// say about it, runs the git check and hands the clean-up to the blocking pool. `status`
     /// is the main process's exit status if it was already seen.

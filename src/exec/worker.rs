@@ -87,12 +87,10 @@ impl Executor {
             env.extend(ticket.env(crate::egress::listen_addr()));
         }
         let cpu_override = |rlimits: &mut Vec<(rustix::process::Resource, u64)>| {
-            if let Some(cpu) = spec.cpu_seconds {
+            if let Some(cpu) = spec.cpu_seconds.map(super::launch::capped_cpu_seconds) {
                 for (resource, value) in rlimits.iter_mut() {
                     if *resource == rustix::process::Resource::Cpu {
-                        // An unprivileged server cannot raise its own hard limit for the child.
-                        let hard = rustix::process::getrlimit(*resource).maximum;
-                        *value = hard.map_or(cpu, |h| cpu.min(h));
+                        *value = cpu;
                     }
                 }
             }

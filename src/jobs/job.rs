@@ -158,7 +158,6 @@ pub struct JobRead {
     pub peak_memory: Option<u64>,
     /// The log stopped growing at the spill bound.
     pub log_truncated: bool,
-    pub last_line: String,
 }
 
 /// Starts the job: launched like a call, then supervised until it ends.
@@ -626,14 +625,6 @@ impl Job {
         let stderr = inner
             .err
             .take_unread(max_bytes.saturating_sub(stdout.bytes.len()));
-        let last_line = {
-            let l = inner.out.last_line();
-            if l.is_empty() {
-                inner.err.last_line()
-            } else {
-                l
-            }
-        };
         JobRead {
             cursor: inner.out.cursor() + inner.err.cursor(),
             stdout,
@@ -642,7 +633,6 @@ impl Job {
             cpu: inner.cpu,
             peak_memory: inner.peak_memory,
             log_truncated: inner.log_truncated,
-            last_line,
         }
     }
 

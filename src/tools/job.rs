@@ -462,7 +462,6 @@ pub async fn start_background(
     ctx: &SharedContext,
     args: &ShellExecArgs,
     request: ExecRequest,
-    _cwd: &std::path::Path,
 ) -> Result<Done<super::shell_exec::ShellExec>, ToolError> {
     let enforcement = ctx.runtime.enforcement_level().as_str().to_owned();
     let failed = |error: ToolError| {

@@ -452,7 +452,7 @@ async fn run_prepared(
     };
     // The slot bounds starting a background job; a running job is bounded by `[jobs]`.
     let result = if args.background {
-        super::job::start_background(&ctx, &args, prepared.request, &prepared.cwd).await
+        super::job::start_background(&ctx, &args, prepared.request).await
     } else {
         Ok(execute(&ctx, prepared, hooks).await)
     };

@@ -36,6 +36,17 @@ pub struct Start<'a> {
 }
 
 impl HttpServer {
+    /// `serve --http` on the default policy with a token: what most tests need.
+    pub fn with_token(ws: &Path) -> Self {
+        Self::start(
+            ws,
+            Start {
+                token: true,
+                ..Start::default()
+            },
+        )
+    }
+
     pub fn start(ws: &Path, how: Start<'_>) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let mut cmd = Command::new(CORDON);

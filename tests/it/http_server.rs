@@ -12,13 +12,7 @@ use std::time::Duration;
 const REAP_WITHIN: Duration = Duration::from_secs(5);
 
 fn with_token(ws: &std::path::Path) -> HttpServer {
-    HttpServer::start(
-        ws,
-        Start {
-            token: true,
-            ..Start::default()
-        },
-    )
+    HttpServer::with_token(ws)
 }
 
 fn init_body() -> serde_json::Value {

@@ -632,15 +632,9 @@ fn http_sessions_cannot_see_each_others_jobs_and_delete_ends_a_sessions_jobs() {
     ) {
         return;
     }
-    use crate::http_client::{HttpServer, Start, request};
+    use crate::http_client::{HttpServer, request};
     let ws = tempfile::tempdir().unwrap();
-    let server = HttpServer::start(
-        ws.path(),
-        Start {
-            token: true,
-            ..Start::default()
-        },
-    );
+    let server = HttpServer::with_token(ws.path());
     let (a, b) = (server.open_session(), server.open_session());
     let token = unique_token();
     let m = marker(&token);

@@ -11,7 +11,7 @@
 use crate::common::{
     HANG_GUARD, Need, assert_no_survivors, marker, processes_with, skip, unique_token,
 };
-use crate::http_client::{HttpServer, Start, request};
+use crate::http_client::{HttpServer, request};
 use crate::stdio_server::{StdioServer, eventually, structured};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -414,13 +414,7 @@ fn http_task_completes_and_no_other_session_sees_it() {
         return;
     }
     let ws = tempfile::tempdir().unwrap();
-    let server = HttpServer::start(
-        ws.path(),
-        Start {
-            token: true,
-            ..Start::default()
-        },
-    );
+    let server = HttpServer::with_token(ws.path());
     let session = server.open_session();
     let other = server.open_session();
     let created = http_task_call(
@@ -476,13 +470,7 @@ fn http_delete_of_a_session_kills_its_running_task() {
         return;
     }
     let ws = tempfile::tempdir().unwrap();
-    let server = HttpServer::start(
-        ws.path(),
-        Start {
-            token: true,
-            ..Start::default()
-        },
-    );
+    let server = HttpServer::with_token(ws.path());
     let session = server.open_session();
     let token = unique_token();
     let created = http_task_call(
@@ -538,13 +526,7 @@ fn http_stateless_task_is_polled_to_its_result_and_cancel_kills_another() {
         return;
     }
     let ws = tempfile::tempdir().unwrap();
-    let server = HttpServer::start(
-        ws.path(),
-        Start {
-            token: true,
-            ..Start::default()
-        },
-    );
+    let server = HttpServer::with_token(ws.path());
     let created = stateless(
         &server,
         1,
