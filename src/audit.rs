@@ -19,7 +19,6 @@ use serde_json::Value;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Strings in logged arguments longer than this are cut (with their length noted).
 const MAX_LOGGED_STRING: usize = 200;
@@ -353,28 +352,9 @@ pub fn shorten(value: &Value) -> Value {
     }
 }
 
-/// Now as RFC 3339 UTC with milliseconds, without pulling in a date crate.
+/// Now as RFC 3339 UTC with milliseconds.
 pub fn now_rfc3339() -> String {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    let secs = now.as_secs();
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (h, m, s) = (rem / 3600, rem % 3600 / 60, rem % 60);
-    // Civil-from-days (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}.{:03}Z",
-        now.subsec_millis()
-    )
+    crate::clock::Utc::now().rfc3339_millis()
 }
 
 #[cfg(test)]

@@ -58,13 +58,15 @@
 //! * [`text`]: cutting text to a number of characters, one way everywhere.
 //! * [`doctor`]: live proof, on the running kernel, that the confinement holds.
 //! * [`egress`]: the proxy that lets a proxy-mode policy reach hosts by name (started by
-//!   `confine` from the plan's proxy rules, serving each sandbox init's listener).
+//!   the runtime from the plan's proxy rules and handed to `confine`, which serves each
+//!   sandbox init's listener with it).
 //! * [`cli`]: the non-serving subcommands' logic (`lint`, `policy`, the workspace default).
 
 #![deny(unsafe_code)]
 
 pub mod audit;
 pub mod cli;
+pub mod clock;
 // The confinement code is the one place that talks to the kernel directly (fork, mount,
 // prctl, seccomp); every block there carries a SAFETY note.
 #[allow(unsafe_code)]

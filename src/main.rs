@@ -595,6 +595,7 @@ async fn exec(
     let options = RuntimeOptions {
         workspace: workspace_or_cwd(workspace)?,
         allow_degraded,
+        one_shot: true,
         ..RuntimeOptions::default()
     };
     let runtime = Runtime::build(policy, options)?;

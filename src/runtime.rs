@@ -46,8 +46,8 @@ pub enum RuntimeError {
     Home(PathError),
     #[error(transparent)]
     Confine(#[from] crate::confine::ConfineError),
-    #[error("linter configuration: {0}")]
-    Lint(#[from] crate::lint::ParseError),
+    #[error("cannot hand the workspace to the confinement: {0}")]
+    Handed(std::io::Error),
     #[error("cannot open the audit log {}: {source}", path.display())]
     Audit {
         path: PathBuf,
@@ -89,6 +89,8 @@ pub struct RuntimeOptions {
     pub audit: AuditTarget,
     /// Create `.cordon/` now, so it exists, and is protected, before the first command runs.
     pub spill_area: bool,
+    /// One command and done (`cordon exec`): no warm slots are kept ready.
+    pub one_shot: bool,
 }
 
 /// What one policy turns into, shared by every call of every client.
@@ -138,6 +140,7 @@ impl Runtime {
             allow_degraded: options.allow_degraded,
             extra_read_exec,
             init_program: options.init_program.clone(),
+            one_shot: options.one_shot,
         };
         // The policy, resolved once: every stage below gets its plan, none the policy.
         let plans = policy.resolve(workspace.root());
@@ -147,7 +150,23 @@ impl Runtime {
                 .ensure_home(crate::policy::toolchains::WORKSPACE_HOME)
                 .map_err(RuntimeError::Home)?;
         }
-        let confinement = Arc::new(Confinement::build(&plans.confine, &confine_options)?);
+        // What confinement needs opened or started, done here so `confine` opens nothing by
+        // ambient path and starts no server: the workspace capability and the egress proxy.
+        let handed = crate::confine::Handed {
+            workspace: workspace.dir().try_clone().map_err(RuntimeError::Handed)?,
+            proxy: match &plans.confine.proxy {
+                Some(rules) => Some(
+                    crate::egress::Proxy::start(rules.clone())
+                        .map_err(|e| crate::confine::ConfineError::Egress(e.to_string()))?,
+                ),
+                None => None,
+            },
+        };
+        let confinement = Arc::new(Confinement::build(
+            &plans.confine,
+            &confine_options,
+            handed,
+        )?);
         let executor = Arc::new(Executor::new(Arc::clone(&confinement), plans.exec));
         let parser = options.parser_program.clone().map(|program| {
             Arc::new(ParserClient::new(

@@ -202,6 +202,18 @@ impl Cgroups {
 
     /// Creates the groups for one call with its limits written, and opens their
     /// `cgroup.procs` for the child to join.
+    /// A call cgroup with `limits` where this host has cgroups; None where it has none (the
+    /// one place that decides, for calls, warm slots, workers and spares).
+    pub fn create_call_if_any(
+        &self,
+        limits: &CallLimits,
+    ) -> Result<Option<CallCgroup>, CgroupError> {
+        if matches!(self.mode(), CgroupMode::None) {
+            return Ok(None);
+        }
+        self.create_call(limits).map(Some)
+    }
+
     pub fn create_call(&self, limits: &CallLimits) -> Result<CallCgroup, CgroupError> {
         let name = format!("call-{}", self.next_call.fetch_add(1, Ordering::Relaxed));
         let mut call = CallCgroup::default();

@@ -100,16 +100,7 @@ pub unsafe fn enter(setup: &ChildSetup) -> io::Result<()> {
 /// all targets, so no `dup2` overwrites a source still to be placed; `dup2` onto a different
 /// number leaves the copy without close-on-exec.
 fn place_fds(fds: &[(RawFd, RawFd)]) -> io::Result<()> {
-    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only changes descriptor flags.
-    let marked = unsafe {
-        libc::syscall(
-            libc::SYS_close_range,
-            3u32,
-            u32::MAX,
-            libc::CLOSE_RANGE_CLOEXEC,
-        )
-    } == 0;
-    if !marked {
+    if cloexec_from(3).is_err() {
         // Kernels before 5.11: mark them one by one up to the descriptor limit.
         let limit = rustix::process::getrlimit(Resource::Nofile)
             .current
@@ -220,5 +211,26 @@ pub(crate) fn drop_all_capabilities() -> io::Result<()> {
             inheritable: CapabilitySet::empty(),
         },
     )?;
+    Ok(())
+}
+
+/// Marks every descriptor from `first` up close-on-exec with one `close_range` (Linux 5.11+):
+/// the one copy of that call for the server's start, the per-child path and the sandbox
+/// init's slots. Async-signal-safe (one raw syscall, no allocation), so `pre_exec` and a
+/// forked slot may call it.
+pub(crate) fn cloexec_from(first: RawFd) -> io::Result<()> {
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets a flag on descriptors; it reads
+    // no memory of ours.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first as libc::c_uint,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if ret != 0 {
+        return Err(io::Error::last_os_error());
+    }
     Ok(())
 }

@@ -35,6 +35,9 @@ pub struct WarmSlot {
 pub struct Factory {
     /// Declared first: ready slots (and their cgroups) go before the init and the parents.
     pool: Mutex<Vec<WarmSlot>>,
+    /// How many slots the pool is topped up to: [`WARM_SLOTS`] for a server, none for a
+    /// one-shot command (`cordon exec`), whose one call makes its slot when it runs.
+    warm_target: usize,
     refilling: AtomicBool,
     /// The egress proxy's accept loop on this init's listener; stops when the init goes.
     proxy: Mutex<Option<crate::egress::proxy::ListenerGuard>>,
@@ -42,6 +45,8 @@ pub struct Factory {
     /// What the init was started with, to start a new one when the protected set changes.
     plan: InitPlan,
     program: PathBuf,
+    /// The workspace root as a capability, for the next view's git checks.
+    workspace: cap_std::fs::Dir,
     /// The protected patterns (globs, workspace-relative), expanded anew for every view.
     patterns: Vec<String>,
     /// The view's signature and the git checks after calls and on a timer (`workspace`).
@@ -80,20 +85,40 @@ pub(crate) struct ViewInputs<'a> {
 
 impl Factory {
     /// Starts the init. `program` is the cordon binary (it runs `cordon __sandbox-init`).
-    pub(crate) fn start(inputs: &ViewInputs<'_>, program: PathBuf) -> Result<Self, SandboxError> {
-        Self::start_plan(plan(inputs), program, inputs.protected.to_vec(), None, None)
+    /// `one_shot`: keep no warm slots (one command, then the init goes).
+    /// `workspace` is the workspace root as a capability (the git checks read through it).
+    pub(crate) fn start(
+        inputs: &ViewInputs<'_>,
+        program: PathBuf,
+        workspace: cap_std::fs::Dir,
+        one_shot: bool,
+    ) -> Result<Self, SandboxError> {
+        let warm_target = if one_shot { 0 } else { WARM_SLOTS };
+        let plan = plan(inputs);
+        let patterns = inputs.protected.to_vec();
+        Self::start_plan(plan, program, workspace, patterns, None, None)
+            .map(|f| f.with_warm_target(warm_target))
+    }
+
+    fn with_warm_target(mut self, warm_target: usize) -> Self {
+        self.warm_target = warm_target;
+        self
+    }
+
+    /// Whether the pool keeps slots ready (false for a one-shot command).
+    pub fn keeps_warm_slots(&self) -> bool {
+        self.warm_target > 0
     }
 
     fn start_plan(
         mut plan: InitPlan,
         program: PathBuf,
+        workspace: cap_std::fs::Dir,
         patterns: Vec<String>,
         predecessor: Option<&GitGuard>,
         join_network: Option<Arc<std::os::fd::OwnedFd>>,
     ) -> Result<Self, SandboxError> {
-        let workspace = crate::workspace::Workspace::open(&plan.workspace)
-            .map_err(|e| SandboxError::Start(std::io::Error::other(e.to_string())))?;
-        let root = workspace.dir().try_clone().map_err(SandboxError::Start)?;
+        let root = workspace.try_clone().map_err(SandboxError::Start)?;
         let (guard, entries) = match predecessor {
             Some(before) => before.successor(root),
             None => GitGuard::new(root, &plan.workspace, &patterns),
@@ -134,11 +159,13 @@ impl Factory {
         watch_in_background(&guard, &plan.workspace);
         Ok(Self {
             pool: Mutex::new(Vec::new()),
+            warm_target: WARM_SLOTS,
             refilling: AtomicBool::new(false),
             proxy: Mutex::new(None),
             sandbox,
             plan,
             program,
+            workspace,
             patterns,
             guard,
         })
@@ -184,10 +211,12 @@ impl Factory {
         let fresh = Self::start_plan(
             plan,
             self.program.clone(),
+            self.workspace.try_clone().map_err(SandboxError::Start)?,
             self.patterns.clone(),
             Some(&self.guard),
             join,
-        )?;
+        )?
+        .with_warm_target(self.warm_target);
         if fresh.plan.join_network
             && let (Ok(mut mine), Ok(mut theirs)) = (self.proxy.lock(), fresh.proxy.lock())
         {
@@ -278,11 +307,7 @@ impl Factory {
         limits: &CallLimits,
         layer: SlotLayer,
     ) -> Result<WarmSlot, ConfineError> {
-        let cgroup = if matches!(cgroups.mode(), super::CgroupMode::None) {
-            None
-        } else {
-            Some(cgroups.create_call(limits)?)
-        };
+        let cgroup = cgroups.create_call_if_any(limits)?;
         let fds: &[OwnedFd] = cgroup.as_ref().map(CallCgroup::procs_fds).unwrap_or(&[]);
         let slot = self.sandbox.make_slot(layer, fds)?;
         Ok(WarmSlot {
@@ -292,7 +317,7 @@ impl Factory {
         })
     }
 
-    /// Tops the pool up to [`WARM_SLOTS`]. Blocking; one refill at a time (a second caller
+    /// Tops the pool up to its target ([`WARM_SLOTS`], or none one-shot). Blocking; one refill at a time (a second caller
     /// returns at once). Every missing slot is asked for before any is waited for, so their
     /// forks and cgroup migrations overlap. Failures are logged: the next call then makes its
     /// own slot and reports the error if it persists.
@@ -300,19 +325,15 @@ impl Factory {
         if self.refilling.swap(true, Ordering::AcqRel) {
             return;
         }
-        let missing =
-            WARM_SLOTS.saturating_sub(self.pool.lock().map(|p| p.len()).unwrap_or(WARM_SLOTS));
+        let target = self.warm_target;
+        let missing = target.saturating_sub(self.pool.lock().map(|p| p.len()).unwrap_or(target));
         let mut asked = Vec::with_capacity(missing);
         for _ in 0..missing {
-            let cgroup = if matches!(cgroups.mode(), super::CgroupMode::None) {
-                None
-            } else {
-                match cgroups.create_call(limits) {
-                    Ok(c) => Some(c),
-                    Err(e) => {
-                        tracing::warn!("cannot prepare a warm slot's cgroup: {e}");
-                        break;
-                    }
+            let cgroup = match cgroups.create_call_if_any(limits) {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!("cannot prepare a warm slot's cgroup: {e}");
+                    break;
                 }
             };
             let tmp = match self.call_tmp() {

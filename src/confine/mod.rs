@@ -72,19 +72,7 @@ pub enum ConfineError {
 /// Marks every descriptor above stderr close-on-exec, so nothing this process inherited can
 /// reach a child. Call first thing in `main`, before any descriptor of our own is opened.
 pub fn mark_inherited_descriptors_cloexec() -> std::io::Result<()> {
-    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets a flag on descriptors.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_close_range,
-            3 as libc::c_uint,
-            libc::c_uint::MAX,
-            libc::CLOSE_RANGE_CLOEXEC,
-        )
-    };
-    if ret != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    child::cloexec_from(3)
 }
 
 /// What cgroup support this process would get, with the reasons for anything missing. Creates
@@ -111,9 +99,24 @@ pub struct ConfineOptions {
     pub allow_degraded: bool,
     /// Extra read+execute grants (e.g. the cordon binary itself for `doctor` probes).
     pub extra_read_exec: Vec<PathBuf>,
-    /// The cordon binary that runs the sandbox init (`cordon __sandbox-init`); default: this
-    /// process's own executable. Tests that embed the library name the real binary here.
+    /// The binary that runs the sandbox init (`… __sandbox-init`); default: `cordon-init`
+    /// beside this executable, else this executable itself (see `default_init_program`).
+    /// Tests that embed the library name the real binary here.
     pub init_program: Option<PathBuf>,
+    /// One command and done (`cordon exec`): the sandbox init keeps no warm slots, so the
+    /// call makes exactly the one slot it runs in (a server keeps three ready).
+    pub one_shot: bool,
+}
+
+/// What the composition root (`Runtime::build`) opens and starts for the confinement, so
+/// `confine` opens nothing by ambient path and serves no network itself.
+pub struct Handed {
+    /// The workspace root, as `workspace::Workspace` opened it.
+    pub workspace: cap_std::fs::Dir,
+    /// The egress proxy for a plan with `proxy` rules, started (not yet serving) by the
+    /// runtime; attached to the sandbox init's listener here, or dropped where there is no
+    /// network namespace to put it on. None when the plan has no proxy.
+    pub proxy: Option<crate::egress::Proxy>,
 }
 
 /// How much of the confinement is in force, named in every result.
@@ -148,12 +151,50 @@ impl std::fmt::Display for EnforcementLevel {
     }
 }
 
+/// What Landlock enforces, decided where the ruleset is made: every access right the policy
+/// needs handled (`Full`), only those this kernel's ABI knows (`Partial`, under
+/// `--allow-degraded`; as the landlock crate's `RulesetStatus::PartiallyEnforced`), or none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "status", rename_all = "lowercase")]
+pub enum LandlockStatus {
+    Full { abi: u32 },
+    Partial { abi: u32 },
+    None,
+}
+
+impl LandlockStatus {
+    /// True when a ruleset is in force at all (fully or partially).
+    pub fn is_enforced(self) -> bool {
+        !matches!(self, LandlockStatus::None)
+    }
+
+    /// The ABI the ruleset was made for; 0 without one.
+    pub fn abi(self) -> u32 {
+        match self {
+            LandlockStatus::Full { abi } | LandlockStatus::Partial { abi } => abi,
+            LandlockStatus::None => 0,
+        }
+    }
+}
+
+impl std::fmt::Display for LandlockStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LandlockStatus::Full { abi } => write!(f, "Landlock ABI {abi}"),
+            LandlockStatus::Partial { abi } => write!(
+                f,
+                "Landlock ABI {abi} (partial: rights newer than ABI {abi} unenforced)"
+            ),
+            LandlockStatus::None => f.write_str("NO Landlock"),
+        }
+    }
+}
+
 /// The enforcement actually in force, reported with every outcome.
 #[derive(Debug, Clone, Serialize)]
 pub struct Enforcement {
     pub level: EnforcementLevel,
-    pub landlock_abi: u32,
-    pub landlock: bool,
+    pub landlock: LandlockStatus,
     pub seccomp: bool,
     pub cgroups: CgroupMode,
     /// Confined processes are born in the sandbox init's namespaces (mount, PID, IPC, UTS,
@@ -168,12 +209,7 @@ pub struct Enforcement {
 
 impl Enforcement {
     pub fn summary(&self) -> String {
-        let mut parts = Vec::new();
-        if self.landlock {
-            parts.push(format!("Landlock ABI {}", self.landlock_abi));
-        } else {
-            parts.push("NO Landlock".into());
-        }
+        let mut parts = vec![self.landlock.to_string()];
         parts.push(
             if self.seccomp {
                 "seccomp"
@@ -220,7 +256,8 @@ pub struct Confinement {
     /// Long-lived workers' private directories live below this (see `private_root`).
     private_root: scratch::ScratchDir,
     workspace: PathBuf,
-    /// Absolute protected paths (workspace + `filesystem.protected`).
+    /// The workspace root as a capability (handed in: see [`Handed`]).
+    workspace_dir: cap_std::fs::Dir,
     /// Workspace-relative protected patterns (policy + its files inside the workspace).
     protected: Vec<String>,
     /// What the Landlock ruleset was built from, kept so a long-lived worker can get a ruleset
@@ -286,103 +323,51 @@ impl LandlockInputs {
 }
 
 impl Confinement {
-    /// Builds the confinement `plan` describes over its workspace. Fails closed when the
-    /// kernel cannot enforce it, unless degraded mode is allowed.
-    pub fn build(plan: &ConfinePlan, options: &ConfineOptions) -> Result<Self, ConfineError> {
-        let workspace = plan.workspace.as_path();
+    /// Builds the confinement `plan` describes over its workspace, in the order the layers
+    /// depend on each other (as nsjail's `containProc` or bubblewrap's setup ops): detect the
+    /// kernel → Landlock grants → seccomp → cgroups → the sandbox init → egress → what is
+    /// actually in force. Fails closed when the kernel cannot enforce the plan, unless
+    /// degraded mode is allowed. `handed` is what the composition root opened and started
+    /// for it: `confine` opens nothing by ambient path and starts no network server.
+    pub fn build(
+        plan: &ConfinePlan,
+        options: &ConfineOptions,
+        handed: Handed,
+    ) -> Result<Self, ConfineError> {
         let kernel = KernelSupport::detect();
         let mut notes = Vec::new();
-
         // Scratch directories of cordon processes that were killed before they could remove
         // theirs: gone in the background while this one starts.
         scratch::sweep_stale_in_background();
         let tmp_root = scratch::ScratchDir::new("tmp").map_err(ConfineError::TempDir)?;
-
-        let landlock_inputs = if kernel.landlock_abi >= REQUIRED_LANDLOCK_ABI {
-            Some(LandlockInputs::new(plan, options, false))
-        } else if options.allow_degraded {
-            notes.push(format!(
-                "Landlock ABI {} < {REQUIRED_LANDLOCK_ABI}: file/TCP rules only as far as this kernel supports",
-                kernel.landlock_abi
-            ));
-            (kernel.landlock_abi > 0).then(|| LandlockInputs::new(plan, options, true))
-        } else {
-            return Err(ConfineError::Unenforceable {
-                feature: "Landlock ABI 6 or newer",
-                found: if kernel.landlock_abi == 0 {
-                    "Landlock is not enabled".into()
-                } else {
-                    format!("ABI {}", kernel.landlock_abi)
-                },
-                fix: "Use Linux 6.12 or newer with `landlock` in the boot parameter `lsm=` \
-                      (check /sys/kernel/security/lsm).",
-            });
-        };
-        let seccomp = if kernel.seccomp_filter {
-            seccomp::compile_profile(&plan.seccomp_profile)?
-        } else if options.allow_degraded {
-            notes.push("seccomp filters unavailable: no syscall filtering".into());
-            Vec::new()
-        } else {
-            return Err(ConfineError::Unenforceable {
-                feature: "seccomp filtering",
-                found: "CONFIG_SECCOMP_FILTER missing".into(),
-                fix: "Use a kernel built with CONFIG_SECCOMP_FILTER=y.",
-            });
-        };
-
-        let cgroups = cgroup::Cgroups::setup();
-        if !cgroups.has_limits() && kernel.is_root {
-            notes.push(
-                "running as root without cgroup limits: there is no process limit at all (the \
-                 kernel ignores RLIMIT_NPROC for root); delegate a cgroup or run as a \
-                 dedicated user"
-                    .into(),
-            );
-        }
-        if !cgroups.has_limits() {
-            notes.push(
-                "no cgroup limits: memory and pids are bounded by rlimits only, and a process \
-                 that leaves the process group (setsid) is only killed when the server ends"
-                    .into(),
-            );
-        }
-        notes.extend(cgroups.notes.iter().cloned());
-
-        let drop_capabilities = kernel.is_root;
         let private_root = scratch::ScratchDir::new("private").map_err(ConfineError::TempDir)?;
-        let protected = plan.protected.clone();
+
+        let landlock_inputs = landlock_step(plan, options, &kernel, &mut notes)?;
+        let seccomp = seccomp_step(plan, options, &kernel, &mut notes)?;
+        let cgroups = cgroups_step(&kernel, &mut notes);
         let factory_seccomp = private_netns_seccomp(plan, &seccomp)?;
         let factory = start_factory(
-            plan,
-            options,
-            &kernel,
-            landlock_inputs.as_ref(),
-            factory_seccomp.as_deref().unwrap_or(&seccomp),
-            tmp_root.path(),
-            private_root.path(),
-            &protected,
-            cgroups.view_mounts(),
+            FactoryInputs {
+                plan,
+                options,
+                kernel: &kernel,
+                landlock: landlock_inputs.as_ref(),
+                seccomp: factory_seccomp.as_deref().unwrap_or(&seccomp),
+                calls_tmp: tmp_root.path(),
+                private_root: private_root.path(),
+                cgroup_mounts: cgroups.view_mounts(),
+                workspace: &handed.workspace,
+            },
             &mut notes,
         )?;
-        let (egress, landlock_inputs) =
-            egress_for(plan, factory.as_ref(), landlock_inputs, &mut notes)?;
-        let mut seccomp = seccomp;
-        if factory.is_none() && plan.proxy.is_some() && !seccomp.is_empty() {
-            // No network at all on this path (see `egress_for`): no inet sockets, UDP included.
-            seccomp = seccomp::compile_profile("default")?;
-        }
-        if factory.is_none() && !seccomp.is_empty() {
-            // No namespaces to hide the host's sockets and IPC: seccomp refuses them instead.
-            seccomp.extend(seccomp::fallback_programs(plan.fallback_unix_sockets)?);
-            if !kernel.is_root && plan.names_protected_paths {
-                notes.push(
-                    "protected paths are refused by the file tools only: without namespaces, \
-                     shell commands can still write them"
-                        .into(),
-                );
-            }
-        }
+        let (egress, landlock_inputs) = egress_step(
+            plan,
+            factory.as_ref(),
+            handed.proxy,
+            landlock_inputs,
+            &mut notes,
+        )?;
+        let seccomp = per_child_seccomp(plan, &kernel, factory.is_some(), seccomp, &mut notes)?;
         // The parent-built ruleset serves only the per-child path; with the sandbox init, PID 1
         // builds its own inside the view (paths resolve there), so building it here too would
         // only cost start-up time.
@@ -393,37 +378,23 @@ impl Confinement {
                 .map(|inputs| inputs.build(tmp_root.path()))
                 .transpose()?,
         };
-        let rlimits = rlimits::plan(&plan.rlimits, !cgroups.has_limits(), kernel.is_root);
-        let landlock = landlock_inputs.is_some() && kernel.landlock_abi >= REQUIRED_LANDLOCK_ABI;
-        let level = match (
-            landlock && !seccomp.is_empty(),
-            cgroups.has_limits() && factory.is_some(),
-        ) {
-            (true, true) => EnforcementLevel::Full,
-            (true, false) => EnforcementLevel::Reduced,
-            (false, _) => EnforcementLevel::Degraded,
-        };
-        let enforcement = Enforcement {
-            level,
-            landlock_abi: if landlock_inputs.is_some() {
-                kernel.landlock_abi
-            } else {
-                0
-            },
-            landlock,
-            seccomp: !seccomp.is_empty(),
-            cgroups: cgroups.mode(),
-            namespaces: factory.is_some(),
-            network_namespace: factory.as_ref().is_some_and(|f| f.namespaces().network),
-            user_namespace: factory.as_ref().is_some_and(|f| f.namespaces().user),
-            capabilities_dropped: drop_capabilities || factory.is_some(),
+        let enforcement = in_force(
+            &kernel,
+            landlock_inputs.as_ref(),
+            &seccomp,
+            &cgroups,
+            factory.as_ref(),
             notes,
-        };
+        );
         Ok(Self {
             landlock_fd,
             seccomp: Arc::new(seccomp),
-            rlimits: Arc::new(rlimits),
-            drop_capabilities,
+            rlimits: Arc::new(rlimits::plan(
+                &plan.rlimits,
+                !cgroups.has_limits(),
+                kernel.is_root,
+            )),
+            drop_capabilities: kernel.is_root,
             call_limits: plan.call_limits,
             spare: std::sync::Mutex::new(None),
             factory: std::sync::RwLock::new(factory.map(Arc::new)),
@@ -431,8 +402,9 @@ impl Confinement {
             enforcement,
             tmp_root,
             private_root,
-            workspace: workspace.to_path_buf(),
-            protected,
+            workspace: plan.workspace.clone(),
+            workspace_dir: handed.workspace,
+            protected: plan.protected.clone(),
             landlock_inputs,
             egress,
         })
@@ -596,26 +568,24 @@ impl Confinement {
     /// The call's cgroup (when the host has them): the spare made after the previous call,
     /// or a new one.
     pub fn create_call_cgroup(&self) -> Result<Option<CallCgroup>, ConfineError> {
-        if matches!(self.cgroups.mode(), CgroupMode::None) {
-            return Ok(None);
-        }
         if let Some(spare) = self.spare.lock().ok().and_then(|mut s| s.take()) {
             return Ok(Some(spare));
         }
-        Ok(Some(self.cgroups.create_call(&self.call_limits)?))
+        Ok(self.cgroups.create_call_if_any(&self.call_limits)?)
     }
 
     /// Makes the next call's cgroup now, while nothing waits for it. Best effort: on failure
     /// the next call simply creates its own (and reports that error if it persists).
     pub fn prepare_spare_cgroup(&self) {
-        if matches!(self.cgroups.mode(), CgroupMode::None) {
-            return;
-        }
         let Ok(mut spare) = self.spare.lock() else {
             return;
         };
         if spare.is_none() {
-            *spare = self.cgroups.create_call(&self.call_limits).ok();
+            *spare = self
+                .cgroups
+                .create_call_if_any(&self.call_limits)
+                .ok()
+                .flatten();
         }
     }
 
@@ -625,10 +595,7 @@ impl Confinement {
         &self,
         limits: &CallLimits,
     ) -> Result<Option<CallCgroup>, ConfineError> {
-        if matches!(self.cgroups.mode(), CgroupMode::None) {
-            return Ok(None);
-        }
-        Ok(Some(self.cgroups.create_call(limits)?))
+        Ok(self.cgroups.create_call_if_any(limits)?)
     }
 
     /// A Landlock ruleset like the policy's, except that the one private read-write directory
@@ -670,12 +637,7 @@ impl Confinement {
         if !self.drop_capabilities {
             return Vec::new();
         }
-        let Ok(root) =
-            cap_std::fs::Dir::open_ambient_dir(&self.workspace, cap_std::ambient_authority())
-        else {
-            return Vec::new();
-        };
-        crate::workspace::existing_protected(&root, &self.protected)
+        crate::workspace::existing_protected(&self.workspace_dir, &self.protected)
             .into_iter()
             .filter(|e| e.kind != crate::workspace::EntryKind::Symlink)
             .filter_map(|e| {
@@ -707,9 +669,10 @@ fn private_netns_seccomp(
 /// an init (no namespaces) there is no private loopback to put the proxy on: Landlock's TCP
 /// rules name ports, not addresses, so "connect only to the proxy's port" would also allow
 /// any remote host on that port. That path therefore gets no TCP at all, and says so.
-fn egress_for(
+fn egress_step(
     plan: &ConfinePlan,
     factory: Option<&factory::Factory>,
+    proxy: Option<crate::egress::Proxy>,
     mut landlock: Option<LandlockInputs>,
     notes: &mut Vec<String>,
 ) -> Result<(Option<Arc<crate::egress::Proxy>>, Option<LandlockInputs>), ConfineError> {
@@ -731,8 +694,9 @@ fn egress_for(
     }
     match factory {
         Some(factory) => {
-            let proxy = crate::egress::Proxy::start(rules.clone())
-                .map_err(|e| ConfineError::Egress(e.to_string()))?;
+            let proxy = proxy.ok_or_else(|| {
+                ConfineError::Egress("the plan routes the network through the egress proxy, but none was started for it".into())
+            })?;
             factory
                 .attach_proxy(&proxy)
                 .map_err(|e| ConfineError::Egress(e.to_string()))?;
@@ -763,18 +727,198 @@ fn egress_for(
 
 /// Starts the sandbox init when namespaces can be had; otherwise says why not in `notes`.
 #[allow(clippy::too_many_arguments)]
-fn start_factory(
+/// What [`start_factory`] builds the sandbox init's view from.
+struct FactoryInputs<'a> {
+    plan: &'a ConfinePlan,
+    options: &'a ConfineOptions,
+    kernel: &'a KernelSupport,
+    landlock: Option<&'a LandlockInputs>,
+    seccomp: &'a [BpfProgram],
+    calls_tmp: &'a Path,
+    private_root: &'a Path,
+    cgroup_mounts: Vec<sandbox::plan::CgroupMount>,
+    workspace: &'a cap_std::fs::Dir,
+}
+
+/// Step 1: what the kernel's Landlock can enforce of the plan's grants; refuses below the
+/// required ABI unless degraded mode is allowed (then a partial ruleset, said in `notes`).
+fn landlock_step(
     plan: &ConfinePlan,
     options: &ConfineOptions,
     kernel: &KernelSupport,
-    landlock: Option<&LandlockInputs>,
+    notes: &mut Vec<String>,
+) -> Result<Option<LandlockInputs>, ConfineError> {
+    if kernel.landlock_abi >= REQUIRED_LANDLOCK_ABI {
+        return Ok(Some(LandlockInputs::new(plan, options, false)));
+    }
+    if !options.allow_degraded {
+        return Err(ConfineError::Unenforceable {
+            feature: "Landlock ABI 6 or newer",
+            found: if kernel.landlock_abi == 0 {
+                "Landlock is not enabled".into()
+            } else {
+                format!("ABI {}", kernel.landlock_abi)
+            },
+            fix: "Use Linux 6.12 or newer with `landlock` in the boot parameter `lsm=` \
+                  (check /sys/kernel/security/lsm).",
+        });
+    }
+    notes.push(format!(
+        "Landlock ABI {} < {REQUIRED_LANDLOCK_ABI}: file/TCP rules only as far as this kernel supports",
+        kernel.landlock_abi
+    ));
+    Ok((kernel.landlock_abi > 0).then(|| LandlockInputs::new(plan, options, true)))
+}
+
+/// Step 2: the plan's seccomp profile compiled to BPF; refuses without seccomp filtering
+/// unless degraded mode is allowed (then none, said in `notes`).
+fn seccomp_step(
+    plan: &ConfinePlan,
+    options: &ConfineOptions,
+    kernel: &KernelSupport,
+    notes: &mut Vec<String>,
+) -> Result<Vec<BpfProgram>, ConfineError> {
+    if kernel.seccomp_filter {
+        return Ok(seccomp::compile_profile(&plan.seccomp_profile)?);
+    }
+    if !options.allow_degraded {
+        return Err(ConfineError::Unenforceable {
+            feature: "seccomp filtering",
+            found: "CONFIG_SECCOMP_FILTER missing".into(),
+            fix: "Use a kernel built with CONFIG_SECCOMP_FILTER=y.",
+        });
+    }
+    notes.push("seccomp filters unavailable: no syscall filtering".into());
+    Ok(Vec::new())
+}
+
+/// Step 3: the cgroups this host lets us use, with what their absence means in `notes`.
+fn cgroups_step(kernel: &KernelSupport, notes: &mut Vec<String>) -> cgroup::Cgroups {
+    let cgroups = cgroup::Cgroups::setup();
+    if !cgroups.has_limits() && kernel.is_root {
+        notes.push(
+            "running as root without cgroup limits: there is no process limit at all (the \
+             kernel ignores RLIMIT_NPROC for root); delegate a cgroup or run as a \
+             dedicated user"
+                .into(),
+        );
+    }
+    if !cgroups.has_limits() {
+        notes.push(
+            "no cgroup limits: memory and pids are bounded by rlimits only, and a process \
+             that leaves the process group (setsid) is only killed when the server ends"
+                .into(),
+        );
+    }
+    notes.extend(cgroups.notes.iter().cloned());
+    cgroups
+}
+
+/// Step 6: the seccomp programs of the per-child path, where there is no sandbox init: no
+/// network at all under a proxy plan, and host sockets and IPC refused (no namespaces to
+/// hide them). With the init, `seccomp` as it is.
+fn per_child_seccomp(
+    plan: &ConfinePlan,
+    kernel: &KernelSupport,
+    has_init: bool,
+    mut seccomp: Vec<BpfProgram>,
+    notes: &mut Vec<String>,
+) -> Result<Vec<BpfProgram>, ConfineError> {
+    if has_init || seccomp.is_empty() {
+        return Ok(seccomp);
+    }
+    if plan.proxy.is_some() {
+        // No network at all on this path (see `egress_step`): no inet sockets, UDP included.
+        seccomp = seccomp::compile_profile("default")?;
+    }
+    seccomp.extend(seccomp::fallback_programs(plan.fallback_unix_sockets)?);
+    if !kernel.is_root && plan.names_protected_paths {
+        notes.push(
+            "protected paths are refused by the file tools only: without namespaces, \
+             shell commands can still write them"
+                .into(),
+        );
+    }
+    Ok(seccomp)
+}
+
+/// Step 7: what is actually in force, from what each step above produced.
+fn in_force(
+    kernel: &KernelSupport,
+    landlock_inputs: Option<&LandlockInputs>,
     seccomp: &[BpfProgram],
-    calls_tmp: &Path,
-    private_root: &Path,
-    protected: &[String],
-    cgroup_mounts: Vec<sandbox::plan::CgroupMount>,
+    cgroups: &cgroup::Cgroups,
+    factory: Option<&factory::Factory>,
+    notes: Vec<String>,
+) -> Enforcement {
+    let landlock = match landlock_inputs {
+        None => LandlockStatus::None,
+        Some(inputs) if inputs.best_effort => LandlockStatus::Partial {
+            abi: kernel.landlock_abi,
+        },
+        Some(_) => LandlockStatus::Full {
+            abi: kernel.landlock_abi,
+        },
+    };
+    let level = match (
+        matches!(landlock, LandlockStatus::Full { .. }) && !seccomp.is_empty(),
+        cgroups.has_limits() && factory.is_some(),
+    ) {
+        (true, true) => EnforcementLevel::Full,
+        (true, false) => EnforcementLevel::Reduced,
+        (false, _) => EnforcementLevel::Degraded,
+    };
+    Enforcement {
+        level,
+        landlock,
+        seccomp: !seccomp.is_empty(),
+        cgroups: cgroups.mode(),
+        namespaces: factory.is_some(),
+        network_namespace: factory.is_some_and(|f| f.namespaces().network),
+        user_namespace: factory.is_some_and(|f| f.namespaces().user),
+        capabilities_dropped: kernel.is_root || factory.is_some(),
+        notes,
+    }
+}
+
+/// The program that runs the sandbox init: `cordon-init` beside this executable when it is
+/// there and as trustworthy as this executable (a regular file with the same owner, writable
+/// by nobody else), since everything that waits in the sandbox then maps only that small
+/// binary; otherwise this executable itself (`cordon __sandbox-init`, the same code).
+fn default_init_program() -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let me = std::env::current_exe().ok()?;
+    let sibling = me.with_file_name(sandbox::init::INIT_PROGRAM);
+    let trusted = match (std::fs::metadata(&me), std::fs::symlink_metadata(&sibling)) {
+        (Ok(mine), Ok(theirs)) => {
+            theirs.file_type().is_file()
+                && theirs.uid() == mine.uid()
+                && theirs.mode() & 0o022 == 0
+                && theirs.mode() & 0o111 != 0
+        }
+        _ => false,
+    };
+    Some(if trusted { sibling } else { me })
+}
+
+/// Step 4: the sandbox init (namespaces, view, warm slots), or None with the reason in
+/// `notes` where namespaces cannot be had.
+fn start_factory(
+    inputs: FactoryInputs<'_>,
     notes: &mut Vec<String>,
 ) -> Result<Option<factory::Factory>, ConfineError> {
+    let FactoryInputs {
+        plan,
+        options,
+        kernel,
+        landlock,
+        seccomp,
+        calls_tmp,
+        private_root,
+        cgroup_mounts,
+        workspace: workspace_dir,
+    } = inputs;
+    let protected = plan.protected.as_slice();
     const WEAKER: &str = "confined processes then share the host's mount, PID and IPC \
         namespaces: seccomp refuses Unix sockets and System V IPC instead, /proc shows host \
         processes, and a process that leaves its process group outlives the call where there \
@@ -791,11 +935,7 @@ fn start_factory(
         ));
         return Ok(None);
     }
-    let Some(program) = options
-        .init_program
-        .clone()
-        .or_else(|| std::env::current_exe().ok())
-    else {
+    let Some(program) = options.init_program.clone().or_else(default_init_program) else {
         notes.push(format!(
             "namespaces unavailable: cannot find the cordon binary; {WEAKER}"
         ));
@@ -804,7 +944,7 @@ fn start_factory(
     let workspace = plan.workspace.as_path();
     let mut read_exec = plan.read_exec.clone();
     read_exec.extend(options.extra_read_exec.iter().cloned());
-    let inputs = factory::ViewInputs {
+    let view = factory::ViewInputs {
         landlock,
         workspace,
         read_only_workspace: plan.read_only_workspace,
@@ -826,19 +966,18 @@ fn start_factory(
         shm_bytes: plan.shm_bytes,
         cgroup_mounts,
     };
-    if let Ok(root) = cap_std::fs::Dir::open_ambient_dir(workspace, cap_std::ambient_authority()) {
-        for entry in crate::workspace::existing_protected(&root, protected) {
-            if entry.kind == crate::workspace::EntryKind::Symlink {
-                notes.push(format!(
-                    "protected path {} is a symbolic link: it cannot be made read-only for \
-                     commands (the file tools still refuse it); replace it with the real file \
-                     or directory",
-                    entry.path.display()
-                ));
-            }
+    for entry in crate::workspace::existing_protected(workspace_dir, protected) {
+        if entry.kind == crate::workspace::EntryKind::Symlink {
+            notes.push(format!(
+                "protected path {} is a symbolic link: it cannot be made read-only for \
+                 commands (the file tools still refuse it); replace it with the real file or \
+                 directory",
+                entry.path.display()
+            ));
         }
     }
-    match factory::Factory::start(&inputs, program) {
+    let root = workspace_dir.try_clone().map_err(ConfineError::TempDir)?;
+    match factory::Factory::start(&view, program, root, options.one_shot) {
         Ok(f) => Ok(Some(f)),
         // The kernel could give namespaces but the workspace's content keeps the view from
         // being built (a protected path the mounts cannot take): that is the workspace's to

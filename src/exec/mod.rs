@@ -143,7 +143,9 @@ impl Executor {
             let _ = std::thread::Builder::new()
                 .name("cordon-warm-slots".into())
                 .spawn(move || {
-                    if let Some(factory) = warm.current_sandbox_init() {
+                    if let Some(factory) = warm.current_sandbox_init()
+                        && factory.keeps_warm_slots()
+                    {
                         warm.refill_call_slots(&factory);
                     }
                 });

@@ -91,7 +91,7 @@ pub fn start_for(ctx: &crate::runtime::Session) -> Result<OperatorChannel, Strin
     // view (namespaces) or outside Landlock's grants. With neither, a command could answer
     // its own question.
     let enforcement = runtime.executor.confinement().enforcement();
-    if !enforcement.namespaces && !enforcement.landlock {
+    if !enforcement.namespaces && !enforcement.landlock.is_enforced() {
         let why = "without namespaces and without Landlock a confined command could read the \
                    channel's token and answer its own question";
         tracing::warn!("operator approvals are off: {why}");

@@ -13,7 +13,7 @@
 
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt, OpenOptionsSyncExt};
 use cap_std::fs::OpenOptionsExt;
@@ -291,33 +291,7 @@ fn sanitize_prefix(prefix: &str) -> String {
 
 /// `YYYYMMDD-HHMMSS` in UTC, readable by a human listing the directory.
 fn utc_stamp(now: SystemTime) -> String {
-    let secs = now
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, d) = civil_from_days(days as i64);
-    format!(
-        "{y:04}{m:02}{d:02}-{:02}{:02}{:02}",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60
-    )
-}
-
-/// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm), so we need
-/// no date crate for one file name.
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
+    crate::clock::Utc::of(now).compact()
 }
 
 #[cfg(test)]
@@ -422,6 +396,7 @@ mod tests {
 
     #[test]
     fn stamps_are_utc_calendar_dates() {
+        use std::time::UNIX_EPOCH;
         assert_eq!(utc_stamp(UNIX_EPOCH), "19700101-000000");
         // 2026-11-30 23:29:41 UTC
         let t = UNIX_EPOCH + Duration::from_secs(1_796_081_381);

@@ -49,6 +49,20 @@ fn degraded_mode_runs_and_says_so() {
 }
 
 #[test]
+fn an_older_landlock_abi_is_reported_as_a_partial_ruleset() {
+    // Below the required ABI, --allow-degraded applies what this ABI knows: reported as a
+    // partial ruleset of that ABI, not as "NO Landlock".
+    let run = exec_without("landlock-abi-5", &["--allow-degraded"], "echo ran");
+    assert_eq!(run.code(), 0, "{run:?}");
+    assert_eq!(run.stdout, "ran\n");
+    assert!(
+        run.stderr
+            .contains("cordon: enforcement degraded (Landlock ABI 5 (partial"),
+        "{run:?}"
+    );
+}
+
+#[test]
 fn without_cgroups_enforcement_is_reduced_and_memory_falls_back_to_rlimit_as() {
     let policy_dir = tempfile::tempdir().unwrap();
     let policy = policy_dir.path().join("small.toml");

@@ -32,6 +32,8 @@ use std::path::Path;
 
 /// The hidden subcommand that runs this program.
 pub const INIT_ARG: &str = "__sandbox-init";
+/// The sandbox init's own small program (src/bin/cordon-init.rs), looked for beside `cordon`.
+pub const INIT_PROGRAM: &str = "cordon-init";
 /// Environment variable naming the server's pid, checked by the launcher after exec.
 pub const PARENT_ENV: &str = "CORDON_INIT_PARENT";
 /// Where the launcher finds the control socket.
@@ -945,21 +947,14 @@ fn run_job(
         under_terminal(sock, size)?;
     }
     // Everything else this process holds (its socket included) closes at exec.
-    // SAFETY: close_range with the CLOEXEC flag only marks descriptors.
-    unsafe {
-        let max_target = job.fds.iter().copied().max().unwrap_or(2);
-        for fd in 3..=max_target {
-            if !job.fds.contains(&fd) {
-                libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
-            }
+    let max_target = job.fds.iter().copied().max().unwrap_or(2);
+    for fd in 3..=max_target {
+        if !job.fds.contains(&fd) {
+            // SAFETY: F_SETFD on a descriptor number only sets its flag (EBADF if unused).
+            unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
         }
-        libc::syscall(
-            libc::SYS_close_range,
-            (max_target + 1) as libc::c_uint,
-            libc::c_uint::MAX,
-            libc::CLOSE_RANGE_CLOEXEC,
-        );
     }
+    let _ = crate::confine::child::cloexec_from(max_target + 1);
     for &(resource, value) in &job.rlimits {
         let limit = libc::rlimit {
             rlim_cur: value,
