@@ -243,14 +243,29 @@ impl Runtime {
     /// Starts the parser worker and checks the policy's command-rule examples in it (they are
     /// command lines like any other: the server does not parse them). `serve` does this before
     /// it answers anything, so a policy whose examples fail never serves.
+    ///
+    /// Where every rule comes from a built-in policy, their examples are this binary's own,
+    /// checked for every built-in policy by the test suite (`policy check` on each), so the
+    /// verdict is known: the worker then starts in the background, off the start path, and
+    /// the first call that needs it waits for it.
     pub async fn start_parser(&self) -> Result<(), RuntimeError> {
-        if let Some(parser) = &self.parser {
-            parser
-                .warm_up()
-                .await
-                .map_err(crate::parser::StartupError::from)?;
-            crate::parser::check_examples(parser, &self.policy.commands).await?;
+        let Some(parser) = &self.parser else {
+            return Ok(());
+        };
+        if rules_are_builtin(&self.policy.commands) {
+            let parser = Arc::clone(parser);
+            tokio::spawn(async move {
+                if let Err(e) = parser.warm_up().await {
+                    tracing::warn!("the parser worker did not start: {e}");
+                }
+            });
+            return Ok(());
         }
+        parser
+            .warm_up()
+            .await
+            .map_err(crate::parser::StartupError::from)?;
+        crate::parser::check_examples(parser, &self.policy.commands).await?;
         Ok(())
     }
 
@@ -472,6 +487,12 @@ fn create_granted_dirs(dirs: &[PathBuf]) {
             );
         }
     }
+}
+
+/// Whether every command rule was written in a built-in policy (none comes from an operator's
+/// file), so their examples are the binary's own.
+fn rules_are_builtin(rules: &crate::policy::commands::CommandRules) -> bool {
+    rules.rules.iter().all(|r| r.origin.starts_with("builtin:"))
 }
 
 #[cfg(test)]

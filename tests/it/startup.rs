@@ -190,3 +190,68 @@ fn every_cli_option_and_argument_has_help() {
         }
     }
 }
+
+#[test]
+fn every_builtin_policys_rule_examples_pass_in_the_parser_worker() {
+    // `serve` skips this check at start when every rule is a built-in policy's (so the parser
+    // worker starts off the start path): this test is what makes that verdict known.
+    if crate::common::skip(
+        "every_builtin_policys_rule_examples_pass_in_the_parser_worker",
+        crate::common::Need::LandlockSeccomp,
+    ) {
+        return;
+    }
+    for name in cordon::policy::embedded_names() {
+        let mut cmd = Command::new(CORDON);
+        cmd.args(["policy", "check", name]);
+        let run = run_guarded(cmd, HANG_GUARD);
+        assert_eq!(run.code(), 0, "policy {name}: {run:?}");
+    }
+}
+
+#[test]
+fn a_policy_file_whose_rule_example_fails_does_not_serve() {
+    // An operator's rule is checked through the parser worker before `serve` answers
+    // anything: its failing example is the answer to `initialize`.
+    if crate::common::skip(
+        "a_policy_file_whose_rule_example_fails_does_not_serve",
+        crate::common::Need::LandlockSeccomp,
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("bad.toml");
+    std::fs::write(
+        &policy,
+        "extends = \"default\"\n\n[[commands.rules]]\nname = \"no-curl\"\ndecision = \"deny\"\n\
+         justification = \"test\"\nmatch = { program = [\"curl\"] }\n\
+         examples = { match = [\"wget http://x\"], not_match = [\"ls\"] }\n",
+    )
+    .unwrap();
+    let mut child = Command::new(CORDON)
+        .args(["serve", "--workspace"])
+        .arg(ws.path())
+        .arg("--policy")
+        .arg(&policy)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn cordon serve");
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{INITIALIZE}").unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let answer: serde_json::Value = serde_json::from_str(&line).expect("a JSON-RPC answer");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("no-curl") && message.contains("wget http://x"),
+        "{answer}"
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}
