@@ -321,6 +321,40 @@ pub fn is_job_main(pid: i32, reaper: i32) -> bool {
     parent == Some(reaper) && innermost == Some(2)
 }
 
+/// The wait status the kernel keeps on `pidfd` once its process was reaped (`PIDFD_GET_INFO`
+/// with `PIDFD_INFO_EXIT`, Linux 6.15+); None while it runs or is not yet reaped, and on
+/// kernels without it.
+fn pidfd_exit_status(pidfd: &OwnedFd) -> Option<i32> {
+    /// `struct pidfd_info` up to `exit_code` and its spare word (`PIDFD_INFO_SIZE_VER0`, 64
+    /// bytes): the kernel fills what both sides know.
+    #[repr(C)]
+    #[derive(Default)]
+    struct PidfdInfo {
+        mask: u64,
+        cgroupid: u64,
+        ids: [u32; 11],
+        exit_code: i32,
+    }
+    const PIDFD_INFO_EXIT: u64 = 1 << 3;
+    // _IOWR(PIDFS_IOCTL_MAGIC = 0xFF, 11, struct pidfd_info of 64 bytes).
+    const PIDFD_GET_INFO: libc::c_ulong = 0xC040_FF0B;
+    const _: () = assert!(std::mem::size_of::<PidfdInfo>() == 64);
+    let mut info = PidfdInfo {
+        mask: PIDFD_INFO_EXIT,
+        ..PidfdInfo::default()
+    };
+    // SAFETY: the ioctl writes at most 64 bytes (the size encoded in the request) into
+    // `info`, a live, writable, 64-byte `repr(C)` struct; `pidfd` is an open pidfd.
+    let ret = unsafe {
+        libc::ioctl(
+            pidfd.as_raw_fd(),
+            PIDFD_GET_INFO as _,
+            &mut info as *mut PidfdInfo,
+        )
+    };
+    (ret == 0 && info.mask & PIDFD_INFO_EXIT != 0).then_some(info.exit_code)
+}
+
 /// The pid (in our namespace) of the process a pidfd refers to.
 fn pid_of(pidfd: &OwnedFd) -> Option<u32> {
     let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", pidfd.as_raw_fd())).ok()?;
@@ -591,24 +625,38 @@ impl SandboxChild {
     }
 
     pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        if let Some(status) = self.reported() {
+            return Some(status);
+        }
+        if self.has_exited() {
+            // The kernel says it is gone (the pidfd is readable) but PID 1's report is still on
+            // its way: it follows within moments, so wait for it rather than answer "running".
+            let deadline = std::time::Instant::now() + EXIT_REPORT_WAIT;
+            while self.status.is_none() && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_micros(50));
+                self.reported();
+            }
+            if self.status.is_none() {
+                self.status = Some(ExitStatus::from_raw(KILLED_STATUS));
+            }
+        }
+        self.status
+    }
+
+    /// The exit status if it is known without waiting: seen before, relayed by the slot's
+    /// reaper, or kept by the kernel on the main process's pidfd once it was reaped
+    /// (`PIDFD_GET_INFO`, Linux 6.15+), whichever is there first.
+    fn reported(&mut self) -> Option<ExitStatus> {
         if self.status.is_none()
             && let Some(raw) = *self.exit.borrow()
         {
             self.status = Some(ExitStatus::from_raw(raw));
         }
-        if self.status.is_none() && self.has_exited() {
-            // The kernel says it is gone (the pidfd is readable) but PID 1's report is still on
-            // its way: it follows within moments, so wait for it rather than answer "running".
-            let deadline = std::time::Instant::now() + EXIT_REPORT_WAIT;
-            while self.status.is_none() && std::time::Instant::now() < deadline {
-                std::thread::sleep(Duration::from_micros(200));
-                if let Some(raw) = *self.exit.borrow() {
-                    self.status = Some(ExitStatus::from_raw(raw));
-                }
-            }
-            if self.status.is_none() {
-                self.status = Some(ExitStatus::from_raw(KILLED_STATUS));
-            }
+        if self.status.is_none()
+            && let Some(main) = &self.main_pidfd
+            && let Some(raw) = pidfd_exit_status(main)
+        {
+            self.status = Some(ExitStatus::from_raw(raw));
         }
         self.status
     }
@@ -624,7 +672,9 @@ impl SandboxChild {
     }
 
     pub async fn wait(&mut self) -> ExitStatus {
-        if let Some(s) = self.try_wait() {
+        // Never the sleeping `try_wait` here: an exited process whose report is on its way is
+        // awaited on the report itself, without holding a runtime thread.
+        if let Some(s) = self.reported() {
             return s;
         }
         let raw = match self.exit.wait_for(Option::is_some).await {
