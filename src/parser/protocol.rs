@@ -9,13 +9,15 @@
 //! requests are checked by the worker because that is cheap and keeps the decoder honest.
 //! Running the grammars is `worker`'s job, spawning and timing the worker is `client`'s.
 
-use crate::lint::{Diagnostic, SyntaxLanguage};
-use crate::policy::commands::parse::Analysis;
+use super::bash::Analysis;
+use super::syntax::{Language, SyntaxError};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 
 /// Bumped whenever a message changes shape; both sides refuse a frame of another version.
-pub const VERSION: u8 = 1;
+/// 2: a syntax check answers the parser's own [`SyntaxError`]s (`errors`), not lint
+/// diagnostics.
+pub const VERSION: u8 = 2;
 
 /// Bytes of the frame header: version and body length.
 pub const HEADER_LEN: usize = 5;
@@ -39,7 +41,7 @@ pub enum Request {
     /// The syntax check of one text.
     Syntax {
         id: u64,
-        language: SyntaxLanguage,
+        language: Language,
         text: String,
         /// Remember this text's tree under this key, for a later incremental re-parse.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -49,7 +51,7 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         previous: Option<u64>,
     },
-    /// Which simple commands each command line runs (see `policy::commands::parse`).
+    /// Which simple commands each command line runs (see `bash`).
     Commands { id: u64, lines: Vec<String> },
 }
 
@@ -127,7 +129,7 @@ impl Response {
 pub enum SyntaxOutcome {
     /// The grammar ran; an empty list means it accepted the text.
     Checked {
-        diagnostics: Vec<Diagnostic>,
+        errors: Vec<SyntaxError>,
         /// True when the worker still had the remembered tree of `previous` (it reuses it
         /// unless most of the text changed, where a fresh parse is cheaper).
         incremental: bool,
@@ -273,7 +275,7 @@ mod tests {
     fn a_request_survives_the_round_trip() {
         let req = Request::Syntax {
             id: 7,
-            language: SyntaxLanguage::Python,
+            language: Language::Python,
             text: "def f(:\n  é\"\\".into(),
             remember: Some(1),
             previous: None,

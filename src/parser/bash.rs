@@ -5,8 +5,9 @@
 //! `sh -c`/`bash -c`/`su -c`/`eval` (parsed again, to a bounded depth) and `find -exec`
 //! segments, and the unwrapping of wrappers (`env`, `sudo`, `doas`, `xargs`, `nice`, `timeout`,
 //! `nohup`, `exec`, `command`, `builtin`, `time`, `stdbuf`, `ionice`, `setsid`, `busybox`).
-//! It does not decide anything (that is `rules`) and it never expands anything: `~`, `$HOME`
-//! and globs stay as written, which is what rules match on.
+//! It runs inside the parser worker, never in the server. It does not decide anything (that
+//! is `policy::commands::rules`, which reads the [`Analysis`]) and it never expands anything:
+//! `~`, `$HOME` and globs stay as written, which is what rules match on.
 //!
 //! This is an *advisory* reading of the command. The shell that really runs it is `/bin/sh`
 //! inside the kernel confinement, and that confinement is the security boundary; these are
