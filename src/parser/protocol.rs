@@ -289,6 +289,29 @@ mod tests {
         }
     }
 
+    /// Version 2's answer to a syntax check: the parser's own errors, no lint fields.
+    #[test]
+    fn a_syntax_answer_carries_the_parsers_errors() {
+        let body = r#"{"type": "syntax", "id": 1, "outcome": {"result": "checked", "errors": [{"line": 1, "column": 7, "end_line": 1, "end_column": 7, "kind": "missing", "message": "missing `)`"}], "incremental": true}}"#;
+        let answer: Response = decode_body(body.as_bytes()).unwrap();
+        let Response::Syntax {
+            outcome:
+                SyntaxOutcome::Checked {
+                    errors,
+                    incremental,
+                },
+            ..
+        } = answer
+        else {
+            panic!("not a checked syntax answer: {answer:?}");
+        };
+        assert!(incremental);
+        assert_eq!(errors[0].kind, crate::parser::syntax::ErrorKind::Missing);
+        // A version 1 answer (lint diagnostics) is refused, not misread.
+        let old = body.replace(r#""kind": "missing""#, r#""severity": "error""#);
+        assert!(decode_body::<Response>(old.as_bytes()).is_err());
+    }
+
     #[test]
     fn bad_frames_are_errors_not_panics() {
         let mut frame = encode(&Request::Commands {
