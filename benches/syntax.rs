@@ -4,8 +4,8 @@
 //! worker, the answer back), fresh and as an incremental one-line edit. Run with
 //! `cargo bench --bench syntax`.
 
-use cordon::lint::syntax::{SyntaxLanguage, check_syntax};
 use cordon::lint::{Diagnostic, Severity, mark_introduced};
+use cordon::parser::syntax::{Language as SyntaxLanguage, check as check_syntax};
 use std::time::{Duration, Instant};
 
 /// A realistic-looking Python module of exactly `lines` lines.

@@ -24,7 +24,7 @@ pub enum DoctorError {
     #[error("doctor setup: {0}")]
     Setup(#[from] std::io::Error),
     #[error(transparent)]
-    Parser(#[from] crate::parser::StartupError),
+    Parser(#[from] crate::policy::commands::ExampleCheckError),
     #[error("doctor --bench: {0}")]
     Bench(String),
 }

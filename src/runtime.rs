@@ -54,7 +54,7 @@ pub enum RuntimeError {
         source: std::io::Error,
     },
     #[error(transparent)]
-    Parser(#[from] crate::parser::StartupError),
+    Parser(#[from] crate::policy::commands::ExampleCheckError),
     #[error(transparent)]
     Interpreter(#[from] InterpreterError),
 }
@@ -264,8 +264,8 @@ impl Runtime {
         parser
             .warm_up()
             .await
-            .map_err(crate::parser::StartupError::from)?;
-        crate::parser::check_examples(parser, &self.policy.commands).await?;
+            .map_err(crate::policy::commands::ExampleCheckError::from)?;
+        crate::policy::commands::check_examples(parser, &self.policy.commands).await?;
         Ok(())
     }
 

@@ -22,7 +22,7 @@ pub enum PolicyCliError {
     #[error(transparent)]
     Runtime(#[from] crate::runtime::RuntimeError),
     #[error(transparent)]
-    Examples(#[from] crate::parser::StartupError),
+    Examples(#[from] crate::policy::commands::ExampleCheckError),
     #[error("cannot prepare the parser worker: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -50,7 +50,7 @@ pub async fn check_examples(policy: &Policy) -> Result<(), PolicyCliError> {
     }
     let runtime = crate::runtime::Runtime::build(policy.clone(), options)?;
     if let Some(parser) = &runtime.parser {
-        crate::parser::check_examples(parser, &policy.commands).await?;
+        crate::policy::commands::check_examples(parser, &policy.commands).await?;
     }
     Ok(())
 }

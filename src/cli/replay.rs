@@ -18,7 +18,7 @@
 //! judged unchanged. The log's redactions stay: `env` values and `stdin` are never printed,
 //! and a value the log shortened (`…(N chars)`) cannot be judged, which the report says.
 
-use crate::policy::commands::parse::Analysis;
+use crate::parser::bash::Analysis;
 use crate::policy::commands::{Decision, ON_ANALYSIS_FAILURE, ON_UNKNOWN, Verdict};
 use crate::policy::{Analysed, Policy, Request, WorkspaceAccess};
 use serde::Serialize;
@@ -289,7 +289,7 @@ async fn analyse(
     // A worker that cannot start at all would make every line `on_analysis_failure`: say so
     // instead of reporting changes that are not the policy's.
     parser.warm_up().await.map_err(|e| {
-        super::policy::PolicyCliError::Examples(crate::parser::StartupError::from(e))
+        super::policy::PolicyCliError::Examples(crate::policy::commands::ExampleCheckError::from(e))
     })?;
     for batch in lines.chunks(BATCH) {
         match parser.analyze(batch).await {

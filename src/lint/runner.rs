@@ -5,16 +5,19 @@
 //!
 //! Owns choosing which checks apply, running them with their timeout, and folding their
 //! results into one [`LintReport`] that never claims "clean" when a check did not run, and
-//! names every configured check that did not (`skipped`). Parsing output is `parsers`, the
-//! grammars run in `crate::parser`'s worker, the marking is `introduced`. This module never
-//! calls a grammar itself: the server process must not run their C code.
+//! names every configured check that did not (`skipped`). Reading linters' output is
+//! `formats`, the grammars run in `crate::parser`'s worker (their errors become diagnostics in
+//! `syntax`), the marking is `introduced`. This module never calls a grammar itself: the
+//! server process must not run their C code.
 
-use super::diagnostic::SkippedCheck;
-use super::parsers::{CompiledLinter, LinterConfig};
-use super::{Diagnostic, LintReport, SyntaxLanguage, detect_language, mark_introduced};
+use super::diagnostic::{Diagnostic, LintReport, SkippedCheck};
+use super::formats::{CompiledLinter, LinterConfig};
+use super::introduced::mark_introduced;
+use super::syntax::{self, SYNTAX_SOURCE};
 use crate::exec::{CaptureSpec, ExecRequest, Executor};
 use crate::parser::ParserClient;
 use crate::parser::protocol::SyntaxOutcome;
+use crate::parser::syntax::{Language, detect_language};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,9 +40,6 @@ pub struct LintPlan {
 
 /// Linter output kept in memory; JSON for one file is far below this.
 const LINTER_OUTPUT_CAP: usize = 8 << 20;
-
-/// Source name of the embedded syntax check.
-const SYNTAX: &str = "syntax";
 
 /// How many (file, content) results are remembered for the next write's "before".
 const CACHE_ENTRIES: usize = 64;
@@ -251,7 +251,7 @@ impl Linting {
     /// an incremental re-parse of it.
     async fn syntax_check(
         &self,
-        lang: SyntaxLanguage,
+        lang: Language,
         before: Option<&str>,
         after: &str,
         after_key: u64,
@@ -261,7 +261,7 @@ impl Linting {
         let mut f = Findings::default();
         let skip = |f: &mut Findings, reason: String| {
             f.skipped.push(SkippedCheck {
-                name: SYNTAX.into(),
+                name: SYNTAX_SOURCE.into(),
                 reason: reason.clone(),
             });
             f.problems
@@ -271,28 +271,32 @@ impl Linting {
             skip(&mut f, "no parser worker in this process".into());
             return f;
         };
-        let mut old = cached_before.as_ref().and_then(|c| c.get(SYNTAX).cloned());
+        let mut old = cached_before
+            .as_ref()
+            .and_then(|c| c.get(SYNTAX_SOURCE).cloned());
         if let (None, Some(b)) = (&old, before) {
             // Best effort: without the old result every syntax error counts as introduced
             // only where lines changed (mark_introduced pairs against nothing).
-            if let Ok(SyntaxOutcome::Checked { diagnostics, .. }) =
+            if let Ok(SyntaxOutcome::Checked { errors, .. }) =
                 parser.syntax(lang, b, before_key, None).await
             {
-                old = Some(diagnostics);
+                old = Some(syntax::diagnostics(errors));
             }
         }
         match parser
             .syntax(lang, after, Some(after_key), before_key)
             .await
         {
-            Ok(SyntaxOutcome::Checked { diagnostics, .. }) => {
-                f.ran.push(SYNTAX.to_owned());
-                f.fresh.push((SYNTAX.to_owned(), diagnostics.clone()));
+            Ok(SyntaxOutcome::Checked { errors, .. }) => {
+                let diagnostics = syntax::diagnostics(errors);
+                f.ran.push(SYNTAX_SOURCE.to_owned());
+                f.fresh
+                    .push((SYNTAX_SOURCE.to_owned(), diagnostics.clone()));
                 f.new_diags.extend(diagnostics);
                 f.old_diags.extend(old.unwrap_or_default());
             }
             Ok(SyntaxOutcome::TooSlow { budget_ms }) => f.skipped.push(SkippedCheck {
-                name: SYNTAX.into(),
+                name: SYNTAX_SOURCE.into(),
                 reason: format!(
                     "the {} parse took longer than {budget_ms} ms and was stopped",
                     lang.name()

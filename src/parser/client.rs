@@ -12,11 +12,11 @@
 //! Nothing the worker sends is trusted: frames are bounded by `protocol`, answers must carry
 //! the id of the request, and its stderr is kept only as a short, cleaned tail for messages.
 
+use super::bash::Analysis;
 use super::protocol::{self, MAX_LINES, MAX_TEXT, ProtocolError, Request, Response, SyntaxOutcome};
+use super::syntax::Language;
 use crate::confine::CallLimits;
 use crate::exec::{ConfinedWorker, Executor, WorkerSpec, signal_name};
-use crate::lint::SyntaxLanguage;
-use crate::policy::commands::parse::Analysis;
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -158,7 +158,7 @@ impl ParserClient {
     /// `previous` names the key of the text it was edited from.
     pub async fn syntax(
         &self,
-        language: SyntaxLanguage,
+        language: Language,
         text: &str,
         remember: Option<u64>,
         previous: Option<u64>,

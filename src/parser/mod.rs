@@ -1,18 +1,26 @@
-//! The parser worker: every tree-sitter grammar (the lint syntax check and the bash analysis
-//! behind the command rules) runs in a confined, restartable child process, never in the
-//! server, because grammars are C code fed hostile text.
+//! The parser: every tree-sitter grammar cordon uses, and the confined, restartable worker
+//! process they run in. Grammars are C code fed hostile text, so they never run in the server.
 //!
+//! * [`syntax`]: the syntax check of a file (which grammar, the time-boxed and incremental
+//!   parse, the reduction of error nodes to [`syntax::SyntaxError`]s);
+//! * [`bash`]: the reading of a command line into the simple commands it runs
+//!   ([`bash::Analysis`]);
 //! * [`protocol`]: the bounded, versioned frames between server and worker;
 //! * [`worker`]: the worker's loop (`cordon __parse-worker`) and its remembered trees;
 //! * [`lockdown`]: what the worker does to confine itself further;
 //! * [`client`]: the server's side: spawn, deadline, restart, and why a request failed.
 //!
-//! It does not decide what a failure means for a call: lint reports `unavailable`, the command
-//! rules apply `commands.on_analysis_failure`.
+//! A leaf: it returns its own types and imports nothing from the stages that use it. `lint`
+//! turns syntax errors into diagnostics, `policy::commands` judges analyses (and checks the
+//! policy's rule examples through the [`ParserClient`]). It does not decide what a failure
+//! means for a call: lint reports `unavailable`, the command rules apply
+//! `commands.on_analysis_failure`.
 
+pub mod bash;
 pub mod client;
 pub mod lockdown;
 pub mod protocol;
+pub mod syntax;
 pub mod worker;
 
 pub use client::{ParserClient, ParserConfig, ParserError, WORKER_SUBCOMMAND};
@@ -21,30 +29,4 @@ pub use client::{ParserClient, ParserConfig, ParserError, WORKER_SUBCOMMAND};
 /// must let children read and execute it (`RuntimeOptions::parser_program` grants it).
 pub fn worker_program() -> std::io::Result<std::path::PathBuf> {
     std::env::current_exe()
-}
-
-/// Why the server (or `cordon policy check`) could not get a working parser worker, or the
-/// policy's rule examples failed in it.
-#[derive(Debug, thiserror::Error)]
-pub enum StartupError {
-    #[error("the parser worker (tree-sitter, confined) does not work here: {0}")]
-    Worker(#[from] ParserError),
-    #[error(transparent)]
-    Examples(#[from] crate::policy::commands::rules::RuleError),
-}
-
-/// Runs every rule example through the worker and checks each behaves as listed.
-pub async fn check_examples(
-    client: &ParserClient,
-    rules: &crate::policy::commands::CommandRules,
-) -> Result<(), StartupError> {
-    let lines = rules.example_lines();
-    if lines.is_empty() {
-        return Ok(());
-    }
-    let analyses = client.analyze(&lines).await?;
-    let by_line: std::collections::HashMap<&str, _> =
-        lines.iter().map(String::as_str).zip(analyses).collect();
-    rules.verify_examples(&|l| by_line.get(l).cloned())?;
-    Ok(())
 }

@@ -9,13 +9,15 @@
 //! requests are checked by the worker because that is cheap and keeps the decoder honest.
 //! Running the grammars is `worker`'s job, spawning and timing the worker is `client`'s.
 
-use crate::lint::{Diagnostic, SyntaxLanguage};
-use crate::policy::commands::parse::Analysis;
+use super::bash::Analysis;
+use super::syntax::{Language, SyntaxError};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 
 /// Bumped whenever a message changes shape; both sides refuse a frame of another version.
-pub const VERSION: u8 = 1;
+/// 2: a syntax check answers the parser's own [`SyntaxError`]s (`errors`), not lint
+/// diagnostics.
+pub const VERSION: u8 = 2;
 
 /// Bytes of the frame header: version and body length.
 pub const HEADER_LEN: usize = 5;
@@ -39,7 +41,7 @@ pub enum Request {
     /// The syntax check of one text.
     Syntax {
         id: u64,
-        language: SyntaxLanguage,
+        language: Language,
         text: String,
         /// Remember this text's tree under this key, for a later incremental re-parse.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -49,7 +51,7 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         previous: Option<u64>,
     },
-    /// Which simple commands each command line runs (see `policy::commands::parse`).
+    /// Which simple commands each command line runs (see `bash`).
     Commands { id: u64, lines: Vec<String> },
 }
 
@@ -127,7 +129,7 @@ impl Response {
 pub enum SyntaxOutcome {
     /// The grammar ran; an empty list means it accepted the text.
     Checked {
-        diagnostics: Vec<Diagnostic>,
+        errors: Vec<SyntaxError>,
         /// True when the worker still had the remembered tree of `previous` (it reuses it
         /// unless most of the text changed, where a fresh parse is cheaper).
         incremental: bool,
@@ -273,7 +275,7 @@ mod tests {
     fn a_request_survives_the_round_trip() {
         let req = Request::Syntax {
             id: 7,
-            language: SyntaxLanguage::Python,
+            language: Language::Python,
             text: "def f(:\n  é\"\\".into(),
             remember: Some(1),
             previous: None,
@@ -285,6 +287,29 @@ mod tests {
         for cut in 0..frame.len() {
             assert!(decode_frame::<Request>(&frame[..cut]).unwrap().is_none());
         }
+    }
+
+    /// Version 2's answer to a syntax check: the parser's own errors, no lint fields.
+    #[test]
+    fn a_syntax_answer_carries_the_parsers_errors() {
+        let body = r#"{"type": "syntax", "id": 1, "outcome": {"result": "checked", "errors": [{"line": 1, "column": 7, "end_line": 1, "end_column": 7, "kind": "missing", "message": "missing `)`"}], "incremental": true}}"#;
+        let answer: Response = decode_body(body.as_bytes()).unwrap();
+        let Response::Syntax {
+            outcome:
+                SyntaxOutcome::Checked {
+                    errors,
+                    incremental,
+                },
+            ..
+        } = answer
+        else {
+            panic!("not a checked syntax answer: {answer:?}");
+        };
+        assert!(incremental);
+        assert_eq!(errors[0].kind, crate::parser::syntax::ErrorKind::Missing);
+        // A version 1 answer (lint diagnostics) is refused, not misread.
+        let old = body.replace(r#""kind": "missing""#, r#""severity": "error""#);
+        assert!(decode_body::<Response>(old.as_bytes()).is_err());
     }
 
     #[test]

@@ -7,14 +7,12 @@
 //! grammar's assertion, a stack overflow, the memory limit) ends only this process; the
 //! server's client notices, answers `unavailable` and starts another.
 
+use super::bash::analyze;
 use super::lockdown;
 use super::protocol::{
     ProtocolError, Request, Response, SyntaxOutcome, decode_body, read_body, write_message,
 };
-use crate::lint::syntax::{
-    ParsedSource, SyntaxCheckError, check_syntax_edited, check_syntax_keeping_tree,
-};
-use crate::policy::commands::parse::analyze;
+use super::syntax::{CheckError, ParsedSource, check_edited, check_keeping_tree};
 use std::collections::VecDeque;
 use std::io::{BufReader, BufWriter};
 
@@ -132,23 +130,23 @@ fn answer(request: Request, trees: &mut Trees) -> Response {
                 .filter(|(_, _, tree)| tree.language() == language);
             let incremental = old.is_some();
             let result = match old {
-                Some((_, old_text, tree)) => check_syntax_edited(tree, old_text, &text),
-                None => check_syntax_keeping_tree(language, &text),
+                Some((_, old_text, tree)) => check_edited(tree, old_text, &text),
+                None => check_keeping_tree(language, &text),
             };
             let outcome = match result {
-                Ok((diagnostics, tree)) => {
+                Ok((errors, tree)) => {
                     if let Some(key) = remember {
                         trees.put(key, text, tree);
                     }
                     SyntaxOutcome::Checked {
-                        diagnostics,
+                        errors,
                         incremental,
                     }
                 }
-                Err(SyntaxCheckError::TooSlow { budget_ms, .. }) => SyntaxOutcome::TooSlow {
+                Err(CheckError::TooSlow { budget_ms, .. }) => SyntaxOutcome::TooSlow {
                     budget_ms: budget_ms as u64,
                 },
-                Err(SyntaxCheckError::Grammar { detail, .. }) => SyntaxOutcome::Grammar { detail },
+                Err(CheckError::Grammar { detail, .. }) => SyntaxOutcome::Grammar { detail },
             };
             Response::Syntax { id, outcome }
         }
@@ -162,7 +160,7 @@ fn answer(request: Request, trees: &mut Trees) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lint::SyntaxLanguage;
+    use crate::parser::syntax::Language;
 
     #[test]
     fn incremental_answers_equal_fresh_ones() {
@@ -175,7 +173,7 @@ mod tests {
             answer(
                 Request::Syntax {
                     id: 1,
-                    language: SyntaxLanguage::Python,
+                    language: Language::Python,
                     text: text.to_owned(),
                     remember,
                     previous,
@@ -187,7 +185,7 @@ mod tests {
         let Response::Syntax {
             outcome:
                 SyntaxOutcome::Checked {
-                    diagnostics: inc,
+                    errors: inc,
                     incremental: true,
                 },
             ..
@@ -198,7 +196,7 @@ mod tests {
         let Response::Syntax {
             outcome:
                 SyntaxOutcome::Checked {
-                    diagnostics: fresh,
+                    errors: fresh,
                     incremental: false,
                 },
             ..
@@ -215,7 +213,7 @@ mod tests {
         let mut trees = Trees::default();
         let text = "x = 1\n".repeat(100_000);
         for key in 0..40 {
-            let (_, tree) = check_syntax_keeping_tree(SyntaxLanguage::Python, "x = 1\n").unwrap();
+            let (_, tree) = check_keeping_tree(Language::Python, "x = 1\n").unwrap();
             trees.put(key, text.clone(), tree);
         }
         assert!(trees.bytes <= TREE_TEXT_BYTES);

@@ -9,7 +9,8 @@
 //! does not ask anyone (that is `server`) and runs nothing.
 
 use super::Policy;
-use super::commands::{Decision, Verdict, parse::Analysis};
+use super::commands::{Decision, Verdict};
+use crate::parser::bash::Analysis;
 
 /// One tool call as the policy sees it.
 pub enum Request<'a> {
@@ -65,7 +66,7 @@ impl Policy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::commands::parse::analyze;
+    use crate::parser::bash::analyze;
 
     #[test]
     fn commands_are_judged_by_their_analysis_and_files_by_the_workspace() {

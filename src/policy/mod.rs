@@ -1195,8 +1195,8 @@ fn resolve_oauth(
 
 #[cfg(test)]
 mod tests {
-    use super::commands::parse::analyze;
     use super::*;
+    use crate::parser::bash::analyze;
 
     #[test]
     fn embedded_default_is_complete_and_valid() {

@@ -1,10 +1,16 @@
 //! `introduced` end to end: the embedded syntax check run on old and new content.
 
-use cordon::lint::syntax::{SyntaxLanguage, check_syntax};
 use cordon::lint::{Diagnostic, LintReport, mark_introduced};
+use cordon::parser::syntax::{Language, check};
+
+/// The syntax check in process, as lint reports it.
+fn check_syntax(lang: Language, source: &str) -> Result<Vec<Diagnostic>, String> {
+    let errors = check(lang, source).map_err(|e| e.to_string())?;
+    Ok(cordon::lint::syntax::diagnostics(errors))
+}
 
 fn lint(source: &str) -> Vec<Diagnostic> {
-    check_syntax(SyntaxLanguage::Python, source).expect("parsed")
+    check_syntax(Language::Python, source).expect("parsed")
 }
 
 /// (line, introduced) of each new diagnostic after an edit from `old` to `new`.
@@ -53,8 +59,8 @@ fn editing_the_broken_line_without_fixing_it_keeps_the_old_error() {
     // missing `;`, did not.
     let old = "fn main() {\n    let x = 1 }\n";
     let new = "fn main() {\n    let total = 1 }\n";
-    let old_d = check_syntax(SyntaxLanguage::Rust, old).unwrap();
-    let mut new_d = check_syntax(SyntaxLanguage::Rust, new).unwrap();
+    let old_d = check_syntax(Language::Rust, old).unwrap();
+    let mut new_d = check_syntax(Language::Rust, new).unwrap();
     assert_eq!(old_d.len(), 1);
     assert_eq!(new_d.len(), 1);
     assert_eq!(old_d[0].message, new_d[0].message);

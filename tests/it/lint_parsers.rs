@@ -1,6 +1,6 @@
 //! External linter output → diagnostics, on real captured output (tests/fixtures/lint/).
 
-use cordon::lint::parsers::{LinterConfig, OutputFormat, ParseError, parse_builtin};
+use cordon::lint::formats::{LinterConfig, OutputFormat, ParseError, parse_builtin};
 use cordon::lint::{Diagnostic, Severity};
 use std::path::PathBuf;
 

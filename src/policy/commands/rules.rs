@@ -3,16 +3,16 @@
 //!
 //! Owns the rule schema as written in the policy (`[[commands.rules]]`), its validation
 //! (every rule's `examples.match` must match and `examples.not_match` must not, checked when
-//! the policy loads) and [`CommandRules::decide`]. Reading shell text is `parse`'s job; asking
-//! the user is the server's.
+//! the policy loads) and [`CommandRules::decide`]. Reading shell text is
+//! `crate::parser::bash`'s job; asking the user is the server's.
 //!
 //! The rules are a *courtesy layer*: they stop destructive actions that the kernel confinement
 //! allows (Landlock lets a command delete the whole workspace, because the workspace is
 //! writable) and make the agent ask first for others. They are not a security boundary:
-//! `parse` lists the forms they cannot see through, and a command they do not catch still runs
-//! confined.
+//! `crate::parser::bash` lists the forms they cannot see through, and a command they do not
+//! catch still runs confined.
 
-use super::parse::{Analysis, SimpleCommand, program_name};
+use crate::parser::bash::{Analysis, SimpleCommand, program_name};
 use serde::{Deserialize, Serialize};
 
 /// What happens to a command.
@@ -523,8 +523,8 @@ fn glob(pattern: &str, text: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::super::parse::analyze;
     use super::*;
+    use crate::parser::bash::analyze;
 
     fn rule(toml_text: &str) -> Result<CommandRules, RuleError> {
         #[derive(Deserialize)]

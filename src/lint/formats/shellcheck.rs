@@ -5,7 +5,7 @@
 //! one column. The older `-f json` (a bare array) counts a tab as 8 columns, so it is refused
 //! with a message saying to use json1 rather than silently misplacing findings.
 
-use super::{ParseContext, ParseError, diagnostic};
+use super::context::{ParseContext, ParseError, diagnostic};
 use crate::lint::diagnostic::{Diagnostic, Severity};
 use serde::Deserialize;
 

@@ -5,7 +5,7 @@
 //! string indices), converted here to characters. Parse failures come as `fatal: true` with
 //! `ruleId: null` and no end position.
 
-use super::{ParseContext, ParseError, diagnostic};
+use super::context::{ParseContext, ParseError, diagnostic};
 use crate::lint::diagnostic::{Diagnostic, Severity};
 use crate::lint::position::ColumnUnit;
 use serde::Deserialize;

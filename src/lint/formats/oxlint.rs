@@ -7,7 +7,7 @@
 //! first label is the primary location. A bare top-level array of the same diagnostics is also
 //! accepted.
 
-use super::{ParseContext, ParseError, diagnostic};
+use super::context::{ParseContext, ParseError, diagnostic};
 use crate::lint::diagnostic::{Diagnostic, Severity};
 use crate::lint::position::ColumnUnit;
 use serde::Deserialize;

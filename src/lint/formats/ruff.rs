@@ -5,7 +5,7 @@
 //! 1-based *character* columns; `code` is a rule id, `"invalid-syntax"` for parse errors, or
 //! `null` in older releases (which also had no `severity` field).
 
-use super::{ParseContext, diagnostic};
+use super::context::{ParseContext, ParseError, diagnostic};
 use crate::lint::diagnostic::{Diagnostic, Severity};
 use crate::lint::position::ColumnUnit;
 use serde::Deserialize;
@@ -25,10 +25,7 @@ struct Location {
     column: u32,
 }
 
-pub(super) fn parse(
-    stdout: &str,
-    ctx: &ParseContext<'_>,
-) -> Result<Vec<Diagnostic>, super::ParseError> {
+pub(super) fn parse(stdout: &str, ctx: &ParseContext<'_>) -> Result<Vec<Diagnostic>, ParseError> {
     let findings: Vec<Finding> = ctx.json(stdout, "a JSON array (`[]` when clean)")?;
     Ok(findings
         .into_iter()

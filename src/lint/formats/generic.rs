@@ -1,54 +1,16 @@
 //! The data-driven adapter for linters without a built-in parser.
 //!
-//! Owns [`JsonMapping`] (where in a JSON document the findings and their fields are) and
-//! [`RegexMapping`] (a per-line regex with named groups), and the parsing through them. Shared
-//! knobs (severity mapping, column unit and base) live on `LinterConfig`. It knows nothing about
-//! any particular linter.
+//! Owns the reading through a [`JsonMapping`] (where in a JSON document the findings and their
+//! fields are) or a [`RegexMapping`] (a per-line regex with named groups), and the check of a
+//! regex's groups. The mappings themselves, and the shared knobs (severity mapping, column unit
+//! and base), are part of the policy entry (`config`). It knows nothing about any particular
+//! linter.
 
-use super::{LinterConfig, ParseContext, ParseError, diagnostic};
+use super::config::{JsonMapping, LinterConfig, RegexMapping};
+use super::context::{ParseContext, ParseError, diagnostic};
 use crate::lint::diagnostic::{Diagnostic, Severity};
 use regex::Regex;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
-
-/// Where the findings are in a linter's JSON output. Each field is either a JSON pointer
-/// (`"/location/row"`) or a plain key of the finding object (`"line"`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct JsonMapping {
-    /// Pointer to the array of findings; empty (the default) means the document itself.
-    #[serde(default)]
-    pub results: String,
-    /// Pointer, inside each element of `results`, to a nested array of findings (ESLint-style
-    /// per-file results: `"/messages"`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub nested: Option<String>,
-    pub line: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub column: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub end_line: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub end_column: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub severity: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub code: Option<String>,
-    pub message: String,
-    /// Treat empty stdout as "no findings". Off by default: most JSON linters print `[]` when
-    /// clean, so empty output usually means the linter did not run properly.
-    #[serde(default)]
-    pub empty_output_is_clean: bool,
-}
-
-/// A regex applied to each line of output; lines that do not match are ignored (summaries,
-/// banners). Named groups: `line` and `message` (required), `col`, `end_line`, `end_col`,
-/// `severity`, `code`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RegexMapping {
-    pub pattern: String,
-}
 
 const REGEX_GROUPS: [&str; 7] = [
     "line", "col", "end_line", "end_col", "severity", "code", "message",

@@ -1,0 +1,24 @@
+//! Turning an external linter's output into [`Diagnostic`](crate::lint::Diagnostic)s.
+//!
+//! * [`config`]: the `[[lint.linters]]` policy entry ([`LinterConfig`]);
+//! * [`compiled`]: its validation into a [`CompiledLinter`] and the exit-status check;
+//! * `context`: what every reader shares (the [`ParseError`], positions into diagnostics);
+//! * the readers: built-in ones for ruff, shellcheck, ESLint and oxlint, and a data-driven
+//!   generic adapter (JSON mapping or regex).
+//!
+//! It does not spawn the linter, choose which linters apply beyond the extension list, or
+//! decide `introduced`. The rule everywhere: output we cannot fully understand is a
+//! [`ParseError`], never an empty (and so falsely "clean") result.
+
+pub mod compiled;
+pub mod config;
+mod context;
+mod eslint;
+mod generic;
+mod oxlint;
+mod ruff;
+mod shellcheck;
+
+pub use compiled::{CompiledLinter, parse_builtin};
+pub use config::{JsonMapping, LinterConfig, OutputFormat, PATH_PLACEHOLDER, RegexMapping};
+pub use context::ParseError;
