@@ -94,6 +94,7 @@ impl Options {
                 "--color" | "-Z" => {
                     value(&flag)?;
                 }
+                _ if flag.starts_with("-Z") => {}
                 _ if flag.starts_with('-') => return Err(ArgsError::Unknown(arg)),
                 _ => options.filters.push(arg),
             }

@@ -13,8 +13,6 @@
 //! A test skips by calling [`skip::mark_skipped`] (the skip helpers in tests/it and
 //! tests/compat do) and returning: the outcome is never guessed from its output.
 
-#![allow(dead_code)] // each binary includes the whole runner
-
 pub mod args;
 pub mod child;
 pub mod in_process;

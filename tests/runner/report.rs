@@ -35,10 +35,6 @@ pub struct Tally {
 }
 
 impl Tally {
-    pub fn failed(&self) -> usize {
-        self.failures.len()
-    }
-
     /// Prints the test's line and counts it.
     pub fn record(&mut self, finished: Finished, options: &Options) {
         let mark = match &finished.outcome {
