@@ -28,6 +28,7 @@ pub fn missing(row: &str, what: &str) {
         panic!("{line}; CI=true: a row whose prerequisites are missing fails the run");
     }
     eprintln!("{line}");
+    crate::runner::mark_skipped(&format!("{what} (.ci/run installs it)"));
 }
 
 /// Whether every program is on this process's PATH; names the first missing one.

@@ -9,11 +9,27 @@ mod harness;
 use harness::{Row, check, have, host, write_files};
 use std::path::Path;
 
+// The test harness (tests/runner): each row in a process of its own, skipped rows counted.
+#[path = "../runner/mod.rs"]
+mod runner;
+
+fn main() {
+    runner::main()
+}
+
+/// A row declared with the built-in `#[test]` here would silently never run.
+#[cordon_test::test]
+fn every_test_is_declared_with_the_harness_attribute() {
+    runner::registered::assert_all_registered(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/compat"),
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // Network on the sandbox's own loopback
 // ---------------------------------------------------------------------------------------
 
-#[test]
+#[cordon_test::test]
 fn loopback_http_server_and_curl_in_one_call() {
     if !have("loopback_http_server", &["python3", "curl"]) {
         return;
@@ -30,7 +46,7 @@ fn loopback_http_server_and_curl_in_one_call() {
     });
 }
 
-#[test]
+#[cordon_test::test]
 fn curl_localhost_needs_no_proxy_setting() {
     // Under `dev` the proxy variables are set; loopback must bypass them (NO_PROXY).
     if !have("curl_localhost", &["python3", "curl"]) {
@@ -48,7 +64,7 @@ fn curl_localhost_needs_no_proxy_setting() {
     });
 }
 
-#[test]
+#[cordon_test::test]
 fn ip_addr_and_ss_read_the_interfaces() {
     if !have("ip_addr", &["ip", "ss", "python3"]) {
         return;
@@ -65,7 +81,7 @@ fn ip_addr_and_ss_read_the_interfaces() {
 // IPC, /dev/shm, /tmp, ptys, hostname, /sys, signals
 // ---------------------------------------------------------------------------------------
 
-#[test]
+#[cordon_test::test]
 fn python_multiprocessing_pool_queue_and_shared_memory() {
     if !have("python_multiprocessing", &["python3"]) {
         return;
@@ -97,7 +113,7 @@ fn python_multiprocessing_pool_queue_and_shared_memory() {
     });
 }
 
-#[test]
+#[cordon_test::test]
 fn c_shm_open_and_sem_open() {
     if !have("c_shm_open", &["cc"]) {
         return;
@@ -127,7 +143,7 @@ fn c_shm_open_and_sem_open() {
     });
 }
 
-#[test]
+#[cordon_test::test]
 fn yes_head_exits_quietly_on_sigpipe() {
     check(Row {
         name: "yes_head",
@@ -136,7 +152,7 @@ fn yes_head_exits_quietly_on_sigpipe() {
     });
 }
 
-#[test]
+#[cordon_test::test]
 fn mktemp_in_tmp_and_a_hard_coded_tmp_path() {
     check(Row {
         name: "mktemp_tmp",
@@ -147,7 +163,7 @@ fn mktemp_in_tmp_and_a_hard_coded_tmp_path() {
     });
 }
 
-#[test]
+#[cordon_test::test]
 fn the_hostname_resolves() {
     if !have("hostname", &["hostname", "getent", "python3"]) {
         return;
@@ -161,7 +177,7 @@ fn the_hostname_resolves() {
     });
 }
 
-#[test]
+#[cordon_test::test]
 fn pty_programs_get_a_pty() {
     if !have("pty", &["python3", "script"]) {
         return;
@@ -174,7 +190,7 @@ fn pty_programs_get_a_pty() {
     });
 }
 
-#[test]
+#[cordon_test::test]
 fn lscpu_and_nproc_see_the_cpus() {
     if !have("lscpu", &["lscpu", "nproc"]) {
         return;
@@ -191,7 +207,7 @@ fn lscpu_and_nproc_see_the_cpus() {
 // Limits sized for real work
 // ---------------------------------------------------------------------------------------
 
-#[test]
+#[cordon_test::test]
 fn five_thousand_open_files() {
     check(Row {
         name: "open_files",
@@ -201,7 +217,7 @@ fn five_thousand_open_files() {
     });
 }
 
-#[test]
+#[cordon_test::test]
 fn five_hundred_threads() {
     check(Row {
         name: "threads",
@@ -213,7 +229,7 @@ fn five_hundred_threads() {
     });
 }
 
-#[test]
+#[cordon_test::test]
 fn a_32_gib_prot_none_reservation_as_sanitizers_make() {
     if !have("large_mmap", &["cc"]) {
         return;
@@ -238,7 +254,7 @@ fn a_32_gib_prot_none_reservation_as_sanitizers_make() {
     });
 }
 
-#[test]
+#[cordon_test::test]
 fn node_with_several_webassembly_memories() {
     if !have("node_wasm", &["node"]) {
         return;
@@ -256,7 +272,7 @@ fn node_with_several_webassembly_memories() {
 // Toolchains and builds
 // ---------------------------------------------------------------------------------------
 
-#[test]
+#[cordon_test::test]
 fn cargo_version_from_rustup() {
     if !have("cargo_version", &["cargo"]) {
         return;
@@ -268,7 +284,7 @@ fn cargo_version_from_rustup() {
     });
 }
 
-#[test]
+#[cordon_test::test]
 fn python_version_without_the_3() {
     if !have("python_version", &["python"]) {
         return;
@@ -280,7 +296,7 @@ fn python_version_without_the_3() {
     });
 }
 
-#[test]
+#[cordon_test::test]
 fn make_j2_of_a_tiny_c_project() {
     if !have("make_j2", &["make", "cc"]) {
         return;
@@ -327,7 +343,7 @@ fn tiny_wheel(ws: &Path) {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn venv_and_pip_install_of_a_local_wheel() {
     if !have("venv_pip", &["python3"]) {
         return;
@@ -342,7 +358,7 @@ fn venv_and_pip_install_of_a_local_wheel() {
     });
 }
 
-#[test]
+#[cordon_test::test]
 fn sqlite3_cli_and_python_module() {
     if !have("sqlite3", &["sqlite3", "python3"]) {
         return;
@@ -355,7 +371,7 @@ fn sqlite3_cli_and_python_module() {
     });
 }
 
-#[test]
+#[cordon_test::test]
 fn npm_test_of_a_tiny_package() {
     if !have("npm_test", &["node", "npm"]) {
         return;
@@ -401,7 +417,7 @@ fn repo(ws: &Path) {
     }
 }
 
-#[test]
+#[cordon_test::test]
 fn git_commit_with_the_operators_identity() {
     if !have("git_commit", &["git"]) {
         return;
@@ -414,7 +430,7 @@ fn git_commit_with_the_operators_identity() {
     });
 }
 
-#[test]
+#[cordon_test::test]
 fn git_config_remote_push_and_upstream() {
     if !have("git_config_remote", &["git"]) {
         return;
@@ -430,7 +446,7 @@ fn git_config_remote_push_and_upstream() {
     });
 }
 
-#[test]
+#[cordon_test::test]
 fn git_worktree_and_submodule_add() {
     if !have("git_worktree", &["git"]) {
         return;
@@ -450,7 +466,7 @@ fn git_worktree_and_submodule_add() {
     });
 }
 
-#[test]
+#[cordon_test::test]
 fn git_gc_and_maintenance() {
     if !have("git_gc", &["git"]) {
         return;
@@ -467,7 +483,7 @@ fn git_gc_and_maintenance() {
 // `cordon exec` itself
 // ---------------------------------------------------------------------------------------
 
-#[test]
+#[cordon_test::test]
 fn piped_stdin_and_a_subdirectory() {
     check(Row {
         name: "stdin_and_cwd",
@@ -479,7 +495,7 @@ fn piped_stdin_and_a_subdirectory() {
     });
 }
 
-#[test]
+#[cordon_test::test]
 fn home_state_survives_between_calls() {
     // Within one workspace: what the first command leaves in HOME the second one finds.
     if !have("home_state", &["git"]) {
@@ -551,7 +567,7 @@ fn more_itertools_sdist() -> Option<std::path::PathBuf> {
     find()
 }
 
-#[test]
+#[cordon_test::test]
 fn more_itertools_test_suite() {
     if !have("more_itertools", &["python3", "tar"]) {
         return;

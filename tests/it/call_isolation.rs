@@ -78,7 +78,7 @@ fn observe(pid: i32) -> Observed {
     }
 }
 
-#[test]
+#[cordon_test::test]
 fn a_call_cannot_renice_limit_pin_or_list_another_calls_process() {
     let test = "a_call_cannot_renice_limit_pin_or_list_another_calls_process";
     if skip(test, Need::Namespaces) {
@@ -128,7 +128,7 @@ fn a_call_cannot_renice_limit_pin_or_list_another_calls_process() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn a_call_cannot_write_another_calls_tmpdir_or_leave_files_for_the_next() {
     let test = "a_call_cannot_write_another_calls_tmpdir_or_leave_files_for_the_next";
     if skip(test, Need::Namespaces) {
@@ -174,7 +174,7 @@ fn a_call_cannot_write_another_calls_tmpdir_or_leave_files_for_the_next() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn sysv_ipc_objects_die_with_their_call() {
     let test = "sysv_ipc_objects_die_with_their_call";
     if skip(test, Need::Namespaces) {
@@ -208,7 +208,7 @@ fn sysv_ipc_objects_die_with_their_call() {
 /// The layers that make a call alone must not break ordinary file moves: every Landlock layer
 /// refuses moving a file to another directory (EXDEV) unless it grants that, and the scope
 /// layer put on the job's main process once did in the workspace, TMPDIR, /tmp and /dev/shm.
-#[test]
+#[cordon_test::test]
 fn files_move_between_directories_in_every_writable_place() {
     let test = "files_move_between_directories_in_every_writable_place";
     if skip(test, Need::Namespaces) {

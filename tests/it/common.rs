@@ -178,7 +178,8 @@ pub enum Need {
 }
 
 /// True (after saying what is missing) when this machine cannot give the test what it needs;
-/// the test then returns early instead of asserting on unconfined behaviour.
+/// the test then returns early instead of asserting on unconfined behaviour, and the harness
+/// reports it as skipped.
 pub fn skip(test: &str, need: Need) -> bool {
     let missing = match (level(), need) {
         (Level::Full, _) | (Level::Reduced(_), Need::LandlockSeccomp) => return false,
@@ -195,11 +196,15 @@ pub fn skip(test: &str, need: Need) -> bool {
         panic!("{test} cannot run in CI: {missing}");
     }
     eprintln!("SKIPPED {test}: {missing}");
+    crate::runner::mark_skipped(&missing);
     true
 }
 
+/// Says the test (or the part of it named in `test`) cannot run here; the test then returns,
+/// or goes on without that part. Either way the harness reports it as skipped.
 pub fn skip_msg(test: &str, missing: &str) {
     eprintln!("SKIPPED {test}: {missing}");
+    crate::runner::mark_skipped(missing);
 }
 
 /// A workspace and, beside it (outside the workspace), a directory for secrets, policies and

@@ -30,7 +30,7 @@ const ENOSYS: &str = "(os error 38)";
 // Files (Landlock)
 // ---------------------------------------------------------------------------------------
 
-#[test]
+#[cordon_test::test]
 fn secret_outside_workspace_is_unreadable() {
     if skip(
         "secret_outside_workspace_is_unreadable",
@@ -77,7 +77,7 @@ fn secret_outside_workspace_is_unreadable() {
     assert!(!exists(sb.ws().join("copy")), "the secret was copied in");
 }
 
-#[test]
+#[cordon_test::test]
 fn etc_shadow_is_unreadable() {
     if skip("etc_shadow_is_unreadable", Need::LandlockSeccomp) {
         return;
@@ -99,7 +99,7 @@ fn etc_shadow_is_unreadable() {
     }
 }
 
-#[test]
+#[cordon_test::test]
 fn root_home_is_unreadable() {
     if skip("root_home_is_unreadable", Need::LandlockSeccomp) {
         return;
@@ -117,7 +117,7 @@ fn root_home_is_unreadable() {
     assert!(run.stdout.is_empty(), "/root listing leaked: {run:?}");
 }
 
-#[test]
+#[cordon_test::test]
 fn write_outside_workspace_is_refused() {
     if skip("write_outside_workspace_is_refused", Need::LandlockSeccomp) {
         return;
@@ -148,7 +148,7 @@ fn write_outside_workspace_is_refused() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn write_inside_workspace_works() {
     if skip("write_inside_workspace_works", Need::LandlockSeccomp) {
         return;
@@ -181,7 +181,7 @@ fn write_inside_workspace_works() {
 // Network
 // ---------------------------------------------------------------------------------------
 
-#[test]
+#[cordon_test::test]
 fn tcp_connect_to_loopback_listener_is_refused() {
     if skip(
         "tcp_connect_to_loopback_listener_is_refused",
@@ -207,7 +207,7 @@ fn tcp_connect_to_loopback_listener_is_refused() {
 /// UDP never reaches the host: in the sandbox's own network namespace the send succeeds
 /// there (its loopback is private, so UDP is allowed), but the host's receiver gets nothing;
 /// where the host's namespace is shared (no namespaces), seccomp refuses the socket.
-#[test]
+#[cordon_test::test]
 fn udp_send_never_reaches_the_host() {
     if skip("udp_send_never_reaches_the_host", Need::LandlockSeccomp) {
         return;
@@ -283,23 +283,23 @@ fn assert_probe_refused(test: &str, name: &str, errno_text: &str, control: bool)
 }
 
 // No unconfined control: PTRACE_ATTACH would stop the test runner itself.
-#[test]
+#[cordon_test::test]
 fn ptrace_is_refused() {
     assert_probe_refused("ptrace_is_refused", "ptrace", EPERM, false);
 }
 
 // No unconfined control: as root it would really mount a tmpfs on the host.
-#[test]
+#[cordon_test::test]
 fn mount_is_refused() {
     assert_probe_refused("mount_is_refused", "mount", EPERM, false);
 }
 
-#[test]
+#[cordon_test::test]
 fn unshare_is_refused() {
     assert_probe_refused("unshare_is_refused", "unshare", EPERM, true);
 }
 
-#[test]
+#[cordon_test::test]
 fn clone_with_newuser_is_refused() {
     assert_probe_refused(
         "clone_with_newuser_is_refused",
@@ -309,18 +309,18 @@ fn clone_with_newuser_is_refused() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn bpf_is_refused() {
     assert_probe_refused("bpf_is_refused", "bpf", EPERM, true);
 }
 
-#[test]
+#[cordon_test::test]
 fn io_uring_is_refused() {
     assert_probe_refused("io_uring_is_refused", "io_uring", EPERM, true);
 }
 
 // The confined probe's parent is the `cordon exec` process.
-#[test]
+#[cordon_test::test]
 fn signalling_the_parent_is_refused() {
     assert_probe_refused(
         "signalling_the_parent_is_refused",
@@ -332,12 +332,12 @@ fn signalling_the_parent_is_refused() {
 
 // On kernels built without the x32 ABI the unconfined control gets ENOSYS as well; the test
 // then says so, but still guards kernels that have x32.
-#[test]
+#[cordon_test::test]
 fn x32_syscalls_get_enosys() {
     assert_probe_refused("x32_syscalls_get_enosys", "x32", ENOSYS, true);
 }
 
-#[test]
+#[cordon_test::test]
 fn int80_syscall_is_killed_by_sigsys() {
     if skip("int80_syscall_is_killed_by_sigsys", Need::LandlockSeccomp) {
         return;
@@ -350,7 +350,7 @@ fn int80_syscall_is_killed_by_sigsys() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn clone3_gets_enosys_and_python_threads_still_work() {
     if skip(
         "clone3_gets_enosys_and_python_threads_still_work",
@@ -395,7 +395,7 @@ fn clone3_gets_enosys_and_python_threads_still_work() {
 // Environment
 // ---------------------------------------------------------------------------------------
 
-#[test]
+#[cordon_test::test]
 fn environment_is_scrubbed() {
     if skip("environment_is_scrubbed", Need::LandlockSeccomp) {
         return;
@@ -429,7 +429,7 @@ fn environment_is_scrubbed() {
 // The process tree dies with the call
 // ---------------------------------------------------------------------------------------
 
-#[test]
+#[cordon_test::test]
 fn background_job_holding_stdout_does_not_hang_the_call() {
     if skip(
         "background_job_holding_stdout_does_not_hang_the_call",
@@ -449,7 +449,7 @@ fn background_job_holding_stdout_does_not_hang_the_call() {
     assert_no_survivors(&t, "background job");
 }
 
-#[test]
+#[cordon_test::test]
 fn setsid_daemon_does_not_survive_the_call() {
     // A new session escapes the process-group kill; only the cgroup catches it.
     if skip("setsid_daemon_does_not_survive_the_call", Need::Cgroups) {
@@ -474,7 +474,7 @@ fn setsid_daemon_does_not_survive_the_call() {
     assert_no_survivors(&t, "setsid daemon");
 }
 
-#[test]
+#[cordon_test::test]
 fn double_fork_does_not_survive_the_call() {
     if skip(
         "double_fork_does_not_survive_the_call",
@@ -506,7 +506,7 @@ fn double_fork_does_not_survive_the_call() {
     assert_no_survivors(&t, "double fork");
 }
 
-#[test]
+#[cordon_test::test]
 fn fork_bomb_is_contained_by_the_pids_limit() {
     if skip("fork_bomb_is_contained_by_the_pids_limit", Need::Cgroups) {
         return;
@@ -532,7 +532,7 @@ fn fork_bomb_is_contained_by_the_pids_limit() {
     assert_no_survivors(&t, "fork bomb");
 }
 
-#[test]
+#[cordon_test::test]
 fn memory_balloon_is_stopped_by_the_memory_limit() {
     if skip(
         "memory_balloon_is_stopped_by_the_memory_limit",
@@ -558,7 +558,7 @@ fn memory_balloon_is_stopped_by_the_memory_limit() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn file_size_limit_stops_writes_at_the_limit() {
     if skip(
         "file_size_limit_stops_writes_at_the_limit",
@@ -585,7 +585,7 @@ fn file_size_limit_stops_writes_at_the_limit() {
     assert_eq!(len, 1024 * 1024, "the file must stop at the limit");
 }
 
-#[test]
+#[cordon_test::test]
 fn open_files_limit_is_enforced() {
     if skip("open_files_limit_is_enforced", Need::LandlockSeccomp) {
         return;
@@ -618,7 +618,7 @@ fn open_files_limit_is_enforced() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn timeout_kills_grandchildren() {
     if skip("timeout_kills_grandchildren", Need::LandlockSeccomp) {
         return;
@@ -645,7 +645,7 @@ fn timeout_kills_grandchildren() {
 // Output
 // ---------------------------------------------------------------------------------------
 
-#[test]
+#[cordon_test::test]
 fn gigabyte_of_output_keeps_cordon_memory_small() {
     if skip(
         "gigabyte_of_output_keeps_cordon_memory_small",
@@ -708,7 +708,7 @@ fn gigabyte_of_output_keeps_cordon_memory_small() {
 // Exit statuses and errors of `cordon exec`
 // ---------------------------------------------------------------------------------------
 
-#[test]
+#[cordon_test::test]
 fn exit_status_is_passed_through() {
     if skip("exit_status_is_passed_through", Need::LandlockSeccomp) {
         return;
@@ -720,7 +720,7 @@ fn exit_status_is_passed_through() {
     }
 }
 
-#[test]
+#[cordon_test::test]
 fn death_by_signal_is_128_plus_signal() {
     if skip("death_by_signal_is_128_plus_signal", Need::LandlockSeccomp) {
         return;
@@ -734,7 +734,7 @@ fn death_by_signal_is_128_plus_signal() {
     }
 }
 
-#[test]
+#[cordon_test::test]
 fn command_not_found_exits_127() {
     if skip("command_not_found_exits_127", Need::LandlockSeccomp) {
         return;
@@ -761,7 +761,7 @@ fn assert_policy_error(policy: &str, expected: &[&str]) -> String {
     run.stderr
 }
 
-#[test]
+#[cordon_test::test]
 fn missing_policy_file_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("no-such-policy.toml");
@@ -778,7 +778,7 @@ fn missing_policy_file_is_a_clear_error() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
 }
 
-#[test]
+#[cordon_test::test]
 fn policy_typo_is_a_clear_error() {
     let sb = Sandbox::new();
     let policy = sb.policy(
@@ -788,7 +788,7 @@ fn policy_typo_is_a_clear_error() {
     assert_policy_error(&policy, &[&policy, "memory_mbb", "line 3", "memory_mb"]);
 }
 
-#[test]
+#[cordon_test::test]
 fn unknown_builtin_policy_is_a_clear_error() {
     assert_policy_error(
         "no-such-builtin",
@@ -802,7 +802,7 @@ fn unknown_builtin_policy_is_a_clear_error() {
 
 /// The survivor scan must be able to see a survivor, or every "no survivors" check above
 /// would pass vacuously.
-#[test]
+#[cordon_test::test]
 fn survivor_scan_finds_a_live_process() {
     let t = unique_token();
     let mut sleeper = Command::new("sleep").arg(&t).spawn().unwrap();
@@ -827,7 +827,7 @@ fn tail(s: &str) -> &str {
     &s[start..]
 }
 
-#[test]
+#[cordon_test::test]
 fn commands_cannot_write_protected_git_paths() {
     if skip(
         "commands_cannot_write_protected_git_paths",
@@ -869,7 +869,7 @@ fn commands_cannot_write_protected_git_paths() {
     std::fs::write(sb.ws().join(".git/hooks/host-can-write"), "x").unwrap();
 }
 
-#[test]
+#[cordon_test::test]
 fn server_environment_is_not_readable_through_proc() {
     if skip(
         "server_environment_is_not_readable_through_proc",

@@ -10,7 +10,7 @@ use crate::suites::{last_lines, missing_prerequisites};
 use std::path::Path;
 use std::process::Command;
 
-#[test]
+#[cordon_test::test]
 fn official_conformance_suite_against_serve_http() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2e/conformance");
     let bin = dir.join("node_modules/.bin");

@@ -506,7 +506,7 @@ fn skipped(test: &str) -> bool {
 // The tests
 // ---------------------------------------------------------------------------------------
 
-#[test]
+#[cordon_test::test]
 fn intercepted_clients_trust_the_certificate_and_only_the_server_sees_the_real_token() {
     if skipped("credentials_clients") {
         return;
@@ -683,7 +683,7 @@ http.request({{ host: p.hostname, port: p.port, method: 'CONNECT', path: 'localh
     f.assert_token_nowhere();
 }
 
-#[test]
+#[cordon_test::test]
 fn a_placeholder_sent_where_it_is_not_bound_is_refused_and_reported() {
     if skipped("credentials_exfiltration") {
         return;
@@ -764,7 +764,7 @@ fn a_placeholder_sent_where_it_is_not_bound_is_refused_and_reported() {
     f.assert_token_nowhere();
 }
 
-#[test]
+#[cordon_test::test]
 fn a_rule_refuses_a_method_and_a_path_it_does_not_list() {
     if skipped("credentials_rules") {
         return;
@@ -822,7 +822,7 @@ fn a_rule_refuses_a_method_and_a_path_it_does_not_list() {
     f.assert_token_nowhere();
 }
 
-#[test]
+#[cordon_test::test]
 fn git_push_to_an_agent_ref_succeeds_and_to_main_or_a_deletion_is_refused_in_gits_words() {
     if skipped("credentials_git_push") {
         return;
@@ -912,7 +912,7 @@ fn git_push_to_an_agent_ref_succeeds_and_to_main_or_a_deletion_is_refused_in_git
     f.assert_token_nowhere();
 }
 
-#[test]
+#[cordon_test::test]
 fn an_untrusted_upstream_and_a_pinning_client_fail_with_the_reason() {
     if skipped("credentials_tls_refusals") {
         return;
@@ -949,7 +949,7 @@ fn an_untrusted_upstream_and_a_pinning_client_fail_with_the_reason() {
     f.assert_token_nowhere();
 }
 
-#[test]
+#[cordon_test::test]
 fn a_host_nobody_names_stays_an_opaque_tunnel() {
     if skipped("credentials_opaque") {
         return;
@@ -980,7 +980,7 @@ fn a_host_nobody_names_stays_an_opaque_tunnel() {
     f.assert_token_nowhere();
 }
 
-#[test]
+#[cordon_test::test]
 fn without_namespaces_credentials_are_unused_and_said_to_be() {
     if skip("credentials_fallback", Need::LandlockSeccomp) {
         return;
@@ -1019,7 +1019,7 @@ fn without_namespaces_credentials_are_unused_and_said_to_be() {
     assert!(all.contains("[[network.credentials]] are unused"), "{all}");
 }
 
-#[test]
+#[cordon_test::test]
 fn policy_check_and_explain_describe_every_interception_field_with_examples() {
     let sb = Sandbox::new();
     let roots = sb.outside().join("roots.pem");

@@ -51,7 +51,7 @@ fn written(ws: &std::path::Path) -> u64 {
         .sum()
 }
 
-#[test]
+#[cordon_test::test]
 fn disk_budget_kills_a_call_writing_2gib_in_64mib_files() {
     if skip(
         "disk_budget_kills_a_call_writing_2gib_in_64mib_files",
@@ -79,7 +79,7 @@ fn disk_budget_kills_a_call_writing_2gib_in_64mib_files() {
     assert!(total < 1536 << 20, "wrote {total} bytes before the kill");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cordon_test::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disk_budget_overrun_is_a_resource_limit_named_disk_in_shell_exec() {
     if skip(
         "disk_budget_overrun_is_a_resource_limit_named_disk_in_shell_exec",
@@ -111,7 +111,7 @@ async fn disk_budget_overrun_is_a_resource_limit_named_disk_in_shell_exec() {
     client.cancel().await.ok();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cordon_test::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disk_budget_does_not_count_the_servers_spill_of_the_output() {
     if skip(
         "disk_budget_does_not_count_the_servers_spill_of_the_output",
@@ -146,7 +146,7 @@ async fn disk_budget_does_not_count_the_servers_spill_of_the_output() {
     client.cancel().await.ok();
 }
 
-#[test]
+#[cordon_test::test]
 fn disk_budget_does_not_charge_a_call_for_a_host_write_to_the_same_filesystem() {
     if skip(
         "disk_budget_does_not_charge_a_call_for_a_host_write_to_the_same_filesystem",

@@ -5,7 +5,7 @@
 use crate::common::{CORDON, HANG_GUARD, Need, run_guarded, skip};
 use std::process::Command;
 
-#[test]
+#[cordon_test::test]
 fn doctor_passes_every_probe_here() {
     if skip("doctor_passes_every_probe_here", Need::Cgroups) {
         return;
@@ -80,7 +80,7 @@ fn doctor_passes_every_probe_here() {
 
 /// The shipped policies with other promises (TCP and UDP under `dev`, a read-only workspace
 /// under `strict`): doctor's expectations follow the policy, so every probe passes there too.
-#[test]
+#[cordon_test::test]
 fn doctor_passes_every_probe_under_dev_and_strict() {
     if skip(
         "doctor_passes_every_probe_under_dev_and_strict",
@@ -105,7 +105,7 @@ fn doctor_passes_every_probe_under_dev_and_strict() {
     }
 }
 
-#[test]
+#[cordon_test::test]
 fn doctor_bench_reports_interleaved_series_with_ratios_and_the_machine() {
     if crate::common::skip(
         "doctor_bench_reports_series",

@@ -218,7 +218,7 @@ fn line_of(policy: &str, needle: &str) -> usize {
 // Allowed connections
 // ---------------------------------------------------------------------------------------
 
-#[test]
+#[cordon_test::test]
 fn an_allowed_localhost_http_target_is_reached_through_the_proxy_and_reported() {
     if skip("egress_http", Need::Namespaces) {
         return;
@@ -248,7 +248,7 @@ fn an_allowed_localhost_http_target_is_reached_through_the_proxy_and_reported() 
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn a_connect_tunnel_carries_opaque_bytes_both_ways() {
     if skip("egress_connect", Need::Namespaces) {
         return;
@@ -298,7 +298,7 @@ print("echo ok" if got == bytes(b ^ 0x5a for b in payload) else "echo WRONG")
     assert_eq!(connections(&r)[0]["method"], "CONNECT", "{r}");
 }
 
-#[test]
+#[cordon_test::test]
 fn curl_python_urllib_and_git_honour_the_proxy_variables() {
     if skip("egress_clients", Need::Namespaces) {
         return;
@@ -370,7 +370,7 @@ fn curl_python_urllib_and_git_honour_the_proxy_variables() {
 // Refusals, each in the call's result
 // ---------------------------------------------------------------------------------------
 
-#[test]
+#[cordon_test::test]
 fn a_name_not_in_the_list_is_refused_before_resolution_with_the_policy_line() {
     if skip("egress_not_listed", Need::Namespaces) {
         return;
@@ -407,7 +407,7 @@ fn a_name_not_in_the_list_is_refused_before_resolution_with_the_policy_line() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn an_ip_literal_is_refused_unless_listed_itself() {
     if skip("egress_ip_literal", Need::Namespaces) {
         return;
@@ -434,7 +434,7 @@ fn an_ip_literal_is_refused_unless_listed_itself() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn a_redirect_to_a_denied_host_is_refused() {
     if skip("egress_redirect", Need::Namespaces) {
         return;
@@ -468,7 +468,7 @@ fn a_redirect_to_a_denied_host_is_refused() {
     assert_eq!(connections(&r).len(), 2, "{r}");
 }
 
-#[test]
+#[cordon_test::test]
 fn a_host_header_naming_another_host_is_refused() {
     if skip("egress_host_header", Need::Namespaces) {
         return;
@@ -491,7 +491,7 @@ fn a_host_header_naming_another_host_is_refused() {
     assert!(origin.requests().is_empty(), "{:?}", origin.requests());
 }
 
-#[test]
+#[cordon_test::test]
 fn a_name_resolving_to_loopback_is_refused_without_allow_private() {
     if skip("egress_private", Need::Namespaces) {
         return;
@@ -512,7 +512,7 @@ fn a_name_resolving_to_loopback_is_refused_without_allow_private() {
     assert!(origin.requests().is_empty(), "{:?}", origin.requests());
 }
 
-#[test]
+#[cordon_test::test]
 fn the_connection_cap_per_call_and_the_byte_cap_per_connection_hold() {
     if skip("egress_caps", Need::Namespaces) {
         return;
@@ -552,7 +552,7 @@ fn the_connection_cap_per_call_and_the_byte_cap_per_connection_hold() {
     assert!(c["bytes_received"].as_u64().unwrap() <= 1 << 20, "{c}");
 }
 
-#[test]
+#[cordon_test::test]
 fn without_the_calls_credentials_the_proxy_refuses() {
     if skip("egress_credentials", Need::Namespaces) {
         return;
@@ -608,7 +608,7 @@ fn without_the_calls_credentials_the_proxy_refuses() {
     }
 }
 
-#[test]
+#[cordon_test::test]
 fn a_process_ignoring_the_proxy_variables_has_no_route_out() {
     if skip("egress_no_route", Need::Namespaces) {
         return;
@@ -662,7 +662,7 @@ print(" ".join(out))
     assert_eq!(origin.requests().len(), before, "{:?}", origin.requests());
 }
 
-#[test]
+#[cordon_test::test]
 fn dev_as_shipped_refuses_every_host() {
     if skip("egress_dev", Need::Namespaces) {
         return;
@@ -689,7 +689,7 @@ fn dev_as_shipped_refuses_every_host() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn every_connection_goes_to_the_audit_log() {
     if skip("egress_audit", Need::Namespaces) {
         return;
@@ -748,7 +748,7 @@ fn every_connection_goes_to_the_audit_log() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn over_http_a_connection_record_names_its_calls_session_and_subject() {
     if skip("egress_http_audit", Need::Namespaces) {
         return;
@@ -800,7 +800,7 @@ fn over_http_a_connection_record_names_its_calls_session_and_subject() {
     }
 }
 
-#[test]
+#[cordon_test::test]
 fn without_namespaces_a_proxy_policy_has_no_network_and_says_so() {
     if skip("egress_fallback", Need::LandlockSeccomp) {
         return;
@@ -957,7 +957,7 @@ fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
         .block_on(f)
 }
 
-#[test]
+#[cordon_test::test]
 fn a_denied_name_is_never_resolved_and_an_allowed_one_once() {
     let origin = Origin::start(None);
     let p = in_process(
@@ -994,7 +994,7 @@ fn a_denied_name_is_never_resolved_and_an_allowed_one_once() {
     assert_eq!(report.connections.len(), 4);
 }
 
-#[test]
+#[cordon_test::test]
 fn non_public_addresses_are_dropped_and_only_the_checked_one_is_connected() {
     let origin = Origin::start(None);
     // The resolver answers a private and a link-local address besides loopback; only the
@@ -1034,7 +1034,7 @@ fn non_public_addresses_are_dropped_and_only_the_checked_one_is_connected() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn oversized_and_slow_request_heads_are_refused() {
     let p = in_process(
         "allow_hosts = [\"a.test\"]",
@@ -1061,7 +1061,7 @@ fn oversized_and_slow_request_heads_are_refused() {
     assert_eq!(p.asked.load(Ordering::SeqCst), 0);
 }
 
-#[test]
+#[cordon_test::test]
 fn an_interpreter_session_goes_through_the_proxy_and_reports_per_cell() {
     if skip("egress_interpreter", Need::Namespaces) {
         return;
@@ -1099,7 +1099,7 @@ fn an_interpreter_session_goes_through_the_proxy_and_reports_per_cell() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn another_calls_proxy_token_cannot_be_read_from_proc() {
     if skip("egress_token_isolation", Need::Namespaces) {
         return;
@@ -1138,7 +1138,7 @@ fn another_calls_proxy_token_cannot_be_read_from_proc() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn the_proxy_follows_a_rebuilt_sandbox_view() {
     if skip("egress_rebuilt_view", Need::Namespaces) {
         return;
@@ -1157,7 +1157,7 @@ fn the_proxy_follows_a_rebuilt_sandbox_view() {
     assert_eq!(origin.requests().len(), 2);
 }
 
-#[test]
+#[cordon_test::test]
 fn a_server_the_command_starts_is_reached_on_the_sandbox_loopback_without_the_proxy() {
     if skip("egress_own_loopback", Need::Namespaces) {
         return;
@@ -1180,7 +1180,7 @@ fn a_server_the_command_starts_is_reached_on_the_sandbox_loopback_without_the_pr
     assert!(connections(&r).is_empty(), "{r}");
 }
 
-#[test]
+#[cordon_test::test]
 fn a_connect_to_a_port_the_pattern_does_not_allow_is_refused_unresolved() {
     let p = in_process(
         "allow_hosts = [\"a.test:443\", \"b.test\"]\nallow_private = [\"127.0.0.0/8\"]",
@@ -1207,7 +1207,7 @@ fn a_connect_to_a_port_the_pattern_does_not_allow_is_refused_unresolved() {
     assert_eq!(p.asked.load(Ordering::SeqCst), 0);
 }
 
-#[test]
+#[cordon_test::test]
 fn nothing_behind_a_plain_requests_body_reaches_the_origin() {
     let origin = Origin::start(None);
     let p = in_process(
@@ -1264,7 +1264,7 @@ fn reply_head(s: &mut TcpStream) -> String {
 /// 10 s head timeout, again and again, and another call's request waited in the listen
 /// backlog. Now only the oldest anonymous sockets are closed to make room, and the other
 /// call's requests are answered while the holder goes on.
-#[test]
+#[cordon_test::test]
 fn idle_sockets_of_one_holder_leave_the_proxy_to_another_call() {
     let origin = Origin::start(None);
     let p = in_process(
@@ -1363,7 +1363,7 @@ fn idle_sockets_of_one_holder_leave_the_proxy_to_another_call() {
 /// it leaves unfinished (one past its bound is refused at once, the rest time out), then the
 /// connections it keeps open (one past its bound is refused); another call, meanwhile, is
 /// served and its report holds none of it.
-#[test]
+#[cordon_test::test]
 fn a_call_over_its_connection_bounds_is_refused_in_its_own_report_only() {
     let echo = echo_target();
     let head_timeout = Duration::from_secs(1);
@@ -1489,7 +1489,7 @@ fn a_call_over_its_connection_bounds_is_refused_in_its_own_report_only() {
 /// (`NODE_USE_ENV_PROXY`). The curl check does not depend on a server listening in the
 /// sandbox: the point is only where curl went (the proxy's port, reported by the proxy, or
 /// the sandbox's own loopback, which it may not even be allowed to connect to).
-#[test]
+#[cordon_test::test]
 fn loopback_clients_bypass_the_proxy_and_node_is_told_to_use_it() {
     if skip("egress_no_proxy", Need::Namespaces) {
         return;
@@ -1531,7 +1531,7 @@ fn loopback_clients_bypass_the_proxy_and_node_is_told_to_use_it() {
 /// namespace: a background process keeps 600 sockets to the proxy open (reconnecting each one
 /// closed) while the command's curl fetches an allowed origin. Before, curl waited for the
 /// holder's sockets to time out (10 s) and gave up at 5.
-#[test]
+#[cordon_test::test]
 fn a_holder_of_idle_proxy_sockets_in_a_call_does_not_keep_its_curl_waiting() {
     if skip("egress_idle_holder", Need::Namespaces) {
         return;
@@ -1589,7 +1589,7 @@ while time.time() < end:
 /// oldest is closed (503, in the unattributed log), and each has only the anonymous timeout
 /// (not the whole head timeout) to show them; a head with credentials then goes on under
 /// the whole head timeout, in its call's report.
-#[test]
+#[cordon_test::test]
 fn anonymous_sockets_are_evicted_oldest_first_and_timed_out_early() {
     let p = in_process_with(
         "allow_hosts = [\"a.test\"]",

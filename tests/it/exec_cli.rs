@@ -5,7 +5,7 @@ use crate::common::{CORDON, Need, Sandbox, skip};
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-#[test]
+#[cordon_test::test]
 fn piped_stdin_reaches_the_command() {
     if skip("piped_stdin_reaches_the_command", Need::LandlockSeccomp) {
         return;
@@ -33,7 +33,7 @@ fn piped_stdin_reaches_the_command() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn the_callers_subdirectory_is_the_commands_cwd() {
     if skip(
         "the_callers_subdirectory_is_the_commands_cwd",
@@ -74,7 +74,7 @@ fn the_callers_subdirectory_is_the_commands_cwd() {
 
 /// A command whose git change cordon refuses does not look like a success to a script: as a
 /// tool result would be `denied`, `cordon exec` exits 125 and says why.
-#[test]
+#[cordon_test::test]
 fn a_refused_git_change_makes_exec_exit_125() {
     if skip("a_refused_git_change_makes_exec_exit_125", Need::Namespaces) {
         return;

@@ -18,7 +18,7 @@ fn exec_without(features: &str, extra: &[&str], script: &str) -> crate::common::
     run_guarded(cmd, HANG_GUARD)
 }
 
-#[test]
+#[cordon_test::test]
 fn missing_landlock_is_refused_with_the_fix() {
     let marker = tempfile::tempdir().unwrap();
     let ran = marker.path().join("ran");
@@ -29,14 +29,14 @@ fn missing_landlock_is_refused_with_the_fix() {
     assert!(!ran.exists(), "the command ran although cordon refused");
 }
 
-#[test]
+#[cordon_test::test]
 fn missing_seccomp_is_refused_with_the_fix() {
     let run = exec_without("seccomp", &[], "true");
     assert_eq!(run.code(), 2, "{run:?}");
     assert!(run.stderr.contains("seccomp"), "{run:?}");
 }
 
-#[test]
+#[cordon_test::test]
 fn degraded_mode_runs_and_says_so() {
     let run = exec_without("landlock,seccomp", &["--allow-degraded"], "echo ran");
     assert_eq!(run.code(), 0, "{run:?}");
@@ -48,7 +48,7 @@ fn degraded_mode_runs_and_says_so() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn an_older_landlock_abi_is_reported_as_a_partial_ruleset() {
     // Below the required ABI, --allow-degraded applies what this ABI knows: reported as a
     // partial ruleset of that ABI, not as "NO Landlock".
@@ -62,7 +62,7 @@ fn an_older_landlock_abi_is_reported_as_a_partial_ruleset() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn without_cgroups_enforcement_is_reduced_and_memory_falls_back_to_rlimit_as() {
     let policy_dir = tempfile::tempdir().unwrap();
     let policy = policy_dir.path().join("small.toml");

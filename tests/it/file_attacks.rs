@@ -119,7 +119,7 @@ fn assert_ok(result: &CallToolResult) -> &Value {
 
 // ---------------------------------------------------------------- protected paths
 
-#[tokio::test]
+#[cordon_test::test]
 async fn symlink_to_a_git_hook_does_not_let_write_file_create_the_hook() {
     let s = serve(|root| symlink(".git/hooks/pre-commit", root.join("pc")).unwrap()).await;
     let r = s
@@ -155,7 +155,7 @@ async fn symlink_to_a_git_hook_does_not_let_write_file_create_the_hook() {
     assert!(!s.root.join(".git/hooks/pre-commit").exists());
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn dangling_symlink_to_git_config_does_not_let_write_file_create_it() {
     let s = serve(|root| symlink(".git/config", root.join("cfg")).unwrap()).await;
     let r = s
@@ -183,7 +183,7 @@ async fn dangling_symlink_to_git_config_does_not_let_write_file_create_it() {
 /// A directory is swapped, over and over, for a symlink to `.git` while `write_file dir/config`
 /// runs: the decision and the write go through one directory handle, so no call lands in
 /// `.git/config` (an earlier build overwrote it 202 times in 400).
-#[tokio::test]
+#[cordon_test::test]
 async fn directory_swapped_for_a_git_symlink_never_lets_write_file_reach_git_config() {
     const ORIGINAL: &str = "[core]\n\tbare = false\n";
     let s = serve(|root| {
@@ -237,7 +237,7 @@ async fn directory_swapped_for_a_git_symlink_never_lets_write_file_reach_git_con
 
 /// `commondir` redirects git to another repository directory (and its config, which can name
 /// a command such as core.fsmonitor); it and the other control files git reads are protected.
-#[tokio::test]
+#[cordon_test::test]
 async fn git_commondir_and_other_control_files_cannot_be_written() {
     let s = serve(|root| {
         fs::create_dir_all(root.join(".git/worktrees/wt")).unwrap();
@@ -291,7 +291,7 @@ async fn git_commondir_and_other_control_files_cannot_be_written() {
 /// The policy in force and the file it `extends`, both inside the workspace, cannot be
 /// rewritten by the file tools (an earlier build let `read_write = ["/"]` be written and then
 /// be in force).
-#[tokio::test]
+#[cordon_test::test]
 async fn policy_file_and_its_extends_chain_cannot_be_written() {
     const CHILD: &str = "extends = \"base.toml\"\nname = \"child\"\n";
     const BASE: &str = "extends = \"default\"\nname = \"base\"\n";
@@ -352,7 +352,7 @@ async fn policy_file_and_its_extends_chain_cannot_be_written() {
 /// `replace_all` growth is computed before the result is built: a chain that would grow a
 /// 1 MiB file past the limit is refused whole, quickly, with a small answer (an earlier build
 /// wrote 100 MB and answered 212 MB after 223 s).
-#[tokio::test]
+#[cordon_test::test]
 async fn blow_up_edit_is_refused_before_it_is_built() {
     let original = "a".repeat(1 << 20);
     let content = original.clone();
@@ -388,7 +388,7 @@ async fn blow_up_edit_is_refused_before_it_is_built() {
 
 /// A long diff is cut like long command output, and the whole of it is saved where the
 /// result says.
-#[tokio::test]
+#[cordon_test::test]
 async fn long_diff_is_cut_and_the_full_diff_is_spilled() {
     let s = serve(|root| {
         let text: String = (0..20_000).map(|i| format!("x line {i}\n")).collect();
@@ -425,7 +425,7 @@ async fn long_diff_is_cut_and_the_full_diff_is_spilled() {
 
 /// read_file with default arguments returns at most the byte budget (48 KiB by default) and
 /// says where to continue (an earlier build answered 408 KB).
-#[tokio::test]
+#[cordon_test::test]
 async fn read_file_defaults_stay_within_the_byte_budget() {
     let s = serve(|root| {
         let text: String = (0..2000)
@@ -467,7 +467,7 @@ async fn read_file_defaults_stay_within_the_byte_budget() {
 }
 
 /// A smaller `files.read_budget_kb` in the policy is what read_file uses.
-#[tokio::test]
+#[cordon_test::test]
 async fn read_budget_comes_from_the_policy() {
     let tmp = tempfile::tempdir().unwrap();
     let policy = tmp.path().join("small.toml");
@@ -500,7 +500,7 @@ async fn read_budget_comes_from_the_policy() {
 /// A replaced set-id file loses its setuid/setgid bits (the server may be root: a 4755 file
 /// owned by nobody must not become 4755 root), keeps its other bits and, under root, its owner;
 /// the result says which bits were dropped.
-#[tokio::test]
+#[cordon_test::test]
 async fn write_file_and_edit_file_drop_setuid_and_setgid_bits() {
     const NOBODY: u32 = 65534;
     let as_root = rustix::process::geteuid().is_root();
@@ -556,7 +556,7 @@ async fn write_file_and_edit_file_drop_setuid_and_setgid_bits() {
 // ---------------------------------------------------------------- hostile files
 
 /// A FIFO or device where a file is expected is refused at once, by every file tool.
-#[tokio::test]
+#[cordon_test::test]
 async fn fifo_in_the_workspace_cannot_hang_a_file_tool() {
     let s = serve(|root| {
         rustix::fs::mknodat(

@@ -127,7 +127,7 @@ fn quarantined(ws: &Path) -> Vec<String> {
 const BENIGN_SUBMODULE: &str = "git init -q sub && git -C sub -c user.email=a@b.invalid \
     -c user.name=a commit -q --allow-empty -m s && git add sub 2>/dev/null";
 
-#[tokio::test]
+#[cordon_test::test]
 async fn finding1_submodule_config_changed_in_a_later_call_is_quarantined() {
     let Some((ws, marker, client)) = operator_session("finding1").await else {
         return;
@@ -148,7 +148,7 @@ async fn finding1_submodule_config_changed_in_a_later_call_is_quarantined() {
     client.cancel().await.ok();
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn finding2_configs_cordon_cannot_read_are_quarantined_not_skipped() {
     let Some((ws, marker, client)) = operator_session("finding2").await else {
         return;
@@ -184,7 +184,7 @@ async fn finding2_configs_cordon_cannot_read_are_quarantined_not_skipped() {
     client.cancel().await.ok();
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn finding2_a_submodule_gitdir_outside_the_workspace_is_refused() {
     let Some((ws, marker, client)) = operator_session("finding2_outside").await else {
         return;
@@ -209,7 +209,7 @@ async fn finding2_a_submodule_gitdir_outside_the_workspace_is_refused() {
     client.cancel().await.ok();
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn finding2_an_index_padded_past_64_mib_is_still_read() {
     let Some((ws, marker, client)) = operator_session("finding2_zpad").await else {
         return;
@@ -279,7 +279,7 @@ fn operator_submodule(ws: &Path) {
     assert!(ws.join(".git/modules/lib/config").is_file());
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn finding3_thousands_of_module_directories_do_not_unprotect_a_real_submodule() {
     if skip("finding3", Need::Namespaces) {
         return;
@@ -321,7 +321,7 @@ async fn finding3_thousands_of_module_directories_do_not_unprotect_a_real_submod
     client.cancel().await.ok();
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn finding4_a_gitfile_into_the_main_git_dir_never_moves_the_operators_config() {
     if skip("finding4", Need::Namespaces) {
         return;
@@ -360,7 +360,7 @@ async fn finding4_a_gitfile_into_the_main_git_dir_never_moves_the_operators_conf
     client.cancel().await.ok();
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn finding5_the_operators_edit_during_a_call_is_never_quarantined() {
     if skip("finding5", Need::Namespaces) {
         return;
@@ -401,7 +401,7 @@ async fn finding5_the_operators_edit_during_a_call_is_never_quarantined() {
     client.cancel().await.ok();
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn finding6_a_hostile_name_is_protected_and_never_downgrades_cordon() {
     let Some((ws, marker, client)) = operator_session("finding6").await else {
         return;
@@ -449,7 +449,7 @@ async fn finding6_a_hostile_name_is_protected_and_never_downgrades_cordon() {
     client.cancel().await.ok();
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn finding7_keys_a_deny_list_missed_are_refused() {
     if skip("finding7", Need::Namespaces) {
         return;
@@ -484,7 +484,7 @@ async fn finding7_keys_a_deny_list_missed_are_refused() {
     client.cancel().await.ok();
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn a_plant_by_a_process_still_running_is_caught_before_the_call_ends() {
     let Some((ws, marker, client)) = operator_session("timer").await else {
         return;
@@ -526,7 +526,7 @@ async fn a_plant_by_a_process_still_running_is_caught_before_the_call_ends() {
 
 // Issue 24's git rows: ordinary git work runs unchanged, without reopening the above.
 
-#[tokio::test]
+#[cordon_test::test]
 async fn git_commit_in_a_call_uses_the_operators_identity() {
     if skip("identity", Need::Namespaces) {
         return;
@@ -561,7 +561,7 @@ async fn git_commit_in_a_call_uses_the_operators_identity() {
     client.cancel().await.ok();
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn git_gc_and_update_server_info_write_info_refs() {
     if skip("gc", Need::Namespaces) {
         return;
@@ -579,7 +579,7 @@ async fn git_gc_and_update_server_info_write_info_refs() {
     client.cancel().await.ok();
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn git_worktree_add_works_and_is_not_quarantined() {
     if skip("worktree", Need::Namespaces) {
         return;
@@ -615,7 +615,7 @@ async fn git_worktree_add_works_and_is_not_quarantined() {
     client.cancel().await.ok();
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn git_config_writes_that_run_nothing_work_and_others_are_undone() {
     if skip("config_vetted", Need::Namespaces) {
         return;
@@ -670,7 +670,7 @@ async fn git_config_writes_that_run_nothing_work_and_others_are_undone() {
     client.cancel().await.ok();
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn git_submodule_add_works_and_is_not_quarantined() {
     if skip("submodule_add", Need::Namespaces) {
         return;
@@ -709,7 +709,7 @@ async fn git_submodule_add_works_and_is_not_quarantined() {
     client.cancel().await.ok();
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn a_refused_git_config_change_is_undone_while_the_call_still_runs() {
     if skip("config_watch", Need::Namespaces) {
         return;
@@ -732,7 +732,7 @@ async fn a_refused_git_config_change_is_undone_while_the_call_still_runs() {
 
 /// A code_interpreter cell can plant what git runs on the host as well as a shell command can;
 /// its own result says what cordon undid, as a `denied` error, not only a later shell call's.
-#[tokio::test]
+#[cordon_test::test]
 async fn a_cell_that_plants_git_config_gets_a_denied_result() {
     if skip("cell_git_plant", Need::Namespaces) {
         return;

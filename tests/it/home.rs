@@ -6,7 +6,7 @@
 use crate::common::{Need, Sandbox, skip};
 use std::os::unix::fs::PermissionsExt;
 
-#[test]
+#[cordon_test::test]
 fn what_a_call_leaves_in_home_the_next_call_finds() {
     if skip(
         "what_a_call_leaves_in_home_the_next_call_finds",
@@ -49,7 +49,7 @@ fn what_a_call_leaves_in_home_the_next_call_finds() {
     assert!(!run.stdout.contains(".cordon-home"), "{run:?}");
 }
 
-#[test]
+#[cordon_test::test]
 fn a_toolchain_root_is_visible_and_its_neighbours_are_not() {
     if skip(
         "a_toolchain_root_is_visible_and_its_neighbours_are_not",

@@ -21,7 +21,7 @@ fn init_body() -> serde_json::Value {
         "clientInfo": {"name": "raw", "version": "1"}}})
 }
 
-#[test]
+#[cordon_test::test]
 fn http_request_without_a_token_gets_401_with_a_bearer_challenge() {
     let ws = tempfile::tempdir().unwrap();
     let server = with_token(ws.path());
@@ -52,7 +52,7 @@ fn http_request_without_a_token_gets_401_with_a_bearer_challenge() {
     assert_eq!(request(server.addr, "DELETE", &[], b"").status, 401);
 }
 
-#[test]
+#[cordon_test::test]
 fn http_request_with_a_wrong_token_gets_401_invalid_token_and_the_token_is_never_echoed() {
     let ws = tempfile::tempdir().unwrap();
     let server = with_token(ws.path());
@@ -92,7 +92,7 @@ fn http_request_with_a_wrong_token_gets_401_invalid_token_and_the_token_is_never
     assert!(!server.stderr().contains(&real), "{}", server.stderr());
 }
 
-#[test]
+#[cordon_test::test]
 fn http_request_from_a_foreign_origin_gets_403_and_localhost_pages_are_served() {
     let ws = tempfile::tempdir().unwrap();
     let server = with_token(ws.path());
@@ -130,7 +130,7 @@ fn http_request_from_a_foreign_origin_gets_403_and_localhost_pages_are_served() 
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn http_request_naming_a_foreign_host_gets_403() {
     let ws = tempfile::tempdir().unwrap();
     let server = with_token(ws.path());
@@ -146,7 +146,7 @@ fn http_request_naming_a_foreign_host_gets_403() {
     assert_eq!(r.status, 403, "{r:?}");
 }
 
-#[test]
+#[cordon_test::test]
 fn http_oversized_body_gets_413_whether_declared_or_chunked() {
     let ws = tempfile::tempdir().unwrap();
     let server = HttpServer::start(
@@ -195,7 +195,7 @@ fn http_oversized_body_gets_413_whether_declared_or_chunked() {
     assert_eq!(ok["result"]["isError"], json!(false), "{ok}");
 }
 
-#[test]
+#[cordon_test::test]
 fn http_unknown_or_ended_session_gets_404() {
     let ws = tempfile::tempdir().unwrap();
     let server = with_token(ws.path());
@@ -216,7 +216,7 @@ fn http_unknown_or_ended_session_gets_404() {
     assert_eq!(r.status, 404, "after DELETE: {r:?}");
 }
 
-#[test]
+#[cordon_test::test]
 fn http_sessions_past_the_ceiling_get_503_until_one_ends() {
     let ws = tempfile::tempdir().unwrap();
     let server = HttpServer::start(
@@ -245,7 +245,7 @@ fn http_sessions_past_the_ceiling_get_503_until_one_ends() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn http_startup_refuses_a_public_address_without_a_token_and_an_empty_token() {
     let ws = tempfile::tempdir().unwrap();
     let run = |args: &[&str]| {
@@ -299,7 +299,7 @@ fn http_startup_refuses_a_public_address_without_a_token_and_an_empty_token() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn http_token_file_readable_by_others_is_warned_about_and_env_tokens_work() {
     let ws = tempfile::tempdir().unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -340,7 +340,7 @@ fn http_token_file_readable_by_others_is_warned_about_and_env_tokens_work() {
     assert!(line.contains("bearer token required"), "{line}");
 }
 
-#[test]
+#[cordon_test::test]
 fn http_sessions_do_not_share_interpreter_state() {
     if skip(
         "http_sessions_do_not_share_interpreter_state",
@@ -365,7 +365,7 @@ fn http_sessions_do_not_share_interpreter_state() {
     assert_eq!(error["type"], json!("NameError"), "{other}");
 }
 
-#[test]
+#[cordon_test::test]
 fn http_calls_past_the_per_session_bound_are_refused() {
     if skip(
         "http_calls_past_the_per_session_bound_are_refused",
@@ -421,7 +421,7 @@ fn http_calls_past_the_per_session_bound_are_refused() {
     assert_no_survivors(&token, "the first call after its client left");
 }
 
-#[test]
+#[cordon_test::test]
 fn http_client_that_disconnects_mid_call_has_its_tree_killed() {
     if skip(
         "http_client_that_disconnects_mid_call_has_its_tree_killed",
@@ -465,7 +465,7 @@ fn http_client_that_disconnects_mid_call_has_its_tree_killed() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn http_stateless_client_that_disconnects_mid_call_has_its_tree_killed() {
     if skip(
         "http_stateless_client_that_disconnects_mid_call_has_its_tree_killed",
@@ -500,7 +500,7 @@ fn http_stateless_client_that_disconnects_mid_call_has_its_tree_killed() {
     assert!(gone);
 }
 
-#[test]
+#[cordon_test::test]
 fn http_delete_of_a_session_kills_its_running_calls_and_interpreters() {
     if skip(
         "http_delete_of_a_session_kills_its_running_calls_and_interpreters",
@@ -534,7 +534,7 @@ fn http_delete_of_a_session_kills_its_running_calls_and_interpreters() {
     drop(running);
 }
 
-#[test]
+#[cordon_test::test]
 fn http_sigterm_kills_running_calls_of_every_session_and_exits() {
     if skip(
         "http_sigterm_kills_running_calls_of_every_session_and_exits",
@@ -575,7 +575,7 @@ fn http_sigterm_kills_running_calls_of_every_session_and_exits() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn http_audit_log_names_the_session_and_subject_never_the_token() {
     let ws = tempfile::tempdir().unwrap();
     let logs = tempfile::tempdir().unwrap();
@@ -608,7 +608,7 @@ fn http_audit_log_names_the_session_and_subject_never_the_token() {
     assert!(!text.contains(server.token.as_ref().unwrap()));
 }
 
-#[test]
+#[cordon_test::test]
 fn http_other_paths_get_404_and_stdio_stays_the_default() {
     let ws = tempfile::tempdir().unwrap();
     let server = with_token(ws.path());
@@ -652,7 +652,7 @@ fn jwt(claims: serde_json::Value) -> String {
     .unwrap()
 }
 
-#[test]
+#[cordon_test::test]
 fn http_oauth_resource_server_accepts_valid_jwts_serves_metadata_and_refuses_the_rest() {
     let ws = tempfile::tempdir().unwrap();
     let keys = tempfile::tempdir().unwrap();
@@ -781,7 +781,7 @@ fn http_oauth_resource_server_accepts_valid_jwts_serves_metadata_and_refuses_the
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn http_idle_session_expires_with_its_interpreters() {
     if skip(
         "http_idle_session_expires_with_its_interpreters",
@@ -841,7 +841,7 @@ fn http_idle_session_expires_with_its_interpreters() {
 
 /// Finding 9 of issue 18: 600 connections that each sent one byte (and reconnect when the
 /// server closes them) must not keep an authenticated client from being served.
-#[test]
+#[cordon_test::test]
 fn http_idle_unauthenticated_connections_do_not_keep_an_authenticated_client_out() {
     use std::io::{Read, Write};
     use std::net::TcpStream;
@@ -941,7 +941,7 @@ fn http_idle_unauthenticated_connections_do_not_keep_an_authenticated_client_out
 
 /// An unauthenticated connection has two seconds from accept to authenticate, not the ten a
 /// request head may take on an authenticated one.
-#[test]
+#[cordon_test::test]
 fn http_unauthenticated_connection_is_closed_within_the_short_head_timeout() {
     use std::io::{Read, Write};
     let ws = tempfile::tempdir().unwrap();
@@ -968,7 +968,7 @@ fn http_unauthenticated_connection_is_closed_within_the_short_head_timeout() {
 
 /// Finding 10 of issue 18: a JWT whose `sub` is `bearer` (or `jwt:bearer`) is not the static
 /// token's holder, nor each other: none can use another's session or stateless scope.
-#[test]
+#[cordon_test::test]
 fn http_jwt_subjects_never_collide_with_the_static_token_or_each_other() {
     let ws = tempfile::tempdir().unwrap();
     let keys = tempfile::tempdir().unwrap();
@@ -1122,7 +1122,7 @@ fn http_jwt_subjects_never_collide_with_the_static_token_or_each_other() {
 
 /// Finding 14 of issue 18: `Origin`, `Host` and the request target are parsed, not
 /// prefix-matched, and there is exactly one of each to check.
-#[test]
+#[cordon_test::test]
 fn http_origin_host_and_request_target_are_parsed_exactly() {
     let ws = tempfile::tempdir().unwrap();
     let server = with_token(ws.path());
@@ -1186,7 +1186,7 @@ fn http_origin_host_and_request_target_are_parsed_exactly() {
 
 /// Finding 14 of issue 18: `allowed_origins = ["null"]` is accepted, as documented, and admits
 /// exactly `Origin: null`.
-#[test]
+#[cordon_test::test]
 fn http_null_origin_is_served_when_the_policy_lists_it() {
     let ws = tempfile::tempdir().unwrap();
     let server = HttpServer::start(

@@ -40,7 +40,9 @@ fn shared() -> Option<&'static Shared> {
                 .split(':')
                 .any(|d| Path::new(d).join("python3").exists())
             {
-                eprintln!("SKIP: python3 is not on the sandbox PATH ({SANDBOX_PATH})");
+                let why = format!("python3 is not on the sandbox PATH ({SANDBOX_PATH})");
+                eprintln!("SKIP: {why}");
+                crate::runner::mark_skipped(&why);
                 return None;
             }
             let mut policy = Policy::builtin_default();
@@ -59,7 +61,9 @@ fn shared() -> Option<&'static Shared> {
             let runtime = match Runtime::build(policy.clone(), options) {
                 Ok(r) => Arc::new(r),
                 Err(e) => {
-                    eprintln!("SKIP: this kernel cannot enforce the default policy: {e}");
+                    let why = format!("this kernel cannot enforce the default policy: {e}");
+                    eprintln!("SKIP: {why}");
+                    crate::runner::mark_skipped(&why);
                     return None;
                 }
             };
@@ -199,7 +203,7 @@ fn host_pid(pid: u32) -> Option<u32> {
         })
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn variables_imports_and_functions_persist_across_calls() {
     let s = setup!();
     let m = manager(s);
@@ -217,7 +221,7 @@ async fn variables_imports_and_functions_persist_across_calls() {
     m.shutdown().await;
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn last_expression_is_the_result_like_a_notebook() {
     let s = setup!();
     let m = manager(s);
@@ -242,7 +246,7 @@ async fn last_expression_is_the_result_like_a_notebook() {
     m.shutdown().await;
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn an_exception_comes_back_with_a_traceback_trimmed_to_the_cell() {
     let s = setup!();
     let m = manager(s);
@@ -268,7 +272,7 @@ async fn an_exception_comes_back_with_a_traceback_trimmed_to_the_cell() {
     m.shutdown().await;
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn stdout_and_stderr_are_captured_separately_per_cell() {
     let s = setup!();
     let m = manager(s);
@@ -291,7 +295,7 @@ async fn stdout_and_stderr_are_captured_separately_per_cell() {
     m.shutdown().await;
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn raw_writes_to_fd_1_cannot_forge_protocol_frames() {
     let s = setup!();
     let m = manager(s);
@@ -308,7 +312,7 @@ os.write(1, len(body).to_bytes(4, 'big') + body)
     m.shutdown().await;
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn a_timeout_interrupts_a_cooperative_cell_and_keeps_the_state() {
     let s = setup!();
     let m = manager(s);
@@ -324,7 +328,7 @@ async fn a_timeout_interrupts_a_cooperative_cell_and_keeps_the_state() {
     m.shutdown().await;
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn a_cell_that_swallows_keyboard_interrupt_is_killed_and_the_session_restarted() {
     let s = setup!();
     let m = manager(s);
@@ -346,7 +350,7 @@ async fn a_cell_that_swallows_keyboard_interrupt_is_killed_and_the_session_resta
     m.shutdown().await;
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn a_cell_that_ignores_sigint_is_killed_and_the_session_restarted() {
     let s = setup!();
     let m = manager(s);
@@ -365,7 +369,7 @@ async fn a_cell_that_ignores_sigint_is_killed_and_the_session_restarted() {
     m.shutdown().await;
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn a_memory_balloon_ends_with_the_memory_limit_and_the_session_recovers() {
     let s = setup!();
     let m = manager(s);
@@ -379,7 +383,7 @@ async fn a_memory_balloon_ends_with_the_memory_limit_and_the_session_recovers() 
     m.shutdown().await;
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn a_fork_bomb_is_contained_by_the_session_pids_limit() {
     let s = setup!();
     let m = manager(s);
@@ -402,7 +406,7 @@ async fn a_fork_bomb_is_contained_by_the_session_pids_limit() {
     m.shutdown().await;
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn escapes_are_denied_secret_network_ptrace_and_writes_outside() {
     let s = setup!();
     let m = manager(s);
@@ -509,7 +513,7 @@ async fn escapes_are_denied_secret_network_ptrace_and_writes_outside() {
     m.shutdown().await;
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn sessions_cannot_see_each_others_state_or_private_files() {
     let s = setup!();
     let m = manager(s);
@@ -561,7 +565,7 @@ async fn sessions_cannot_see_each_others_state_or_private_files() {
     m.shutdown().await;
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn one_session_runs_one_cell_at_a_time_and_sessions_run_in_parallel() {
     let s = setup!();
     let m = manager(s);
@@ -601,7 +605,7 @@ async fn one_session_runs_one_cell_at_a_time_and_sessions_run_in_parallel() {
     m.shutdown().await;
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn reset_starts_the_session_fresh() {
     let s = setup!();
     let m = manager(s);
@@ -614,7 +618,7 @@ async fn reset_starts_the_session_fresh() {
     m.shutdown().await;
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn an_abandoned_call_does_not_leave_replies_out_of_step() {
     let s = setup!();
     let m = manager(s);
@@ -632,7 +636,7 @@ async fn an_abandoned_call_does_not_leave_replies_out_of_step() {
     m.shutdown().await;
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn idle_sessions_are_reaped_and_their_workers_killed() {
     let s = setup!();
     let m = manager_with(s, |p| p.interpreter.idle_timeout = Duration::from_secs(1));
@@ -653,7 +657,7 @@ async fn idle_sessions_are_reaped_and_their_workers_killed() {
     m.shutdown().await;
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn shutdown_kills_every_worker_and_refuses_new_calls() {
     let s = setup!();
     // Background children are kept past their cell here, so shutdown has them to kill.
@@ -692,7 +696,7 @@ async fn shutdown_kills_every_worker_and_refuses_new_calls() {
     ));
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn sessions_all_running_a_cell_refuse_a_new_one_with_the_live_names() {
     let s = setup!();
     let m = manager_with(s, |p| p.interpreter.max_sessions = 2);
@@ -719,7 +723,7 @@ async fn sessions_all_running_a_cell_refuse_a_new_one_with_the_live_names() {
     m.shutdown().await;
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn a_missing_python_is_reported_as_not_found() {
     let s = setup!();
     let m = manager_with(s, |p| p.interpreter.python = "/nonexistent/python3".into());
@@ -728,7 +732,7 @@ async fn a_missing_python_is_reported_as_not_found() {
     m.shutdown().await;
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn the_interpreter_exiting_is_reported_and_the_session_restarts() {
     let s = setup!();
     let m = manager(s);
@@ -749,7 +753,7 @@ async fn the_interpreter_exiting_is_reported_and_the_session_restarts() {
 }
 
 /// The sandbox's own Python must be able to import matplotlib for figures; skipped otherwise.
-#[tokio::test]
+#[cordon_test::test]
 async fn figures_come_back_as_png_images_and_are_closed() {
     let s = setup!();
     let m = manager(s);
@@ -817,7 +821,7 @@ async fn call(
     )
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn the_tool_result_carries_the_spec_fields() {
     let s = setup!();
     let ctx = tool_ctx(s);
@@ -851,7 +855,7 @@ async fn the_tool_result_carries_the_spec_fields() {
     ctx.interpreter.shutdown().await;
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn an_exception_is_an_error_result_with_both_error_shapes() {
     let s = setup!();
     let ctx = tool_ctx(s);
@@ -866,7 +870,7 @@ async fn an_exception_is_an_error_result_with_both_error_shapes() {
     ctx.interpreter.shutdown().await;
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn bad_arguments_are_invalid_argument_results() {
     let s = setup!();
     let ctx = tool_ctx(s);
@@ -884,7 +888,7 @@ async fn bad_arguments_are_invalid_argument_results() {
     ctx.interpreter.shutdown().await;
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn timeouts_and_limits_map_to_their_kinds() {
     let s = setup!();
     let ctx = tool_ctx(s);
@@ -910,7 +914,7 @@ async fn timeouts_and_limits_map_to_their_kinds() {
     ctx.interpreter.shutdown().await;
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn long_output_is_cut_to_head_and_tail_with_a_spill_file() {
     let s = setup!();
     let ctx = tool_ctx(s);
@@ -932,7 +936,7 @@ async fn long_output_is_cut_to_head_and_tail_with_a_spill_file() {
     ctx.interpreter.shutdown().await;
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn figures_are_image_content_blocks() {
     let s = setup!();
     let ctx = tool_ctx(s);
@@ -995,7 +999,7 @@ async fn run_bounded(m: &SessionManager, session: &str, code: &str) -> CellOutco
     }
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn capture_link_to_secret_is_not_read() {
     let s = setup!();
     let m = manager(s);
@@ -1045,7 +1049,7 @@ async fn capture_link_to_secret_is_not_read() {
     m.shutdown().await;
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn capture_fifo_does_not_hang() {
     let s = setup!();
     let m = manager(s);
@@ -1059,7 +1063,7 @@ async fn capture_fifo_does_not_hang() {
         .expect("shutdown hung");
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn capture_link_to_dev_zero_is_bounded() {
     let s = setup!();
     let ctx = tool_ctx(s);
@@ -1080,7 +1084,7 @@ async fn capture_link_to_dev_zero_is_bounded() {
     ctx.interpreter.shutdown().await;
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn a_cell_replacing_its_own_stdout_cannot_redirect_what_the_server_reads() {
     let s = setup!();
     let m = manager(s);
@@ -1185,7 +1189,7 @@ async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn killed_worker_frees_slot_and_next_call_runs() {
     let s = setup!();
     let m = manager_with(s, |p| p.interpreter.max_sessions = 2);
@@ -1222,7 +1226,7 @@ async fn killed_worker_frees_slot_and_next_call_runs() {
     m.shutdown().await;
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn a_call_right_after_the_kill_runs_its_code_instead_of_reporting_a_death() {
     let s = setup!();
     let m = manager(s);
@@ -1241,7 +1245,7 @@ async fn a_call_right_after_the_kill_runs_its_code_instead_of_reporting_a_death(
     m.shutdown().await;
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn lru_idle_session_is_evicted() {
     let s = setup!();
     let m = manager_with(s, |p| p.interpreter.max_sessions = 2);
@@ -1271,7 +1275,7 @@ async fn lru_idle_session_is_evicted() {
     m.shutdown().await;
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn a_session_running_a_cell_is_never_evicted() {
     let s = setup!();
     let m = manager_with(s, |p| p.interpreter.max_sessions = 2);
@@ -1290,7 +1294,7 @@ async fn a_session_running_a_cell_is_never_evicted() {
     m.shutdown().await;
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn cell_background_child_is_killed() {
     let s = setup!();
     let m = manager(s);
@@ -1329,7 +1333,7 @@ async fn cell_background_child_is_killed() {
     m.shutdown().await;
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn cell_background_child_is_kept_when_the_policy_says_so() {
     let s = setup!();
     let m = manager_with(s, |p| p.interpreter.keep_background = true);
@@ -1348,7 +1352,7 @@ async fn cell_background_child_is_kept_when_the_policy_says_so() {
     assert!(!alive(child), "the kept child outlived its session");
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn driver_not_in_argv() {
     let s = setup!();
     let m = manager(s);
@@ -1365,7 +1369,7 @@ async fn driver_not_in_argv() {
     m.shutdown().await;
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn another_sessions_output_files_are_out_of_reach() {
     let s = setup!();
     let m = manager(s);
@@ -1389,7 +1393,7 @@ async fn another_sessions_output_files_are_out_of_reach() {
     m.shutdown().await;
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn the_tool_result_counts_killed_background_processes_and_names_an_evicted_session() {
     let s = setup!();
     let mut policy = s.policy.clone();
@@ -1424,7 +1428,7 @@ async fn the_tool_result_counts_killed_background_processes_and_names_an_evicted
     ctx.interpreter.shutdown().await;
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn capture_sparse_tail_is_not_read() {
     let s = setup!();
     let m = manager(s);
@@ -1444,7 +1448,7 @@ async fn capture_sparse_tail_is_not_read() {
     m.shutdown().await;
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn worker_holds_only_its_pipes_and_output_files() {
     let s = setup!();
     let m = manager(s);
@@ -1485,7 +1489,7 @@ async fn worker_holds_only_its_pipes_and_output_files() {
     m.shutdown().await;
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn cell_writing_past_the_disk_budget_is_killed_and_reported() {
     let s = setup!();
     // An executor of its own: the budget is the executor's (the policy's limits.disk_mb).
@@ -1521,7 +1525,7 @@ async fn cell_writing_past_the_disk_budget_is_killed_and_reported() {
     m.shutdown().await;
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn figures_past_the_result_budget_are_counted_not_attached() {
     let s = setup!();
     let ctx = tool_ctx(s);
@@ -1566,4 +1570,5 @@ fn missing_in_ci(what: &str) {
         panic!("cannot run in CI: {what}");
     }
     eprintln!("SKIP: {what}");
+    crate::runner::mark_skipped(what);
 }

@@ -3,7 +3,7 @@
 //! every bound that ends a job (lifetime, idle time, memory, a fork bomb, a flood of output,
 //! the per-session count), every way its owner can go (stdin closed, SIGTERM, SIGKILL, HTTP
 //! DELETE, another HTTP session), forwarding from the host, a git plant caught while the job
-//! runs, and a denied command that never starts. Each test is its own process (nextest) and
+//! runs, and a denied command that never starts. Each test is its own process (tests/runner) and
 //! attempts the real thing.
 
 use crate::common::{
@@ -55,7 +55,7 @@ fn until_ended(s: &mut StdioServer, id: &str, within: Duration) -> Value {
     }
 }
 
-#[test]
+#[cordon_test::test]
 fn a_dev_server_job_is_reached_by_later_shell_exec_and_code_interpreter_calls() {
     if skip(
         "a_dev_server_job_is_reached_by_later_calls",
@@ -107,7 +107,7 @@ fn a_dev_server_job_is_reached_by_later_shell_exec_and_code_interpreter_calls() 
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn a_python_repl_under_a_pty_keeps_its_state_and_ctrl_c_interrupts_it() {
     if skip("a_python_repl_under_a_pty", Need::Namespaces) {
         return;
@@ -163,7 +163,7 @@ fn a_python_repl_under_a_pty_keeps_its_state_and_ctrl_c_interrupts_it() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn a_call_under_a_pty_sees_a_terminal() {
     if skip("a_call_under_a_pty_sees_a_terminal", Need::Namespaces) {
         return;
@@ -195,7 +195,7 @@ fn a_call_under_a_pty_sees_a_terminal() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn signals_end_a_job_and_its_whole_tree() {
     if skip("signals_end_a_job", Need::Namespaces) {
         return;
@@ -239,7 +239,7 @@ fn signals_end_a_job_and_its_whole_tree() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn a_job_past_its_lifetime_is_killed_and_the_next_result_says_so() {
     if skip("a_job_past_its_lifetime_is_killed", Need::Namespaces) {
         return;
@@ -283,7 +283,7 @@ fn a_job_past_its_lifetime_is_killed_and_the_next_result_says_so() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn a_job_nobody_reads_is_killed_after_its_idle_time() {
     if skip("a_job_nobody_reads_is_killed", Need::Namespaces) {
         return;
@@ -299,7 +299,7 @@ fn a_job_nobody_reads_is_killed_after_its_idle_time() {
     assert!(text(&r).contains("idle_kill_secs"), "{r}");
 }
 
-#[test]
+#[cordon_test::test]
 fn a_job_past_its_memory_limit_ends_as_limit() {
     if skip("a_job_past_its_memory_limit", Need::Cgroups) {
         return;
@@ -316,7 +316,7 @@ fn a_job_past_its_memory_limit_ends_as_limit() {
     assert_eq!(structured(&r)["limit"]["kind"], json!("memory"), "{r}");
 }
 
-#[test]
+#[cordon_test::test]
 fn a_fork_bomb_in_a_job_is_contained() {
     if skip("a_fork_bomb_in_a_job_is_contained", Need::Cgroups) {
         return;
@@ -350,7 +350,7 @@ fn rss_kib(pid: i32) -> u64 {
         .unwrap()
 }
 
-#[test]
+#[cordon_test::test]
 fn a_gibibyte_of_job_output_costs_the_server_its_ring_not_the_flood() {
     if skip("a_gibibyte_of_job_output", Need::Namespaces) {
         return;
@@ -402,7 +402,7 @@ fn a_gibibyte_of_job_output_costs_the_server_its_ring_not_the_flood() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn a_fifth_job_is_refused_with_the_policy_line_to_change() {
     if skip("a_fifth_job_is_refused", Need::Namespaces) {
         return;
@@ -434,7 +434,7 @@ fn a_fifth_job_is_refused_with_the_policy_line_to_change() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn strict_disables_jobs_and_says_so() {
     if skip("strict_disables_jobs", Need::LandlockSeccomp) {
         return;
@@ -449,7 +449,7 @@ fn strict_disables_jobs_and_says_so() {
     assert!(text(&r).contains("max_per_session = 0"), "{r}");
 }
 
-#[test]
+#[cordon_test::test]
 fn a_denied_command_never_starts_as_a_job() {
     if skip(
         "a_denied_command_never_starts_as_a_job",
@@ -506,7 +506,7 @@ fn leaves_no_job(ending: &str, end: impl FnOnce(&mut StdioServer)) {
     assert_no_survivors(&token, ending);
 }
 
-#[test]
+#[cordon_test::test]
 fn closing_stdin_ends_every_job() {
     if skip("closing_stdin_ends_every_job", Need::Namespaces) {
         return;
@@ -514,7 +514,7 @@ fn closing_stdin_ends_every_job() {
     leaves_no_job("stdin closed", |s| s.close_stdin());
 }
 
-#[test]
+#[cordon_test::test]
 fn sigterm_of_the_server_ends_every_job() {
     if skip("sigterm_of_the_server_ends_every_job", Need::Namespaces) {
         return;
@@ -522,7 +522,7 @@ fn sigterm_of_the_server_ends_every_job() {
     leaves_no_job("SIGTERM", |s| s.signal(libc::SIGTERM));
 }
 
-#[test]
+#[cordon_test::test]
 fn sigkill_of_the_server_ends_every_job() {
     if skip("sigkill_of_the_server_ends_every_job", Need::Namespaces) {
         return;
@@ -530,7 +530,7 @@ fn sigkill_of_the_server_ends_every_job() {
     leaves_no_job("SIGKILL", |s| s.signal(libc::SIGKILL));
 }
 
-#[test]
+#[cordon_test::test]
 fn a_job_that_plants_a_git_hook_is_caught_while_it_runs() {
     if skip("a_job_that_plants_a_git_hook", Need::Namespaces) {
         return;
@@ -565,7 +565,7 @@ fn a_job_that_plants_a_git_hook_is_caught_while_it_runs() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn forwarding_reaches_a_job_server_from_the_host_and_nothing_else() {
     if skip("forwarding_reaches_a_job_server", Need::Namespaces) {
         return;
@@ -624,7 +624,7 @@ fn forwarding_reaches_a_job_server_from_the_host_and_nothing_else() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn http_sessions_cannot_see_each_others_jobs_and_delete_ends_a_sessions_jobs() {
     if skip(
         "http_sessions_cannot_see_each_others_jobs",
@@ -700,7 +700,7 @@ fn http_sessions_cannot_see_each_others_jobs_and_delete_ends_a_sessions_jobs() {
     assert_no_survivors(&token, "a job of a DELETEd session");
 }
 
-#[test]
+#[cordon_test::test]
 fn a_job_ending_is_a_log_message_of_its_session() {
     if skip("a_job_ending_is_a_log_message", Need::Namespaces) {
         return;
@@ -736,7 +736,7 @@ fn a_job_ending_is_a_log_message_of_its_session() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn a_job_server_stays_reachable_after_the_view_is_rebuilt() {
     if skip(
         "a_job_server_stays_reachable_after_a_rebuild",

@@ -24,6 +24,7 @@ fn skip_without_audit(test: &str) -> bool {
         panic!("{test} cannot run in CI: kernel-reported denials unavailable: {why}");
     }
     eprintln!("SKIPPED {test}: kernel-reported denials unavailable: {why}");
+    crate::runner::mark_skipped(&format!("kernel-reported denials unavailable: {why}"));
     true
 }
 
@@ -78,7 +79,7 @@ fn kernel_denial<'a>(out: &'a Value, access: &str) -> &'a Value {
     d
 }
 
-#[test]
+#[cordon_test::test]
 fn a_denied_read_is_explained_from_the_kernels_record() {
     if skip_without_audit("a_denied_read_is_explained_from_the_kernels_record") {
         return;
@@ -131,7 +132,7 @@ fn a_denied_read_is_explained_from_the_kernels_record() {
 
 /// Without namespaces (the per-child path) the host's tree is visible and Landlock alone
 /// refuses a write outside every grant: the fallback's layer logs too.
-#[test]
+#[cordon_test::test]
 fn a_denied_write_is_explained_from_the_kernels_record() {
     if skip_without_audit("a_denied_write_is_explained_from_the_kernels_record") {
         return;
@@ -156,7 +157,7 @@ fn a_denied_write_is_explained_from_the_kernels_record() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn a_denied_exec_is_explained_from_the_kernels_record() {
     if skip_without_audit("a_denied_exec_is_explained_from_the_kernels_record") {
         return;
@@ -202,7 +203,7 @@ fn a_denied_exec_is_explained_from_the_kernels_record() {
 
 /// Where the policy shares the host's network (`tcp` seccomp profile, a port list), Landlock's
 /// port rules refuse the connect, and the kernel's record names the port.
-#[test]
+#[cordon_test::test]
 fn a_denied_tcp_connect_is_explained_from_the_kernels_record() {
     if skip_without_audit("a_denied_tcp_connect_is_explained_from_the_kernels_record") {
         return;
@@ -234,7 +235,7 @@ fn a_denied_tcp_connect_is_explained_from_the_kernels_record() {
 
 /// `--no-kernel-denials` (or a machine without audit): the same denial comes from the error
 /// message, labeled as such.
-#[test]
+#[cordon_test::test]
 fn without_kernel_records_a_denial_is_explained_from_the_error_message() {
     if skip(
         "without_kernel_records_a_denial_is_explained_from_the_error_message",
@@ -259,7 +260,7 @@ fn without_kernel_records_a_denial_is_explained_from_the_error_message() {
 
 /// The denial the output names leads; one it does not name is not blamed for the failure;
 /// a successful call lists none.
-#[test]
+#[cordon_test::test]
 fn the_denial_the_output_names_leads_and_others_are_not_blamed() {
     if skip_without_audit("the_denial_the_output_names_leads_and_others_are_not_blamed") {
         return;

@@ -22,7 +22,7 @@ fn validate(path: &Path) -> Option<std::process::Output> {
         .ok()
 }
 
-#[test]
+#[cordon_test::test]
 fn kubernetes_manifest_passes_the_schema_check() {
     let Some(out) = validate(Path::new(MANIFEST)) else {
         return missing_prerequisites(
@@ -54,7 +54,7 @@ fn kubernetes_manifest_passes_the_schema_check() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn kubernetes_manifest_policy_is_valid_and_the_context_keeps_what_the_sandbox_needs() {
     let text = std::fs::read_to_string(MANIFEST).unwrap();
     // The ConfigMap's `policy.toml: |` block, de-indented.

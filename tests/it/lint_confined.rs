@@ -21,7 +21,7 @@ fn lint(sb: &Sandbox, policy: &str, file: &str) -> crate::common::Run {
     run_guarded(cmd, HANG_GUARD)
 }
 
-#[test]
+#[cordon_test::test]
 fn hostile_linter_cannot_write_outside_read_secrets_or_connect() {
     if skip(
         "hostile_linter_cannot_write_outside_read_secrets_or_connect",
@@ -99,7 +99,7 @@ pattern = '^[^:]+:(?P<line>\d+):(?P<col>\d+): (?P<severity>\w+): (?P<message>.*)
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn hanging_linter_is_cut_off_and_reported_unavailable() {
     if skip(
         "hanging_linter_is_cut_off_and_reported_unavailable",

@@ -23,19 +23,19 @@ fn after_edit(old: Option<&str>, new: &str) -> Vec<(u32, bool)> {
 
 const OLD: &str = "import os\n\ndef f(:\n    return 1\n\nx = 2\n";
 
-#[test]
+#[cordon_test::test]
 fn lines_inserted_above_an_old_error() {
     let new = "import os\nimport sys\nimport re\n\ndef f(:\n    return 1\n\nx = 2\n";
     assert_eq!(after_edit(Some(OLD), new), vec![(5, false)]);
 }
 
-#[test]
+#[cordon_test::test]
 fn lines_deleted_above_an_old_error() {
     let new = "def f(:\n    return 1\n\nx = 2\n";
     assert_eq!(after_edit(Some(OLD), new), vec![(1, false)]);
 }
 
-#[test]
+#[cordon_test::test]
 fn new_error_below_old_one() {
     let new = "import os\n\ndef f(:\n    return 1\n\nx = (2\n";
     let result = after_edit(Some(OLD), new);
@@ -44,7 +44,7 @@ fn new_error_below_old_one() {
     assert!(result.len() >= 2);
 }
 
-#[test]
+#[cordon_test::test]
 fn changing_the_broken_line_into_another_error_is_introduced() {
     // Same line, different problem (`missing )` becomes an error near `]`).
     let new = "import os\n\ndef f(a]:\n    return 1\n\nx = 2\n";
@@ -53,7 +53,7 @@ fn changing_the_broken_line_into_another_error_is_introduced() {
     assert_eq!(result[0], (3, true));
 }
 
-#[test]
+#[cordon_test::test]
 fn editing_the_broken_line_without_fixing_it_keeps_the_old_error() {
     // The line changed (the variable was renamed, moving the error sideways); the error, a
     // missing `;`, did not.
@@ -69,7 +69,7 @@ fn editing_the_broken_line_without_fixing_it_keeps_the_old_error() {
     assert!(!new_d[0].introduced);
 }
 
-#[test]
+#[cordon_test::test]
 fn fixed_error_disappears_and_clean_file_reports_clean() {
     let new = "import os\n\ndef f():\n    return 1\n\nx = 2\n";
     assert_eq!(after_edit(Some(OLD), new), vec![]);
@@ -81,7 +81,7 @@ fn fixed_error_disappears_and_clean_file_reports_clean() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn brand_new_file_has_everything_introduced() {
     assert_eq!(after_edit(None, OLD), vec![(3, true)]);
     let mut diags = lint(OLD);

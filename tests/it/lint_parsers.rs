@@ -37,7 +37,7 @@ fn r(l: u32, c: u32, el: u32, ec: u32, s: Severity, code: Option<&str>) -> Row {
 
 use Severity::{Error, Info, Warning};
 
-#[test]
+#[cordon_test::test]
 fn ruff_real_output() {
     let diags = parse_builtin(
         OutputFormat::Ruff,
@@ -62,7 +62,7 @@ fn ruff_real_output() {
     assert!(diags.iter().all(|d| d.source == "ruff" && !d.introduced));
 }
 
-#[test]
+#[cordon_test::test]
 fn ruff_syntax_errors() {
     let diags = parse_builtin(
         OutputFormat::Ruff,
@@ -82,7 +82,7 @@ fn ruff_syntax_errors() {
     assert_eq!(diags[1].message, "Expected `)`, found newline");
 }
 
-#[test]
+#[cordon_test::test]
 fn ruff_older_format_without_severity() {
     // Older ruff: no `severity`, syntax errors with `code: null`.
     let out = r#"[{"code": null, "message": "SyntaxError: bad", "location": {"row": 2, "column": 3},
@@ -100,7 +100,7 @@ fn ruff_older_format_without_severity() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn ruff_clean_and_malformed() {
     assert_eq!(
         parse_builtin(OutputFormat::Ruff, "ruff", "[]\n", "x = 1\n").unwrap(),
@@ -120,7 +120,7 @@ fn ruff_clean_and_malformed() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn shellcheck_real_output() {
     let diags = parse_builtin(
         OutputFormat::Shellcheck,
@@ -149,7 +149,7 @@ fn shellcheck_real_output() {
     assert!(diags.iter().all(|d| d.source == "shellcheck"));
 }
 
-#[test]
+#[cordon_test::test]
 fn shellcheck_syntax_errors_and_wrong_format() {
     let diags = parse_builtin(
         OutputFormat::Shellcheck,
@@ -169,7 +169,7 @@ fn shellcheck_syntax_errors_and_wrong_format() {
     assert!(err.to_string().contains("json1"), "{err}");
 }
 
-#[test]
+#[cordon_test::test]
 fn eslint_real_output() {
     let diags = parse_builtin(
         OutputFormat::Eslint,
@@ -192,7 +192,7 @@ fn eslint_real_output() {
     assert_eq!(diags[2].message, "'zz' is not defined.");
 }
 
-#[test]
+#[cordon_test::test]
 fn eslint_parse_error_has_no_rule_or_end() {
     let diags = parse_builtin(
         OutputFormat::Eslint,
@@ -208,7 +208,7 @@ fn eslint_parse_error_has_no_rule_or_end() {
     assert_eq!(diags[0].message, "Parsing error: Unexpected token");
 }
 
-#[test]
+#[cordon_test::test]
 fn eslint_utf16_columns_become_characters() {
     // 😀 is two UTF-16 units: ESLint puts `zz` at column 9, it is character 8.
     let source = "a = '😀'+zz;\n";
@@ -218,7 +218,7 @@ fn eslint_utf16_columns_become_characters() {
     assert_eq!((diags[0].column, diags[0].end_column), (9, 11));
 }
 
-#[test]
+#[cordon_test::test]
 fn oxlint_real_output_bytes_become_characters() {
     let diags = parse_builtin(
         OutputFormat::Oxlint,
@@ -255,7 +255,7 @@ fn config(toml_text: &str) -> LinterConfig {
     toml::from_str(toml_text).expect("valid linter config")
 }
 
-#[test]
+#[cordon_test::test]
 fn exit_status_outside_ok_codes_is_an_error_not_clean() {
     let linter = config(
         r#"name = "ruff"
@@ -282,7 +282,7 @@ format = "ruff""#,
     assert!(killed.to_string().contains("a signal"), "{killed}");
 }
 
-#[test]
+#[cordon_test::test]
 fn generic_json_reproduces_builtin_ruff() {
     let linter = config(
         r#"name = "ruff"
@@ -313,7 +313,7 @@ message = "message""#,
     assert_eq!(generic, builtin);
 }
 
-#[test]
+#[cordon_test::test]
 fn generic_json_nested_results_with_severity_map_and_utf16() {
     let linter = config(
         r#"name = "eslint"
@@ -351,7 +351,7 @@ message = "message""#,
     assert_eq!(generic, builtin);
 }
 
-#[test]
+#[cordon_test::test]
 fn generic_json_zero_based_byte_columns() {
     let linter = config(
         r#"name = "tool"
@@ -411,7 +411,7 @@ severity_map = { note = "info" }
 pattern = '^[^:]+:(?P<line>\d+):(?P<col>\d+): (?P<severity>\w+): (?P<message>.*?)(?:  \[(?P<code>[\w-]+)\])?$'
 "#;
 
-#[test]
+#[cordon_test::test]
 fn generic_regex_mypy_style() {
     let linter = config(MYPY).compile().unwrap();
     let out = "a.py:3:5: error: Incompatible types in assignment  [assignment]\n\
@@ -429,7 +429,7 @@ fn generic_regex_mypy_style() {
     assert!(diags.iter().all(|d| d.source == "mypy"));
 }
 
-#[test]
+#[cordon_test::test]
 fn generic_regex_with_ranges_and_byte_columns() {
     let linter = config(
         r#"name = "cc"
@@ -450,7 +450,7 @@ pattern = '^(?P<line>\d+):(?P<col>\d+)-(?P<end_line>\d+):(?P<end_col>\d+) (?P<se
     assert_eq!(row(&diags[0]), r(1, 7, 1, 9, Error, Some("x1")));
 }
 
-#[test]
+#[cordon_test::test]
 fn invalid_configs_are_rejected_at_compile() {
     let base = "name = \"t\"\ncommand = \"t\"\nextensions = [\"x\"]\n";
     let no_mapping = config(&format!("{base}format = \"json\""))
@@ -488,7 +488,7 @@ fn invalid_configs_are_rejected_at_compile() {
     assert!(unknown.is_err());
 }
 
-#[test]
+#[cordon_test::test]
 fn generic_regex_non_numeric_line_is_an_error() {
     let base = "name = \"t\"\ncommand = \"t\"\nextensions = [\"x\"]\nformat = \"regex\"\n";
     let linter = config(&format!(

@@ -84,7 +84,7 @@ const CLEAN: &[(Language, &str)] = &[
     ),
 ];
 
-#[test]
+#[cordon_test::test]
 fn every_grammar_accepts_its_clean_sample() {
     assert_eq!(
         CLEAN.len(),
@@ -100,7 +100,7 @@ fn every_grammar_accepts_its_clean_sample() {
     }
 }
 
-#[test]
+#[cordon_test::test]
 fn python_missing_paren() {
     assert_eq!(
         brief(Language::Python, "def f(:\n    pass\n"),
@@ -108,7 +108,7 @@ fn python_missing_paren() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn python_columns_count_characters_not_bytes() {
     // `+` is the 14th character but the 15th byte (é is two bytes).
     let diags = errors(Language::Python, "x = (\"héllo\" + ))\n");
@@ -131,7 +131,7 @@ fn python_columns_count_characters_not_bytes() {
     assert_eq!(diags[0].message, "syntax error near `x = \"héllo\" +`");
 }
 
-#[test]
+#[cordon_test::test]
 fn javascript_missing_operand() {
     assert_eq!(
         brief(Language::JavaScript, "function f() {\n  return 1 +;\n}\n"),
@@ -139,7 +139,7 @@ fn javascript_missing_operand() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn typescript_missing_initializer() {
     assert_eq!(
         brief(Language::TypeScript, "let x: number = ;\n"),
@@ -147,7 +147,7 @@ fn typescript_missing_initializer() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn tsx_unclosed_tag() {
     assert_eq!(
         brief(Language::Tsx, "const a = <div>hi</div;\n"),
@@ -155,7 +155,7 @@ fn tsx_unclosed_tag() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn rust_missing_semicolon() {
     assert_eq!(
         brief(Language::Rust, "fn main() {\n    let x = 1 }\n"),
@@ -163,7 +163,7 @@ fn rust_missing_semicolon() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn go_missing_expression() {
     assert_eq!(
         brief(Language::Go, "package main\n\nfunc main() {\n\tx := \n}\n"),
@@ -171,7 +171,7 @@ fn go_missing_expression() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn bash_missing_fi_is_reported_past_the_last_line() {
     assert_eq!(
         brief(Language::Bash, "if true; then echo hi\n"),
@@ -179,7 +179,7 @@ fn bash_missing_fi_is_reported_past_the_last_line() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn json_trailing_comma() {
     let diags = errors(Language::Json, "{\"a\": 1,}\n");
     assert_eq!(diags.len(), 1);
@@ -190,7 +190,7 @@ fn json_trailing_comma() {
     assert_eq!(diags[0].message, "syntax error near `,`");
 }
 
-#[test]
+#[cordon_test::test]
 fn toml_missing_value() {
     assert_eq!(
         brief(Language::Toml, "[a]\nb = \nc = 1\n"),
@@ -198,7 +198,7 @@ fn toml_missing_value() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn yaml_unclosed_flow_sequence() {
     assert_eq!(
         brief(Language::Yaml, "a: [1, 2\nb: 3\n"),
@@ -206,7 +206,7 @@ fn yaml_unclosed_flow_sequence() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn c_missing_semicolon() {
     assert_eq!(
         brief(Language::C, "int main(void) {\n  return 0\n}\n"),
@@ -214,7 +214,7 @@ fn c_missing_semicolon() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn cpp_missing_semicolon_in_class() {
     assert_eq!(
         brief(Language::Cpp, "class A {\n  int x\n};\n"),
@@ -222,7 +222,7 @@ fn cpp_missing_semicolon_in_class() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn java_missing_initializer() {
     assert_eq!(
         brief(Language::Java, "class A {\n  void f() { int x = ; }\n}\n"),
@@ -230,7 +230,7 @@ fn java_missing_initializer() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn css_unclosed_block_and_missing_colon() {
     assert_eq!(
         brief(Language::Css, "a { color: red;\n"),
@@ -242,7 +242,7 @@ fn css_unclosed_block_and_missing_colon() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn nested_error_spans_are_reduced_to_one_per_line() {
     // tree-sitter gives one ERROR over lines 1-5 with a nested ERROR on line 2. We report
     // the outer one only at its start line (clipped to that line) and the inner one on its own.
@@ -274,7 +274,7 @@ fn nested_error_spans_are_reduced_to_one_per_line() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn long_excerpts_are_capped() {
     let source = format!("x = ({} +* 1\n", "a".repeat(200));
     let diags = errors(Language::Python, &source);
@@ -284,7 +284,7 @@ fn long_excerpts_are_capped() {
     }
 }
 
-#[test]
+#[cordon_test::test]
 fn garbage_is_capped() {
     let source = "}{ ) (\n".repeat(500);
     let diags = errors(Language::Rust, &source);
@@ -292,7 +292,7 @@ fn garbage_is_capped() {
     assert!(diags.len() <= cordon::parser::syntax::MAX_SYNTAX_ERRORS);
 }
 
-#[test]
+#[cordon_test::test]
 fn over_budget_parse_is_reported_as_too_slow() {
     // ~1.5 MB of code cannot be parsed in zero time; the parse must stop, not hang.
     let source = "def f(x):\n    return [x + i for i in range(10)]\n".repeat(30_000);
@@ -310,7 +310,7 @@ fn over_budget_parse_is_reported_as_too_slow() {
     assert_eq!(errors(Language::Python, "x = 1\n"), vec![]);
 }
 
-#[test]
+#[cordon_test::test]
 fn languages_by_extension() {
     let cases = [
         ("a.py", Language::Python),
@@ -348,7 +348,7 @@ fn languages_by_extension() {
     assert_eq!(language_for_path(Path::new("Makefile")), None);
 }
 
-#[test]
+#[cordon_test::test]
 fn languages_by_shebang() {
     let cases = [
         ("#!/bin/sh\necho hi\n", Some(Language::Bash)),
@@ -376,7 +376,7 @@ fn languages_by_shebang() {
     assert_eq!(detect_language(Path::new("x.txt"), "#!/bin/sh\n"), None);
 }
 
-#[test]
+#[cordon_test::test]
 fn shebang_script_is_checked_as_bash() {
     let lang = detect_language(Path::new("run"), "#!/usr/bin/env bash\nif true; then\n").unwrap();
     assert_eq!(
@@ -388,7 +388,7 @@ fn shebang_script_is_checked_as_bash() {
 /// The server gets its syntax checks from the confined parser worker: for every grammar, a
 /// clean and a broken sample, fresh and as an incremental re-parse from the worker's
 /// remembered tree, must come back exactly as the in-process check computes them.
-#[tokio::test]
+#[cordon_test::test]
 async fn parser_worker_answers_equal_the_in_process_check_for_every_grammar() {
     use crate::common::{Need, skip};
     use cordon::parser::protocol::SyntaxOutcome;

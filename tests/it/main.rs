@@ -1,8 +1,11 @@
 //! cordon's integration tests, in one binary (one link of the crate, one place to look).
 //!
-//! Confinement scenarios spawn the `cordon` binary per test, so every confined process is its
-//! own process whatever runner is used; `cargo nextest` additionally runs each test in its
-//! own process.
+//! The binary is its own harness (tests/runner): `cargo test` and `cargo nextest run` both run
+//! each test in a process of its own, so a test that confines its process, or leaves a
+//! server behind, shares it with no other. Tests are declared with `#[cordon_test::test]`.
+
+#[path = "../runner/mod.rs"]
+mod runner;
 
 mod call_isolation;
 mod common;
@@ -45,4 +48,17 @@ mod server_lifetime;
 mod startup;
 mod stdio_server;
 mod suites;
+mod test_harness;
 mod workspace;
+
+fn main() {
+    runner::main()
+}
+
+/// A test declared with the built-in `#[test]` here would silently never run.
+#[cordon_test::test]
+fn every_test_is_declared_with_the_harness_attribute() {
+    runner::registered::assert_all_registered(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it"),
+    );
+}

@@ -43,7 +43,7 @@ fn limit_call(server: &mut StdioServer) -> Value {
     )
 }
 
-#[test]
+#[cordon_test::test]
 fn set_level_is_answered_and_limit_hits_arrive_at_or_above_the_level() {
     let test = "set_level_is_answered_and_limit_hits_arrive_at_or_above_the_level";
     if skip(test, Need::LandlockSeccomp) {
@@ -85,7 +85,7 @@ fn set_level_is_answered_and_limit_hits_arrive_at_or_above_the_level() {
     assert!(answer.get("error").is_some(), "{answer}");
 }
 
-#[test]
+#[cordon_test::test]
 fn reduced_enforcement_is_reported_when_the_level_is_set() {
     let test = "reduced_enforcement_is_reported_when_the_level_is_set";
     if skip(test, Need::LandlockSeccomp) {
@@ -118,7 +118,7 @@ fn reduced_enforcement_is_reported_when_the_level_is_set() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn a_rebuilt_view_and_a_restarted_parser_worker_are_reported() {
     let test = "a_rebuilt_view_and_a_restarted_parser_worker_are_reported";
     if skip(test, Need::Namespaces) {
@@ -152,7 +152,7 @@ fn a_rebuilt_view_and_a_restarted_parser_worker_are_reported() {
     assert_eq!(restarted[0]["level"], "warning");
 }
 
-#[test]
+#[cordon_test::test]
 fn quarantined_git_configuration_is_reported() {
     let test = "quarantined_git_configuration_is_reported";
     if skip(test, Need::Namespaces) {

@@ -270,37 +270,37 @@ async fn unknown_tool_is_a_protocol_error(lifecycle: ClientLifecycleMode) {
     client.cancel().await.expect("close session");
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[cordon_test::test(flavor = "multi_thread")]
 async fn legacy_session_lists_tools_with_strict_schemas_and_annotations() {
     lists_tools_with_strict_schemas_and_annotations(legacy()).await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[cordon_test::test(flavor = "multi_thread")]
 async fn stateless_session_lists_tools_with_strict_schemas_and_annotations() {
     lists_tools_with_strict_schemas_and_annotations(stateless()).await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[cordon_test::test(flavor = "multi_thread")]
 async fn legacy_session_every_tool_succeeds_and_fails_with_structured_content() {
     every_tool_succeeds_and_fails_with_structured_content(legacy()).await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[cordon_test::test(flavor = "multi_thread")]
 async fn stateless_session_every_tool_succeeds_and_fails_with_structured_content() {
     every_tool_succeeds_and_fails_with_structured_content(stateless()).await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[cordon_test::test(flavor = "multi_thread")]
 async fn legacy_session_unknown_tool_is_a_protocol_error() {
     unknown_tool_is_a_protocol_error(legacy()).await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[cordon_test::test(flavor = "multi_thread")]
 async fn stateless_session_unknown_tool_is_a_protocol_error() {
     unknown_tool_is_a_protocol_error(stateless()).await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[cordon_test::test(flavor = "multi_thread")]
 async fn sessions_negotiate_the_expected_protocol_versions() {
     let ws = tempfile::tempdir().unwrap();
     let client = connect(ws.path(), legacy()).await;
@@ -378,12 +378,12 @@ async fn a_declaring_client_gets_shell_exec_as_a_task(lifecycle: ClientLifecycle
     assert_eq!(error_kind(&result), "not_found");
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[cordon_test::test(flavor = "multi_thread")]
 async fn legacy_session_declaring_tasks_gets_shell_exec_as_a_task() {
     a_declaring_client_gets_shell_exec_as_a_task(legacy()).await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[cordon_test::test(flavor = "multi_thread")]
 async fn stateless_session_declaring_tasks_gets_shell_exec_as_a_task() {
     a_declaring_client_gets_shell_exec_as_a_task(stateless()).await;
 }

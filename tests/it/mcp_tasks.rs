@@ -102,7 +102,7 @@ fn settle(server: &mut StdioServer, id: &str) -> (Vec<String>, Value) {
     }
 }
 
-#[test]
+#[cordon_test::test]
 fn stdio_task_runs_shell_exec_and_code_interpreter_and_ends_with_their_results() {
     let ws = tempfile::tempdir().unwrap();
     let mut server = StdioServer::start(ws.path(), &[], "", &[]);
@@ -168,7 +168,7 @@ fn stdio_task_runs_shell_exec_and_code_interpreter_and_ends_with_their_results()
     assert_eq!(structured(&plain)["result"], json!("43"), "{plain}");
 }
 
-#[test]
+#[cordon_test::test]
 fn stdio_task_cancel_kills_the_calls_process_tree() {
     let ws = tempfile::tempdir().unwrap();
     let mut server = StdioServer::start(ws.path(), &[], "", &[]);
@@ -218,7 +218,7 @@ fn stdio_task_cancel_kills_the_calls_process_tree() {
     }
 }
 
-#[test]
+#[cordon_test::test]
 fn stdio_close_ends_a_running_task_and_leaves_no_process() {
     let ws = tempfile::tempdir().unwrap();
     let mut server = StdioServer::start(ws.path(), &[], "", &[]);
@@ -257,7 +257,7 @@ fn stdio_close_ends_a_running_task_and_leaves_no_process() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn stdio_client_without_the_extension_sees_no_change() {
     let ws = tempfile::tempdir().unwrap();
     let mut server = StdioServer::start(ws.path(), &[], "", &[]);
@@ -298,7 +298,7 @@ fn stdio_client_without_the_extension_sees_no_change() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn stdio_tasks_past_the_bound_are_refused_with_a_clear_error() {
     let ws = tempfile::tempdir().unwrap();
     let mut server = StdioServer::start(ws.path(), &[], "", &[]);
@@ -358,7 +358,7 @@ fn stdio_tasks_past_the_bound_are_refused_with_a_clear_error() {
     assert!(gone);
 }
 
-#[test]
+#[cordon_test::test]
 fn stdio_denied_command_is_answered_at_once_and_never_becomes_a_task() {
     let ws = tempfile::tempdir().unwrap();
     let mut server = StdioServer::start(ws.path(), &[], "", &[]);
@@ -405,7 +405,7 @@ fn http_tasks(server: &HttpServer, session: &str, id: u64, method: &str, task: &
     http_post(server, session, id, &body, task)
 }
 
-#[test]
+#[cordon_test::test]
 fn http_task_completes_and_no_other_session_sees_it() {
     if skip(
         "http_task_completes_and_no_other_session_sees_it",
@@ -461,7 +461,7 @@ fn http_task_completes_and_no_other_session_sees_it() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn http_delete_of_a_session_kills_its_running_task() {
     if skip(
         "http_delete_of_a_session_kills_its_running_task",
@@ -517,7 +517,7 @@ fn stateless(server: &HttpServer, id: u64, method: &str, params: Value, name: &s
         .unwrap_or_else(|| panic!("no answer to {id}: {r:?}"))
 }
 
-#[test]
+#[cordon_test::test]
 fn http_stateless_task_is_polled_to_its_result_and_cancel_kills_another() {
     if skip(
         "http_stateless_task_is_polled_to_its_result_and_cancel_kills_another",
@@ -570,7 +570,7 @@ fn http_stateless_task_is_polled_to_its_result_and_cancel_kills_another() {
     assert!(gone);
 }
 
-#[test]
+#[cordon_test::test]
 fn stdio_sigterm_or_sigkill_of_serve_leaves_no_task_running() {
     if skip(
         "stdio_sigterm_or_sigkill_of_serve_leaves_no_task_running",
@@ -602,7 +602,7 @@ fn stdio_sigterm_or_sigkill_of_serve_leaves_no_task_running() {
     }
 }
 
-#[test]
+#[cordon_test::test]
 fn stdio_task_cancelled_while_it_waits_for_a_slot_never_starts() {
     let sb = crate::common::Sandbox::new();
     let policy = sb.policy(
@@ -646,7 +646,7 @@ fn stdio_task_cancelled_while_it_waits_for_a_slot_never_starts() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn a_task_that_hits_a_limit_sends_its_sessions_log_message() {
     if skip(
         "a_task_that_hits_a_limit_sends_its_sessions_log_message",

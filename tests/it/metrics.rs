@@ -31,7 +31,7 @@ fn sample(text: &str, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-#[test]
+#[cordon_test::test]
 fn metrics_need_the_token_and_count_calls_denials_and_sessions() {
     if skip(
         "metrics_need_the_token_and_count_calls_denials_and_sessions",
@@ -131,7 +131,7 @@ fn metrics_need_the_token_and_count_calls_denials_and_sessions() {
     }
 }
 
-#[test]
+#[cordon_test::test]
 fn metrics_addr_is_a_loopback_listener_of_its_own() {
     let ws = tempfile::tempdir().unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -187,7 +187,7 @@ fn metrics_addr_is_a_loopback_listener_of_its_own() {
 }
 
 /// Through the egress proxy: the bytes of an allowed request and a refusal are counted.
-#[test]
+#[cordon_test::test]
 fn metrics_count_egress_bytes_and_refusals() {
     if skip("metrics_count_egress_bytes_and_refusals", Need::Namespaces) {
         return;
@@ -254,7 +254,7 @@ fn metrics_count_egress_bytes_and_refusals() {
 
 /// A protected path appearing between calls (`git init` on the host) makes the next call
 /// rebuild the sandbox's view: counted.
-#[test]
+#[cordon_test::test]
 fn metrics_count_view_rebuilds() {
     if skip("metrics_count_view_rebuilds", Need::Namespaces) {
         return;
@@ -289,7 +289,7 @@ fn metrics_count_view_rebuilds() {
 
 /// The parser worker aborting (tree-sitter-yaml's scanner on this file) and being replaced for
 /// the next write: counted.
-#[test]
+#[cordon_test::test]
 fn metrics_count_parser_worker_restarts() {
     if skip(
         "metrics_count_parser_worker_restarts",

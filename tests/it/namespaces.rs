@@ -50,7 +50,7 @@ fn assert_control_allowed(run: &crate::common::Run, what: &str) {
 // Unix sockets of the host
 // ---------------------------------------------------------------------------------------
 
-#[test]
+#[cordon_test::test]
 fn host_pathname_unix_socket_cannot_be_connected_to() {
     let test = "host_pathname_unix_socket_cannot_be_connected_to";
     if skip(test, Need::LandlockSeccomp) {
@@ -80,7 +80,7 @@ fn host_pathname_unix_socket_cannot_be_connected_to() {
     }
 }
 
-#[test]
+#[cordon_test::test]
 fn host_abstract_unix_socket_cannot_be_connected_to() {
     let test = "host_abstract_unix_socket_cannot_be_connected_to";
     if skip(test, Need::LandlockSeccomp) {
@@ -123,7 +123,7 @@ fn snapshot(path: &Path) -> (u32, u32, u32, i64, i64, Option<Vec<u8>>) {
     (m.mode(), m.uid(), m.gid(), m.mtime(), m.mtime_nsec(), xattr)
 }
 
-#[test]
+#[cordon_test::test]
 fn metadata_of_a_file_outside_every_grant_cannot_change() {
     let test = "metadata_of_a_file_outside_every_grant_cannot_change";
     if skip(test, Need::Namespaces) {
@@ -164,7 +164,7 @@ fn metadata_of_a_file_outside_every_grant_cannot_change() {
     assert_eq!(snapshot(&target), before, "metadata changed: {run:?}");
 }
 
-#[test]
+#[cordon_test::test]
 fn metadata_of_granted_system_files_cannot_change() {
     if skip(
         "metadata_of_granted_system_files_cannot_change",
@@ -188,7 +188,7 @@ fn special_bits(path: &Path) -> u32 {
     std::fs::metadata(path).unwrap().mode() & 0o7000
 }
 
-#[test]
+#[cordon_test::test]
 fn setuid_bit_or_file_capability_cannot_be_set_on_a_copied_shell() {
     let test = "setuid_bit_or_file_capability_cannot_be_set_on_a_copied_shell";
     if skip(test, Need::LandlockSeccomp) {
@@ -242,7 +242,7 @@ fn setuid_bit_or_file_capability_cannot_be_set_on_a_copied_shell() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn strict_read_only_workspace_refuses_chmod() {
     if skip(
         "strict_read_only_workspace_refuses_chmod",
@@ -273,7 +273,7 @@ fn strict_read_only_workspace_refuses_chmod() {
 // System V IPC
 // ---------------------------------------------------------------------------------------
 
-#[test]
+#[cordon_test::test]
 fn host_sysv_segment_and_queue_are_invisible() {
     let test = "host_sysv_segment_and_queue_are_invisible";
     if skip(test, Need::Namespaces) {
@@ -319,7 +319,7 @@ fn host_sysv_segment_and_queue_are_invisible() {
 // /proc
 // ---------------------------------------------------------------------------------------
 
-#[test]
+#[cordon_test::test]
 fn proc_shows_no_host_process() {
     if skip("proc_shows_no_host_process", Need::Namespaces) {
         return;
@@ -376,7 +376,7 @@ fn tcp_probe_policy(sb: &Sandbox, allowed: u16) -> String {
     )
 }
 
-#[test]
+#[cordon_test::test]
 fn tcp_port_rules_have_no_fast_open_or_mptcp_side_door() {
     let test = "tcp_port_rules_have_no_fast_open_or_mptcp_side_door";
     if skip(test, Need::LandlockSeccomp) {
@@ -466,7 +466,7 @@ for name, args in [('netlink-audit', (socket.AF_NETLINK, socket.SOCK_RAW, 9)), (
         print(name, 'refused', e.errno)
 "#;
 
-#[test]
+#[cordon_test::test]
 fn a_server_and_its_client_in_one_call_work_on_the_sandbox_loopback() {
     let test = "a_server_and_its_client_in_one_call_work_on_the_sandbox_loopback";
     if skip(test, Need::Namespaces) || !have_python(test) {
@@ -484,7 +484,7 @@ fn a_server_and_its_client_in_one_call_work_on_the_sandbox_loopback() {
     }
 }
 
-#[test]
+#[cordon_test::test]
 fn the_sandbox_loopback_is_not_the_hosts() {
     let test = "the_sandbox_loopback_is_not_the_hosts";
     if skip(test, Need::Namespaces) || !have_python(test) {
@@ -541,7 +541,7 @@ except OSError:
 
 const SIMULATE: (&str, &str) = ("CORDON_SIMULATE_MISSING", "namespaces");
 
-#[test]
+#[cordon_test::test]
 fn without_namespaces_unix_sockets_and_sysv_ipc_are_refused() {
     let test = "without_namespaces_unix_sockets_and_sysv_ipc_are_refused";
     if skip(test, Need::LandlockSeccomp) || !have_python(test) {
@@ -582,7 +582,7 @@ fn without_namespaces_unix_sockets_and_sysv_ipc_are_refused() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn without_namespaces_results_and_doctor_report_the_weaker_level() {
     let test = "without_namespaces_results_and_doctor_report_the_weaker_level";
     if skip(test, Need::Cgroups) {

@@ -69,17 +69,17 @@ fn run_suite(name: &str, file: &str) {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn typescript_sdk_end_to_end_suite() {
     run_suite("typescript_sdk_end_to_end_suite", "sdk.test.mjs");
 }
 
-#[test]
+#[cordon_test::test]
 fn typescript_sdk_streamable_http_suite() {
     run_suite("typescript_sdk_streamable_http_suite", "http.test.mjs");
 }
 
-#[test]
+#[cordon_test::test]
 fn inspector_cli_end_to_end_suite() {
     run_suite("inspector_cli_end_to_end_suite", "inspector.test.mjs");
 }

@@ -101,7 +101,7 @@ fn ask_call(server: &mut StdioServer, token: u64) -> u64 {
     )
 }
 
-#[test]
+#[cordon_test::test]
 fn the_operator_answers_an_ask_rule_for_a_client_without_elicitation() {
     let test = "the_operator_answers_an_ask_rule_for_a_client_without_elicitation";
     if skip(test, Need::LandlockSeccomp) {
@@ -204,7 +204,7 @@ fn the_operator_answers_an_ask_rule_for_a_client_without_elicitation() {
     }
 }
 
-#[test]
+#[cordon_test::test]
 fn unanswered_operator_questions_expire_and_elicitation_alone_asks_nobody() {
     let test = "unanswered_operator_questions_expire_and_elicitation_alone_asks_nobody";
     if skip(test, Need::LandlockSeccomp) {
@@ -340,7 +340,7 @@ fn have_python() -> bool {
         .is_ok_and(|s| s.success())
 }
 
-#[test]
+#[cordon_test::test]
 fn a_confined_process_cannot_reach_the_approvals_socket() {
     let test = "a_confined_process_cannot_reach_the_approvals_socket";
     if skip(test, Need::Namespaces) || !have_python() {
@@ -356,7 +356,7 @@ fn a_confined_process_cannot_reach_the_approvals_socket() {
     assert!(!out.contains("ALLOWED") && !out.contains("answer"), "{out}");
 }
 
-#[test]
+#[cordon_test::test]
 fn without_namespaces_a_confined_process_cannot_reach_the_approvals_socket() {
     let test = "without_namespaces_a_confined_process_cannot_reach_the_approvals_socket";
     if skip(test, Need::LandlockSeccomp) || !have_python() {
@@ -398,7 +398,7 @@ fn without_namespaces_a_confined_process_cannot_reach_the_approvals_socket() {
     }
 }
 
-#[test]
+#[cordon_test::test]
 fn the_socket_and_its_token_are_private_and_removed_when_the_server_ends() {
     let test = "the_socket_and_its_token_are_private_and_removed_when_the_server_ends";
     if skip(test, Need::LandlockSeccomp) {
@@ -434,7 +434,7 @@ fn rustix_uid() -> u32 {
     std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap())
 }
 
-#[test]
+#[cordon_test::test]
 fn without_namespaces_or_landlock_the_operator_channel_stays_off() {
     let test = "without_namespaces_or_landlock_the_operator_channel_stays_off";
     if skip(test, Need::LandlockSeccomp) {
@@ -473,7 +473,7 @@ fn without_namespaces_or_landlock_the_operator_channel_stays_off() {
     assert_eq!(sockets, 0, "no socket was opened");
 }
 
-#[test]
+#[cordon_test::test]
 fn an_approvals_directory_inside_the_workspace_is_refused() {
     let test = "an_approvals_directory_inside_the_workspace_is_refused";
     if skip(test, Need::LandlockSeccomp) {

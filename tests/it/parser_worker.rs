@@ -165,7 +165,7 @@ fn workers_with(token: &str) -> Vec<i32> {
     found
 }
 
-#[test]
+#[cordon_test::test]
 fn yaml_scanner_abort_costs_one_answer() {
     if skip("yaml_scanner_abort_costs_one_answer", Need::LandlockSeccomp) {
         return;
@@ -196,7 +196,7 @@ fn yaml_scanner_abort_costs_one_answer() {
     assert!(std::fs::read_to_string(sb.ws().join("ci.yaml")).unwrap() == crash);
 }
 
-#[test]
+#[cordon_test::test]
 fn bash_heredoc_storm_in_a_command_costs_one_answer() {
     if skip(
         "bash_heredoc_storm_in_a_command_costs_one_answer",
@@ -254,7 +254,7 @@ fn bash_heredoc_storm_in_a_command_costs_one_answer() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn parser_worker_killed_mid_request_is_restarted() {
     if skip(
         "parser_worker_killed_mid_request_is_restarted",
@@ -318,7 +318,7 @@ fn parser_worker_killed_mid_request_is_restarted() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn hung_parser_worker_times_out_and_lint_is_unavailable() {
     if skip(
         "hung_parser_worker_times_out_and_lint_is_unavailable",
@@ -360,7 +360,7 @@ fn hung_parser_worker_times_out_and_lint_is_unavailable() {
     assert!(!marker.exists(), "a command that could not be analysed ran");
 }
 
-#[test]
+#[cordon_test::test]
 fn lint_skipped_names_ruff_when_absent() {
     if skip("lint_skipped_names_ruff_when_absent", Need::LandlockSeccomp) {
         return;
@@ -407,7 +407,7 @@ install_hint = "pip install ruff"
 
 /// Workers that die as soon as they start are not restarted without end: after
 /// `MAX_STARTS` starts within the window, requests fail at once with a reason that says so.
-#[tokio::test]
+#[cordon_test::test]
 async fn parser_restart_storm_is_bounded() {
     use cordon::parser::client::MAX_STARTS;
     use cordon::parser::{ParserClient, ParserConfig, ParserError};

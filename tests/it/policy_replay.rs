@@ -62,7 +62,7 @@ fn replay(log: &std::path::Path, policy: Option<&str>, json: bool) -> std::proce
     cmd.output().unwrap()
 }
 
-#[test]
+#[cordon_test::test]
 fn a_recorded_log_replayed_under_its_own_policy_and_a_candidate() {
     let test = "a_recorded_log_replayed_under_its_own_policy_and_a_candidate";
     if skip(test, Need::Namespaces) {
@@ -242,7 +242,7 @@ fn a_recorded_log_replayed_under_its_own_policy_and_a_candidate() {
     assert!(!String::from_utf8_lossy(&as_json.stdout).contains("sk-replay-secret"));
 }
 
-#[test]
+#[cordon_test::test]
 fn a_log_that_is_not_an_audit_log_is_judged_line_by_line() {
     let root = tempfile::tempdir().unwrap();
     let log = root.path().join("audit.jsonl");

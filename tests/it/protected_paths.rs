@@ -42,7 +42,7 @@ fn git_workspace() -> Sandbox {
     sb
 }
 
-#[test]
+#[cordon_test::test]
 fn git_directory_cannot_be_renamed_away_and_replaced() {
     let test = "git_directory_cannot_be_renamed_away_and_replaced";
     if skip_unprotected(test) {
@@ -80,7 +80,7 @@ fn git_directory_cannot_be_renamed_away_and_replaced() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn git_hooks_and_config_cannot_be_written_by_commands() {
     let test = "git_hooks_and_config_cannot_be_written_by_commands";
     if skip_unprotected(test) {
@@ -118,7 +118,7 @@ fn git_hooks_and_config_cannot_be_written_by_commands() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn symlinked_git_hooks_never_breaks_a_spawn() {
     let test = "symlinked_git_hooks_never_breaks_a_spawn";
     if skip_unprotected(test) {
@@ -141,7 +141,7 @@ fn symlinked_git_hooks_never_breaks_a_spawn() {
     assert!(text(&result).contains("ran"), "{result}");
 }
 
-#[test]
+#[cordon_test::test]
 fn hooks_cannot_be_written_through_a_symlinked_git_hooks() {
     let test = "hooks_cannot_be_written_through_a_symlinked_git_hooks";
     if skip_unprotected(test) {
@@ -173,7 +173,7 @@ fn hooks_cannot_be_written_through_a_symlinked_git_hooks() {
     }
 }
 
-#[test]
+#[cordon_test::test]
 fn git_hooks_created_after_the_server_started_are_read_only() {
     let test = "git_hooks_created_after_the_server_started_are_read_only";
     if skip_unprotected(test) {
@@ -244,7 +244,7 @@ fn assert_operator_git_runs_nothing_planted(sb: &Sandbox, marker: &std::path::Pa
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn git_commondir_cannot_redirect_the_operators_git_to_planted_hooks_and_config() {
     let test = "git_commondir_cannot_redirect_the_operators_git_to_planted_hooks_and_config";
     if skip_unprotected(test) {
@@ -270,7 +270,7 @@ fn git_commondir_cannot_redirect_the_operators_git_to_planted_hooks_and_config()
     assert_operator_git_runs_nothing_planted(&sb, &marker, ".git/commondir");
 }
 
-#[test]
+#[cordon_test::test]
 fn nested_repository_cannot_plant_config_for_the_operators_git_status() {
     let test = "nested_repository_cannot_plant_config_for_the_operators_git_status";
     if skip_unprotected(test) {
@@ -296,7 +296,7 @@ fn nested_repository_cannot_plant_config_for_the_operators_git_status() {
     assert_operator_git_runs_nothing_planted(&sb, &marker, "sub/.git/config via a gitlink");
 }
 
-#[test]
+#[cordon_test::test]
 fn policy_file_in_the_workspace_cannot_be_rewritten_by_commands() {
     let test = "policy_file_in_the_workspace_cannot_be_rewritten_by_commands";
     if skip_unprotected(test) {
@@ -330,7 +330,7 @@ fn policy_file_in_the_workspace_cannot_be_rewritten_by_commands() {
     assert!(!sb.ws().join("conf.orig").exists(), "{result}");
 }
 
-#[test]
+#[cordon_test::test]
 fn protected_file_cannot_be_replaced_by_renaming_its_directory() {
     let test = "protected_file_cannot_be_replaced_by_renaming_its_directory";
     if skip_unprotected(test) {

@@ -49,7 +49,7 @@ fn git_init(ws: &Path) {
     assert!(ok, "git init");
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn repository_created_by_a_call_is_protected_from_the_next_call() {
     if skip(
         "repository_created_by_a_call_is_protected_from_the_next_call",
@@ -78,7 +78,7 @@ async fn repository_created_by_a_call_is_protected_from_the_next_call() {
     client.cancel().await.ok();
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn commondir_created_by_a_command_is_quarantined() {
     if skip(
         "commondir_created_by_a_command_is_quarantined",
@@ -124,7 +124,7 @@ async fn commondir_created_by_a_command_is_quarantined() {
     client.cancel().await.ok();
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn symlinked_hooks_never_break_a_spawn() {
     if skip("symlinked_hooks_never_break_a_spawn", Need::Namespaces) {
         return;
@@ -146,7 +146,7 @@ async fn symlinked_hooks_never_break_a_spawn() {
     client.cancel().await.ok();
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn commondir_backdated_with_touch_is_still_quarantined() {
     if skip(
         "commondir_backdated_with_touch_is_still_quarantined",
@@ -171,7 +171,7 @@ async fn commondir_backdated_with_touch_is_still_quarantined() {
     client.cancel().await.ok();
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn submodule_planted_through_a_gitfile_has_its_config_quarantined() {
     if skip(
         "submodule_planted_through_a_gitfile_has_its_config_quarantined",

@@ -1,5 +1,5 @@
 //! Runs the Python SDK end-to-end suite (`tests/e2e`, pytest + the official `mcp` SDK) against
-//! the `cordon` binary this build produced, so one command (`cargo nextest run`) runs every
+//! the `cordon` binary this build produced, so one command (`cargo test`) runs every
 //! test. When `pytest` or `mcp==2.3.0` is not importable the suite cannot run: CI fails, a
 //! local run prints `SKIPPED` with what to install (see `suites`).
 
@@ -31,7 +31,7 @@ fn probe(python: &str) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
-#[test]
+#[cordon_test::test]
 fn python_sdk_end_to_end_suite() {
     let python = python();
     let version = match probe(&python) {

@@ -126,7 +126,7 @@ fn check_type(value: &Value, at: &str, output: bool, problems: &mut Vec<String>)
     }
 }
 
-#[tokio::test]
+#[cordon_test::test]
 async fn every_tool_schema_follows_the_strictest_host_converters_rules() {
     let tools = listed_tools().await;
     assert_eq!(tools.len(), 6, "{tools:?}");

@@ -25,7 +25,7 @@ fn shell_with_fd7(target: &Path, then: &str) -> Command {
     cmd
 }
 
-#[test]
+#[cordon_test::test]
 fn inherited_descriptor_does_not_reach_cordon_exec_commands() {
     if skip(
         "inherited_descriptor_does_not_reach_cordon_exec_commands",
@@ -63,7 +63,7 @@ fn inherited_descriptor_does_not_reach_cordon_exec_commands() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn inherited_descriptor_does_not_reach_shell_exec_or_code_interpreter() {
     if skip(
         "inherited_descriptor_does_not_reach_shell_exec_or_code_interpreter",
@@ -139,7 +139,7 @@ fn sleep_cell(token: &str) -> serde_json::Value {
     json!({"code": format!("import subprocess\nsubprocess.run(['sleep', '{token}'])"), "timeout_secs": 120})
 }
 
-#[test]
+#[cordon_test::test]
 fn sigkill_of_serve_kills_a_running_shell_exec() {
     if skip(
         "sigkill_of_serve_kills_a_running_shell_exec",
@@ -151,7 +151,7 @@ fn sigkill_of_serve_kills_a_running_shell_exec() {
     kill_server_mid_call("shell_exec", sleep_command(&token), &token, libc::SIGKILL);
 }
 
-#[test]
+#[cordon_test::test]
 fn sigterm_of_serve_kills_a_running_shell_exec() {
     if skip(
         "sigterm_of_serve_kills_a_running_shell_exec",
@@ -163,7 +163,7 @@ fn sigterm_of_serve_kills_a_running_shell_exec() {
     kill_server_mid_call("shell_exec", sleep_command(&token), &token, libc::SIGTERM);
 }
 
-#[test]
+#[cordon_test::test]
 fn sigterm_of_serve_answers_the_pending_call() {
     if skip(
         "sigterm_of_serve_answers_the_pending_call",
@@ -186,7 +186,7 @@ fn sigterm_of_serve_answers_the_pending_call() {
     }
 }
 
-#[test]
+#[cordon_test::test]
 fn sigkill_of_serve_kills_a_setsid_daemon_of_a_running_call() {
     if skip(
         "sigkill_of_serve_kills_a_setsid_daemon_of_a_running_call",
@@ -205,7 +205,7 @@ fn sigkill_of_serve_kills_a_setsid_daemon_of_a_running_call() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn sigkill_of_serve_kills_a_running_code_interpreter_cell() {
     if skip(
         "sigkill_of_serve_kills_a_running_code_interpreter_cell",
@@ -222,7 +222,7 @@ fn sigkill_of_serve_kills_a_running_code_interpreter_cell() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn sigterm_of_serve_kills_a_running_code_interpreter_cell() {
     if skip(
         "sigterm_of_serve_kills_a_running_code_interpreter_cell",
@@ -239,7 +239,7 @@ fn sigterm_of_serve_kills_a_running_code_interpreter_cell() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn sigkill_of_cordon_exec_kills_its_command() {
     if skip("sigkill_of_cordon_exec_kills_its_command", Need::Namespaces) {
         return;
@@ -272,7 +272,7 @@ fn scratch_in(tmp: &Path) -> Vec<String> {
         .collect()
 }
 
-#[test]
+#[cordon_test::test]
 fn sigterm_of_serve_before_initialize_exits_cleanly_and_leaves_no_scratch_directory() {
     if skip(
         "sigterm_of_serve_before_initialize_exits_cleanly_and_leaves_no_scratch_directory",
@@ -337,7 +337,7 @@ fn owner_tags(tmp: &Path) -> Vec<String> {
         .collect()
 }
 
-#[test]
+#[cordon_test::test]
 fn scratch_of_a_sigkilled_server_is_removed_by_the_next_and_a_live_ones_never() {
     if skip(
         "scratch_of_a_sigkilled_server_is_removed_by_the_next_and_a_live_ones_never",
@@ -411,7 +411,7 @@ fn scratch_of_a_sigkilled_server_is_removed_by_the_next_and_a_live_ones_never() 
 /// into a fresh parent costs the same at every depth. Removing the call's TMPDIR afterwards
 /// with `remove_dir_all` recursed once per level, overflowed the thread's stack and aborted
 /// the server; the next call found no server.
-#[test]
+#[cordon_test::test]
 fn a_deep_directory_chain_in_a_calls_tmpdir_does_not_take_the_server_down() {
     if skip(
         "a_deep_directory_chain_in_a_calls_tmpdir_does_not_take_the_server_down",

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 
 const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
 
-#[test]
+#[cordon_test::test]
 fn a_start_failure_is_one_stderr_line_and_the_answer_to_initialize() {
     let mut child = Command::new(CORDON)
         .args(["serve", "--workspace", "/nonexistent/cordon-test-ws"])
@@ -43,7 +43,7 @@ fn a_start_failure_is_one_stderr_line_and_the_answer_to_initialize() {
     assert_eq!(out.status.code(), Some(2));
 }
 
-#[test]
+#[cordon_test::test]
 fn a_multi_line_start_failure_is_still_one_stderr_line() {
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("broken.toml");
@@ -62,7 +62,7 @@ fn a_multi_line_start_failure_is_still_one_stderr_line() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn info_logging_always_names_workspace_policy_and_enforcement_at_start() {
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(CORDON);
@@ -86,7 +86,7 @@ fn info_logging_always_names_workspace_policy_and_enforcement_at_start() {
     assert!(!run.stderr.contains("could not start"), "{run:?}");
 }
 
-#[test]
+#[cordon_test::test]
 fn serve_on_a_terminal_says_it_is_waiting_and_ctrl_d_quits_cleanly() {
     let dir = tempfile::tempdir().unwrap();
     let command = format!("{CORDON} serve --workspace {}", dir.path().display());
@@ -123,7 +123,7 @@ fn implicit_workspace_run(args: &[&str], cwd: &std::path::Path, home: &std::path
     run.stderr
 }
 
-#[test]
+#[cordon_test::test]
 fn root_as_implicit_workspace_is_refused_with_what_to_pass() {
     let home = tempfile::tempdir().unwrap();
     for args in [&["serve"][..], &["exec", "--", "true"][..]] {
@@ -136,14 +136,14 @@ fn root_as_implicit_workspace_is_refused_with_what_to_pass() {
     }
 }
 
-#[test]
+#[cordon_test::test]
 fn system_directory_as_implicit_workspace_is_refused() {
     let home = tempfile::tempdir().unwrap();
     let stderr = implicit_workspace_run(&["serve"], std::path::Path::new("/usr/lib"), home.path());
     assert!(stderr.contains("a system directory"), "{stderr}");
 }
 
-#[test]
+#[cordon_test::test]
 fn home_directory_as_implicit_workspace_is_refused() {
     let home = tempfile::tempdir().unwrap();
     let stderr = implicit_workspace_run(&["serve"], home.path(), home.path());
@@ -151,7 +151,7 @@ fn home_directory_as_implicit_workspace_is_refused() {
     assert!(stderr.contains("--workspace"), "{stderr}");
 }
 
-#[test]
+#[cordon_test::test]
 fn every_cli_option_and_argument_has_help() {
     let commands: &[&[&str]] = &[
         &[],
@@ -191,7 +191,7 @@ fn every_cli_option_and_argument_has_help() {
     }
 }
 
-#[test]
+#[cordon_test::test]
 fn every_builtin_policys_rule_examples_pass_in_the_parser_worker() {
     // `serve` skips this check at start when every rule is a built-in policy's (so the parser
     // worker starts off the start path): this test is what makes that verdict known.
@@ -209,7 +209,7 @@ fn every_builtin_policys_rule_examples_pass_in_the_parser_worker() {
     }
 }
 
-#[test]
+#[cordon_test::test]
 fn a_policy_file_whose_rule_example_fails_does_not_serve() {
     // An operator's rule is checked through the parser worker before `serve` answers
     // anything: its failing example is the answer to `initialize`.

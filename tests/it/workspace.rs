@@ -91,7 +91,7 @@ fn assert_escape<T: std::fmt::Debug>(result: Result<T, PathError>) {
 
 // ---------------------------------------------------------------- escapes
 
-#[test]
+#[cordon_test::test]
 fn dotdot_that_climbs_out_is_an_escape_for_every_operation() {
     let f = Fixture::new();
     fs::create_dir(f.root.join("sub")).unwrap();
@@ -106,7 +106,7 @@ fn dotdot_that_climbs_out_is_an_escape_for_every_operation() {
     assert!(!f.root.parent().unwrap().join("brand-new-dir").exists());
 }
 
-#[test]
+#[cordon_test::test]
 fn dotdot_that_stays_inside_is_fine() {
     let f = Fixture::new();
     fs::create_dir(f.root.join("sub")).unwrap();
@@ -114,7 +114,7 @@ fn dotdot_that_stays_inside_is_fine() {
     assert_eq!(fs::read_to_string(f.root.join("a.txt")).unwrap(), "a");
 }
 
-#[test]
+#[cordon_test::test]
 fn absolute_outside_is_an_escape() {
     let f = Fixture::new();
     let secret = f.outside.join("secret.txt");
@@ -125,7 +125,7 @@ fn absolute_outside_is_an_escape() {
     assert_escape(f.ws.resolve_arg(&lookalike));
 }
 
-#[test]
+#[cordon_test::test]
 fn absolute_inside_is_accepted_and_shown_relative() {
     let f = Fixture::new();
     fs::create_dir(f.root.join("sub")).unwrap();
@@ -138,7 +138,7 @@ fn absolute_inside_is_accepted_and_shown_relative() {
     assert_eq!(f.ws.resolve_arg(&root_arg).unwrap().as_str(), ".");
 }
 
-#[test]
+#[cordon_test::test]
 fn workspace_opened_through_a_symlink_accepts_both_spellings() {
     let f = Fixture::new();
     let alias = f.root.parent().unwrap().join("alias");
@@ -151,7 +151,7 @@ fn workspace_opened_through_a_symlink_accepts_both_spellings() {
     assert_eq!(ws.resolve_arg(&via_root).unwrap().as_str(), "x.txt");
 }
 
-#[test]
+#[cordon_test::test]
 fn empty_and_nul_arguments_are_invalid() {
     let f = Fixture::new();
     for arg in ["", "a\0b"] {
@@ -161,7 +161,7 @@ fn empty_and_nul_arguments_are_invalid() {
     }
 }
 
-#[test]
+#[cordon_test::test]
 fn outward_symlink_with_absolute_target_is_an_escape() {
     let f = Fixture::new();
     symlink(&f.outside, f.root.join("evil_dir")).unwrap();
@@ -188,7 +188,7 @@ fn outward_symlink_with_absolute_target_is_an_escape() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn outward_symlink_with_relative_target_is_an_escape() {
     let f = Fixture::new();
     fs::create_dir(f.root.join("sub")).unwrap();
@@ -207,7 +207,7 @@ fn outward_symlink_with_relative_target_is_an_escape() {
 
 /// Directory symlinks inside the workspace are followed (by the walk, not the kernel); a final
 /// symlink is never written through nor replaced: the write is refused and names the target.
-#[test]
+#[cordon_test::test]
 fn final_symlink_is_refused_and_names_its_target() {
     let f = Fixture::new();
     fs::create_dir_all(f.root.join("real/dir")).unwrap();
@@ -249,7 +249,7 @@ fn final_symlink_is_refused_and_names_its_target() {
 
 /// The kernel (RESOLVE_BENEATH) refuses absolute symlinks even when they point inside; reads
 /// and writes agree on that, so a write never succeeds where a read of the same path fails.
-#[test]
+#[cordon_test::test]
 fn absolute_symlink_pointing_inside_is_refused_by_reads_and_writes_alike() {
     let f = Fixture::new();
     fs::write(f.root.join("a.txt"), "original\n").unwrap();
@@ -262,7 +262,7 @@ fn absolute_symlink_pointing_inside_is_refused_by_reads_and_writes_alike() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn symlink_loop_is_reported() {
     let f = Fixture::new();
     symlink("b", f.root.join("a")).unwrap();
@@ -277,7 +277,7 @@ fn symlink_loop_is_reported() {
 
 /// A directory is swapped for an outward symlink, over and over, while writes run into it.
 /// Each write must either land inside the workspace or fail; none may land outside.
-#[test]
+#[cordon_test::test]
 fn directory_swapped_for_outward_symlink_never_lets_a_write_out() {
     let f = Fixture::new();
     let d = f.root.join("d");
@@ -328,7 +328,7 @@ fn directory_swapped_for_outward_symlink_never_lets_a_write_out() {
 }
 
 /// The same for the file itself: a regular file swapped for a symlink to a file outside.
-#[test]
+#[cordon_test::test]
 fn file_swapped_for_outward_symlink_never_writes_through_it() {
     let f = Fixture::new();
     let target = f.root.join("t.txt");
@@ -366,7 +366,7 @@ fn file_swapped_for_outward_symlink_never_writes_through_it() {
 
 // ---------------------------------------------------------------- atomic write
 
-#[test]
+#[cordon_test::test]
 fn atomic_write_keeps_mode_and_leaves_no_temp_files() {
     let f = Fixture::new();
     let path = f.root.join("script.sh");
@@ -385,7 +385,7 @@ fn atomic_write_keeps_mode_and_leaves_no_temp_files() {
     assert_eq!(names_in(&f.root), vec!["script.sh"]);
 }
 
-#[test]
+#[cordon_test::test]
 fn atomic_write_replaces_the_inode_so_readers_never_see_a_mix() {
     let f = Fixture::new();
     let path = f.root.join("a.txt");
@@ -399,7 +399,7 @@ fn atomic_write_replaces_the_inode_so_readers_never_see_a_mix() {
     assert_eq!(fs::read_to_string(&path).unwrap(), "new");
 }
 
-#[test]
+#[cordon_test::test]
 fn new_file_is_created_and_reported() {
     let f = Fixture::new();
     let report = f.ws.write_atomic(&f.rel("new.txt"), b"", false).unwrap();
@@ -408,7 +408,7 @@ fn new_file_is_created_and_reported() {
     assert_eq!(fs::read(f.root.join("new.txt")).unwrap(), b"");
 }
 
-#[test]
+#[cordon_test::test]
 fn create_dirs_false_refuses_missing_parent_with_a_hint() {
     let f = Fixture::new();
     let err =
@@ -420,7 +420,7 @@ fn create_dirs_false_refuses_missing_parent_with_a_hint() {
     assert!(!f.root.join("a").exists());
 }
 
-#[test]
+#[cordon_test::test]
 fn create_dirs_true_creates_parents() {
     let f = Fixture::new();
     let report =
@@ -430,7 +430,7 @@ fn create_dirs_true_creates_parents() {
     assert_eq!(fs::read(f.root.join("a/b/c.txt")).unwrap(), b"deep");
 }
 
-#[test]
+#[cordon_test::test]
 fn writing_over_a_directory_is_refused() {
     let f = Fixture::new();
     fs::create_dir_all(f.root.join("dir/child")).unwrap();
@@ -448,7 +448,7 @@ fn writing_over_a_directory_is_refused() {
     assert_eq!(names_in(&f.root), vec!["dir"]);
 }
 
-#[test]
+#[cordon_test::test]
 fn a_file_in_the_middle_of_the_path_is_reported() {
     let f = Fixture::new();
     fs::write(f.root.join("file"), "x").unwrap();
@@ -458,7 +458,7 @@ fn a_file_in_the_middle_of_the_path_is_reported() {
 
 // ---------------------------------------------------------------- reading
 
-#[test]
+#[cordon_test::test]
 fn reading_refuses_directories_and_fifos_without_blocking() {
     let f = Fixture::new();
     fs::create_dir(f.root.join("dir")).unwrap();
@@ -474,7 +474,7 @@ fn reading_refuses_directories_and_fifos_without_blocking() {
     assert!(matches!(f.read("nope"), Err(PathError::NotFound { .. })));
 }
 
-#[test]
+#[cordon_test::test]
 fn reading_refuses_files_over_the_limit() {
     let f = Fixture::new();
     fs::write(f.root.join("big"), vec![b'a'; 100]).unwrap();
@@ -490,7 +490,7 @@ fn reading_refuses_files_over_the_limit() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn read_paging_through_the_disk() {
     let f = Fixture::new();
     let text: String = (1..=25).map(|i| format!("row {i}\r\n")).collect();
@@ -511,7 +511,7 @@ fn read_paging_through_the_disk() {
     assert!(err.to_string().contains("25 lines"), "{err}");
 }
 
-#[test]
+#[cordon_test::test]
 fn binary_file_is_refused_by_read_and_edit() {
     let f = Fixture::new();
     fs::write(
@@ -556,7 +556,7 @@ fn edit_file(f: &Fixture, path: &str, edits: &[Edit]) -> Result<String, EditErro
     Ok(diff)
 }
 
-#[test]
+#[cordon_test::test]
 fn edit_preserves_every_byte_it_does_not_replace() {
     let f = Fixture::new();
     let original = "\u{feff}// caf\u{e9} \u{1f980}\r\n\tlet q = \u{201c}x\u{201d};\r\nlet nbsp = \"a\u{a0}b\";\nend";
@@ -577,7 +577,7 @@ fn edit_preserves_every_byte_it_does_not_replace() {
     assert!(diff.starts_with("--- a/mixed.rs\n+++ b/mixed.rs\n"));
 }
 
-#[test]
+#[cordon_test::test]
 fn failed_edit_leaves_the_file_untouched() {
     let f = Fixture::new();
     f.write("a.txt", "one\ntwo\n").unwrap();
@@ -591,7 +591,7 @@ fn failed_edit_leaves_the_file_untouched() {
 
 // ---------------------------------------------------------------- spill area
 
-#[test]
+#[cordon_test::test]
 fn spill_area_is_created_git_ignored_and_names_are_unique() {
     let f = Fixture::new();
     let dir = f.ws.spill_dir().unwrap();
@@ -611,7 +611,7 @@ fn spill_area_is_created_git_ignored_and_names_are_unique() {
     assert_eq!(f.read(a.as_str()).unwrap(), b"full output");
 }
 
-#[test]
+#[cordon_test::test]
 fn spill_area_keeps_an_existing_gitignore() {
     let f = Fixture::new();
     fs::create_dir(f.root.join(".cordon")).unwrap();
@@ -623,7 +623,7 @@ fn spill_area_keeps_an_existing_gitignore() {
     );
 }
 
-#[test]
+#[cordon_test::test]
 fn spill_area_refuses_a_symlinked_cordon_dir() {
     let f = Fixture::new();
     fs::create_dir(f.root.join("src")).unwrap();
@@ -659,7 +659,7 @@ fn write_protected(f: &Fixture, arg: &str) -> Result<cordon::workspace::WriteRep
 
 /// Protection is decided on the path as resolved on disk, so every alias a symlinked directory
 /// gives a protected entry is refused, and nothing is created inside one on the way.
-#[test]
+#[cordon_test::test]
 fn protected_targets_are_refused_under_every_alias() {
     let f = Fixture::new();
     fs::create_dir_all(f.root.join(".git/hooks")).unwrap();
@@ -697,7 +697,7 @@ fn protected_targets_are_refused_under_every_alias() {
 
 /// The library-level rename race at a higher rate than the end-to-end test: a directory is
 /// swapped for a symlink to `.git` while writes of `dir/config` run; none reaches `.git/config`.
-#[test]
+#[cordon_test::test]
 fn rename_race_never_lets_a_protected_write_through() {
     let f = Fixture::new();
     fs::create_dir_all(f.root.join(".git")).unwrap();
@@ -755,7 +755,7 @@ fn rename_race_never_lets_a_protected_write_through() {
 
 /// A read-only workspace's writable directories are judged on the resolved path too: a
 /// symlinked directory inside `out/` that leads back into the read-only part is refused.
-#[test]
+#[cordon_test::test]
 fn read_only_workspace_judges_writable_dirs_on_the_resolved_path() {
     let f = Fixture::new();
     fs::create_dir_all(f.root.join("out")).unwrap();
@@ -791,7 +791,7 @@ fn read_only_workspace_judges_writable_dirs_on_the_resolved_path() {
 
 /// Reads resolve by hand too: a final symlink inside the workspace is followed, a FIFO behind
 /// one is refused without blocking, and a chain that leaves the workspace is an escape.
-#[test]
+#[cordon_test::test]
 fn reads_follow_inside_links_by_hand_and_refuse_what_is_not_a_file() {
     let f = Fixture::new();
     fs::write(f.root.join("real.txt"), "real\n").unwrap();

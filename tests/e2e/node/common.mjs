@@ -8,7 +8,7 @@ import Ajv from "ajv";
 
 export const CORDON = process.env.CORDON_BIN;
 if (!CORDON) {
-  throw new Error("CORDON_BIN is not set: run this suite through `cargo nextest run -E 'test(/node/)'`");
+  throw new Error("CORDON_BIN is not set: run this suite through `cargo test --test it -- node_e2e`");
 }
 
 /// A fresh workspace with a few files, and a policy that makes every error kind cheap to reach:
