@@ -1,21 +1,26 @@
-//! Starting one confined process for a call or a background job, and the work after it ends.
+//! Starting one confined process — a call, a background job or a long-lived worker — and the
+//! work after a call or job ends.
 //!
-//! Owns the one way a command's tree is born (a warm slot of the sandbox init, or a child the
-//! server forks itself where namespaces cannot be had: the call's TMPDIR, environment, egress
-//! ticket and disk watch come with it) and the one way it is buried ([`Launched::finish`]: the
-//! tree killed through its cgroup, limit hits and CPU read, the proxy's report, the git check,
-//! the directories removed and the next slot prepared off the answer's path). `Executor::run`
+//! Owns the one way a confined tree is born ([`LaunchKind`] says which of the three): a slot
+//! of the sandbox init (warm for calls and jobs, made for a worker with its own limits and
+//! private directory), or a child the server forks itself where namespaces cannot be had; the
+//! TMPDIR or private home, environment, egress ticket, rlimits and disk watch come with it.
+//! And the one way a call's or job's tree is buried ([`Launched::finish`]: the tree killed
+//! through its cgroup, limit hits and CPU read, the proxy's report, the git check, the
+//! directories removed and the next slot prepared off the answer's path). `Executor::run`
 //! waits for a call between the two; `jobs` keeps a job running between them for as long as
-//! its policy allows. It does not own capture, timeouts or how a result is shown.
+//! its policy allows; `worker` hands a worker back alive. It does not own capture, timeouts
+//! or how a result is shown.
 
 use super::process::{self, Pipes, Process};
 use super::{ExecError, Executor, kill_tree, open_workspace_root, relative_cwd, spawn_confined};
 use crate::confine::sandbox::wire::PtySize;
-use crate::confine::{CallCgroup, Factory, LimitHits};
+use crate::confine::{CallCgroup, CallLimits, Factory, LimitHits, WarmSlot};
 use crate::workspace::GuardReport;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,6 +40,21 @@ pub struct LaunchSpec {
     /// RLIMIT_CPU in seconds instead of the policy's per-call value (a job lives far longer
     /// than one command).
     pub cpu_seconds: Option<u64>,
+    pub kind: LaunchKind,
+}
+
+/// Which of the three confined processes to start.
+pub enum LaunchKind {
+    /// A call or a background job: the policy's per-call limits and a TMPDIR of its own.
+    Call,
+    /// A long-lived worker (an interpreter session, the parser worker): its own cgroup
+    /// limits for its whole life, its private directory as the one extra grant (`home` below
+    /// it is HOME and TMPDIR), and descriptors placed at the given numbers (3 or more).
+    Worker {
+        private_dir: PathBuf,
+        limits: CallLimits,
+        pass_fds: Vec<(i32, OwnedFd)>,
+    },
 }
 
 /// A running confined process with everything that ends with it.
@@ -49,9 +69,10 @@ pub struct Launched {
     pub started: Instant,
     /// The process group (and pid) in the server's namespace, while it runs.
     pub pgid: Option<u32>,
-    tmp: crate::confine::scratch::RemovedOnDrop,
+    /// The call's TMPDIR (None for a worker, whose home is in its private directory).
+    tmp: Option<crate::confine::scratch::RemovedOnDrop>,
     /// The init the process was born in, kept up for its life (declared last).
-    factory: Option<Arc<Factory>>,
+    pub(super) factory: Option<Arc<Factory>>,
 }
 
 /// What is known once the tree is dead.
@@ -65,61 +86,119 @@ pub struct Finished {
 }
 
 impl Executor {
-    /// Starts `spec` confined: in a warm slot of the sandbox init, or forked by the server
-    /// where there is no init.
+    /// Starts a call or job `spec` confined: in a warm slot of the sandbox init, or forked by
+    /// the server where there is no init.
     pub async fn launch(&self, spec: LaunchSpec) -> Result<Launched, ExecError> {
         let started = Instant::now();
         let disk = self.watch_disk();
-        let conf = &self.confinement;
         // Held for the process's life: a replaced init stays up until its last process is done.
         let factory = self.sandbox_init().await.transpose()?;
-        let mut warm = match &factory {
+        let warm = match &factory {
             Some(factory) => Some(self.call_slot(factory).await?),
             None => None,
         };
-        // The call's TMPDIR: its slot's own directory (no other call's process may enter it),
-        // or, on the per-child path, one made now. Removed without recursion when the call is
-        // done: the call writes into it, and a deep enough tree overflows `remove_dir_all`'s
-        // stack (see `confine::scratch`).
-        let tmp = match warm.as_mut().and_then(|w| w.tmp.take()) {
-            Some(tmp) => tmp,
-            None => crate::confine::scratch::RemovedOnDrop::take(
-                tempfile::Builder::new()
-                    .prefix("call-")
-                    .tempdir_in(conf.tmp_root())
-                    .map_err(ExecError::TempDir)?,
-            ),
+        let mut launched = self.start_launched(spec, factory, warm)?;
+        launched.disk = disk;
+        launched.started = started;
+        Ok(launched)
+    }
+
+    /// Starts `spec` like [`Self::launch`], making its slot on this thread (a worker's, with
+    /// its own limits and private directory, or a call's). Blocking. Call it from an async
+    /// task, not from `spawn_blocking`: the parent-death signal is tied to the thread that
+    /// forks, and blocking-pool threads exit when idle.
+    pub(super) fn launch_blocking(&self, spec: LaunchSpec) -> Result<Launched, ExecError> {
+        let conf = &self.confinement;
+        if let LaunchKind::Worker { private_dir, .. } = &spec.kind {
+            // Before its slot is made: the slot's Landlock layer opens the directory.
+            std::fs::create_dir_all(private_dir.join("home")).map_err(ExecError::TempDir)?;
+        }
+        let factory = conf.sandbox_init().transpose()?;
+        let warm = match (&factory, &spec.kind) {
+            (
+                Some(f),
+                LaunchKind::Worker {
+                    private_dir,
+                    limits,
+                    ..
+                },
+            ) => Some(conf.make_worker_slot(f, limits, private_dir)?),
+            (Some(f), LaunchKind::Call) => Some(conf.make_call_slot(f)?),
+            (None, _) => None,
         };
-        let mut env = self.plan.env.build(tmp.path(), &spec.env);
-        // A proxy-mode policy: this call's own proxy URL (its token tells its connections
-        // apart from other calls'), set last so it is the one the call's processes use.
+        self.start_launched(spec, factory, warm)
+    }
+
+    /// The launch itself, once the slot (if any) is there: the process's directory, its
+    /// environment and proxy ticket, its rlimits, then the start in the slot or the fork.
+    fn start_launched(
+        &self,
+        mut spec: LaunchSpec,
+        factory: Option<Arc<Factory>>,
+        mut warm: Option<WarmSlot>,
+    ) -> Result<Launched, ExecError> {
+        let conf = &self.confinement;
+        let (tmp, mut env) = match &spec.kind {
+            LaunchKind::Call => {
+                // The call's TMPDIR: its slot's own directory (no other call's process may
+                // enter it), or, on the per-child path, one made now. Removed without
+                // recursion when the call is done: the call writes into it, and a deep enough
+                // tree overflows `remove_dir_all`'s stack (see `confine::scratch`).
+                let tmp = match warm.as_mut().and_then(|w| w.tmp.take()) {
+                    Some(tmp) => tmp,
+                    None => crate::confine::scratch::RemovedOnDrop::take(
+                        tempfile::Builder::new()
+                            .prefix("call-")
+                            .tempdir_in(conf.tmp_root())
+                            .map_err(ExecError::TempDir)?,
+                    ),
+                };
+                let env = self.plan.env.build(tmp.path(), &spec.env);
+                (Some(tmp), env)
+            }
+            LaunchKind::Worker { private_dir, .. } => {
+                let home = private_dir.join("home");
+                std::fs::create_dir_all(&home).map_err(ExecError::TempDir)?;
+                let mut env = self.plan.env.build(&home, &spec.env);
+                // A worker's HOME is its own private one, whatever the policy gives commands
+                // (the workspace's shared home): no other session or command sees it.
+                if !spec.env.contains_key("HOME") {
+                    env.insert("HOME".into(), home.to_string_lossy().into_owned());
+                }
+                (None, env)
+            }
+        };
+        // A proxy-mode policy: this process's own proxy URL (its token tells its connections
+        // apart from other calls'), set last so it is the one its processes use.
         let egress = conf.egress().map(|proxy| proxy.open_call());
         if let Some(ticket) = &egress {
             env.extend(ticket.env(crate::egress::listen_addr()));
         }
-        let mut rlimits = conf.job_rlimits();
-        if let Some(cpu) = spec.cpu_seconds.map(capped_cpu_seconds) {
-            for (resource, value) in rlimits.iter_mut() {
-                if *resource == libc::RLIMIT_CPU as i32 {
-                    *value = cpu;
-                }
-            }
-        }
         let (child, pipes, cgroup) = match warm {
             Some(warm) => {
+                let (cwd, extra_fds, piped_stdin) = match &mut spec.kind {
+                    LaunchKind::Call => (
+                        relative_cwd(spec.cwd.as_ref(), conf.workspace(), &spec.argv)?,
+                        Vec::new(),
+                        spec.piped_stdin,
+                    ),
+                    LaunchKind::Worker { pass_fds, .. } => {
+                        (".".into(), std::mem::take(pass_fds), true)
+                    }
+                };
                 let slot_spec = process::SlotSpawn {
                     argv: &spec.argv,
                     env: &env,
-                    cwd: relative_cwd(spec.cwd.as_ref(), conf.workspace(), &spec.argv)?,
-                    piped_stdin: spec.piped_stdin,
-                    rlimits,
-                    extra_fds: Vec::new(),
+                    cwd,
+                    piped_stdin,
+                    rlimits: with_cpu_seconds(conf.job_rlimits(), spec.cpu_seconds),
+                    extra_fds,
                     pty: spec.pty,
                 };
                 let (child, pipes) = process::spawn_in_slot(warm.slot, slot_spec)?;
                 (child, pipes, warm.cgroup)
             }
-            None => self.fork_confined(&spec, &env)?,
+            None => self.fork_confined(&mut spec, &env)?,
         };
         drop(spec.cwd);
         let pgid = child.id();
@@ -128,8 +207,8 @@ impl Executor {
             pipes,
             cgroup,
             egress,
-            disk,
-            started,
+            disk: None,
+            started: Instant::now(),
             pgid,
             tmp,
             factory,
@@ -139,11 +218,24 @@ impl Executor {
     /// The per-child path: the server forks the confined child itself.
     fn fork_confined(
         &self,
-        spec: &LaunchSpec,
+        spec: &mut LaunchSpec,
         env: &BTreeMap<String, String>,
     ) -> Result<(Process, Pipes, Option<CallCgroup>), ExecError> {
         let conf = &self.confinement;
-        let cgroup = conf.create_call_cgroup()?;
+        // A worker: its own limits, and a ruleset whose one private directory is its own
+        // (not the calls' shared temporary root), with its descriptors placed.
+        let (cgroup, ruleset, passed) = match &mut spec.kind {
+            LaunchKind::Call => (conf.create_call_cgroup()?, None, Vec::new()),
+            LaunchKind::Worker {
+                private_dir,
+                limits,
+                pass_fds,
+            } => (
+                conf.create_cgroup_with(limits)?,
+                conf.private_ruleset(private_dir)?,
+                super::worker::fds_above_targets(std::mem::take(pass_fds))?,
+            ),
+        };
         // The workspace root is the default cwd; an fd keeps it from being swapped
         // underneath, and a missing root is an error, not the server's cwd.
         let root_fd = match spec.cwd {
@@ -156,6 +248,13 @@ impl Executor {
             .or(root_fd.as_ref())
             .map(AsRawFd::as_raw_fd);
         let mut setup = conf.child_setup(cwd_fd, cgroup.as_ref());
+        if let Some(fd) = &ruleset {
+            setup.landlock_ruleset_fd = Some(fd.as_raw_fd());
+        }
+        setup.pass_fds = passed
+            .iter()
+            .map(|(target, fd)| (*target, fd.as_raw_fd()))
+            .collect();
         if let Some(cpu) = spec.cpu_seconds.map(capped_cpu_seconds) {
             let mut rlimits = setup.rlimits.to_vec();
             for (resource, value) in rlimits.iter_mut() {
@@ -185,7 +284,7 @@ impl Executor {
             }
             None => (
                 [
-                    if spec.piped_stdin {
+                    if spec.piped_stdin || matches!(spec.kind, LaunchKind::Worker { .. }) {
                         Stdio::piped()
                     } else {
                         Stdio::null()
@@ -197,7 +296,8 @@ impl Executor {
             ),
         };
         let mut child = spawn_confined(&spec.argv, env, stdio, setup)?;
-        drop(root_fd);
+        // The ruleset, cwd and passed descriptors were only needed until exec.
+        drop((root_fd, ruleset, passed));
         let mut pipes = Pipes::of_child(&mut child);
         pipes.pty = master;
         Ok((Process::Forked(child), pipes, cgroup))
@@ -230,6 +330,18 @@ fn host_terminal(size: PtySize) -> std::io::Result<(OwnedFd, OwnedFd)> {
 
 /// `cpu` seconds of RLIMIT_CPU, or the server's own hard limit when that is lower: an
 /// unprivileged server cannot raise it for a child.
+/// `rlimits` (resource number, value) with RLIMIT_CPU set to `cpu_seconds` (capped) when given.
+fn with_cpu_seconds(mut rlimits: Vec<(i32, u64)>, cpu_seconds: Option<u64>) -> Vec<(i32, u64)> {
+    if let Some(cpu) = cpu_seconds.map(capped_cpu_seconds) {
+        for (resource, value) in rlimits.iter_mut() {
+            if *resource == libc::RLIMIT_CPU as i32 {
+                *value = cpu;
+            }
+        }
+    }
+    rlimits
+}
+
 pub(crate) fn capped_cpu_seconds(cpu: u64) -> u64 {
     let hard = rustix::process::getrlimit(rustix::process::Resource::Cpu).maximum;
     hard.map_or(cpu, |h| cpu.min(h))

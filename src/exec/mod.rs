@@ -180,6 +180,7 @@ impl Executor {
                 piped_stdin: req.stdin.is_some(),
                 pty: req.pty,
                 cpu_seconds: None,
+                kind: launch::LaunchKind::Call,
             })
             .await?;
         let started = launched.started;

@@ -7,14 +7,14 @@
 //! is said over the pipes (that is the caller's protocol) nor any timeout: a worker has no
 //! deadline of its own.
 
-use super::process::{Pipes, Process, SlotSpawn, spawn_in_slot};
+use super::process::{Pipes, Process};
 use super::{ExecError, Executor, KILL_WAIT, kill_tree};
 use crate::confine::{CallCgroup, CallLimits, LimitHits};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::unix::pipe;
@@ -64,93 +64,39 @@ pub struct WorkerEnd {
 }
 
 impl Executor {
-    /// Starts a confined worker and returns it running. Same confinement path as `run`
-    /// (cgroup, `child_setup`, `confine_on_spawn`), with a private Landlock ruleset and the
-    /// spec's limits.
+    /// Starts a confined worker and returns it running: the one launch
+    /// (`launch::LaunchKind::Worker`), in a slot made for it with the spec's limits and
+    /// private directory, or forked with a private Landlock ruleset.
     ///
     /// Call it from an async task, not from `spawn_blocking`: the parent-death signal is tied
     /// to the thread that forks, and blocking-pool threads exit when idle.
     pub fn spawn_worker(&self, spec: WorkerSpec) -> Result<ConfinedWorker, ExecError> {
-        let conf = &self.confinement;
-        let home = spec.private_dir.join("home");
-        std::fs::create_dir_all(&home).map_err(ExecError::TempDir)?;
-        let mut env = self.plan.env.build(&home, &spec.env);
-        // A worker's HOME is its own private one, whatever the policy gives commands (the
-        // workspace's shared home, `{workspace_home}`): no other session or command sees it.
-        if !spec.env.contains_key("HOME") {
-            env.insert("HOME".into(), home.to_string_lossy().into_owned());
-        }
-        // The worker's own proxy URL for its whole life (see `Executor::run`). Only in the
-        // sandbox init: the per-child path has no proxy (and no network).
-        let egress = conf.egress().map(|proxy| proxy.open_call());
-        if let Some(ticket) = &egress {
-            env.extend(ticket.env(crate::egress::listen_addr()));
-        }
-        let cpu_override = |rlimits: &mut Vec<(rustix::process::Resource, u64)>| {
-            if let Some(cpu) = spec.cpu_seconds.map(super::launch::capped_cpu_seconds) {
-                for (resource, value) in rlimits.iter_mut() {
-                    if *resource == rustix::process::Resource::Cpu {
-                        *value = cpu;
-                    }
-                }
-            }
-        };
-        let pass_fds = spec.pass_fds;
-        if let Some(factory) = conf.sandbox_init() {
-            let factory = factory?;
-            let warm = conf.make_worker_slot(&factory, &spec.limits, &spec.private_dir)?;
-            let mut rlimits = conf.rlimits().to_vec();
-            cpu_override(&mut rlimits);
-            let (child, pipes) = spawn_in_slot(
-                warm.slot,
-                SlotSpawn {
-                    argv: &spec.argv,
-                    env: &env,
-                    cwd: ".".into(),
-                    piped_stdin: true,
-                    rlimits: rlimits.iter().map(|&(r, v)| (r as i32, v)).collect(),
-                    extra_fds: pass_fds,
-                    pty: None,
-                },
-            )?;
-            let mut worker = ConfinedWorker::new(child, pipes, warm.cgroup);
-            worker.factory = Some(factory);
-            worker.egress = egress;
-            return Ok(worker);
-        }
-        let ruleset = conf.private_ruleset(&spec.private_dir)?;
-        let cgroup = conf.create_cgroup_with(&spec.limits)?;
-        let root_fd = super::open_workspace_root(conf.workspace())?;
-        let passed = fds_above_targets(pass_fds)?;
-        let mut setup = conf.child_setup(Some(root_fd.as_raw_fd()), cgroup.as_ref());
-        setup.pass_fds = passed
-            .iter()
-            .map(|(target, fd)| (*target, fd.as_raw_fd()))
-            .collect();
-        if let Some(fd) = &ruleset {
-            setup.landlock_ruleset_fd = Some(fd.as_raw_fd());
-        }
-        let mut rlimits = (*setup.rlimits).clone();
-        cpu_override(&mut rlimits);
-        setup.rlimits = Arc::new(rlimits);
-
-        let mut child = super::spawn_confined(
-            &spec.argv,
-            &env,
-            [Stdio::piped(), Stdio::piped(), Stdio::piped()],
-            setup,
-        )?;
-        // The ruleset, cwd and passed fds were only needed until exec.
-        drop((ruleset, root_fd, passed));
-        let pipes = Pipes::of_child(&mut child);
-        Ok(ConfinedWorker::new(Process::Forked(child), pipes, cgroup))
+        let launched = self.launch_blocking(super::launch::LaunchSpec {
+            argv: spec.argv,
+            cwd: None,
+            env: spec.env,
+            piped_stdin: true,
+            pty: None,
+            cpu_seconds: spec.cpu_seconds,
+            kind: super::launch::LaunchKind::Worker {
+                private_dir: spec.private_dir,
+                limits: spec.limits,
+                pass_fds: spec.pass_fds,
+            },
+        })?;
+        let mut worker = ConfinedWorker::new(launched.child, launched.pipes, launched.cgroup);
+        worker.egress = launched.egress;
+        worker.factory = launched.factory;
+        Ok(worker)
     }
 }
 
 /// Checks the target numbers and makes sure every source descriptor is numbered above every
 /// target, so the child can `dup2` them into place in any order without overwriting a source
 /// it has yet to place (the child may not allocate, so it cannot shuffle them itself).
-fn fds_above_targets(fds: Vec<(i32, OwnedFd)>) -> Result<Vec<(i32, OwnedFd)>, ExecError> {
+pub(super) fn fds_above_targets(
+    fds: Vec<(i32, OwnedFd)>,
+) -> Result<Vec<(i32, OwnedFd)>, ExecError> {
     let mut seen = std::collections::BTreeSet::new();
     for (target, _) in &fds {
         if *target < 3 || !seen.insert(*target) {

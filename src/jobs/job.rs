@@ -179,6 +179,7 @@ pub(super) async fn start(
             // RLIMIT_CPU bounds one process's CPU seconds: a dev server may use a core for a
             // while over its life, which its lifetime bounds anyway.
             cpu_seconds: Some(policy.max_lifetime.as_secs().max(1)),
+            kind: crate::exec::launch::LaunchKind::Call,
         })
         .await?;
     let pid_in_sandbox = match &launched.child {
