@@ -232,29 +232,29 @@ fn lexical(path: &Path) -> PathBuf {
     out
 }
 
-/// Whether `path` is `entry` or beneath it; `*` in the entry's last component matches any run
-/// of characters there (the `filesystem.deny` syntax).
-fn under(path: &Path, entry: &Path) -> bool {
-    let mut p = path.components();
-    let entry_parts: Vec<Component> = entry.components().collect();
-    for (i, e) in entry_parts.iter().enumerate() {
-        let Some(c) = p.next() else { return false };
-        let (e, c) = (
-            e.as_os_str().to_string_lossy(),
-            c.as_os_str().to_string_lossy(),
-        );
-        let last = i + 1 == entry_parts.len();
-        let same = if last && e.contains('*') {
-            let (head, tail) = e.split_once('*').unwrap_or((&e, ""));
-            c.len() >= head.len() + tail.len() && c.starts_with(head) && c.ends_with(tail)
-        } else {
-            e == c
-        };
-        if !same {
-            return false;
-        }
-    }
-    true
+/// Whether `path` is the `filesystem.deny` entry `entry` or beneath it, as enforcement decides
+/// it (`confine::landlock`): every component but the last is compared as written, and `*` in
+/// the last matches any run of characters within that one component.
+fn denied_by(path: &Path, entry: &Path) -> bool {
+    let (Some(parent), Some(last)) = (entry.parent(), entry.file_name()) else {
+        return path == entry;
+    };
+    path.ancestors().any(|a| {
+        a.parent() == Some(parent)
+            && a.file_name().is_some_and(|name| {
+                crate::glob::matches(&last.to_string_lossy(), &name.to_string_lossy())
+            })
+    })
+}
+
+/// The `filesystem.protected` entry the workspace-relative `rel` is in, matched as the
+/// workspace matches it (`*` in any segment, within that segment).
+fn protected_entry<'a>(protected: &'a [String], rel: &Path) -> Option<&'a str> {
+    let segments: Vec<_> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy())
+        .collect();
+    crate::workspace::protect::inside_protected(protected, &segments)
 }
 
 fn shown(p: &Path) -> String {
@@ -271,7 +271,7 @@ pub fn explain_path(scene: &Scene<'_>, path: &str, op: Operation) -> String {
     let doing = verb(op);
     let not_sandbox = "so the sandbox's file rules allow it and the error comes from elsewhere \
                        (the file's own permissions or owner; check `ls -l`)";
-    if let Some(entry) = fs.deny.iter().find(|d| under(&abs, d)) {
+    if let Some(entry) = fs.deny.iter().find(|d| denied_by(&abs, d)) {
         return format!(
             "{doing} {} was stopped: it is under {} in filesystem.deny, which no grant overrides. \
              If the command really needs it, remove {} from filesystem.deny in policy {origin}.",
@@ -283,10 +283,7 @@ pub fn explain_path(scene: &Scene<'_>, path: &str, op: Operation) -> String {
     if let Ok(rel) = abs.strip_prefix(scene.workspace) {
         let rel_str = rel.to_string_lossy();
         let writing = matches!(op, Operation::Write | Operation::Access);
-        let writable_dir = fs
-            .workspace_writable
-            .iter()
-            .any(|w| under(rel, Path::new(w.as_str())));
+        let writable_dir = fs.workspace_writable.iter().any(|w| rel.starts_with(w));
         if fs.workspace == WorkspaceAccess::ReadOnly && writing && !writable_dir {
             return format!(
                 "{doing} {} was stopped: the workspace is read-only under this policy \
@@ -301,11 +298,7 @@ pub fn explain_path(scene: &Scene<'_>, path: &str, op: Operation) -> String {
                 }
             );
         }
-        if let Some(entry) = fs
-            .protected
-            .iter()
-            .find(|p| under(rel, Path::new(p.as_str())))
-        {
+        if let Some(entry) = protected_entry(&fs.protected, rel) {
             if scene.protected_for_commands && writing {
                 return format!(
                     "{doing} {} was stopped: `{entry}` is a protected path \
@@ -465,13 +458,13 @@ pub fn explain_port(policy: &Policy, port: u16, op: NetOperation) -> String {
 fn is_granted(scene: &Scene<'_>, path: &str) -> bool {
     let abs = lexical(&scene.cwd.join(path));
     let fs = &scene.policy.filesystem;
-    under(&abs, scene.workspace)
+    abs.starts_with(scene.workspace)
         || fs
             .read_exec
             .iter()
             .chain(&fs.read_write)
             .chain(&fs.devices)
-            .any(|g| under(&abs, g))
+            .any(|g| abs.starts_with(g))
 }
 
 pub fn explain_stderr(scene: &Scene<'_>, stderr: &str) -> Option<String> {
@@ -630,7 +623,7 @@ fn kernel_one(scene: &Scene<'_>, d: &crate::confine::audit::KernelDenial) -> (St
         "The kernel denied {rights} on {} (Landlock): {what} was stopped",
         abs.display()
     );
-    if let Some(entry) = fs.deny.iter().find(|e| under(&abs, e)) {
+    if let Some(entry) = fs.deny.iter().find(|e| denied_by(&abs, e)) {
         return (
             "filesystem.deny".into(),
             format!(
@@ -1051,6 +1044,52 @@ mod tests {
         assert!(e.contains("ssh_host_*_key"), "{e}");
         let e = explain_path(&scene(&p), "/home/bob/.ssh/id_rsa", Operation::Read);
         assert!(e.contains("\"/home\" in filesystem.deny"), "{e}");
+    }
+
+    #[test]
+    fn a_deny_entry_with_two_stars_is_explained_as_enforcement_applies_it() {
+        use crate::confine::landlock::{LandlockSpec, TcpPorts, expand_grants};
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("srv");
+        std::fs::create_dir_all(dir.join("aXbYc.d")).unwrap();
+        for name in ["aXbYc", "aXcYb", "abc", "ab"] {
+            std::fs::write(dir.join(name), "x").unwrap();
+        }
+        let mut p = Policy::builtin_default();
+        p.filesystem.read_exec = vec![dir.clone()];
+        p.filesystem.deny = vec![dir.join("a*b*c")];
+        let grants = expand_grants(&LandlockSpec {
+            read_exec: &p.filesystem.read_exec,
+            read_write: &[],
+            read_only: &[],
+            devices: &[],
+            deny: &p.filesystem.deny,
+            tcp_connect: &TcpPorts::NONE,
+            tcp_bind: &TcpPorts::NONE,
+        });
+        for name in ["aXbYc", "aXcYb", "abc", "ab", "aXbYc.d", "aXbYc.d/inner"] {
+            let path = dir.join(name);
+            // A path is enforced as denied when neither it nor any directory above it (below
+            // the carved-out grant) is granted.
+            let enforced_denied = !path
+                .ancestors()
+                .take_while(|a| a.starts_with(&dir) && *a != dir)
+                .any(|a| grants.iter().any(|g| g.path == a));
+            let e = explain_path(&scene(&p), path.to_str().unwrap(), Operation::Read);
+            assert_eq!(
+                e.contains("in filesystem.deny"),
+                enforced_denied,
+                "{name}: {e}"
+            );
+        }
+        // Both stars count: the old explanation took everything after the first star as
+        // one literal suffix and called `aXbYc` allowed.
+        let e = explain_path(
+            &scene(&p),
+            dir.join("aXbYc").to_str().unwrap(),
+            Operation::Read,
+        );
+        assert!(e.contains("in filesystem.deny"), "{e}");
     }
 
     #[test]
