@@ -8,14 +8,13 @@
 
 use super::PolicyError;
 use super::raw::{RawCredential, RawNetwork};
+use super::validate::Check;
 use crate::egress::EgressRules;
 use crate::egress::l7::{GitPolicy, HttpRule};
 use crate::egress::pattern::{HostPattern, Target};
 use crate::egress::rules::Site;
 use crate::egress::secrets::{BoundHost, CredentialRule, Inject, SecretSource};
 use std::path::PathBuf;
-
-type Invalid<'a> = &'a dyn Fn(&'static str, String) -> PolicyError;
 
 /// Variables a credential's `env` may not take: the proxy's own and the CA bundle's.
 const RESERVED_ENV: &[&str] = &[
@@ -47,17 +46,16 @@ pub(super) fn any_set(n: &RawNetwork) -> Option<&'static str> {
 pub(super) fn compile(
     n: &RawNetwork,
     rules: &mut EgressRules,
-    invalid: Invalid<'_>,
-    origin: &str,
+    check: &Check<'_>,
 ) -> Result<(), PolicyError> {
     let site = Site {
-        origin: origin.to_owned(),
+        origin: check.origin.to_owned(),
         line: None,
     };
     for (i, raw) in n.credentials.iter().flatten().enumerate() {
-        let credential = credential(i, raw, rules, invalid, &site)?;
+        let credential = credential(i, raw, rules, check, &site)?;
         if rules.credentials.iter().any(|c| c.name == credential.name) {
-            return Err(invalid(
+            return Err(check.invalid(
                 "network.credentials",
                 format!(
                     "two credentials are named `{}`; names must differ",
@@ -66,7 +64,7 @@ pub(super) fn compile(
             ));
         }
         if rules.credentials.iter().any(|c| c.env == credential.env) {
-            return Err(invalid(
+            return Err(check.invalid(
                 "network.credentials",
                 format!(
                     "two credentials set `env = \"{}\"`; each needs its own",
@@ -82,10 +80,10 @@ pub(super) fn compile(
         let host = raw
             .host
             .as_deref()
-            .ok_or_else(|| invalid(field, format!("{what}: `host` is required")))?;
-        let host =
-            HostPattern::parse(host).map_err(|e| invalid(field, format!("{what}: host {e}")))?;
-        check_allowed(&host, rules, invalid, field, &what)?;
+            .ok_or_else(|| check.invalid(field, format!("{what}: `host` is required")))?;
+        let host = HostPattern::parse(host)
+            .map_err(|e| check.invalid(field, format!("{what}: host {e}")))?;
+        check_allowed(&host, rules, check, field, &what)?;
         let methods = raw
             .methods
             .iter()
@@ -93,7 +91,7 @@ pub(super) fn compile(
             .map(|m| {
                 let upper = m.to_ascii_uppercase();
                 if upper.is_empty() || !upper.bytes().all(|b| b.is_ascii_uppercase()) {
-                    Err(invalid(
+                    Err(check.invalid(
                         field,
                         format!("{what}: `{m}` is not an HTTP method (e.g. \"GET\", \"POST\")"),
                     ))
@@ -105,7 +103,7 @@ pub(super) fn compile(
         let paths = raw.paths.clone().unwrap_or_default();
         for p in &paths {
             if !p.starts_with('/') || p.bytes().any(|b| !b.is_ascii_graphic()) || p.contains('?') {
-                return Err(invalid(
+                return Err(check.invalid(
                     field,
                     format!(
                         "{what}: path `{}` must start with `/`, without spaces or a query \
@@ -130,13 +128,14 @@ pub(super) fn compile(
             .iter()
             .flatten()
             .map(|h| {
-                let p = HostPattern::parse(h).map_err(|e| invalid(field, format!("hosts: {e}")))?;
-                check_allowed(&p, rules, invalid, field, "[network.git]")?;
+                let p = HostPattern::parse(h)
+                    .map_err(|e| check.invalid(field, format!("hosts: {e}")))?;
+                check_allowed(&p, rules, check, field, "[network.git]")?;
                 Ok(p)
             })
             .collect::<Result<Vec<_>, PolicyError>>()?;
         let push_refs = git.push_refs.clone().ok_or_else(|| {
-            invalid(
+            check.invalid(
                 field,
                 "`push_refs` is required: the refs a push may update, e.g. \
                  [\"refs/heads/agent/*\"] (`[]` refuses every push)"
@@ -145,7 +144,7 @@ pub(super) fn compile(
         })?;
         for r in &push_refs {
             if !r.starts_with("refs/") || r.bytes().any(|b| !b.is_ascii_graphic()) {
-                return Err(invalid(
+                return Err(check.invalid(
                     field,
                     format!(
                         "push_refs entry `{}` must be a full ref name starting with `refs/` (e.g. \
@@ -156,7 +155,7 @@ pub(super) fn compile(
             }
         }
         if hosts.is_empty() && rules.credentials.is_empty() && rules.http_rules.is_empty() {
-            return Err(invalid(
+            return Err(check.invalid(
                 field,
                 "names no host: set `hosts` (e.g. [\"github.com\"]), or bind a credential to the \
                  git host, so the proxy intercepts its pushes"
@@ -173,7 +172,7 @@ pub(super) fn compile(
     for r in n.extra_roots.iter().flatten() {
         let p = super::resolve::expand_home(r.clone());
         if !p.starts_with('/') {
-            return Err(invalid(
+            return Err(check.invalid(
                 "network.extra_roots",
                 format!("`{p}` must be an absolute path to a PEM file"),
             ));
@@ -187,13 +186,13 @@ fn credential(
     i: usize,
     raw: &RawCredential,
     rules: &EgressRules,
-    invalid: Invalid<'_>,
+    check: &Check<'_>,
     site: &Site,
 ) -> Result<CredentialRule, PolicyError> {
     let field = "network.credentials";
     let what = format!("[[network.credentials]] entry {}", i + 1);
     let name = raw.name.clone().ok_or_else(|| {
-        invalid(
+        check.invalid(
             field,
             format!("{what}: `name` is required (e.g. \"github\")"),
         )
@@ -204,7 +203,7 @@ fn credential(
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
     {
-        return Err(invalid(
+        return Err(check.invalid(
             field,
             format!(
                 "{what}: name `{name}` must be 1-32 of a-z, 0-9 and `_` (it is in the placeholder)"
@@ -215,7 +214,7 @@ fn credential(
     let env = raw
         .env
         .clone()
-        .ok_or_else(|| invalid(field, format!("{what}: `env` is required: the variable the sandbox sees the placeholder in (e.g. \"GITHUB_TOKEN\")")))?;
+        .ok_or_else(|| check.invalid(field, format!("{what}: `env` is required: the variable the sandbox sees the placeholder in (e.g. \"GITHUB_TOKEN\")")))?;
     let env_ok = env
         .bytes()
         .next()
@@ -226,7 +225,7 @@ fn credential(
         || RESERVED_ENV.contains(&upper.as_str())
         || crate::exec::env::CA_BUNDLE_VARIABLES.contains(&upper.as_str())
     {
-        return Err(invalid(
+        return Err(check.invalid(
             field,
             format!(
                 "{what}: env `{env}` must be a variable name of letters, digits and `_`, and not one cordon sets itself (proxy and CA variables, PATH, HOME)"
@@ -238,7 +237,7 @@ fn credential(
         (None, Some(path)) => {
             let path = super::resolve::expand_home(path.clone());
             if !path.starts_with('/') {
-                return Err(invalid(
+                return Err(check.invalid(
                     field,
                     format!("{what}: from_file `{path}` must be an absolute path"),
                 ));
@@ -246,7 +245,7 @@ fn credential(
             SecretSource::File(PathBuf::from(path))
         }
         _ => {
-            return Err(invalid(
+            return Err(check.invalid(
                 field,
                 format!(
                     "{what}: set exactly one of `from_env` (a variable of the server's environment, e.g. \"CORDON_GITHUB_TOKEN\") or `from_file` (a file of mode 0600, e.g. \"/run/secrets/gh\")"
@@ -255,10 +254,10 @@ fn credential(
         }
     };
     let inject = Inject::parse(raw.inject.as_deref().unwrap_or("bearer"))
-        .map_err(|e| invalid(field, format!("{what}: inject {e}")))?;
+        .map_err(|e| check.invalid(field, format!("{what}: inject {e}")))?;
     let hosts_raw = raw.hosts.clone().unwrap_or_default();
     if hosts_raw.is_empty() {
-        return Err(invalid(
+        return Err(check.invalid(
             field,
             format!(
                 "{what}: `hosts` is required: the hosts its real value may go to (e.g. [\"github.com\", \"api.github.com\"])"
@@ -271,11 +270,11 @@ fn credential(
             Some(rest) => (rest, true),
             None => (h.as_str(), false),
         };
-        let pattern =
-            HostPattern::parse(text).map_err(|e| invalid(field, format!("{what}: host {e}")))?;
-        check_allowed(&pattern, rules, invalid, field, &what)?;
+        let pattern = HostPattern::parse(text)
+            .map_err(|e| check.invalid(field, format!("{what}: host {e}")))?;
+        check_allowed(&pattern, rules, check, field, &what)?;
         if plain_http {
-            check_plain_http(&pattern, rules, invalid, &what)?;
+            check_plain_http(&pattern, rules, check, &what)?;
         }
         hosts.push(BoundHost {
             pattern,
@@ -296,7 +295,7 @@ fn credential(
 fn check_allowed(
     pattern: &HostPattern,
     rules: &EgressRules,
-    invalid: Invalid<'_>,
+    check: &Check<'_>,
     field: &'static str,
     what: &str,
 ) -> Result<(), PolicyError> {
@@ -314,7 +313,7 @@ fn check_allowed(
     };
     match rules.judge(&target) {
         Ok(()) => Ok(()),
-        Err(refusal) => Err(invalid(
+        Err(refusal) => Err(check.invalid(
             field,
             format!(
                 "{what}: host `{}` would be refused by the proxy before any rule or credential \
@@ -330,7 +329,7 @@ fn check_allowed(
 fn check_plain_http(
     pattern: &HostPattern,
     rules: &EgressRules,
-    invalid: Invalid<'_>,
+    check: &Check<'_>,
     what: &str,
 ) -> Result<(), PolicyError> {
     let host = pattern
@@ -347,7 +346,7 @@ fn check_plain_http(
     };
     match loopback_ip {
         Some(ip) if rules.allow_private.iter().any(|c| c.contains(ip)) => Ok(()),
-        _ => Err(invalid(
+        _ => Err(check.invalid(
             "network.credentials",
             format!(
                 "{what}: `http://{}` would send the real value over plain HTTP, which anyone on \
@@ -367,12 +366,12 @@ pub(super) fn check_reach(
     rules: &EgressRules,
     fs: &super::FilesystemPolicy,
     env: &super::EnvironmentPolicy,
-    invalid: Invalid<'_>,
+    check: &Check<'_>,
 ) -> Result<(), PolicyError> {
     for c in &rules.credentials {
         match &c.source {
             SecretSource::Env(var) if env.pass.iter().any(|p| p == var) => {
-                return Err(invalid(
+                return Err(check.invalid(
                     "network.credentials",
                     format!(
                         "credential `{}`: from_env `{var}` is also in [environment] pass, which \
@@ -389,7 +388,7 @@ pub(super) fn check_reach(
                     .chain(&fs.toolchains)
                     .find(|g| path.starts_with(g))
                 {
-                    return Err(invalid(
+                    return Err(check.invalid(
                         "network.credentials",
                         format!(
                             "credential `{}`: from_file {} is beneath {}, which the sandbox can \
