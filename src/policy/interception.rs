@@ -54,134 +54,173 @@ pub(super) fn compile(
     };
     for (i, raw) in n.credentials.iter().flatten().enumerate() {
         let credential = credential(i, raw, rules, check, &site)?;
-        if rules.credentials.iter().any(|c| c.name == credential.name) {
-            return Err(check.invalid(
-                "network.credentials",
-                format!(
-                    "two credentials are named `{}`; names must differ",
-                    credential.name
-                ),
-            ));
-        }
-        if rules.credentials.iter().any(|c| c.env == credential.env) {
-            return Err(check.invalid(
-                "network.credentials",
-                format!(
-                    "two credentials set `env = \"{}\"`; each needs its own",
-                    credential.env
-                ),
-            ));
-        }
+        refuse_duplicate_credential(rules, &credential, check)?;
         rules.credentials.push(credential);
     }
     for (index, raw) in n.rules.iter().flatten().enumerate() {
-        let field = "network.rules";
-        let what = format!("[[network.rules]] entry {}", index + 1);
-        let host = raw
-            .host
-            .as_deref()
-            .ok_or_else(|| check.invalid(field, format!("{what}: `host` is required")))?;
-        let host = HostPattern::parse(host)
-            .map_err(|e| check.invalid(field, format!("{what}: host {e}")))?;
-        check_allowed(&host, rules, check, field, &what)?;
-        let methods = raw
-            .methods
-            .iter()
-            .flatten()
-            .map(|m| {
-                let upper = m.to_ascii_uppercase();
-                if upper.is_empty() || !upper.bytes().all(|b| b.is_ascii_uppercase()) {
-                    Err(check.invalid(
-                        field,
-                        format!("{what}: `{m}` is not an HTTP method (e.g. \"GET\", \"POST\")"),
-                    ))
-                } else {
-                    Ok(upper)
-                }
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let paths = raw.paths.clone().unwrap_or_default();
-        for p in &paths {
-            if !p.starts_with('/') || p.bytes().any(|b| !b.is_ascii_graphic()) || p.contains('?') {
-                return Err(check.invalid(
-                    field,
-                    format!(
-                        "{what}: path `{}` must start with `/`, without spaces or a query \
-                         (`*` matches any run of characters, e.g. \"/repos/acme/*\")",
-                        p.escape_debug()
-                    ),
-                ));
-            }
-        }
-        rules.http_rules.push(HttpRule {
-            host,
-            methods,
-            paths,
-            index,
-            site: site.clone(),
-        });
+        let rule = http_rule(index, raw, rules, check, &site)?;
+        rules.http_rules.push(rule);
     }
     if let Some(git) = &n.git {
-        let field = "network.git";
-        let hosts = git
-            .hosts
-            .iter()
-            .flatten()
-            .map(|h| {
-                let p = HostPattern::parse(h)
-                    .map_err(|e| check.invalid(field, format!("hosts: {e}")))?;
-                check_allowed(&p, rules, check, field, "[network.git]")?;
-                Ok(p)
-            })
-            .collect::<Result<Vec<_>, PolicyError>>()?;
-        let push_refs = git.push_refs.clone().ok_or_else(|| {
-            check.invalid(
-                field,
-                "`push_refs` is required: the refs a push may update, e.g. \
-                 [\"refs/heads/agent/*\"] (`[]` refuses every push)"
-                    .into(),
-            )
-        })?;
-        for r in &push_refs {
-            if !r.starts_with("refs/") || r.bytes().any(|b| !b.is_ascii_graphic()) {
-                return Err(check.invalid(
-                    field,
-                    format!(
-                        "push_refs entry `{}` must be a full ref name starting with `refs/` (e.g. \
-                         \"refs/heads/agent/*\")",
-                        r.escape_debug()
-                    ),
-                ));
-            }
-        }
-        if hosts.is_empty() && rules.credentials.is_empty() && rules.http_rules.is_empty() {
-            return Err(check.invalid(
-                field,
-                "names no host: set `hosts` (e.g. [\"github.com\"]), or bind a credential to the \
-                 git host, so the proxy intercepts its pushes"
-                    .into(),
-            ));
-        }
-        rules.git = Some(GitPolicy {
-            hosts,
-            push_refs,
-            allow_delete: git.allow_delete.unwrap_or(false),
-            site: site.clone(),
-        });
+        rules.git = Some(git_policy(git, rules, check, &site)?);
     }
-    for r in n.extra_roots.iter().flatten() {
-        let p = super::resolve::expand_home(r.clone());
-        if !p.starts_with('/') {
-            return Err(check.invalid(
-                "network.extra_roots",
-                format!("`{p}` must be an absolute path to a PEM file"),
-            ));
-        }
-        rules.extra_roots.push(PathBuf::from(p));
+    for root in n.extra_roots.iter().flatten() {
+        let root = extra_root(root, check)?;
+        rules.extra_roots.push(root);
     }
     Ok(())
 }
 
+/// Two credentials may share neither a name (it is in the placeholder) nor a variable.
+fn refuse_duplicate_credential(
+    rules: &EgressRules,
+    credential: &CredentialRule,
+    check: &Check<'_>,
+) -> Result<(), PolicyError> {
+    if rules.credentials.iter().any(|c| c.name == credential.name) {
+        return Err(check.invalid(
+            "network.credentials",
+            format!(
+                "two credentials are named `{}`; names must differ",
+                credential.name
+            ),
+        ));
+    }
+    if rules.credentials.iter().any(|c| c.env == credential.env) {
+        return Err(check.invalid(
+            "network.credentials",
+            format!(
+                "two credentials set `env = \"{}\"`; each needs its own",
+                credential.env
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// One `[[network.rules]]` entry: a host the proxy allows, HTTP methods, absolute paths.
+fn http_rule(
+    index: usize,
+    raw: &super::raw::RawHttpRule,
+    rules: &EgressRules,
+    check: &Check<'_>,
+    site: &Site,
+) -> Result<HttpRule, PolicyError> {
+    let field = "network.rules";
+    let what = format!("[[network.rules]] entry {}", index + 1);
+    let host = raw
+        .host
+        .as_deref()
+        .ok_or_else(|| check.invalid(field, format!("{what}: `host` is required")))?;
+    let host =
+        HostPattern::parse(host).map_err(|e| check.invalid(field, format!("{what}: host {e}")))?;
+    check_allowed(&host, rules, check, field, &what)?;
+    let methods = raw
+        .methods
+        .iter()
+        .flatten()
+        .map(|m| {
+            let upper = m.to_ascii_uppercase();
+            if upper.is_empty() || !upper.bytes().all(|b| b.is_ascii_uppercase()) {
+                Err(check.invalid(
+                    field,
+                    format!("{what}: `{m}` is not an HTTP method (e.g. \"GET\", \"POST\")"),
+                ))
+            } else {
+                Ok(upper)
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let paths = raw.paths.clone().unwrap_or_default();
+    for p in &paths {
+        if !p.starts_with('/') || p.bytes().any(|b| !b.is_ascii_graphic()) || p.contains('?') {
+            return Err(check.invalid(
+                field,
+                format!(
+                    "{what}: path `{}` must start with `/`, without spaces or a query \
+                     (`*` matches any run of characters, e.g. \"/repos/acme/*\")",
+                    p.escape_debug()
+                ),
+            ));
+        }
+    }
+    Ok(HttpRule {
+        host,
+        methods,
+        paths,
+        index,
+        site: site.clone(),
+    })
+}
+
+/// `[network.git]`: hosts the proxy allows, full ref names, and some host to intercept.
+fn git_policy(
+    git: &super::raw::RawGit,
+    rules: &EgressRules,
+    check: &Check<'_>,
+    site: &Site,
+) -> Result<GitPolicy, PolicyError> {
+    let field = "network.git";
+    let hosts = git
+        .hosts
+        .iter()
+        .flatten()
+        .map(|h| {
+            let p =
+                HostPattern::parse(h).map_err(|e| check.invalid(field, format!("hosts: {e}")))?;
+            check_allowed(&p, rules, check, field, "[network.git]")?;
+            Ok(p)
+        })
+        .collect::<Result<Vec<_>, PolicyError>>()?;
+    let push_refs = git.push_refs.clone().ok_or_else(|| {
+        check.invalid(
+            field,
+            "`push_refs` is required: the refs a push may update, e.g. \
+             [\"refs/heads/agent/*\"] (`[]` refuses every push)"
+                .into(),
+        )
+    })?;
+    for r in &push_refs {
+        if !r.starts_with("refs/") || r.bytes().any(|b| !b.is_ascii_graphic()) {
+            return Err(check.invalid(
+                field,
+                format!(
+                    "push_refs entry `{}` must be a full ref name starting with `refs/` (e.g. \
+                     \"refs/heads/agent/*\")",
+                    r.escape_debug()
+                ),
+            ));
+        }
+    }
+    if hosts.is_empty() && rules.credentials.is_empty() && rules.http_rules.is_empty() {
+        return Err(check.invalid(
+            field,
+            "names no host: set `hosts` (e.g. [\"github.com\"]), or bind a credential to the \
+             git host, so the proxy intercepts its pushes"
+                .into(),
+        ));
+    }
+    Ok(GitPolicy {
+        hosts,
+        push_refs,
+        allow_delete: git.allow_delete.unwrap_or(false),
+        site: site.clone(),
+    })
+}
+
+/// One `network.extra_roots` entry: an absolute PEM file (`~/` is the server user's home).
+fn extra_root(root: &str, check: &Check<'_>) -> Result<PathBuf, PolicyError> {
+    let p = super::resolve::expand_home(root.to_owned());
+    if !p.starts_with('/') {
+        return Err(check.invalid(
+            "network.extra_roots",
+            format!("`{p}` must be an absolute path to a PEM file"),
+        ));
+    }
+    Ok(PathBuf::from(p))
+}
+
+/// One `[[network.credentials]]` entry (the `i`th) compiled against the proxy's host lists.
 fn credential(
     i: usize,
     raw: &RawCredential,
@@ -189,8 +228,34 @@ fn credential(
     check: &Check<'_>,
     site: &Site,
 ) -> Result<CredentialRule, PolicyError> {
+    let name = credential_name(
+        raw,
+        &format!("[[network.credentials]] entry {}", i + 1),
+        check,
+    )?;
+    let what = format!("credential `{name}`");
+    let env = credential_env(raw, &what, check)?;
+    let source = secret_source(raw, &what, check)?;
+    let inject = Inject::parse(raw.inject.as_deref().unwrap_or("bearer"))
+        .map_err(|e| check.invalid("network.credentials", format!("{what}: inject {e}")))?;
+    let hosts = bound_hosts(raw, rules, &what, check)?;
+    Ok(CredentialRule {
+        name,
+        hosts,
+        env,
+        source,
+        inject,
+        site: site.clone(),
+    })
+}
+
+/// A credential's `name`: short, of a-z, 0-9 and `_`, since it is in the placeholder.
+fn credential_name(
+    raw: &RawCredential,
+    what: &str,
+    check: &Check<'_>,
+) -> Result<String, PolicyError> {
     let field = "network.credentials";
-    let what = format!("[[network.credentials]] entry {}", i + 1);
     let name = raw.name.clone().ok_or_else(|| {
         check.invalid(
             field,
@@ -210,7 +275,16 @@ fn credential(
             ),
         ));
     }
-    let what = format!("credential `{name}`");
+    Ok(name)
+}
+
+/// A credential's `env`: a variable name cordon does not set itself.
+fn credential_env(
+    raw: &RawCredential,
+    what: &str,
+    check: &Check<'_>,
+) -> Result<String, PolicyError> {
+    let field = "network.credentials";
     let env = raw
         .env
         .clone()
@@ -232,6 +306,16 @@ fn credential(
             ),
         ));
     }
+    Ok(env)
+}
+
+/// Where a credential's real value is read: exactly one of a variable or an absolute file.
+fn secret_source(
+    raw: &RawCredential,
+    what: &str,
+    check: &Check<'_>,
+) -> Result<SecretSource, PolicyError> {
+    let field = "network.credentials";
     let source = match (&raw.from_env, &raw.from_file) {
         (Some(var), None) if !var.is_empty() => SecretSource::Env(var.clone()),
         (None, Some(path)) => {
@@ -253,8 +337,18 @@ fn credential(
             ));
         }
     };
-    let inject = Inject::parse(raw.inject.as_deref().unwrap_or("bearer"))
-        .map_err(|e| check.invalid(field, format!("{what}: inject {e}")))?;
+    Ok(source)
+}
+
+/// The hosts a credential's real value may go to: allowed by the proxy, plain HTTP only
+/// where that is allowed too.
+fn bound_hosts(
+    raw: &RawCredential,
+    rules: &EgressRules,
+    what: &str,
+    check: &Check<'_>,
+) -> Result<Vec<BoundHost>, PolicyError> {
+    let field = "network.credentials";
     let hosts_raw = raw.hosts.clone().unwrap_or_default();
     if hosts_raw.is_empty() {
         return Err(check.invalid(
@@ -272,23 +366,16 @@ fn credential(
         };
         let pattern = HostPattern::parse(text)
             .map_err(|e| check.invalid(field, format!("{what}: host {e}")))?;
-        check_allowed(&pattern, rules, check, field, &what)?;
+        check_allowed(&pattern, rules, check, field, what)?;
         if plain_http {
-            check_plain_http(&pattern, rules, check, &what)?;
+            check_plain_http(&pattern, rules, check, what)?;
         }
         hosts.push(BoundHost {
             pattern,
             plain_http,
         });
     }
-    Ok(CredentialRule {
-        name,
-        hosts,
-        env,
-        source,
-        inject,
-        site: site.clone(),
-    })
+    Ok(hosts)
 }
 
 /// A named host must be one the proxy lets through at all (a wildcard is not checked).
