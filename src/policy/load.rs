@@ -71,6 +71,20 @@ impl Policy {
     }
 }
 
+/// One file of an `extends` chain: (origin, text, parsed). The text points a validation
+/// error at the line that set the bad value.
+type Layer = (String, String, RawPolicy);
+
+/// A policy's `extends` chain as read, child first.
+struct Chain {
+    layers: Vec<Layer>,
+    /// The layers read from files, canonical (see `Policy::sources`).
+    sources: Vec<PathBuf>,
+    /// Where each command rule was written, child first: its examples are checked later,
+    /// through the parser worker, and their errors must still cite the file and line.
+    rule_sites: Vec<(String, String, usize)>,
+}
+
 /// Loads a policy and the chain it `extends`, child first, then resolves the merge over the
 /// built-in default. `first` is the located (origin, text, directory) of the policy itself;
 /// with `files_allowed` false, parents may only be built-in policies.
@@ -78,17 +92,46 @@ fn load_chain(
     first: (String, String, Option<PathBuf>),
     files_allowed: bool,
 ) -> Result<Policy, PolicyError> {
-    // (origin, text, parsed), child first; the text points a validation error at the line
-    // that set the bad value.
-    let mut layers: Vec<(String, String, RawPolicy)> = Vec::new();
-    let mut sources: Vec<PathBuf> = Vec::new();
-    // Where each command rule was written, child first: its examples are checked later,
-    // through the parser worker, and their errors must still cite the file and line.
-    let mut rule_sites: Vec<(String, String, usize)> = Vec::new();
+    let chain = read_chain(first, files_allowed)?;
+    let origin = chain.layers[0].0.clone();
+    // Everything falls back to the built-in default, so a policy names only what it changes.
+    let default_raw: RawPolicy =
+        toml::from_str(embedded_source("default").unwrap_or("")).map_err(|e| {
+            PolicyError::Parse {
+                origin: "builtin:default".into(),
+                message: e.to_string(),
+            }
+        })?;
+    let merged = chain
+        .layers
+        .iter()
+        .rev()
+        .fold(default_raw, |base, (_, _, layer)| {
+            layer.clone().overlay(base)
+        });
+    let mut policy = validate::validate(merged, origin)
+        .map_err(|e| at_the_line_that_set_it(e, &chain.layers))?;
+    policy.commands.locate(&chain.rule_sites);
+    locate_network(&mut policy.network, &chain.layers);
+    policy.sources = chain.sources;
+    Ok(policy)
+}
+
+/// Reads and parses each layer of the chain, child first, checking each layer's command
+/// rules against its own text.
+fn read_chain(
+    first: (String, String, Option<PathBuf>),
+    files_allowed: bool,
+) -> Result<Chain, PolicyError> {
+    let mut chain = Chain {
+        layers: Vec::new(),
+        sources: Vec::new(),
+        rule_sites: Vec::new(),
+    };
     let first_origin = first.0.clone();
     let mut next = Some(first);
     while let Some((origin, text, dir)) = next.take() {
-        if layers.len() >= MAX_EXTENDS_DEPTH {
+        if chain.layers.len() >= MAX_EXTENDS_DEPTH {
             return Err(PolicyError::ExtendsTooDeep {
                 origin: first_origin,
             });
@@ -96,27 +139,16 @@ fn load_chain(
         // A layer has a directory exactly when it was read from a file.
         if dir.is_some() {
             let path = PathBuf::from(&origin);
-            sources.push(std::fs::canonicalize(&path).unwrap_or(path));
+            chain
+                .sources
+                .push(std::fs::canonicalize(&path).unwrap_or(path));
         }
         let raw: RawPolicy = toml::from_str(&text).map_err(|e| PolicyError::Parse {
             origin: origin.clone(),
             message: e.to_string().trim_end().to_owned(),
         })?;
         if let Some(rules) = raw.commands.rules.clone() {
-            // Checked per file, while the text is at hand, so errors cite the file's line.
-            let compiled =
-                commands::CommandRules::compile(commands::Decision::Allow, rules, Some(&text))
-                    .map_err(|e| PolicyError::Invalid {
-                        origin: origin.clone(),
-                        field: "commands.rules",
-                        message: e.to_string(),
-                    })?;
-            rule_sites.extend(
-                compiled
-                    .rules
-                    .into_iter()
-                    .map(|r| (origin.clone(), r.name, r.line)),
-            );
+            chain.rule_sites.extend(rule_sites(&origin, &text, rules)?);
         }
         next = match raw.extends.as_deref() {
             None => None,
@@ -126,24 +158,35 @@ fn load_chain(
                 None => return Err(PolicyError::UnknownPolicy(parent.to_owned())),
             },
         };
-        layers.push((origin, text, raw));
+        chain.layers.push((origin, text, raw));
     }
-    let origin = layers[0].0.clone();
-    // Everything falls back to the built-in default, so a policy names only what it changes.
-    let default_raw: RawPolicy =
-        toml::from_str(embedded_source("default").unwrap_or("")).map_err(|e| {
-            PolicyError::Parse {
-                origin: "builtin:default".into(),
-                message: e.to_string(),
-            }
+    Ok(chain)
+}
+
+/// One layer's command rules, checked while its text is at hand (so errors cite the file's
+/// line), as (origin, rule name, line).
+fn rule_sites(
+    origin: &str,
+    text: &str,
+    rules: Vec<commands::RawRule>,
+) -> Result<Vec<(String, String, usize)>, PolicyError> {
+    let compiled = commands::CommandRules::compile(commands::Decision::Allow, rules, Some(text))
+        .map_err(|e| PolicyError::Invalid {
+            origin: origin.to_owned(),
+            field: "commands.rules",
+            message: e.to_string(),
         })?;
-    let merged = layers
-        .iter()
-        .rev()
-        .fold(default_raw, |base, (_, _, layer)| {
-            layer.clone().overlay(base)
-        });
-    let resolved = validate::validate(merged, origin).map_err(|e| match e {
+    Ok(compiled
+        .rules
+        .into_iter()
+        .map(|r| (origin.to_owned(), r.name, r.line))
+        .collect())
+}
+
+/// A validation error, its origin made the file and line that set the field (the first layer,
+/// child first, that names it), or the policy itself when none does.
+fn at_the_line_that_set_it(e: PolicyError, layers: &[Layer]) -> PolicyError {
+    match e {
         PolicyError::Invalid { field, message, .. } => match layers
             .iter()
             .find_map(|(o, t, _)| field_line(t, field).map(|line| (o.clone(), line)))
@@ -160,13 +203,7 @@ fn load_chain(
             },
         },
         other => other,
-    });
-    resolved.map(|mut policy| {
-        policy.commands.locate(&rule_sites);
-        locate_network(&mut policy.network, &layers);
-        policy.sources = sources;
-        policy
-    })
+    }
 }
 
 /// Finds the text of a policy reference: a file path (relative to the extending file's
@@ -225,7 +262,7 @@ fn field_line(text: &str, field: &str) -> Option<usize> {
 
 /// Fills in where the proxy's lists are written (file and line of the list, and of each
 /// pattern), so a refusal can say "add it there". `layers` is child first.
-fn locate_network(network: &mut NetworkPolicy, layers: &[(String, String, RawPolicy)]) {
+fn locate_network(network: &mut NetworkPolicy, layers: &[Layer]) {
     use crate::egress::rules::Site;
     let Some(rules) = network.proxy.as_mut() else {
         return;
