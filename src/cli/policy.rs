@@ -523,6 +523,15 @@ fn explain_kernel(o: &mut String, kernel: &KernelSupport) {
              protected paths are refused by the file tools only (enforcement `reduced`)"
         }
     );
+    explain_cgroups(o);
+    let _ = writeln!(
+        o,
+        "  `cordon doctor` proves each guarantee with a live probe."
+    );
+}
+
+/// Per-call cgroup limits and tree kill, as this host's cgroups allow them.
+fn explain_cgroups(o: &mut String) {
     let (mode, notes) = crate::confine::probe_cgroups();
     let cgroups = match mode {
         crate::confine::CgroupMode::V2 => "yes (cgroup v2 with delegated controllers)",
@@ -543,10 +552,6 @@ fn explain_kernel(o: &mut String, kernel: &KernelSupport) {
     for note in notes {
         let _ = writeln!(o, "    note: {note}");
     }
-    let _ = writeln!(
-        o,
-        "  `cordon doctor` proves each guarantee with a live probe."
-    );
 }
 
 /// `[jobs]`: what outlives a call, for how long, and who can reach it.
