@@ -77,6 +77,7 @@ pub mod error_kind;
 pub mod events;
 pub mod exec;
 pub mod files;
+pub mod glob;
 pub mod interpreter;
 pub mod jobs;
 pub mod lint;

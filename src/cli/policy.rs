@@ -6,10 +6,11 @@
 //! kernel can actually enforce.
 
 use crate::confine::kernel::{KernelSupport, REQUIRED_LANDLOCK_ABI};
-use crate::confine::landlock::{GrantKind, LandlockSpec, expand_grants};
+use crate::confine::landlock::GrantKind;
 use crate::confine::seccomp;
-use crate::policy::{Policy, WorkspaceAccess};
+use crate::policy::{Plans, Policy, WorkspaceAccess};
 use std::fmt::Write;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyCliError {
@@ -75,44 +76,63 @@ pub fn check(policy: &Policy) -> Result<String, PolicyCliError> {
         programs.iter().map(Vec::len).sum::<usize>()
     );
     if let Some(rules) = &policy.network.proxy {
-        // Each pattern with a target it lets through and one it does not, judged by the same
-        // code the proxy runs (deny entries included), so a surprising match shows here.
-        for (list, entries) in [
-            ("allow_hosts", &rules.allow_hosts),
-            ("deny_hosts", &rules.deny_hosts),
-        ] {
-            for entry in entries {
-                let (yes, no) = entry.pattern.examples();
-                let verdict = |t: &str| match crate::egress::pattern::Target::parse_authority(t) {
-                    Ok(target) => match rules.judge(&target) {
-                        Ok(()) => "allowed".to_owned(),
-                        Err(r) => format!("refused ({})", r.kind()),
-                    },
-                    Err(e) => format!("not a target ({e})"),
-                };
-                let _ = write!(
-                    out,
-                    "  {list} `{}` ({}): {yes} -> {}",
-                    entry.pattern,
-                    entry.site,
-                    verdict(&yes)
-                );
-                if let Some(no) = no {
-                    let _ = write!(out, "; {no} -> {}", verdict(&no));
-                }
-                out.push('\n');
-            }
-        }
-        if rules.allow_hosts.is_empty() {
-            let _ = writeln!(
-                out,
-                "  note: network.allow_hosts is empty: the proxy refuses every host until you \
-                 list some"
-            );
-        }
+        check_host_patterns(&mut out, rules);
         check_interception(&mut out, rules);
     }
-    let j = &policy.jobs;
+    check_jobs(&mut out, &policy.jobs);
+    let fs = &policy.filesystem;
+    for p in fs.read_exec.iter().chain(&fs.read_write).chain(&fs.devices) {
+        if !p.exists() {
+            let _ = writeln!(
+                out,
+                "  note: {} does not exist here; its grant is skipped",
+                p.display()
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// Each host pattern with a target it lets through and one it does not, judged by the same
+/// code the proxy runs (deny entries included), so a surprising match shows here.
+fn check_host_patterns(out: &mut String, rules: &crate::egress::EgressRules) {
+    for (list, entries) in [
+        ("allow_hosts", &rules.allow_hosts),
+        ("deny_hosts", &rules.deny_hosts),
+    ] {
+        for entry in entries {
+            let (yes, no) = entry.pattern.examples();
+            let verdict = |t: &str| match crate::egress::pattern::Target::parse_authority(t) {
+                Ok(target) => match rules.judge(&target) {
+                    Ok(()) => "allowed".to_owned(),
+                    Err(r) => format!("refused ({})", r.kind()),
+                },
+                Err(e) => format!("not a target ({e})"),
+            };
+            let _ = write!(
+                out,
+                "  {list} `{}` ({}): {yes} -> {}",
+                entry.pattern,
+                entry.site,
+                verdict(&yes)
+            );
+            if let Some(no) = no {
+                let _ = write!(out, "; {no} -> {}", verdict(&no));
+            }
+            out.push('\n');
+        }
+    }
+    if rules.allow_hosts.is_empty() {
+        let _ = writeln!(
+            out,
+            "  note: network.allow_hosts is empty: the proxy refuses every host until you \
+             list some"
+        );
+    }
+}
+
+/// `[jobs]` in one line, and a note when host ports reach into the sandbox.
+fn check_jobs(out: &mut String, j: &crate::policy::jobs::JobsPolicy) {
     let _ = if j.enabled() {
         writeln!(
             out,
@@ -139,17 +159,6 @@ pub fn check(policy: &Policy) -> Result<String, PolicyCliError> {
             j.forward
         );
     }
-    let fs = &policy.filesystem;
-    for p in fs.read_exec.iter().chain(&fs.read_write).chain(&fs.devices) {
-        if !p.exists() {
-            let _ = writeln!(
-                out,
-                "  note: {} does not exist here; its grant is skipped",
-                p.display()
-            );
-        }
-    }
-    Ok(out)
 }
 
 /// Who answers an `ask` rule under `policy` (`server.approvals`), in words.
@@ -178,88 +187,49 @@ pub fn approval_channels(policy: &Policy) -> String {
     )
 }
 
-/// The policy in plain language, with what this kernel can enforce of it.
+/// The policy in plain language, with what this kernel can enforce of it. Files and the
+/// network are described from the plan confinement enforces (`Policy::resolve`), resolved
+/// against a stand-in workspace: a policy is explained for every workspace at once.
 pub fn explain(policy: &Policy) -> String {
     let kernel = KernelSupport::detect();
-    let fs = &policy.filesystem;
-    let l = &policy.limits;
+    let plans = policy.resolve(Path::new(STAND_IN_WORKSPACE));
     let mut o = String::new();
     let _ = writeln!(o, "Policy `{}` ({})", policy.name, policy.origin);
     if !policy.description.is_empty() {
         let _ = writeln!(o, "  {}", policy.description);
     }
+    explain_files(&mut o, policy, &plans, &kernel);
+    explain_network(&mut o, policy);
+    explain_limits(&mut o, policy);
+    explain_commands(&mut o, policy);
+    explain_interpreter(&mut o, policy);
+    explain_jobs(&mut o, policy, &plans.confine);
+    explain_http(&mut o, policy);
+    explain_kernel(&mut o, &kernel);
+    o
+}
 
+/// Where `explain` resolves the policy: no workspace in particular (and none that exists, so
+/// no grant of the real machine's lies beneath it); the workspace is described in words.
+const STAND_IN_WORKSPACE: &str = "/nonexistent/cordon-explain-workspace";
+
+/// Files: the workspace, the plan's grants, and the protected paths.
+fn explain_files(o: &mut String, policy: &Policy, plans: &Plans, kernel: &KernelSupport) {
+    let fs = &policy.filesystem;
     let _ = writeln!(o, "\nFiles");
     let _ = writeln!(
         o,
-        "  The workspace is {} for commands and file tools.",
+        "  The workspace is {} for commands and file tools{}.",
         match fs.workspace {
             WorkspaceAccess::ReadWrite => "readable and writable",
             WorkspaceAccess::ReadOnly => "read-only",
+        },
+        match &plans.writable_only {
+            Some(dirs) if !dirs.is_empty() => format!(", except {} (writable)", dirs.join(", ")),
+            _ => String::new(),
         }
     );
-    let grants = expand_grants(&LandlockSpec {
-        read_exec: &fs.read_exec,
-        read_write: &fs.read_write,
-        read_only: &[],
-        devices: &fs.devices,
-        deny: &fs.deny,
-        tcp_connect: &crate::confine::landlock::TcpPorts::NONE,
-        tcp_bind: &crate::confine::landlock::TcpPorts::NONE,
-    });
-    let list = |kind: GrantKind| -> Vec<String> {
-        grants
-            .iter()
-            .filter(|g| g.access == kind)
-            .map(|g| g.path.display().to_string())
-            .collect()
-    };
-    let whole: Vec<String> = fs
-        .read_exec
-        .iter()
-        .filter(|p| {
-            grants
-                .iter()
-                .any(|g| &g.path == *p && g.access == GrantKind::ReadExec)
-        })
-        .map(|p| p.display().to_string())
-        .collect();
-    let carved: Vec<String> = list(GrantKind::ListOnly);
-    let _ = writeln!(o, "  Readable and executable: {}.", join_or_none(&whole));
-    if !carved.is_empty() {
-        let _ = writeln!(
-            o,
-            "  Partly readable (listed, and every entry except the denied ones): {}.",
-            carved.join(", ")
-        );
-    }
-    let _ = writeln!(
-        o,
-        "  Never readable, even beneath a granted directory: {}.",
-        join_or_none(
-            &fs.deny
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>()
-        )
-    );
-    let _ = writeln!(
-        o,
-        "  Also writable: each call's private TMPDIR{}.",
-        if fs.read_write.is_empty() {
-            String::new()
-        } else {
-            format!(
-                ", {}",
-                fs.read_write
-                    .iter()
-                    .map(|p| p.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        }
-    );
-    let _ = writeln!(o, "  Devices: {}.", list(GrantKind::Device).join(", "));
+    explain_grants(o, &plans.confine);
     let _ = writeln!(
         o,
         "  Everything else (other homes, /root, /tmp, /var, /sys, /dev) is invisible."
@@ -276,10 +246,76 @@ pub fn explain(policy: &Policy) -> String {
             fs.protected.join(", ")
         );
     }
+}
 
+/// The Landlock grants outside the workspace, as the ruleset is built from the plan (denied
+/// paths carved out of the directories that hold them).
+fn explain_grants(o: &mut String, confine: &crate::confine::ConfinePlan) {
+    let grants = confine.landlock_paths(&[]).expand();
+    let outside_workspace = |p: &&Path| !p.starts_with(&confine.workspace);
+    let granted = |kind: GrantKind| -> Vec<&Path> {
+        grants
+            .iter()
+            .filter(|g| g.access == kind)
+            .map(|g| g.path.as_path())
+            .filter(outside_workspace)
+            .collect()
+    };
+    let shown = |paths: &[&Path]| -> Vec<String> {
+        paths.iter().map(|p| p.display().to_string()).collect()
+    };
+    // A read_exec entry granted whole (not carved around a denied path inside it).
+    let read_exec = granted(GrantKind::ReadExec);
+    let whole: Vec<&Path> = confine
+        .read_exec
+        .iter()
+        .map(PathBuf::as_path)
+        .filter(|p| read_exec.contains(p))
+        .collect();
+    let _ = writeln!(
+        o,
+        "  Readable and executable: {}.",
+        join_or_none(&shown(&whole))
+    );
+    let carved = granted(GrantKind::ListOnly);
+    if !carved.is_empty() {
+        let _ = writeln!(
+            o,
+            "  Partly readable (listed, and every entry except the denied ones): {}.",
+            shown(&carved).join(", ")
+        );
+    }
+    let deny: Vec<&Path> = confine.deny.iter().map(PathBuf::as_path).collect();
+    let _ = writeln!(
+        o,
+        "  Never readable, even beneath a granted directory: {}.",
+        join_or_none(&shown(&deny))
+    );
+    // The plan's read_write as given: a missing one is created before the sandbox is built.
+    let writable: Vec<&Path> = confine
+        .read_write
+        .iter()
+        .map(PathBuf::as_path)
+        .filter(outside_workspace)
+        .collect();
+    let _ = writeln!(
+        o,
+        "  Also writable: each call's private TMPDIR{}.",
+        if writable.is_empty() {
+            String::new()
+        } else {
+            format!(", {}", shown(&writable).join(", "))
+        }
+    );
+    let devices = granted(GrantKind::Device);
+    let _ = writeln!(o, "  Devices: {}.", shown(&devices).join(", "));
+}
+
+/// Network: the proxy's rules, or the ports, or nothing.
+fn explain_network(o: &mut String, policy: &Policy) {
     let _ = writeln!(o, "\nNetwork");
     if let Some(rules) = &policy.network.proxy {
-        explain_egress(&mut o, policy, rules);
+        explain_egress(o, policy, rules);
     } else if policy.network.is_off() {
         let _ = writeln!(
             o,
@@ -292,7 +328,11 @@ pub fn explain(policy: &Policy) -> String {
             policy.network.tcp_connect, policy.network.tcp_bind, policy.sandbox.seccomp_profile
         );
     }
+}
 
+/// Wall time, cgroup and rlimit bounds, disk, /dev/shm, seccomp and the environment.
+fn explain_limits(o: &mut String, policy: &Policy) {
+    let l = &policy.limits;
     let _ = writeln!(o, "\nProcesses and limits (per call)");
     let _ = writeln!(
         o,
@@ -340,7 +380,10 @@ pub fn explain(policy: &Policy) -> String {
             .collect::<Vec<_>>()
             .join(", ")
     );
+}
 
+/// The command rules, what no rule can judge, and who answers `ask`.
+fn explain_commands(o: &mut String, policy: &Policy) {
     let _ = writeln!(
         o,
         "\nCommand rules (a courtesy layer in front of the sandbox, not a boundary)"
@@ -366,7 +409,10 @@ pub fn explain(policy: &Policy) -> String {
         decision(&policy.commands.on_unknown)
     );
     let _ = writeln!(o, "  {}", approval_channels(policy));
+}
 
+/// `code_interpreter` sessions and their bounds.
+fn explain_interpreter(o: &mut String, policy: &Policy) {
     let i = &policy.interpreter;
     let _ = writeln!(o, "\nPython sessions (code_interpreter)");
     let _ = writeln!(
@@ -382,9 +428,10 @@ pub fn explain(policy: &Policy) -> String {
         i.max_timeout.as_secs(),
         i.idle_timeout.as_secs()
     );
+}
 
-    explain_jobs(&mut o, policy);
-
+/// `serve --http`: origins, hosts, bounds and OAuth.
+fn explain_http(o: &mut String, policy: &Policy) {
     let h = &policy.server.http;
     let _ = writeln!(o, "\nOver HTTP (serve --http)");
     let pages = if h.allowed_origins.is_empty() {
@@ -423,7 +470,10 @@ pub fn explain(policy: &Policy) -> String {
             }
         );
     }
+}
 
+/// What this kernel can enforce of all that: Landlock, seccomp, namespaces, cgroups.
+fn explain_kernel(o: &mut String, kernel: &KernelSupport) {
     let _ = writeln!(o, "\nWhat this kernel enforces ({})", kernel.kernel_release);
     let landlock = if kernel.landlock_abi >= REQUIRED_LANDLOCK_ABI {
         format!("yes (ABI {})", kernel.landlock_abi)
@@ -473,6 +523,15 @@ pub fn explain(policy: &Policy) -> String {
              protected paths are refused by the file tools only (enforcement `reduced`)"
         }
     );
+    explain_cgroups(o);
+    let _ = writeln!(
+        o,
+        "  `cordon doctor` proves each guarantee with a live probe."
+    );
+}
+
+/// Per-call cgroup limits and tree kill, as this host's cgroups allow them.
+fn explain_cgroups(o: &mut String) {
     let (mode, notes) = crate::confine::probe_cgroups();
     let cgroups = match mode {
         crate::confine::CgroupMode::V2 => "yes (cgroup v2 with delegated controllers)",
@@ -493,15 +552,10 @@ pub fn explain(policy: &Policy) -> String {
     for note in notes {
         let _ = writeln!(o, "    note: {note}");
     }
-    let _ = writeln!(
-        o,
-        "  `cordon doctor` proves each guarantee with a live probe."
-    );
-    o
 }
 
 /// `[jobs]`: what outlives a call, for how long, and who can reach it.
-fn explain_jobs(o: &mut String, policy: &Policy) {
+fn explain_jobs(o: &mut String, policy: &Policy, confine: &crate::confine::ConfinePlan) {
     let j = &policy.jobs;
     let _ = writeln!(o, "\nBackground jobs (shell_exec background, the job tool)");
     if !j.enabled() {
@@ -527,9 +581,7 @@ fn explain_jobs(o: &mut String, policy: &Policy) {
         j.idle_kill.as_secs(),
         j.ring_bytes / 1024,
     );
-    let isolated = policy.network.uses_proxy()
-        || (policy.network.is_off() && policy.sandbox.seccomp_profile == "default");
-    let _ = if isolated {
+    let _ = if confine.isolate_network {
         writeln!(
             o,
             "  This policy gives the sandbox its own network namespace (where namespaces can be \
@@ -568,181 +620,210 @@ fn explain_jobs(o: &mut String, policy: &Policy) {
 /// entry with what it does, and the sources and roots checked now (as the server's start
 /// will check them).
 fn check_interception(out: &mut String, rules: &crate::egress::EgressRules) {
-    use crate::egress::secrets::SecretSource;
     for c in &rules.credentials {
-        let hosts: Vec<String> = c
-            .hosts
-            .iter()
-            .map(|h| {
-                if h.plain_http {
-                    format!("http://{}", h.pattern)
-                } else {
-                    h.pattern.to_string()
-                }
-            })
-            .collect();
-        let source = match &c.source {
-            SecretSource::Env(var) if std::env::var_os(var).is_some() => {
-                format!("{} (set here)", c.source)
-            }
-            SecretSource::Env(_) => format!(
-                "{} (NOT set in this environment: the server will not start without it)",
-                c.source
-            ),
-            SecretSource::File(p) => match std::fs::symlink_metadata(p) {
-                Ok(m) if m.is_file() => {
-                    use std::os::unix::fs::MetadataExt;
-                    if m.mode() & 0o077 == 0 {
-                        format!("{} (a private file)", c.source)
-                    } else {
-                        format!(
-                            "{} (mode {:04o}: the server refuses it until `chmod 600`)",
-                            c.source,
-                            m.mode() & 0o7777
-                        )
-                    }
-                }
-                Ok(_) => format!("{} (NOT a regular file)", c.source),
-                Err(e) => format!("{} (cannot be read: {e})", c.source),
-            },
-        };
-        let _ = writeln!(
-            out,
-            "  credential `{}` ({}): the sandbox sees ${} = cordon-cred-{}-<random>; the real \
-             value, {source}, goes only to {} as `{}` (intercepted)",
-            c.name,
-            c.site,
-            c.env,
-            c.name,
-            hosts.join(", "),
-            c.inject
-        );
+        check_credential(out, c);
     }
     for r in &rules.http_rules {
-        let any = |v: &[String]| {
-            if v.is_empty() {
-                "any".to_owned()
-            } else {
-                v.join(", ")
-            }
-        };
-        let _ = writeln!(
-            out,
-            "  rule {} `{}` ({}): methods {} on paths {}; every other request to it gets a 403 \
-             naming this rule (intercepted)",
-            r.index,
-            r.host,
-            r.site,
-            any(&r.methods),
-            any(&r.paths)
-        );
-        // Examples judged by the proxy's own code (all rules of the host together).
-        let (host, _) = r.host.examples();
-        if let Ok(target) = crate::egress::pattern::Target::parse_authority(&host) {
-            let method = r.methods.first().map_or("GET", String::as_str);
-            let path = r
-                .paths
-                .first()
-                .map_or("/".to_owned(), |p| p.replace('*', "x"));
-            let other = ["DELETE", "POST", "PATCH"]
-                .into_iter()
-                .find(|m| !r.methods.is_empty() && !r.methods.iter().any(|x| x == m));
-            let mut examples = vec![(method.to_owned(), path.clone())];
-            if let Some(m) = other {
-                examples.push((m.to_owned(), path.clone()));
-            }
-            if !r.paths.is_empty() {
-                examples.push((method.to_owned(), "/cordon-unlisted-example".to_owned()));
-            }
-            let verdicts: Vec<String> = examples
-                .iter()
-                .map(|(m, p)| {
-                    let v = match crate::egress::l7::judge(&rules.http_rules, &target, m, p) {
-                        Ok(_) => "allowed",
-                        Err(_) => "refused (403)",
-                    };
-                    format!("{m} {p} -> {v}")
-                })
-                .collect();
-            let _ = writeln!(out, "    e.g. {}", verdicts.join("; "));
-        }
+        check_http_rule(out, rules, r);
     }
     if let Some(g) = &rules.git {
-        let _ = writeln!(
-            out,
-            "  git ({}): pushes to {} may update only [{}]; deletions {}",
-            g.site,
-            if g.hosts.is_empty() {
-                "every host a credential or rule names".to_owned()
+        check_git(out, g);
+    }
+    if rules.intercepts_any() {
+        check_upstream_tls(out, rules);
+    }
+}
+
+/// One credential: what the sandbox sees, where the real value goes, and its source now.
+fn check_credential(out: &mut String, c: &crate::egress::secrets::CredentialRule) {
+    let hosts: Vec<String> = c
+        .hosts
+        .iter()
+        .map(|h| {
+            if h.plain_http {
+                format!("http://{}", h.pattern)
             } else {
-                g.hosts
-                    .iter()
-                    .map(|h| h.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            },
-            g.push_refs.join(", "),
-            if g.allow_delete { "allowed" } else { "refused" }
-        );
-        use crate::egress::pktline::RefUpdate;
-        let (zero, one) = ("0".repeat(40), "1".repeat(40));
-        let mut examples: Vec<(String, RefUpdate)> = Vec::new();
-        if let Some(p) = g.push_refs.first() {
-            let name = p.replace('*', "x");
-            examples.push((
-                format!("push {name}"),
-                RefUpdate {
-                    old: zero.clone(),
-                    new: one.clone(),
-                    refname: name.clone(),
-                },
-            ));
-            examples.push((
-                format!("delete {name}"),
-                RefUpdate {
-                    old: one.clone(),
-                    new: zero.clone(),
-                    refname: name,
-                },
-            ));
+                h.pattern.to_string()
+            }
+        })
+        .collect();
+    let source = credential_source(c);
+    let _ = writeln!(
+        out,
+        "  credential `{}` ({}): the sandbox sees ${} = cordon-cred-{}-<random>; the real \
+         value, {source}, goes only to {} as `{}` (intercepted)",
+        c.name,
+        c.site,
+        c.env,
+        c.name,
+        hosts.join(", "),
+        c.inject
+    );
+}
+
+/// Whether a credential's source is there and private, as the server's start will check it.
+fn credential_source(c: &crate::egress::secrets::CredentialRule) -> String {
+    use crate::egress::secrets::SecretSource;
+    match &c.source {
+        SecretSource::Env(var) if std::env::var_os(var).is_some() => {
+            format!("{} (set here)", c.source)
         }
-        examples.push((
-            "push refs/heads/main".into(),
-            RefUpdate {
-                old: one.clone(),
-                new: one,
-                refname: "refs/heads/main".into(),
-            },
-        ));
-        let verdicts: Vec<String> = examples
-            .into_iter()
-            .map(|(what, u)| {
-                let v = if g.judge(std::slice::from_ref(&u)).is_empty() {
-                    "allowed"
+        SecretSource::Env(_) => format!(
+            "{} (NOT set in this environment: the server will not start without it)",
+            c.source
+        ),
+        SecretSource::File(p) => match std::fs::symlink_metadata(p) {
+            Ok(m) if m.is_file() => {
+                use std::os::unix::fs::MetadataExt;
+                if m.mode() & 0o077 == 0 {
+                    format!("{} (a private file)", c.source)
                 } else {
-                    "refused"
+                    format!(
+                        "{} (mode {:04o}: the server refuses it until `chmod 600`)",
+                        c.source,
+                        m.mode() & 0o7777
+                    )
+                }
+            }
+            Ok(_) => format!("{} (NOT a regular file)", c.source),
+            Err(e) => format!("{} (cannot be read: {e})", c.source),
+        },
+    }
+}
+
+/// One L7 rule, with example requests judged by the proxy's own code.
+fn check_http_rule(
+    out: &mut String,
+    rules: &crate::egress::EgressRules,
+    r: &crate::egress::l7::HttpRule,
+) {
+    let any = |v: &[String]| {
+        if v.is_empty() {
+            "any".to_owned()
+        } else {
+            v.join(", ")
+        }
+    };
+    let _ = writeln!(
+        out,
+        "  rule {} `{}` ({}): methods {} on paths {}; every other request to it gets a 403 \
+         naming this rule (intercepted)",
+        r.index,
+        r.host,
+        r.site,
+        any(&r.methods),
+        any(&r.paths)
+    );
+    // Examples judged by the proxy's own code (all rules of the host together).
+    let (host, _) = r.host.examples();
+    if let Ok(target) = crate::egress::pattern::Target::parse_authority(&host) {
+        let method = r.methods.first().map_or("GET", String::as_str);
+        let path = r
+            .paths
+            .first()
+            .map_or("/".to_owned(), |p| p.replace('*', "x"));
+        let other = ["DELETE", "POST", "PATCH"]
+            .into_iter()
+            .find(|m| !r.methods.is_empty() && !r.methods.iter().any(|x| x == m));
+        let mut examples = vec![(method.to_owned(), path.clone())];
+        if let Some(m) = other {
+            examples.push((m.to_owned(), path.clone()));
+        }
+        if !r.paths.is_empty() {
+            examples.push((method.to_owned(), "/cordon-unlisted-example".to_owned()));
+        }
+        let verdicts: Vec<String> = examples
+            .iter()
+            .map(|(m, p)| {
+                let v = match crate::egress::l7::judge(&rules.http_rules, &target, m, p) {
+                    Ok(_) => "allowed",
+                    Err(_) => "refused (403)",
                 };
-                format!("{what} -> {v}")
+                format!("{m} {p} -> {v}")
             })
             .collect();
         let _ = writeln!(out, "    e.g. {}", verdicts.join("; "));
     }
-    if rules.intercepts_any() {
-        match crate::egress::tls::client_config(&rules.extra_roots) {
-            Ok(_) => {
-                let _ = writeln!(
-                    out,
-                    "  upstream TLS of intercepted hosts: verified against the system roots{}",
-                    if rules.extra_roots.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" and extra_roots {:?}", rules.extra_roots)
-                    }
-                );
-            }
-            Err(e) => {
-                let _ = writeln!(out, "  error: {e} (the server will not start)");
-            }
+}
+
+/// `[network.git]`, with example pushes judged by the proxy's own code.
+fn check_git(out: &mut String, g: &crate::egress::l7::GitPolicy) {
+    let _ = writeln!(
+        out,
+        "  git ({}): pushes to {} may update only [{}]; deletions {}",
+        g.site,
+        if g.hosts.is_empty() {
+            "every host a credential or rule names".to_owned()
+        } else {
+            g.hosts
+                .iter()
+                .map(|h| h.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        },
+        g.push_refs.join(", "),
+        if g.allow_delete { "allowed" } else { "refused" }
+    );
+    use crate::egress::pktline::RefUpdate;
+    let (zero, one) = ("0".repeat(40), "1".repeat(40));
+    let mut examples: Vec<(String, RefUpdate)> = Vec::new();
+    if let Some(p) = g.push_refs.first() {
+        let name = p.replace('*', "x");
+        examples.push((
+            format!("push {name}"),
+            RefUpdate {
+                old: zero.clone(),
+                new: one.clone(),
+                refname: name.clone(),
+            },
+        ));
+        examples.push((
+            format!("delete {name}"),
+            RefUpdate {
+                old: one.clone(),
+                new: zero.clone(),
+                refname: name,
+            },
+        ));
+    }
+    examples.push((
+        "push refs/heads/main".into(),
+        RefUpdate {
+            old: one.clone(),
+            new: one,
+            refname: "refs/heads/main".into(),
+        },
+    ));
+    let verdicts: Vec<String> = examples
+        .into_iter()
+        .map(|(what, u)| {
+            let v = if g.judge(std::slice::from_ref(&u)).is_empty() {
+                "allowed"
+            } else {
+                "refused"
+            };
+            format!("{what} -> {v}")
+        })
+        .collect();
+    let _ = writeln!(out, "    e.g. {}", verdicts.join("; "));
+}
+
+/// Whether the upstream TLS roots of intercepted hosts load.
+fn check_upstream_tls(out: &mut String, rules: &crate::egress::EgressRules) {
+    match crate::egress::tls::client_config(&rules.extra_roots) {
+        Ok(_) => {
+            let _ = writeln!(
+                out,
+                "  upstream TLS of intercepted hosts: verified against the system roots{}",
+                if rules.extra_roots.is_empty() {
+                    String::new()
+                } else {
+                    format!(" and extra_roots {:?}", rules.extra_roots)
+                }
+            );
+        }
+        Err(e) => {
+            let _ = writeln!(out, "  error: {e} (the server will not start)");
         }
     }
 }
@@ -836,6 +917,50 @@ fn join_or_none(items: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn explain_reads_the_grants_from_the_plan_confinement_enforces() {
+        // A toolchain root is granted by the plan, not listed in filesystem.read_exec; a
+        // read-only workspace keeps its writable directories.
+        let t = tempfile::tempdir().unwrap();
+        let toolchain = t.path().join("toolchain");
+        std::fs::create_dir_all(toolchain.join("bin")).unwrap();
+        let mut policy = Policy::builtin_default();
+        policy.filesystem.toolchains = vec![toolchain.clone()];
+        policy.filesystem.workspace = WorkspaceAccess::ReadOnly;
+        policy.filesystem.workspace_writable = vec!["out".into()];
+        let text = explain(&policy);
+        let line = |start: &str| {
+            text.lines()
+                .find(|l| l.trim_start().starts_with(start))
+                .unwrap_or_else(|| panic!("no `{start}` line in\n{text}"))
+                .to_owned()
+        };
+        let readable = line("Readable and executable:");
+        assert!(
+            readable.contains(&toolchain.display().to_string()),
+            "{readable}"
+        );
+        let plans = policy.resolve(Path::new(STAND_IN_WORKSPACE));
+        let grants = plans.confine.landlock_paths(&[]).expand();
+        for p in &plans.confine.read_exec {
+            let whole = grants
+                .iter()
+                .any(|g| &g.path == p && g.access == GrantKind::ReadExec);
+            assert_eq!(
+                readable.contains(&format!(" {},", p.display()))
+                    || readable.ends_with(&format!(" {}.", p.display())),
+                whole,
+                "{}: {readable}",
+                p.display()
+            );
+        }
+        assert!(
+            line("The workspace is").contains("read-only for commands and file tools, except out"),
+            "{text}"
+        );
+        assert!(!text.contains(STAND_IN_WORKSPACE), "{text}");
+    }
 
     #[test]
     fn explain_names_the_approval_channels_in_force() {

@@ -289,7 +289,8 @@ fn expand(path: &Path, kind: GrantKind, deny: &[DenyPattern], depth: usize, out:
     }
 }
 
-/// A denied path; `*` in the last component matches any run of characters.
+/// A denied path; `*` in the last component matches any run of characters there (the
+/// parent is compared as written, so a star never reaches another directory).
 struct DenyPattern {
     parent: PathBuf,
     last: String,
@@ -314,31 +315,12 @@ impl DenyPattern {
             .file_name()
             .map(|s| s.to_string_lossy())
             .unwrap_or_default();
-        glob_match(&self.last, &name)
+        crate::glob::matches(&self.last, &name)
     }
 
     fn is_strictly_beneath(&self, dir: &Path) -> bool {
         self.parent.starts_with(dir)
     }
-}
-
-fn glob_match(pattern: &str, name: &str) -> bool {
-    let parts: Vec<&str> = pattern.split('*').collect();
-    if parts.len() == 1 {
-        return pattern == name;
-    }
-    let (first, last) = (parts[0], parts[parts.len() - 1]);
-    if !name.starts_with(first) || name.len() < first.len() + last.len() || !name.ends_with(last) {
-        return false;
-    }
-    let mut rest = &name[first.len()..name.len() - last.len()];
-    for middle in &parts[1..parts.len() - 1] {
-        match rest.find(middle) {
-            Some(i) => rest = &rest[i + middle.len()..],
-            None => return false,
-        }
-    }
-    true
 }
 
 #[cfg(test)]
@@ -347,10 +329,14 @@ mod tests {
 
     #[test]
     fn glob_matches_host_keys_only() {
-        assert!(glob_match("ssh_host_*_key", "ssh_host_ed25519_key"));
-        assert!(!glob_match("ssh_host_*_key", "ssh_host_ed25519_key.pub"));
-        assert!(glob_match("shadow", "shadow"));
-        assert!(!glob_match("shadow", "shadow-"));
+        let deny = DenyPattern::new(Path::new("/etc/ssh/ssh_host_*_key"));
+        assert!(deny.matches(Path::new("/etc/ssh/ssh_host_ed25519_key")));
+        assert!(!deny.matches(Path::new("/etc/ssh/ssh_host_ed25519_key.pub")));
+        // The star stays within the last component: the parent is compared as written.
+        assert!(!deny.matches(Path::new("/etc/ssh/x/ssh_host_rsa_key")));
+        let deny = DenyPattern::new(Path::new("/etc/shadow"));
+        assert!(deny.matches(Path::new("/etc/shadow")));
+        assert!(!deny.matches(Path::new("/etc/shadow-")));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! What `Confinement::build` is given: the policy's file, network, syscall and resource rules,
 //! resolved against one workspace (paths joined, `~` expanded, the protected set derived).
 //!
-//! Owns the shape of that input only. `policy::resolve` fills it in; `confine` never sees a
+//! Owns the shape of that input, and the one derivation of the paths Landlock grants from it
+//! ([`LandlockPaths`]). `policy::resolve` fills it in; `confine` never sees a
 //! policy file or a `Policy`, so nothing here can reach back to what the policy's TOML said.
 
 use super::CallLimits;
@@ -58,4 +59,68 @@ pub struct RlimitPlan {
     /// RLIMIT_NPROC).
     pub memory_bytes: u64,
     pub pids: u64,
+}
+
+/// The paths Landlock is given under a plan, by kind, before denied paths are carved out of
+/// granted directories ([`super::landlock::expand_grants`]): the one derivation of what the
+/// workspace, the policy's lists and cordon's own programs become in a ruleset, so what
+/// `cordon policy explain` shows is what confinement enforces.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LandlockPaths {
+    pub read_exec: Vec<PathBuf>,
+    pub read_write: Vec<PathBuf>,
+    /// Readable only: the workspace, when the plan makes it read-only.
+    pub read_only: Vec<PathBuf>,
+    pub devices: Vec<PathBuf>,
+    pub deny: Vec<PathBuf>,
+}
+
+impl ConfinePlan {
+    /// What Landlock grants under this plan. `extra_read_exec` are cordon's own programs the
+    /// confined processes run (the parser worker, doctor's probes); each call's private
+    /// directories are added where the call is set up.
+    pub fn landlock_paths(&self, extra_read_exec: &[PathBuf]) -> LandlockPaths {
+        let mut read_exec = self.read_exec.clone();
+        read_exec.extend(extra_read_exec.iter().cloned());
+        let mut read_write = self.read_write.clone();
+        let mut read_only = Vec::new();
+        if self.read_only_workspace {
+            read_only.push(self.workspace.clone());
+        } else {
+            read_write.push(self.workspace.clone());
+        }
+        LandlockPaths {
+            read_exec,
+            read_write,
+            read_only,
+            devices: self.devices.clone(),
+            deny: self.deny.clone(),
+        }
+    }
+}
+
+impl LandlockPaths {
+    /// The ruleset's input, with the TCP ports of one network setting.
+    pub fn spec<'a>(
+        &'a self,
+        tcp_connect: &'a super::landlock::TcpPorts,
+        tcp_bind: &'a super::landlock::TcpPorts,
+    ) -> super::landlock::LandlockSpec<'a> {
+        super::landlock::LandlockSpec {
+            read_exec: &self.read_exec,
+            read_write: &self.read_write,
+            read_only: &self.read_only,
+            devices: &self.devices,
+            deny: &self.deny,
+            tcp_connect,
+            tcp_bind,
+        }
+    }
+
+    /// The file grants as written into the ruleset, denied paths carved out (paths missing
+    /// on this machine are skipped, as the ruleset skips them).
+    pub fn expand(&self) -> Vec<super::landlock::Grant> {
+        use super::landlock::TcpPorts;
+        super::landlock::expand_grants(&self.spec(&TcpPorts::NONE, &TcpPorts::NONE))
+    }
 }

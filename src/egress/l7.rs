@@ -103,7 +103,7 @@ impl fmt::Display for RuleRefusal {
 impl HttpRule {
     fn allows(&self, method: &str, path: &str) -> bool {
         (self.methods.is_empty() || self.methods.iter().any(|m| m == method))
-            && (self.paths.is_empty() || self.paths.iter().any(|p| glob(p, path)))
+            && (self.paths.is_empty() || self.paths.iter().any(|p| crate::glob::matches(p, path)))
     }
 
     fn describe(&self) -> String {
@@ -185,26 +185,6 @@ pub fn ambiguous(path: &str) -> Option<&'static str> {
     }
 }
 
-/// `*` matches any run of characters (`/` included); everything else itself.
-pub fn glob(pattern: &str, text: &str) -> bool {
-    let parts: Vec<&str> = pattern.split('*').collect();
-    if parts.len() == 1 {
-        return pattern == text;
-    }
-    let (first, last) = (parts[0], parts[parts.len() - 1]);
-    if !text.starts_with(first) || text.len() < first.len() + last.len() || !text.ends_with(last) {
-        return false;
-    }
-    let mut rest = &text[first.len()..text.len() - last.len()];
-    for middle in &parts[1..parts.len() - 1] {
-        match rest.find(middle) {
-            Some(at) => rest = &rest[at + middle.len()..],
-            None => return false,
-        }
-    }
-    true
-}
-
 /// Why a push was refused: git's own words for its report (`ng <ref> <reason>`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PushRefusal {
@@ -224,7 +204,11 @@ impl GitPolicy {
                          false, {})",
                         self.site
                     ))
-                } else if !self.push_refs.iter().any(|p| glob(p, &u.refname)) {
+                } else if !self
+                    .push_refs
+                    .iter()
+                    .any(|p| crate::glob::matches(p, &u.refname))
+                {
                     Some(format!(
                         "cordon: {} is not in [network.git] push_refs [{}] ({}); push to a ref \
                          it lists",
@@ -276,6 +260,7 @@ mod tests {
 
     #[test]
     fn globs_match_runs_of_anything() {
+        use crate::glob::matches as glob;
         assert!(glob("/repos/acme/*", "/repos/acme/x/pulls"));
         assert!(glob("/user", "/user"));
         assert!(!glob("/user", "/users"));

@@ -232,46 +232,47 @@ fn lexical(path: &Path) -> PathBuf {
     out
 }
 
-/// Whether `path` is `entry` or beneath it; `*` in the entry's last component matches any run
-/// of characters there (the `filesystem.deny` syntax).
-fn under(path: &Path, entry: &Path) -> bool {
-    let mut p = path.components();
-    let entry_parts: Vec<Component> = entry.components().collect();
-    for (i, e) in entry_parts.iter().enumerate() {
-        let Some(c) = p.next() else { return false };
-        let (e, c) = (
-            e.as_os_str().to_string_lossy(),
-            c.as_os_str().to_string_lossy(),
-        );
-        let last = i + 1 == entry_parts.len();
-        let same = if last && e.contains('*') {
-            let (head, tail) = e.split_once('*').unwrap_or((&e, ""));
-            c.len() >= head.len() + tail.len() && c.starts_with(head) && c.ends_with(tail)
-        } else {
-            e == c
-        };
-        if !same {
-            return false;
-        }
-    }
-    true
+/// Whether `path` is the `filesystem.deny` entry `entry` or beneath it, as enforcement decides
+/// it (`confine::landlock`): every component but the last is compared as written, and `*` in
+/// the last matches any run of characters within that one component.
+fn denied_by(path: &Path, entry: &Path) -> bool {
+    let (Some(parent), Some(last)) = (entry.parent(), entry.file_name()) else {
+        return path == entry;
+    };
+    path.ancestors().any(|a| {
+        a.parent() == Some(parent)
+            && a.file_name().is_some_and(|name| {
+                crate::glob::matches(&last.to_string_lossy(), &name.to_string_lossy())
+            })
+    })
+}
+
+/// The `filesystem.protected` entry the workspace-relative `rel` is in, matched as the
+/// workspace matches it (`*` in any segment, within that segment).
+fn protected_entry<'a>(protected: &'a [String], rel: &Path) -> Option<&'a str> {
+    let segments: Vec<_> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy())
+        .collect();
+    crate::workspace::protect::inside_protected(protected, &segments)
 }
 
 fn shown(p: &Path) -> String {
     format!("\"{}\"", p.display())
 }
 
+/// Said when the sandbox's file rules allow an access that failed anyway.
+const NOT_SANDBOX: &str = "so the sandbox's file rules allow it and the error comes from \
+                           elsewhere (the file's own permissions or owner; check `ls -l`)";
+
 /// What the policy says about `op` on `path` (as written in the message; relative paths are
 /// taken from the command's directory).
 pub fn explain_path(scene: &Scene<'_>, path: &str, op: Operation) -> String {
-    let policy = scene.policy;
-    let fs = &policy.filesystem;
-    let origin = &policy.origin;
+    let fs = &scene.policy.filesystem;
+    let origin = &scene.policy.origin;
     let abs = lexical(&scene.cwd.join(path));
     let doing = verb(op);
-    let not_sandbox = "so the sandbox's file rules allow it and the error comes from elsewhere \
-                       (the file's own permissions or owner; check `ls -l`)";
-    if let Some(entry) = fs.deny.iter().find(|d| under(&abs, d)) {
+    if let Some(entry) = fs.deny.iter().find(|d| denied_by(&abs, d)) {
         return format!(
             "{doing} {} was stopped: it is under {} in filesystem.deny, which no grant overrides. \
              If the command really needs it, remove {} from filesystem.deny in policy {origin}.",
@@ -281,58 +282,12 @@ pub fn explain_path(scene: &Scene<'_>, path: &str, op: Operation) -> String {
         );
     }
     if let Ok(rel) = abs.strip_prefix(scene.workspace) {
-        let rel_str = rel.to_string_lossy();
-        let writing = matches!(op, Operation::Write | Operation::Access);
-        let writable_dir = fs
-            .workspace_writable
-            .iter()
-            .any(|w| under(rel, Path::new(w.as_str())));
-        if fs.workspace == WorkspaceAccess::ReadOnly && writing && !writable_dir {
-            return format!(
-                "{doing} {} was stopped: the workspace is read-only under this policy \
-                 (filesystem.workspace = \"read_only\") except {}. To let commands write \
-                 here, add its directory to filesystem.workspace_writable, or set \
-                 filesystem.workspace = \"read_write\", in policy {origin}.",
-                abs.display(),
-                if fs.workspace_writable.is_empty() {
-                    "nothing".to_owned()
-                } else {
-                    fs.workspace_writable.join(", ")
-                }
-            );
-        }
-        if let Some(entry) = fs
-            .protected
-            .iter()
-            .find(|p| under(rel, Path::new(p.as_str())))
-        {
-            if scene.protected_for_commands && writing {
-                return format!(
-                    "{doing} {} was stopped: `{entry}` is a protected path \
-                     (filesystem.protected), read-only for commands because what lands there \
-                     runs or is trusted outside the sandbox. Ask the operator to make the \
-                     change, or to remove `{entry}` from filesystem.protected in policy {origin}.",
-                    abs.display()
-                );
-            }
-            return format!(
-                "`{rel_str}` is inside the protected path `{entry}` (filesystem.protected): the \
-                 file tools never write there, but on this host (cordon not running as root) \
-                 shell commands are not stopped by that entry; the workspace is granted {}, \
-                 {not_sandbox}.",
-                access(fs.workspace)
-            );
-        }
-        return format!(
-            "`{}` is in the workspace, which this policy grants {}, {not_sandbox}.",
-            if rel_str.is_empty() { "." } else { &rel_str },
-            access(fs.workspace)
-        );
+        return explain_workspace_path(scene, &abs, rel, op);
     }
     if abs.starts_with("/dev") {
         if fs.devices.iter().any(|d| d == &abs) {
             return format!(
-                "{} is listed in filesystem.devices, {not_sandbox}.",
+                "{} is listed in filesystem.devices, {NOT_SANDBOX}.",
                 abs.display()
             );
         }
@@ -345,20 +300,72 @@ pub fn explain_path(scene: &Scene<'_>, path: &str, op: Operation) -> String {
     }
     if let Some(entry) = fs.read_write.iter().find(|g| abs.starts_with(g)) {
         return format!(
-            "{} is granted read-write by {} in filesystem.read_write, {not_sandbox}.",
+            "{} is granted read-write by {} in filesystem.read_write, {NOT_SANDBOX}.",
             abs.display(),
             shown(entry)
         );
     }
+    explain_outside_write_grants(scene, &abs, op)
+}
+
+/// A path in the workspace: a read-only workspace, a protected path, or granted.
+fn explain_workspace_path(scene: &Scene<'_>, abs: &Path, rel: &Path, op: Operation) -> String {
+    let fs = &scene.policy.filesystem;
+    let origin = &scene.policy.origin;
+    let doing = verb(op);
+    let rel_str = rel.to_string_lossy();
+    let writing = matches!(op, Operation::Write | Operation::Access);
+    let writable_dir = fs.workspace_writable.iter().any(|w| rel.starts_with(w));
+    if fs.workspace == WorkspaceAccess::ReadOnly && writing && !writable_dir {
+        return format!(
+            "{doing} {} was stopped: the workspace is read-only under this policy \
+             (filesystem.workspace = \"read_only\") except {}. To let commands write \
+             here, add its directory to filesystem.workspace_writable, or set \
+             filesystem.workspace = \"read_write\", in policy {origin}.",
+            abs.display(),
+            writable_list(fs)
+        );
+    }
+    if let Some(entry) = protected_entry(&fs.protected, rel) {
+        if scene.protected_for_commands && writing {
+            return format!(
+                "{doing} {} was stopped: `{entry}` is a protected path \
+                 (filesystem.protected), read-only for commands because what lands there \
+                 runs or is trusted outside the sandbox. Ask the operator to make the \
+                 change, or to remove `{entry}` from filesystem.protected in policy {origin}.",
+                abs.display()
+            );
+        }
+        return format!(
+            "`{rel_str}` is inside the protected path `{entry}` (filesystem.protected): the \
+             file tools never write there, but on this host (cordon not running as root) \
+             shell commands are not stopped by that entry; the workspace is granted {}, \
+             {NOT_SANDBOX}.",
+            access(fs.workspace)
+        );
+    }
+    format!(
+        "`{}` is in the workspace, which this policy grants {}, {NOT_SANDBOX}.",
+        if rel_str.is_empty() { "." } else { &rel_str },
+        access(fs.workspace)
+    )
+}
+
+/// A path outside the workspace, the devices and every read-write grant: read-only under a
+/// read_exec grant, or outside every grant, with the line that would allow it.
+fn explain_outside_write_grants(scene: &Scene<'_>, abs: &Path, op: Operation) -> String {
+    let fs = &scene.policy.filesystem;
+    let origin = &scene.policy.origin;
+    let doing = verb(op);
     // Where a write would need a grant: the directory, since new files need their parent.
     let write_target = abs
         .parent()
         .filter(|_| op == Operation::Write)
-        .unwrap_or(&abs);
+        .unwrap_or(abs);
     if let Some(entry) = fs.read_exec.iter().find(|g| abs.starts_with(g)) {
         return match op {
             Operation::Read | Operation::Execute => format!(
-                "{} is granted read and execute by {} in filesystem.read_exec, {not_sandbox}.",
+                "{} is granted read and execute by {} in filesystem.read_exec, {NOT_SANDBOX}.",
                 abs.display(),
                 shown(entry)
             ),
@@ -381,11 +388,11 @@ pub fn explain_path(scene: &Scene<'_>, path: &str, op: Operation) -> String {
     let grant = match op {
         Operation::Write => format!("add {} to filesystem.read_write", shown(write_target)),
         Operation::Read | Operation::Execute => {
-            format!("add {} to filesystem.read_exec", shown(&abs))
+            format!("add {} to filesystem.read_exec", shown(abs))
         }
         Operation::Access => format!(
             "add {} to filesystem.read_exec (to read it) or to filesystem.read_write (to write it)",
-            shown(&abs)
+            shown(abs)
         ),
     };
     format!(
@@ -394,6 +401,15 @@ pub fn explain_path(scene: &Scene<'_>, path: &str, op: Operation) -> String {
          it, {grant} in policy {origin}.{tmp_hint}",
         abs.display()
     )
+}
+
+/// The writable directories of a read-only workspace, in words.
+fn writable_list(fs: &super::FilesystemPolicy) -> String {
+    if fs.workspace_writable.is_empty() {
+        "nothing".to_owned()
+    } else {
+        fs.workspace_writable.join(", ")
+    }
 }
 
 fn access(w: WorkspaceAccess) -> &'static str {
@@ -465,13 +481,13 @@ pub fn explain_port(policy: &Policy, port: u16, op: NetOperation) -> String {
 fn is_granted(scene: &Scene<'_>, path: &str) -> bool {
     let abs = lexical(&scene.cwd.join(path));
     let fs = &scene.policy.filesystem;
-    under(&abs, scene.workspace)
+    abs.starts_with(scene.workspace)
         || fs
             .read_exec
             .iter()
             .chain(&fs.read_write)
             .chain(&fs.devices)
-            .any(|g| under(&abs, g))
+            .any(|g| abs.starts_with(g))
 }
 
 pub fn explain_stderr(scene: &Scene<'_>, stderr: &str) -> Option<String> {
@@ -565,29 +581,12 @@ pub fn explain_kernel(
         .collect()
 }
 
+/// The governing policy field and the explanation of one kernel record.
 fn kernel_one(scene: &Scene<'_>, d: &crate::confine::audit::KernelDenial) -> (String, String) {
     let has = |prefix: &str| d.blockers.iter().any(|b| b.starts_with(prefix));
     let rights = d.blockers.join(", ");
     if has("net.") {
-        let op = if has("net.bind_tcp") {
-            NetOperation::Bind
-        } else {
-            NetOperation::Connect
-        };
-        let field = match op {
-            NetOperation::Bind => "network.tcp_bind",
-            NetOperation::Connect => "network.tcp_connect",
-        };
-        let port = d.port.unwrap_or(0);
-        let text = format!(
-            "The kernel denied {rights}{} (Landlock). {}",
-            d.address
-                .as_ref()
-                .map(|a| format!(" to {a}:{port}"))
-                .unwrap_or_else(|| format!(" on port {port}")),
-            explain_port(scene.policy, port, op)
-        );
-        return (field.into(), text);
+        return kernel_net(scene, d, &rights);
     }
     if has("scope.") {
         return (
@@ -605,32 +604,90 @@ fn kernel_one(scene: &Scene<'_>, d: &crate::confine::audit::KernelDenial) -> (St
             format!("The kernel denied {rights} (Landlock) on an object it did not name."),
         );
     };
-    let fs = &scene.policy.filesystem;
-    let origin = &scene.policy.origin;
-    let abs = lexical(Path::new(path));
-    // Creating or removing an entry names the directory it is in.
-    let in_dir = has("fs.make_") || has("fs.remove_") || has("fs.refer");
-    let writing = in_dir || has("fs.write_file") || has("fs.truncate");
-    let what = if in_dir {
-        format!("creating or removing entries in {}", abs.display())
+    kernel_file(scene, &FileDenial::new(d, &rights, path))
+}
+
+/// A TCP connect or bind the kernel refused.
+fn kernel_net(
+    scene: &Scene<'_>,
+    d: &crate::confine::audit::KernelDenial,
+    rights: &str,
+) -> (String, String) {
+    let (op, field) = if d.blockers.iter().any(|b| b.starts_with("net.bind_tcp")) {
+        (NetOperation::Bind, "network.tcp_bind")
     } else {
-        format!(
-            "{} {}",
-            if writing {
+        (NetOperation::Connect, "network.tcp_connect")
+    };
+    let port = d.port.unwrap_or(0);
+    let text = format!(
+        "The kernel denied {rights}{} (Landlock). {}",
+        d.address
+            .as_ref()
+            .map(|a| format!(" to {a}:{port}"))
+            .unwrap_or_else(|| format!(" on port {port}")),
+        explain_port(scene.policy, port, op)
+    );
+    (field.into(), text)
+}
+
+/// A file access the kernel refused, as its record tells it.
+struct FileDenial {
+    abs: PathBuf,
+    /// Creating or removing an entry: the record names the directory it is in.
+    in_dir: bool,
+    writing: bool,
+    /// "The kernel denied … on …: … was stopped", which every explanation starts with.
+    head: String,
+}
+
+impl FileDenial {
+    fn new(d: &crate::confine::audit::KernelDenial, rights: &str, path: &str) -> Self {
+        let has = |prefix: &str| d.blockers.iter().any(|b| b.starts_with(prefix));
+        let abs = lexical(Path::new(path));
+        let in_dir = has("fs.make_") || has("fs.remove_") || has("fs.refer");
+        let writing = in_dir || has("fs.write_file") || has("fs.truncate");
+        let what = if in_dir {
+            format!("creating or removing entries in {}", abs.display())
+        } else {
+            let doing = if writing {
                 "writing"
             } else if has("fs.execute") {
                 "executing"
             } else {
                 "reading"
-            },
+            };
+            format!("{doing} {}", abs.display())
+        };
+        let head = format!(
+            "The kernel denied {rights} on {} (Landlock): {what} was stopped",
             abs.display()
-        )
-    };
-    let head = format!(
-        "The kernel denied {rights} on {} (Landlock): {what} was stopped",
-        abs.display()
-    );
-    if let Some(entry) = fs.deny.iter().find(|e| under(&abs, e)) {
+        );
+        Self {
+            abs,
+            in_dir,
+            writing,
+            head,
+        }
+    }
+
+    /// The directory a write grant is needed for: the named one for entries, else the
+    /// file's directory.
+    fn write_target(&self) -> &Path {
+        if self.in_dir {
+            &self.abs
+        } else {
+            self.abs.parent().unwrap_or(&self.abs)
+        }
+    }
+}
+
+/// Which file rule stopped a file access: a deny entry, the workspace's access, the devices
+/// list, a read-only grant, or no grant at all.
+fn kernel_file(scene: &Scene<'_>, f: &FileDenial) -> (String, String) {
+    let fs = &scene.policy.filesystem;
+    let origin = &scene.policy.origin;
+    let (abs, head) = (&f.abs, &f.head);
+    if let Some(entry) = fs.deny.iter().find(|e| denied_by(abs, e)) {
         return (
             "filesystem.deny".into(),
             format!(
@@ -642,28 +699,10 @@ fn kernel_one(scene: &Scene<'_>, d: &crate::confine::audit::KernelDenial) -> (St
         );
     }
     if let Ok(rel) = abs.strip_prefix(scene.workspace) {
-        let text = if writing && fs.workspace == WorkspaceAccess::ReadOnly {
-            format!(
-                "{head}; `{}` is in the workspace, which this policy grants read-only (writable \
-                 there: {}). To let commands write here, add its directory to \
-                 filesystem.workspace_writable or set filesystem.workspace = \"read_write\" in \
-                 policy {origin}.",
-                rel.display(),
-                if fs.workspace_writable.is_empty() {
-                    "nothing".to_owned()
-                } else {
-                    fs.workspace_writable.join(", ")
-                }
-            )
-        } else {
-            format!(
-                "{head}; `{}` is in the workspace, which this policy grants {}: the sandbox \
-                 keeps this right from every call there (policy {origin}).",
-                rel.display(),
-                access(fs.workspace)
-            )
-        };
-        return ("filesystem.workspace".into(), text);
+        return (
+            "filesystem.workspace".into(),
+            kernel_workspace(scene, f, rel),
+        );
     }
     if abs.starts_with("/dev") {
         return (
@@ -671,35 +710,27 @@ fn kernel_one(scene: &Scene<'_>, d: &crate::confine::audit::KernelDenial) -> (St
             format!(
                 "{head}; device files are reachable only when listed in filesystem.devices. To \
                  allow it, add {} to filesystem.devices in policy {origin}.",
-                shown(&abs)
+                shown(abs)
             ),
         );
     }
-    if writing && let Some(entry) = fs.read_exec.iter().find(|g| abs.starts_with(g)) {
-        let target = if in_dir {
-            abs.as_path()
-        } else {
-            abs.parent().unwrap_or(&abs)
-        };
+    if f.writing
+        && let Some(entry) = fs.read_exec.iter().find(|g| abs.starts_with(g))
+    {
         return (
             "filesystem.read_exec".into(),
             format!(
                 "{head}; {} in filesystem.read_exec grants reading and executing only. To let \
                  commands write there, add {} to filesystem.read_write in policy {origin}.",
                 shown(entry),
-                shown(target)
+                shown(f.write_target())
             ),
         );
     }
-    let grant = if writing {
-        let target = if in_dir {
-            abs.as_path()
-        } else {
-            abs.parent().unwrap_or(&abs)
-        };
-        format!("add {} to filesystem.read_write", shown(target))
+    let grant = if f.writing {
+        format!("add {} to filesystem.read_write", shown(f.write_target()))
     } else {
-        format!("add {} to filesystem.read_exec", shown(&abs))
+        format!("add {} to filesystem.read_exec", shown(abs))
     };
     (
         "not_granted".into(),
@@ -709,6 +740,31 @@ fn kernel_one(scene: &Scene<'_>, d: &crate::confine::audit::KernelDenial) -> (St
              allow it, {grant} in policy {origin}."
         ),
     )
+}
+
+/// A refused access in the workspace: a write to a read-only workspace, or the workspace's
+/// own right, whatever it is.
+fn kernel_workspace(scene: &Scene<'_>, f: &FileDenial, rel: &Path) -> String {
+    let fs = &scene.policy.filesystem;
+    let origin = &scene.policy.origin;
+    let head = &f.head;
+    if f.writing && fs.workspace == WorkspaceAccess::ReadOnly {
+        format!(
+            "{head}; `{}` is in the workspace, which this policy grants read-only (writable \
+             there: {}). To let commands write here, add its directory to \
+             filesystem.workspace_writable or set filesystem.workspace = \"read_write\" in \
+             policy {origin}.",
+            rel.display(),
+            writable_list(fs)
+        )
+    } else {
+        format!(
+            "{head}; `{}` is in the workspace, which this policy grants {}: the sandbox \
+             keeps this right from every call there (policy {origin}).",
+            rel.display(),
+            access(fs.workspace)
+        )
+    }
 }
 
 /// The error-message explanations as denials (the fallback where no kernel record exists).
@@ -801,11 +857,7 @@ pub fn write_refusal(policy: &Policy, e: &crate::workspace::PathError) -> Option
             "{e}: policy `{}` makes the workspace read-only except {}. Or ask the operator to \
              add the directory to `filesystem.workspace_writable` ({}).",
             policy.name,
-            if fs.workspace_writable.is_empty() {
-                "nothing".to_owned()
-            } else {
-                fs.workspace_writable.join(", ")
-            },
+            writable_list(fs),
             policy.origin
         )),
         _ => None,
@@ -1051,6 +1103,52 @@ mod tests {
         assert!(e.contains("ssh_host_*_key"), "{e}");
         let e = explain_path(&scene(&p), "/home/bob/.ssh/id_rsa", Operation::Read);
         assert!(e.contains("\"/home\" in filesystem.deny"), "{e}");
+    }
+
+    #[test]
+    fn a_deny_entry_with_two_stars_is_explained_as_enforcement_applies_it() {
+        use crate::confine::landlock::{LandlockSpec, TcpPorts, expand_grants};
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("srv");
+        std::fs::create_dir_all(dir.join("aXbYc.d")).unwrap();
+        for name in ["aXbYc", "aXcYb", "abc", "ab"] {
+            std::fs::write(dir.join(name), "x").unwrap();
+        }
+        let mut p = Policy::builtin_default();
+        p.filesystem.read_exec = vec![dir.clone()];
+        p.filesystem.deny = vec![dir.join("a*b*c")];
+        let grants = expand_grants(&LandlockSpec {
+            read_exec: &p.filesystem.read_exec,
+            read_write: &[],
+            read_only: &[],
+            devices: &[],
+            deny: &p.filesystem.deny,
+            tcp_connect: &TcpPorts::NONE,
+            tcp_bind: &TcpPorts::NONE,
+        });
+        for name in ["aXbYc", "aXcYb", "abc", "ab", "aXbYc.d", "aXbYc.d/inner"] {
+            let path = dir.join(name);
+            // A path is enforced as denied when neither it nor any directory above it (below
+            // the carved-out grant) is granted.
+            let enforced_denied = !path
+                .ancestors()
+                .take_while(|a| a.starts_with(&dir) && *a != dir)
+                .any(|a| grants.iter().any(|g| g.path == a));
+            let e = explain_path(&scene(&p), path.to_str().unwrap(), Operation::Read);
+            assert_eq!(
+                e.contains("in filesystem.deny"),
+                enforced_denied,
+                "{name}: {e}"
+            );
+        }
+        // Both stars count: the old explanation took everything after the first star as
+        // one literal suffix and called `aXbYc` allowed.
+        let e = explain_path(
+            &scene(&p),
+            dir.join("aXbYc").to_str().unwrap(),
+            Operation::Read,
+        );
+        assert!(e.contains("in filesystem.deny"), "{e}");
     }
 
     #[test]

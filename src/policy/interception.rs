@@ -8,14 +8,13 @@
 
 use super::PolicyError;
 use super::raw::{RawCredential, RawNetwork};
+use super::validate::Check;
 use crate::egress::EgressRules;
 use crate::egress::l7::{GitPolicy, HttpRule};
 use crate::egress::pattern::{HostPattern, Target};
 use crate::egress::rules::Site;
 use crate::egress::secrets::{BoundHost, CredentialRule, Inject, SecretSource};
 use std::path::PathBuf;
-
-type Invalid<'a> = &'a dyn Fn(&'static str, String) -> PolicyError;
 
 /// Variables a credential's `env` may not take: the proxy's own and the CA bundle's.
 const RESERVED_ENV: &[&str] = &[
@@ -47,153 +46,218 @@ pub(super) fn any_set(n: &RawNetwork) -> Option<&'static str> {
 pub(super) fn compile(
     n: &RawNetwork,
     rules: &mut EgressRules,
-    invalid: Invalid<'_>,
-    origin: &str,
+    check: &Check<'_>,
 ) -> Result<(), PolicyError> {
     let site = Site {
-        origin: origin.to_owned(),
+        origin: check.origin.to_owned(),
         line: None,
     };
     for (i, raw) in n.credentials.iter().flatten().enumerate() {
-        let credential = credential(i, raw, rules, invalid, &site)?;
-        if rules.credentials.iter().any(|c| c.name == credential.name) {
-            return Err(invalid(
-                "network.credentials",
-                format!(
-                    "two credentials are named `{}`; names must differ",
-                    credential.name
-                ),
-            ));
-        }
-        if rules.credentials.iter().any(|c| c.env == credential.env) {
-            return Err(invalid(
-                "network.credentials",
-                format!(
-                    "two credentials set `env = \"{}\"`; each needs its own",
-                    credential.env
-                ),
-            ));
-        }
+        let credential = credential(i, raw, rules, check, &site)?;
+        refuse_duplicate_credential(rules, &credential, check)?;
         rules.credentials.push(credential);
     }
     for (index, raw) in n.rules.iter().flatten().enumerate() {
-        let field = "network.rules";
-        let what = format!("[[network.rules]] entry {}", index + 1);
-        let host = raw
-            .host
-            .as_deref()
-            .ok_or_else(|| invalid(field, format!("{what}: `host` is required")))?;
-        let host =
-            HostPattern::parse(host).map_err(|e| invalid(field, format!("{what}: host {e}")))?;
-        check_allowed(&host, rules, invalid, field, &what)?;
-        let methods = raw
-            .methods
-            .iter()
-            .flatten()
-            .map(|m| {
-                let upper = m.to_ascii_uppercase();
-                if upper.is_empty() || !upper.bytes().all(|b| b.is_ascii_uppercase()) {
-                    Err(invalid(
-                        field,
-                        format!("{what}: `{m}` is not an HTTP method (e.g. \"GET\", \"POST\")"),
-                    ))
-                } else {
-                    Ok(upper)
-                }
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let paths = raw.paths.clone().unwrap_or_default();
-        for p in &paths {
-            if !p.starts_with('/') || p.bytes().any(|b| !b.is_ascii_graphic()) || p.contains('?') {
-                return Err(invalid(
-                    field,
-                    format!(
-                        "{what}: path `{}` must start with `/`, without spaces or a query \
-                         (`*` matches any run of characters, e.g. \"/repos/acme/*\")",
-                        p.escape_debug()
-                    ),
-                ));
-            }
-        }
-        rules.http_rules.push(HttpRule {
-            host,
-            methods,
-            paths,
-            index,
-            site: site.clone(),
-        });
+        let rule = http_rule(index, raw, rules, check, &site)?;
+        rules.http_rules.push(rule);
     }
     if let Some(git) = &n.git {
-        let field = "network.git";
-        let hosts = git
-            .hosts
-            .iter()
-            .flatten()
-            .map(|h| {
-                let p = HostPattern::parse(h).map_err(|e| invalid(field, format!("hosts: {e}")))?;
-                check_allowed(&p, rules, invalid, field, "[network.git]")?;
-                Ok(p)
-            })
-            .collect::<Result<Vec<_>, PolicyError>>()?;
-        let push_refs = git.push_refs.clone().ok_or_else(|| {
-            invalid(
-                field,
-                "`push_refs` is required: the refs a push may update, e.g. \
-                 [\"refs/heads/agent/*\"] (`[]` refuses every push)"
-                    .into(),
-            )
-        })?;
-        for r in &push_refs {
-            if !r.starts_with("refs/") || r.bytes().any(|b| !b.is_ascii_graphic()) {
-                return Err(invalid(
-                    field,
-                    format!(
-                        "push_refs entry `{}` must be a full ref name starting with `refs/` (e.g. \
-                         \"refs/heads/agent/*\")",
-                        r.escape_debug()
-                    ),
-                ));
-            }
-        }
-        if hosts.is_empty() && rules.credentials.is_empty() && rules.http_rules.is_empty() {
-            return Err(invalid(
-                field,
-                "names no host: set `hosts` (e.g. [\"github.com\"]), or bind a credential to the \
-                 git host, so the proxy intercepts its pushes"
-                    .into(),
-            ));
-        }
-        rules.git = Some(GitPolicy {
-            hosts,
-            push_refs,
-            allow_delete: git.allow_delete.unwrap_or(false),
-            site: site.clone(),
-        });
+        rules.git = Some(git_policy(git, rules, check, &site)?);
     }
-    for r in n.extra_roots.iter().flatten() {
-        let p = super::resolve::expand_home(r.clone());
-        if !p.starts_with('/') {
-            return Err(invalid(
-                "network.extra_roots",
-                format!("`{p}` must be an absolute path to a PEM file"),
-            ));
-        }
-        rules.extra_roots.push(PathBuf::from(p));
+    for root in n.extra_roots.iter().flatten() {
+        let root = extra_root(root, check)?;
+        rules.extra_roots.push(root);
     }
     Ok(())
 }
 
+/// Two credentials may share neither a name (it is in the placeholder) nor a variable.
+fn refuse_duplicate_credential(
+    rules: &EgressRules,
+    credential: &CredentialRule,
+    check: &Check<'_>,
+) -> Result<(), PolicyError> {
+    if rules.credentials.iter().any(|c| c.name == credential.name) {
+        return Err(check.invalid(
+            "network.credentials",
+            format!(
+                "two credentials are named `{}`; names must differ",
+                credential.name
+            ),
+        ));
+    }
+    if rules.credentials.iter().any(|c| c.env == credential.env) {
+        return Err(check.invalid(
+            "network.credentials",
+            format!(
+                "two credentials set `env = \"{}\"`; each needs its own",
+                credential.env
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// One `[[network.rules]]` entry: a host the proxy allows, HTTP methods, absolute paths.
+fn http_rule(
+    index: usize,
+    raw: &super::raw::RawHttpRule,
+    rules: &EgressRules,
+    check: &Check<'_>,
+    site: &Site,
+) -> Result<HttpRule, PolicyError> {
+    let field = "network.rules";
+    let what = format!("[[network.rules]] entry {}", index + 1);
+    let host = raw
+        .host
+        .as_deref()
+        .ok_or_else(|| check.invalid(field, format!("{what}: `host` is required")))?;
+    let host =
+        HostPattern::parse(host).map_err(|e| check.invalid(field, format!("{what}: host {e}")))?;
+    check_allowed(&host, rules, check, field, &what)?;
+    let methods = raw
+        .methods
+        .iter()
+        .flatten()
+        .map(|m| {
+            let upper = m.to_ascii_uppercase();
+            if upper.is_empty() || !upper.bytes().all(|b| b.is_ascii_uppercase()) {
+                Err(check.invalid(
+                    field,
+                    format!("{what}: `{m}` is not an HTTP method (e.g. \"GET\", \"POST\")"),
+                ))
+            } else {
+                Ok(upper)
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let paths = raw.paths.clone().unwrap_or_default();
+    for p in &paths {
+        if !p.starts_with('/') || p.bytes().any(|b| !b.is_ascii_graphic()) || p.contains('?') {
+            return Err(check.invalid(
+                field,
+                format!(
+                    "{what}: path `{}` must start with `/`, without spaces or a query \
+                     (`*` matches any run of characters, e.g. \"/repos/acme/*\")",
+                    p.escape_debug()
+                ),
+            ));
+        }
+    }
+    Ok(HttpRule {
+        host,
+        methods,
+        paths,
+        index,
+        site: site.clone(),
+    })
+}
+
+/// `[network.git]`: hosts the proxy allows, full ref names, and some host to intercept.
+fn git_policy(
+    git: &super::raw::RawGit,
+    rules: &EgressRules,
+    check: &Check<'_>,
+    site: &Site,
+) -> Result<GitPolicy, PolicyError> {
+    let field = "network.git";
+    let hosts = git
+        .hosts
+        .iter()
+        .flatten()
+        .map(|h| {
+            let p =
+                HostPattern::parse(h).map_err(|e| check.invalid(field, format!("hosts: {e}")))?;
+            check_allowed(&p, rules, check, field, "[network.git]")?;
+            Ok(p)
+        })
+        .collect::<Result<Vec<_>, PolicyError>>()?;
+    let push_refs = git.push_refs.clone().ok_or_else(|| {
+        check.invalid(
+            field,
+            "`push_refs` is required: the refs a push may update, e.g. \
+             [\"refs/heads/agent/*\"] (`[]` refuses every push)"
+                .into(),
+        )
+    })?;
+    for r in &push_refs {
+        if !r.starts_with("refs/") || r.bytes().any(|b| !b.is_ascii_graphic()) {
+            return Err(check.invalid(
+                field,
+                format!(
+                    "push_refs entry `{}` must be a full ref name starting with `refs/` (e.g. \
+                     \"refs/heads/agent/*\")",
+                    r.escape_debug()
+                ),
+            ));
+        }
+    }
+    if hosts.is_empty() && rules.credentials.is_empty() && rules.http_rules.is_empty() {
+        return Err(check.invalid(
+            field,
+            "names no host: set `hosts` (e.g. [\"github.com\"]), or bind a credential to the \
+             git host, so the proxy intercepts its pushes"
+                .into(),
+        ));
+    }
+    Ok(GitPolicy {
+        hosts,
+        push_refs,
+        allow_delete: git.allow_delete.unwrap_or(false),
+        site: site.clone(),
+    })
+}
+
+/// One `network.extra_roots` entry: an absolute PEM file (`~/` is the server user's home).
+fn extra_root(root: &str, check: &Check<'_>) -> Result<PathBuf, PolicyError> {
+    let p = super::resolve::expand_home(root.to_owned());
+    if !p.starts_with('/') {
+        return Err(check.invalid(
+            "network.extra_roots",
+            format!("`{p}` must be an absolute path to a PEM file"),
+        ));
+    }
+    Ok(PathBuf::from(p))
+}
+
+/// One `[[network.credentials]]` entry (the `i`th) compiled against the proxy's host lists.
 fn credential(
     i: usize,
     raw: &RawCredential,
     rules: &EgressRules,
-    invalid: Invalid<'_>,
+    check: &Check<'_>,
     site: &Site,
 ) -> Result<CredentialRule, PolicyError> {
+    let name = credential_name(
+        raw,
+        &format!("[[network.credentials]] entry {}", i + 1),
+        check,
+    )?;
+    let what = format!("credential `{name}`");
+    let env = credential_env(raw, &what, check)?;
+    let source = secret_source(raw, &what, check)?;
+    let inject = Inject::parse(raw.inject.as_deref().unwrap_or("bearer"))
+        .map_err(|e| check.invalid("network.credentials", format!("{what}: inject {e}")))?;
+    let hosts = bound_hosts(raw, rules, &what, check)?;
+    Ok(CredentialRule {
+        name,
+        hosts,
+        env,
+        source,
+        inject,
+        site: site.clone(),
+    })
+}
+
+/// A credential's `name`: short, of a-z, 0-9 and `_`, since it is in the placeholder.
+fn credential_name(
+    raw: &RawCredential,
+    what: &str,
+    check: &Check<'_>,
+) -> Result<String, PolicyError> {
     let field = "network.credentials";
-    let what = format!("[[network.credentials]] entry {}", i + 1);
     let name = raw.name.clone().ok_or_else(|| {
-        invalid(
+        check.invalid(
             field,
             format!("{what}: `name` is required (e.g. \"github\")"),
         )
@@ -204,18 +268,27 @@ fn credential(
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
     {
-        return Err(invalid(
+        return Err(check.invalid(
             field,
             format!(
                 "{what}: name `{name}` must be 1-32 of a-z, 0-9 and `_` (it is in the placeholder)"
             ),
         ));
     }
-    let what = format!("credential `{name}`");
+    Ok(name)
+}
+
+/// A credential's `env`: a variable name cordon does not set itself.
+fn credential_env(
+    raw: &RawCredential,
+    what: &str,
+    check: &Check<'_>,
+) -> Result<String, PolicyError> {
+    let field = "network.credentials";
     let env = raw
         .env
         .clone()
-        .ok_or_else(|| invalid(field, format!("{what}: `env` is required: the variable the sandbox sees the placeholder in (e.g. \"GITHUB_TOKEN\")")))?;
+        .ok_or_else(|| check.invalid(field, format!("{what}: `env` is required: the variable the sandbox sees the placeholder in (e.g. \"GITHUB_TOKEN\")")))?;
     let env_ok = env
         .bytes()
         .next()
@@ -226,19 +299,29 @@ fn credential(
         || RESERVED_ENV.contains(&upper.as_str())
         || crate::exec::env::CA_BUNDLE_VARIABLES.contains(&upper.as_str())
     {
-        return Err(invalid(
+        return Err(check.invalid(
             field,
             format!(
                 "{what}: env `{env}` must be a variable name of letters, digits and `_`, and not one cordon sets itself (proxy and CA variables, PATH, HOME)"
             ),
         ));
     }
+    Ok(env)
+}
+
+/// Where a credential's real value is read: exactly one of a variable or an absolute file.
+fn secret_source(
+    raw: &RawCredential,
+    what: &str,
+    check: &Check<'_>,
+) -> Result<SecretSource, PolicyError> {
+    let field = "network.credentials";
     let source = match (&raw.from_env, &raw.from_file) {
         (Some(var), None) if !var.is_empty() => SecretSource::Env(var.clone()),
         (None, Some(path)) => {
             let path = super::resolve::expand_home(path.clone());
             if !path.starts_with('/') {
-                return Err(invalid(
+                return Err(check.invalid(
                     field,
                     format!("{what}: from_file `{path}` must be an absolute path"),
                 ));
@@ -246,7 +329,7 @@ fn credential(
             SecretSource::File(PathBuf::from(path))
         }
         _ => {
-            return Err(invalid(
+            return Err(check.invalid(
                 field,
                 format!(
                     "{what}: set exactly one of `from_env` (a variable of the server's environment, e.g. \"CORDON_GITHUB_TOKEN\") or `from_file` (a file of mode 0600, e.g. \"/run/secrets/gh\")"
@@ -254,11 +337,21 @@ fn credential(
             ));
         }
     };
-    let inject = Inject::parse(raw.inject.as_deref().unwrap_or("bearer"))
-        .map_err(|e| invalid(field, format!("{what}: inject {e}")))?;
+    Ok(source)
+}
+
+/// The hosts a credential's real value may go to: allowed by the proxy, plain HTTP only
+/// where that is allowed too.
+fn bound_hosts(
+    raw: &RawCredential,
+    rules: &EgressRules,
+    what: &str,
+    check: &Check<'_>,
+) -> Result<Vec<BoundHost>, PolicyError> {
+    let field = "network.credentials";
     let hosts_raw = raw.hosts.clone().unwrap_or_default();
     if hosts_raw.is_empty() {
-        return Err(invalid(
+        return Err(check.invalid(
             field,
             format!(
                 "{what}: `hosts` is required: the hosts its real value may go to (e.g. [\"github.com\", \"api.github.com\"])"
@@ -271,32 +364,25 @@ fn credential(
             Some(rest) => (rest, true),
             None => (h.as_str(), false),
         };
-        let pattern =
-            HostPattern::parse(text).map_err(|e| invalid(field, format!("{what}: host {e}")))?;
-        check_allowed(&pattern, rules, invalid, field, &what)?;
+        let pattern = HostPattern::parse(text)
+            .map_err(|e| check.invalid(field, format!("{what}: host {e}")))?;
+        check_allowed(&pattern, rules, check, field, what)?;
         if plain_http {
-            check_plain_http(&pattern, rules, invalid, &what)?;
+            check_plain_http(&pattern, rules, check, what)?;
         }
         hosts.push(BoundHost {
             pattern,
             plain_http,
         });
     }
-    Ok(CredentialRule {
-        name,
-        hosts,
-        env,
-        source,
-        inject,
-        site: site.clone(),
-    })
+    Ok(hosts)
 }
 
 /// A named host must be one the proxy lets through at all (a wildcard is not checked).
 fn check_allowed(
     pattern: &HostPattern,
     rules: &EgressRules,
-    invalid: Invalid<'_>,
+    check: &Check<'_>,
     field: &'static str,
     what: &str,
 ) -> Result<(), PolicyError> {
@@ -314,7 +400,7 @@ fn check_allowed(
     };
     match rules.judge(&target) {
         Ok(()) => Ok(()),
-        Err(refusal) => Err(invalid(
+        Err(refusal) => Err(check.invalid(
             field,
             format!(
                 "{what}: host `{}` would be refused by the proxy before any rule or credential \
@@ -330,7 +416,7 @@ fn check_allowed(
 fn check_plain_http(
     pattern: &HostPattern,
     rules: &EgressRules,
-    invalid: Invalid<'_>,
+    check: &Check<'_>,
     what: &str,
 ) -> Result<(), PolicyError> {
     let host = pattern
@@ -347,7 +433,7 @@ fn check_plain_http(
     };
     match loopback_ip {
         Some(ip) if rules.allow_private.iter().any(|c| c.contains(ip)) => Ok(()),
-        _ => Err(invalid(
+        _ => Err(check.invalid(
             "network.credentials",
             format!(
                 "{what}: `http://{}` would send the real value over plain HTTP, which anyone on \
@@ -367,12 +453,12 @@ pub(super) fn check_reach(
     rules: &EgressRules,
     fs: &super::FilesystemPolicy,
     env: &super::EnvironmentPolicy,
-    invalid: Invalid<'_>,
+    check: &Check<'_>,
 ) -> Result<(), PolicyError> {
     for c in &rules.credentials {
         match &c.source {
             SecretSource::Env(var) if env.pass.iter().any(|p| p == var) => {
-                return Err(invalid(
+                return Err(check.invalid(
                     "network.credentials",
                     format!(
                         "credential `{}`: from_env `{var}` is also in [environment] pass, which \
@@ -389,7 +475,7 @@ pub(super) fn check_reach(
                     .chain(&fs.toolchains)
                     .find(|g| path.starts_with(g))
                 {
-                    return Err(invalid(
+                    return Err(check.invalid(
                         "network.credentials",
                         format!(
                             "credential `{}`: from_file {} is beneath {}, which the sandbox can \

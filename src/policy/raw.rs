@@ -3,7 +3,7 @@
 //! Every field is optional here so that a policy can `extends` another and only name what it
 //! changes; `deny_unknown_fields` everywhere so a typo is an error with a line number instead of
 //! a silently ignored rule. Turning this into a usable [`super::Policy`] (defaults, validation)
-//! is `super::resolve`'s job, not this module's.
+//! is `super::validate`'s job, not this module's.
 
 use serde::Deserialize;
 use std::collections::BTreeMap;

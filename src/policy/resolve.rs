@@ -8,7 +8,8 @@
 //! `{workspace_home}` is the calls' own persistent home for this workspace (granted
 //! read-write and created: see `toolchains::workspace_home`), `{toolchains}` the bin
 //! directories of the `filesystem.toolchains` that exist (granted read + execute).
-//! It does not validate the TOML (that is `policy::load`) and builds nothing that runs.
+//! It does not validate the TOML (that is `policy::load` and `policy::validate`) and builds
+//! nothing that runs.
 
 use super::{Policy, WorkspaceAccess};
 use crate::confine::{CallLimits, ConfinePlan, RlimitPlan};

@@ -63,31 +63,10 @@ fn segments(p: &str) -> impl Iterator<Item = &str> {
     p.split('/').filter(|c| !c.is_empty() && *c != ".")
 }
 
-/// Whether `name` matches one pattern segment, where `*` matches any run of characters.
+/// Whether `name` (one path component) matches one pattern segment, where `*` matches any
+/// run of characters: patterns are split into segments first, so a star never crosses `/`.
 pub fn segment_matches(pattern: &str, name: &str) -> bool {
-    if !pattern.contains('*') {
-        return pattern == name;
-    }
-    // Classic greedy wildcard match with one backtrack point; linear enough for file names.
-    let (p, n) = (pattern.as_bytes(), name.as_bytes());
-    let (mut pi, mut ni) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while ni < n.len() {
-        if pi < p.len() && p[pi] == b'*' {
-            star = Some((pi, ni));
-            pi += 1;
-        } else if pi < p.len() && p[pi] == n[ni] {
-            pi += 1;
-            ni += 1;
-        } else if let Some((sp, sn)) = star {
-            pi = sp + 1;
-            ni = sn + 1;
-            star = Some((sp, sn + 1));
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|&b| b == b'*')
+    crate::glob::matches(pattern, name)
 }
 
 /// The pattern that protects the resolved workspace-relative path `path` (its components, as

@@ -403,7 +403,7 @@ impl Pattern {
         let (options, operands) = split_args(command);
         let all_args = || command.argv[1..].iter().map(|w| w.text.as_str());
         if let Some(programs) = &self.program
-            && !programs.iter().any(|p| glob(p, program))
+            && !programs.iter().any(|p| crate::glob::matches(p, program))
         {
             return false;
         }
@@ -435,10 +435,11 @@ impl Pattern {
             return false;
         }
         if let Some(readers) = &self.piped_into
-            && !command
-                .feeds_into
-                .iter()
-                .any(|p| readers.iter().any(|r| glob(r, program_name(p))))
+            && !command.feeds_into.iter().any(|p| {
+                readers
+                    .iter()
+                    .any(|r| crate::glob::matches(r, program_name(p)))
+            })
         {
             return false;
         }
@@ -501,24 +502,6 @@ fn normalize(arg: &str) -> &str {
         s = rest;
     }
     s
-}
-
-/// `*` matches any run of characters; everything else is literal.
-fn glob(pattern: &str, text: &str) -> bool {
-    match pattern.split_once('*') {
-        None => pattern == text,
-        Some((head, tail)) => {
-            let Some(rest) = text.strip_prefix(head) else {
-                return false;
-            };
-            if tail.is_empty() {
-                return true;
-            }
-            (0..=rest.len())
-                .filter(|i| rest.is_char_boundary(*i))
-                .any(|i| glob(tail, &rest[i..]))
-        }
-    }
 }
 
 #[cfg(test)]
@@ -627,6 +610,7 @@ examples = { match = ["rm -rf /", "rm --recursive ~/"], not_match = ["rm -f /", 
 
     #[test]
     fn glob_and_normalize() {
+        use crate::glob::matches as glob;
         assert!(glob("mkfs*", "mkfs.ext4"));
         assert!(glob("mkfs*", "mkfs"));
         assert!(!glob("mkfs*", "xmkfs"));
