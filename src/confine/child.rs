@@ -1,5 +1,7 @@
-//! The code that runs in the forked child between `fork` and `exec`: the only place where
-//! confinement is actually applied.
+//! The code that runs in a child the server forks itself (the per-child path, where the
+//! sandbox init cannot be had) between `fork` and `exec`, applying its confinement. With the
+//! sandbox init, PID 1 and its slots apply theirs (`sandbox::init`); both take their layers
+//! from the same plan.
 //!
 //! Everything here must be async-signal-safe: no allocation, no locks, raw syscalls on data
 //! prepared by the parent (`ChildSetup`). The order matters and is the same on every call:

@@ -1,22 +1,25 @@
 //! Confinement: turning a resolved [`ConfinePlan`] into what the kernel enforces on each child.
 //!
 //! Owns the Landlock ruleset, the seccomp programs, the rlimit plan and the cgroups, all
-//! built once when the runtime is built ("build once, apply many"), the scratch directories
-//! they use in the temp dir (`scratch`: removed after a killed server), the reader of the
-//! kernel's Landlock audit records (`audit`), and the only `unsafe` code in cordon (`child`,
-//! `kernel`, `selftest`, `audit::netlink`). It never sees a policy (`policy::resolve`
-//! hands it the plan), never spawns a process itself (that is `exec`), and knows nothing of
-//! MCP.
+//! built once when the runtime is built ("build once, apply many", in the ordered steps of
+//! [`Confinement::build`]), the sandbox init and its slots (`sandbox`, `sandbox_init`), the
+//! scratch directories they use in the temp dir (`scratch`: removed after a killed server),
+//! the reader of the kernel's Landlock audit records (`audit`), and all of cordon's `unsafe`
+//! code, each block with a SAFETY note. It never sees a policy (`policy::resolve` hands it
+//! the plan), opens nothing by ambient path and starts no network server (the runtime hands
+//! it the workspace capability and the egress proxy: [`Handed`]), starts no confined process
+//! of a call itself (`exec::launch` asks it for a slot or a `ChildSetup`), and knows nothing
+//! of MCP.
 
 pub mod audit;
 mod cgroup;
 mod child;
-mod factory;
 pub mod kernel;
 pub mod landlock;
 mod plan;
 mod rlimits;
 pub mod sandbox;
+mod sandbox_init;
 pub mod scratch;
 pub mod seccomp;
 pub mod selftest;
@@ -24,10 +27,10 @@ pub mod terminal;
 
 pub use cgroup::{CallCgroup, CallLimits, CgroupMode, LimitHits};
 pub use child::ChildSetup;
-pub use factory::{Factory, WarmSlot};
 pub use kernel::{KernelSupport, REQUIRED_LANDLOCK_ABI};
 pub use plan::{ConfinePlan, RlimitPlan};
 pub use sandbox::{SandboxChild, Slot};
+pub use sandbox_init::{SandboxInit, WarmSlot};
 
 use seccompiler::BpfProgram;
 use serde::Serialize;
@@ -248,7 +251,7 @@ pub struct Confinement {
     spare: std::sync::Mutex<Option<CallCgroup>>,
     /// The sandbox init and its warm slots; None where namespaces cannot be had. Declared
     /// before `cgroups` so the slots' cgroups go before their parents.
-    factory: std::sync::RwLock<Option<Arc<factory::Factory>>>,
+    factory: std::sync::RwLock<Option<Arc<sandbox_init::SandboxInit>>>,
     cgroups: cgroup::Cgroups,
     call_limits: CallLimits,
     enforcement: Enforcement,
@@ -268,13 +271,11 @@ pub struct Confinement {
     egress: Option<Arc<crate::egress::Proxy>>,
 }
 
-/// The policy's file and network grants, minus the per-call temporary root.
+/// The policy's file and network grants, minus the per-call temporary root: the plan's one
+/// derivation of Landlock paths ([`ConfinePlan::landlock_paths`], which `policy explain`
+/// reads too) plus the TCP ports.
 pub(crate) struct LandlockInputs {
-    read_exec: Vec<PathBuf>,
-    read_write: Vec<PathBuf>,
-    read_only: Vec<PathBuf>,
-    devices: Vec<PathBuf>,
-    deny: Vec<PathBuf>,
+    paths: plan::LandlockPaths,
     tcp_connect: Vec<u16>,
     tcp_bind: Vec<u16>,
     best_effort: bool,
@@ -282,21 +283,8 @@ pub(crate) struct LandlockInputs {
 
 impl LandlockInputs {
     fn new(plan: &ConfinePlan, options: &ConfineOptions, best_effort: bool) -> Self {
-        let mut read_exec = plan.read_exec.clone();
-        read_exec.extend(options.extra_read_exec.iter().cloned());
-        let mut read_write = plan.read_write.clone();
-        let mut read_only = Vec::new();
-        if plan.read_only_workspace {
-            read_only.push(plan.workspace.clone());
-        } else {
-            read_write.push(plan.workspace.clone());
-        }
         Self {
-            read_exec,
-            read_write,
-            read_only,
-            devices: plan.devices.clone(),
-            deny: plan.deny.clone(),
+            paths: plan.landlock_paths(&options.extra_read_exec),
             tcp_connect: plan.tcp_connect.clone(),
             tcp_bind: plan.tcp_bind.clone(),
             best_effort,
@@ -305,20 +293,18 @@ impl LandlockInputs {
 
     /// The ruleset with `private` as the one extra read-write directory.
     fn build(&self, private: &Path) -> Result<OwnedFd, ConfineError> {
-        let mut read_write = self.read_write.clone();
-        read_write.push(private.to_path_buf());
+        let mut paths = self.paths.clone();
+        paths.read_write.push(private.to_path_buf());
         // This ruleset serves processes in the host's network namespace (the per-child path):
         // the policy's ports, always.
-        let spec = landlock::LandlockSpec {
-            read_exec: &self.read_exec,
-            read_write: &read_write,
-            read_only: &self.read_only,
-            devices: &self.devices,
-            deny: &self.deny,
-            tcp_connect: &landlock::TcpPorts::Only(self.tcp_connect.clone()),
-            tcp_bind: &landlock::TcpPorts::Only(self.tcp_bind.clone()),
-        };
-        Ok(landlock::build_ruleset(&spec, self.best_effort)?)
+        let (connect, bind) = (
+            landlock::TcpPorts::Only(self.tcp_connect.clone()),
+            landlock::TcpPorts::Only(self.tcp_bind.clone()),
+        );
+        Ok(landlock::build_ruleset(
+            &paths.spec(&connect, &bind),
+            self.best_effort,
+        )?)
     }
 }
 
@@ -422,16 +408,9 @@ impl Confinement {
         self.private_root.path()
     }
 
-    /// The sandbox init children come from, if there is one; None: one fork per child. The
-    /// caller keeps the `Arc` for as long as its process lives (a replaced init stays up
-    /// until its last process is done).
-    ///
-    /// When a protected path appeared, vanished or was replaced since the init's view was
-    /// built (`git init` in the workspace, a new `.git/hooks`), a new init is started first,
-    /// so its view binds the paths as they are now. That is blocking (tens of ms, once).
     /// The sandbox init if it is alive and its view up to date; None otherwise (then
     /// [`Self::sandbox_init`] rebuilds it). A few `lstat` calls.
-    pub fn current_sandbox_init(&self) -> Option<Arc<factory::Factory>> {
+    pub fn current_sandbox_init(&self) -> Option<Arc<sandbox_init::SandboxInit>> {
         self.factory
             .read()
             .ok()?
@@ -442,11 +421,18 @@ impl Confinement {
 
     /// The sandbox init in force, without checking that its view is up to date (no file-system
     /// call): for what does not depend on the view, such as its network namespace.
-    pub fn installed_sandbox_init(&self) -> Option<Arc<factory::Factory>> {
+    pub fn installed_sandbox_init(&self) -> Option<Arc<sandbox_init::SandboxInit>> {
         self.factory.read().ok()?.as_ref().cloned()
     }
 
-    pub fn sandbox_init(&self) -> Option<Result<Arc<factory::Factory>, ConfineError>> {
+    /// The sandbox init children come from, if there is one; None: one fork per child. The
+    /// caller keeps the `Arc` for as long as its process lives (a replaced init stays up
+    /// until its last process is done).
+    ///
+    /// When a protected path appeared, vanished or was replaced since the init's view was
+    /// built (`git init` in the workspace, a new `.git/hooks`), a new init is started first,
+    /// so its view binds the paths as they are now. That is blocking (tens of ms, once).
+    pub fn sandbox_init(&self) -> Option<Result<Arc<sandbox_init::SandboxInit>, ConfineError>> {
         let current = self.factory.read().ok()?.as_ref().cloned()?;
         if current.is_alive() && current.is_current() {
             return Some(Ok(current));
@@ -517,19 +503,22 @@ impl Confinement {
     }
 
     /// Tops up the warm slots of `factory`. Blocking: run it off the async threads.
-    pub fn refill_call_slots(&self, factory: &factory::Factory) {
+    pub fn refill_call_slots(&self, factory: &sandbox_init::SandboxInit) {
         factory.refill(&self.cgroups, &self.call_limits);
     }
 
     /// A slot for one call made now (no warm one was left). Blocking.
-    pub fn make_call_slot(&self, factory: &factory::Factory) -> Result<WarmSlot, ConfineError> {
+    pub fn make_call_slot(
+        &self,
+        factory: &sandbox_init::SandboxInit,
+    ) -> Result<WarmSlot, ConfineError> {
         factory.make_call_slot(&self.cgroups, &self.call_limits)
     }
 
     /// A slot for a long-lived worker with its own limits and private directory. Blocking.
     pub fn make_worker_slot(
         &self,
-        factory: &factory::Factory,
+        factory: &sandbox_init::SandboxInit,
         limits: &CallLimits,
         private_dir: &Path,
     ) -> Result<WarmSlot, ConfineError> {
@@ -671,7 +660,7 @@ fn private_netns_seccomp(
 /// any remote host on that port. That path therefore gets no TCP at all, and says so.
 fn egress_step(
     plan: &ConfinePlan,
-    factory: Option<&factory::Factory>,
+    factory: Option<&sandbox_init::SandboxInit>,
     proxy: Option<crate::egress::Proxy>,
     mut landlock: Option<LandlockInputs>,
     notes: &mut Vec<String>,
@@ -848,7 +837,7 @@ fn in_force(
     landlock_inputs: Option<&LandlockInputs>,
     seccomp: &[BpfProgram],
     cgroups: &cgroup::Cgroups,
-    factory: Option<&factory::Factory>,
+    factory: Option<&sandbox_init::SandboxInit>,
     notes: Vec<String>,
 ) -> Enforcement {
     let landlock = match landlock_inputs {
@@ -906,7 +895,7 @@ fn default_init_program() -> Option<PathBuf> {
 fn start_factory(
     inputs: FactoryInputs<'_>,
     notes: &mut Vec<String>,
-) -> Result<Option<factory::Factory>, ConfineError> {
+) -> Result<Option<sandbox_init::SandboxInit>, ConfineError> {
     let FactoryInputs {
         plan,
         options,
@@ -944,7 +933,7 @@ fn start_factory(
     let workspace = plan.workspace.as_path();
     let mut read_exec = plan.read_exec.clone();
     read_exec.extend(options.extra_read_exec.iter().cloned());
-    let view = factory::ViewInputs {
+    let view = sandbox_init::ViewInputs {
         landlock,
         workspace,
         read_only_workspace: plan.read_only_workspace,
@@ -977,7 +966,7 @@ fn start_factory(
         }
     }
     let root = workspace_dir.try_clone().map_err(ConfineError::TempDir)?;
-    match factory::Factory::start(&view, program, root, options.one_shot) {
+    match sandbox_init::SandboxInit::start(&view, program, root, options.one_shot) {
         Ok(f) => Ok(Some(f)),
         // The kernel could give namespaces but the workspace's content keeps the view from
         // being built (a protected path the mounts cannot take): that is the workspace's to

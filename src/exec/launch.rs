@@ -15,7 +15,7 @@
 use super::process::{self, Pipes, Process};
 use super::{ExecError, Executor, kill_tree, open_workspace_root, relative_cwd, spawn_confined};
 use crate::confine::sandbox::wire::PtySize;
-use crate::confine::{CallCgroup, CallLimits, Factory, LimitHits, WarmSlot};
+use crate::confine::{CallCgroup, CallLimits, LimitHits, SandboxInit, WarmSlot};
 use crate::workspace::GuardReport;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -72,7 +72,7 @@ pub struct Launched {
     /// The call's TMPDIR (None for a worker, whose home is in its private directory).
     tmp: Option<crate::confine::scratch::RemovedOnDrop>,
     /// The init the process was born in, kept up for its life (declared last).
-    pub(super) factory: Option<Arc<Factory>>,
+    pub(super) factory: Option<Arc<SandboxInit>>,
 }
 
 /// What is known once the tree is dead.
@@ -134,7 +134,7 @@ impl Executor {
     fn start_launched(
         &self,
         mut spec: LaunchSpec,
-        factory: Option<Arc<Factory>>,
+        factory: Option<Arc<SandboxInit>>,
         mut warm: Option<WarmSlot>,
     ) -> Result<Launched, ExecError> {
         let conf = &self.confinement;

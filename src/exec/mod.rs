@@ -3,11 +3,14 @@
 //!
 //! Owns the process lifecycle and the child's environment ([`ExecPlan`], resolved from the
 //! policy by `policy::resolve`; this module never sees a policy), not the confinement itself
-//! (`confine` builds it; this module only hands the prepared `ChildSetup` to `pre_exec`) and
-//! not how results are shown (`shape`).
-//! The rule it guarantees: when `run` returns, no process the call started is alive. The one
-//! exception is deliberate and explicit: `spawn_worker` (in `worker`) hands back a live,
-//! confined worker whose tree dies when it is terminated or dropped.
+//! (`confine` builds it; [`launch`] asks it for a slot of the sandbox init, or hands its
+//! prepared `ChildSetup` to `pre_exec` on the per-child path) and not how results are shown
+//! (`shape`). Every confined process starts in [`launch`]: calls, background jobs (`jobs`)
+//! and long-lived workers (`worker`).
+//! The rule it guarantees: when `run` returns, no process the call started is alive. The
+//! exceptions are deliberate and explicit: a job lives until its session, lifetime or limits
+//! end it, and `spawn_worker` hands back a live, confined worker whose tree dies when it is
+//! terminated or dropped.
 
 pub mod capture;
 pub mod disk;
@@ -22,7 +25,7 @@ pub use capture::{CaptureSpec, Captured, LiveStatus, SpillOpener};
 pub use outcome::{ExecOutcome, LimitHit, LimitKind, classify_limit, kernel_limit, signal_name};
 pub use worker::{ConfinedWorker, WorkerEnd, WorkerSpec};
 
-use crate::confine::{CallCgroup, ConfineError, Confinement, Factory, WarmSlot};
+use crate::confine::{CallCgroup, ConfineError, Confinement, SandboxInit, WarmSlot};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -320,7 +323,7 @@ impl Executor {
 impl Executor {
     /// The sandbox init to use, rebuilt off the async threads when its view is out of date.
     /// None when there is no sandbox init (the per-child path).
-    pub(crate) async fn sandbox_init(&self) -> Option<Result<Arc<Factory>, ConfineError>> {
+    pub(crate) async fn sandbox_init(&self) -> Option<Result<Arc<SandboxInit>, ConfineError>> {
         if !self.confinement.uses_sandbox_init() {
             return None;
         }
@@ -335,7 +338,7 @@ impl Executor {
     }
 
     /// A slot for this call: a warm one, else one made now off the async threads.
-    async fn call_slot(&self, factory: &Arc<Factory>) -> Result<WarmSlot, ConfineError> {
+    async fn call_slot(&self, factory: &Arc<SandboxInit>) -> Result<WarmSlot, ConfineError> {
         if let Some(warm) = factory.pop_warm() {
             // Top the pool up while this call runs: the next one finds a warm slot.
             let (confinement, factory) = (Arc::clone(&self.confinement), Arc::clone(factory));

@@ -53,7 +53,7 @@ pub struct ConfinedWorker {
     egress: Option<crate::egress::CallTicket>,
     /// The init the worker was born in, kept up for the worker's life (declared last: the
     /// worker's process and cgroup go first).
-    factory: Option<Arc<crate::confine::Factory>>,
+    factory: Option<Arc<crate::confine::SandboxInit>>,
 }
 
 /// How a worker ended.

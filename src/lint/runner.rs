@@ -162,15 +162,6 @@ impl Linting {
         self
     }
 
-    /// Names of the external linters that will run for files they apply to.
-    pub fn available_linters(&self) -> Vec<String> {
-        self.linters
-            .iter()
-            .filter(|l| l.command.is_some())
-            .map(|l| l.compiled.config().name.clone())
-            .collect()
-    }
-
     /// Lints `after` (the content now at `path`, relative to the workspace root); `before` is
     /// the previous content, None for a new file.
     pub async fn check(&self, path: &str, before: Option<&str>, after: &str) -> LintReport {

@@ -144,16 +144,6 @@ impl ParserClient {
         self.ensure(&mut state).await.map(drop)
     }
 
-    /// The running worker's pid, if one runs (for tests and diagnostics).
-    pub async fn worker_pid(&self) -> Option<u32> {
-        self.state
-            .lock()
-            .await
-            .live
-            .as_ref()
-            .and_then(|l| l.proc.pid())
-    }
-
     /// The syntax check of `text`. `remember` keeps its tree in the worker under that key;
     /// `previous` names the key of the text it was edited from.
     pub async fn syntax(

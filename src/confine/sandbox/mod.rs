@@ -266,7 +266,6 @@ impl PendingSlot<'_> {
             .next()
             .ok_or_else(|| SandboxError::Slot("ready without a pidfd".into()))?;
         Ok(Slot {
-            id: self.id,
             pid: pid_of(&pidfd),
             pidfd,
             main_pidfd: fds.next(),
@@ -502,7 +501,6 @@ fn run_init(
 /// A ready slot: forked, in its cgroups, waiting for one job. Dropping an unused slot closes
 /// its socket, and the slot exits.
 pub struct Slot {
-    id: u64,
     pid: Option<u32>,
     /// The slot's reaper (PID 1 of its namespace): what is signalled and waited for.
     pidfd: OwnedFd,
@@ -582,7 +580,6 @@ impl Slot {
             return Err(err("pty", io::Error::other("the slot sent no terminal")));
         }
         Ok(SandboxChild {
-            id: self.id,
             pid: self.pid,
             pidfd: self.pidfd,
             main_pidfd: self.main_pidfd,
@@ -595,7 +592,6 @@ impl Slot {
 
 /// A program running in a slot. Dropping it kills it (like tokio's `kill_on_drop`).
 pub struct SandboxChild {
-    id: u64,
     pid: Option<u32>,
     pidfd: OwnedFd,
     main_pidfd: Option<OwnedFd>,
@@ -613,10 +609,6 @@ impl SandboxChild {
         } else {
             self.pid
         }
-    }
-
-    pub fn slot_id(&self) -> u64 {
-        self.id
     }
 
     /// The master side of the job's terminal (once), when it runs under one.

@@ -1,11 +1,13 @@
-//! Where confined processes come from when namespaces can be had: the sandbox init and its
-//! warm slots.
+//! The handle of one running sandbox init ([`SandboxInit`]): where confined processes come
+//! from when namespaces can be had.
 //!
 //! Owns the pool of ready slots for calls (each already inside its own fresh per-call cgroups,
 //! so neither the fork nor the cgroup migration — an RCU grace period, ~11 ms when calls are
-//! spaced — is on a call's critical path) and the plan the init is started with. It does not
-//! run jobs (`exec` does, through [`Slot::start`]) and knows nothing of policies beyond what
-//! `Confinement::build` hands it.
+//! spaced — is on a call's critical path; none for a one-shot `cordon exec`), the plan the
+//! init was started with (to start its successor when the view is stale), the view's
+//! signature and git checks (`workspace::GitGuard`), and the proxy listener it serves. It does
+//! not run jobs (`exec::launch` does, through [`Slot::start`]) and knows nothing of policies
+//! beyond what `Confinement::build` hands it.
 
 use super::cgroup::{CallCgroup, CallLimits, Cgroups};
 use super::landlock::TcpPorts;
@@ -32,7 +34,7 @@ pub struct WarmSlot {
     pub tmp: Option<super::scratch::RemovedOnDrop>,
 }
 
-pub struct Factory {
+pub struct SandboxInit {
     /// Declared first: ready slots (and their cgroups) go before the init and the parents.
     pool: Mutex<Vec<WarmSlot>>,
     /// How many slots the pool is topped up to: [`WARM_SLOTS`] for a server, none for a
@@ -83,7 +85,7 @@ pub(crate) struct ViewInputs<'a> {
     pub cgroup_mounts: Vec<super::sandbox::plan::CgroupMount>,
 }
 
-impl Factory {
+impl SandboxInit {
     /// Starts the init. `program` is the cordon binary (it runs `cordon __sandbox-init`).
     /// `one_shot`: keep no warm slots (one command, then the init goes).
     /// `workspace` is the workspace root as a capability (the git checks read through it).
@@ -403,11 +405,11 @@ fn plan(inputs: &ViewInputs<'_>) -> InitPlan {
         }),
         hostname: "cordon".into(),
         landlock: inputs.landlock.map(|l| LandlockPlan {
-            read_exec: l.read_exec.clone(),
-            read_write: l.read_write.clone(),
-            read_only: l.read_only.clone(),
-            devices: l.devices.clone(),
-            deny: l.deny.clone(),
+            read_exec: l.paths.read_exec.clone(),
+            read_write: l.paths.read_write.clone(),
+            read_only: l.paths.read_only.clone(),
+            devices: l.paths.devices.clone(),
+            deny: l.paths.deny.clone(),
             // In a namespace of its own only `lo` is there (and, under the proxy, the proxy's
             // listener): every port reaches only what the calls started, so no port rules.
             // Where the host's namespace is shared, the policy's ports.
