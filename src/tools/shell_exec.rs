@@ -23,6 +23,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod background;
+
 #[derive(Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ShellExecArgs {
@@ -452,7 +454,7 @@ async fn run_prepared(
     };
     // The slot bounds starting a background job; a running job is bounded by `[jobs]`.
     let result = if args.background {
-        super::job::start_background(&ctx, &args, prepared.request).await
+        background::start_background(&ctx, &args, prepared.request).await
     } else {
         Ok(execute(&ctx, prepared, hooks).await)
     };
