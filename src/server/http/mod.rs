@@ -16,6 +16,7 @@ pub mod authority;
 pub mod limits;
 pub mod oauth;
 pub mod origin;
+mod subject;
 pub mod target;
 
 use super::CordonServer;

@@ -174,7 +174,7 @@ impl JwtVerifier {
     }
 
     /// The subject (issuer and `sub`) of a valid token, or `None`.
-    pub fn verify(&self, token: &str) -> Option<super::auth::Subject> {
+    pub fn verify(&self, token: &str) -> Option<super::subject::Subject> {
         let header = jsonwebtoken::decode_header(token).ok()?;
         if !self.validation.algorithms.contains(&header.alg) {
             return None;
@@ -212,7 +212,7 @@ impl JwtVerifier {
         }
         // `iss` was validated to be this issuer.
         let sub = data.claims.sub.filter(|s| !s.is_empty())?;
-        Some(super::auth::Subject::Jwt {
+        Some(super::subject::Subject::Jwt {
             issuer: self.issuer.clone(),
             sub,
         })
@@ -312,7 +312,7 @@ pub(crate) mod tests {
         let good = sign(TRUSTED_DER, claims(serde_json::json!({})), Some("k1"));
         assert_eq!(
             v.verify(&good),
-            Some(crate::server::http::auth::Subject::Jwt {
+            Some(super::super::subject::Subject::Jwt {
                 issuer: "https://auth.example".into(),
                 sub: "alice".into()
             })
