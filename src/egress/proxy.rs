@@ -1074,44 +1074,13 @@ async fn read_head(
         match http::parse_head(buf) {
             Ok(Some(head)) => return Ok(head),
             Ok(None) => {}
-            Err(e) => {
-                if attempt.call.is_none()
-                    && let Some(call) = partial_call(shared, buf)
-                {
-                    attempt.attribute(call);
-                }
-                if let Some(request) = http::parse_request_line(buf) {
-                    attempt.describe(&request);
-                }
-                let status = if e == HeadError::TooLarge || e == HeadError::TooManyHeaders {
-                    (431, "Request Header Fields Too Large")
-                } else {
-                    (400, "Bad Request")
-                };
-                return Err(HeadEnd::Answered {
-                    status,
-                    why: e.to_string(),
-                });
-            }
+            Err(e) => return Err(malformed(shared, buf, attempt, e)),
         }
         if attempt.call.is_none()
             && let Some(call) = partial_call(shared, buf)
         {
-            if let Some(request) = http::parse_request_line(buf) {
-                attempt.describe(&request);
-            }
             anonymous = None;
-            let counts = Arc::clone(&call.counts);
-            attempt.attribute(call);
-            match shared.admission.head_of_call(&counts) {
-                Ok(slot) => _head_slot = Some(slot),
-                Err(crowded) => {
-                    return Err(HeadEnd::Answered {
-                        status: crowded.status(),
-                        why: crowded.to_string(),
-                    });
-                }
-            }
+            _head_slot = Some(attribute_early(shared, buf, attempt, call)?);
         }
         let named = attempt.call.is_some();
         let (timeout, why_late) = if named {
@@ -1163,6 +1132,50 @@ async fn read_head(
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
         }
     }
+}
+
+/// A head that cannot be parsed: answered 431 or 400, in the name of the call its partial
+/// credentials name, if any.
+fn malformed(shared: &Shared, buf: &[u8], attempt: &mut Attempt, e: HeadError) -> HeadEnd {
+    if attempt.call.is_none()
+        && let Some(call) = partial_call(shared, buf)
+    {
+        attempt.attribute(call);
+    }
+    if let Some(request) = http::parse_request_line(buf) {
+        attempt.describe(&request);
+    }
+    let status = if e == HeadError::TooLarge || e == HeadError::TooManyHeaders {
+        (431, "Request Header Fields Too Large")
+    } else {
+        (400, "Bad Request")
+    };
+    HeadEnd::Answered {
+        status,
+        why: e.to_string(),
+    }
+}
+
+/// A head still arriving whose credentials already name `call`: the connection is the
+/// call's from now on, and holds one of its places for a head (refused when they are taken).
+fn attribute_early(
+    shared: &Shared,
+    buf: &[u8],
+    attempt: &mut Attempt,
+    call: Arc<CallState>,
+) -> Result<CallSlot, HeadEnd> {
+    if let Some(request) = http::parse_request_line(buf) {
+        attempt.describe(&request);
+    }
+    let counts = Arc::clone(&call.counts);
+    attempt.attribute(call);
+    shared
+        .admission
+        .head_of_call(&counts)
+        .map_err(|crowded| HeadEnd::Answered {
+            status: crowded.status(),
+            why: crowded.to_string(),
+        })
 }
 
 /// The call named by the credentials of a head still arriving, if they name one.
