@@ -356,45 +356,12 @@ async fn shown_read(
     let (stderr, err_cut) = show(ctx, read.stderr.bytes, "stderr");
     let dropped = read.stdout.dropped + read.stderr.dropped;
     let more = read.stdout.more || read.stderr.more;
-    if more {
-        notices.push("more output is waiting: call job again to read on".into());
-    }
-    if dropped > 0 {
-        notices.push(format!(
-            "{dropped} bytes of output left the job's buffer before they were read; they are in \
-             {}",
-            job.log_path
-                .as_deref()
-                .unwrap_or("the job's log (not kept)")
-        ));
-    }
-    if read.log_truncated {
-        notices.push(
-            "the job's log stopped growing at the spill file bound (512 MiB); later output is \
-             only in memory"
-                .into(),
-        );
-    }
+    note_what_is_not_shown(&mut notices, job, read.log_truncated, more, dropped);
     let info = info(ctx, job).await;
-    let mut error = None;
     if let Some(end) = &read.end {
         notices.extend(end.notices.iter().cloned());
-        if end.git_refused {
-            error = Some(ToolError::new(
-                ErrorKind::Denied,
-                format!(
-                    "job {} ended ({}), and cordon refused a git change it left: {}. Do not \
-                     retry it in another form; ask the operator to make the change on the host",
-                    job.id,
-                    end.reason,
-                    end.notices
-                        .first()
-                        .map(String::as_str)
-                        .unwrap_or("see stderr")
-                ),
-            ));
-        }
     }
+    let error = read.end.as_ref().and_then(|end| git_refused(job, end));
     let state = info.state.clone();
     let mut text = match &read.end {
         None => format!(
@@ -451,4 +418,53 @@ async fn shown_read(
         is_error,
         images: Vec::new(),
     }
+}
+
+/// Notices of output this read does not show: waiting for the next read, gone from the
+/// buffer (it is in the log), or past the log's bound.
+fn note_what_is_not_shown(
+    notices: &mut Vec<String>,
+    job: &Job,
+    log_truncated: bool,
+    more: bool,
+    dropped: u64,
+) {
+    if more {
+        notices.push("more output is waiting: call job again to read on".into());
+    }
+    if dropped > 0 {
+        notices.push(format!(
+            "{dropped} bytes of output left the job's buffer before they were read; they are in \
+             {}",
+            job.log_path
+                .as_deref()
+                .unwrap_or("the job's log (not kept)")
+        ));
+    }
+    if log_truncated {
+        notices.push(
+            "the job's log stopped growing at the spill file bound (512 MiB); later output is \
+             only in memory"
+                .into(),
+        );
+    }
+}
+
+/// A job that ended with a git change cordon refused: the read's error.
+fn git_refused(job: &Job, end: &crate::jobs::JobEnd) -> Option<ToolError> {
+    end.git_refused.then(|| {
+        ToolError::new(
+            ErrorKind::Denied,
+            format!(
+                "job {} ended ({}), and cordon refused a git change it left: {}. Do not \
+                 retry it in another form; ask the operator to make the change on the host",
+                job.id,
+                end.reason,
+                end.notices
+                    .first()
+                    .map(String::as_str)
+                    .unwrap_or("see stderr")
+            ),
+        )
+    })
 }
