@@ -757,27 +757,10 @@ async fn handle(
         Err(refusal) => return refuse(&shared, attempt, &mut client, refusal).await,
     };
     attempt.record.allowed = true;
-    let upstream = tokio::select! {
-        _ = cancel.cancelled() => None,
-        u = connect_any(&usable, target.port) => Some(u),
-    };
-    let upstream = match upstream {
-        None => {
-            attempt.record.note = Some("the call ended".into());
-            return attempt.finish(&shared);
-        }
-        Some(Err(e)) => {
-            let why = format!("cannot connect to {target}: {e}");
-            let _ = client
-                .write_all(&response(502, "Bad Gateway", &why, &[]))
-                .await;
-            attempt.record.note = Some(why);
-            return attempt.finish(&shared);
-        }
-        Some(Ok((stream, addr))) => {
-            attempt.record.address = Some(addr.to_string());
-            stream
-        }
+    let Some(upstream) =
+        connect_upstream(&mut attempt, &mut client, &usable, &target, &cancel).await
+    else {
+        return attempt.finish(&shared);
     };
     let early = buf.split_off(head.len);
     let connection = Connection {
@@ -787,6 +770,39 @@ async fn handle(
         cancel: &cancel,
     };
     connection.carry(attempt, client, upstream, early).await
+}
+
+/// The connection upstream, to the first of `usable` that answers, unless the call ends
+/// first; `None` (the client told why, where it is waiting for an answer) when there is none.
+async fn connect_upstream(
+    attempt: &mut Attempt,
+    client: &mut TcpStream,
+    usable: &[IpAddr],
+    target: &Target,
+    cancel: &CancellationToken,
+) -> Option<TcpStream> {
+    let upstream = tokio::select! {
+        _ = cancel.cancelled() => None,
+        u = connect_any(usable, target.port) => Some(u),
+    };
+    match upstream {
+        None => {
+            attempt.record.note = Some("the call ended".into());
+            None
+        }
+        Some(Err(e)) => {
+            let why = format!("cannot connect to {target}: {e}");
+            let _ = client
+                .write_all(&response(502, "Bad Gateway", &why, &[]))
+                .await;
+            attempt.record.note = Some(why);
+            None
+        }
+        Some(Ok((stream, addr))) => {
+            attempt.record.address = Some(addr.to_string());
+            Some(stream)
+        }
+    }
 }
 
 /// Which call is this? The complete head decides; credentials seen while it arrived only
