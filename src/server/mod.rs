@@ -6,8 +6,9 @@
 //! (`tools`), results made to fit their `outputSchema` (argument errors included) and the
 //! portable schemas (`schema`), the stdio loop, signals and session end (`stdio`), the spill
 //! area as resources (`resources`), asking the user (`approval`) or the operator
-//! (`operator`), log messages (`logging`), the server instructions, what a failed start
-//! answers (`failed_start`), and the HTTP front door (`http`). This file holds
+//! (`operator`), log messages (`logging`), the egress proxy's connections in the audit log
+//! (`connection_audit`), the server instructions, what a failed start answers
+//! (`failed_start`), and the HTTP front door (`http`). This file holds
 //! [`CordonServer`], the scope a call runs in, and `tools/call` from admission to the
 //! finished response; unknown tools and methods are named back here. The work itself is in
 //! `crate::tools`. One [`CordonServer`] serves one client session (`runtime::Session`) over
