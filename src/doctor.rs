@@ -153,7 +153,9 @@ fn runtime_in(
     Ok(Runtime::build(policy.clone(), options)?)
 }
 
-/// Runs every probe under `policy` in a throwaway workspace.
+/// Runs every probe under `policy` in a throwaway workspace: the groups of SECURITY.md's
+/// table in order (files, network, the egress proxy, the kernel attack surface, quotas and
+/// lifetime, a toolchain, then the sandbox init's isolation), each a step of [`Lab`].
 pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
     let kernel = KernelSupport::detect();
     let workspace = tempfile::Builder::new()
@@ -188,255 +190,27 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
     let runtime = runtime_in(policy, &ws, &options)?;
     let executor = &*runtime.executor;
     let confinement = executor.confinement();
-    let mut probes = Vec::new();
-    let probe = |name: &str, arg: Option<String>| {
-        let mut v = vec![
-            self_exe.clone().into_os_string(),
-            "probe".into(),
-            name.into(),
-        ];
-        v.extend(arg.map(OsString::from));
-        v
+    let lab = Lab {
+        executor,
+        confinement,
+        policy,
+        workspace: &ws,
+        outside: outside.path(),
+        secret: &secret,
+        secret_text: &secret_text,
+        self_exe: &self_exe,
+        read_only,
+        writable_dir,
     };
-
-    // Files.
-    let o = run_one(executor, sh(&format!("cat '{}'", secret.display())), 10).await;
-    let leaked = contains(&o, &secret_text);
-    probes.push(result(
-        "read a secret outside the workspace",
-        "denied",
-        &o,
-        |o| !leaked && o.exit_code != Some(0),
-    ));
-    if std::path::Path::new("/etc/shadow").exists() {
-        let o = run_one(executor, sh("cat /etc/shadow"), 10).await;
-        probes.push(result("read /etc/shadow", "denied", &o, |o| {
-            o.exit_code != Some(0)
-        }));
-    }
-    let target = outside.path().join("pwned");
-    let o = run_one(
-        executor,
-        sh(&format!("echo x > '{}'", target.display())),
-        10,
-    )
-    .await;
-    probes.push(result("write outside the workspace", "denied", &o, |o| {
-        !target.exists() && o.exit_code != Some(0)
-    }));
-    if confinement.protects_paths() {
-        let o = run_one(
-            executor,
-            sh("echo 'echo pwned' > .git/hooks/pre-commit"),
-            10,
-        )
-        .await;
-        probes.push(result(
-            "write a git hook (protected path)",
-            "denied",
-            &o,
-            |o| o.exit_code != Some(0) && !ws.join(".git/hooks/pre-commit").exists(),
-        ));
-        let o = run_one(
-            executor,
-            sh("echo '[core] fsmonitor = pwned' >> .git/config"),
-            10,
-        )
-        .await;
-        let config = std::fs::read_to_string(ws.join(".git/config")).unwrap_or_default();
-        // `.git/config` is writable but vetted (SECURITY.md, "Git"): a key that runs a
-        // command is undone and the call refused.
-        probes.push(result(
-            "write .git/config (a key that runs a command)",
-            "undone, denied",
-            &o,
-            |o| (o.exit_code != Some(0) || o.git_refused) && !config.contains("pwned"),
-        ));
-    }
-    let o = run_one(executor, sh("echo ok > inside.txt && cat inside.txt"), 10).await;
-    if read_only {
-        probes.push(result(
-            "write inside the read-only workspace",
-            "denied",
-            &o,
-            |o| o.exit_code != Some(0) && !ws.join("inside.txt").exists(),
-        ));
-    } else {
-        probes.push(result("write inside the workspace", "allowed", &o, |o| {
-            o.exit_code == Some(0) && text_contains(o, "ok")
-        }));
-    }
-    if let Some(dir) = &writable_dir {
-        let script = format!("echo ok > '{dir}/inside.txt' && cat '{dir}/inside.txt'");
-        let o = run_one(executor, sh(&script), 10).await;
-        probes.push(result(
-            &format!("write inside {dir}/ (workspace_writable)"),
-            "allowed",
-            &o,
-            |o| o.exit_code == Some(0) && text_contains(o, "ok"),
-        ));
-    }
-
-    // Network.
+    let mut probes = Vec::new();
+    lab.files(&mut probes).await;
+    // Held until every probe ran, so its port stays this listener's.
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    let port = listener.local_addr()?.port();
-    let tcp_allowed = policy.network.tcp_connect.contains(&port);
-    let o = run_one(executor, probe("tcp-connect", Some(port.to_string())), 10).await;
-    probes.push(expect_refused(
-        &format!("TCP connect to a loopback listener (:{port})"),
-        &o,
-        !tcp_allowed,
-    ));
-    let udp = std::net::UdpSocket::bind("127.0.0.1:0")?;
-    let udp_port = udp.local_addr()?.port();
-    let o = run_one(executor, probe("udp", Some(udp_port.to_string())), 10).await;
-    if executor.confinement().enforcement().network_namespace {
-        // The sandbox's own namespace: the send may succeed there (UDP is allowed on its
-        // loopback), but the host's loopback, where the receiver is, must get nothing.
-        udp.set_read_timeout(Some(std::time::Duration::from_millis(300)))?;
-        let arrived = udp.recv_from(&mut [0u8; 64]).is_ok();
-        probes.push(result(
-            "UDP send to the host's loopback (from the sandbox's network namespace)",
-            "nothing arrives",
-            &o,
-            |_| !arrived,
-        ));
-    } else {
-        // `tcp_udp` lets UDP through (Landlock cannot restrict it before ABI 10).
-        let udp_allowed = policy.sandbox.seccomp_profile == "tcp_udp";
-        probes.push(expect_refused("UDP send to loopback", &o, !udp_allowed));
-    }
-
-    // The egress proxy (proxy-mode policies): a host the policy does not list is refused by
-    // the proxy, before any lookup, and the refusal is in the call's result.
-    if let Some(rules) = executor.confinement().egress().map(|p| p.rules()) {
-        const TARGET: &str = "cordon-doctor-probe.invalid:443";
-        let listed = crate::egress::pattern::Target::parse_authority(TARGET)
-            .map(|t| rules.judge(&t).is_ok())
-            .unwrap_or(true);
-        if !listed {
-            let o = run_one(executor, probe("proxy-connect", Some(TARGET.into())), 10).await;
-            probes.push(result(
-                "egress proxy: CONNECT to a host not in network.allow_hosts",
-                "refused by the proxy and reported",
-                &o,
-                |o| {
-                    o.exit_code == Some(1)
-                        && o.network.as_ref().is_some_and(|n| {
-                            n.refused.iter().any(|r| {
-                                r.starts_with(&format!(
-                                    "CONNECT {TARGET} refused: not in [network].allow_hosts"
-                                ))
-                            })
-                        })
-                },
-            ));
-        }
-    }
-
-    // Kernel attack surface.
-    for name in [
-        "ptrace",
-        "mount",
-        "unshare",
-        "clone-newuser",
-        "bpf",
-        "io_uring",
-        "signal-parent",
-        "x32",
-    ] {
-        let o = run_one(executor, probe(name, None), 10).await;
-        probes.push(expect_refused(name, &o, true));
-    }
-    let o = run_one(executor, probe("clone3", None), 10).await;
-    probes.push(result(
-        "clone3 (must be ENOSYS so libc falls back to clone)",
-        "ENOSYS",
-        &o,
-        |o| o.exit_code == Some(1) && text_contains(o, "os error 38"),
-    ));
-    let o = run_one(executor, probe("int80", None), 10).await;
-    probes.push(result(
-        "i386 int 0x80 syscall",
-        "killed (SIGSYS)",
-        &o,
-        |o| o.signal == Some(libc::SIGSYS),
-    ));
-
-    // Quotas and lifetime.
-    let bomb = format!(
-        "i=0; while [ $i -lt {} ]; do sleep 30 & i=$((i+1)); done; wait",
-        policy.limits.pids * 2
-    );
-    let o = run_one(executor, sh(&bomb), 20).await;
-    probes.push(result(
-        &format!(
-            "start {} processes (pids limit {})",
-            policy.limits.pids * 2,
-            policy.limits.pids
-        ),
-        "pids limit hit",
-        &o,
-        |o| o.limit.as_ref().is_some_and(|l| l.kind == LimitKind::Pids),
-    ));
-    let balloon_mb = policy.limits.memory_bytes / (1024 * 1024) + 512;
-    let o = run_one(
-        executor,
-        sh(&format!("head -c {balloon_mb}M /dev/zero | tail")),
-        60,
-    )
-    .await;
-    probes.push(result(
-        &format!(
-            "allocate {balloon_mb} MiB (memory limit {} MiB)",
-            policy.limits.memory_bytes >> 20
-        ),
-        "memory limit hit",
-        &o,
-        |o| {
-            o.limit
-                .as_ref()
-                .is_some_and(|l| l.kind == LimitKind::Memory)
-        },
-    ));
-    let marker = 3000 + std::process::id() % 1000;
-    let o = run_one(
-        executor,
-        // Wait until the daemon has really left the process group before the call ends;
-        // otherwise a process-group kill could catch it and hide a missing cgroup.
-        sh(&format!(
-            "setsid sh -c 'touch .daemon-ready; exec sleep {marker}' & \
-             i=0; while [ ! -e .daemon-ready ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i+1)); done; \
-             echo started"
-        )),
-        10,
-    )
-    .await;
-    let argv = ["sleep".to_owned(), marker.to_string()];
-    let survivors = processes_with_args(&[&argv[0], &argv[1]]);
-    // A survivor is this probe's failure, not something to leave running.
-    kill_processes_with_args(&[&argv[0], &argv[1]]);
-    probes.push(result(
-        "outlive the call with a setsid daemon",
-        "killed with the call",
-        &o,
-        |o| survivors == 0 && text_contains(o, "started"),
-    ));
-
-    if let Some(python) = ["/usr/bin/python3", "/usr/local/bin/python3"]
-        .iter()
-        .find(|p| std::path::Path::new(p).exists())
-    {
-        let o = run_one(
-            executor,
-            vec![(*python).into(), "-c".into(), "print(6*7)".into()],
-            20,
-        )
-        .await;
-        probes.push(result("run python3", "allowed", &o, |o| {
-            text_contains(o, "42")
-        }));
-    }
+    lab.network(&listener, &mut probes).await?;
+    lab.egress(&mut probes).await;
+    lab.kernel_surface(&mut probes).await;
+    lab.quotas(&mut probes).await;
+    lab.toolchain(&mut probes).await;
     probes.extend(
         isolation::probes(&isolation::Setup {
             executor,
@@ -461,6 +235,320 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
         ),
         kernel_denials: crate::confine::audit::probe(),
     })
+}
+
+/// What the probes of [`run`] share: the confined runtime's executor, the throwaway
+/// workspace and the host directory outside it with its secret.
+struct Lab<'a> {
+    executor: &'a Executor,
+    confinement: &'a crate::confine::Confinement,
+    policy: &'a Policy,
+    workspace: &'a std::path::Path,
+    outside: &'a std::path::Path,
+    secret: &'a std::path::Path,
+    secret_text: &'a str,
+    self_exe: &'a std::path::Path,
+    /// The policy's workspace is read-only ...
+    read_only: bool,
+    /// ... and this, its first writable directory, is the exception.
+    writable_dir: Option<String>,
+}
+
+impl Lab<'_> {
+    /// `cordon probe <name> [arg]`: this binary's confined self-test of one operation.
+    fn probe(&self, name: &str, arg: Option<String>) -> Vec<OsString> {
+        let mut v = vec![
+            self.self_exe.as_os_str().to_owned(),
+            "probe".into(),
+            name.into(),
+        ];
+        v.extend(arg.map(OsString::from));
+        v
+    }
+
+    /// Files: a secret outside, /etc/shadow, writes outside, protected paths, writes inside.
+    async fn files(&self, probes: &mut Vec<ProbeResult>) {
+        let o = run_one(
+            self.executor,
+            sh(&format!("cat '{}'", self.secret.display())),
+            10,
+        )
+        .await;
+        let leaked = contains(&o, self.secret_text);
+        probes.push(result(
+            "read a secret outside the workspace",
+            "denied",
+            &o,
+            |o| !leaked && o.exit_code != Some(0),
+        ));
+        if std::path::Path::new("/etc/shadow").exists() {
+            let o = run_one(self.executor, sh("cat /etc/shadow"), 10).await;
+            probes.push(result("read /etc/shadow", "denied", &o, |o| {
+                o.exit_code != Some(0)
+            }));
+        }
+        let target = self.outside.join("pwned");
+        let o = run_one(
+            self.executor,
+            sh(&format!("echo x > '{}'", target.display())),
+            10,
+        )
+        .await;
+        probes.push(result("write outside the workspace", "denied", &o, |o| {
+            !target.exists() && o.exit_code != Some(0)
+        }));
+        if self.confinement.protects_paths() {
+            let o = run_one(
+                self.executor,
+                sh("echo 'echo pwned' > .git/hooks/pre-commit"),
+                10,
+            )
+            .await;
+            probes.push(result(
+                "write a git hook (protected path)",
+                "denied",
+                &o,
+                |o| {
+                    o.exit_code != Some(0) && !self.workspace.join(".git/hooks/pre-commit").exists()
+                },
+            ));
+            let o = run_one(
+                self.executor,
+                sh("echo '[core] fsmonitor = pwned' >> .git/config"),
+                10,
+            )
+            .await;
+            let config =
+                std::fs::read_to_string(self.workspace.join(".git/config")).unwrap_or_default();
+            // `.git/config` is writable but vetted (SECURITY.md, "Git"): a key that runs a
+            // command is undone and the call refused.
+            probes.push(result(
+                "write .git/config (a key that runs a command)",
+                "undone, denied",
+                &o,
+                |o| (o.exit_code != Some(0) || o.git_refused) && !config.contains("pwned"),
+            ));
+        }
+        let o = run_one(
+            self.executor,
+            sh("echo ok > inside.txt && cat inside.txt"),
+            10,
+        )
+        .await;
+        if self.read_only {
+            probes.push(result(
+                "write inside the read-only workspace",
+                "denied",
+                &o,
+                |o| o.exit_code != Some(0) && !self.workspace.join("inside.txt").exists(),
+            ));
+        } else {
+            probes.push(result("write inside the workspace", "allowed", &o, |o| {
+                o.exit_code == Some(0) && text_contains(o, "ok")
+            }));
+        }
+        if let Some(dir) = &self.writable_dir {
+            let script = format!("echo ok > '{dir}/inside.txt' && cat '{dir}/inside.txt'");
+            let o = run_one(self.executor, sh(&script), 10).await;
+            probes.push(result(
+                &format!("write inside {dir}/ (workspace_writable)"),
+                "allowed",
+                &o,
+                |o| o.exit_code == Some(0) && text_contains(o, "ok"),
+            ));
+        }
+    }
+
+    /// Network: TCP to a loopback listener of the host, UDP to the host's loopback.
+    async fn network(
+        &self,
+        listener: &std::net::TcpListener,
+        probes: &mut Vec<ProbeResult>,
+    ) -> Result<(), DoctorError> {
+        let port = listener.local_addr()?.port();
+        let tcp_allowed = self.policy.network.tcp_connect.contains(&port);
+        let o = run_one(
+            self.executor,
+            self.probe("tcp-connect", Some(port.to_string())),
+            10,
+        )
+        .await;
+        probes.push(expect_refused(
+            &format!("TCP connect to a loopback listener (:{port})"),
+            &o,
+            !tcp_allowed,
+        ));
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0")?;
+        let udp_port = udp.local_addr()?.port();
+        let o = run_one(
+            self.executor,
+            self.probe("udp", Some(udp_port.to_string())),
+            10,
+        )
+        .await;
+        if self.confinement.enforcement().network_namespace {
+            // The sandbox's own namespace: the send may succeed there (UDP is allowed on its
+            // loopback), but the host's loopback, where the receiver is, must get nothing.
+            udp.set_read_timeout(Some(std::time::Duration::from_millis(300)))?;
+            let arrived = udp.recv_from(&mut [0u8; 64]).is_ok();
+            probes.push(result(
+                "UDP send to the host's loopback (from the sandbox's network namespace)",
+                "nothing arrives",
+                &o,
+                |_| !arrived,
+            ));
+        } else {
+            // `tcp_udp` lets UDP through (Landlock cannot restrict it before ABI 10).
+            let udp_allowed = self.policy.sandbox.seccomp_profile == "tcp_udp";
+            probes.push(expect_refused("UDP send to loopback", &o, !udp_allowed));
+        }
+        Ok(())
+    }
+
+    /// The egress proxy (proxy-mode policies): a host the policy does not list is refused by
+    /// the proxy, before any lookup, and the refusal is in the call's result.
+    async fn egress(&self, probes: &mut Vec<ProbeResult>) {
+        if let Some(rules) = self.confinement.egress().map(|p| p.rules()) {
+            const TARGET: &str = "cordon-doctor-probe.invalid:443";
+            let listed = crate::egress::pattern::Target::parse_authority(TARGET)
+                .map(|t| rules.judge(&t).is_ok())
+                .unwrap_or(true);
+            if !listed {
+                let o = run_one(
+                    self.executor,
+                    self.probe("proxy-connect", Some(TARGET.into())),
+                    10,
+                )
+                .await;
+                probes.push(result(
+                    "egress proxy: CONNECT to a host not in network.allow_hosts",
+                    "refused by the proxy and reported",
+                    &o,
+                    |o| {
+                        o.exit_code == Some(1)
+                            && o.network.as_ref().is_some_and(|n| {
+                                n.refused.iter().any(|r| {
+                                    r.starts_with(&format!(
+                                        "CONNECT {TARGET} refused: not in [network].allow_hosts"
+                                    ))
+                                })
+                            })
+                    },
+                ));
+            }
+        }
+    }
+
+    /// The kernel attack surface: syscalls seccomp refuses, clone3, the i386 entry.
+    async fn kernel_surface(&self, probes: &mut Vec<ProbeResult>) {
+        for name in [
+            "ptrace",
+            "mount",
+            "unshare",
+            "clone-newuser",
+            "bpf",
+            "io_uring",
+            "signal-parent",
+            "x32",
+        ] {
+            let o = run_one(self.executor, self.probe(name, None), 10).await;
+            probes.push(expect_refused(name, &o, true));
+        }
+        let o = run_one(self.executor, self.probe("clone3", None), 10).await;
+        probes.push(result(
+            "clone3 (must be ENOSYS so libc falls back to clone)",
+            "ENOSYS",
+            &o,
+            |o| o.exit_code == Some(1) && text_contains(o, "os error 38"),
+        ));
+        let o = run_one(self.executor, self.probe("int80", None), 10).await;
+        probes.push(result(
+            "i386 int 0x80 syscall",
+            "killed (SIGSYS)",
+            &o,
+            |o| o.signal == Some(libc::SIGSYS),
+        ));
+    }
+
+    /// Quotas and lifetime: the pids and memory limits, a daemon that tries to outlive the call.
+    async fn quotas(&self, probes: &mut Vec<ProbeResult>) {
+        let bomb = format!(
+            "i=0; while [ $i -lt {} ]; do sleep 30 & i=$((i+1)); done; wait",
+            self.policy.limits.pids * 2
+        );
+        let o = run_one(self.executor, sh(&bomb), 20).await;
+        probes.push(result(
+            &format!(
+                "start {} processes (pids limit {})",
+                self.policy.limits.pids * 2,
+                self.policy.limits.pids
+            ),
+            "pids limit hit",
+            &o,
+            |o| o.limit.as_ref().is_some_and(|l| l.kind == LimitKind::Pids),
+        ));
+        let balloon_mb = self.policy.limits.memory_bytes / (1024 * 1024) + 512;
+        let o = run_one(
+            self.executor,
+            sh(&format!("head -c {balloon_mb}M /dev/zero | tail")),
+            60,
+        )
+        .await;
+        probes.push(result(
+            &format!(
+                "allocate {balloon_mb} MiB (memory limit {} MiB)",
+                self.policy.limits.memory_bytes >> 20
+            ),
+            "memory limit hit",
+            &o,
+            |o| {
+                o.limit
+                    .as_ref()
+                    .is_some_and(|l| l.kind == LimitKind::Memory)
+            },
+        ));
+        let marker = 3000 + std::process::id() % 1000;
+        let o = run_one(
+            self.executor,
+            // Wait until the daemon has really left the process group before the call ends;
+            // otherwise a process-group kill could catch it and hide a missing cgroup.
+            sh(&format!(
+                "setsid sh -c 'touch .daemon-ready; exec sleep {marker}' & \
+                 i=0; while [ ! -e .daemon-ready ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i+1)); done; \
+                 echo started"
+            )),
+            10,
+        )
+        .await;
+        let argv = ["sleep".to_owned(), marker.to_string()];
+        let survivors = processes_with_args(&[&argv[0], &argv[1]]);
+        // A survivor is this probe's failure, not something to leave running.
+        kill_processes_with_args(&[&argv[0], &argv[1]]);
+        probes.push(result(
+            "outlive the call with a setsid daemon",
+            "killed with the call",
+            &o,
+            |o| survivors == 0 && text_contains(o, "started"),
+        ));
+    }
+
+    /// A granted toolchain runs: python3, where the host has it.
+    async fn toolchain(&self, probes: &mut Vec<ProbeResult>) {
+        if let Some(python) = ["/usr/bin/python3", "/usr/local/bin/python3"]
+            .iter()
+            .find(|p| std::path::Path::new(p).exists())
+        {
+            let o = run_one(
+                self.executor,
+                vec![(*python).into(), "-c".into(), "print(6*7)".into()],
+                20,
+            )
+            .await;
+            probes.push(result("run python3", "allowed", &o, |o| {
+                text_contains(o, "42")
+            }));
+        }
+    }
 }
 
 fn sh(script: &str) -> Vec<OsString> {

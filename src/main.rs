@@ -364,99 +364,121 @@ async fn run(command: Command) -> Result<i32> {
             bench: true,
             n,
             mcp,
-        } => {
-            let policy = Policy::load(&policy)?;
-            let options = cordon::doctor::bench::BenchOptions { n, mcp };
-            let report = cordon::doctor::bench::run(&policy, options).await?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            } else {
-                print!("{}", report.render());
-            }
-            Ok(0)
-        }
-        Command::Doctor { json, policy, .. } => {
-            let policy = Policy::load(&policy)?;
-            let report = cordon::doctor::run(&policy).await?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            } else {
-                print!("{}", report.render_table());
-            }
-            Ok(if report.all_passed() { 0 } else { 1 })
-        }
+        } => bench(json, &policy, n, mcp).await,
+        Command::Doctor { json, policy, .. } => doctor(json, &policy).await,
         Command::Lint {
             files,
             json,
             workspace,
             policy,
             allow_degraded,
-        } => {
-            let options = RuntimeOptions {
-                workspace: workspace_or_cwd(workspace)?,
-                allow_degraded,
-                ..RuntimeOptions::default()
-            };
-            let runtime = cordon::cli::lint::runtime(Policy::load(&policy)?, options)?;
-            let reports = cordon::cli::lint::run(&runtime, &files).await?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&reports)?);
-            } else {
-                print!("{}", cordon::cli::lint::render(&reports));
-            }
-            Ok(cordon::cli::lint::exit_code(&reports))
-        }
-        Command::Policy { action } => {
-            use cordon::cli::policy;
-            match action {
-                PolicyAction::Show { policy: name, json } => {
-                    print!("{}", policy::show(&Policy::load(&name)?, json)?);
-                    if json {
-                        println!();
-                    }
-                }
-                PolicyAction::Check { policy: name } => {
-                    let loaded = Policy::load(&name)?;
-                    policy::check_examples(&loaded).await?;
-                    print!("{}", policy::check(&loaded)?);
-                }
-                PolicyAction::Explain { policy: name } => {
-                    print!("{}", policy::explain(&Policy::load(&name)?));
-                }
-                PolicyAction::Replay {
-                    audit_log,
-                    policy: candidate,
-                    json,
-                } => {
-                    use cordon::cli::replay;
-                    let report = replay::run(&audit_log, candidate.as_deref()).await?;
-                    if json {
-                        println!("{}", serde_json::to_string_pretty(&report)?);
-                    } else {
-                        print!("{}", replay::render(&report));
-                    }
-                    return Ok(if report.changed.is_empty() { 0 } else { 1 });
-                }
-            }
-            Ok(0)
-        }
-        Command::Approvals { json, dir } => {
-            use cordon::cli::approvals;
-            let dir = approvals::dir_or_default(dir);
-            let listing = approvals::list(&dir)?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&listing)?);
-            } else {
-                print!("{}", approvals::render(&listing, &dir));
-            }
-            Ok(0)
-        }
+        } => lint(files, json, workspace, &policy, allow_degraded).await,
+        Command::Policy { action } => policy_action(action).await,
+        Command::Approvals { json, dir } => approvals(json, dir),
         Command::Approve { id, dir } => answer_question(id, dir, true),
         Command::Deny { id, dir } => answer_question(id, dir, false),
         Command::Probe { .. } | Command::ParseWorker => {
             unreachable!("handled before the runtime starts")
         }
     }
+}
+
+/// `cordon doctor --bench`: the spawn benchmark, as a table or JSON.
+async fn bench(json: bool, policy: &str, n: usize, mcp: bool) -> Result<i32> {
+    let policy = Policy::load(policy)?;
+    let options = cordon::doctor::bench::BenchOptions { n, mcp };
+    let report = cordon::doctor::bench::run(&policy, options).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.render());
+    }
+    Ok(0)
+}
+
+/// `cordon doctor`: every probe; exit 1 unless all pass.
+async fn doctor(json: bool, policy: &str) -> Result<i32> {
+    let policy = Policy::load(policy)?;
+    let report = cordon::doctor::run(&policy).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.render_table());
+    }
+    Ok(if report.all_passed() { 0 } else { 1 })
+}
+
+/// `cordon lint`: the policy's linters on `files`, confined; the exit code says whether any
+/// reported a problem.
+async fn lint(
+    files: Vec<PathBuf>,
+    json: bool,
+    workspace: Option<PathBuf>,
+    policy: &str,
+    allow_degraded: bool,
+) -> Result<i32> {
+    let options = RuntimeOptions {
+        workspace: workspace_or_cwd(workspace)?,
+        allow_degraded,
+        ..RuntimeOptions::default()
+    };
+    let runtime = cordon::cli::lint::runtime(Policy::load(policy)?, options)?;
+    let reports = cordon::cli::lint::run(&runtime, &files).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+    } else {
+        print!("{}", cordon::cli::lint::render(&reports));
+    }
+    Ok(cordon::cli::lint::exit_code(&reports))
+}
+
+/// `cordon policy show|check|explain|replay`.
+async fn policy_action(action: PolicyAction) -> Result<i32> {
+    use cordon::cli::policy;
+    match action {
+        PolicyAction::Show { policy: name, json } => {
+            print!("{}", policy::show(&Policy::load(&name)?, json)?);
+            if json {
+                println!();
+            }
+        }
+        PolicyAction::Check { policy: name } => {
+            let loaded = Policy::load(&name)?;
+            policy::check_examples(&loaded).await?;
+            print!("{}", policy::check(&loaded)?);
+        }
+        PolicyAction::Explain { policy: name } => {
+            print!("{}", policy::explain(&Policy::load(&name)?));
+        }
+        PolicyAction::Replay {
+            audit_log,
+            policy: candidate,
+            json,
+        } => {
+            use cordon::cli::replay;
+            let report = replay::run(&audit_log, candidate.as_deref()).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", replay::render(&report));
+            }
+            return Ok(if report.changed.is_empty() { 0 } else { 1 });
+        }
+    }
+    Ok(0)
+}
+
+/// `cordon approvals`: the questions waiting for the operator.
+fn approvals(json: bool, dir: Option<PathBuf>) -> Result<i32> {
+    use cordon::cli::approvals;
+    let dir = approvals::dir_or_default(dir);
+    let listing = approvals::list(&dir)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&listing)?);
+    } else {
+        print!("{}", approvals::render(&listing, &dir));
+    }
+    Ok(0)
 }
 
 /// `cordon approve ID` / `cordon deny ID`.

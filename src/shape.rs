@@ -253,49 +253,15 @@ fn cut_stream(
     invalid_utf8: bool,
 ) -> ShapedStream {
     let lines = count_lines(captured);
-    // A UTF-8 character is at most 4 bytes, so only plausible candidates are decoded.
     if let Some(bytes) = &complete
-        && lines <= policy.max_lines as u64
-        && bytes.len() <= policy.max_chars.saturating_mul(4)
+        && let Some(shaped) =
+            whole_if_it_fits(bytes, lines, policy, stream_name, spill, invalid_utf8)
     {
-        let text = String::from_utf8_lossy(bytes);
-        if text.chars().count() <= policy.max_chars {
-            let full_output = match (invalid_utf8, spill) {
-                (true, Some(open)) => open(stream_name)
-                    .and_then(|(path, mut file)| {
-                        std::io::Write::write_all(&mut file, bytes)?;
-                        Ok(path)
-                    })
-                    .ok(),
-                _ => None,
-            };
-            return ShapedStream {
-                text: text.into_owned(),
-                truncated: false,
-                full_output,
-                ..Default::default()
-            };
-        }
+        return shaped;
     }
 
-    // Where the whole stream lives: spilled while capturing, or written now from memory.
-    let mut full_output = captured.spill_path.clone();
-    let mut spill_note = captured.spill_error.clone();
-    if full_output.is_none() {
-        match (&complete, spill) {
-            (Some(bytes), Some(open)) => match open(stream_name).and_then(|(path, mut file)| {
-                std::io::Write::write_all(&mut file, bytes)?;
-                Ok(path)
-            }) {
-                Ok(path) => full_output = Some(path),
-                Err(e) => spill_note = Some(format!("could not save the full output: {e}")),
-            },
-            (None, _) => {
-                spill_note.get_or_insert_with(|| "the middle of the output was not kept".into());
-            }
-            (Some(_), None) => {}
-        }
-    }
+    let (full_output, spill_note) =
+        where_it_is_whole(captured, complete.as_deref(), stream_name, spill);
 
     let (head, tail): (&[u8], &[u8]) = match &complete {
         // Few but long lines: head and tail would overlap, so cut the middle by characters.
@@ -309,24 +275,7 @@ fn cut_stream(
             last_lines(&captured.tail, policy.tail_lines),
         ),
     };
-    let (head_text, tail_text) = if tail.is_empty() {
-        let text = String::from_utf8_lossy(head);
-        let chars = text.chars().count();
-        let half = policy.max_chars / 2;
-        if chars <= policy.max_chars {
-            (text.into_owned(), String::new())
-        } else {
-            (
-                text.chars().take(half).collect(),
-                text.chars().skip(chars - half).collect(),
-            )
-        }
-    } else {
-        (
-            clip_chars(&String::from_utf8_lossy(head), policy.max_chars / 2, true),
-            clip_chars(&String::from_utf8_lossy(tail), policy.max_chars / 2, false),
-        )
-    };
+    let (head_text, tail_text) = shown_ends(head, tail, policy);
     let shown_bytes = (head_text.len() + tail_text.len()) as u64;
     let shown_lines = (head_text.matches('\n').count() + tail_text.matches('\n').count()) as u64;
     let omitted_lines = lines.saturating_sub(shown_lines);
@@ -353,6 +302,93 @@ fn cut_stream(
         truncated: true,
         full_output,
         ..Default::default()
+    }
+}
+
+/// The stream uncut, when it is within the policy's lines and characters (`None` if not);
+/// saved as a file too when it had invalid UTF-8, which the text cannot carry.
+fn whole_if_it_fits(
+    bytes: &[u8],
+    lines: u64,
+    policy: &OutputPolicy,
+    stream_name: &str,
+    spill: Option<SpillWriter<'_>>,
+    invalid_utf8: bool,
+) -> Option<ShapedStream> {
+    // A UTF-8 character is at most 4 bytes, so only plausible candidates are decoded.
+    if lines <= policy.max_lines as u64 && bytes.len() <= policy.max_chars.saturating_mul(4) {
+        let text = String::from_utf8_lossy(bytes);
+        if text.chars().count() <= policy.max_chars {
+            let full_output = match (invalid_utf8, spill) {
+                (true, Some(open)) => open(stream_name)
+                    .and_then(|(path, mut file)| {
+                        std::io::Write::write_all(&mut file, bytes)?;
+                        Ok(path)
+                    })
+                    .ok(),
+                _ => None,
+            };
+            return Some(ShapedStream {
+                text: text.into_owned(),
+                truncated: false,
+                full_output,
+                ..Default::default()
+            });
+        }
+    }
+
+    None
+}
+
+/// Where the whole stream lives: spilled while capturing, or written now from memory; and
+/// why not, where it is not whole anywhere.
+fn where_it_is_whole(
+    captured: &Captured,
+    complete: Option<&[u8]>,
+    stream_name: &str,
+    spill: Option<SpillWriter<'_>>,
+) -> (Option<String>, Option<String>) {
+    let mut full_output = captured.spill_path.clone();
+    let mut spill_note = captured.spill_error.clone();
+    if full_output.is_none() {
+        match (complete, spill) {
+            (Some(bytes), Some(open)) => match open(stream_name).and_then(|(path, mut file)| {
+                std::io::Write::write_all(&mut file, bytes)?;
+                Ok(path)
+            }) {
+                Ok(path) => full_output = Some(path),
+                Err(e) => spill_note = Some(format!("could not save the full output: {e}")),
+            },
+            (None, _) => {
+                spill_note.get_or_insert_with(|| "the middle of the output was not kept".into());
+            }
+            (Some(_), None) => {}
+        }
+    }
+
+    (full_output, spill_note)
+}
+
+/// The text of the head and tail kept, each within half the policy's characters; a head
+/// alone (few but long lines) is cut in its middle.
+fn shown_ends(head: &[u8], tail: &[u8], policy: &OutputPolicy) -> (String, String) {
+    if tail.is_empty() {
+        let text = String::from_utf8_lossy(head);
+        let chars = text.chars().count();
+        let half = policy.max_chars / 2;
+        if chars <= policy.max_chars {
+            (text.into_owned(), String::new())
+        } else {
+            (
+                text.chars().take(half).collect(),
+                text.chars().skip(chars - half).collect(),
+            )
+        }
+    } else {
+        (
+            clip_chars(&String::from_utf8_lossy(head), policy.max_chars / 2, true),
+            clip_chars(&String::from_utf8_lossy(tail), policy.max_chars / 2, false),
+        )
     }
 }
 

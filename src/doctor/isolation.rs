@@ -70,7 +70,19 @@ pub(super) async fn probes(s: &Setup<'_>) -> Result<Vec<ProbeResult>, DoctorErro
     let mut probes = Vec::new();
     let token = format!("cordon-doctor-{}", std::process::id());
 
-    // Unix sockets listening on the host.
+    probes.extend(host_unix_sockets(s, &token).await?);
+    probes.extend(metadata_and_setuid(s).await?);
+    probes.extend(host_ipc_and_processes(s, &token).await?);
+    probes.push(inherited_descriptor(s).await?);
+    probes.push(gone_after_sigkill_of_its_cordon(s).await);
+    probes.extend(protected_git(s).await?);
+    probes.extend(tcp_side_doors(s).await?);
+    Ok(probes)
+}
+
+/// Unix sockets listening on the host: a pathname one outside the workspace, an abstract one.
+async fn host_unix_sockets(s: &Setup<'_>, token: &str) -> Result<Vec<ProbeResult>, DoctorError> {
+    let mut probes = Vec::new();
     let sock = s.outside.join("host.sock");
     let _pathname = std::os::unix::net::UnixListener::bind(&sock)?;
     let o = run_one(
@@ -102,7 +114,12 @@ pub(super) async fn probes(s: &Setup<'_>) -> Result<Vec<ProbeResult>, DoctorErro
         true,
     ));
 
-    // Metadata outside every grant, and setuid files inside.
+    Ok(probes)
+}
+
+/// Metadata of a file outside every grant, and setuid files inside.
+async fn metadata_and_setuid(s: &Setup<'_>) -> Result<Vec<ProbeResult>, DoctorError> {
+    let mut probes = Vec::new();
     let target = s.outside.join("metadata-target");
     std::fs::write(&target, "x")?;
     std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644))?;
@@ -143,6 +160,15 @@ pub(super) async fn probes(s: &Setup<'_>) -> Result<Vec<ProbeResult>, DoctorErro
         |o| o.exit_code == Some(1) && special == 0 && !file_caps,
     ));
 
+    Ok(probes)
+}
+
+/// System V IPC made outside, and other processes in /proc.
+async fn host_ipc_and_processes(
+    s: &Setup<'_>,
+    token: &str,
+) -> Result<Vec<ProbeResult>, DoctorError> {
+    let mut probes = Vec::new();
     // System V IPC made outside.
     let sysv = HostSysvObjects::create(format!("{token}-secret").as_bytes())?;
     let o = run_one(
@@ -186,10 +212,6 @@ pub(super) async fn probes(s: &Setup<'_>) -> Result<Vec<ProbeResult>, DoctorErro
         ),
     });
 
-    probes.push(inherited_descriptor(s).await?);
-    probes.push(gone_after_sigkill_of_its_cordon(s).await);
-    probes.extend(protected_git(s).await?);
-    probes.extend(tcp_side_doors(s).await?);
     Ok(probes)
 }
 

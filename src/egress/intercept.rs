@@ -128,6 +128,7 @@ pub(super) async fn plain(
     exchange(ctx, client, connect, Some(head), early, target, false).await
 }
 
+/// One intercepted request and its response; a refusal at any step is the outcome's note.
 #[allow(clippy::too_many_arguments)]
 async fn exchange<C, U, F>(
     ctx: &Scope<'_>,
@@ -144,132 +145,223 @@ where
     F: std::future::Future<Output = Result<U, String>>,
 {
     let mut outcome = Outcome::default();
-    let (mut head, mut pending) = match head {
-        Some(h) => (h, early),
-        None => match read_request(ctx, &mut client).await {
-            Ok(x) => x,
-            Err(Some((status, why))) => {
-                let _ = client.write_all(&answer(status, &why)).await;
-                return outcome.refused(why);
+    let request = Intercepted { target, tls };
+    match request
+        .exchange(ctx, &mut client, connect, head, early, &mut outcome)
+        .await
+    {
+        Ok(()) => outcome,
+        Err(why) => outcome.refused(why),
+    }
+}
+
+/// The request of an intercepted exchange: where it goes and whether it came through TLS.
+struct Intercepted<'a> {
+    target: &'a Target,
+    tls: bool,
+}
+
+impl Intercepted<'_> {
+    /// The steps of [`exchange`]: `Err` is why it was refused (the client has been answered).
+    async fn exchange<C, U, F>(
+        &self,
+        ctx: &Scope<'_>,
+        client: &mut C,
+        connect: F,
+        head: Option<OriginHead>,
+        early: Vec<u8>,
+        outcome: &mut Outcome,
+    ) -> Result<(), String>
+    where
+        C: AsyncRead + AsyncWrite + Unpin,
+        U: AsyncRead + AsyncWrite + Unpin,
+        F: std::future::Future<Output = Result<U, String>>,
+    {
+        let (mut head, pending) = match head {
+            Some(h) => (h, early),
+            None => match read_request(ctx, client).await {
+                Ok(x) => x,
+                Err(Some((status, why))) => {
+                    let _ = client.write_all(&answer(status, &why)).await;
+                    return Err(why);
+                }
+                Err(None) => return Err("the client sent no request".into()),
+            },
+        };
+        outcome.method = Some(head.method.clone());
+        outcome.path = Some(head.path_only().to_owned());
+        let body = self.admit(ctx, client, &mut head, outcome).await?;
+        let mut reader = self
+            .push_checked(ctx, client, &head, body, pending, outcome)
+            .await?;
+        let upstream = tokio::select! {
+            _ = ctx.cancel.cancelled() => return Err("cut when the call ended".into()),
+            u = connect => u,
+        };
+        let mut upstream = match upstream {
+            Ok(u) => u,
+            Err(why) => {
+                let _ = client.write_all(&answer((502, "Bad Gateway"), &why)).await;
+                outcome.status = Some(502);
+                return Err(why);
             }
-            Err(None) => return outcome.refused("the client sent no request".into()),
-        },
-    };
-    outcome.method = Some(head.method.clone());
-    outcome.path = Some(head.path_only().to_owned());
-    match judge(ctx, &mut head, target, tls, &mut outcome) {
-        Ok(()) => {}
-        Err((status, why)) => {
+        };
+        outcome.allowed = true;
+        let cap = ctx.rules.max_bytes_per_connection;
+        self.send_head(&mut upstream, head, outcome).await?;
+        self.send_body(ctx, client, &mut upstream, &mut reader, cap, outcome)
+            .await?;
+        let _ = upstream.flush().await;
+        relay_response(ctx, &mut upstream, client, outcome, cap).await;
+        let _ = client.shutdown().await;
+        Ok(())
+    }
+
+    /// The head judged by the rules, its body framing read, and `100 Continue` answered by
+    /// the proxy, which reads the body before anything goes on (the push check needs it).
+    async fn admit<C: AsyncWrite + Unpin>(
+        &self,
+        ctx: &Scope<'_>,
+        client: &mut C,
+        head: &mut OriginHead,
+        outcome: &mut Outcome,
+    ) -> Result<Body, String> {
+        if let Err((status, why)) = judge(ctx, head, self.target, self.tls, outcome) {
             let _ = client.write_all(&answer(status, &why)).await;
             let _ = client.shutdown().await;
             outcome.status = Some(status.0);
-            return outcome.refused(why);
+            return Err(why);
         }
-    }
-    let body = match http::body_in(&head.headers) {
-        Ok(b) => b,
-        Err(e) => {
-            let why = e.to_string();
-            let _ = client.write_all(&answer((400, "Bad Request"), &why)).await;
-            return outcome.refused(why);
-        }
-    };
-    // A client that waits for `100 Continue` gets it from the proxy, which reads the body
-    // before anything goes on (the push check needs it).
-    if http::values_in(&head.headers, "expect").any(|v| v.eq_ignore_ascii_case("100-continue")) {
-        head.headers
-            .retain(|(n, _)| !n.eq_ignore_ascii_case("expect"));
-        if client
-            .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
-            .await
-            .is_err()
-        {
-            return outcome.refused("the client closed the connection".into());
-        }
-    }
-    let judged_push = is_push(&head) && push_judged(ctx, target);
-    let mut reader = BodyReader::new(body, std::mem::take(&mut pending), judged_push);
-    if judged_push {
-        match check_push(ctx, &mut client, &mut reader, &head).await {
-            Ok(None) => {
-                outcome.rule = Some(format!("network.git.push_refs ({})", git_site(ctx)));
-            }
-            Ok(Some(report)) => {
-                outcome.status = Some(200);
-                outcome.rule = Some(format!("network.git.push_refs ({})", git_site(ctx)));
-                let why = report.1;
-                let _ = client.write_all(&report.0).await;
-                let _ = client.shutdown().await;
-                return outcome.refused(why);
-            }
-            Err((status, why)) => {
-                let _ = client.write_all(&answer(status, &why)).await;
-                outcome.status = Some(status.0);
-                return outcome.refused(why);
-            }
-        }
-    }
-    let upstream = tokio::select! {
-        _ = ctx.cancel.cancelled() => return outcome.refused("cut when the call ended".into()),
-        u = connect => u,
-    };
-    let mut upstream = match upstream {
-        Ok(u) => u,
-        Err(why) => {
-            let _ = client.write_all(&answer((502, "Bad Gateway"), &why)).await;
-            outcome.status = Some(502);
-            return outcome.refused(why);
-        }
-    };
-    outcome.allowed = true;
-    // The head goes on with `Connection: close`: one request per tunnel (see the module).
-    head.headers.retain(|(n, _)| {
-        !matches!(
-            n.to_ascii_lowercase().as_str(),
-            "connection" | "keep-alive" | "proxy-connection" | "proxy-authorization" | "upgrade"
-        )
-    });
-    head.headers.push(("Connection".into(), "close".into()));
-    let cap = ctx.rules.max_bytes_per_connection;
-    let head_bytes = head.to_bytes();
-    if upstream.write_all(&head_bytes).await.is_err() {
-        return outcome.refused(format!("{target} closed the connection"));
-    }
-    outcome.sent += head_bytes.len() as u64;
-    let mut detector = Detector::new(ctx.vault, target, tls);
-    loop {
-        let piece = tokio::select! {
-            _ = ctx.cancel.cancelled() => return outcome.refused("cut when the call ended".into()),
-            p = reader.next(&mut client) => p,
-        };
-        match piece {
-            Ok(Some(bytes)) => {
-                if let Some(exf) = detector.feed(&bytes) {
-                    outcome.exfiltration = Some(exf.credential.clone());
-                    let why = exf.to_string();
-                    let _ = client.write_all(&answer((403, "Forbidden"), &why)).await;
-                    return outcome.refused(why);
-                }
-                if outcome.sent + bytes.len() as u64 > cap {
-                    return outcome.refused(cap_note(cap));
-                }
-                if upstream.write_all(&bytes).await.is_err() {
-                    break; // the upstream answered early; its answer is read below
-                }
-                outcome.sent += bytes.len() as u64;
-            }
-            Ok(None) => break,
+        let body = match http::body_in(&head.headers) {
+            Ok(b) => b,
             Err(e) => {
-                let why = format!("the request body: {e}");
+                let why = e.to_string();
                 let _ = client.write_all(&answer((400, "Bad Request"), &why)).await;
-                return outcome.refused(why);
+                return Err(why);
+            }
+        };
+        if http::values_in(&head.headers, "expect").any(|v| v.eq_ignore_ascii_case("100-continue"))
+        {
+            head.headers
+                .retain(|(n, _)| !n.eq_ignore_ascii_case("expect"));
+            if client
+                .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+                .await
+                .is_err()
+            {
+                return Err("the client closed the connection".into());
+            }
+        }
+        Ok(body)
+    }
+
+    /// The body's reader; a git push the rules judge has its ref updates checked first.
+    async fn push_checked<C: AsyncRead + AsyncWrite + Unpin>(
+        &self,
+        ctx: &Scope<'_>,
+        client: &mut C,
+        head: &OriginHead,
+        body: Body,
+        pending: Vec<u8>,
+        outcome: &mut Outcome,
+    ) -> Result<BodyReader, String> {
+        let judged_push = is_push(head) && push_judged(ctx, self.target);
+        let mut reader = BodyReader::new(body, pending, judged_push);
+        if judged_push {
+            match check_push(ctx, client, &mut reader, head).await {
+                Ok(None) => {
+                    outcome.rule = Some(format!("network.git.push_refs ({})", git_site(ctx)));
+                }
+                Ok(Some(report)) => {
+                    outcome.status = Some(200);
+                    outcome.rule = Some(format!("network.git.push_refs ({})", git_site(ctx)));
+                    let why = report.1;
+                    let _ = client.write_all(&report.0).await;
+                    let _ = client.shutdown().await;
+                    return Err(why);
+                }
+                Err((status, why)) => {
+                    let _ = client.write_all(&answer(status, &why)).await;
+                    outcome.status = Some(status.0);
+                    return Err(why);
+                }
+            }
+        }
+        Ok(reader)
+    }
+
+    /// The head goes on with `Connection: close`: one request per tunnel (see the module).
+    async fn send_head<U: AsyncWrite + Unpin>(
+        &self,
+        upstream: &mut U,
+        mut head: OriginHead,
+        outcome: &mut Outcome,
+    ) -> Result<(), String> {
+        head.headers.retain(|(n, _)| {
+            !matches!(
+                n.to_ascii_lowercase().as_str(),
+                "connection"
+                    | "keep-alive"
+                    | "proxy-connection"
+                    | "proxy-authorization"
+                    | "upgrade"
+            )
+        });
+        head.headers.push(("Connection".into(), "close".into()));
+        let head_bytes = head.to_bytes();
+        if upstream.write_all(&head_bytes).await.is_err() {
+            return Err(format!("{} closed the connection", self.target));
+        }
+        outcome.sent += head_bytes.len() as u64;
+        Ok(())
+    }
+
+    /// The body, scanned for real credential values and bounded by `cap`, until it ends or
+    /// the upstream stops reading (its answer is read next).
+    async fn send_body<C, U>(
+        &self,
+        ctx: &Scope<'_>,
+        client: &mut C,
+        upstream: &mut U,
+        reader: &mut BodyReader,
+        cap: u64,
+        outcome: &mut Outcome,
+    ) -> Result<(), String>
+    where
+        C: AsyncRead + AsyncWrite + Unpin,
+        U: AsyncWrite + Unpin,
+    {
+        let mut detector = Detector::new(ctx.vault, self.target, self.tls);
+        loop {
+            let piece = tokio::select! {
+                _ = ctx.cancel.cancelled() => return Err("cut when the call ended".into()),
+                p = reader.next(client) => p,
+            };
+            match piece {
+                Ok(Some(bytes)) => {
+                    if let Some(exf) = detector.feed(&bytes) {
+                        outcome.exfiltration = Some(exf.credential.clone());
+                        let why = exf.to_string();
+                        let _ = client.write_all(&answer((403, "Forbidden"), &why)).await;
+                        return Err(why);
+                    }
+                    if outcome.sent + bytes.len() as u64 > cap {
+                        return Err(cap_note(cap));
+                    }
+                    if upstream.write_all(&bytes).await.is_err() {
+                        return Ok(()); // the upstream answered early; its answer is read next
+                    }
+                    outcome.sent += bytes.len() as u64;
+                }
+                Ok(None) => return Ok(()),
+                Err(e) => {
+                    let why = format!("the request body: {e}");
+                    let _ = client.write_all(&answer((400, "Bad Request"), &why)).await;
+                    return Err(why);
+                }
             }
         }
     }
-    let _ = upstream.flush().await;
-    relay_response(ctx, &mut upstream, &mut client, &mut outcome, cap).await;
-    let _ = client.shutdown().await;
-    outcome
 }
 
 /// Reads the response head (1xx ones passed on), fixes `Connection: close`, and copies the

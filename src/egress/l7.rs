@@ -10,7 +10,7 @@
 
 use super::pattern::{HostPattern, Target};
 use super::pktline::RefUpdate;
-use super::rules::Site;
+use super::site::Site;
 use serde::Serialize;
 use std::fmt;
 

@@ -33,6 +33,7 @@ pub mod proxy;
 mod relay;
 pub mod rules;
 pub mod secrets;
+mod site;
 pub mod tls;
 
 pub use proxy::{CallTicket, ConnectionRecord, NetworkReport, Proxy};

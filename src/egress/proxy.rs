@@ -674,6 +674,9 @@ impl Shared {
     }
 }
 
+/// One client connection, start to end: its head read, the call it belongs to, the checks
+/// by name, the lookup and the connection upstream, then the bytes carried (and, where the
+/// rules ask, intercepted). Every path ends in `attempt.finish`, which records it.
 async fn handle(
     shared: Arc<Shared>,
     mut client: TcpStream,
@@ -713,56 +716,13 @@ async fn handle(
     };
     attempt.describe(&head.request);
 
-    // Which call is this? The complete head decides; credentials seen while it arrived only
-    // said whose report it was in meanwhile. Without valid credentials, nobody's: refused,
-    // and the 407 lets a client that waits to be asked (git's default `anyauth`) send them.
-    let sent_credentials = head.header_values("proxy-authorization").next().is_some();
-    let call = credentials::token(&head).and_then(|token| lock(&shared.calls).get(&token).cloned());
-    let call = match (call, attempt.call.clone()) {
-        (Some(call), None) => {
-            attempt.attribute(Arc::clone(&call));
-            Some(call)
-        }
-        (Some(call), Some(seen)) if Arc::ptr_eq(&call, &seen) => Some(call),
-        _ => None,
-    };
-    let Some(call) = call else {
-        let why = if sent_credentials {
-            "no valid cordon proxy credentials (use the HTTP_PROXY URL this call was given, in \
-             one Proxy-Authorization field)"
-        } else {
-            // A client that waits to be challenged (git's default `anyauth`) sends them next.
-            "no cordon proxy credentials sent (challenged with 407; a client with this call's \
-             HTTP_PROXY URL answers with them)"
-        };
-        attempt.challenge_only = !sent_credentials;
-        let _ = client
-            .write_all(&response(
-                407,
-                "Proxy Authentication Required",
-                why,
-                &["Proxy-Authenticate: Basic realm=\"cordon\""],
-            ))
-            .await;
-        attempt.record.note = Some(why.into());
-        return attempt.finish(&shared);
+    let Some(call) = which_call(&shared, &head, &mut attempt) else {
+        return challenge(&shared, attempt, &mut client, &head).await;
     };
     let cancel = call.cancel.clone();
     let rules = &shared.rules;
 
-    let refusal = if attempt.opened > rules.max_connections_per_call {
-        Some(Refusal::TooManyConnections {
-            max: rules.max_connections_per_call,
-            site: rules.caps_site.clone(),
-        })
-    } else {
-        check_request(&head, &target).err()
-    };
-    let refusal = match refusal {
-        Some(r) => Some(r),
-        None => rules.judge(&target).err(),
-    };
-    if let Some(refusal) = refusal {
+    if let Some(refusal) = refusal_by_name(rules, &attempt, &head, &target) {
         return refuse(&shared, attempt, &mut client, refusal).await;
     }
     // A placeholder in a plain request's head to a host the proxy does not intercept is
@@ -789,7 +749,135 @@ async fn handle(
     };
 
     // Only now is it resolved.
-    let resolved = match &target.host {
+    let usable = match resolve(&shared, &target)
+        .await
+        .and_then(|r| rules.usable_addresses(&r))
+    {
+        Ok(u) => u,
+        Err(refusal) => return refuse(&shared, attempt, &mut client, refusal).await,
+    };
+    attempt.record.allowed = true;
+    let Some(upstream) =
+        connect_upstream(&mut attempt, &mut client, &usable, &target, &cancel).await
+    else {
+        return attempt.finish(&shared);
+    };
+    let early = buf.split_off(head.len);
+    let connection = Connection {
+        shared: &shared,
+        head: &head,
+        target: &target,
+        cancel: &cancel,
+    };
+    connection.carry(attempt, client, upstream, early).await
+}
+
+/// The connection upstream, to the first of `usable` that answers, unless the call ends
+/// first; `None` (the client told why, where it is waiting for an answer) when there is none.
+async fn connect_upstream(
+    attempt: &mut Attempt,
+    client: &mut TcpStream,
+    usable: &[IpAddr],
+    target: &Target,
+    cancel: &CancellationToken,
+) -> Option<TcpStream> {
+    let upstream = tokio::select! {
+        _ = cancel.cancelled() => None,
+        u = connect_any(usable, target.port) => Some(u),
+    };
+    match upstream {
+        None => {
+            attempt.record.note = Some("the call ended".into());
+            None
+        }
+        Some(Err(e)) => {
+            let why = format!("cannot connect to {target}: {e}");
+            let _ = client
+                .write_all(&response(502, "Bad Gateway", &why, &[]))
+                .await;
+            attempt.record.note = Some(why);
+            None
+        }
+        Some(Ok((stream, addr))) => {
+            attempt.record.address = Some(addr.to_string());
+            Some(stream)
+        }
+    }
+}
+
+/// Which call is this? The complete head decides; credentials seen while it arrived only
+/// said whose report it was in meanwhile. Without valid credentials, nobody's.
+fn which_call(
+    shared: &Shared,
+    head: &RequestHead,
+    attempt: &mut Attempt,
+) -> Option<Arc<CallState>> {
+    let call = credentials::token(head).and_then(|token| lock(&shared.calls).get(&token).cloned());
+    match (call, attempt.call.clone()) {
+        (Some(call), None) => {
+            attempt.attribute(Arc::clone(&call));
+            Some(call)
+        }
+        (Some(call), Some(seen)) if Arc::ptr_eq(&call, &seen) => Some(call),
+        _ => None,
+    }
+}
+
+/// A connection of no call is refused, and the 407 lets a client that waits to be asked
+/// (git's default `anyauth`) send its credentials.
+async fn challenge(
+    shared: &Shared,
+    mut attempt: Attempt,
+    client: &mut TcpStream,
+    head: &RequestHead,
+) {
+    let sent_credentials = head.header_values("proxy-authorization").next().is_some();
+    let why = if sent_credentials {
+        "no valid cordon proxy credentials (use the HTTP_PROXY URL this call was given, in \
+         one Proxy-Authorization field)"
+    } else {
+        // A client that waits to be challenged (git's default `anyauth`) sends them next.
+        "no cordon proxy credentials sent (challenged with 407; a client with this call's \
+         HTTP_PROXY URL answers with them)"
+    };
+    attempt.challenge_only = !sent_credentials;
+    let _ = client
+        .write_all(&response(
+            407,
+            "Proxy Authentication Required",
+            why,
+            &["Proxy-Authenticate: Basic realm=\"cordon\""],
+        ))
+        .await;
+    attempt.record.note = Some(why.into());
+    attempt.finish(shared)
+}
+
+/// Why a request of a known call is refused before anything is resolved: one connection too
+/// many for its call, a head that contradicts itself, or a target the rules do not allow.
+fn refusal_by_name(
+    rules: &EgressRules,
+    attempt: &Attempt,
+    head: &RequestHead,
+    target: &Target,
+) -> Option<Refusal> {
+    let refusal = if attempt.opened > rules.max_connections_per_call {
+        Some(Refusal::TooManyConnections {
+            max: rules.max_connections_per_call,
+            site: rules.caps_site.clone(),
+        })
+    } else {
+        check_request(head, target).err()
+    };
+    match refusal {
+        Some(r) => Some(r),
+        None => rules.judge(target).err(),
+    }
+}
+
+/// The target's addresses: an IP as it is, a name looked up within [`RESOLVE_TIMEOUT`].
+async fn resolve(shared: &Shared, target: &Target) -> Result<Vec<IpAddr>, Refusal> {
+    match &target.host {
         Host::Ip(ip) => Ok(vec![*ip]),
         Host::Name(name) => {
             match tokio::time::timeout(RESOLVE_TIMEOUT, shared.resolver.resolve(name, target.port))
@@ -803,103 +891,105 @@ async fn handle(
                 ))),
             }
         }
-    };
-    let usable = match resolved.and_then(|r| rules.usable_addresses(&r)) {
-        Ok(u) => u,
-        Err(refusal) => return refuse(&shared, attempt, &mut client, refusal).await,
-    };
-    attempt.record.allowed = true;
-    let upstream = tokio::select! {
-        _ = cancel.cancelled() => None,
-        u = connect_any(&usable, target.port) => Some(u),
-    };
-    let mut upstream = match upstream {
-        None => {
-            attempt.record.note = Some("the call ended".into());
-            return attempt.finish(&shared);
-        }
-        Some(Err(e)) => {
-            let why = format!("cannot connect to {target}: {e}");
-            let _ = client
-                .write_all(&response(502, "Bad Gateway", &why, &[]))
-                .await;
-            attempt.record.note = Some(why);
-            return attempt.finish(&shared);
-        }
-        Some(Ok((stream, addr))) => {
-            attempt.record.address = Some(addr.to_string());
-            stream
-        }
-    };
-    let _ = upstream.set_nodelay(true);
-    let cap = rules.max_bytes_per_connection;
-    let early = buf.split_off(head.len);
-    let intercepted = rules.intercepts(&target);
-    let scope = intercept::Scope {
-        rules,
-        vault: &shared.vault,
-        upstream_tls: shared.upstream_tls.as_ref(),
-        head_timeout: shared.head_timeout,
-        cancel: &cancel,
-    };
-    let outcome = match &head.request {
-        Request::Connect { .. } => {
-            if client
-                .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                .await
-                .is_err()
-            {
-                return attempt.finish(&shared);
-            }
-            if intercepted {
-                let outcome = intercept::tunnel(&scope, client, upstream, early, &target).await;
-                return attempt.intercepted(outcome).finish(&shared);
-            }
-            relay::relay(client, upstream, early, None, cap, &cancel, None).await
-        }
-        Request::Forward { method, path, .. } => {
-            if intercepted {
-                let origin = OriginHead {
-                    method: method.clone(),
-                    path: path.clone(),
-                    minor_version: head.minor_version,
-                    headers: head
-                        .headers
-                        .iter()
-                        .filter(|(n, _)| {
-                            !n.eq_ignore_ascii_case("proxy-authorization")
-                                && !n.eq_ignore_ascii_case("proxy-connection")
-                        })
-                        .cloned()
-                        .collect(),
-                    len: head.len,
-                };
-                let outcome =
-                    intercept::plain(&scope, client, upstream, origin, early, &target).await;
-                return attempt.intercepted(outcome).finish(&shared);
-            }
-            let Some(forwarded) = head.forwarded() else {
-                return attempt.finish(&shared);
-            };
-            let body = head.body().unwrap_or(Body::Length(0));
-            if upstream.write_all(&forwarded).await.is_err() {
-                attempt.record.note = Some(format!("{target} closed the connection"));
-                return attempt.finish(&shared);
-            }
-            let scan =
-                (!shared.vault.is_empty()).then(|| Detector::new(&shared.vault, &target, false));
-            relay::relay(client, upstream, early, Some(body), cap, &cancel, scan).await
-        }
-    };
-    attempt.record.bytes_sent = outcome.sent;
-    attempt.record.bytes_received = outcome.received;
-    attempt.record.note = outcome.note;
-    if let Some(exf) = outcome.exfiltration {
-        attempt.record.allowed = false;
-        attempt.record.exfiltration = Some(exf.credential.clone());
-        attempt.record.note = Some(exf.to_string());
     }
-    attempt.finish(&shared)
+}
+
+/// An allowed connection with its upstream open: what carrying its bytes needs.
+struct Connection<'a> {
+    shared: &'a Shared,
+    head: &'a RequestHead,
+    target: &'a Target,
+    cancel: &'a CancellationToken,
+}
+
+impl Connection<'_> {
+    /// Carries the connection's bytes both ways until either side ends, a bound or the
+    /// call's end: a tunnel for CONNECT, a forwarded request otherwise, each intercepted
+    /// where the rules ask; then records it.
+    async fn carry(
+        &self,
+        mut attempt: Attempt,
+        mut client: TcpStream,
+        mut upstream: TcpStream,
+        early: Vec<u8>,
+    ) {
+        let (shared, head, target, cancel) = (self.shared, self.head, self.target, self.cancel);
+        let rules = &shared.rules;
+        let _ = upstream.set_nodelay(true);
+        let cap = rules.max_bytes_per_connection;
+        let intercepted = rules.intercepts(target);
+        let scope = intercept::Scope {
+            rules,
+            vault: &shared.vault,
+            upstream_tls: shared.upstream_tls.as_ref(),
+            head_timeout: shared.head_timeout,
+            cancel,
+        };
+        let outcome = match &head.request {
+            Request::Connect { .. } => {
+                if client
+                    .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    .await
+                    .is_err()
+                {
+                    return attempt.finish(shared);
+                }
+                if intercepted {
+                    let outcome = intercept::tunnel(&scope, client, upstream, early, target).await;
+                    return attempt.intercepted(outcome).finish(shared);
+                }
+                relay::relay(client, upstream, early, None, cap, cancel, None).await
+            }
+            Request::Forward { method, path, .. } => {
+                if intercepted {
+                    let origin = origin_head(head, method, path);
+                    let outcome =
+                        intercept::plain(&scope, client, upstream, origin, early, target).await;
+                    return attempt.intercepted(outcome).finish(shared);
+                }
+                let Some(forwarded) = head.forwarded() else {
+                    return attempt.finish(shared);
+                };
+                let body = head.body().unwrap_or(Body::Length(0));
+                if upstream.write_all(&forwarded).await.is_err() {
+                    attempt.record.note = Some(format!("{target} closed the connection"));
+                    return attempt.finish(shared);
+                }
+                let scan =
+                    (!shared.vault.is_empty()).then(|| Detector::new(&shared.vault, target, false));
+                relay::relay(client, upstream, early, Some(body), cap, cancel, scan).await
+            }
+        };
+        attempt.record.bytes_sent = outcome.sent;
+        attempt.record.bytes_received = outcome.received;
+        attempt.record.note = outcome.note;
+        if let Some(exf) = outcome.exfiltration {
+            attempt.record.allowed = false;
+            attempt.record.exfiltration = Some(exf.credential.clone());
+            attempt.record.note = Some(exf.to_string());
+        }
+        attempt.finish(shared)
+    }
+}
+
+/// The head an intercepted plain request is sent upstream with: the client's, without the
+/// proxy's own fields.
+fn origin_head(head: &RequestHead, method: &str, path: &str) -> OriginHead {
+    OriginHead {
+        method: method.to_owned(),
+        path: path.to_owned(),
+        minor_version: head.minor_version,
+        headers: head
+            .headers
+            .iter()
+            .filter(|(n, _)| {
+                !n.eq_ignore_ascii_case("proxy-authorization")
+                    && !n.eq_ignore_ascii_case("proxy-connection")
+            })
+            .cloned()
+            .collect(),
+        len: head.len,
+    }
 }
 
 /// Checks a plain request's own consistency: its `Host` names its target, its body framing
@@ -1000,44 +1090,13 @@ async fn read_head(
         match http::parse_head(buf) {
             Ok(Some(head)) => return Ok(head),
             Ok(None) => {}
-            Err(e) => {
-                if attempt.call.is_none()
-                    && let Some(call) = partial_call(shared, buf)
-                {
-                    attempt.attribute(call);
-                }
-                if let Some(request) = http::parse_request_line(buf) {
-                    attempt.describe(&request);
-                }
-                let status = if e == HeadError::TooLarge || e == HeadError::TooManyHeaders {
-                    (431, "Request Header Fields Too Large")
-                } else {
-                    (400, "Bad Request")
-                };
-                return Err(HeadEnd::Answered {
-                    status,
-                    why: e.to_string(),
-                });
-            }
+            Err(e) => return Err(malformed(shared, buf, attempt, e)),
         }
         if attempt.call.is_none()
             && let Some(call) = partial_call(shared, buf)
         {
-            if let Some(request) = http::parse_request_line(buf) {
-                attempt.describe(&request);
-            }
             anonymous = None;
-            let counts = Arc::clone(&call.counts);
-            attempt.attribute(call);
-            match shared.admission.head_of_call(&counts) {
-                Ok(slot) => _head_slot = Some(slot),
-                Err(crowded) => {
-                    return Err(HeadEnd::Answered {
-                        status: crowded.status(),
-                        why: crowded.to_string(),
-                    });
-                }
-            }
+            _head_slot = Some(attribute_early(shared, buf, attempt, call)?);
         }
         let named = attempt.call.is_some();
         let (timeout, why_late) = if named {
@@ -1089,6 +1148,50 @@ async fn read_head(
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
         }
     }
+}
+
+/// A head that cannot be parsed: answered 431 or 400, in the name of the call its partial
+/// credentials name, if any.
+fn malformed(shared: &Shared, buf: &[u8], attempt: &mut Attempt, e: HeadError) -> HeadEnd {
+    if attempt.call.is_none()
+        && let Some(call) = partial_call(shared, buf)
+    {
+        attempt.attribute(call);
+    }
+    if let Some(request) = http::parse_request_line(buf) {
+        attempt.describe(&request);
+    }
+    let status = if e == HeadError::TooLarge || e == HeadError::TooManyHeaders {
+        (431, "Request Header Fields Too Large")
+    } else {
+        (400, "Bad Request")
+    };
+    HeadEnd::Answered {
+        status,
+        why: e.to_string(),
+    }
+}
+
+/// A head still arriving whose credentials already name `call`: the connection is the
+/// call's from now on, and holds one of its places for a head (refused when they are taken).
+fn attribute_early(
+    shared: &Shared,
+    buf: &[u8],
+    attempt: &mut Attempt,
+    call: Arc<CallState>,
+) -> Result<CallSlot, HeadEnd> {
+    if let Some(request) = http::parse_request_line(buf) {
+        attempt.describe(&request);
+    }
+    let counts = Arc::clone(&call.counts);
+    attempt.attribute(call);
+    shared
+        .admission
+        .head_of_call(&counts)
+        .map_err(|crowded| HeadEnd::Answered {
+            status: crowded.status(),
+            why: crowded.to_string(),
+        })
 }
 
 /// The call named by the credentials of a head still arriving, if they name one.

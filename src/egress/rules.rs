@@ -7,27 +7,10 @@
 //! does not read policy files (`policy` builds it and tells it where each list was written).
 
 use super::pattern::{Cidr, Host, HostPattern, PortMatch, Target, non_public};
+pub use super::site::Site;
 use serde::Serialize;
 use std::fmt;
 use std::net::IpAddr;
-
-/// Where a list (or one of its entries) is written, for "add it there".
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Site {
-    /// `builtin:dev` or a file path.
-    pub origin: String,
-    /// 1-based line, when the list is written in that layer.
-    pub line: Option<usize>,
-}
-
-impl fmt::Display for Site {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.line {
-            Some(line) => write!(f, "policy line {line} of {}", self.origin),
-            None => write!(f, "not set; policy {}", self.origin),
-        }
-    }
-}
 
 /// A pattern and the line it is written on.
 #[derive(Debug, Clone, Serialize)]

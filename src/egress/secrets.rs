@@ -14,7 +14,7 @@
 
 use super::credentials::{base64_decode_within, base64_encode};
 use super::pattern::{HostPattern, Target};
-use super::rules::Site;
+use super::site::Site;
 use serde::Serialize;
 use std::fmt;
 use std::path::PathBuf;

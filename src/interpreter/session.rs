@@ -190,46 +190,9 @@ impl Session {
         let started = Instant::now();
         let mut out = CellOutcome::default();
         // Why the state was gone before this cell ran, and why it went during the cell.
-        let mut lost_before: Vec<String> = state.pending_lost.take().into_iter().collect();
-        let mut lost_during: Option<String> = None;
-        if state.in_flight {
-            state.in_flight = false;
-            if let Some(w) = state.worker.take() {
-                end_worker(w).await;
-            }
-            lost_before.push(
-                "the previous call on this session was abandoned while its cell was running, so \
-                 the interpreter was restarted"
-                    .into(),
-            );
-        }
-        if let Some(w) = state.worker.as_mut()
-            && let Some(status) = w.proc.try_status()
-        {
-            // Died since the last call and not yet noticed: run the cell on a fresh one.
-            let how = describe_death(w.proc.limit_hits(), Some(status), policy);
-            end_worker(state.worker.take().expect("present")).await;
-            lost_before.push(format!(
-                "the session's interpreter {how} after the previous call"
-            ));
-        }
-        if req.reset
-            && let Some(w) = state.worker.take()
-        {
-            end_worker(w).await;
-        }
-        if state.worker.is_none() {
-            state.generation += 1;
-            match start_worker(shared, &self.name, state.generation).await {
-                Ok(worker) => state.worker = Some(worker),
-                Err(e) => {
-                    // Still to be told, by the call that gets an interpreter again.
-                    state.pending_lost = (!lost_before.is_empty()).then(|| lost_before.join("; "));
-                    return Err(e);
-                }
-            }
-            out.fresh_start = true;
-        }
+        let lost_before = self
+            .ready_worker(shared, state, req.reset, &mut out)
+            .await?;
         let worker = state.worker.as_mut().expect("started above");
         worker.output.clear().map_err(InterpreterError::Output)?;
         worker.next_id += 1;
@@ -263,94 +226,7 @@ impl Session {
         out.stderr = stderr;
         out.network = worker.proc.network().await;
 
-        match waited {
-            Waited::Reply(reply) => {
-                // A reply that is not an interrupt means the cell ended on its own just as the
-                // deadline passed; it did not time out.
-                if (out.timed_out || out.cancelled) && !reply.interrupted {
-                    out.timed_out = false;
-                    out.cancelled = false;
-                }
-                if reply.id != Some(id) {
-                    let w = state.worker.take().expect("present");
-                    end_worker(w).await;
-                    lost_during = Some(format!(
-                        "the interpreter answered request {:?} instead of {id}; it was restarted",
-                        reply.id
-                    ));
-                } else {
-                    out.result = reply.result;
-                    out.exception = reply.error;
-                    out.images = reply.images;
-                    if hits.pids {
-                        // Processes left forking at the limit would starve every later cell.
-                        let w = state.worker.take().expect("present");
-                        end_worker(w).await;
-                        out.limit = Some(LimitHit {
-                            kind: LimitKind::Pids,
-                            evidence: format!(
-                                "the session's cgroup refused a fork (pids.max = {})",
-                                policy.pids
-                            ),
-                        });
-                        lost_during = Some(
-                            "the cell reached the session's process limit, so everything it \
-                             started was killed and the interpreter restarted"
-                                .into(),
-                        );
-                    }
-                }
-            }
-            Waited::Shutdown => {
-                if let Some(w) = state.worker.take() {
-                    end_worker(w).await;
-                }
-                return Err(InterpreterError::ShuttingDown);
-            }
-            Waited::DiskBudget(hit) => {
-                // Writing goes on while the worker lives: it is killed, not interrupted.
-                let w = state.worker.take().expect("present");
-                end_worker(w).await;
-                out.limit = Some(hit);
-                lost_during = Some(
-                    "the cell wrote past the per-call disk budget (limits.disk_mb), so the \
-                     interpreter and everything it started were killed; variables, imports and \
-                     functions of this session are gone (the files it wrote are still there)"
-                        .into(),
-                );
-            }
-            Waited::Unresponsive => {
-                let w = state.worker.take().expect("present");
-                end_worker(w).await;
-                let why = if out.cancelled {
-                    "the call was cancelled"
-                } else {
-                    "the cell ran past its timeout"
-                };
-                lost_during = Some(format!(
-                    "{why} and did not stop within {}s of a KeyboardInterrupt, so the interpreter \
-                     and everything it started were killed; variables, imports and functions of \
-                     this session are gone",
-                    policy.interrupt_grace.as_secs()
-                ));
-            }
-            Waited::Broken(problem) => {
-                let mut w = state.worker.take().expect("present");
-                let status = match w.proc.try_status() {
-                    Some(s) => Some(s),
-                    None => w.proc.wait_for_exit(DEATH_WAIT).await,
-                };
-                let hits = w.proc.limit_hits();
-                end_worker(w).await;
-                let (limit, how) = classify_death(hits, status, Some(&problem), policy);
-                out.limit = limit;
-                lost_during = Some(format!(
-                    "the interpreter {how}; variables, imports and functions of this session are \
-                     gone"
-                ));
-                out.worker_died = Some(how);
-            }
-        }
+        let lost_during = settle(state, policy, waited, id, hits, &mut out).await?;
         out.state_lost = lost_text(&lost_before, lost_during);
         if state.worker.is_none() {
             // Ended during this call: start the replacement now, so the next cell does not pay
@@ -364,6 +240,56 @@ impl Session {
         self.touch();
         out.duration = started.elapsed();
         Ok(out)
+    }
+
+    /// A live worker for the next cell: the one there, or a fresh one where the previous
+    /// call abandoned its cell, the worker died since, or the call asks for a reset. Returns
+    /// why the session's state was gone before this cell (to be told in its result).
+    async fn ready_worker(
+        &self,
+        shared: &Shared,
+        state: &mut State,
+        reset: bool,
+        out: &mut CellOutcome,
+    ) -> Result<Vec<String>, InterpreterError> {
+        let mut lost_before: Vec<String> = state.pending_lost.take().into_iter().collect();
+        if state.in_flight {
+            state.in_flight = false;
+            if let Some(w) = state.worker.take() {
+                end_worker(w).await;
+            }
+            lost_before.push(
+                "the previous call on this session was abandoned while its cell was running, so \
+                 the interpreter was restarted"
+                    .into(),
+            );
+        }
+        if let Some(w) = state.worker.as_mut()
+            && let Some(status) = w.proc.try_status()
+        {
+            // Died since the last call and not yet noticed: run the cell on a fresh one.
+            let how = describe_death(w.proc.limit_hits(), Some(status), &shared.policy);
+            end_worker(state.worker.take().expect("present")).await;
+            lost_before.push(format!(
+                "the session's interpreter {how} after the previous call"
+            ));
+        }
+        if reset && let Some(w) = state.worker.take() {
+            end_worker(w).await;
+        }
+        if state.worker.is_none() {
+            state.generation += 1;
+            match start_worker(shared, &self.name, state.generation).await {
+                Ok(worker) => state.worker = Some(worker),
+                Err(e) => {
+                    // Still to be told, by the call that gets an interpreter again.
+                    state.pending_lost = (!lost_before.is_empty()).then(|| lost_before.join("; "));
+                    return Err(e);
+                }
+            }
+            out.fresh_start = true;
+        }
+        Ok(lost_before)
     }
 
     async fn wait_reply(
@@ -419,6 +345,111 @@ impl Session {
     }
 }
 
+/// What the wait for cell `id` ended in, made the cell's outcome: its reply, or the limit or
+/// death that ended it, the worker ended where the session's state cannot be trusted any
+/// more. Returns why the state went during the cell, if it did.
+async fn settle(
+    state: &mut State,
+    policy: &InterpreterPolicy,
+    waited: Waited,
+    id: u64,
+    hits: LimitHits,
+    out: &mut CellOutcome,
+) -> Result<Option<String>, InterpreterError> {
+    let mut lost_during = None;
+    match waited {
+        Waited::Reply(reply) => {
+            // A reply that is not an interrupt means the cell ended on its own just as the
+            // deadline passed; it did not time out.
+            if (out.timed_out || out.cancelled) && !reply.interrupted {
+                out.timed_out = false;
+                out.cancelled = false;
+            }
+            if reply.id != Some(id) {
+                let w = state.worker.take().expect("present");
+                end_worker(w).await;
+                lost_during = Some(format!(
+                    "the interpreter answered request {:?} instead of {id}; it was restarted",
+                    reply.id
+                ));
+            } else {
+                out.result = reply.result;
+                out.exception = reply.error;
+                out.images = reply.images;
+                if hits.pids {
+                    // Processes left forking at the limit would starve every later cell.
+                    let w = state.worker.take().expect("present");
+                    end_worker(w).await;
+                    out.limit = Some(LimitHit {
+                        kind: LimitKind::Pids,
+                        evidence: format!(
+                            "the session's cgroup refused a fork (pids.max = {})",
+                            policy.pids
+                        ),
+                    });
+                    lost_during = Some(
+                        "the cell reached the session's process limit, so everything it \
+                         started was killed and the interpreter restarted"
+                            .into(),
+                    );
+                }
+            }
+        }
+        Waited::Shutdown => {
+            if let Some(w) = state.worker.take() {
+                end_worker(w).await;
+            }
+            return Err(InterpreterError::ShuttingDown);
+        }
+        Waited::DiskBudget(hit) => {
+            // Writing goes on while the worker lives: it is killed, not interrupted.
+            let w = state.worker.take().expect("present");
+            end_worker(w).await;
+            out.limit = Some(hit);
+            lost_during = Some(
+                "the cell wrote past the per-call disk budget (limits.disk_mb), so the \
+                 interpreter and everything it started were killed; variables, imports and \
+                 functions of this session are gone (the files it wrote are still there)"
+                    .into(),
+            );
+        }
+        Waited::Unresponsive => {
+            let w = state.worker.take().expect("present");
+            end_worker(w).await;
+            let why = if out.cancelled {
+                "the call was cancelled"
+            } else {
+                "the cell ran past its timeout"
+            };
+            lost_during = Some(format!(
+                "{why} and did not stop within {}s of a KeyboardInterrupt, so the interpreter \
+                 and everything it started were killed; variables, imports and functions of \
+                 this session are gone",
+                policy.interrupt_grace.as_secs()
+            ));
+        }
+        Waited::Broken(problem) => {
+            let mut w = state.worker.take().expect("present");
+            let status = match w.proc.try_status() {
+                Some(s) => Some(s),
+                None => w.proc.wait_for_exit(DEATH_WAIT).await,
+            };
+            let hits = w.proc.limit_hits();
+            end_worker(w).await;
+            let (limit, how) = classify_death(hits, status, Some(&problem), policy);
+            out.limit = limit;
+            lost_during = Some(format!(
+                "the interpreter {how}; variables, imports and functions of this session are \
+                 gone"
+            ));
+            out.worker_died = Some(how);
+        }
+    }
+    Ok(lost_during)
+}
+
+/// A fresh worker for session `name`: its private directory, the interpreter started
+/// confined with the driver and its output files, and its ready frame awaited.
 async fn start_worker(
     shared: &Shared,
     name: &str,
@@ -427,36 +458,7 @@ async fn start_worker(
     let dir = shared.root.path().join(format!("{name}-{generation}"));
     std::fs::create_dir_all(&dir).map_err(InterpreterError::Io)?;
     let policy = &shared.policy;
-    let env = BTreeMap::from([
-        // matplotlib picks this up at import: no display, figures rendered off-screen.
-        ("MPLBACKEND".to_owned(), "Agg".to_owned()),
-    ]);
-    let output = CellFiles::new().map_err(InterpreterError::Output)?;
-    let mut pass_fds = output.for_worker().map_err(InterpreterError::Output)?;
-    pass_fds.push((
-        boot::DRIVER_FD,
-        shared
-            .driver
-            .for_worker()
-            .map_err(InterpreterError::Output)?,
-    ));
-    let spec = WorkerSpec {
-        argv: vec![
-            policy.python.clone().into(),
-            "-c".into(),
-            boot::bootstrap().into(),
-            shared.max_repr.to_string().into(),
-        ],
-        env,
-        private_dir: dir.clone(),
-        limits: CallLimits {
-            memory_bytes: policy.memory_bytes,
-            pids: policy.pids,
-            cpu_percent: policy.cpu_percent,
-        },
-        cpu_seconds: Some(policy.cpu_seconds),
-        pass_fds,
-    };
+    let (spec, output) = worker_spec(shared, &dir)?;
     let mut proc = match shared.executor.spawn_worker(spec) {
         Ok(p) => p,
         Err(e) => {
@@ -467,28 +469,14 @@ async fn start_worker(
             });
         }
     };
-    let (Some(requests), Some(mut replies), Some(mut stderr)) =
+    let (Some(requests), Some(mut replies), Some(stderr)) =
         (proc.stdin.take(), proc.stdout.take(), proc.stderr.take())
     else {
         proc.terminate().await;
         remove_dir(dir).await;
         return Err(InterpreterError::Start("the worker has no pipes".into()));
     };
-    // Until the driver moves fd 2 to its output file, stderr is where Python reports a failed
-    // start; after that this pipe reaches EOF.
-    let diag = tokio::spawn(async move {
-        use tokio::io::AsyncReadExt;
-        let mut kept = Vec::new();
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = stderr.read(&mut buf).await {
-            if n == 0 {
-                break;
-            }
-            let room = DIAG_BYTES.saturating_sub(kept.len());
-            kept.extend_from_slice(&buf[..n.min(room)]);
-        }
-        kept
-    });
+    let diag = keep_diagnostics(stderr);
     let ready = tokio::time::timeout(
         policy.start_timeout,
         protocol::read_frame::<Ready>(&mut replies),
@@ -511,21 +499,7 @@ async fn start_worker(
             .and_then(Result::ok)
             .unwrap_or_default();
         remove_dir(dir).await;
-        let status = end
-            .status
-            .map(describe_status)
-            .map(|s| format!(" (it {s})"))
-            .unwrap_or_default();
-        let stderr = String::from_utf8_lossy(&stderr).trim().to_owned();
-        return Err(InterpreterError::Start(format!(
-            "`{}` did not start as an interpreter session: {problem}{status}{}",
-            policy.python,
-            if stderr.is_empty() {
-                String::new()
-            } else {
-                format!("; its stderr: {stderr}")
-            }
-        )));
+        return Err(not_started(policy, &problem, end.status, &stderr));
     }
     let watch = watch_for_death(&proc, shared, name, generation);
     Ok(Worker {
@@ -537,6 +511,89 @@ async fn start_worker(
         next_id: 0,
         _watch: watch,
     })
+}
+
+/// How a worker is launched: the bootstrap under the policy's python, off-screen figures,
+/// the session's limits, its output files and the driver passed as descriptors.
+fn worker_spec(
+    shared: &Shared,
+    dir: &std::path::Path,
+) -> Result<(WorkerSpec, CellFiles), InterpreterError> {
+    let policy = &shared.policy;
+    let env = BTreeMap::from([
+        // matplotlib picks this up at import: no display, figures rendered off-screen.
+        ("MPLBACKEND".to_owned(), "Agg".to_owned()),
+    ]);
+    let output = CellFiles::new().map_err(InterpreterError::Output)?;
+    let mut pass_fds = output.for_worker().map_err(InterpreterError::Output)?;
+    pass_fds.push((
+        boot::DRIVER_FD,
+        shared
+            .driver
+            .for_worker()
+            .map_err(InterpreterError::Output)?,
+    ));
+    let spec = WorkerSpec {
+        argv: vec![
+            policy.python.clone().into(),
+            "-c".into(),
+            boot::bootstrap().into(),
+            shared.max_repr.to_string().into(),
+        ],
+        env,
+        private_dir: dir.to_path_buf(),
+        limits: CallLimits {
+            memory_bytes: policy.memory_bytes,
+            pids: policy.pids,
+            cpu_percent: policy.cpu_percent,
+        },
+        cpu_seconds: Some(policy.cpu_seconds),
+        pass_fds,
+    };
+    Ok((spec, output))
+}
+
+/// Until the driver moves fd 2 to its output file, stderr is where Python reports a failed
+/// start; after that this pipe reaches EOF. Keeps its first [`DIAG_BYTES`].
+fn keep_diagnostics(
+    mut stderr: tokio::net::unix::pipe::Receiver,
+) -> tokio::task::JoinHandle<Vec<u8>> {
+    tokio::spawn(async move {
+        use tokio::io::AsyncReadExt;
+        let mut kept = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = stderr.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            let room = DIAG_BYTES.saturating_sub(kept.len());
+            kept.extend_from_slice(&buf[..n.min(room)]);
+        }
+        kept
+    })
+}
+
+/// Why a worker did not start: what went wrong, how it ended and what it said on stderr.
+fn not_started(
+    policy: &InterpreterPolicy,
+    problem: &str,
+    status: Option<std::process::ExitStatus>,
+    stderr: &[u8],
+) -> InterpreterError {
+    let status = status
+        .map(describe_status)
+        .map(|s| format!(" (it {s})"))
+        .unwrap_or_default();
+    let stderr = String::from_utf8_lossy(stderr).trim().to_owned();
+    InterpreterError::Start(format!(
+        "`{}` did not start as an interpreter session: {problem}{status}{}",
+        policy.python,
+        if stderr.is_empty() {
+            String::new()
+        } else {
+            format!("; its stderr: {stderr}")
+        }
+    ))
 }
 
 /// Tells the manager as soon as the worker's main process exits while nobody asked it to

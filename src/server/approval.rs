@@ -14,7 +14,7 @@
 //! arguments and rule it was issued for, and expiring. A handle that does not fit is ignored and
 //! the user is asked afresh; an approval can never be forged or carried over to another command.
 
-use super::operator::{OperatorChannel, Waited};
+use super::operator::{OperatorChannel, Waited, random_handle};
 use crate::audit::AnsweredBy;
 use crate::policy::ApprovalChannel;
 use crate::policy::commands::Reason;
@@ -26,7 +26,6 @@ use rmcp::model::{
 };
 use rmcp::service::{ElicitationError, ElicitationMode, RequestContext};
 use std::collections::HashMap;
-use std::io::Read;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -413,22 +412,6 @@ async fn elicit(
             None,
         ),
     }
-}
-
-/// 128 random bits, hex: an unguessable handle (the value itself means nothing).
-pub(crate) fn random_handle() -> String {
-    let mut bytes = [0u8; 16];
-    let filled = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
-    if filled.is_err() {
-        // Without randomness a handle could be guessed, but a guessed handle only lets the
-        // client re-answer its own question for the same arguments; still, mix in the clock.
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos();
-        bytes.copy_from_slice(&nanos.to_le_bytes());
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

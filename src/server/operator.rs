@@ -19,7 +19,7 @@
 //! peer's kernel credentials (`SO_PEERCRED`), not anything the client says.
 
 use std::collections::HashMap;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -497,10 +497,26 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// 128 random bits, hex: an unguessable handle (the value itself means nothing).
+pub(super) fn random_handle() -> String {
+    let mut bytes = [0u8; 16];
+    let filled = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
+    if filled.is_err() {
+        // Without randomness a handle could be guessed, but a guessed handle only lets the
+        // client re-answer its own question for the same arguments; still, mix in the clock.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        bytes.copy_from_slice(&nanos.to_le_bytes());
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// 8 hex digits: short enough to type, and unique among the open questions of all servers
 /// in practice (the CLI asks every server for it and only the one holding it answers).
 fn short_id() -> String {
-    crate::server::approval::random_handle()[..8].to_owned()
+    random_handle()[..8].to_owned()
 }
 
 #[cfg(test)]

@@ -11,8 +11,11 @@
 //! It also builds the placeholder a result needs when the call failed before the tool ran
 //! (arguments that do not deserialize): a value of the output schema with every required field
 //! empty, zero or null, so the error result still validates (the TypeScript SDK checks error
-//! results against `outputSchema` too).
+//! results against `outputSchema` too), and fits results to their schema: argument errors
+//! rmcp answers with bare text, calls refused before their tool ran, required fields left out.
 
+use crate::shape::{ErrorKind, ToolError};
+use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock, JsonObject};
 use serde_json::{Map, Value};
 
 /// The formats JSON Schema 2020-12 defines; any other `format` is dropped.
@@ -256,6 +259,82 @@ pub fn non_null(schema: &Value) -> &Value {
         return s;
     }
     schema
+}
+
+/// Makes a result validate against its tool's `outputSchema`.
+///
+/// rmcp answers arguments that do not deserialize (unknown field, wrong type, a negative
+/// `limit`) with a bare text result before the tool runs. SPEC.md wants every `isError` result
+/// to carry `structuredContent.error`, and clients that validate error results (the TypeScript
+/// SDK, the Inspector) want every required field too, so such a result gets the schema's
+/// placeholder with the error in it. Required fields a tool left out are filled the same way.
+pub fn fits_output_schema(
+    response: CallToolResponse,
+    schema: Option<&JsonObject>,
+) -> CallToolResponse {
+    let CallToolResponse::Complete(mut result) = response else {
+        return response;
+    };
+    let Some(schema) = schema else {
+        return CallToolResponse::Complete(result);
+    };
+    if result.is_error == Some(true) && result.structured_content.is_none() {
+        let message = result
+            .content
+            .iter()
+            .find_map(|c| c.as_text().map(|t| t.text.clone()))
+            .unwrap_or_default();
+        let error = ToolError::new(
+            ErrorKind::InvalidArgument,
+            format!("{message}; check the arguments against the tool's inputSchema"),
+        );
+        result.content = vec![ContentBlock::text(error.text())];
+        result.structured_content = Some(error_placeholder(schema, &error));
+    }
+    // The placeholder (a copy of the schema walked) is built only when a required field is
+    // missing: a tool's own output has them all, so the usual result skips it.
+    if let Some(Value::Object(content)) = &mut result.structured_content
+        && required(schema).any(|name| !content.contains_key(name))
+        && let Value::Object(empty) = placeholder(&Value::Object(schema.clone()))
+    {
+        for (key, value) in empty {
+            content.entry(key).or_insert(value);
+        }
+    }
+    CallToolResponse::Complete(result)
+}
+
+/// A call refused before its tool ran (a session bound, a scope that could not be made):
+/// the error in the tool's result shape.
+pub fn refused_result(error: &ToolError, schema: Option<&JsonObject>) -> CallToolResult {
+    let mut result = CallToolResult::error(vec![ContentBlock::text(error.text())]);
+    result.structured_content = schema.map(|schema| error_placeholder(schema, error));
+    result
+}
+
+/// The output schema's placeholder with `error` set: `{kind, message, retriable}`, plus the
+/// `type` a `code_interpreter` error names (`cordon.<kind>`).
+fn error_placeholder(schema: &JsonObject, error: &ToolError) -> Value {
+    let mut value = placeholder(&Value::Object(schema.clone()));
+    let mut error_value = serde_json::to_value(error).unwrap_or_default();
+    if let Some(error_schema) = property(schema, "error") {
+        let error_schema = non_null(error_schema);
+        if let (Value::Object(filled), Value::Object(given)) =
+            (placeholder(error_schema), &error_value)
+        {
+            let mut filled = filled;
+            if filled.contains_key("type") {
+                let kind = given["kind"].as_str().unwrap_or("internal");
+                filled.insert("type".into(), format!("cordon.{kind}").into());
+            }
+            filled.extend(given.clone());
+            error_value = Value::Object(filled);
+        }
+    }
+    if let Value::Object(map) = &mut value {
+        map.insert("error".into(), error_value);
+    }
+    value
 }
 
 #[cfg(test)]

@@ -442,7 +442,8 @@ pub struct TaskOffer {
     tool: &'static str,
     /// The longest the call may run (the policy's maximum timeout for the tool).
     max_run: Duration,
-    scope: super::scope::Scope,
+    /// The caller's session: its end cancels the task.
+    session: SharedContext,
     reservation: Reservation,
     pub offer: Offer,
 }
@@ -481,7 +482,7 @@ pub async fn offer(
     Ok(Some(TaskOffer {
         tool,
         max_run,
-        scope,
+        session: scope.session,
         reservation,
         offer: Offer::default(),
     }))
@@ -532,7 +533,7 @@ impl TaskOffer {
                 }
             })
         });
-        let session = &self.scope.session.cancel;
+        let session = &self.session.cancel;
         self.reservation
             .start(self.tool, self.max_run, session, run)
     }

@@ -313,43 +313,7 @@ fn shape_outcome(
         notice = Some("a fresh interpreter was started for this call".into());
     }
 
-    let mut text = String::new();
-    match &error {
-        Some(e) if e.kind == ErrorKind::Exception => {
-            text.push_str(&format!(
-                "error [exception]: {}: {}\n",
-                e.type_name, e.message
-            ));
-        }
-        Some(e) => {
-            text.push_str(&e.as_tool_error().text());
-            text.push('\n');
-        }
-        None => text.push_str(&format!(
-            "ok in {} ms (session \"{session}\")\n",
-            outcome.duration.as_millis()
-        )),
-    }
-    if let Some(n) = &outcome.state_lost {
-        text.push_str(&format!("[session state lost: {n}]\n"));
-    }
-    if let Some(victim) = &outcome.evicted {
-        text.push_str(&format!(
-            "[session \"{victim}\" was ended to free a slot: all {} were taken and it was the \
-             least recently used idle one]\n",
-            ctx.interpreter.policy().max_sessions
-        ));
-    }
-    if outcome.background_killed > 0 {
-        text.push_str(&format!(
-            "[killed {} process(es) the cell left running; the policy's \
-             interpreter.keep_background keeps them]\n",
-            outcome.background_killed
-        ));
-    }
-    for refused in outcome.network.iter().flat_map(|n| &n.refused) {
-        text.push_str(&format!("[cordon] {refused}\n"));
-    }
+    let mut text = status_lines(ctx, session, &outcome, error.as_ref());
     push_sections(
         &mut text,
         &[("stdout", &stdout.text), ("stderr", &stderr.text)],
@@ -365,32 +329,7 @@ fn shape_outcome(
             text.push('\n');
         }
     }
-    // Figures share the result's 1 MiB wire budget with everything else: keep them in order
-    // while they fit, and say how many did not.
-    let mut images = outcome.images;
-    let mut used = 0usize;
-    let kept = images
-        .iter()
-        .take_while(|png| {
-            used += png.len();
-            used <= IMAGE_BUDGET_BYTES
-        })
-        .count();
-    let omitted = images.len() - kept;
-    images.truncate(kept);
-    if !images.is_empty() {
-        text.push_str(&format!(
-            "[{} figure(s) attached as PNG images]\n",
-            images.len()
-        ));
-    }
-    if omitted > 0 {
-        text.push_str(&format!(
-            "[{omitted} more figure(s) not attached: together they exceed the {} KiB a result \
-             may carry in images; save them with savefig and read them from the workspace]\n",
-            IMAGE_BUDGET_BYTES / 1024
-        ));
-    }
+    let images = figures_within_budget(outcome.images, &mut text);
     if !ctx.runtime.enforcement_level().is_full() {
         text.push_str(&format!(
             "[enforcement: {}]\n",
@@ -429,6 +368,83 @@ fn shape_outcome(
         text,
         images,
     }
+}
+
+/// The result's first lines: how the cell ended, then what happened to the session and
+/// around the cell (state lost, a session evicted, processes killed, connections refused).
+fn status_lines(
+    ctx: &Session,
+    session: &str,
+    outcome: &CellOutcome,
+    error: Option<&CellError>,
+) -> String {
+    let mut text = String::new();
+    match error {
+        Some(e) if e.kind == ErrorKind::Exception => {
+            text.push_str(&format!(
+                "error [exception]: {}: {}\n",
+                e.type_name, e.message
+            ));
+        }
+        Some(e) => {
+            text.push_str(&e.as_tool_error().text());
+            text.push('\n');
+        }
+        None => text.push_str(&format!(
+            "ok in {} ms (session \"{session}\")\n",
+            outcome.duration.as_millis()
+        )),
+    }
+    if let Some(n) = &outcome.state_lost {
+        text.push_str(&format!("[session state lost: {n}]\n"));
+    }
+    if let Some(victim) = &outcome.evicted {
+        text.push_str(&format!(
+            "[session \"{victim}\" was ended to free a slot: all {} were taken and it was the \
+             least recently used idle one]\n",
+            ctx.interpreter.policy().max_sessions
+        ));
+    }
+    if outcome.background_killed > 0 {
+        text.push_str(&format!(
+            "[killed {} process(es) the cell left running; the policy's \
+             interpreter.keep_background keeps them]\n",
+            outcome.background_killed
+        ));
+    }
+    for refused in outcome.network.iter().flat_map(|n| &n.refused) {
+        text.push_str(&format!("[cordon] {refused}\n"));
+    }
+    text
+}
+
+/// Figures share the result's 1 MiB wire budget with everything else: kept in order while
+/// they fit, and the text says how many are attached and how many did not fit.
+fn figures_within_budget(mut images: Vec<String>, text: &mut String) -> Vec<String> {
+    let mut used = 0usize;
+    let kept = images
+        .iter()
+        .take_while(|png| {
+            used += png.len();
+            used <= IMAGE_BUDGET_BYTES
+        })
+        .count();
+    let omitted = images.len() - kept;
+    images.truncate(kept);
+    if !images.is_empty() {
+        text.push_str(&format!(
+            "[{} figure(s) attached as PNG images]\n",
+            images.len()
+        ));
+    }
+    if omitted > 0 {
+        text.push_str(&format!(
+            "[{omitted} more figure(s) not attached: together they exceed the {} KiB a result \
+             may carry in images; save them with savefig and read them from the workspace]\n",
+            IMAGE_BUDGET_BYTES / 1024
+        ));
+    }
+    images
 }
 
 /// Base64 bytes of figures one result may carry: most of the 1 MiB a result may take on the

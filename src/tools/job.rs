@@ -1,5 +1,5 @@
 //! `job`: reading and driving the background jobs that `shell_exec {background: true}`
-//! started, and that start itself (`start_background`, called by `shell_exec`).
+//! started (the start itself is `shell_exec::background`'s).
 //!
 //! Owns the contract (arguments, output, errors) and how a job's output is shown: the output
 //! since the previous read, cut by `max_bytes` and the policy's output thresholds, its control
@@ -7,11 +7,10 @@
 //! supervision, limits, endings) are `jobs`'; a job is only ever looked up in the calling
 //! client's own table, so another client's ids do not exist here.
 
-use super::shell_exec::{ShellExecArgs, ShellExecOutput};
 use super::{Done, SharedContext, Tool, finish};
 use crate::audit::{Decision, Outcome};
-use crate::exec::{ExecRequest, LimitHit};
-use crate::jobs::{Job, JobRead, JobSpec, JobState};
+use crate::exec::LimitHit;
+use crate::jobs::{Job, JobRead};
 use crate::runtime::Session;
 use crate::shape::{ErrorKind, ToolError, ToolOutcome, push_sections, shape_stream};
 use schemars::JsonSchema;
@@ -27,8 +26,6 @@ const MAX_UNTIL: usize = 1000;
 const UNTIL_SIZE_LIMIT: usize = 1 << 20;
 /// The longest one call waits for a job.
 const MAX_WAIT_SECS: u64 = 30;
-/// Default `wait_secs` of `shell_exec {background: true}`.
-const DEFAULT_BACKGROUND_WAIT: u64 = 1;
 
 #[derive(Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -338,7 +335,7 @@ pub async fn info(ctx: &Session, job: &Job) -> JobInfo {
 
 /// One stream's new bytes as text: control characters removed (unless the policy keeps
 /// them), cut to the policy's thresholds; the log file has it all.
-fn show(ctx: &Session, bytes: Vec<u8>, name: &str) -> (String, bool) {
+pub(super) fn show(ctx: &Session, bytes: Vec<u8>, name: &str) -> (String, bool) {
     let captured = crate::exec::Captured {
         total_bytes: bytes.len() as u64,
         total_lines: bytes.iter().filter(|&&b| b == b'\n').count() as u64,
@@ -359,45 +356,12 @@ async fn shown_read(
     let (stderr, err_cut) = show(ctx, read.stderr.bytes, "stderr");
     let dropped = read.stdout.dropped + read.stderr.dropped;
     let more = read.stdout.more || read.stderr.more;
-    if more {
-        notices.push("more output is waiting: call job again to read on".into());
-    }
-    if dropped > 0 {
-        notices.push(format!(
-            "{dropped} bytes of output left the job's buffer before they were read; they are in \
-             {}",
-            job.log_path
-                .as_deref()
-                .unwrap_or("the job's log (not kept)")
-        ));
-    }
-    if read.log_truncated {
-        notices.push(
-            "the job's log stopped growing at the spill file bound (512 MiB); later output is \
-             only in memory"
-                .into(),
-        );
-    }
+    note_what_is_not_shown(&mut notices, job, read.log_truncated, more, dropped);
     let info = info(ctx, job).await;
-    let mut error = None;
     if let Some(end) = &read.end {
         notices.extend(end.notices.iter().cloned());
-        if end.git_refused {
-            error = Some(ToolError::new(
-                ErrorKind::Denied,
-                format!(
-                    "job {} ended ({}), and cordon refused a git change it left: {}. Do not \
-                     retry it in another form; ask the operator to make the change on the host",
-                    job.id,
-                    end.reason,
-                    end.notices
-                        .first()
-                        .map(String::as_str)
-                        .unwrap_or("see stderr")
-                ),
-            ));
-        }
     }
+    let error = read.end.as_ref().and_then(|end| git_refused(job, end));
     let state = info.state.clone();
     let mut text = match &read.end {
         None => format!(
@@ -456,140 +420,51 @@ async fn shown_read(
     }
 }
 
-/// `shell_exec {background: true}`: starts the job, waits `wait_secs` (or for its end), and
-/// answers with the output so far and `job`.
-pub async fn start_background(
-    ctx: &SharedContext,
-    args: &ShellExecArgs,
-    request: ExecRequest,
-) -> Result<Done<super::shell_exec::ShellExec>, ToolError> {
-    let enforcement = ctx.runtime.enforcement_level().as_str().to_owned();
-    let failed = |error: ToolError| {
-        Done::error(
-            ShellExecOutput {
-                enforcement: enforcement.clone(),
-                error: Some(error.clone()),
-                ..Default::default()
-            },
-            &error,
-        )
-    };
-    // The job's log: the whole of its output, in the spill area (bounded like spill files).
-    let log = ctx
-        .runtime
-        .blocking(|rt| rt.workspace.create_spill_std("job"))
-        .await
-        .map_err(|e| tracing::warn!("a job's log file could not be made: {e}"))
-        .ok();
-    let lifetime = args.timeout_secs.map(|_| request.timeout);
-    let mut env = request.env;
-    // A job's output is read while it runs: Python's block buffering on a pipe would hold
-    // back a server's "Serving on …" until 8 KiB had accumulated.
-    env.entry("PYTHONUNBUFFERED".into())
-        .or_insert_with(|| "1".into());
-    let spec = JobSpec {
-        command: args.command.clone(),
-        argv: request.argv,
-        cwd: request.cwd,
-        env,
-        stdin: request.stdin,
-        pty: request.pty,
-        log,
-        lifetime,
-    };
-    let job = match ctx.jobs.start(spec).await {
-        Ok(job) => job,
-        Err(e) => {
-            let kind = e.kind();
-            return Ok(failed(ToolError::new(
-                kind,
-                format!("the background job did not start: {e}"),
-            )));
-        }
-    };
-    let wait = Duration::from_secs(wait_secs(args.wait_secs, DEFAULT_BACKGROUND_WAIT)?);
-    let deadline = tokio::time::Instant::now() + wait;
-    // Output so far: wait the whole `wait_secs` unless the job ends first.
-    tokio::select! {
-        _ = job.ended() => {}
-        _ = tokio::time::sleep_until(deadline) => {}
+/// Notices of output this read does not show: waiting for the next read, gone from the
+/// buffer (it is in the log), or past the log's bound.
+fn note_what_is_not_shown(
+    notices: &mut Vec<String>,
+    job: &Job,
+    log_truncated: bool,
+    more: bool,
+    dropped: u64,
+) {
+    if more {
+        notices.push("more output is waiting: call job again to read on".into());
     }
-    job.touch();
-    let read = job.read(DEFAULT_MAX_BYTES);
-    let (stdout, out_cut) = show(ctx, read.stdout.bytes, "stdout");
-    let (stderr, err_cut) = show(ctx, read.stderr.bytes, "stderr");
-    let info = info(ctx, &job).await;
-    let mut text = match &read.end {
-        None => format!(
-            "started job {} [running]; read and drive it with the `job` tool (id \"{}\")\n",
-            job.id, job.id
-        ),
-        Some(end) => format!("job {} [{}] already: {}\n", job.id, info.state, end.reason),
-    };
-    for url in &info.forwarded {
-        text.push_str(&format!("[forwarded from the host: {url}]\n"));
+    if dropped > 0 {
+        notices.push(format!(
+            "{dropped} bytes of output left the job's buffer before they were read; they are in \
+             {}",
+            job.log_path
+                .as_deref()
+                .unwrap_or("the job's log (not kept)")
+        ));
     }
-    if !ctx.runtime.private_loopback() {
-        text.push_str(
-            "[cordon] this sandbox has no private network namespace: a server the job starts \
-             on 127.0.0.1 listens on the host's loopback\n",
+    if log_truncated {
+        notices.push(
+            "the job's log stopped growing at the spill file bound (512 MiB); later output is \
+             only in memory"
+                .into(),
         );
     }
-    if let Some(f) = ctx.runtime.forwarder.get() {
-        for problem in &f.problems {
-            text.push_str(&format!("[cordon] {problem}\n"));
-        }
-    }
-    push_sections(
-        &mut text,
-        &[
-            (if job.pty { "terminal" } else { "stdout" }, &stdout),
-            ("stderr", &stderr),
-        ],
-    );
-    let end = read.end.clone();
-    let error = end.as_ref().and_then(|end| match end.state {
-        JobState::Exited if end.exit_code == Some(0) => None,
-        JobState::Running => None,
-        _ => Some(ToolError::new(
-            if end.limit.is_some() {
-                ErrorKind::ResourceLimit
-            } else {
-                ErrorKind::ExitStatus
-            },
+}
+
+/// A job that ended with a git change cordon refused: the read's error.
+fn git_refused(job: &Job, end: &crate::jobs::JobEnd) -> Option<ToolError> {
+    end.git_refused.then(|| {
+        ToolError::new(
+            ErrorKind::Denied,
             format!(
-                "the background job ended before the call returned: {}",
-                end.reason
+                "job {} ended ({}), and cordon refused a git change it left: {}. Do not \
+                 retry it in another form; ask the operator to make the change on the host",
+                job.id,
+                end.reason,
+                end.notices
+                    .first()
+                    .map(String::as_str)
+                    .unwrap_or("see stderr")
             ),
-        )),
-    });
-    if let Some(e) = &error {
-        text = format!("{}\n{text}", e.text());
-    }
-    let output = ShellExecOutput {
-        exit_code: end.as_ref().and_then(|e| e.exit_code),
-        signal: end
-            .as_ref()
-            .and_then(|e| e.signal)
-            .map(crate::exec::signal_name),
-        timed_out: false,
-        stdout,
-        stderr,
-        truncated: out_cut || err_cut || read.stdout.more || read.stderr.more,
-        full_output: job.log_path.clone(),
-        duration_ms: job.elapsed().as_millis() as u64,
-        limit: end.as_ref().and_then(|e| e.limit.clone()),
-        enforcement,
-        network: end.as_ref().and_then(|e| e.network.clone()),
-        job: Some(info),
-        denials: Vec::new(),
-        error,
-    };
-    let is_error = output.error.is_some();
-    Ok(Done {
-        output,
-        text,
-        is_error,
-        images: Vec::new(),
+        )
     })
 }

@@ -23,6 +23,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod background;
+
 #[derive(Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ShellExecArgs {
@@ -452,7 +454,7 @@ async fn run_prepared(
     };
     // The slot bounds starting a background job; a running job is bounded by `[jobs]`.
     let result = if args.background {
-        super::job::start_background(&ctx, &args, prepared.request).await
+        background::start_background(&ctx, &args, prepared.request).await
     } else {
         Ok(execute(&ctx, prepared, hooks).await)
     };
@@ -743,6 +745,48 @@ fn outcome_error(
     scene: &explain::Scene<'_>,
     denials: &[explain::Denial],
 ) -> Option<ToolError> {
+    if let Some(error) = stopped_by_cordon(o) {
+        return Some(error);
+    }
+    if o.success() {
+        return None;
+    }
+    let mut message = o.reason().unwrap_or_else(|| "the command failed".into());
+    // A refused connection is the likeliest cause of a network client's failure: say it
+    // first, in the proxy's words (they name the policy line to change).
+    if let Some(refused) = o.network.as_ref().and_then(|n| n.refused.first()) {
+        message.push_str(&format!(
+            "; the egress proxy refused a connection: {refused}"
+        ));
+        return Some(ToolError {
+            kind: ErrorKind::ExitStatus,
+            message,
+            retriable: false,
+        });
+    }
+    let stderr = stderr_text(o);
+    let kernel: Vec<&explain::Denial> = denials
+        .iter()
+        .filter(|d| d.source == explain::DenialSource::Kernel)
+        .collect();
+    if kernel.is_empty() {
+        explain_without_kernel_denials(&mut message, o, scene, &stderr);
+    } else {
+        let shown = explain_kernel_denials(&mut message, o, scene, &kernel, &stderr);
+        if let Some(k) = &o.kernel_denials {
+            note_unlisted_denials(&mut message, k, shown);
+        }
+    }
+    Some(ToolError {
+        kind: ErrorKind::ExitStatus,
+        message,
+        retriable: false,
+    })
+}
+
+/// The command did not end on its own terms: cordon stopped it (timeout, a limit, the
+/// call's cancellation) or refused the git change it left.
+fn stopped_by_cordon(o: &ExecOutcome) -> Option<ToolError> {
     if o.timed_out {
         return Some(ToolError::new(
             ErrorKind::Timeout,
@@ -791,94 +835,96 @@ fn outcome_error(
             ),
         ));
     }
-    if o.success() {
-        return None;
-    }
-    let mut message = o.reason().unwrap_or_else(|| "the command failed".into());
-    // A refused connection is the likeliest cause of a network client's failure: say it
-    // first, in the proxy's words (they name the policy line to change).
-    if let Some(refused) = o.network.as_ref().and_then(|n| n.refused.first()) {
-        message.push_str(&format!(
-            "; the egress proxy refused a connection: {refused}"
-        ));
-        return Some(ToolError {
-            kind: ErrorKind::ExitStatus,
-            message,
-            retriable: false,
-        });
-    }
-    let stderr = stderr_text(o);
-    let kernel: Vec<&explain::Denial> = denials
+    None
+}
+
+/// Adds the kernel's Landlock denials of this call to a failure's message: those the output
+/// names (the likely cause), else the stderr's explanation, else the first few. Returns how
+/// many denials the message shows.
+fn explain_kernel_denials(
+    message: &mut String,
+    o: &ExecOutcome,
+    scene: &explain::Scene<'_>,
+    kernel: &[&explain::Denial],
+    stderr: &str,
+) -> usize {
+    // A denial the output names is the likely cause; others (a program probing
+    // `/dev/tty` or a config file it can do without) may have nothing to do with it.
+    let output = call_output(o);
+    let named: Vec<&str> = kernel
         .iter()
-        .filter(|d| d.source == explain::DenialSource::Kernel)
+        .filter(|d| mentioned(d.path.as_deref(), d.port, &output))
+        .map(|d| d.explanation.as_str())
+        .take(3)
         .collect();
-    if !kernel.is_empty() {
-        // A denial the output names is the likely cause; others (a program probing
-        // `/dev/tty` or a config file it can do without) may have nothing to do with it.
-        let output = call_output(o);
-        let named: Vec<&str> = kernel
+    if !named.is_empty() {
+        message.push_str(&format!(
+            "; [from the kernel's Landlock audit record for this call] {}",
+            named.join(" ")
+        ));
+        named.len()
+    } else if let Some(explanation) = explain::explain_stderr(scene, stderr) {
+        message.push_str("; ");
+        message.push_str(&explanation);
+        message.push_str(
+            " (The kernel's audit records of this call show other Landlock denials, which \
+             the output does not mention: see `denials`.)",
+        );
+        0
+    } else {
+        let first: Vec<&str> = kernel
             .iter()
-            .filter(|d| mentioned(d.path.as_deref(), d.port, &output))
             .map(|d| d.explanation.as_str())
             .take(3)
             .collect();
-        let shown = if !named.is_empty() {
-            message.push_str(&format!(
-                "; [from the kernel's Landlock audit record for this call] {}",
-                named.join(" ")
-            ));
-            named.len()
-        } else if let Some(explanation) = explain::explain_stderr(scene, &stderr) {
-            message.push_str("; ");
-            message.push_str(&explanation);
+        message.push_str(&format!(
+            "; [from the kernel's Landlock audit record for this call; the output names none \
+             of these, so they may not be why it failed] {}",
+            first.join(" ")
+        ));
+        if stderr.contains("Permission denied") || stderr.contains("Operation not permitted") {
             message.push_str(
-                " (The kernel's audit records of this call show other Landlock denials, which \
-                 the output does not mention: see `denials`.)",
+                " stderr's permission error may also be seccomp refusing a syscall or \
+                 socket.",
             );
-            0
-        } else {
-            let first: Vec<&str> = kernel
-                .iter()
-                .map(|d| d.explanation.as_str())
-                .take(3)
-                .collect();
-            message.push_str(&format!(
-                "; [from the kernel's Landlock audit record for this call; the output names none \
-                 of these, so they may not be why it failed] {}",
-                first.join(" ")
-            ));
-            if stderr.contains("Permission denied") || stderr.contains("Operation not permitted") {
-                message.push_str(
-                    " stderr's permission error may also be seccomp refusing a syscall or \
-                     socket.",
-                );
-            }
-            first.len()
-        };
-        if let Some(k) = &o.kernel_denials {
-            let listed = k.denials.len().min(explain::MAX_DENIALS_SHOWN);
-            let in_field = listed.saturating_sub(shown);
-            let not_listed = (k.denials.len() - listed) as u64 + k.not_kept;
-            if in_field > 0 {
-                message.push_str(&format!(" ({in_field} more in the result's `denials`)"));
-            }
-            if not_listed > 0 {
-                message.push_str(&format!(
-                    " ({not_listed} more denied accesses of this call are not listed)"
-                ));
-            }
-            if !k.complete {
-                message.push_str(" (the kernel's records of this call may be incomplete)");
-            }
         }
-        return Some(ToolError {
-            kind: ErrorKind::ExitStatus,
-            message,
-            retriable: false,
-        });
+        first.len()
     }
+}
+
+/// How many of the call's kernel denials the message does not show: in `denials`, or not
+/// listed at all, and whether the kernel's records may be incomplete.
+fn note_unlisted_denials(
+    message: &mut String,
+    k: &crate::confine::audit::KernelDenials,
+    shown: usize,
+) {
+    let listed = k.denials.len().min(explain::MAX_DENIALS_SHOWN);
+    let in_field = listed.saturating_sub(shown);
+    let not_listed = (k.denials.len() - listed) as u64 + k.not_kept;
+    if in_field > 0 {
+        message.push_str(&format!(" ({in_field} more in the result's `denials`)"));
+    }
+    if not_listed > 0 {
+        message.push_str(&format!(
+            " ({not_listed} more denied accesses of this call are not listed)"
+        ));
+    }
+    if !k.complete {
+        message.push_str(" (the kernel's records of this call may be incomplete)");
+    }
+}
+
+/// Explains a failure the kernel recorded no Landlock denial for: the stderr's explanation,
+/// or whose the permission error it reports may be.
+fn explain_without_kernel_denials(
+    message: &mut String,
+    o: &ExecOutcome,
+    scene: &explain::Scene<'_>,
+    stderr: &str,
+) {
     let kernel_saw_none = o.kernel_denials.as_ref().is_some_and(|k| k.complete);
-    if let Some(explanation) = explain::explain_stderr(scene, &stderr) {
+    if let Some(explanation) = explain::explain_stderr(scene, stderr) {
         message.push_str("; ");
         message.push_str(&explanation);
         if kernel_saw_none {
@@ -901,9 +947,4 @@ fn outcome_error(
              socket or syscall outside the policy",
         );
     }
-    Some(ToolError {
-        kind: ErrorKind::ExitStatus,
-        message,
-        retriable: false,
-    })
 }

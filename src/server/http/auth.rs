@@ -9,10 +9,7 @@
 //! `error="invalid_token"` for a wrong one). The token is never logged,
 //! audited or echoed in an error; the audit log names the subject `bearer`.
 //!
-//! A request's [`Subject`] is a tagged value, compared as such: the static token's holder,
-//! a JWT's (issuer, `sub`) pair, or anonymous. No `sub` a token carries can make it equal
-//! another kind's subject, and the same `sub` of two issuers are two subjects; sessions and
-//! stateless scopes belong to one.
+//! A request's [`Subject`] (`subject`) is what checking it gives.
 //!
 //! Owns loading and checking the token; the decision to refuse a non-loopback bind without
 //! one is the caller's (`http::serve`).
@@ -21,56 +18,13 @@ use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use subtle::ConstantTimeEq;
 
+pub use super::subject::{BEARER_SUBJECT, Subject};
+
 /// Where the token comes from.
 #[derive(Debug, Clone)]
 pub enum TokenSource {
     File(PathBuf),
     Env(String),
-}
-
-/// Who made an authenticated request, put in the request's extensions for the session
-/// owner check, the stateless scopes and the audit log.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Subject {
-    /// No authentication is required (loopback without a token): every client is this one.
-    Anonymous,
-    /// The holder of the static token: one token, one subject.
-    StaticToken,
-    /// A JWT access token's `sub`, as its issuer vouched for it.
-    Jwt { issuer: String, sub: String },
-}
-
-/// How the static token's holder is named in the audit log.
-pub const BEARER_SUBJECT: &str = "bearer";
-
-impl std::fmt::Display for Subject {
-    /// `anonymous`, `bearer`, or `jwt:<issuer>#<sub>` with `%`, `#` and control characters
-    /// of both percent-encoded: distinct subjects are always displayed differently.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Anonymous => f.write_str("anonymous"),
-            Self::StaticToken => f.write_str(BEARER_SUBJECT),
-            Self::Jwt { issuer, sub } => {
-                write!(f, "jwt:{}#{}", escape(issuer), escape(sub))
-            }
-        }
-    }
-}
-
-/// Percent-encodes what would make a displayed JWT subject ambiguous or unprintable.
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if c == '%' || c == '#' || c.is_control() {
-            let mut bytes = [0u8; 4];
-            for b in c.encode_utf8(&mut bytes).bytes() {
-                out.push_str(&format!("%{b:02X}"));
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// Shortest token accepted without a warning (bytes).

@@ -16,6 +16,7 @@ pub mod authority;
 pub mod limits;
 pub mod oauth;
 pub mod origin;
+mod subject;
 pub mod target;
 
 use super::CordonServer;
@@ -160,7 +161,7 @@ struct Front {
 pub async fn serve(
     server: CordonServer,
     mut options: HttpOptions,
-    mut signals: super::StopSignals,
+    signals: super::StopSignals,
 ) -> Result<(), HttpError> {
     let template = server.into_http_template();
     let ctx = Arc::clone(template.context());
@@ -170,75 +171,9 @@ pub async fn serve(
     }
     check_options(&options)?;
     let origins = origin::OriginPolicy::new(&http.allowed_origins)?;
-    if !options.addr.ip().is_loopback()
-        && http
-            .allowed_hosts
-            .iter()
-            .all(|h| crate::policy::DEFAULT_ALLOWED_HOSTS.contains(&h.as_str()))
-    {
-        tracing::warn!(
-            "listening on {} but server.http.allowed_hosts lists only loopback names: requests \
-             naming another Host get 403; list the names clients use ({})",
-            options.addr,
-            ctx.runtime.policy.origin
-        );
-    }
-    // A session's calls must not be cut by idle expiry while they run without a word: the
-    // idle time is at least the longest a call may take.
-    let longest_call = ctx
-        .runtime
-        .policy
-        .limits
-        .max_timeout
-        .max(ctx.runtime.policy.interpreter.max_timeout);
-    let keep_alive = http.session_idle.max(longest_call + IDLE_MARGIN);
-    if keep_alive > http.session_idle {
-        tracing::warn!(
-            "server.http.session_idle_secs {}s is shorter than the longest call ({}s); idle \
-             sessions end after {}s instead",
-            http.session_idle.as_secs(),
-            longest_call.as_secs(),
-            keep_alive.as_secs()
-        );
-    }
-    let mut session_config = SessionConfig::default();
-    session_config.keep_alive = Some(keep_alive);
-    let mut local = LocalSessionManager::default();
-    local.session_config = session_config;
-    let registry = Arc::clone(
-        &template
-            .http
-            .as_ref()
-            .expect("an HTTP template has its shared parts")
-            .registry,
-    );
-    let sessions = Arc::new(BoundedSessions::new(local, http.max_sessions, registry));
-
+    warn_of_loopback_hosts(&options, &http, &ctx.runtime.policy.origin);
     let server_shutdown = ctx.runtime.shutdown.clone();
-    let mut config = StreamableHttpServerConfig::default()
-        // Our own cap comes first (with a clear message); this is rmcp's backstop.
-        .with_max_request_body_bytes(http.max_body_bytes)
-        .with_cancellation_token(server_shutdown.child_token());
-    config = if http.allowed_hosts.iter().any(|h| h == "*") {
-        config.disable_allowed_hosts()
-    } else {
-        config.with_allowed_hosts(http.allowed_hosts.clone())
-    };
-    let factory = template.clone();
-    let mcp = StreamableHttpService::new(
-        move || Ok(factory.new_session()),
-        Arc::clone(&sessions),
-        config,
-    );
-    let front = Arc::new(Front {
-        mcp,
-        sessions: Arc::clone(&sessions),
-        auth: options.auth,
-        origins,
-        hosts: target::HostPolicy::new(&http.allowed_hosts),
-        max_body: http.max_body_bytes,
-        policy_origin: ctx.runtime.policy.origin.clone(),
-    });
+    let front = Arc::new(front(&template, options.auth, origins, &server_shutdown));
 
     let listener = listen(options.addr).map_err(|source| HttpError::Bind {
         addr: options.addr,
@@ -276,6 +211,118 @@ pub async fn serve(
     // tests read the port from here when they bind port 0).
     eprintln!("{ready}");
 
+    accept_until_stopped(listener, &front, signals, &server_shutdown, role).await;
+    // Every call of every session is cancelled (its tree killed) and answered; then the
+    // interpreters go and the process exits.
+    server_shutdown.cancel();
+    if let Some(shared) = &template.http {
+        shared.stateless.close_all().await;
+    }
+    ctx.runtime.drain(SHUTDOWN_GRACE).await;
+    Ok(())
+}
+
+/// Listening beyond loopback while the allowed hosts are only loopback names refuses every
+/// client that names this host: said once, at start.
+fn warn_of_loopback_hosts(
+    options: &HttpOptions,
+    http: &crate::policy::HttpPolicy,
+    policy_origin: &str,
+) {
+    if !options.addr.ip().is_loopback()
+        && http
+            .allowed_hosts
+            .iter()
+            .all(|h| crate::policy::DEFAULT_ALLOWED_HOSTS.contains(&h.as_str()))
+    {
+        tracing::warn!(
+            "listening on {} but server.http.allowed_hosts lists only loopback names: requests \
+             naming another Host get 403; list the names clients use ({})",
+            options.addr,
+            policy_origin
+        );
+    }
+}
+
+/// The front door over rmcp's Streamable HTTP service: sessions bounded in number and
+/// kept alive at least as long as a call may run, each made from `template`.
+fn front(
+    template: &CordonServer,
+    auth: auth::Authenticator,
+    origins: origin::OriginPolicy,
+    server_shutdown: &tokio_util::sync::CancellationToken,
+) -> Front {
+    let ctx = template.context();
+    let http = &ctx.runtime.policy.server.http;
+    let mut session_config = SessionConfig::default();
+    session_config.keep_alive = Some(session_keep_alive(&ctx.runtime.policy));
+    let mut local = LocalSessionManager::default();
+    local.session_config = session_config;
+    let registry = Arc::clone(
+        &template
+            .http
+            .as_ref()
+            .expect("an HTTP template has its shared parts")
+            .registry,
+    );
+    let sessions = Arc::new(BoundedSessions::new(local, http.max_sessions, registry));
+
+    let mut config = StreamableHttpServerConfig::default()
+        // Our own cap comes first (with a clear message); this is rmcp's backstop.
+        .with_max_request_body_bytes(http.max_body_bytes)
+        .with_cancellation_token(server_shutdown.child_token());
+    config = if http.allowed_hosts.iter().any(|h| h == "*") {
+        config.disable_allowed_hosts()
+    } else {
+        config.with_allowed_hosts(http.allowed_hosts.clone())
+    };
+    let factory = template.clone();
+    let mcp = StreamableHttpService::new(
+        move || Ok(factory.new_session()),
+        Arc::clone(&sessions),
+        config,
+    );
+    Front {
+        mcp,
+        sessions,
+        auth,
+        origins,
+        hosts: target::HostPolicy::new(&http.allowed_hosts),
+        max_body: http.max_body_bytes,
+        policy_origin: ctx.runtime.policy.origin.clone(),
+    }
+}
+
+/// A session's calls must not be cut by idle expiry while they run without a word: the
+/// idle time is at least the longest a call may take.
+fn session_keep_alive(policy: &crate::policy::Policy) -> Duration {
+    let http = &policy.server.http;
+    let longest_call = policy
+        .limits
+        .max_timeout
+        .max(policy.interpreter.max_timeout);
+    let keep_alive = http.session_idle.max(longest_call + IDLE_MARGIN);
+    if keep_alive > http.session_idle {
+        tracing::warn!(
+            "server.http.session_idle_secs {}s is shorter than the longest call ({}s); idle \
+             sessions end after {}s instead",
+            http.session_idle.as_secs(),
+            longest_call.as_secs(),
+            keep_alive.as_secs()
+        );
+    }
+    keep_alive
+}
+
+/// The main listener's accept loop, until SIGTERM or SIGINT: every connection admitted
+/// under the unauthenticated bounds and served on its own task.
+async fn accept_until_stopped(
+    listener: tokio::net::TcpListener,
+    front: &Arc<Front>,
+    mut signals: super::StopSignals,
+    server_shutdown: &tokio_util::sync::CancellationToken,
+    role: Role,
+) {
     let admission = admission::Admission::new(admission::Bounds::default());
     let stop = async move {
         let name = signals.recv().await;
@@ -304,7 +351,7 @@ pub async fn serve(
         // Never refused here: if the unauthenticated bounds are full, the oldest
         // unauthenticated connection is closed instead.
         let ticket = Arc::new(admission.admit(&peer));
-        let front = Arc::clone(&front);
+        let front = Arc::clone(front);
         let closing = server_shutdown.clone();
         tokio::spawn(serve_connection(
             stream,
@@ -319,14 +366,6 @@ pub async fn serve(
         // loop would otherwise run ahead of every task it spawned.
         let _ = tokio::time::timeout(FIRST_READ_WAIT, ticket.first_read()).await;
     }
-    // Every call of every session is cancelled (its tree killed) and answered; then the
-    // interpreters go and the process exits.
-    server_shutdown.cancel();
-    if let Some(shared) = &template.http {
-        shared.stateless.close_all().await;
-    }
-    ctx.runtime.drain(SHUTDOWN_GRACE).await;
-    Ok(())
 }
 
 /// Connections the kernel may hold for us before `accept`: under a flood of connections a
@@ -437,80 +476,19 @@ async fn serve_connection(
 }
 
 impl Front {
+    /// One HTTP request: the front door's checks (host, path, origin, credentials), then the
+    /// metrics or MCP behind it.
     async fn handle(
         &self,
         request: Request<Incoming>,
         ticket: &admission::Ticket,
         role: Role,
     ) -> Response<Body> {
-        // Which host the request is for, before anything answers it. A scrape of the metrics
-        // names the pod's or host's address, which no allow-list can know: where a token is
-        // required it is what keeps a rebinding page out (it cannot know the token), so the
-        // host list is not asked then.
-        let token_guarded_scrape = request.uri().path() == METRICS_PATH && self.auth.is_required();
-        if !token_guarded_scrape
-            && let Err(bad) = self.hosts.check(request.uri(), request.headers())
-        {
-            tracing::warn!("refused a request: {bad}");
-            return plain(
-                StatusCode::FORBIDDEN,
-                format!(
-                    "Forbidden: {bad} (server.http.allowed_hosts of the policy, {}, lists the \
-                     names this server answers to)",
-                    self.policy_origin
-                ),
-            );
-        }
-        // RFC 9728 metadata: public by design (it says where to get a token).
-        if let Some(jwt) = self.auth.jwt()
-            && oauth::METADATA_PATHS.contains(&request.uri().path())
-            && request.method() == http::Method::GET
-        {
-            return Response::builder()
-                .status(StatusCode::OK)
-                .header(http::header::CONTENT_TYPE, "application/json")
-                .body(Full::new(Bytes::from(jwt.metadata().to_owned())).boxed())
-                .expect("a static response is valid");
-        }
-        let path = request.uri().path();
-        let metrics = path == METRICS_PATH && role != Role::Main { metrics: false };
-        if role == Role::MetricsOnly && !metrics {
-            return plain(
-                StatusCode::NOT_FOUND,
-                format!("Not Found: this listener serves only {METRICS_PATH}"),
-            );
-        }
-        if path != ENDPOINT && !metrics {
-            return plain(
-                StatusCode::NOT_FOUND,
-                format!(
-                    "Not Found: this server's endpoints are {ENDPOINT} (MCP Streamable HTTP){}",
-                    if role == (Role::Main { metrics: true }) {
-                        format!(" and {METRICS_PATH} (Prometheus metrics)")
-                    } else {
-                        String::new()
-                    }
-                ),
-            );
-        }
-        if let Some(origin) = request.headers().get(http::header::ORIGIN) {
-            let allowed = origin.to_str().is_ok_and(|o| self.origins.allows(o));
-            if !allowed {
-                tracing::warn!(
-                    "refused a request from Origin {:?} (not in server.http.allowed_origins)",
-                    String::from_utf8_lossy(origin.as_bytes())
-                );
-                return plain(
-                    StatusCode::FORBIDDEN,
-                    format!(
-                        "Forbidden: Origin {:?} is not in server.http.allowed_origins of the \
-                         policy ({}); the operator can add it",
-                        String::from_utf8_lossy(origin.as_bytes()),
-                        self.policy_origin
-                    ),
-                );
-            }
-        }
+        let metrics = match self.route(&request, role) {
+            Route::Mcp => false,
+            Route::Metrics => true,
+            Route::Answer(answer) => return answer,
+        };
         let subject = match self.auth.check(request.headers()) {
             Ok(subject) => subject,
             Err(why) => return unauthorized(&self.auth, why),
@@ -521,18 +499,95 @@ impl Front {
             return connection_refused(refused);
         }
         if metrics {
-            if request.method() != http::Method::GET {
-                return plain(
-                    StatusCode::METHOD_NOT_ALLOWED,
-                    format!("Method Not Allowed: {METRICS_PATH} answers GET"),
-                );
-            }
-            return Response::builder()
-                .status(StatusCode::OK)
-                .header(http::header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)
-                .body(Full::new(Bytes::from(crate::metrics::render())).boxed())
-                .expect("a metrics response is valid");
+            return metrics_response(request.method());
         }
+        self.mcp_request(request, subject).await
+    }
+
+    /// Which of this listener's endpoints a request is for, or the answer that refuses it: a host not allowed, a path not served, an origin not allowed.
+    /// The OAuth metadata is answered here too: public by design.
+    fn route(&self, request: &Request<Incoming>, role: Role) -> Route {
+        // Which host the request is for, before anything answers it. A scrape of the metrics
+        // names the pod's or host's address, which no allow-list can know: where a token is
+        // required it is what keeps a rebinding page out (it cannot know the token), so the
+        // host list is not asked then.
+        let token_guarded_scrape = request.uri().path() == METRICS_PATH && self.auth.is_required();
+        if !token_guarded_scrape
+            && let Err(bad) = self.hosts.check(request.uri(), request.headers())
+        {
+            tracing::warn!("refused a request: {bad}");
+            return Route::Answer(plain(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "Forbidden: {bad} (server.http.allowed_hosts of the policy, {}, lists the \
+                     names this server answers to)",
+                    self.policy_origin
+                ),
+            ));
+        }
+        // RFC 9728 metadata: public by design (it says where to get a token).
+        if let Some(jwt) = self.auth.jwt()
+            && oauth::METADATA_PATHS.contains(&request.uri().path())
+            && request.method() == http::Method::GET
+        {
+            return Route::Answer(
+                Response::builder()
+                    .status(StatusCode::OK)
+                    .header(http::header::CONTENT_TYPE, "application/json")
+                    .body(Full::new(Bytes::from(jwt.metadata().to_owned())).boxed())
+                    .expect("a static response is valid"),
+            );
+        }
+        let path = request.uri().path();
+        let metrics = path == METRICS_PATH && role != Role::Main { metrics: false };
+        if role == Role::MetricsOnly && !metrics {
+            return Route::Answer(plain(
+                StatusCode::NOT_FOUND,
+                format!("Not Found: this listener serves only {METRICS_PATH}"),
+            ));
+        }
+        if path != ENDPOINT && !metrics {
+            return Route::Answer(plain(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "Not Found: this server's endpoints are {ENDPOINT} (MCP Streamable HTTP){}",
+                    if role == (Role::Main { metrics: true }) {
+                        format!(" and {METRICS_PATH} (Prometheus metrics)")
+                    } else {
+                        String::new()
+                    }
+                ),
+            ));
+        }
+        if let Some(origin) = request.headers().get(http::header::ORIGIN) {
+            let allowed = origin.to_str().is_ok_and(|o| self.origins.allows(o));
+            if !allowed {
+                tracing::warn!(
+                    "refused a request from Origin {:?} (not in server.http.allowed_origins)",
+                    String::from_utf8_lossy(origin.as_bytes())
+                );
+                return Route::Answer(plain(
+                    StatusCode::FORBIDDEN,
+                    format!(
+                        "Forbidden: Origin {:?} is not in server.http.allowed_origins of the \
+                         policy ({}); the operator can add it",
+                        String::from_utf8_lossy(origin.as_bytes()),
+                        self.policy_origin
+                    ),
+                ));
+            }
+        }
+        if metrics { Route::Metrics } else { Route::Mcp }
+    }
+
+    /// An authenticated request to the MCP endpoint: in its subject's session only, its body
+    /// bounded, a new session only while there is room, and a call answered on an SSE stream
+    /// cancelled when its client goes.
+    async fn mcp_request(
+        &self,
+        request: Request<Incoming>,
+        subject: auth::Subject,
+    ) -> Response<Body> {
         let (mut parts, body) = request.into_parts();
         let session = parts
             .headers
@@ -559,62 +614,18 @@ impl Front {
             let request = Request::from_parts(parts, Full::new(Bytes::new()));
             return self.mcp.handle(request).await;
         }
-        let declared = parts
-            .headers
-            .get(http::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok());
-        let bytes = match limits::read_body(body, declared, self.max_body).await {
+        let bytes = match self.read_body(&parts.headers, body).await {
             Ok(bytes) => bytes,
-            Err(BodyRefusal::TooLarge { limit }) => {
-                return plain(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    format!(
-                        "Payload Too Large: a request body may take at most {limit} bytes \
-                         (server.http.max_body_kb of the policy, {}); send large files in \
-                         parts, or ask the operator to raise it",
-                        self.policy_origin
-                    ),
-                );
-            }
-            Err(BodyRefusal::TooSlow) => {
-                return plain(
-                    StatusCode::REQUEST_TIMEOUT,
-                    format!(
-                        "Request Timeout: the body did not arrive within {}s",
-                        limits::BODY_READ_TIMEOUT.as_secs()
-                    ),
-                );
-            }
-            Err(BodyRefusal::Broken(e)) => {
-                return plain(StatusCode::BAD_REQUEST, format!("Bad Request: {e}"));
-            }
+            Err(refused) => return refused,
         };
         let peek = Peek::of(&bytes);
-        if session.is_none()
-            && peek.method.as_deref() == Some("initialize")
-            && self.sessions.is_full()
-        {
-            let mut response = plain(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!(
-                    "Service Unavailable: {} MCP sessions are open, the most \
-                     server.http.max_sessions allows ({}); end one (DELETE {ENDPOINT}) or retry \
-                     later",
-                    self.sessions.max(),
-                    self.policy_origin
-                ),
-            );
-            response.headers_mut().insert(
-                http::header::RETRY_AFTER,
-                http::HeaderValue::from_static("5"),
-            );
-            return response;
+        let initializes = session.is_none() && peek.method.as_deref() == Some("initialize");
+        if initializes && self.sessions.is_full() {
+            return self.sessions_full();
         }
         let request = Request::from_parts(parts, Full::new(bytes));
         let response = self.mcp.handle(request).await;
-        if session.is_none()
-            && peek.method.as_deref() == Some("initialize")
+        if initializes
             && let Some(id) = response
                 .headers()
                 .get(rmcp::transport::common::http_header::HEADER_SESSION_ID)
@@ -636,6 +647,84 @@ impl Front {
             _ => response,
         }
     }
+
+    /// A POST's body, at most `max_body` bytes and within the read timeout, or the answer
+    /// that says which bound it broke.
+    async fn read_body(
+        &self,
+        headers: &http::HeaderMap,
+        body: Incoming,
+    ) -> Result<Bytes, Response<Body>> {
+        let declared = headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        limits::read_body(body, declared, self.max_body)
+            .await
+            .map_err(|refusal| match refusal {
+                BodyRefusal::TooLarge { limit } => plain(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!(
+                        "Payload Too Large: a request body may take at most {limit} bytes \
+                         (server.http.max_body_kb of the policy, {}); send large files in \
+                         parts, or ask the operator to raise it",
+                        self.policy_origin
+                    ),
+                ),
+                BodyRefusal::TooSlow => plain(
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!(
+                        "Request Timeout: the body did not arrive within {}s",
+                        limits::BODY_READ_TIMEOUT.as_secs()
+                    ),
+                ),
+                BodyRefusal::Broken(e) => {
+                    plain(StatusCode::BAD_REQUEST, format!("Bad Request: {e}"))
+                }
+            })
+    }
+
+    /// The answer to an `initialize` while every session the policy allows is open.
+    fn sessions_full(&self) -> Response<Body> {
+        let mut response = plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "Service Unavailable: {} MCP sessions are open, the most \
+                 server.http.max_sessions allows ({}); end one (DELETE {ENDPOINT}) or retry \
+                 later",
+                self.sessions.max(),
+                self.policy_origin
+            ),
+        );
+        response.headers_mut().insert(
+            http::header::RETRY_AFTER,
+            http::HeaderValue::from_static("5"),
+        );
+        response
+    }
+}
+
+/// Where the front door sends a request.
+enum Route {
+    Mcp,
+    Metrics,
+    /// Answered at the door: refused, or the public OAuth metadata.
+    Answer(Response<Body>),
+}
+
+/// The metrics, to a GET.
+fn metrics_response(method: &http::Method) -> Response<Body> {
+    if method != http::Method::GET {
+        return plain(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!("Method Not Allowed: {METRICS_PATH} answers GET"),
+        );
+    }
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(http::header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)
+        .body(Full::new(Bytes::from(crate::metrics::render())).boxed())
+        .expect("a metrics response is valid")
 }
 
 /// What the front door needs from a JSON-RPC body: its method and, for a request, its id.

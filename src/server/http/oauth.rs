@@ -81,47 +81,9 @@ impl JwtVerifier {
         let mut keys = Vec::new();
         let mut skipped = Vec::new();
         for jwk in &set.keys {
-            let kid = jwk.common.key_id.clone();
-            let name = kid.clone().unwrap_or_else(|| "(no kid)".into());
-            let family = match &jwk.algorithm {
-                AlgorithmParameters::RSA(_) => jsonwebtoken::AlgorithmFamily::Rsa,
-                AlgorithmParameters::EllipticCurve(_) => jsonwebtoken::AlgorithmFamily::Ec,
-                AlgorithmParameters::OctetKeyPair(p) => {
-                    // The verifier reads 32 bytes of `x`; a shorter one is no Ed25519 key.
-                    let x = base64_url_len(&p.x);
-                    if x != Some(32) {
-                        skipped.push(format!("{name}: an OKP key whose x is not 32 bytes"));
-                        continue;
-                    }
-                    jsonwebtoken::AlgorithmFamily::Ed
-                }
-                AlgorithmParameters::OctetKey(_) => {
-                    skipped.push(format!("{name}: a symmetric (oct) key"));
-                    continue;
-                }
-                _ => {
-                    skipped.push(format!("{name}: an unsupported key type"));
-                    continue;
-                }
-            };
-            let alg = match jwk.common.key_algorithm {
-                Some(a) => match Algorithm::from_str(&a.to_string()) {
-                    Ok(a) => Some(a),
-                    Err(_) => {
-                        skipped.push(format!("{name}: algorithm {a} is not a signature one"));
-                        continue;
-                    }
-                },
-                None => None,
-            };
-            match DecodingKey::from_jwk(jwk) {
-                Ok(key) => keys.push(Key {
-                    kid,
-                    alg,
-                    key,
-                    family,
-                }),
-                Err(e) => skipped.push(format!("{name}: {e}")),
+            match key_of(jwk) {
+                Ok(key) => keys.push(key),
+                Err(why) => skipped.push(why),
             }
         }
         for s in &skipped {
@@ -137,21 +99,7 @@ impl JwtVerifier {
                 },
             });
         }
-        let algorithms: Vec<Algorithm> = policy
-            .algorithms
-            .iter()
-            .filter_map(|a| Algorithm::from_str(a).ok())
-            .collect();
-        let mut validation = Validation::new(algorithms[0]);
-        validation.algorithms = algorithms;
-        validation.set_issuer(&[&policy.issuer]);
-        validation.set_audience(&[&policy.audience]);
-        validation.validate_nbf = true;
-        validation.leeway = LEEWAY_SECS;
-        validation.required_spec_claims = ["exp", "iss", "aud", "sub"]
-            .iter()
-            .map(|s| (*s).to_owned())
-            .collect::<HashSet<_>>();
+        let validation = validation(policy);
         let origin = url_origin(&policy.resource);
         let metadata_url = format!("{origin}{}", METADATA_PATHS[0]);
         let mut metadata = serde_json::json!({
@@ -174,7 +122,7 @@ impl JwtVerifier {
     }
 
     /// The subject (issuer and `sub`) of a valid token, or `None`.
-    pub fn verify(&self, token: &str) -> Option<super::auth::Subject> {
+    pub fn verify(&self, token: &str) -> Option<super::subject::Subject> {
         let header = jsonwebtoken::decode_header(token).ok()?;
         if !self.validation.algorithms.contains(&header.alg) {
             return None;
@@ -212,7 +160,7 @@ impl JwtVerifier {
         }
         // `iss` was validated to be this issuer.
         let sub = data.claims.sub.filter(|s| !s.is_empty())?;
-        Some(super::auth::Subject::Jwt {
+        Some(super::subject::Subject::Jwt {
             issuer: self.issuer.clone(),
             sub,
         })
@@ -225,6 +173,70 @@ impl JwtVerifier {
     pub fn metadata_url(&self) -> &str {
         &self.metadata_url
     }
+}
+
+/// One key of the JWKS as the verifier uses it, or why it is skipped (symmetric, an
+/// unsupported type or algorithm, a malformed key).
+fn key_of(jwk: &jsonwebtoken::jwk::Jwk) -> Result<Key, String> {
+    let kid = jwk.common.key_id.clone();
+    let name = kid.clone().unwrap_or_else(|| "(no kid)".into());
+    let family = match &jwk.algorithm {
+        AlgorithmParameters::RSA(_) => jsonwebtoken::AlgorithmFamily::Rsa,
+        AlgorithmParameters::EllipticCurve(_) => jsonwebtoken::AlgorithmFamily::Ec,
+        AlgorithmParameters::OctetKeyPair(p) => {
+            // The verifier reads 32 bytes of `x`; a shorter one is no Ed25519 key.
+            let x = base64_url_len(&p.x);
+            if x != Some(32) {
+                return Err(format!("{name}: an OKP key whose x is not 32 bytes"));
+            }
+            jsonwebtoken::AlgorithmFamily::Ed
+        }
+        AlgorithmParameters::OctetKey(_) => {
+            return Err(format!("{name}: a symmetric (oct) key"));
+        }
+        _ => {
+            return Err(format!("{name}: an unsupported key type"));
+        }
+    };
+    let alg = match jwk.common.key_algorithm {
+        Some(a) => match Algorithm::from_str(&a.to_string()) {
+            Ok(a) => Some(a),
+            Err(_) => {
+                return Err(format!("{name}: algorithm {a} is not a signature one"));
+            }
+        },
+        None => None,
+    };
+    match DecodingKey::from_jwk(jwk) {
+        Ok(key) => Ok(Key {
+            kid,
+            alg,
+            key,
+            family,
+        }),
+        Err(e) => Err(format!("{name}: {e}")),
+    }
+}
+
+/// What every token is checked against: the policy's algorithms, issuer and audience, a
+/// small leeway, and the claims that must be there.
+fn validation(policy: &OAuthPolicy) -> Validation {
+    let algorithms: Vec<Algorithm> = policy
+        .algorithms
+        .iter()
+        .filter_map(|a| Algorithm::from_str(a).ok())
+        .collect();
+    let mut validation = Validation::new(algorithms[0]);
+    validation.algorithms = algorithms;
+    validation.set_issuer(&[&policy.issuer]);
+    validation.set_audience(&[&policy.audience]);
+    validation.validate_nbf = true;
+    validation.leeway = LEEWAY_SECS;
+    validation.required_spec_claims = ["exp", "iss", "aud", "sub"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect::<HashSet<_>>();
+    validation
 }
 
 /// `scheme://authority` of a URL (the metadata lives at the origin's well-known path).
@@ -312,7 +324,7 @@ pub(crate) mod tests {
         let good = sign(TRUSTED_DER, claims(serde_json::json!({})), Some("k1"));
         assert_eq!(
             v.verify(&good),
-            Some(crate::server::http::auth::Subject::Jwt {
+            Some(super::super::subject::Subject::Jwt {
                 issuer: "https://auth.example".into(),
                 sub: "alice".into()
             })

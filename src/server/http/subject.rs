@@ -1,0 +1,53 @@
+//! Who made an authenticated request.
+//!
+//! A request's [`Subject`] is a tagged value, compared as such: the static token's holder,
+//! a JWT's (issuer, `sub`) pair, or anonymous. No `sub` a token carries can make it equal
+//! another kind's subject, and the same `sub` of two issuers are two subjects; sessions and
+//! stateless scopes belong to one.
+//!
+//! Its display is what the audit log names: distinct subjects always display differently.
+
+/// Who made an authenticated request, put in the request's extensions for the session
+/// owner check, the stateless scopes and the audit log.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Subject {
+    /// No authentication is required (loopback without a token): every client is this one.
+    Anonymous,
+    /// The holder of the static token: one token, one subject.
+    StaticToken,
+    /// A JWT access token's `sub`, as its issuer vouched for it.
+    Jwt { issuer: String, sub: String },
+}
+
+/// How the static token's holder is named in the audit log.
+pub const BEARER_SUBJECT: &str = "bearer";
+
+impl std::fmt::Display for Subject {
+    /// `anonymous`, `bearer`, or `jwt:<issuer>#<sub>` with `%`, `#` and control characters
+    /// of both percent-encoded: distinct subjects are always displayed differently.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Anonymous => f.write_str("anonymous"),
+            Self::StaticToken => f.write_str(BEARER_SUBJECT),
+            Self::Jwt { issuer, sub } => {
+                write!(f, "jwt:{}#{}", escape(issuer), escape(sub))
+            }
+        }
+    }
+}
+
+/// Percent-encodes what would make a displayed JWT subject ambiguous or unprintable.
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c == '%' || c == '#' || c.is_control() {
+            let mut bytes = [0u8; 4];
+            for b in c.encode_utf8(&mut bytes).bytes() {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}

@@ -1,0 +1,172 @@
+//! `shell_exec {background: true}`: the job started, its first output waited for, and the
+//! answer `shell_exec` gives, with the `job` the `job` tool reads and drives from then on.
+//!
+//! The job itself (launch, supervision, limits, endings) is `jobs`'; how its output is shown
+//! is the `job` tool's, shared here so both answers read alike.
+
+use super::{ShellExec, ShellExecArgs, ShellExecOutput};
+use crate::exec::ExecRequest;
+use crate::jobs::{Job, JobEnd, JobSpec, JobState};
+use crate::shape::{ErrorKind, ToolError, push_sections};
+use crate::tools::job::{DEFAULT_MAX_BYTES, JobInfo, info, show, wait_secs};
+use crate::tools::{Done, SharedContext};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Default `wait_secs` of `shell_exec {background: true}`.
+const DEFAULT_BACKGROUND_WAIT: u64 = 1;
+
+/// Starts the job, waits `wait_secs` (or for its end), and answers with the output so far
+/// and `job`.
+pub(super) async fn start_background(
+    ctx: &SharedContext,
+    args: &ShellExecArgs,
+    request: ExecRequest,
+) -> Result<Done<ShellExec>, ToolError> {
+    let enforcement = ctx.runtime.enforcement_level().as_str().to_owned();
+    let job = match start(ctx, args, request).await {
+        Ok(job) => job,
+        Err(error) => {
+            return Ok(Done::error(
+                ShellExecOutput {
+                    enforcement: enforcement.clone(),
+                    error: Some(error.clone()),
+                    ..Default::default()
+                },
+                &error,
+            ));
+        }
+    };
+    let wait = Duration::from_secs(wait_secs(args.wait_secs, DEFAULT_BACKGROUND_WAIT)?);
+    let deadline = tokio::time::Instant::now() + wait;
+    // Output so far: wait the whole `wait_secs` unless the job ends first.
+    tokio::select! {
+        _ = job.ended() => {}
+        _ = tokio::time::sleep_until(deadline) => {}
+    }
+    job.touch();
+    let read = job.read(DEFAULT_MAX_BYTES);
+    let (stdout, out_cut) = show(ctx, read.stdout.bytes, "stdout");
+    let (stderr, err_cut) = show(ctx, read.stderr.bytes, "stderr");
+    let info = info(ctx, &job).await;
+    let mut text = started_lines(ctx, &job, &info, read.end.as_ref());
+    push_sections(
+        &mut text,
+        &[
+            (if job.pty { "terminal" } else { "stdout" }, &stdout),
+            ("stderr", &stderr),
+        ],
+    );
+    let end = read.end.clone();
+    let error = end.as_ref().and_then(ended_too_soon);
+    if let Some(e) = &error {
+        text = format!("{}\n{text}", e.text());
+    }
+    let output = ShellExecOutput {
+        exit_code: end.as_ref().and_then(|e| e.exit_code),
+        signal: end
+            .as_ref()
+            .and_then(|e| e.signal)
+            .map(crate::exec::signal_name),
+        timed_out: false,
+        stdout,
+        stderr,
+        truncated: out_cut || err_cut || read.stdout.more || read.stderr.more,
+        full_output: job.log_path.clone(),
+        duration_ms: job.elapsed().as_millis() as u64,
+        limit: end.as_ref().and_then(|e| e.limit.clone()),
+        enforcement,
+        network: end.as_ref().and_then(|e| e.network.clone()),
+        job: Some(info),
+        denials: Vec::new(),
+        error,
+    };
+    let is_error = output.error.is_some();
+    Ok(Done {
+        output,
+        text,
+        is_error,
+        images: Vec::new(),
+    })
+}
+
+/// The job launched, with its log (the whole of its output, in the spill area, bounded like
+/// spill files) and unbuffered Python; `Err` says why it did not start.
+async fn start(
+    ctx: &SharedContext,
+    args: &ShellExecArgs,
+    request: ExecRequest,
+) -> Result<Arc<Job>, ToolError> {
+    let log = ctx
+        .runtime
+        .blocking(|rt| rt.workspace.create_spill_std("job"))
+        .await
+        .map_err(|e| tracing::warn!("a job's log file could not be made: {e}"))
+        .ok();
+    let lifetime = args.timeout_secs.map(|_| request.timeout);
+    let mut env = request.env;
+    // A job's output is read while it runs: Python's block buffering on a pipe would hold
+    // back a server's "Serving on …" until 8 KiB had accumulated.
+    env.entry("PYTHONUNBUFFERED".into())
+        .or_insert_with(|| "1".into());
+    let spec = JobSpec {
+        command: args.command.clone(),
+        argv: request.argv,
+        cwd: request.cwd,
+        env,
+        stdin: request.stdin,
+        pty: request.pty,
+        log,
+        lifetime,
+    };
+    ctx.jobs.start(spec).await.map_err(|e| {
+        let kind = e.kind();
+        ToolError::new(kind, format!("the background job did not start: {e}"))
+    })
+}
+
+/// The answer's first lines: started (or already ended), where the host forwards its ports,
+/// and what the sandbox's network means for a server it starts.
+fn started_lines(ctx: &SharedContext, job: &Job, info: &JobInfo, end: Option<&JobEnd>) -> String {
+    let mut text = match end {
+        None => format!(
+            "started job {} [running]; read and drive it with the `job` tool (id \"{}\")\n",
+            job.id, job.id
+        ),
+        Some(end) => format!("job {} [{}] already: {}\n", job.id, info.state, end.reason),
+    };
+    for url in &info.forwarded {
+        text.push_str(&format!("[forwarded from the host: {url}]\n"));
+    }
+    if !ctx.runtime.private_loopback() {
+        text.push_str(
+            "[cordon] this sandbox has no private network namespace: a server the job starts \
+             on 127.0.0.1 listens on the host's loopback\n",
+        );
+    }
+    if let Some(f) = ctx.runtime.forwarder.get() {
+        for problem in &f.problems {
+            text.push_str(&format!("[cordon] {problem}\n"));
+        }
+    }
+    text
+}
+
+/// A job that ended before the call returned, other than with exit 0, is the call's error.
+fn ended_too_soon(end: &JobEnd) -> Option<ToolError> {
+    match end.state {
+        JobState::Exited if end.exit_code == Some(0) => None,
+        JobState::Running => None,
+        _ => Some(ToolError::new(
+            if end.limit.is_some() {
+                ErrorKind::ResourceLimit
+            } else {
+                ErrorKind::ExitStatus
+            },
+            format!(
+                "the background job ended before the call returned: {}",
+                end.reason
+            ),
+        )),
+    }
+}
