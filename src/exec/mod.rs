@@ -174,6 +174,8 @@ impl Executor {
         &self.confinement
     }
 
+    /// Runs one call: launch → attach its input and output → wait (exit, timeout, cancel or
+    /// disk budget) → bury the tree → the outcome.
     pub async fn run(&self, req: ExecRequest) -> Result<ExecOutcome, ExecError> {
         let mut launched = self
             .launch(launch::LaunchSpec {
@@ -190,6 +192,71 @@ impl Executor {
         let disk = launched.disk.clone();
         // The process that made the call's Landlock domain: the slot, or the forked child.
         let denials_watch = launched.pgid.and_then(crate::confine::audit::watch);
+        let io = CallIo::attach(&mut launched, req.stdin, req.stdout, req.stderr, req.live)?;
+        let cancel = req.cancel.unwrap_or_default();
+        let ended = wait_for_end(&mut launched, req.timeout, &cancel, disk.as_ref()).await;
+        // Whatever happened, the tree dies now: background jobs, double forks, setsid daemons.
+        let finished = launched.finish(self, ended.status).await;
+        let (stdout, stderr, output_cut_short) =
+            collect_output(&io.stop_reading, io.stdout, io.stderr).await;
+        use std::os::unix::process::ExitStatusExt;
+        let (exit_code, signal) = match finished.status {
+            Some(s) => (s.code(), s.signal()),
+            None => (None, None),
+        };
+        let limit = match &ended.disk_overrun {
+            Some(hit) => Some(hit.limit_hit()),
+            None => outcome::classify_limit(
+                ended.timed_out,
+                finished.hits,
+                exit_code,
+                signal,
+                &stderr,
+                req.timeout,
+            ),
+        };
+        // Killed by us (timeout, cancel, disk budget): the exit status is our SIGKILL.
+        let killed = ended.timed_out || ended.cancelled || ended.disk_overrun.is_some();
+        let kernel_denials = kernel_denials(denials_watch, killed || exit_code != Some(0)).await;
+        if !killed && signal == Some(libc::SIGSYS) {
+            crate::metrics::denials(crate::metrics::Layer::Seccomp, 1);
+        }
+        Ok(ExecOutcome {
+            exit_code: if killed { None } else { exit_code },
+            signal: if killed { Some(libc::SIGKILL) } else { signal },
+            timed_out: ended.timed_out,
+            cancelled: ended.cancelled,
+            limit,
+            stdout,
+            stderr,
+            duration: started.elapsed(),
+            output_cut_short,
+            enforcement: self.confinement.enforcement().clone(),
+            notices: finished.guard.notices,
+            git_refused: finished.guard.refused,
+            network: finished.network,
+            kernel_denials,
+        })
+    }
+}
+
+/// A call's output readers (pipes or its terminal) and what stops them.
+struct CallIo {
+    stop_reading: CancellationToken,
+    stdout: Option<tokio::task::JoinHandle<Captured>>,
+    stderr: Option<tokio::task::JoinHandle<Captured>>,
+}
+
+impl CallIo {
+    /// Starts draining the call's stdout and stderr (or its terminal) into their captures,
+    /// and writes `input` to its stdin (or terminal).
+    fn attach(
+        launched: &mut launch::Launched,
+        input: Option<Vec<u8>>,
+        stdout_spec: CaptureSpec,
+        stderr_spec: CaptureSpec,
+        live: Option<Arc<LiveStatus>>,
+    ) -> Result<Self, ExecError> {
         let process::Pipes {
             stdin: stdin_pipe,
             stdout: stdout_pipe,
@@ -205,20 +272,19 @@ impl Executor {
             )?),
             None => None,
         };
-
         let stop_reading = CancellationToken::new();
         let stdout = match &terminal {
             Some(terminal) => Some(tokio::spawn(capture::drain(
                 terminal.clone(),
-                req.stdout,
-                req.live.clone(),
+                stdout_spec,
+                live.clone(),
                 stop_reading.clone(),
             ))),
             None => stdout_pipe.map(|p| {
                 tokio::spawn(capture::drain(
                     p,
-                    req.stdout,
-                    req.live.clone(),
+                    stdout_spec,
+                    live.clone(),
                     stop_reading.clone(),
                 ))
             }),
@@ -226,12 +292,12 @@ impl Executor {
         let stderr = stderr_pipe.map(|p| {
             tokio::spawn(capture::drain(
                 p,
-                req.stderr,
-                req.live.clone(),
+                stderr_spec,
+                live.clone(),
                 stop_reading.clone(),
             ))
         });
-        match (stdin_pipe, &terminal, req.stdin) {
+        match (stdin_pipe, &terminal, input) {
             (Some(mut pipe), _, Some(input)) => {
                 tokio::spawn(async move {
                     // A child that exits without reading its input is not an error.
@@ -246,78 +312,59 @@ impl Executor {
             }
             _ => {}
         }
-
-        let cancel = req.cancel.unwrap_or_default();
-        let mut disk_overrun = None;
-        let (status, timed_out, cancelled) = tokio::select! {
-            status = launched.child.wait() => (status, false, false),
-            _ = tokio::time::sleep(req.timeout) => (None, true, false),
-            _ = cancel.cancelled() => (None, false, true),
-            hit = disk::overrun(disk.as_ref()) => {
-                disk_overrun = Some(hit);
-                (None, false, false)
-            }
-        };
-        // Whatever happened, the tree dies now: background jobs, double forks, setsid daemons.
-        let finished = launched.finish(self, status).await;
-        let (stdout, stderr, output_cut_short) =
-            collect_output(&stop_reading, stdout, stderr).await;
-        let launch::Finished {
-            status,
-            hits,
-            network,
-            guard,
-            ..
-        } = finished;
-
-        use std::os::unix::process::ExitStatusExt;
-        let (exit_code, signal) = match status {
-            Some(s) => (s.code(), s.signal()),
-            None => (None, None),
-        };
-        let limit = match &disk_overrun {
-            Some(hit) => Some(hit.limit_hit()),
-            None => {
-                outcome::classify_limit(timed_out, hits, exit_code, signal, &stderr, req.timeout)
-            }
-        };
-        // Killed by us (timeout, cancel, disk budget): the exit status is our SIGKILL.
-        let killed = timed_out || cancelled || disk_overrun.is_some();
-        // A failed call waits until the kernel's audit queue has passed its records (a
-        // barrier: a millisecond or so); a successful one reports what has arrived.
-        let kernel_denials = match denials_watch {
-            Some(watch) => {
-                let sync = killed || exit_code != Some(0);
-                tokio::task::spawn_blocking(move || watch.finish(sync))
-                    .await
-                    .ok()
-            }
-            None => None,
-        };
-        if let Some(k) = &kernel_denials {
-            let n = k.denials.iter().map(|d| d.count).sum::<u64>() + k.not_kept;
-            crate::metrics::denials(crate::metrics::Layer::Landlock, n);
-        }
-        if !killed && signal == Some(libc::SIGSYS) {
-            crate::metrics::denials(crate::metrics::Layer::Seccomp, 1);
-        }
-        Ok(ExecOutcome {
-            exit_code: if killed { None } else { exit_code },
-            signal: if killed { Some(libc::SIGKILL) } else { signal },
-            timed_out,
-            cancelled,
-            limit,
+        Ok(Self {
+            stop_reading,
             stdout,
             stderr,
-            duration: started.elapsed(),
-            output_cut_short,
-            enforcement: self.confinement.enforcement().clone(),
-            notices: guard.notices,
-            git_refused: guard.refused,
-            network,
-            kernel_denials,
         })
     }
+}
+
+/// How a call's wait ended.
+struct Ended {
+    status: Option<std::process::ExitStatus>,
+    timed_out: bool,
+    cancelled: bool,
+    disk_overrun: Option<disk::DiskOverrun>,
+}
+
+/// Waits for the call's main process to exit, its timeout, its cancellation or its disk
+/// budget, whichever comes first.
+async fn wait_for_end(
+    launched: &mut launch::Launched,
+    timeout: Duration,
+    cancel: &CancellationToken,
+    disk: Option<&Arc<disk::DiskWatch>>,
+) -> Ended {
+    let mut ended = Ended {
+        status: None,
+        timed_out: false,
+        cancelled: false,
+        disk_overrun: None,
+    };
+    tokio::select! {
+        status = launched.child.wait() => ended.status = status,
+        _ = tokio::time::sleep(timeout) => ended.timed_out = true,
+        _ = cancel.cancelled() => ended.cancelled = true,
+        hit = disk::overrun(disk) => ended.disk_overrun = Some(hit),
+    }
+    ended
+}
+
+/// The kernel's Landlock denials of a call. A failed call (`sync`) waits until the kernel's
+/// audit queue has passed its records (a barrier: a millisecond or so); a successful one
+/// reports what has arrived.
+async fn kernel_denials(
+    watch: Option<crate::confine::audit::CallWatch>,
+    sync: bool,
+) -> Option<crate::confine::audit::KernelDenials> {
+    let watch = watch?;
+    let found = tokio::task::spawn_blocking(move || watch.finish(sync))
+        .await
+        .ok()?;
+    let n = found.denials.iter().map(|d| d.count).sum::<u64>() + found.not_kept;
+    crate::metrics::denials(crate::metrics::Layer::Landlock, n);
+    Some(found)
 }
 
 impl Executor {

@@ -704,6 +704,21 @@ impl GitGuard {
             ));
             return None;
         }
+        let gitdir = self.gitlink_gitdir(link, state, report, record, seen)?;
+        self.vet_gitdir_files(link, &gitdir, state, report, record, seen)
+            .then_some(Resolved { gitdir })
+    }
+
+    /// The gitdir of the gitlink at `link` (its `.git` directory, or what its gitfile names);
+    /// None where git would not enter it or it cannot be trusted (then said in `report`).
+    fn gitlink_gitdir(
+        &self,
+        link: &Path,
+        state: &mut State,
+        report: &mut GuardReport,
+        record: bool,
+        seen: &mut dyn FnMut(&Path, Stamp),
+    ) -> Option<PathBuf> {
         let dot_git = link.join(".git");
         let meta = match self.lstat_beneath(&dot_git) {
             Ok(Some(m)) => m,
@@ -718,13 +733,13 @@ impl GitGuard {
                 return None;
             }
         };
-        let gitdir = if meta.is_dir() {
-            dot_git.clone()
+        if meta.is_dir() {
+            Some(dot_git)
         } else if meta.is_file() {
             seen(&dot_git, stamp(&meta));
             match self.gitfile_target(link, &dot_git) {
-                Ok(gitdir) => gitdir,
-                Err(_) if record => return None,
+                Ok(gitdir) => Some(gitdir),
+                Err(_) if record => None,
                 Err(why) => {
                     let what = format!(
                         "the submodule {}'s gitfile {} {why}",
@@ -732,12 +747,12 @@ impl GitGuard {
                         dot_git.display()
                     );
                     self.refuse_unless_operators(&dot_git, &what, state, report);
-                    return None;
+                    None
                 }
             }
         } else if record {
             seen(&dot_git, stamp(&meta));
-            return None;
+            None
         } else {
             let what = format!(
                 "the submodule {}'s {} is neither a directory nor a gitfile",
@@ -745,8 +760,22 @@ impl GitGuard {
                 dot_git.display()
             );
             self.refuse_unless_operators(&dot_git, &what, state, report);
-            return None;
-        };
+            None
+        }
+    }
+
+    /// Vets the files of `gitdir` the operator's git would read (config, config.worktree,
+    /// commondir, hooks): what changed since start and is not made of keys that run nothing
+    /// goes to quarantine. False when the gitdir is not to be recursed into.
+    fn vet_gitdir_files(
+        &self,
+        link: &Path,
+        gitdir: &Path,
+        state: &mut State,
+        report: &mut GuardReport,
+        record: bool,
+        seen: &mut dyn FnMut(&Path, Stamp),
+    ) -> bool {
         // The repository's own files, as the operator's git would read them.
         for name in ["config", "config.worktree", "commondir", "hooks"] {
             let path = gitdir.join(name);
@@ -761,7 +790,7 @@ impl GitGuard {
                         at.display()
                     );
                     self.symlink_on_the_way(&at, &what, record, state, report, seen);
-                    return None;
+                    return false;
                 }
             };
             let stamp = stamp(&meta);
@@ -801,12 +830,12 @@ impl GitGuard {
                     );
                     self.quarantine(&path, &what, state, report);
                     if name != "hooks" {
-                        return None;
+                        return false;
                     }
                 }
             }
         }
-        Some(Resolved { gitdir })
+        true
     }
 
     /// The gitdir a gitfile names, workspace-relative: inside the workspace, not the main

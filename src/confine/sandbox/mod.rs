@@ -375,13 +375,58 @@ fn run_init(
     ready: mpsc::Sender<Result<InitReady, SandboxError>>,
 ) {
     use std::io::Write;
+    let mut child = match spawn_launcher(&program, &init_end, join) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = ready.send(Err(SandboxError::Start(e)));
+            return;
+        }
+    };
+    drop(init_end);
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(&plan_json);
+    }
+    let mut ready = Some(ready);
+    loop {
+        let received = match fdpass::recv(shared.control.as_fd()) {
+            Ok(r) if !r.eof => r,
+            _ => break,
+        };
+        match wire::decode::<FromInit>(&received.data, wire::MAX_MESSAGE) {
+            Ok(message) => route(&shared, &mut ready, message, received.fds),
+            Err(e) => tracing::warn!("sandbox init sent a malformed message: {e}"),
+        }
+    }
+    // The init is gone, and with it every process of its namespace.
+    shared.alive.store(false, Ordering::Release);
+    if let Some(tx) = ready.take() {
+        let _ = tx.send(Err(SandboxError::Init {
+            stage: "start".into(),
+            error: "the init exited before it was ready (see the lines above on stderr)".into(),
+        }));
+    }
+    lock(&shared.pending).clear();
+    for (_, tx) in lock(&shared.exits).drain() {
+        let _ = tx.send(Some(KILLED_STATUS));
+    }
+    let _ = child.wait();
+}
+
+/// Starts the launcher (`<program> __sandbox-init`) with the control socket at
+/// `init::CONTROL_FD` and, for a rebuilt init, the network namespace to join at
+/// `init::NETNS_FD`; its stdin takes the plan.
+fn spawn_launcher(
+    program: &std::path::Path,
+    init_end: &OwnedFd,
+    join: Option<Arc<OwnedFd>>,
+) -> io::Result<std::process::Child> {
     use std::os::unix::process::CommandExt;
     let init_raw = init_end.as_raw_fd();
     // Above the numbers the child places, so neither dup2 below clobbers the other's source.
     let join = join.and_then(|fd| rustix::io::fcntl_dupfd_cloexec(&*fd, 10).ok());
     let join_raw = join.as_ref().map(|fd| fd.as_raw_fd());
     let server_pid = std::process::id();
-    let mut cmd = std::process::Command::new(&program);
+    let mut cmd = std::process::Command::new(program);
     cmd.arg(init::INIT_ARG)
         .env_clear()
         .env(init::PARENT_ENV, server_pid.to_string())
@@ -411,91 +456,66 @@ fn run_init(
             Ok(())
         });
     }
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            let _ = ready.send(Err(SandboxError::Start(e)));
-            return;
+    // `join` (the duplicate) stays open until the spawn has placed it.
+    let spawned = cmd.spawn();
+    drop(join);
+    spawned
+}
+
+/// Routes one message of the init: the ready report (or the start failure) to the starter,
+/// a slot's socket (or its failure) to whoever asked for it, an exit status to its watcher.
+fn route(
+    shared: &Shared,
+    ready: &mut Option<mpsc::Sender<Result<InitReady, SandboxError>>>,
+    message: FromInit,
+    fds: Vec<OwnedFd>,
+) {
+    match message {
+        FromInit::Ready {
+            network_namespace,
+            user_namespace,
+            proxy_listener,
+            ..
+        } => {
+            let mut fds = fds.into_iter();
+            let listener = if proxy_listener { fds.next() } else { None };
+            let netns = if network_namespace { fds.next() } else { None };
+            if let Some(tx) = ready.take() {
+                let _ = tx.send(Ok(InitReady {
+                    namespaces: Namespaces {
+                        network: network_namespace,
+                        user: user_namespace,
+                    },
+                    listener,
+                    netns,
+                }));
+            }
         }
-    };
-    drop(init_end);
-    if let Some(mut stdin) = child.stdin.take() {
-        let _ = stdin.write_all(&plan_json);
-    }
-    let mut ready = Some(ready);
-    loop {
-        let received = match fdpass::recv(shared.control.as_fd()) {
-            Ok(r) if !r.eof => r,
-            _ => break,
-        };
-        let message = match wire::decode::<FromInit>(&received.data, wire::MAX_MESSAGE) {
-            Ok(m) => m,
-            Err(e) => {
-                tracing::warn!("sandbox init sent a malformed message: {e}");
-                continue;
+        FromInit::Failed { stage, error } => {
+            if let Some(tx) = ready.take() {
+                let _ = tx.send(Err(SandboxError::Init { stage, error }));
             }
-        };
-        match message {
-            FromInit::Ready {
-                network_namespace,
-                user_namespace,
-                proxy_listener,
-                ..
-            } => {
-                let mut fds = received.fds.into_iter();
-                let listener = if proxy_listener { fds.next() } else { None };
-                let netns = if network_namespace { fds.next() } else { None };
-                if let Some(tx) = ready.take() {
-                    let _ = tx.send(Ok(InitReady {
-                        namespaces: Namespaces {
-                            network: network_namespace,
-                            user: user_namespace,
-                        },
-                        listener,
-                        netns,
-                    }));
-                }
+        }
+        FromInit::Slot { id } => {
+            if let Some(tx) = lock(&shared.pending).remove(&id) {
+                let reply = fds
+                    .into_iter()
+                    .next()
+                    .ok_or_else(|| "no socket attached".to_owned());
+                let _ = tx.send(reply);
             }
-            FromInit::Failed { stage, error } => {
-                if let Some(tx) = ready.take() {
-                    let _ = tx.send(Err(SandboxError::Init { stage, error }));
-                }
+        }
+        FromInit::SlotFailed { id, error } => {
+            if let Some(tx) = lock(&shared.pending).remove(&id) {
+                let _ = tx.send(Err(error));
             }
-            FromInit::Slot { id } => {
-                if let Some(tx) = lock(&shared.pending).remove(&id) {
-                    let reply = received
-                        .fds
-                        .into_iter()
-                        .next()
-                        .ok_or_else(|| "no socket attached".to_owned());
-                    let _ = tx.send(reply);
-                }
-            }
-            FromInit::SlotFailed { id, error } => {
-                if let Some(tx) = lock(&shared.pending).remove(&id) {
-                    let _ = tx.send(Err(error));
-                }
-            }
-            FromInit::Exited { id, status } => {
-                if let Some(tx) = lock(&shared.exits).remove(&id) {
-                    let _ = tx.send(Some(status));
-                }
+        }
+        FromInit::Exited { id, status } => {
+            if let Some(tx) = lock(&shared.exits).remove(&id) {
+                let _ = tx.send(Some(status));
             }
         }
     }
-    // The init is gone, and with it every process of its namespace.
-    shared.alive.store(false, Ordering::Release);
-    if let Some(tx) = ready.take() {
-        let _ = tx.send(Err(SandboxError::Init {
-            stage: "start".into(),
-            error: "the init exited before it was ready (see the lines above on stderr)".into(),
-        }));
-    }
-    lock(&shared.pending).clear();
-    for (_, tx) in lock(&shared.exits).drain() {
-        let _ = tx.send(Some(KILLED_STATUS));
-    }
-    let _ = child.wait();
 }
 
 /// A ready slot: forked, in its cgroups, waiting for one job. Dropping an unused slot closes
