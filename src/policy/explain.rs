@@ -412,6 +412,7 @@ fn writable_list(fs: &super::FilesystemPolicy) -> String {
     }
 }
 
+/// The workspace's access, in words.
 fn access(w: WorkspaceAccess) -> &'static str {
     match w {
         WorkspaceAccess::ReadWrite => "read-write",
@@ -475,8 +476,6 @@ pub fn explain_port(policy: &Policy, port: u16, op: NetOperation) -> String {
     )
 }
 
-/// The explanation for a failed command's stderr, labeled as derived from the policy, or None
-/// when it names no path or port in a permission or network error.
 /// Whether the policy grants `path` at all (so the sandbox's view holds it).
 fn is_granted(scene: &Scene<'_>, path: &str) -> bool {
     let abs = lexical(&scene.cwd.join(path));
@@ -490,6 +489,8 @@ fn is_granted(scene: &Scene<'_>, path: &str) -> bool {
             .any(|g| abs.starts_with(g))
 }
 
+/// The explanation for a failed command's stderr, labeled as derived from the policy, or None
+/// when it names no path or port in a permission or network error.
 pub fn explain_stderr(scene: &Scene<'_>, stderr: &str) -> Option<String> {
     let found = findings(stderr);
     if found.is_empty() {
