@@ -22,21 +22,7 @@ pub enum ColumnUnit {
     Utf16,
 }
 
-/// Number of characters in `text[start..end]`, tolerant of indices that are past the end or
-/// not on a character boundary (a tool's output must never make us panic).
-pub fn chars_between(text: &str, start: usize, end: usize) -> usize {
-    let end = end.min(text.len());
-    let start = start.min(end);
-    let mut lo = start;
-    while !text.is_char_boundary(lo) {
-        lo -= 1;
-    }
-    let mut hi = end;
-    while !text.is_char_boundary(hi) {
-        hi -= 1;
-    }
-    text.get(lo..hi).map_or(0, |s| s.chars().count())
-}
+pub use crate::text::{chars_between, to_u32};
 
 /// Byte offsets of line starts, so a (line, column-in-some-unit) pair can be turned into a
 /// character column without rescanning the file for each diagnostic.
@@ -105,12 +91,6 @@ impl<'a> LineIndex<'a> {
         let column = chars_between(self.text, line_start, offset) + 1;
         (to_u32(line_idx + 1), to_u32(column))
     }
-}
-
-/// Saturating conversion for positions: a file with more than 4 billion lines is not a case
-/// worth an error path.
-pub fn to_u32(n: usize) -> u32 {
-    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@
 //! count as innermost), leftmost on ties. So an outer node spanning lines 2-40 costs one entry
 //! on line 2, and nested errors on later lines still show up on their own lines.
 
+use crate::text::{chars_between, to_u32};
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
 use std::ops::ControlFlow;
@@ -473,28 +474,6 @@ fn char_position(byte: usize, point: tree_sitter::Point, source: &str) -> (u32, 
     let line_start = byte.saturating_sub(point.column);
     let column = chars_between(source, line_start, byte) + 1;
     (to_u32(point.row + 1), to_u32(column))
-}
-
-/// Number of characters in `text[start..end]`, tolerant of indices past the end or inside a
-/// character. (`lint::position` has the same rule for linters' columns; the parser keeps its
-/// own copy so that it imports nothing from the stages that use it.)
-fn chars_between(text: &str, start: usize, end: usize) -> usize {
-    let end = end.min(text.len());
-    let start = start.min(end);
-    let mut lo = start;
-    while !text.is_char_boundary(lo) {
-        lo -= 1;
-    }
-    let mut hi = end;
-    while !text.is_char_boundary(hi) {
-        hi -= 1;
-    }
-    text.get(lo..hi).map_or(0, |s| s.chars().count())
-}
-
-/// Saturating: a text with more than 4 billion lines is not a case worth an error path.
-fn to_u32(n: usize) -> u32 {
-    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 fn excerpt(text: &str) -> Option<String> {

@@ -9,10 +9,12 @@ use std::process::{Command, Stdio};
 
 const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
 
-#[cordon_test::test]
-fn a_start_failure_is_one_stderr_line_and_the_answer_to_initialize() {
+/// Starts `cordon serve` with `args`, sends `initialize` and returns its answer and the
+/// finished process's output (stdin is closed after the answer).
+fn initialize_answer(args: &[&std::ffi::OsStr]) -> (serde_json::Value, std::process::Output) {
     let mut child = Command::new(CORDON)
-        .args(["serve", "--workspace", "/nonexistent/cordon-test-ws"])
+        .arg("serve")
+        .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -26,7 +28,16 @@ fn a_start_failure_is_one_stderr_line_and_the_answer_to_initialize() {
         .unwrap();
     drop(stdin);
     let out = child.wait_with_output().unwrap();
-    let answer: serde_json::Value = serde_json::from_str(&line).expect("a JSON-RPC answer");
+    let answer = serde_json::from_str(&line).expect("a JSON-RPC answer");
+    (answer, out)
+}
+
+#[cordon_test::test]
+fn a_start_failure_is_one_stderr_line_and_the_answer_to_initialize() {
+    let (answer, out) = initialize_answer(&[
+        "--workspace".as_ref(),
+        "/nonexistent/cordon-test-ws".as_ref(),
+    ]);
     assert_eq!(answer["id"], 0, "{answer}");
     let message = answer["error"]["message"].as_str().unwrap_or_default();
     assert!(
@@ -229,25 +240,12 @@ fn a_policy_file_whose_rule_example_fails_does_not_serve() {
          examples = { match = [\"wget http://x\"], not_match = [\"ls\"] }\n",
     )
     .unwrap();
-    let mut child = Command::new(CORDON)
-        .args(["serve", "--workspace"])
-        .arg(ws.path())
-        .arg("--policy")
-        .arg(&policy)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn cordon serve");
-    let mut stdin = child.stdin.take().unwrap();
-    writeln!(stdin, "{INITIALIZE}").unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    drop(stdin);
-    let out = child.wait_with_output().unwrap();
-    let answer: serde_json::Value = serde_json::from_str(&line).expect("a JSON-RPC answer");
+    let (answer, out) = initialize_answer(&[
+        "--workspace".as_ref(),
+        ws.path().as_os_str(),
+        "--policy".as_ref(),
+        policy.as_os_str(),
+    ]);
     let message = answer["error"]["message"].as_str().unwrap_or_default();
     assert!(
         message.contains("no-curl") && message.contains("wget http://x"),
