@@ -525,11 +525,6 @@ impl Confinement {
         factory.make_worker_slot(&self.cgroups, limits, private_dir)
     }
 
-    /// The rlimit plan of every confined process.
-    pub fn rlimits(&self) -> &[(rustix::process::Resource, u64)] {
-        &self.rlimits
-    }
-
     /// The rlimits a job sets before exec, as (resource number, value).
     pub fn job_rlimits(&self) -> Vec<(i32, u64)> {
         self.rlimits.iter().map(|&(r, v)| (r as i32, v)).collect()
@@ -537,12 +532,6 @@ impl Confinement {
 
     pub fn enforcement(&self) -> &Enforcement {
         &self.enforcement
-    }
-
-    /// The protected set the sandbox's view binds read-only (derived once from the policy;
-    /// the file tools refuse the same list).
-    pub fn protected(&self) -> &[String] {
-        &self.protected
     }
 
     pub fn workspace(&self) -> &Path {
