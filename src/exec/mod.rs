@@ -359,9 +359,15 @@ async fn kernel_denials(
     sync: bool,
 ) -> Option<crate::confine::audit::KernelDenials> {
     let watch = watch?;
-    let found = tokio::task::spawn_blocking(move || watch.finish(sync))
-        .await
-        .ok()?;
+    // Without the barrier `finish` only takes what arrived (a lock and a removal): no thread
+    // hop for the common, successful call.
+    let found = if sync {
+        tokio::task::spawn_blocking(move || watch.finish(true))
+            .await
+            .ok()?
+    } else {
+        watch.finish(false)
+    };
     let n = found.denials.iter().map(|d| d.count).sum::<u64>() + found.not_kept;
     crate::metrics::denials(crate::metrics::Layer::Landlock, n);
     Some(found)
