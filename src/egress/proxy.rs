@@ -270,7 +270,7 @@ impl Proxy {
             if let Some(bundle) = tls::host_bundle() {
                 let path = bundle.to_string_lossy().into_owned();
                 sandbox_env.extend(
-                    crate::exec::env::CA_BUNDLE_VARIABLES
+                    tls::CA_BUNDLE_VARIABLES
                         .iter()
                         .map(|v| ((*v).to_owned(), path.clone())),
                 );

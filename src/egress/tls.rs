@@ -11,7 +11,7 @@
 //!
 //! The sandbox trusts the authority through a bundle (the system bundle plus its
 //! certificate) that the view binds over the distribution's bundle paths
-//! ([`BUNDLE_PATHS`]), and the variables clients read (`exec::env::CA_BUNDLE_VARIABLES`).
+//! ([`BUNDLE_PATHS`]), and the variables clients read ([`CA_BUNDLE_VARIABLES`]).
 
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
@@ -23,6 +23,19 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+/// The variables that point clients at a CA bundle, set (to the sandbox's bundle: the system
+/// one plus cordon's interception CA, bound over the distribution's path by the view) when a
+/// proxy-mode policy intercepts any host: OpenSSL and Python's `ssl` (`SSL_CERT_FILE`),
+/// requests, curl, Node (in addition to its own store), git and pip.
+pub const CA_BUNDLE_VARIABLES: &[&str] = &[
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "GIT_SSL_CAINFO",
+    "PIP_CERT",
+];
 
 use super::pattern::Host;
 

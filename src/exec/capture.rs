@@ -26,9 +26,8 @@ pub struct CaptureSpec {
     pub tee: Option<Pin<Box<dyn AsyncWrite + Send>>>,
 }
 
-/// The most written to one spill file: a command printing forever must not fill the disk
-/// (the child's RLIMIT_FSIZE does not apply to files the server writes).
-pub const SPILL_LIMIT: u64 = 512 << 20;
+/// The most written to one spill file (owned by the spill area, `workspace::spill`).
+pub use crate::workspace::SPILL_LIMIT;
 
 /// Bytes this process has written to spill files, ever. The disk budget (`disk`) credits a
 /// call with what the server spilled while it ran: output the server saves is bounded by the

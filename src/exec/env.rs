@@ -8,18 +8,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// The variables that point clients at a CA bundle, set (to the sandbox's bundle: the system
-/// one plus cordon's interception CA, bound over the distribution's path by the view) when a
-/// proxy-mode policy intercepts any host: OpenSSL and Python's `ssl` (`SSL_CERT_FILE`),
-/// requests, curl, Node (in addition to its own store), git and pip.
-pub const CA_BUNDLE_VARIABLES: &[&str] = &[
-    "SSL_CERT_FILE",
-    "REQUESTS_CA_BUNDLE",
-    "CURL_CA_BUNDLE",
-    "NODE_EXTRA_CA_CERTS",
-    "GIT_SSL_CAINFO",
-    "PIP_CERT",
-];
+/// The variables that point clients at a CA bundle (owned by the proxy that intercepts).
+pub use crate::egress::tls::CA_BUNDLE_VARIABLES;
 
 /// The environment every child starts from, resolved for one workspace.
 #[derive(Debug, Clone, Default)]

@@ -233,7 +233,7 @@ impl Executor {
             } => (
                 conf.create_cgroup_with(limits)?,
                 conf.private_ruleset(private_dir)?,
-                super::worker::fds_above_targets(std::mem::take(pass_fds))?,
+                fds_above_targets(std::mem::take(pass_fds))?,
             ),
         };
         // The workspace root is the default cwd; an fd keeps it from being swapped
@@ -330,6 +330,34 @@ fn host_terminal(size: PtySize) -> std::io::Result<(OwnedFd, OwnedFd)> {
 
 /// `cpu` seconds of RLIMIT_CPU, or the server's own hard limit when that is lower: an
 /// unprivileged server cannot raise it for a child.
+/// Checks the target numbers and makes sure every source descriptor is numbered above every
+/// target, so the child can `dup2` them into place in any order without overwriting a source
+/// it has yet to place (the child may not allocate, so it cannot shuffle them itself).
+fn fds_above_targets(fds: Vec<(i32, OwnedFd)>) -> Result<Vec<(i32, OwnedFd)>, ExecError> {
+    let mut seen = std::collections::BTreeSet::new();
+    for (target, _) in &fds {
+        if *target < 3 || !seen.insert(*target) {
+            return Err(ExecError::PassFds(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("descriptor number {target} is below 3 or given twice"),
+            )));
+        }
+    }
+    let Some(&floor) = seen.last() else {
+        return Ok(fds);
+    };
+    fds.into_iter()
+        .map(|(target, fd)| {
+            if fd.as_raw_fd() > floor {
+                return Ok((target, fd));
+            }
+            rustix::io::fcntl_dupfd_cloexec(&fd, floor + 1)
+                .map(|high| (target, high))
+                .map_err(|e| ExecError::PassFds(e.into()))
+        })
+        .collect()
+}
+
 /// `rlimits` (resource number, value) with RLIMIT_CPU set to `cpu_seconds` (capped) when given.
 fn with_cpu_seconds(mut rlimits: Vec<(i32, u64)>, cpu_seconds: Option<u64>) -> Vec<(i32, u64)> {
     if let Some(cpu) = cpu_seconds.map(capped_cpu_seconds) {

@@ -12,7 +12,7 @@ use super::{ExecError, Executor, KILL_WAIT, kill_tree};
 use crate::confine::{CallCgroup, CallLimits, LimitHits};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::sync::Arc;
@@ -89,36 +89,6 @@ impl Executor {
         worker.factory = launched.factory;
         Ok(worker)
     }
-}
-
-/// Checks the target numbers and makes sure every source descriptor is numbered above every
-/// target, so the child can `dup2` them into place in any order without overwriting a source
-/// it has yet to place (the child may not allocate, so it cannot shuffle them itself).
-pub(super) fn fds_above_targets(
-    fds: Vec<(i32, OwnedFd)>,
-) -> Result<Vec<(i32, OwnedFd)>, ExecError> {
-    let mut seen = std::collections::BTreeSet::new();
-    for (target, _) in &fds {
-        if *target < 3 || !seen.insert(*target) {
-            return Err(ExecError::PassFds(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!("descriptor number {target} is below 3 or given twice"),
-            )));
-        }
-    }
-    let Some(&floor) = seen.last() else {
-        return Ok(fds);
-    };
-    fds.into_iter()
-        .map(|(target, fd)| {
-            if fd.as_raw_fd() > floor {
-                return Ok((target, fd));
-            }
-            rustix::io::fcntl_dupfd_cloexec(&fd, floor + 1)
-                .map(|high| (target, high))
-                .map_err(|e| ExecError::PassFds(e.into()))
-        })
-        .collect()
 }
 
 impl ConfinedWorker {

@@ -25,6 +25,7 @@ pub mod quarantine;
 mod relpath;
 mod resolve;
 mod spill;
+pub use spill::SPILL_LIMIT;
 mod write;
 
 use std::io::Read;

@@ -20,7 +20,9 @@ use cap_std::fs::OpenOptionsExt;
 use cap_std::fs::{Dir, File, OpenOptions};
 
 use super::{PathError, RelPath, Workspace};
-use crate::exec::capture::SPILL_LIMIT;
+/// The most written to one spill file: a command printing forever must not fill the disk
+/// (the child's RLIMIT_FSIZE does not apply to files the server writes).
+pub const SPILL_LIMIT: u64 = 512 << 20;
 
 const CORDON_DIR: &str = ".cordon";
 const OUTPUTS_DIR: &str = "outputs";
