@@ -13,6 +13,7 @@ use std::process::{Command, Stdio};
 
 const README: &str = include_str!("../../README.md");
 const CI_RUN: &str = include_str!("../../.ci/run");
+const CARGO_TOML: &str = include_str!("../../Cargo.toml");
 
 fn snippet(name: &str) -> String {
     let marker = format!("<!-- snippet: {name} -->");
@@ -117,6 +118,21 @@ fn cordon_argv(entry: &Value) -> Vec<String> {
         .position(|a| a == CORDON)
         .unwrap_or_else(|| panic!("no cordon in {argv:?}"));
     argv.split_off(start)
+}
+
+#[cordon_test::test]
+fn readme_run_command_names_the_server_binary() {
+    // The README leads with `cargo run --release -- serve …`; with a second binary
+    // (cordon-init) cargo refuses to guess which one to run unless `default-run` says it.
+    assert!(README.contains("```sh\ncargo run --release -- serve --workspace .\n```\n"));
+    let bins = CARGO_TOML.matches("[[bin]]").count();
+    assert!(
+        bins <= 1
+            || CARGO_TOML
+                .lines()
+                .any(|l| l.replace(' ', "") == "default-run=\"cordon\""),
+        "Cargo.toml has {bins} binaries and no `default-run = \"cordon\"`: `cargo run` fails"
+    );
 }
 
 #[cordon_test::test]
