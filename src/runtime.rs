@@ -490,9 +490,14 @@ fn create_granted_dirs(dirs: &[PathBuf]) {
 }
 
 /// Whether every command rule was written in a built-in policy (none comes from an operator's
-/// file), so their examples are the binary's own.
+/// file), so their examples are the binary's own. Matched exactly: a policy file may itself be
+/// named `builtin:….toml`.
 fn rules_are_builtin(rules: &crate::policy::commands::CommandRules) -> bool {
-    rules.rules.iter().all(|r| r.origin.starts_with("builtin:"))
+    let builtin: Vec<String> = crate::policy::embedded_names()
+        .iter()
+        .map(|name| format!("builtin:{name}"))
+        .collect();
+    rules.rules.iter().all(|r| builtin.contains(&r.origin))
 }
 
 #[cfg(test)]

@@ -104,14 +104,19 @@ impl RequestHead {
             if hop || named_by_connection.contains(&lower) {
                 continue;
             }
-            out.extend_from_slice(name.as_bytes());
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(value.as_bytes());
-            out.extend_from_slice(b"\r\n");
+            push_field(&mut out, name, value);
         }
         out.extend_from_slice(b"Connection: close\r\n\r\n");
         Some(out)
     }
+}
+
+/// Appends `name: value\r\n`: the one field serialiser of every head the proxy writes.
+fn push_field(out: &mut Vec<u8>, name: &str, value: &str) {
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value.as_bytes());
+    out.extend_from_slice(b"\r\n");
 }
 
 /// Every value of header `name` among `headers` (case-insensitive).
@@ -184,10 +189,7 @@ impl OriginHead {
         )
         .into_bytes();
         for (name, value) in &self.headers {
-            out.extend_from_slice(name.as_bytes());
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(value.as_bytes());
-            out.extend_from_slice(b"\r\n");
+            push_field(&mut out, name, value);
         }
         out.extend_from_slice(b"\r\n");
         out
@@ -242,10 +244,7 @@ impl ResponseHead {
         )
         .into_bytes();
         for (name, value) in &self.headers {
-            out.extend_from_slice(name.as_bytes());
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(value.as_bytes());
-            out.extend_from_slice(b"\r\n");
+            push_field(&mut out, name, value);
         }
         out.extend_from_slice(b"\r\n");
         out

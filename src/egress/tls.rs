@@ -93,7 +93,10 @@ impl Authority {
         params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
         let now = time::OffsetDateTime::now_utc();
         params.not_before = now - time::Duration::hours(1);
-        params.not_after = now + time::Duration::days(30);
+        // As long as the server may run: the CA lives (and its key exists, in memory only) for
+        // this process alone, and is never renewed, so a 30-day CA broke every intercepted host
+        // of a server up for a month. Leaves (24 h) always end inside it.
+        params.not_after = now + time::Duration::days(3650);
         let cert = params.self_signed(&key).map_err(mint)?;
         Ok(Self {
             issuer: Issuer::new(params, key),

@@ -23,7 +23,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// What to start.
 pub struct LaunchSpec {
@@ -79,16 +79,18 @@ pub struct Launched {
 pub struct Finished {
     pub status: Option<ExitStatus>,
     pub hits: Option<LimitHits>,
-    pub cpu: Option<Duration>,
-    pub peak_memory: Option<u64>,
     pub network: Option<crate::egress::NetworkReport>,
     pub guard: GuardReport,
 }
 
 impl Executor {
     /// Starts a call or job `spec` confined: in a warm slot of the sandbox init, or forked by
-    /// the server where there is no init.
+    /// the server where there is no init. A worker goes through [`Self::launch_blocking`],
+    /// which makes the slot with the worker's own limits.
     pub async fn launch(&self, spec: LaunchSpec) -> Result<Launched, ExecError> {
+        if matches!(spec.kind, LaunchKind::Worker { .. }) {
+            return self.launch_blocking(spec);
+        }
         let started = Instant::now();
         let disk = self.watch_disk();
         // Held for the process's life: a replaced init stays up until its last process is done.
@@ -157,8 +159,8 @@ impl Executor {
                 (Some(tmp), env)
             }
             LaunchKind::Worker { private_dir, .. } => {
+                // Made before the slot was (`launch_blocking`).
                 let home = private_dir.join("home");
-                std::fs::create_dir_all(&home).map_err(ExecError::TempDir)?;
                 let mut env = self.plan.env.build(&home, &spec.env);
                 // A worker's HOME is its own private one, whatever the policy gives commands
                 // (the workspace's shared home): no other session or command sees it.
@@ -390,8 +392,6 @@ impl Launched {
             None => None,
         };
         let hits = cgroup.as_ref().map(|c| c.limit_hits());
-        let cpu = cgroup.as_ref().and_then(|c| c.cpu_usage());
-        let peak_memory = cgroup.as_ref().and_then(|c| c.memory_peak());
         // The tree is dead: nothing of it can still write. A protected control file it created
         // (git reads `.git/commondir` as configuration) goes to quarantine now. File-system
         // work (an index can be large): off the async threads.
@@ -425,8 +425,6 @@ impl Launched {
         Finished {
             status,
             hits,
-            cpu,
-            peak_memory,
             network,
             guard,
         }

@@ -188,13 +188,12 @@ impl ConfinedWorker {
         drop((self.stdin.take(), self.stdout.take(), self.stderr.take()));
         let hits = self.limit_hits();
         let cgroup = kill_tree(self.cgroup.take(), self.pid).await;
-        let status = match self.child.try_wait() {
-            Some(s) => Some(s),
-            None => tokio::time::timeout(KILL_WAIT, self.child.wait())
-                .await
-                .ok()
-                .flatten(),
-        };
+        // Awaited, never `try_wait`: right after the kill the process is gone but its report
+        // may still be on its way, and `try_wait` would sleep for it on a runtime thread.
+        let status = tokio::time::timeout(KILL_WAIT, self.child.wait())
+            .await
+            .ok()
+            .flatten();
         if let Some(cg) = cgroup {
             // Removing the group may wait for the last members to go; keep it off the runtime.
             let _ = tokio::task::spawn_blocking(move || drop(cg)).await;

@@ -329,6 +329,8 @@ async fn supervise(
             }
         }
     };
+    // The job's last CPU and memory figures, read while its cgroup is still there (a call's
+    // result needs neither, so `finish` reads no usage).
     job.note_usage(&launched);
     let status = match &ending {
         Ending::Exited(status) => *status,
@@ -350,12 +352,6 @@ async fn supervise(
     let end = judge(ending, &finished, &job);
     {
         let mut inner = job.lock();
-        if finished.cpu.is_some() {
-            inner.cpu = finished.cpu;
-        }
-        if finished.peak_memory.is_some() {
-            inner.peak_memory = finished.peak_memory;
-        }
         inner.log = None;
         inner.end = Some(end.clone());
     }

@@ -12,7 +12,16 @@ const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","param
 /// Starts `cordon serve` with `args`, sends `initialize` and returns its answer and the
 /// finished process's output (stdin is closed after the answer).
 fn initialize_answer(args: &[&std::ffi::OsStr]) -> (serde_json::Value, std::process::Output) {
+    initialize_answer_in(std::path::Path::new("."), args)
+}
+
+/// [`initialize_answer`], started in the directory `cwd`.
+fn initialize_answer_in(
+    cwd: &std::path::Path,
+    args: &[&std::ffi::OsStr],
+) -> (serde_json::Value, std::process::Output) {
     let mut child = Command::new(CORDON)
+        .current_dir(cwd)
         .arg("serve")
         .args(args)
         .stdin(Stdio::piped())
@@ -232,24 +241,30 @@ fn a_policy_file_whose_rule_example_fails_does_not_serve() {
     }
     let dir = tempfile::tempdir().unwrap();
     let ws = tempfile::tempdir().unwrap();
-    let policy = dir.path().join("bad.toml");
-    std::fs::write(
-        &policy,
-        "extends = \"default\"\n\n[[commands.rules]]\nname = \"no-curl\"\ndecision = \"deny\"\n\
-         justification = \"test\"\nmatch = { program = [\"curl\"] }\n\
-         examples = { match = [\"wget http://x\"], not_match = [\"ls\"] }\n",
-    )
-    .unwrap();
-    let (answer, out) = initialize_answer(&[
-        "--workspace".as_ref(),
-        ws.path().as_os_str(),
-        "--policy".as_ref(),
-        policy.as_os_str(),
-    ]);
-    let message = answer["error"]["message"].as_str().unwrap_or_default();
-    assert!(
-        message.contains("no-curl") && message.contains("wget http://x"),
-        "{answer}"
-    );
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    // Also under a name that looks like a built-in policy's origin (`builtin:…`), given
+    // relative to the directory serve starts in: still an operator's file, still checked.
+    for name in ["bad.toml", "builtin:bad.toml"] {
+        std::fs::write(
+            dir.path().join(name),
+            "extends = \"default\"\n\n[[commands.rules]]\nname = \"no-curl\"\n\
+             decision = \"deny\"\njustification = \"test\"\nmatch = { program = [\"curl\"] }\n\
+             examples = { match = [\"wget http://x\"], not_match = [\"ls\"] }\n",
+        )
+        .unwrap();
+        let (answer, out) = initialize_answer_in(
+            dir.path(),
+            &[
+                "--workspace".as_ref(),
+                ws.path().as_os_str(),
+                "--policy".as_ref(),
+                name.as_ref(),
+            ],
+        );
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("no-curl") && message.contains("wget http://x"),
+            "{name}: {answer}"
+        );
+        assert_eq!(out.status.code(), Some(2), "{name}: {out:?}");
+    }
 }

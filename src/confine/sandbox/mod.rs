@@ -423,7 +423,11 @@ fn spawn_launcher(
     use std::os::unix::process::CommandExt;
     let init_raw = init_end.as_raw_fd();
     // Above the numbers the child places, so neither dup2 below clobbers the other's source.
-    let join = join.and_then(|fd| rustix::io::fcntl_dupfd_cloexec(&*fd, 10).ok());
+    // A failed copy is the start's failure: the plan says to join, and the launcher would
+    // otherwise find nothing at NETNS_FD.
+    let join = join
+        .map(|fd| rustix::io::fcntl_dupfd_cloexec(&*fd, 10))
+        .transpose()?;
     let join_raw = join.as_ref().map(|fd| fd.as_raw_fd());
     let server_pid = std::process::id();
     let mut cmd = std::process::Command::new(program);
