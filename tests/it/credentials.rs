@@ -641,10 +641,12 @@ http.request({{ host: p.hostname, port: p.port, method: 'CONNECT', path: 'localh
     } else if std::env::var("CI").is_ok_and(|v| v == "true") {
         panic!("Node 22 for the fetch check is missing: npm ci --prefix tests/e2e/conformance");
     } else {
-        eprintln!(
-            "SKIPPED the Node fetch check: {} is missing; to run it: npm ci --prefix \
-             tests/e2e/conformance",
-            node22.display()
+        crate::common::skip_msg(
+            "the Node fetch check",
+            &format!(
+                "{} is missing; to run it: npm ci --prefix tests/e2e/conformance",
+                node22.display()
+            ),
         );
         0
     };

@@ -946,7 +946,7 @@ async fn figures_are_image_content_blocks() {
     )
     .await;
     if !probe["error"].is_null() {
-        eprintln!("SKIP: matplotlib is not importable by the sandbox's python3");
+        missing_in_ci("matplotlib is not importable by the sandbox's python3");
         return;
     }
     let (is_error, out, content) = call(&ctx, serde_json::json!({"code": "import matplotlib.pyplot as plt\nplt.plot([3, 1, 2]);", "session": "fig"})).await;
