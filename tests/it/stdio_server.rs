@@ -80,19 +80,31 @@ impl StdioServer {
         server
     }
 
-    /// The notifications seen so far (progress, `notifications/message`), in order; waits up
-    /// to `within` for one with `method` to arrive first.
+    /// The notifications seen so far (progress, `notifications/message`), in order: every
+    /// line already sent is read first (so a repeated notification is counted, not left
+    /// unread), then it waits up to `within` for one with `method` if none has come yet.
     pub fn notifications(&mut self, method: &str, within: Duration) -> Vec<Value> {
+        while let Ok(v) = self.lines.try_recv() {
+            self.keep(v);
+        }
         let deadline = Instant::now() + within;
         while !self.notes.iter().any(|n| n["method"] == method) {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
-                Ok(v) if v.get("method").is_some() && v.get("id").is_none() => self.notes.push(v),
-                Ok(v) => self.early.push(v),
+                Ok(v) => self.keep(v),
                 Err(_) => break,
             }
         }
         self.notes.clone()
+    }
+
+    /// A line read off-turn: a notification, or an answer kept for whoever waits for it.
+    fn keep(&mut self, v: Value) {
+        if v.get("method").is_some() && v.get("id").is_none() {
+            self.notes.push(v);
+        } else {
+            self.early.push(v);
+        }
     }
 
     /// The pid of `cordon serve` itself (the shell exec'd into it).
