@@ -450,8 +450,9 @@ fn note_what_is_not_shown(
     }
 }
 
-/// A job that ended with a git change cordon refused: the read's error.
-fn git_refused(job: &Job, end: &crate::jobs::JobEnd) -> Option<ToolError> {
+/// A job that ended with a git change cordon refused: the read's error (also the background
+/// start's, when the job ends before that call returns).
+pub(crate) fn git_refused(job: &Job, end: &crate::jobs::JobEnd) -> Option<ToolError> {
     end.git_refused.then(|| {
         ToolError::new(
             ErrorKind::Denied,

@@ -533,6 +533,35 @@ fn sigkill_of_the_server_ends_every_job() {
 }
 
 #[cordon_test::test]
+fn a_job_that_ends_within_its_wait_reports_the_git_change_cordon_refused() {
+    // The background start answers once the job has ended: what the end's git check found
+    // is that answer's, as it would be a `job` read's.
+    if skip(
+        "a_job_that_ends_within_its_wait_reports_the_git_change",
+        Need::Namespaces,
+    ) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let ok = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(sb.ws())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "git init");
+    let mut s = server(&sb, None);
+    let r = s.call(
+        "shell_exec",
+        json!({"command": "printf '[core]\\n\\tfsmonitor = touch pwned\\n' >> .git/config",
+               "background": true, "wait_secs": 10}),
+    );
+    assert_eq!(structured(&r)["error"]["kind"], json!("denied"), "{r}");
+    let config = std::fs::read_to_string(sb.ws().join(".git/config")).unwrap();
+    assert!(!config.contains("fsmonitor"), "{config}");
+}
+
+#[cordon_test::test]
 fn a_job_that_plants_a_git_hook_is_caught_while_it_runs() {
     if skip("a_job_that_plants_a_git_hook", Need::Namespaces) {
         return;

@@ -8,7 +8,7 @@ use super::{ShellExec, ShellExecArgs, ShellExecOutput};
 use crate::exec::ExecRequest;
 use crate::jobs::{Job, JobEnd, JobSpec, JobState};
 use crate::shape::{ErrorKind, ToolError, push_sections};
-use crate::tools::job::{DEFAULT_MAX_BYTES, JobInfo, info, show, wait_secs};
+use crate::tools::job::{DEFAULT_MAX_BYTES, JobInfo, git_refused, info, show, wait_secs};
 use crate::tools::{Done, SharedContext};
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,7 +58,16 @@ pub(super) async fn start_background(
         ],
     );
     let end = read.end.clone();
-    let error = end.as_ref().and_then(ended_too_soon);
+    // A job that ended within the wait: what its end's git check found is said here, as the
+    // job tool's read would say it (a refused git change is this call's error).
+    if let Some(end) = &end {
+        for notice in &end.notices {
+            text.push_str(&format!("[cordon] {notice}\n"));
+        }
+    }
+    let error = end
+        .as_ref()
+        .and_then(|e| git_refused(&job, e).or_else(|| ended_too_soon(e)));
     if let Some(e) = &error {
         text = format!("{}\n{text}", e.text());
     }
