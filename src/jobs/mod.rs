@@ -137,23 +137,35 @@ impl JobTable {
     }
 
     /// Starts `spec` as a job of this session, or says why not.
-    pub async fn start(&self, spec: JobSpec) -> Result<Arc<Job>, StartError> {
+    /// Whether a job could start now (the policy allows jobs, the session is not closing, a
+    /// place is free), checked before anything is made for it (its log); `start` checks again
+    /// as it takes the place.
+    pub fn check_room(&self) -> Result<(), StartError> {
+        let starting = *self.starting.lock().unwrap_or_else(|e| e.into_inner());
+        self.refusal(starting).map_or(Ok(()), Err)
+    }
+
+    fn refusal(&self, starting: usize) -> Option<StartError> {
         if !self.policy.enabled() {
-            return Err(StartError::Disabled {
+            return Some(StartError::Disabled {
                 origin: self.origin.clone(),
             });
         }
         if self.cancel.is_cancelled() {
-            return Err(StartError::Closing);
+            return Some(StartError::Closing);
         }
+        let running = self.running() + starting;
+        (running >= self.policy.max_per_session).then(|| StartError::Full {
+            running,
+            origin: self.origin.clone(),
+        })
+    }
+
+    pub async fn start(&self, spec: JobSpec) -> Result<Arc<Job>, StartError> {
         {
             let mut starting = self.starting.lock().unwrap_or_else(|e| e.into_inner());
-            let running = self.running() + *starting;
-            if running >= self.policy.max_per_session {
-                return Err(StartError::Full {
-                    running,
-                    origin: self.origin.clone(),
-                });
+            if let Some(refused) = self.refusal(*starting) {
+                return Err(refused);
             }
             *starting += 1;
         }

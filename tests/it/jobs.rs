@@ -434,6 +434,15 @@ fn a_fifth_job_is_refused_with_the_policy_line_to_change() {
         4,
         "{list}"
     );
+    // The refused start made no log: only the four jobs' logs are in the spill area.
+    let logs = std::fs::read_dir(sb.ws().join(".cordon/outputs"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.file_name().to_string_lossy().starts_with("job-"))
+        })
+        .count();
+    assert_eq!(logs, 4, "a refused start left a log file");
 }
 
 #[cordon_test::test]

@@ -106,6 +106,13 @@ async fn start(
     args: &ShellExecArgs,
     request: ExecRequest,
 ) -> Result<Arc<Job>, ToolError> {
+    let refused = |e: crate::jobs::StartError| {
+        let kind = e.kind();
+        ToolError::new(kind, format!("the background job did not start: {e}"))
+    };
+    // Refused before its log is made: a refused start leaves no file behind (nor prunes an
+    // older output to make room for one).
+    ctx.jobs.check_room().map_err(refused)?;
     let log = ctx
         .runtime
         .blocking(|rt| rt.workspace.create_spill_std("job"))
@@ -128,10 +135,7 @@ async fn start(
         log,
         lifetime,
     };
-    ctx.jobs.start(spec).await.map_err(|e| {
-        let kind = e.kind();
-        ToolError::new(kind, format!("the background job did not start: {e}"))
-    })
+    ctx.jobs.start(spec).await.map_err(refused)
 }
 
 /// The answer's first lines: started (or already ended), where the host forwards its ports,
