@@ -210,6 +210,7 @@ pub async fn run(policy: &Policy) -> Result<DoctorReport, DoctorError> {
     lab.egress(&mut probes).await;
     lab.kernel_surface(&mut probes).await;
     lab.quotas(&mut probes).await;
+    lab.host_uid(&mut probes).await;
     lab.toolchain(&mut probes).await;
     probes.extend(
         isolation::probes(&isolation::Setup {
@@ -530,6 +531,53 @@ impl Lab<'_> {
             &o,
             |o| survivors == 0 && text_contains(o, "started"),
         ));
+    }
+
+    /// Who a call is on the host, and that a per-user kernel budget it exhausts is not the
+    /// host root's: the call takes every inotify instance it can and holds them while this
+    /// (unconfined) process makes one of its own.
+    async fn host_uid(&self, probes: &mut Vec<ProbeResult>) {
+        let o = run_one(self.executor, sh("cat /proc/self/uid_map"), 10).await;
+        let mapped = o.as_ref().and_then(|o| {
+            let all = [&o.stdout.head[..], &o.stdout.tail[..]].concat();
+            String::from_utf8_lossy(&all)
+                .split_whitespace()
+                .nth(1)
+                .and_then(|v| v.parse::<u32>().ok())
+        });
+        probes.push(ProbeResult {
+            probe: "the call's host uid".into(),
+            expected: "not 0".into(),
+            observed: mapped.map_or_else(|| "unknown".into(), |u| format!("uid {u}")),
+            pass: mapped.is_some_and(|u| u != 0)
+                && mapped == Some(self.confinement.enforcement().calls_uid),
+        });
+        let call = run_one(
+            self.executor,
+            self.probe("inotify-hold", Some("1500".into())),
+            20,
+        );
+        let host = async {
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            match rustix::fs::inotify::init(rustix::fs::inotify::CreateFlags::CLOEXEC) {
+                Ok(_fd) => Ok(()),
+                Err(e) => Err(e),
+            }
+        };
+        let (o, host) = tokio::join!(call, host);
+        let mut result = result(
+            "exhaust inotify instances (a per-user limit)",
+            "call stopped, host unaffected",
+            &o,
+            |o| o.exit_code == Some(1) && host.is_ok(),
+        );
+        if let Err(e) = host {
+            result.observed = format!(
+                "{}; the host's own inotify_init1 failed: {e}",
+                result.observed
+            );
+        }
+        probes.push(result);
     }
 
     /// A granted toolchain runs: python3, where the host has it.

@@ -331,6 +331,12 @@ impl CallCgroup {
         &self.procs_fds
     }
 
+    /// The `cgroup.procs` file of each of the call's groups (they list the same processes):
+    /// where the kernel says which processes are the call's.
+    pub fn procs_files(&self) -> Vec<PathBuf> {
+        self.dirs.iter().map(|d| d.join("cgroup.procs")).collect()
+    }
+
     /// Kills every process in the call's groups and waits (bounded) until they are gone.
     /// Returns whether the groups were empty at the end.
     pub fn kill_all(&self, wait: Duration) -> bool {

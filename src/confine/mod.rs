@@ -12,6 +12,7 @@
 //! of MCP.
 
 pub mod audit;
+pub mod call_ids;
 mod cgroup;
 mod child;
 pub mod kernel;
@@ -25,6 +26,7 @@ pub mod seccomp;
 pub mod selftest;
 pub mod terminal;
 
+pub use call_ids::CallIdsPolicy;
 pub use cgroup::{CallCgroup, CallLimits, CgroupMode, LimitHits};
 pub use child::ChildSetup;
 pub use kernel::{KernelSupport, REQUIRED_LANDLOCK_ABI};
@@ -206,6 +208,9 @@ pub struct Enforcement {
     pub namespaces: bool,
     pub network_namespace: bool,
     pub user_namespace: bool,
+    /// The host uid confined processes run as (never 0 in the sandbox init where cordon is
+    /// root, unless a note says why not).
+    pub calls_uid: u32,
     pub capabilities_dropped: bool,
     pub notes: Vec<String>,
 }
@@ -827,7 +832,7 @@ fn in_force(
     seccomp: &[BpfProgram],
     cgroups: &cgroup::Cgroups,
     factory: Option<&sandbox_init::SandboxInit>,
-    notes: Vec<String>,
+    mut notes: Vec<String>,
 ) -> Enforcement {
     let landlock = match landlock_inputs {
         None => LandlockStatus::None,
@@ -838,6 +843,7 @@ fn in_force(
             abi: kernel.landlock_abi,
         },
     };
+    let calls_uid = calls_uid(kernel, factory, &mut notes);
     let level = match (
         matches!(landlock, LandlockStatus::Full { .. }) && !seccomp.is_empty(),
         cgroups.has_limits() && factory.is_some(),
@@ -854,8 +860,35 @@ fn in_force(
         namespaces: factory.is_some(),
         network_namespace: factory.is_some_and(|f| f.namespaces().network),
         user_namespace: factory.is_some_and(|f| f.namespaces().user),
+        calls_uid,
         capabilities_dropped: kernel.is_root || factory.is_some(),
         notes,
+    }
+}
+
+/// The host uid confined processes run as, with a note where that is root although cordon
+/// is (the per-child path, or a workspace filesystem that cannot be idmapped).
+fn calls_uid(
+    kernel: &KernelSupport,
+    factory: Option<&sandbox_init::SandboxInit>,
+    notes: &mut Vec<String>,
+) -> u32 {
+    if !kernel.is_root {
+        return rustix::process::getuid().as_raw();
+    }
+    let namespaces = factory.map(sandbox_init::SandboxInit::namespaces);
+    match namespaces.as_ref().and_then(|n| n.calls_uid) {
+        Some(uid) => uid,
+        None => {
+            let why = namespaces
+                .and_then(|n| n.calls_as_root)
+                .unwrap_or_else(|| "there is no sandbox init to map them".into());
+            notes.push(format!(
+                "confined processes run as host uid 0 (without capabilities): {why}; they \
+                 share root's per-user kernel limits"
+            ));
+            0
+        }
     }
 }
 
@@ -941,6 +974,7 @@ fn start_factory(
         read_write: &plan.read_write,
         devices: &plan.devices,
         is_root: kernel.is_root,
+        calls_ids: call_ids::decide(kernel.is_root, plan.call_ids, workspace_dir),
         shm_bytes: plan.shm_bytes,
         cgroup_mounts,
     };

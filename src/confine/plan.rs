@@ -36,6 +36,8 @@ pub struct ConfinePlan {
     pub seccomp_profile: String,
     /// Without namespaces, allow `socket(AF_UNIX, …)` anyway.
     pub fallback_unix_sockets: bool,
+    /// `[sandbox] uid`/`uid_count`: the host ids calls run as where cordon is root.
+    pub call_ids: super::call_ids::CallIdsPolicy,
     /// Workspace-relative patterns nothing confined may write (bound read-only in the view).
     pub protected: Vec<String>,
     /// The policy itself names protected paths (not only its own files): worth a note when

@@ -81,6 +81,8 @@ pub(crate) struct ViewInputs<'a> {
     pub read_write: &'a [PathBuf],
     pub devices: &'a [PathBuf],
     pub is_root: bool,
+    /// Where cordon is root: the host ids calls run as (`confine::call_ids`).
+    pub calls_ids: Option<super::sandbox::plan::CallIds>,
     pub shm_bytes: u64,
     pub cgroup_mounts: Vec<super::sandbox::plan::CgroupMount>,
 }
@@ -403,6 +405,7 @@ fn plan(inputs: &ViewInputs<'_>) -> InitPlan {
                 rustix::process::getgid().as_raw(),
             )
         }),
+        calls_ids: inputs.calls_ids,
         hostname: "cordon".into(),
         landlock: inputs.landlock.map(|l| LandlockPlan {
             read_exec: l.paths.read_exec.clone(),

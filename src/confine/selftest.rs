@@ -27,7 +27,11 @@ pub const PROBES: &[&str] = &[
     "signal-parent",
     "x32",
     "int80",
+    "inotify-hold",
 ];
+
+/// What `inotify-hold` tries to take: far more than any host's per-user default (128).
+const INOTIFY_ATTEMPTS: usize = 4096;
 
 /// Runs probe `name`, prints one line about what happened and returns the exit code.
 pub fn run(name: &str, arg: Option<&str>) -> i32 {
@@ -125,6 +129,7 @@ pub fn run(name: &str, arg: Option<&str>) -> i32 {
             syscall_result(unsafe { libc::syscall(X32_BIT | libc::SYS_getpid) })
         }
         "int80" => int80_getpid(),
+        "inotify-hold" => inotify_hold(arg),
         other => match isolation::run(other, arg) {
             Some(Ok(outcome)) => outcome,
             Some(Err(what)) => return usage(what),
@@ -174,6 +179,30 @@ fn proxy_connect(target: &str) -> Result<(), Error> {
         Ok(())
     } else {
         Err(Error::other(line))
+    }
+}
+
+/// Takes inotify instances until the kernel refuses one (or [`INOTIFY_ATTEMPTS`]), says how
+/// many, and holds them for `arg` milliseconds (so a host process can check meanwhile that
+/// its own budget is untouched). Allowed = the call could take them all.
+fn inotify_hold(arg: Option<&str>) -> Result<(), Error> {
+    let hold_ms: u64 = arg.and_then(|a| a.parse().ok()).unwrap_or(0);
+    let mut held = Vec::new();
+    let mut refusal = None;
+    while held.len() < INOTIFY_ATTEMPTS {
+        match rustix::fs::inotify::init(rustix::fs::inotify::CreateFlags::CLOEXEC) {
+            Ok(fd) => held.push(fd),
+            Err(e) => {
+                refusal = Some(Error::from(e));
+                break;
+            }
+        }
+    }
+    println!("held {}", held.len());
+    std::thread::sleep(std::time::Duration::from_millis(hold_ms));
+    match refusal {
+        None => Ok(()),
+        Some(e) => Err(Error::other(format!("after {} instances: {e}", held.len()))),
     }
 }
 

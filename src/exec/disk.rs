@@ -21,6 +21,10 @@
 //! by making them impossible to count. Project quotas would count exactly, but need a
 //! filesystem mounted with them and a privileged server; the walk works everywhere.
 //!
+//! The walk cannot see files the call deleted but keeps open (or made with `O_TMPFILE`): their
+//! blocks are still the call's, so the call's processes are asked too (`disk_held`), through
+//! `/proc`, where the kernel keeps them; no workspace is walked for it.
+//!
 //! Space freed during the call is credited by the free-space measure only (the walk counts
 //! what was written, not what was deleted). The server's own spill files (the call's output
 //! saved in `.cordon/outputs/`) never count: they have their own bounds, and a command
@@ -73,6 +77,9 @@ pub struct DiskWatch {
     interval: Duration,
     /// [`super::capture::spilled_total`] when the watch started.
     spilled_at_start: u64,
+    /// The call's processes, once launched: what they hold open of files deleted since
+    /// counts too (`disk_held`).
+    holders: std::sync::OnceLock<super::disk_held::Holders>,
 }
 
 /// A call wrote more than its budget.
@@ -142,6 +149,7 @@ impl DiskWatch {
             budget_bytes,
             interval,
             spilled_at_start: super::capture::spilled_total(),
+            holders: std::sync::OnceLock::new(),
         };
         for dir in dirs {
             watch.add(dir)?;
@@ -154,6 +162,12 @@ impl DiskWatch {
     pub fn also_watch(mut self, path: &Path) -> Self {
         let _ = self.add(path);
         self
+    }
+
+    /// Names the call's processes once they exist, so that space they hold in deleted files
+    /// counts towards the budget (set once; later calls are ignored).
+    pub fn held_by(&self, holders: super::disk_held::Holders) {
+        let _ = self.holders.set(holders);
     }
 
     fn add(&mut self, path: &Path) -> std::io::Result<()> {
@@ -206,6 +220,14 @@ impl DiskWatch {
                 self.since,
                 skip,
                 self.max_entries,
+            )?);
+        }
+        if let Some(holders) = self.holders.get() {
+            let devs: Vec<u64> = self.watched.iter().map(|w| w.dev).collect();
+            total = total.saturating_add(super::disk_held::held_bytes(
+                holders,
+                &devs,
+                super::disk_held::MAX_HANDLES,
             )?);
         }
         Ok(total)

@@ -100,6 +100,9 @@ impl Executor {
             None => None,
         };
         let mut launched = self.start_launched(spec, factory, warm)?;
+        if let Some(watch) = &disk {
+            watch.held_by(launched.holders());
+        }
         launched.disk = disk;
         launched.started = started;
         Ok(launched)
@@ -378,6 +381,12 @@ pub(crate) fn capped_cpu_seconds(cpu: u64) -> u64 {
 }
 
 impl Launched {
+    /// Whose open files are the call's, for the disk budget: its cgroups' processes, or its
+    /// main process (and so its process group's leader) where there are no cgroups.
+    pub fn holders(&self) -> super::disk_held::Holders {
+        super::disk_held::Holders::of(self.cgroup.as_ref(), self.pgid)
+    }
+
     /// Kills the whole tree (whatever is left of it), collects what the kernel and the proxy
     /// say about it, runs the git check and hands the clean-up to the blocking pool. `status`
     /// is the main process's exit status if it was already seen.

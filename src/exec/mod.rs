@@ -14,6 +14,7 @@
 
 pub mod capture;
 pub mod disk;
+pub mod disk_held;
 mod disk_scan;
 pub mod env;
 pub mod launch;

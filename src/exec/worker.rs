@@ -119,6 +119,11 @@ impl ConfinedWorker {
         self.pid
     }
 
+    /// Whose open files are the worker's, for a disk budget over its work (interpreter cells).
+    pub fn holders(&self) -> super::disk_held::Holders {
+        super::disk_held::Holders::of(self.cgroup.as_ref(), self.pid)
+    }
+
     /// Sends SIGINT to the worker's main process only (not its group): the interpreter turns
     /// it into KeyboardInterrupt, while its subprocesses are left to the caller's decision.
     pub fn interrupt(&self) -> bool {

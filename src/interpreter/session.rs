@@ -306,6 +306,9 @@ impl Session {
         tokio::pin!(read);
         // The same per-call disk budget as a shell command, per cell.
         let disk = shared.executor.watch_disk();
+        if let Some(watch) = &disk {
+            watch.held_by(proc.holders());
+        }
         let first = tokio::select! {
             r = &mut read => Some(r),
             hit = crate::exec::disk::overrun(disk.as_ref()) => return Waited::DiskBudget(hit.limit_hit()),

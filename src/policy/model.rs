@@ -145,6 +145,11 @@ pub struct SandboxPolicy {
     /// Where namespaces cannot be had, seccomp refuses `socket(AF_UNIX, …)` so no host
     /// socket can be reached; true opts back in (socketpair works either way).
     pub fallback_unix_sockets: bool,
+    /// Where cordon runs as root, the first host uid (and gid) confined processes run as;
+    /// None: the workspace owner's when not root, else `confine::call_ids::DEFAULT_UID`.
+    pub uid: Option<u32>,
+    /// How many ids from `uid` each call's user namespace maps (its ids 0..count).
+    pub uid_count: Option<u32>,
 }
 
 #[derive(Debug, Clone, Serialize)]

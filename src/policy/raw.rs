@@ -193,6 +193,8 @@ pub struct RawEnvironment {
 pub struct RawSandbox {
     pub seccomp_profile: Option<String>,
     pub fallback_unix_sockets: Option<bool>,
+    pub uid: Option<u32>,
+    pub uid_count: Option<u32>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -330,7 +332,9 @@ overlay_struct!(RawCommands {
 });
 overlay_struct!(RawSandbox {
     seccomp_profile,
-    fallback_unix_sockets
+    fallback_unix_sockets,
+    uid,
+    uid_count
 });
 overlay_struct!(RawOutput {
     max_lines,

@@ -110,6 +110,10 @@ impl Policy {
             proxy: self.network.proxy.clone(),
             seccomp_profile: self.sandbox.seccomp_profile.clone(),
             fallback_unix_sockets: self.sandbox.fallback_unix_sockets,
+            call_ids: crate::confine::CallIdsPolicy {
+                uid: self.sandbox.uid,
+                count: self.sandbox.uid_count,
+            },
             protected: protected.clone(),
             names_protected_paths: !fs.protected.is_empty(),
             rlimits: RlimitPlan {

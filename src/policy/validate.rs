@@ -400,6 +400,43 @@ fn environment(check: &Check, e: raw::RawEnvironment) -> Result<EnvironmentPolic
     Ok(environment)
 }
 
+/// `[sandbox] uid`/`uid_count`: never root, at most 65,536 ids (what a call's own user
+/// namespace maps), and a range that cannot be confused with the on-disk ids it stands for
+/// (idmapped binds show on-disk uid `k` as `uid + k`, so the two ranges must not overlap).
+fn call_ids(check: &Check, s: &SandboxPolicy) -> Result<(), PolicyError> {
+    let count = s
+        .uid_count
+        .unwrap_or(crate::confine::call_ids::DEFAULT_COUNT);
+    if !(1..=65_536).contains(&count) {
+        return Err(check.invalid(
+            "sandbox.uid_count",
+            format!("{count} ids: a call's user namespace maps between 1 and 65536"),
+        ));
+    }
+    let Some(uid) = s.uid else {
+        return Ok(());
+    };
+    if uid == 0 {
+        return Err(check.invalid(
+            "sandbox.uid",
+            "0 is the host's root, which no confined process may be; name an unprivileged \
+             uid no account uses, or leave `uid` out for cordon's default range"
+                .to_string(),
+        ));
+    }
+    if uid < count || u64::from(uid) + u64::from(count) > u64::from(u32::MAX) {
+        return Err(check.invalid(
+            "sandbox.uid",
+            format!(
+                "uid {uid} with uid_count {count} overlaps the on-disk ids 0..{count} it \
+                 stands for (or passes the largest uid); set `uid_count = 1` for a single \
+                 dedicated uid, or a uid of at least {count}"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// `[sandbox]`: a seccomp profile that allows the sockets `network` needs.
 fn sandbox(
     check: &Check,
@@ -409,7 +446,10 @@ fn sandbox(
     let sandbox = SandboxPolicy {
         seccomp_profile: check.required("sandbox.seccomp_profile", s.seccomp_profile)?,
         fallback_unix_sockets: s.fallback_unix_sockets.unwrap_or(false),
+        uid: s.uid,
+        uid_count: s.uid_count,
     };
+    call_ids(check, &sandbox)?;
     if !network.is_off() && sandbox.seccomp_profile == "default" {
         return Err(check.invalid(
             "sandbox.seccomp_profile",

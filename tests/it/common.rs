@@ -402,3 +402,33 @@ pub fn exists(path: impl AsRef<Path>) -> bool {
 pub fn path_str(p: &Path) -> &str {
     p.to_str().expect("utf-8 temp path")
 }
+
+/// World-readable files that a test policy denies, so that a read of them is refused by
+/// Landlock and logged by the kernel. The default policy's own denials (`/etc/shadow`, …) are
+/// no longer readable by a call's uid at all (calls are never host root): the kernel refuses
+/// them by their file modes before Landlock is asked, and logs nothing.
+pub const READABLE_DENIED: [&str; 2] = ["/etc/passwd", "/etc/group"];
+
+/// A `[filesystem] deny` section: the default policy's list (lists replace rather than append
+/// when a policy extends) plus [`READABLE_DENIED`].
+pub fn deny_readable_section() -> String {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/default.toml"),
+    )
+    .expect("read policies/default.toml");
+    let table: toml::Table = toml::from_str(&text).expect("default.toml parses");
+    let mut deny = table["filesystem"]["deny"]
+        .as_array()
+        .expect("default deny is a list")
+        .clone();
+    deny.extend(
+        READABLE_DENIED
+            .iter()
+            .map(|p| toml::Value::String((*p).into())),
+    );
+    let mut filesystem = toml::Table::new();
+    filesystem.insert("deny".into(), toml::Value::Array(deny));
+    let mut section = toml::Table::new();
+    section.insert("filesystem".into(), toml::Value::Table(filesystem));
+    toml::to_string(&section).expect("serialize policy")
+}

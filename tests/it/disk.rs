@@ -187,3 +187,83 @@ fn disk_budget_does_not_charge_a_call_for_a_host_write_to_the_same_filesystem() 
     assert!(run.stdout.contains("survived"), "{run:?}");
     assert!(!run.stderr.contains("disk budget"), "{run:?}");
 }
+
+/// 400 MiB written into a file the call deleted first and keeps open: no directory shows it,
+/// but its blocks are the call's until the descriptor closes.
+const FILL_UNLINKED: &str = "exec 3>held; rm held; i=0; while [ $i -lt 25 ]; do \
+                             head -c 16M /dev/zero >&3 || exit 1; i=$((i+1)); done; \
+                             echo all-written; sleep 5";
+
+const TINY_BUDGET: &str = "extends = \"default\"\n[limits]\ndisk_mb = 64\n";
+
+#[cordon_test::test]
+fn disk_budget_counts_what_a_call_holds_in_deleted_files() {
+    if skip(
+        "disk_budget_counts_what_a_call_holds_in_deleted_files",
+        Need::LandlockSeccomp,
+    ) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let policy = sb.policy("disk.toml", TINY_BUDGET);
+    let run = sb.exec(
+        &["--policy", &policy, "--timeout", "120"],
+        &["sh", "-c", FILL_UNLINKED],
+    );
+    assert_eq!(run.code(), 128 + libc::SIGKILL, "{run:?}");
+    assert!(!run.stdout.contains("all-written"), "{run:?}");
+    assert!(
+        run.stderr.contains("cordon: stopped by the disk budget"),
+        "{run:?}"
+    );
+}
+
+#[cordon_test::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disk_budget_counts_what_a_job_holds_in_deleted_files() {
+    if skip(
+        "disk_budget_counts_what_a_job_holds_in_deleted_files",
+        Need::LandlockSeccomp,
+    ) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let client = serve(&sb, TINY_BUDGET).await;
+    let Value::Object(args) = json!({"command": FILL_UNLINKED, "background": true, "wait_secs": 1})
+    else {
+        unreachable!()
+    };
+    let started = client
+        .call_tool(CallToolRequestParams::new("shell_exec").with_arguments(args))
+        .await
+        .expect("shell_exec answers");
+    let sc = started
+        .structured_content
+        .clone()
+        .expect("structuredContent");
+    let id = sc["job"]["id"].as_str().expect("a job id").to_owned();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    let ended = loop {
+        let Value::Object(args) = json!({"id": id, "wait_secs": 5}) else {
+            unreachable!()
+        };
+        let read = client
+            .call_tool(CallToolRequestParams::new("job").with_arguments(args))
+            .await
+            .expect("job answers");
+        let sc = read.structured_content.clone().expect("structuredContent");
+        if sc["job"]["state"] != "running" || std::time::Instant::now() > deadline {
+            break sc;
+        }
+    };
+    let why = format!("job {} limit {}", ended["job"], ended["limit"]);
+    assert_eq!(ended["job"]["state"], "limit", "{why}");
+    assert_eq!(ended["limit"]["kind"], "disk", "{why}");
+    assert!(
+        !ended["output"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("all-written"),
+        "{why}"
+    );
+    client.cancel().await.ok();
+}

@@ -38,6 +38,15 @@ fn default_list(section: &str, key: &str) -> Vec<toml::Value> {
     table[section][key].as_array().expect("a list").clone()
 }
 
+/// A policy denying, besides the default's, files the call's uid could read by their modes
+/// (`common::READABLE_DENIED`): their refusal is Landlock's, and the kernel logs it.
+fn readable_denied_policy() -> String {
+    format!(
+        "extends = \"default\"\n{}",
+        crate::common::deny_readable_section()
+    )
+}
+
 fn policy_with(sb: &Sandbox, name: &str, body: toml::Table) -> String {
     let mut policy = body;
     policy.insert("extends".into(), "default".into());
@@ -85,8 +94,9 @@ fn a_denied_read_is_explained_from_the_kernels_record() {
         return;
     }
     let sb = Sandbox::new();
-    let mut server = StdioServer::start(sb.ws(), &[], "", &[]);
-    let result = server.call("shell_exec", json!({ "command": "cat /etc/shadow" }));
+    let policy = sb.policy("deny.toml", &readable_denied_policy());
+    let mut server = StdioServer::start(sb.ws(), &["--policy", &policy], "", &[]);
+    let result = server.call("shell_exec", json!({ "command": "cat /etc/passwd" }));
     let out = structured(&result).clone();
     assert_ne!(out["exit_code"], 0, "{out:#}");
     let d = kernel_denial(&out, "fs.read_file");
@@ -125,7 +135,7 @@ fn a_denied_read_is_explained_from_the_kernels_record() {
         [&json!("kernel"), &json!("error_message")],
         "{item:#}"
     );
-    assert_eq!(d["path"], "/etc/shadow", "{d:#}");
+    assert_eq!(d["path"], "/etc/passwd", "{d:#}");
     assert_eq!(d["policy_field"], "filesystem.deny", "{d:#}");
     assert!(d["count"].as_u64().is_some_and(|c| c >= 1), "{d:#}");
 }
@@ -266,33 +276,34 @@ fn the_denial_the_output_names_leads_and_others_are_not_blamed() {
         return;
     }
     let sb = Sandbox::new();
-    let mut server = StdioServer::start(sb.ws(), &[], "", &[]);
+    let policy = sb.policy("deny.toml", &readable_denied_policy());
+    let mut server = StdioServer::start(sb.ws(), &["--policy", &policy], "", &[]);
     let mut shell = |command: &str| {
         let result = server.call("shell_exec", json!({ "command": command }));
         structured(&result).clone()
     };
-    let out = shell("cat /etc/gshadow 2>/dev/null; cat /etc/shadow");
+    let out = shell("cat /etc/group 2>/dev/null; cat /etc/passwd");
     let denials = out["denials"].as_array().expect("denials");
     assert_eq!(denials.len(), 2, "{out:#}");
-    assert_eq!(denials[0]["path"], "/etc/shadow", "named first: {out:#}");
-    assert_eq!(denials[1]["path"], "/etc/gshadow", "{out:#}");
+    assert_eq!(denials[0]["path"], "/etc/passwd", "named first: {out:#}");
+    assert_eq!(denials[1]["path"], "/etc/group", "{out:#}");
     let message = out["error"]["message"].as_str().unwrap();
-    assert!(message.contains("on /etc/shadow"), "{message}");
-    assert!(!message.contains("on /etc/gshadow"), "{message}");
+    assert!(message.contains("on /etc/passwd"), "{message}");
+    assert!(!message.contains("on /etc/group"), "{message}");
     assert!(
         message.contains("1 more in the result's `denials`"),
         "{message}"
     );
 
-    let out = shell("cat /etc/shadow 2>/dev/null; exit 3");
-    assert_eq!(out["denials"][0]["path"], "/etc/shadow", "{out:#}");
+    let out = shell("cat /etc/passwd 2>/dev/null; exit 3");
+    assert_eq!(out["denials"][0]["path"], "/etc/passwd", "{out:#}");
     let message = out["error"]["message"].as_str().unwrap();
     assert!(
         message.contains("the output names none of these, so they may not be why it failed"),
         "{message}"
     );
 
-    let out = shell("cat /etc/shadow 2>/dev/null; true");
+    let out = shell("cat /etc/passwd 2>/dev/null; true");
     assert_eq!(out["exit_code"], 0, "{out:#}");
     assert!(
         out.get("denials").is_none(),

@@ -20,6 +20,7 @@ mod fail_closed;
 mod file_attacks;
 mod git_protection;
 mod home;
+mod host_uid;
 mod http_client;
 mod http_server;
 mod interpreter;

@@ -43,8 +43,10 @@ fn metrics_need_the_token_and_count_calls_denials_and_sessions() {
     let server = HttpServer::start(
         ws.path(),
         Start {
-            // The default policy's rules refuse `rm -rf /`.
+            // The default policy's rules refuse `rm -rf /`; /etc/passwd is denied too, a
+            // file the call's uid could read (so Landlock refuses it, not its mode).
             token: true,
+            policy: Some(&crate::common::deny_readable_section()),
             ..Start::default()
         },
     );
@@ -97,7 +99,7 @@ fn metrics_need_the_token_and_count_calls_denials_and_sessions() {
         &session,
         5,
         "shell_exec",
-        json!({"command": "cat /etc/shadow"}),
+        json!({"command": "cat /etc/passwd"}),
     );
 
     let after = scrape(server.addr, Some(&token));

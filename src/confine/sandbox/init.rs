@@ -21,7 +21,7 @@
 //! Owns these processes' code; the server side is `super` (mod.rs). Everything here runs
 //! single-threaded, so forking is safe and the slot may allocate.
 
-use super::plan::{InitPlan, LandlockPlan};
+use super::plan::{CallIds, InitPlan, LandlockPlan};
 use super::wire::{self, FromInit, FromSlot, Job, SlotLayer, ToInit, ToSlot};
 use super::{fdpass, view};
 use crate::confine::landlock::OpenedGrant;
@@ -207,8 +207,8 @@ fn pid1(plan: &InitPlan, control: &OwnedFd, alive: OwnedFd) -> ! {
         std::process::exit(1);
     }
     let _alive = alive;
-    let listener = match setup(plan) {
-        Ok(listener) => listener,
+    let (listener, built) = match setup(plan) {
+        Ok(ready) => ready,
         Err((stage, error)) => {
             eprintln!("cordon sandbox init: {stage}: {error}");
             send_msg(
@@ -258,6 +258,8 @@ fn pid1(plan: &InitPlan, control: &OwnedFd, alive: OwnedFd) -> ! {
             network_namespace: plan.isolate_network,
             user_namespace: plan.user_namespace.is_some(),
             proxy_listener: listener.is_some(),
+            calls_uid: built.calls_ids.map(|ids| ids.uid),
+            calls_as_root: built.calls_as_root,
         },
         &passed,
     );
@@ -265,7 +267,7 @@ fn pid1(plan: &InitPlan, control: &OwnedFd, alive: OwnedFd) -> ! {
     // bind the port: the socket stays bound for as long as the server holds it).
     drop(passed);
     drop((listener, netns));
-    serve(plan, control)
+    serve(plan, built.calls_ids, control)
 }
 
 /// Everything PID 1 does once, in order: the view, the hostname, loopback, the proxy's
@@ -274,7 +276,7 @@ fn pid1(plan: &InitPlan, control: &OwnedFd, alive: OwnedFd) -> ! {
 /// confined process can no longer do, and then confines itself before it reports ready. PID 1
 /// runs only this program; no confined process can see it (each lives in a PID namespace
 /// nested below it), signal it, or reach its control socket.
-fn setup(plan: &InitPlan) -> Result<Option<OwnedFd>, StageError> {
+fn setup(plan: &InitPlan) -> Result<(Option<OwnedFd>, view::Built), StageError> {
     // stdin was the plan pipe; nothing in the sandbox reads it.
     if let Ok(null) = std::fs::File::open("/dev/null") {
         // SAFETY: dup2 onto fd 0, which this process owns.
@@ -282,7 +284,7 @@ fn setup(plan: &InitPlan) -> Result<Option<OwnedFd>, StageError> {
             libc::dup2(null.as_raw_fd(), 0);
         }
     }
-    stage("view", view::build(plan))?;
+    let built = stage("view", view::build(plan))?;
     stage(
         "hostname",
         rustix::system::sethostname(plan.hostname.as_bytes()),
@@ -297,7 +299,7 @@ fn setup(plan: &InitPlan) -> Result<Option<OwnedFd>, StageError> {
         Some(_) => return Err(("proxy listener", "no network namespace".into())),
         None => None,
     };
-    Ok(listener)
+    Ok((listener, built))
 }
 
 /// A listening TCP socket on 127.0.0.1:`port` of this network namespace, close-on-exec.
@@ -425,7 +427,7 @@ fn child_signals() -> io::Result<OwnedFd> {
 
 /// PID 1's loop: fork slots on request, reap every child and report the slots' ends. Exits
 /// when the server closes the control socket.
-fn serve(plan: &InitPlan, control: &OwnedFd) -> ! {
+fn serve(plan: &InitPlan, ids: Option<CallIds>, control: &OwnedFd) -> ! {
     let Ok(signals) = child_signals() else {
         std::process::exit(1)
     };
@@ -484,6 +486,7 @@ fn serve(plan: &InitPlan, control: &OwnedFd) -> ! {
                         control,
                         signals: &signals,
                         grants,
+                        ids,
                     };
                     fork_slot(&parent, id, layer, received.fds, &mut slots)
                 }
@@ -538,6 +541,8 @@ struct SlotParent<'a> {
     signals: &'a OwnedFd,
     /// The policy's grants, expanded and opened once (see `policy_grants`).
     grants: &'a [OpenedGrant],
+    /// The host ids each slot's own user namespace maps its root to (cordon is root).
+    ids: Option<CallIds>,
 }
 
 /// Namespaces every slot gets of its own: a slot is the PID 1 (reaper) of a PID namespace
@@ -565,13 +570,27 @@ fn fork_slot(
         Ok(pair) => pair,
         Err(e) => return failed(e.to_string()),
     };
+    // The slot waits on this until PID 1 has written its user namespace's maps.
+    let (mapped_read, mapped_write) =
+        match rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC) {
+            Ok(pair) => pair,
+            Err(e) => return failed(e.to_string()),
+        };
+    // With CLONE_NEWUSER in the same call the user namespace is made first and owns the
+    // others, so the slot may mount in its mount namespace and its `/proc`.
+    let flags = SLOT_NAMESPACES
+        | if parent.ids.is_some() {
+            libc::CLONE_NEWUSER
+        } else {
+            0
+        };
     // SAFETY: clone without CLONE_VM and with a null stack is fork(2) with namespace flags: the
     // child continues on a copy of this single-threaded process's memory and runs `slot`,
     // which never returns. No atfork handlers are needed (no threads, no locks held).
     let pid = unsafe {
         libc::syscall(
             libc::SYS_clone,
-            (SLOT_NAMESPACES | libc::SIGCHLD) as libc::c_ulong,
+            (flags | libc::SIGCHLD) as libc::c_ulong,
             0usize,
             0usize,
             0usize,
@@ -588,16 +607,42 @@ fn fork_slot(
                 libc::close(parent.signals.as_raw_fd());
                 libc::close(ours.as_raw_fd());
                 libc::close(status_read.as_raw_fd());
+                libc::close(mapped_write.as_raw_fd());
             }
+            if parent.ids.is_some() {
+                // One byte once the maps are written; EOF if PID 1 could not write them.
+                let mut byte = [0u8; 1];
+                if !rustix::io::read(&mapped_read, &mut byte).is_ok_and(|n| n == 1) {
+                    slot_fail(&theirs, "user namespace maps", libc::EPERM);
+                }
+                if let Some(ids) = &parent.ids
+                    && let Err(e) = super::idmap::become_mapped(ids)
+                {
+                    slot_fail(&theirs, "user namespace root", errno_of(&e));
+                }
+            }
+            drop(mapped_read);
             let own = SlotOwn {
                 layer,
                 sock: theirs,
                 status: status_write,
                 cgroup_procs,
             };
-            slot(parent.plan, parent.grants, own)
+            slot(parent.plan, parent.grants, own, parent.ids.is_some())
         }
         child => {
+            drop(mapped_read);
+            if let Some(ids) = &parent.ids {
+                match super::idmap::write_maps(Path::new("/proc"), child, ids) {
+                    Ok(()) => {
+                        let _ = rustix::io::write(&mapped_write, b"1");
+                    }
+                    // The slot reads EOF and reports its failure on its own socket, which
+                    // the server receives as the slot's answer.
+                    Err(e) => eprintln!("cordon sandbox init: a slot's user namespace: {e}"),
+                }
+            }
+            drop(mapped_write);
             slots.insert(
                 child,
                 ForkedSlot {
@@ -651,7 +696,7 @@ const FORWARDED: &[libc::c_int] = &[
 /// A slot: PID 1 of its own PID namespace. Joins its cgroups, mounts what its namespace holds
 /// of its own, confines itself, reports ready and waits for a job; then forks the job's main
 /// process and reaps until that ends.
-fn slot(plan: &InitPlan, grants: &[OpenedGrant], own: SlotOwn) -> ! {
+fn slot(plan: &InitPlan, grants: &[OpenedGrant], own: SlotOwn, ids_mapped: bool) -> ! {
     let SlotOwn {
         layer,
         sock,
@@ -677,6 +722,9 @@ fn slot(plan: &InitPlan, grants: &[OpenedGrant], own: SlotOwn) -> ! {
         Ok(g) => g,
         Err(e) => slot_fail(&sock, e.step, errno_of(&e.source)),
     };
+    if ids_mapped && let Err(e) = super::idmap::limit_namespace() {
+        slot_fail(&sock, "user namespace limits", errno_of(&e));
+    }
     // Its own session and process group: the server's group kill reaches the reaper and the
     // job's processes (which stay in it unless they call setsid; the cgroup covers those, and
     // the reaper's death ends the whole namespace anyway).

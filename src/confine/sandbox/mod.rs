@@ -12,6 +12,7 @@
 //! socket: the init exits and the kernel kills everything left in its PID namespace.
 
 pub mod fdpass;
+pub mod idmap;
 pub mod init;
 pub mod plan;
 mod slot_mounts;
@@ -59,10 +60,14 @@ pub enum SandboxError {
 }
 
 /// Which namespaces the init runs in (all but network and user are always there).
-#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct Namespaces {
     pub network: bool,
     pub user: bool,
+    /// The host uid calls run as when the init maps each slot's root to one (cordon is root).
+    pub calls_uid: Option<u32>,
+    /// Why calls are host root although the plan asked for other ids.
+    pub calls_as_root: Option<String>,
 }
 
 type SlotReply = Result<OwnedFd, String>;
@@ -151,7 +156,7 @@ impl Sandbox {
     }
 
     pub fn namespaces(&self) -> Namespaces {
-        self.namespaces
+        self.namespaces.clone()
     }
 
     /// The egress proxy's listening socket in the init's network namespace (once).
@@ -479,6 +484,8 @@ fn route(
             network_namespace,
             user_namespace,
             proxy_listener,
+            calls_uid,
+            calls_as_root,
             ..
         } => {
             let mut fds = fds.into_iter();
@@ -489,6 +496,8 @@ fn route(
                     namespaces: Namespaces {
                         network: network_namespace,
                         user: user_namespace,
+                        calls_uid,
+                        calls_as_root,
                     },
                     listener,
                     netns,

@@ -53,6 +53,12 @@ pub struct InitPlan {
     pub ca_bundle: Option<String>,
     /// `Some((uid, gid))` when cordon is not root: a user namespace mapping them to themselves.
     pub user_namespace: Option<(u32, u32)>,
+    /// When cordon is root: the host ids confined processes run as instead of root (each
+    /// slot's own user namespace maps its ids `0..count` to them), and through which the
+    /// view's read-write binds are idmapped (`idmap`). None: calls are host root (a policy
+    /// that asks for it cannot be had here, see `confine::call_ids`).
+    #[serde(default)]
+    pub calls_ids: Option<CallIds>,
     pub hostname: String,
     pub landlock: Option<LandlockPlan>,
     /// BPF programs, each instruction as (code, jt, jf, k); installed in order, last step.
@@ -74,6 +80,22 @@ pub struct InitPlan {
     /// Where the long-lived workers' private directories are; never granted as a whole either.
     #[serde(default)]
     pub private_root: PathBuf,
+}
+
+/// The ids a confined process runs as: ids `inside..inside + count` of each slot's own user
+/// namespace are `uid..uid + count` and `gid..gid + count` of the init's namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallIds {
+    /// 0 where cordon is root (the call is its namespace's root, as it was before), the
+    /// server's own uid where it is not (the mapping is the identity, as the init's is).
+    pub inside: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub count: u32,
+    /// The read-write binds are idmapped to these ids (cordon is root: calls must own the
+    /// root-owned workspace's files). Without root there is nothing to map: the binds are the
+    /// server's uid's already, and an idmapped mount would need root.
+    pub idmap: bool,
 }
 
 /// One cgroup hierarchy as a slot mounts it.
@@ -154,6 +176,7 @@ mod tests {
             join_network: false,
             ca_bundle: None,
             user_namespace: None,
+            calls_ids: None,
             hostname: "cordon".into(),
             landlock: None,
             seccomp: Vec::new(),

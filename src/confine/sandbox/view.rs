@@ -122,7 +122,12 @@ fn set_attributes(path: &Path, read_only: bool) -> Result<(), ViewError> {
 
 /// Binds host `src` at the same path below `root`. A symlink is re-made as a symlink (merged
 /// /usr layouts: `/bin -> usr/bin`), so a link never drags its target into the view.
-fn bind(root: &Path, src: &Path, read_only: bool) -> Result<(), ViewError> {
+fn bind(
+    root: &Path,
+    src: &Path,
+    read_only: bool,
+    idmapped: Option<&std::os::fd::OwnedFd>,
+) -> Result<(), ViewError> {
     let Ok(meta) = src.symlink_metadata() else {
         return Ok(()); // a policy lists /lib32 for the machines that have it
     };
@@ -138,13 +143,100 @@ fn bind(root: &Path, src: &Path, read_only: bool) -> Result<(), ViewError> {
         return Ok(());
     }
     make_mount_point(src, &dst)?;
+    if let Some(tree) = idmapped {
+        // Already nosuid and nodev (`idmap::idmapped_tree`).
+        return io_at("bind idmapped", src, super::idmap::attach(tree, &dst));
+    }
     at("bind", src, mount_bind_recursive(src, &dst))?;
     set_attributes(&dst, read_only)
 }
 
+/// What building the view decided about the ids of confined processes.
+#[derive(Debug, Default)]
+pub struct Built {
+    /// The plan's ids are in force: the read-write binds are idmapped to them and every slot
+    /// is to map its root to them.
+    pub calls_ids: Option<super::plan::CallIds>,
+    /// Why the plan's ids could not be had (calls then stay host root, reported).
+    pub calls_as_root: Option<String>,
+}
+
+/// The idmapped trees of the plan's read-write binds (by path), prepared before anything is
+/// bound so that the view is idmapped wholly or not at all: one filesystem that cannot be
+/// idmapped leaves every bind as it was, and the reason is reported. A bind whose root the
+/// calls' uid owns already (the workspace owner's, where calls run as that owner) needs none.
+fn idmapped_trees(
+    plan: &InitPlan,
+    proc: &Path,
+) -> (
+    std::collections::HashMap<PathBuf, std::os::fd::OwnedFd>,
+    Built,
+) {
+    use std::os::unix::fs::MetadataExt;
+    let mut trees = std::collections::HashMap::new();
+    let Some(ids) = plan.calls_ids else {
+        return (trees, Built::default());
+    };
+    if !ids.idmap {
+        return (
+            trees,
+            Built {
+                calls_ids: Some(ids),
+                calls_as_root: None,
+            },
+        );
+    }
+    let userns = match super::idmap::namespace_for(&ids, proc) {
+        Ok(fd) => fd,
+        Err(e) => {
+            return (
+                trees,
+                Built {
+                    calls_ids: None,
+                    calls_as_root: Some(format!("cannot make the id mapping's namespace: {e}")),
+                },
+            );
+        }
+    };
+    for path in &plan.read_write {
+        let Ok(meta) = path.symlink_metadata() else {
+            continue;
+        };
+        if meta.file_type().is_symlink() || meta.uid() == ids.uid {
+            continue;
+        }
+        match super::idmap::idmapped_tree(path, &userns) {
+            Ok(tree) => {
+                trees.insert(path.clone(), tree);
+            }
+            Err(e) => {
+                return (
+                    std::collections::HashMap::new(),
+                    Built {
+                        calls_ids: None,
+                        calls_as_root: Some(format!(
+                            "{} cannot be idmapped ({e}; NFS and some FUSE filesystems \
+                             cannot), so calls would not own their files as uid {}",
+                            path.display(),
+                            ids.uid
+                        )),
+                    },
+                );
+            }
+        }
+    }
+    (
+        trees,
+        Built {
+            calls_ids: Some(ids),
+            calls_as_root: None,
+        },
+    )
+}
+
 /// Builds the view under `plan.new_root` and switches to it. Afterwards `/` is the read-only
 /// tmpfs and the host's tree is unreachable.
-pub fn build(plan: &InitPlan) -> Result<(), ViewError> {
+pub fn build(plan: &InitPlan) -> Result<Built, ViewError> {
     let root = plan.new_root.as_path();
     // Nothing we mount may propagate back to the host's namespace.
     at(
@@ -176,9 +268,27 @@ pub fn build(plan: &InitPlan) -> Result<(), ViewError> {
         .filter(|(p, _)| !p.starts_with("/proc") && !p.starts_with("/dev"))
         .collect();
     binds.sort_by_key(|(p, _)| p.components().count());
+    // The view's /proc, of this PID namespace, mounted first: the id mapping's maps are
+    // written through it (the host's /proc would name other processes by these numbers).
+    let proc_dir = inside(root, Path::new("/proc"));
+    io_at("mkdir", &proc_dir, std::fs::create_dir_all(&proc_dir))?;
+    at(
+        "mount proc",
+        &proc_dir,
+        mount(
+            "proc",
+            &proc_dir,
+            "proc",
+            MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+            c"",
+        ),
+    )?;
+    let (idmapped, built) = idmapped_trees(plan, &proc_dir);
     for (path, read_only) in binds {
-        bind(root, path, read_only)?;
+        let tree = (!read_only).then(|| idmapped.get(path)).flatten();
+        bind(root, path, read_only, tree)?;
     }
+    drop(idmapped);
     // `.git` pinned as a mount point of itself, then its control files read-only on top.
     for path in &plan.pinned {
         if path.symlink_metadata().is_ok_and(|m| m.is_dir()) {
@@ -204,20 +314,6 @@ pub fn build(plan: &InitPlan) -> Result<(), ViewError> {
         ca_bundle(root, bundle)?;
     }
 
-    let proc_dir = inside(root, Path::new("/proc"));
-    io_at("mkdir", &proc_dir, std::fs::create_dir_all(&proc_dir))?;
-    at(
-        "mount proc",
-        &proc_dir,
-        mount(
-            "proc",
-            &proc_dir,
-            "proc",
-            MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
-            c"",
-        ),
-    )?;
-
     // pivot_root(".", ".") stacks the old root under the new one; detaching it leaves only
     // the view (the runc idiom, no extra directory needed).
     io_at("chdir", root, std::env::set_current_dir(root))?;
@@ -233,7 +329,7 @@ pub fn build(plan: &InitPlan) -> Result<(), ViewError> {
             c"",
         ),
     )?;
-    Ok(())
+    Ok(built)
 }
 
 /// Where each slot mounts what is its own (`slot_mounts`): `/tmp`, `/var/tmp`, cgroup

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 /// Bumped whenever a message changes shape; the init refuses a plan of another version, so a
 /// server and an init from different builds never misread each other.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// Largest datagram either side sends or accepts. Jobs above it go through a memfd
 /// ([`ToSlot::JobInMemfd`]), bounded by [`MAX_JOB`].
@@ -95,6 +95,14 @@ pub enum FromInit {
         network_namespace: bool,
         user_namespace: bool,
         proxy_listener: bool,
+        /// The host uid confined processes run as, when it is not the init's own (cordon is
+        /// root and each slot maps its root to it; `idmap`).
+        #[serde(default)]
+        calls_uid: Option<u32>,
+        /// Why calls stay host root although the plan asked otherwise (the workspace's
+        /// filesystem cannot be idmapped, say).
+        #[serde(default)]
+        calls_as_root: Option<String>,
     },
     /// Setting up failed; the server falls back to spawning each child itself.
     Failed { stage: String, error: String },
