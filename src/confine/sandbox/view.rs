@@ -8,7 +8,7 @@
 //! Owns the mount calls. Runs in the init (single-threaded, before any confinement); the only
 //! input is the server's [`InitPlan`].
 
-use super::plan::InitPlan;
+use super::plan::{GitShadowPlan, InitPlan};
 use rustix::mount::{
     MountFlags, MountPropagationFlags, UnmountFlags, mount, mount_bind_recursive, mount_change,
     unmount,
@@ -179,6 +179,9 @@ pub fn build(plan: &InitPlan) -> Result<(), ViewError> {
     for (path, read_only) in binds {
         bind(root, path, read_only)?;
     }
+    if let Some(git) = &plan.git_shadow {
+        bind_git_shadow(root, git)?;
+    }
     // `.git` pinned as a mount point of itself, then its control files read-only on top.
     for path in &plan.pinned {
         if path.symlink_metadata().is_ok_and(|m| m.is_dir()) {
@@ -234,6 +237,42 @@ pub fn build(plan: &InitPlan) -> Result<(), ViewError> {
         ),
     )?;
     Ok(())
+}
+
+/// The shadow gitdir read-write at `<workspace>/.git`, over the operator's gitdir, and the
+/// operator's gitdir read-only where the shadow's alternate points (see `crate::git`): no
+/// confined process can write anything the operator's git reads. Runs after the workspace's
+/// bind (the mount point is made through it when the workspace has no `.git` yet: an empty
+/// directory git ignores).
+fn bind_git_shadow(root: &Path, git: &GitShadowPlan) -> Result<(), ViewError> {
+    if let Some(operator) = &git.operator {
+        let dst = inside(root, &git.operator_at);
+        io_at("mkdir", &dst, std::fs::create_dir_all(&dst))?;
+        at(
+            "bind the operator's gitdir",
+            operator,
+            mount_bind_recursive(operator, &dst),
+        )?;
+        set_attributes(&dst, true)?;
+    }
+    let dst = inside(root, &git.at);
+    match dst.symlink_metadata() {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => {
+            return Err(ViewError {
+                step: "bind the git shadow",
+                path: git.at.clone(),
+                source: io::Error::other("`.git` is not a directory"),
+            });
+        }
+        Err(_) => io_at("mkdir", &dst, std::fs::create_dir(&dst))?,
+    }
+    at(
+        "bind the git shadow",
+        &git.shadow,
+        mount_bind_recursive(&git.shadow, &dst),
+    )?;
+    set_attributes(&dst, false)
 }
 
 /// Where each slot mounts what is its own (`slot_mounts`): `/tmp`, `/var/tmp`, cgroup
