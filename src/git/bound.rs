@@ -46,6 +46,11 @@ pub fn take(root: &Dir, patterns: &[String], shadowed: bool) -> (Vec<PathBuf>, S
         .open_dir_nofollow(".git")
         .ok()
         .filter(|d| d.symlink_metadata("HEAD").is_ok());
+    // The operator's hooks may be a link into the workspace (`.git/hooks -> ../shared-hooks`):
+    // the operator's git runs what is there, so its target is bound read-only too.
+    if let Some(target) = hooks_target(root) {
+        paths.push(target);
+    }
     if !shadowed && root.symlink_metadata(git).is_ok_and(|m| m.is_dir()) {
         paths.push(git.to_path_buf());
     }
@@ -78,6 +83,27 @@ pub fn take(root: &Dir, patterns: &[String], shadowed: bool) -> (Vec<PathBuf>, S
             operator_repository,
         },
     )
+}
+
+/// Where the operator's `.git/hooks` link leads, when that is a directory inside the
+/// workspace (resolved lexically from `.git`; a target outside or through `..` past the root is
+/// not in the view at all).
+fn hooks_target(root: &Dir) -> Option<PathBuf> {
+    let link = root.read_link(".git/hooks").ok()?;
+    if link.is_absolute() {
+        return None;
+    }
+    let mut out = PathBuf::from(".git");
+    for c in link.components() {
+        match c {
+            std::path::Component::ParentDir if !out.pop() => return None,
+            std::path::Component::ParentDir => {}
+            std::path::Component::Normal(n) => out.push(n),
+            _ => {}
+        }
+    }
+    let meta = root.symlink_metadata(&out).ok()?;
+    (meta.is_dir() && !out.as_os_str().is_empty() && !out.starts_with(".git")).then_some(out)
 }
 
 /// The gitlink paths of the operator's index (none when it cannot be read: the operator's

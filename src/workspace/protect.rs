@@ -84,7 +84,10 @@ pub fn protected_entry<'a, S: AsRef<str>>(patterns: &'a [String], path: &[S]) ->
 /// may be created in it: any directory inside a `.git` is (see [`protected_entry`]).
 pub fn inside_protected<'a, S: AsRef<str>>(patterns: &'a [String], dir: &[S]) -> Option<&'a str> {
     let dir = clean(dir);
-    matching_pattern(patterns, &dir).or_else(|| dir.contains(&GITFILE_NAME).then_some(GITFILE_NAME))
+    // `.git` itself is judged with the entry made in it ([`protected_entry`] names the pattern
+    // that protects it, or `.git`); anything deeper is refused here.
+    let inside = dir.len() > 1 && dir[..dir.len() - 1].contains(&GITFILE_NAME);
+    matching_pattern(patterns, &dir).or_else(|| inside.then_some(GITFILE_NAME))
 }
 
 fn clean<S: AsRef<str>>(path: &[S]) -> Vec<&str> {
@@ -355,7 +358,7 @@ mod tests {
             None
         );
         // Nor is anything created inside a `.git` directory (the import writes it, not a tool).
-        assert_eq!(inside_protected(&none, &[".git"]), Some(".git"));
+        assert_eq!(inside_protected(&none, &[".git", "refs"]), Some(".git"));
         assert_eq!(
             inside_protected(&none, &["lib", ".git", "refs"]),
             Some(".git")
