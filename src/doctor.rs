@@ -299,19 +299,19 @@ impl Lab<'_> {
             !target.exists() && o.exit_code != Some(0)
         }));
         if self.confinement.protects_paths() {
+            // Git by construction (SECURITY.md, "Git"): a call's git writes land in the
+            // shadow gitdir; the operator's gitdir never gets a hook or a config key.
             let o = run_one(
                 self.executor,
-                sh("echo 'echo pwned' > .git/hooks/pre-commit"),
+                sh("mkdir -p .git/hooks && echo 'echo pwned' > .git/hooks/pre-commit"),
                 10,
             )
             .await;
             probes.push(result(
-                "write a git hook (protected path)",
-                "denied",
+                "write a git hook (the operator's gitdir)",
+                "kept in the shadow gitdir",
                 &o,
-                |o| {
-                    o.exit_code != Some(0) && !self.workspace.join(".git/hooks/pre-commit").exists()
-                },
+                |_| !self.workspace.join(".git/hooks/pre-commit").exists(),
             ));
             let o = run_one(
                 self.executor,
@@ -321,13 +321,11 @@ impl Lab<'_> {
             .await;
             let config =
                 std::fs::read_to_string(self.workspace.join(".git/config")).unwrap_or_default();
-            // `.git/config` is writable but vetted (SECURITY.md, "Git"): a key that runs a
-            // command is undone and the call refused.
             probes.push(result(
                 "write .git/config (a key that runs a command)",
-                "undone, denied",
+                "kept in the shadow gitdir",
                 &o,
-                |o| (o.exit_code != Some(0) || o.git_refused) && !config.contains("pwned"),
+                |_| !config.contains("pwned"),
             ));
         }
         let o = run_one(

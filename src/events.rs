@@ -1,5 +1,5 @@
 //! Server events for the people watching a client: what cordon did or noticed that no tool
-//! result carries on its own (a file quarantined by the git guard, a limit that stopped a
+//! result carries on its own (a git change cordon refused to import, a limit that stopped a
 //! call, the sandbox view rebuilt, the parser worker restarted, enforcement below full).
 //!
 //! Owns the bus: [`emit`] (every connected session), [`emit_to`] (one session) and
@@ -38,7 +38,7 @@ pub enum Level {
 }
 
 /// One event: how severe, what kind (a stable name clients can filter on, e.g.
-/// `quarantine`), and its data (a JSON object; see the module note on secrets).
+/// `git`), and its data (a JSON object; see the module note on secrets).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
     pub level: Level,

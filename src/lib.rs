@@ -38,6 +38,8 @@
 //!   [`policy::explain`] (what a denial means under this policy).
 //! * [`workspace`]: the workspace root as a capability: rooting, atomic writes, protected
 //!   paths judged on the final target, the `.cordon/` spill area.
+//! * [`git`]: git by construction: the shadow gitdir calls write, and the verified import of
+//!   its data into the operator's repository.
 //! * [`files`]: the pure logic of the file tools (paging, exact edits, diffs).
 //! * [`confine`]: how the kernel enforces a [`confine::ConfinePlan`] (Landlock, seccomp,
 //!   rlimits, cgroups, namespaces, the sandbox init) and the scratch directories that serves
@@ -51,7 +53,7 @@
 //! * [`shape`]: presentation: long output cut with spill, text hygiene, the tool result.
 //! * [`error_kind`]: the SPEC error kinds every stage names its failures in.
 //! * [`audit`]: typed audit records and the append-only log they go to.
-//! * [`events`]: server events for clients (quarantine, limits, view rebuilt, parser worker
+//! * [`events`]: server events for clients (git imports refused, limits, view rebuilt, parser worker
 //!   restarted, degraded enforcement), sent by `server` as MCP log messages.
 //! * [`metrics`]: the Prometheus registry `serve --http` exposes at `/metrics`, and the small
 //!   counting functions the stages call.
@@ -77,6 +79,7 @@ pub mod error_kind;
 pub mod events;
 pub mod exec;
 pub mod files;
+pub mod git;
 pub mod glob;
 pub mod interpreter;
 pub mod jobs;

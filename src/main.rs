@@ -682,7 +682,7 @@ async fn exec(
     Ok(outcome.shell_status())
 }
 
-/// `cordon exec`'s exit status when the command's git change was refused or quarantined (the
+/// `cordon exec`'s exit status when the command's git change was refused at import (the
 /// status wrappers use for "the wrapper refused", as 126 and 127 are the shell's).
 const GIT_REFUSED_STATUS: i32 = 125;
 

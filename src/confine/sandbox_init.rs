@@ -5,17 +5,19 @@
 //! so neither the fork nor the cgroup migration — an RCU grace period, ~11 ms when calls are
 //! spaced — is on a call's critical path; none for a one-shot `cordon exec`), the plan the
 //! init was started with (to start its successor when the view is stale), the view's
-//! signature and git checks (`workspace::GitGuard`), and the proxy listener it serves. It does
+//! signature (`view_signature`), the confined runs of the git import (`crate::git`), and the
+//! proxy listener it serves. It does
 //! not run jobs (`exec::launch` does, through [`Slot::start`]) and knows nothing of policies
 //! beyond what `Confinement::build` hands it.
 
 use super::cgroup::{CallCgroup, CallLimits, Cgroups};
 use super::landlock::TcpPorts;
+use super::sandbox::plan::GitShadowPlan;
 use super::sandbox::plan::{InitPlan, LandlockPlan};
 use super::sandbox::wire::SlotLayer;
 use super::sandbox::{Namespaces, Sandbox, SandboxError, Slot};
 use super::{ConfineError, LandlockInputs};
-use crate::workspace::{GitGuard, GuardReport};
+use crate::git::{ConfinedGit, GitShadow, GuardReport};
 use seccompiler::BpfProgram;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -47,18 +49,17 @@ pub struct SandboxInit {
     /// What the init was started with, to start a new one when the protected set changes.
     plan: InitPlan,
     program: PathBuf,
-    /// The workspace root as a capability, for the next view's git checks.
+    /// The workspace root as a capability, for the next view's listing.
     workspace: cap_std::fs::Dir,
     /// The protected patterns (globs, workspace-relative), expanded anew for every view.
     patterns: Vec<String>,
-    /// The view's signature and the git checks after calls and on a timer (`workspace`).
-    guard: Arc<GitGuard>,
+    /// The workspace's shadow gitdir and its sync with the operator's repository (`git`),
+    /// shared with the inits that replace this one. None: the workspace is read-only, or the
+    /// shadow could not be made (then the operator's `.git` is bound read-only as a whole).
+    git: Option<Arc<GitShadow>>,
+    /// What the view bound, to tell when it is out of date.
+    signature: crate::git::bound::Signature,
 }
-
-/// How often the git checks run between calls, so that a long-lived process (an interpreter
-/// session, a background job) planting something is seen within this much, not only when a
-/// call ends.
-const GUARD_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// What the view is built from, gathered by `Confinement::build`.
 pub(crate) struct ViewInputs<'a> {
@@ -87,10 +88,15 @@ pub(crate) struct ViewInputs<'a> {
     pub cgroup_mounts: Vec<super::sandbox::plan::CgroupMount>,
 }
 
+/// Most seconds of CPU the confined export of one import may use.
+const EXPORT_CPU_SECONDS: u64 = 120;
+/// Wall-clock bound of the confined export.
+const EXPORT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
+
 impl SandboxInit {
     /// Starts the init. `program` is the cordon binary (it runs `cordon __sandbox-init`).
     /// `one_shot`: keep no warm slots (one command, then the init goes).
-    /// `workspace` is the workspace root as a capability (the git checks read through it).
+    /// `workspace` is the workspace root as a capability (the view's listing reads through it).
     pub(crate) fn start(
         inputs: &ViewInputs<'_>,
         program: PathBuf,
@@ -100,7 +106,22 @@ impl SandboxInit {
         let warm_target = if one_shot { 0 } else { WARM_SLOTS };
         let plan = plan(inputs);
         let patterns = inputs.protected.to_vec();
-        Self::start_plan(plan, program, workspace, patterns, None, None)
+        let git = if inputs.read_only_workspace {
+            None
+        } else {
+            let root = workspace.try_clone().map_err(SandboxError::Start)?;
+            match GitShadow::open(inputs.workspace, root) {
+                Ok(g) => Some(Arc::new(g)),
+                Err(e) => {
+                    tracing::warn!(
+                        "cannot make the workspace's shadow gitdir ({e}): the operator's .git \
+                         is read-only to calls"
+                    );
+                    None
+                }
+            }
+        };
+        Self::start_plan(plan, program, workspace, patterns, git, None)
             .map(|f| f.with_warm_target(warm_target))
     }
 
@@ -119,32 +140,17 @@ impl SandboxInit {
         program: PathBuf,
         workspace: cap_std::fs::Dir,
         patterns: Vec<String>,
-        predecessor: Option<&GitGuard>,
+        git: Option<Arc<GitShadow>>,
         join_network: Option<Arc<std::os::fd::OwnedFd>>,
     ) -> Result<Self, SandboxError> {
-        let root = workspace.try_clone().map_err(SandboxError::Start)?;
-        let (guard, entries) = match predecessor {
-            Some(before) => before.successor(root),
-            None => GitGuard::new(root, &plan.workspace, &patterns),
-        };
+        let (entries, signature) = crate::git::bound::take(&workspace, &patterns, git.is_some());
         plan.protected.clear();
-        plan.pinned = vec![plan.workspace.join(".git")];
-        for entry in &entries {
-            let path = plan.workspace.join(&entry.path);
-            // A bind follows a symbolic link, so a link is never bound itself: its target is,
-            // when that lies in the workspace (`.git/hooks -> ../shared-hooks` makes the
-            // shared hooks what git runs). A link to outside points at nothing in the view.
-            let target = if entry.kind == crate::workspace::EntryKind::Symlink {
-                match path.canonicalize() {
-                    Ok(t) if t.starts_with(&plan.workspace) && t != plan.workspace => t,
-                    _ => continue,
-                }
-            } else {
-                path
-            };
+        plan.pinned.clear();
+        for path in &entries {
+            let path = plan.workspace.join(path);
             // Every directory between the workspace root and the entry is pinned (a mount
             // point of itself): renaming one away and planting a replacement fails (EBUSY).
-            let mut dir = target.parent();
+            let mut dir = path.parent();
             while let Some(d) =
                 dir.filter(|d| d.starts_with(&plan.workspace) && *d != plan.workspace)
             {
@@ -153,14 +159,27 @@ impl SandboxInit {
                 }
                 dir = d.parent();
             }
-            if !plan.protected.contains(&target) {
-                plan.protected.push(target);
+            if !plan.protected.contains(&path) {
+                plan.protected.push(path);
             }
         }
         plan.pinned.sort_by_key(|p| p.components().count());
+        plan.git_shadow = git.as_ref().map(|g| {
+            let paths = g.paths();
+            if let Some(l) = plan.landlock.as_mut()
+                && paths.operator.is_some()
+                && !l.read_only.contains(&paths.operator_at)
+            {
+                l.read_only.push(paths.operator_at.clone());
+            }
+            GitShadowPlan {
+                shadow: paths.shadow,
+                at: paths.at,
+                operator: paths.operator,
+                operator_at: paths.operator_at,
+            }
+        });
         let sandbox = Sandbox::start(plan.clone(), program.clone(), join_network)?;
-        let guard = Arc::new(guard);
-        watch_in_background(&guard, &plan.workspace);
         Ok(Self {
             pool: Mutex::new(Vec::new()),
             warm_target: WARM_SLOTS,
@@ -171,29 +190,41 @@ impl SandboxInit {
             program,
             workspace,
             patterns,
-            guard,
+            git,
+            signature,
         })
     }
 
-    /// Whether the view still matches the workspace: no protected entry (or `.git`)
-    /// appeared, vanished or was replaced since it was built.
+    /// Whether the view still matches the workspace: no protected entry, gitlinked
+    /// repository or the operator's `.git` appeared, vanished or was replaced since it was
+    /// built.
     pub fn is_current(&self) -> bool {
-        self.guard.is_current()
+        crate::git::bound::take(&self.workspace, &self.patterns, self.git.is_some()).1
+            == self.signature
     }
 
-    /// What a call (or a long-lived process since the last call) may have left that git would
-    /// run outside any sandbox: protected control files that were not there when the view was
-    /// built, and every submodule of the current index whose configuration is not made of keys
-    /// that run nothing. Moved to quarantine; the report says what and whether the call is to
-    /// be refused. Runs at every call, whatever the call changed, plus on a timer.
+    /// Before a call: what the operator moved in their repository on the host goes into the
+    /// shadow (see `git::GitShadow::before_call`).
+    pub fn before_call(&self) -> GuardReport {
+        self.git
+            .as_ref()
+            .map(|g| g.before_call())
+            .unwrap_or_default()
+    }
+
+    /// After a call or job: the shadow's new commits, branches, tags, `HEAD` and index are
+    /// imported into the operator's repository, verified; anything that cannot be is refused
+    /// and the report says so (see `git::GitShadow::after_call`).
     pub fn after_call(&self) -> GuardReport {
-        self.guard.check()
+        self.git
+            .as_ref()
+            .map(|g| g.after_call(self))
+            .unwrap_or_default()
     }
 
-    /// Stops this view's timer checks: a newer view (with its own signature) replaced it.
-    pub fn retire(&self) {
-        self.guard.retire();
-    }
+    /// A newer view replaced this one (kept for the callers; the shadow is shared, nothing of
+    /// this view's needs stopping).
+    pub fn retire(&self) {}
 
     /// A new init with the same plan, whose view binds the protected entries as they are now.
     ///
@@ -212,12 +243,20 @@ impl SandboxInit {
             plan.join_network = true;
             plan.proxy_listener = None;
         }
+        if let Some(git) = &self.git
+            && git.operator_has_repository()
+        {
+            // A repository the import made since: the shadow's alternate now points at it.
+            if let Err(e) = git.refresh_alternates() {
+                tracing::warn!("the shadow gitdir's alternate: {e}");
+            }
+        }
         let fresh = Self::start_plan(
             plan,
             self.program.clone(),
             self.workspace.try_clone().map_err(SandboxError::Start)?,
             self.patterns.clone(),
-            Some(&self.guard),
+            self.git.clone(),
             join,
         )?
         .with_warm_target(self.warm_target);
@@ -385,14 +424,13 @@ fn plan(inputs: &ViewInputs<'_>) -> InitPlan {
     } else {
         read_write.push(inputs.workspace.to_path_buf());
     }
-    let git = inputs.workspace.join(".git");
     InitPlan {
         version: 0,
         new_root: PathBuf::new(),
         read_only,
         read_write,
         workspace: inputs.workspace.to_path_buf(),
-        pinned: vec![git],
+        pinned: Vec::new(),
         protected: Vec::new(),
         devices: inputs.devices.to_vec(),
         isolate_network: inputs.isolate_network,
@@ -439,82 +477,93 @@ fn plan(inputs: &ViewInputs<'_>) -> InitPlan {
         cgroup_mounts: inputs.cgroup_mounts.clone(),
         calls_tmp: inputs.calls_tmp.to_path_buf(),
         private_root: inputs.private_root.to_path_buf(),
+        git_shadow: None,
     }
 }
 
-/// The background checks of one view, on a thread of their own that ends when the view is
-/// retired or dropped: woken by an inotify watch of the git control directories (so a change
-/// to `.git/config` is judged within milliseconds) and at least every [`GUARD_INTERVAL`]
-/// (what inotify does not see: files deeper in `.git/modules`, a nested repository's config).
-fn watch_in_background(guard: &Arc<GitGuard>, workspace: &Path) {
-    let weak = Arc::downgrade(guard);
-    let watch = git_watch(workspace);
-    let spawned = std::thread::Builder::new()
-        .name("cordon-git-guard".into())
-        .spawn(move || {
-            let mut pause = GUARD_INTERVAL;
-            let mut last_cost = std::time::Duration::ZERO;
-            loop {
-                let woken = wait_for_git(watch.as_ref(), pause);
-                // Never more than a fifth of the time checking, however busy `.git` is (a
-                // workspace with tens of thousands of module directories makes a check long).
-                std::thread::sleep(last_cost * 4);
-                let Some(guard) = weak.upgrade() else { return };
-                if guard.is_retired() {
-                    return;
+impl ConfinedGit for SandboxInit {
+    /// A slot of this init (no cgroups: the export is bounded by its CPU rlimit and a wall
+    /// clock), running `/bin/sh -c script` in the workspace root with git's configuration
+    /// search kept to the shadow's own (the process is confined like any call: whatever the
+    /// shadow's config makes git run stays in the sandbox).
+    fn run_confined(
+        &self,
+        script: &str,
+        input: &[u8],
+        stdout: OwnedFd,
+        side: OwnedFd,
+    ) -> Result<i32, String> {
+        use super::sandbox::wire::{Arg, Job};
+        use std::io::{Seek, Write};
+        let tmp = self.call_tmp().map_err(|e| e.to_string())?;
+        let slot = self
+            .sandbox
+            .make_slot(SlotLayer::Calls(tmp.path().to_path_buf()), &[])
+            .map_err(|e| e.to_string())?;
+        let mut stdin = tempfile::tempfile().map_err(|e| e.to_string())?;
+        stdin.write_all(input).map_err(|e| e.to_string())?;
+        stdin.rewind().map_err(|e| e.to_string())?;
+        let stderr = tempfile::tempfile().map_err(|e| e.to_string())?;
+        let err_copy = stderr.try_clone().map_err(|e| e.to_string())?;
+        let text = |s: &str| Arg::Text(s.to_owned());
+        let job = Job {
+            argv: vec![text("/bin/sh"), text("-c"), text(script)],
+            env: vec![
+                text("PATH=/usr/local/bin:/usr/bin:/bin"),
+                text("HOME=/nonexistent"),
+                text("LC_ALL=C"),
+                text("GIT_CONFIG_NOSYSTEM=1"),
+                text("GIT_CONFIG_GLOBAL=/dev/null"),
+                text("GIT_TERMINAL_PROMPT=0"),
+            ],
+            cwd: PathBuf::new(),
+            fds: vec![0, 1, 2, 3],
+            rlimits: vec![(libc::RLIMIT_CPU as i32, EXPORT_CPU_SECONDS)],
+            pty: None,
+        };
+        let fds = vec![OwnedFd::from(stdin), stdout, OwnedFd::from(stderr), side];
+        let mut child = slot.start(job, fds).map_err(|e| e.to_string())?;
+        let status = match tokio::runtime::Handle::try_current() {
+            Ok(handle) => handle
+                .block_on(tokio::time::timeout(EXPORT_TIMEOUT, child.wait()))
+                .ok(),
+            Err(_) => {
+                let deadline = std::time::Instant::now() + EXPORT_TIMEOUT;
+                loop {
+                    if let Some(s) = child.try_wait() {
+                        break Some(s);
+                    }
+                    if std::time::Instant::now() > deadline {
+                        break None;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(1));
                 }
-                let started = std::time::Instant::now();
-                guard.check_in_background();
-                last_cost = started.elapsed();
-                // After a change, look again soon: a finding is acted on when two checks
-                // saw it unchanged.
-                pause = if woken {
-                    std::time::Duration::from_millis(50)
-                } else {
-                    GUARD_INTERVAL
-                };
             }
-        });
-    if let Err(e) = spawned {
-        tracing::warn!("cannot start the git guard's timer (checks run at every call only): {e}");
+        };
+        // Dropping the child kills whatever is left of it (a timeout).
+        drop(child);
+        drop(tmp);
+        let Some(status) = status else {
+            return Err(format!("it did not finish in {EXPORT_TIMEOUT:?}"));
+        };
+        use std::os::unix::process::ExitStatusExt;
+        match status.code() {
+            Some(0) => Ok(0),
+            Some(code) => {
+                let mut said = String::new();
+                let mut err = err_copy;
+                let _ = err.rewind();
+                let _ = std::io::Read::read_to_string(
+                    &mut std::io::Read::take(&mut err, 400),
+                    &mut said,
+                );
+                tracing::info!("the confined git export exited {code}: {}", said.trim());
+                Ok(code)
+            }
+            None => Err(format!(
+                "it was killed by signal {}",
+                status.signal().unwrap_or(0)
+            )),
+        }
     }
-}
-
-/// An inotify instance watching `.git`, `.git/modules` and `.git/worktrees` (each without
-/// following a symlink); None where inotify is unavailable (the timer still runs).
-fn git_watch(workspace: &Path) -> Option<OwnedFd> {
-    use rustix::fs::inotify;
-    let fd = inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK).ok()?;
-    let flags = inotify::WatchFlags::CLOSE_WRITE
-        | inotify::WatchFlags::MOVED_TO
-        | inotify::WatchFlags::MOVED_FROM
-        | inotify::WatchFlags::CREATE
-        | inotify::WatchFlags::DELETE
-        | inotify::WatchFlags::ATTRIB
-        | inotify::WatchFlags::DONT_FOLLOW
-        | inotify::WatchFlags::ONLYDIR;
-    let mut watching = false;
-    for dir in [".git", ".git/modules", ".git/worktrees"] {
-        watching |= inotify::add_watch(&fd, workspace.join(dir), flags).is_ok();
-    }
-    watching.then_some(fd)
-}
-
-/// Waits for a change under the watch, or `timeout`; drains the events. True: woken by one.
-fn wait_for_git(watch: Option<&OwnedFd>, timeout: std::time::Duration) -> bool {
-    let Some(fd) = watch else {
-        std::thread::sleep(timeout);
-        return false;
-    };
-    let mut fds = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
-    let wait = rustix::time::Timespec {
-        tv_sec: timeout.as_secs() as i64,
-        tv_nsec: i64::from(timeout.subsec_nanos()),
-    };
-    let ready = rustix::event::poll(&mut fds, Some(&wait)).unwrap_or(0) > 0;
-    if ready {
-        let mut buf = [0u8; 4096];
-        while rustix::io::read(fd, &mut buf).is_ok_and(|n| n > 0) {}
-    }
-    ready
 }

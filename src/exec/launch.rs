@@ -143,6 +143,12 @@ impl Executor {
         mut warm: Option<WarmSlot>,
     ) -> Result<Launched, ExecError> {
         let conf = &self.confinement;
+        // What the operator committed or checked out on the host since the last call is in
+        // the shadow gitdir before this process starts (a few `lstat`s when nothing moved;
+        // what could not be brought over is announced as a server event).
+        if let Some(f) = &factory {
+            let _ = f.before_call();
+        }
         let (tmp, mut env) = match &spec.kind {
             LaunchKind::Call => {
                 // The call's TMPDIR: its slot's own directory (no other call's process may
@@ -401,9 +407,9 @@ impl Launched {
             None => None,
         };
         let hits = cgroup.as_ref().map(|c| c.limit_hits());
-        // The tree is dead: nothing of it can still write. A protected control file it created
-        // (git reads `.git/commondir` as configuration) goes to quarantine now. File-system
-        // work (an index can be large): off the async threads.
+        // The tree is dead: what its git wrote in the shadow gitdir is imported into the
+        // operator's repository now, verified (`crate::git`). Git and file-system work: off
+        // the async threads.
         let guard = match &self.factory {
             Some(f) => {
                 let f = Arc::clone(f);
@@ -411,8 +417,8 @@ impl Launched {
                     .await
                     .unwrap_or_else(|e| GuardReport {
                         notices: vec![format!(
-                            "cordon's git check after this call did not finish ({e}): inspect \
-                             the repository before running git here"
+                            "cordon's git import after this call did not finish ({e}): the \
+                             operator's repository is unchanged"
                         )],
                         refused: true,
                     })

@@ -55,11 +55,11 @@ pub struct ExecOutcome {
     /// later is not in the output.
     pub output_cut_short: bool,
     pub enforcement: Enforcement,
-    /// What cordon did about the call that the agent should know (e.g. a protected git
-    /// control file the command created, moved to quarantine).
+    /// What cordon did about the call that the agent should know (e.g. a git change of the
+    /// call's that was not imported into the operator's repository, and why).
     pub notices: Vec<String>,
-    /// cordon quarantined or refused something git would have read outside the sandbox
-    /// (see `workspace::quarantine`): the call's result is a `denied` error, never exit 0.
+    /// cordon refused to import the call's git changes into the operator's repository (see
+    /// `crate::git`): the call's result is a `denied` error, never exit 0.
     pub git_refused: bool,
     /// What the call did through the egress proxy (proxy-mode policies only).
     pub network: Option<crate::egress::NetworkReport>,

@@ -1,10 +1,8 @@
 //! Submodule entries (gitlinks) in a git index.
 //!
-//! Why: a confined command can `git init sub`, plant `core.fsmonitor` in `sub/.git/config`
-//! and record `sub` as a gitlink in the operator's index (only `.git/index` is written, which
-//! git needs writable); the operator's next `git status` then runs the planted command in the
-//! submodule, outside any sandbox. `quarantine` checks every gitlink of the current index at
-//! every check. Owns only the parsing: streamed, so an index padded with a huge optional
+//! Why: the operator's `git status` enters every gitlinked directory and reads the repository
+//! there, so the sandbox's view binds each gitlink's `.git` of the operator's index read-only
+//! (`git::bound`). Owns only the parsing: streamed, so an index padded with a huge optional
 //! extension (`ZPAD`) is read up to the end of its entries and no further; bounded, never
 //! panics (the index is written by a confined process; fuzzed: `git_index`). An index it
 //! cannot read is an error the caller treats as hostile, never as "no gitlinks".
@@ -12,7 +10,7 @@
 use std::io::Read;
 use std::path::PathBuf;
 
-/// Most gitlinks one index may hold; more is refused as hostile (the caller quarantines it).
+/// Most gitlinks one index may hold; more is refused as hostile.
 pub const MAX_GITLINKS: usize = 100_000;
 
 /// Longest entry path git writes (its own limit is 4096 in practice on Linux).

@@ -21,7 +21,6 @@ pub mod gitconfig;
 pub mod gitlinks;
 mod home;
 pub mod protect;
-pub mod quarantine;
 mod relpath;
 mod resolve;
 mod spill;
@@ -35,9 +34,9 @@ use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt, OpenOptionsSyncExt};
 use cap_std::ambient_authority;
 use cap_std::fs::{Dir, File, FileType, Metadata, OpenOptions};
 
+pub use crate::git::GuardReport;
 pub use error::PathError;
 pub use protect::{EntryKind, GIT_CONTROL_PATHS, ProtectedEntry, existing_protected};
-pub use quarantine::{GitGuard, GuardReport};
 pub use relpath::RelPath;
 pub use write::{WriteReport, WriteRules};
 

@@ -71,20 +71,23 @@ pub fn segment_matches(pattern: &str, name: &str) -> bool {
 
 /// The pattern that protects the resolved workspace-relative path `path` (its components, as
 /// `resolve` found them on disk), if any: a pattern protects what it names and everything
-/// beneath it, and a final `.git` is always protected (see [`GITFILE_NAME`]).
+/// beneath it, and `.git` and everything beneath any `.git` is always protected (see
+/// [`GITFILE_NAME`]): the file tools write the host's files, and the operator's gitdir is
+/// written only by cordon's verified import (`crate::git`), never at a model's request.
 pub fn protected_entry<'a, S: AsRef<str>>(patterns: &'a [String], path: &[S]) -> Option<&'a str> {
     let path = clean(path);
-    if path.last() == Some(&GITFILE_NAME) {
-        return Some(GITFILE_NAME);
-    }
     matching_pattern(patterns, &path)
+        .or_else(|| path.contains(&GITFILE_NAME).then_some(GITFILE_NAME))
 }
 
 /// Whether the resolved directory `dir` lies in (or is) a protected entry, so that nothing
-/// may be created in it. A directory named `.git` is not itself protected: git keeps objects
-/// and refs there; only a `.git` written as a file is, which [`protected_entry`] decides.
+/// may be created in it: any directory inside a `.git` is (see [`protected_entry`]).
 pub fn inside_protected<'a, S: AsRef<str>>(patterns: &'a [String], dir: &[S]) -> Option<&'a str> {
-    matching_pattern(patterns, &clean(dir))
+    let dir = clean(dir);
+    // `.git` itself is judged with the entry made in it ([`protected_entry`] names the pattern
+    // that protects it, or `.git`); anything deeper is refused here.
+    let inside = dir.len() > 1 && dir[..dir.len() - 1].contains(&GITFILE_NAME);
+    matching_pattern(patterns, &dir).or_else(|| inside.then_some(GITFILE_NAME))
 }
 
 fn clean<S: AsRef<str>>(path: &[S]) -> Vec<&str> {
@@ -329,11 +332,12 @@ mod tests {
             protected_entry(&p, &[".git", "worktrees", "wt1", "config"]),
             Some(".git/worktrees/*/config")
         );
+        // Beneath a `.git`, what no pattern names is still never the file tools' to write.
         assert_eq!(
             protected_entry(&p, &[".git", "worktrees", "wt1", "HEAD"]),
-            None
+            Some(".git")
         );
-        assert_eq!(protected_entry(&p, &[".git", "HEAD"]), None);
+        assert_eq!(protected_entry(&p, &[".git", "HEAD"]), Some(".git"));
         assert_eq!(protected_entry(&p, &["src", "hooks"]), None);
         assert_eq!(
             protected_entry(&p, &[".", ".git", "", "hooks"]),
@@ -353,8 +357,13 @@ mod tests {
             protected_entry(&none, &[".github", "workflows", "ci.yml"]),
             None
         );
-        // Creating directories under a `.git` directory is not refused by this rule.
-        assert_eq!(inside_protected(&none, &[".git"]), None);
+        // Nor is anything created inside a `.git` directory (the import writes it, not a tool).
+        assert_eq!(inside_protected(&none, &[".git", "refs"]), Some(".git"));
+        assert_eq!(
+            inside_protected(&none, &["lib", ".git", "refs"]),
+            Some(".git")
+        );
+        assert_eq!(inside_protected(&none, &["src"]), None);
     }
 
     #[test]
@@ -376,16 +385,19 @@ mod tests {
             let parts: Vec<&str> = path.split('/').collect();
             assert!(protected_entry(&p, &parts).is_some(), "{path}");
         }
+        // The file tools write the host's files: nothing of a gitdir is theirs to write (calls'
+        // git writes go to the shadow gitdir, `crate::git`).
         for path in [
             ".git/HEAD",
             ".git/objects/ab/cdef",
             ".git/refs/heads/main",
-            // git gc, sparse-checkout and excludes write these; none of them runs anything.
-            ".git/info/refs",
             ".git/info/exclude",
-            ".git/info/sparse-checkout",
-            "src/config",
+            "sub/.git/config",
         ] {
+            let parts: Vec<&str> = path.split('/').collect();
+            assert_eq!(protected_entry(&p, &parts), Some(".git"), "{path}");
+        }
+        for path in ["src/config", ".github/workflows/ci.yml", "a.git/x"] {
             let parts: Vec<&str> = path.split('/').collect();
             assert!(protected_entry(&p, &parts).is_none(), "{path}");
         }

@@ -68,6 +68,9 @@ pub struct Row<'a> {
     /// A second command in the same workspace after the first one ended (a separate
     /// `cordon exec`), for what only shows later: a repository broken by the first call.
     pub after: Option<&'a str>,
+    /// A command the operator then runs on the host, unconfined, in the same workspace (after
+    /// both sides): what the host sees of the work (the agent's commits in its `git log`).
+    pub host_after: Option<&'a str>,
 }
 
 impl Default for Row<'_> {
@@ -80,6 +83,7 @@ impl Default for Row<'_> {
             cwd: "",
             stdin: None,
             after: None,
+            host_after: None,
         }
     }
 }
@@ -135,6 +139,11 @@ pub fn check(row: Row<'_>) {
         expected.stdout.push_str(&then.stdout);
         expected.code = expected.code.max(then.code);
     }
+    if let Some(host) = row.host_after {
+        let (then, _) = plain(host, None);
+        expected.stdout.push_str(&then.stdout);
+        expected.code = expected.code.max(then.code);
+    }
     assert_eq!(
         expected.code,
         Some(0),
@@ -157,6 +166,16 @@ pub fn check(row: Row<'_>) {
         let (mut got, mut err) = confined(row.script, row.stdin);
         if let Some(after) = row.after {
             let (then, then_err) = confined(after, None);
+            got.stdout.push_str(&then.stdout);
+            got.code = got.code.max(then.code);
+            err.push_str(&then_err);
+        }
+        if let Some(host) = row.host_after {
+            let mut cmd = Command::new("timeout");
+            cmd.arg(TIMEOUT_SECS.to_string())
+                .args(["bash", "-c", host])
+                .current_dir(ws.path().join(row.cwd));
+            let (then, then_err) = run(cmd, None);
             got.stdout.push_str(&then.stdout);
             got.code = got.code.max(then.code);
             err.push_str(&then_err);

@@ -467,6 +467,26 @@ fn git_worktree_and_submodule_add() {
 }
 
 #[cordon_test::test]
+fn the_operator_sees_the_agents_commit_right_after_the_call() {
+    if !have("git_operator_sees_commit", &["git"]) {
+        return;
+    }
+    check(Row {
+        name: "git_operator_sees_commit",
+        prepare: &repo,
+        script: "echo more >> README && git commit -qam 'agent change' && \
+                 git checkout -qb topic && git commit -q --allow-empty -m 'on topic' && \
+                 git checkout -q main && echo done",
+        // The operator's own git on the host: the commits, the branch, a clean status.
+        host_after: Some(
+            "git log -1 --format=%s && git log -1 --format=%s topic && git status --porcelain && \
+             git fsck --no-progress 2>&1 && echo fsck-ok",
+        ),
+        ..Row::default()
+    });
+}
+
+#[cordon_test::test]
 fn git_gc_and_maintenance() {
     if !have("git_gc", &["git"]) {
         return;

@@ -53,7 +53,7 @@ fn doctor_passes_every_probe_here() {
         "see a host process in /proc",
         "write through a descriptor cordon inherited",
         "the command is gone after kill -9 of its cordon",
-        "write a git hook (protected path)",
+        "write a git hook (the operator's gitdir)",
         "write .git/config (a key that runs a command)",
         "rename .git away",
         "spawn with a symlinked .git/hooks",

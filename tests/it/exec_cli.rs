@@ -99,7 +99,12 @@ fn a_refused_git_change_makes_exec_exit_125() {
             .output()
             .unwrap()
     };
-    let refused = run("git config core.fsmonitor 'touch pwned'");
+    // A new gitlink is never imported into the operator's index (issue 29); its planted
+    // config stays in a repository the operator's git never enters from the root.
+    let refused = run(
+        "git init -q sub && git -C sub -c user.email=a@b.invalid -c user.name=a commit -q \
+         --allow-empty -m s && git -C sub config core.fsmonitor 'touch pwned' && git add sub",
+    );
     assert_eq!(refused.status.code(), Some(125), "{refused:?}");
     assert!(
         String::from_utf8_lossy(&refused.stderr).contains("refused a git change"),
@@ -107,7 +112,7 @@ fn a_refused_git_change_makes_exec_exit_125() {
     );
     let config = std::fs::read_to_string(sb.ws().join(".git/config")).unwrap();
     assert!(!config.contains("fsmonitor"), "{config}");
-    // A change that runs nothing is the command's own success.
+    // A change that reaches only the shadow gitdir is the command's own success.
     let allowed = run("git config user.email agent@example.invalid");
     assert_eq!(allowed.status.code(), Some(0), "{allowed:?}");
 }

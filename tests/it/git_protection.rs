@@ -1,10 +1,12 @@
-//! Git protection against the adversarial findings of issue 18 (1–7): each scenario runs
-//! real git inside a long-lived `cordon serve` (one view across calls, as an agent sees it),
-//! then checks what the operator's own git on the host would do afterwards: a planted
-//! configuration is quarantined or refused, the call's result is a `denied` error, the
-//! operator's files stay where they are, and `git status` on the host runs nothing planted.
+//! Git by construction (issue 29), against the adversarial findings of issues 18 and 29: each
+//! scenario runs real git inside a long-lived `cordon serve` (one view across calls, as an
+//! agent sees it) and plays the operator by running the real `git` on the host, during the
+//! session and after it: nothing planted runs, the operator's config, hooks, index and refs
+//! are never written by a call, what cannot be imported is a `denied` result, and the agent's
+//! commits show up in the operator's repository.
 //!
-//! Each scenario is its own server process with its own workspace.
+//! Each scenario is its own server process with its own workspace, and its own shadow state
+//! (`CORDON_STATE_DIR`), so no scenario sees another's shadow gitdir.
 
 use crate::common::{CORDON, Need, skip};
 use rmcp::model::{CallToolRequestParams, CallToolResult};
@@ -17,13 +19,41 @@ use std::process::Command;
 
 type Client = RunningService<RoleClient, ()>;
 
+/// The cordon under test: this build's, or `GIT_TESTS_CORDON` (another build, to show these
+/// scenarios failing on it).
+fn cordon() -> String {
+    std::env::var("GIT_TESTS_CORDON")
+        .ok()
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| CORDON.to_owned())
+}
+
 async fn connect(workspace: &Path) -> Client {
-    let mut cmd = tokio::process::Command::new(CORDON);
-    cmd.arg("serve").arg("--workspace").arg(workspace);
+    connect_with_pid(workspace).await.0
+}
+
+/// A session, and the pid of its `cordon serve`. The server keeps its shadow state beside the
+/// workspace (`<workspace>.state`, removed with the workspace's parent temporary directory).
+async fn connect_with_pid(workspace: &Path) -> (Client, u32) {
+    let mut cmd = tokio::process::Command::new(cordon());
+    cmd.arg("serve")
+        .arg("--workspace")
+        .arg(workspace)
+        .env("CORDON_STATE_DIR", state_dir(workspace));
     let transport = TokioChildProcess::new(cmd).expect("spawn cordon serve");
-    ().serve(transport)
-        .await
-        .expect("MCP session with cordon starts")
+    let pid = transport.id().expect("the server's pid");
+    let client = ().serve(transport).await.expect("MCP session with cordon starts");
+    (client, pid)
+}
+
+/// Where a test's server keeps its shadow gitdirs: outside the workspace, one per workspace.
+fn state_dir(workspace: &Path) -> PathBuf {
+    let name = workspace
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    std::env::temp_dir().join(format!("cordon-git-state-{name}"))
 }
 
 /// One `shell_exec` call: (isError, structured content).
@@ -114,42 +144,471 @@ fn assert_host_status_is_safe(ws: &Path, marker: &Marker) {
     );
 }
 
-fn quarantined(ws: &Path) -> Vec<String> {
-    std::fs::read_dir(ws.join(".cordon/quarantine"))
-        .map(|d| {
-            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// `git init sub` with one commit, recorded in the index as a gitlink (benign config).
 const BENIGN_SUBMODULE: &str = "git init -q sub && git -C sub -c user.email=a@b.invalid \
     -c user.name=a commit -q --allow-empty -m s && git add sub 2>/dev/null";
 
+/// The operator's index has no gitlink `path` (a submodule a call recorded never reached it).
+fn assert_no_host_gitlink(ws: &Path, path: &str) {
+    let out = host_git(ws, &["ls-files", "-s", "--", path]);
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !listed.starts_with("160000"),
+        "the operator's index records `{path}` as a gitlink: {listed}"
+    );
+}
+
+/// Runs the operator's `git status` `times` times, `every` apart, while something runs in the
+/// sandbox; true when none of them ran the plant.
+async fn host_status_during(ws: &Path, marker: &Marker, times: usize, every_ms: u64) -> bool {
+    for _ in 0..times {
+        let _ = host_git(ws, &["status"]);
+        if marker.path.exists() {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(every_ms)).await;
+    }
+    true
+}
+
+/// A background job (`shell_exec {background: true}`): its id.
+async fn background(client: &Client, command: &str) -> String {
+    let Value::Object(arguments) = json!({ "command": command, "background": true }) else {
+        unreachable!()
+    };
+    let result: CallToolResult = client
+        .call_tool(CallToolRequestParams::new("shell_exec").with_arguments(arguments))
+        .await
+        .expect("shell_exec answers");
+    let out = result.structured_content.expect("structured content");
+    assert!(!result.is_error.unwrap_or(false), "{out}");
+    out["job"]["id"].as_str().expect("a job id").to_owned()
+}
+
+// ---------------------------------------------------------------------------------------
+// Issue 29: the eight findings against the guard that watched, compared and undid.
+// ---------------------------------------------------------------------------------------
+
+/// Finding 1: the guard's name for putting `.git/config` back was predictable (a counter and
+/// the server's pid); a job that made those names first kept its `core.fsmonitor` for the
+/// session. Nothing of the operator's gitdir is a call's to write any more.
 #[cordon_test::test]
-async fn finding1_submodule_config_changed_in_a_later_call_is_quarantined() {
+async fn issue29_finding1_predicted_restore_names_keep_no_plant() {
+    if skip("issue29_finding1", Need::Namespaces) {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    operator_repo(ws.path());
+    let before = std::fs::read(ws.path().join(".git/config")).unwrap();
+    let marker = Marker::new();
+    let (client, pid) = connect_with_pid(ws.path()).await;
+    background(
+        &client,
+        &format!(
+            "for n in $(seq 0 400); do : > .git/.cordon-restore-$n-{pid}; done; \
+             git config core.fsmonitor '{}'; sleep 60",
+            marker.command()
+        ),
+    )
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(
+        host_status_during(ws.path(), &marker, 20, 100).await,
+        "the operator's git status ran the planted fsmonitor during the session"
+    );
+    let after = std::fs::read(ws.path().join(".git/config")).unwrap();
+    assert_eq!(after, before, "the operator's .git/config changed");
+    client.cancel().await.ok();
+    assert_host_status_is_safe(ws.path(), &marker);
+}
+
+/// Finding 2: a call that rewrote `.git/config` in place right after the guard's restore had
+/// its plant recorded as accepted. The operator's config file is never written by a call.
+#[cordon_test::test]
+async fn issue29_finding2_an_in_place_rewrite_is_never_the_operators_config() {
+    let Some((ws, marker, client)) = operator_session("issue29_finding2").await else {
+        return;
+    };
+    let before = std::fs::read(ws.path().join(".git/config")).unwrap();
+    // Whenever the config lacks the plant (an undo renamed a clean file into place), it is
+    // written back in place at once, for three seconds.
+    let run = shell(
+        &client,
+        &format!(
+            "printf '[core]\\n\\tfsmonitor = {}\\n' > /tmp/plant && end=$(($(date +%s) + 3)); \
+             while [ $(date +%s) -lt $end ]; do \
+               grep -q fsmonitor .git/config || cat /tmp/plant > .git/config; \
+             done; grep -c fsmonitor .git/config",
+            marker.command()
+        ),
+    )
+    .await;
+    let after = std::fs::read(ws.path().join(".git/config")).unwrap();
+    assert_host_status_is_safe(ws.path(), &marker);
+    assert_eq!(after, before, "the operator's .git/config changed: {run:?}");
+    assert!(
+        !run.0,
+        "the shadow's config is the call's to write: {run:?}"
+    );
+    // A later call does not launder it either.
+    let next = shell(&client, "git status --short >/dev/null; echo ok").await;
+    assert_eq!(next.1["stdout"], "ok\n", "{next:?}");
+    assert_eq!(
+        std::fs::read(ws.path().join(".git/config")).unwrap(),
+        before
+    );
+    client.cancel().await.ok();
+}
+
+/// Finding 3: a job re-planting `.git/config` right after each undo made the operator's
+/// `git status` run the plant 30 times out of 30, and a gitlinked nested repository's config
+/// 10 out of 10. Now neither config is one the operator's git reads.
+#[cordon_test::test]
+async fn issue29_finding3_a_replanting_job_never_reaches_the_operators_git() {
+    let Some((ws, marker, client)) = operator_session("issue29_finding3").await else {
+        return;
+    };
+    background(
+        &client,
+        &format!(
+            "{BENIGN_SUBMODULE}; while :; do git config core.fsmonitor '{m}'; \
+             git -C sub config core.fsmonitor '{m}'; sleep 0.02; done",
+            m = marker.command()
+        ),
+    )
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(
+        host_status_during(ws.path(), &marker, 30, 50).await,
+        "the operator's git status ran a plant the job kept writing"
+    );
+    assert_no_host_gitlink(ws.path(), "sub");
+    client.cancel().await.ok();
+    assert_host_status_is_safe(ws.path(), &marker);
+}
+
+/// Finding 4: symlinks inside `.git` (`logs/HEAD`, `COMMIT_EDITMSG`) made the operator's next
+/// commit append to a file outside the workspace and truncate another.
+#[cordon_test::test]
+async fn issue29_finding4_symlinks_in_git_never_redirect_the_operators_writes() {
+    let Some((ws, _marker, client)) = operator_session("issue29_finding4").await else {
+        return;
+    };
+    let outside = tempfile::tempdir().unwrap();
+    let reflog = outside.path().join("bashrc");
+    let notes = outside.path().join("notes");
+    std::fs::write(&reflog, "keep\n").unwrap();
+    std::fs::write(&notes, "my notes\n").unwrap();
+    let run = shell(
+        &client,
+        &format!(
+            "mkdir -p .git/logs && ln -sfn {} .git/logs/HEAD && ln -sfn {} .git/COMMIT_EDITMSG \
+             && echo linked",
+            reflog.display(),
+            notes.display()
+        ),
+    )
+    .await;
+    assert_eq!(run.1["stdout"], "linked\n", "{run:?}");
+    let commit = host_git(
+        ws.path(),
+        &["commit", "-q", "--allow-empty", "-m", "operator"],
+    );
+    assert!(commit.status.success(), "{commit:?}");
+    assert_eq!(std::fs::read_to_string(&reflog).unwrap(), "keep\n");
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "my notes\n");
+    assert!(
+        !std::fs::symlink_metadata(ws.path().join(".git/logs/HEAD"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    client.cancel().await.ok();
+}
+
+/// Finding 5: with no `.git` at start, `git init` plus a `core.fsmonitor` and a `pre-commit`
+/// hook were only reported; the operator's `git status` and `git commit` ran both. What the
+/// host gets is a repository cordon made, holding the agent's commit and nothing else.
+#[cordon_test::test]
+async fn issue29_finding5_a_repository_a_call_creates_runs_nothing_on_the_host() {
+    if skip("issue29_finding5", Need::Namespaces) {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("README"), "hello\n").unwrap();
+    let marker = Marker::new();
+    let hook = Marker::new();
+    let client = connect(ws.path()).await;
+    let run = shell(
+        &client,
+        &format!(
+            "git init -q && git config core.fsmonitor '{}' && \
+             printf '#!/bin/sh\\n{}\\n' > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit \
+             && git -c core.fsmonitor=false add README && \
+             git -c core.fsmonitor=false -c core.hooksPath=/dev/null -c user.email=a@b.invalid \
+             -c user.name=agent commit -qm 'agent commit' && echo made",
+            marker.command(),
+            hook.command()
+        ),
+    )
+    .await;
+    assert_eq!(run.1["stdout"], "made\n", "{run:?}");
+    assert!(!run.0, "{run:?}");
+    let log = host_git(ws.path(), &["log", "-1", "--format=%s"]);
+    assert_eq!(
+        String::from_utf8_lossy(&log.stdout),
+        "agent commit\n",
+        "{log:?}"
+    );
+    assert_host_status_is_safe(ws.path(), &marker);
+    let commit = host_git(
+        ws.path(),
+        &[
+            "-c",
+            "user.email=o@example.invalid",
+            "-c",
+            "user.name=o",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "operator",
+        ],
+    );
+    assert!(commit.status.success(), "{commit:?}");
+    assert!(
+        !hook.path.exists(),
+        "the operator's commit ran the planted hook"
+    );
+    assert!(
+        !marker.path.exists(),
+        "the operator's commit ran the fsmonitor"
+    );
+    client.cancel().await.ok();
+}
+
+/// Finding 6: a gitlink kept only in `.git/sharedindex.*` (split index) was never read; the
+/// nested repository's config then ran code. The operator's index is cordon's, written from
+/// a tree, and a new gitlink is refused.
+#[cordon_test::test]
+async fn issue29_finding6_a_gitlink_in_a_split_index_is_refused() {
+    let Some((ws, marker, client)) = operator_session("issue29_finding6").await else {
+        return;
+    };
+    let run = shell(
+        &client,
+        &format!(
+            "git update-index --split-index && {BENIGN_SUBMODULE} && \
+             git -C sub config core.fsmonitor '{}' && ls .git | grep -q sharedindex && echo split",
+            marker.command()
+        ),
+    )
+    .await;
+    assert_eq!(run.1["stdout"], "split\n", "the index was split: {run:?}");
+    assert_host_status_is_safe(ws.path(), &marker);
+    assert_no_host_gitlink(ws.path(), "sub");
+    assert!(denied(&run), "{run:?}");
+    assert!(
+        !std::fs::read_dir(ws.path().join(".git")).unwrap().any(|e| e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .starts_with("sharedindex")),
+        "the operator's gitdir has a shared index"
+    );
+    assert_host_status_is_safe(ws.path(), &marker);
+    client.cancel().await.ok();
+}
+
+/// Finding 7: `core.worktree` pointed outside the workspace made the operator's
+/// `git checkout -- .` write files there and `git clean -fd` delete the operator's files there.
+#[cordon_test::test]
+async fn issue29_finding7_core_worktree_never_moves_the_operators_work_tree() {
+    if skip("issue29_finding7", Need::Namespaces) {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    operator_repo(ws.path());
+    std::fs::write(ws.path().join("tracked"), "tracked\n").unwrap();
+    assert!(host_git(ws.path(), &["add", "tracked"]).status.success());
+    assert!(
+        host_git(ws.path(), &["commit", "-q", "-m", "tracked"])
+            .status
+            .success()
+    );
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::fs::write(elsewhere.path().join("precious"), "mine\n").unwrap();
+    let client = connect(ws.path()).await;
+    let run = shell(
+        &client,
+        &format!(
+            "git config core.worktree {} && git config core.worktree",
+            elsewhere.path().display()
+        ),
+    )
+    .await;
+    assert!(!run.0, "{run:?}");
+    for args in [&["checkout", "--", "."][..], &["clean", "-fd"]] {
+        let _ = host_git(ws.path(), args);
+    }
+    assert_eq!(
+        std::fs::read_to_string(elsewhere.path().join("precious")).unwrap(),
+        "mine\n",
+        "the operator's git clean removed a file outside the workspace"
+    );
+    assert!(
+        !elsewhere.path().join("tracked").exists(),
+        "the operator's git checkout wrote outside the workspace"
+    );
+    client.cancel().await.ok();
+}
+
+/// Finding 8: `git replace <backdoor> <benign>` made the operator's `git show` display the
+/// benign text while the committed blob held the backdoor. Replace refs are never imported,
+/// and a shadow holding one imports nothing (the call is refused).
+#[cordon_test::test]
+async fn issue29_finding8_replace_refs_never_hide_a_change_from_review() {
+    let Some((ws, _marker, client)) = operator_session("issue29_finding8").await else {
+        return;
+    };
+    let run = shell(
+        &client,
+        "echo backdoor > f && git add f && git -c user.email=a@b.invalid -c user.name=a \
+         commit -qm 'add f' && bad=$(git rev-parse HEAD:f) && \
+         good=$(echo benign | git hash-object -w --stdin) && git replace $bad $good && \
+         git show HEAD:f",
+    )
+    .await;
+    assert_eq!(
+        run.1["stdout"], "benign\n",
+        "the replace works confined: {run:?}"
+    );
+    let shown = host_git(ws.path(), &["log", "-p", "--all"]);
+    assert!(
+        !String::from_utf8_lossy(&shown.stdout).contains("benign"),
+        "the operator's git log -p shows the replacement"
+    );
+    let replaced = host_git(ws.path(), &["replace", "-l"]);
+    assert_eq!(
+        String::from_utf8_lossy(&replaced.stdout),
+        "",
+        "{replaced:?}"
+    );
+    assert!(denied(&run), "{run:?}");
+    // Once the replace ref is gone, the commit (with its real content) is imported.
+    let fixed = shell(
+        &client,
+        "git replace -d $(git rev-parse HEAD:f) && echo removed",
+    )
+    .await;
+    assert!(!fixed.0, "{fixed:?}");
+    let show = host_git(ws.path(), &["show", "HEAD:f"]);
+    assert_eq!(
+        String::from_utf8_lossy(&show.stdout),
+        "backdoor\n",
+        "{show:?}"
+    );
+    client.cancel().await.ok();
+}
+
+/// The operator sees the agent's commit on their branch right after the call, and what the
+/// operator commits on the host is the sandbox's at the next call.
+#[cordon_test::test]
+async fn commits_flow_both_ways_between_the_operator_and_the_sandbox() {
+    let Some((ws, _marker, client)) = operator_session("commits_both_ways").await else {
+        return;
+    };
+    let run = shell(
+        &client,
+        "echo one > a && git add a && git -c user.email=a@b.invalid -c user.name=agent \
+         commit -qm 'agent one' && git checkout -qb topic && git -c user.email=a@b.invalid \
+         -c user.name=agent commit -q --allow-empty -m 'on topic' && git checkout -q - && \
+         git tag v1 && echo ok",
+    )
+    .await;
+    assert!(!run.0, "{run:?}");
+    let log = host_git(ws.path(), &["log", "-1", "--format=%s"]);
+    assert_eq!(String::from_utf8_lossy(&log.stdout), "agent one\n");
+    let topic = host_git(ws.path(), &["log", "-1", "--format=%s", "topic"]);
+    assert_eq!(String::from_utf8_lossy(&topic.stdout), "on topic\n");
+    assert!(host_git(ws.path(), &["rev-parse", "v1"]).status.success());
+    let status = host_git(ws.path(), &["status", "--porcelain"]);
+    assert_eq!(
+        String::from_utf8_lossy(&status.stdout),
+        "",
+        "the operator's index follows the agent's commit"
+    );
+    let fsck = host_git(ws.path(), &["fsck", "--no-progress"]);
+    assert!(fsck.status.success(), "{fsck:?}");
+    // The operator commits on the host; the next call starts from it.
+    std::fs::write(ws.path().join("b"), "two\n").unwrap();
+    assert!(host_git(ws.path(), &["add", "b"]).status.success());
+    assert!(
+        host_git(ws.path(), &["commit", "-q", "-m", "operator two"])
+            .status
+            .success()
+    );
+    let next = shell(&client, "git log -1 --format=%s && git status --porcelain").await;
+    assert_eq!(next.1["stdout"], "operator two\n", "{next:?}");
+    client.cancel().await.ok();
+}
+
+/// Adversarial input to the import itself: a symlinked ref and a ref named like a path out of
+/// the gitdir are refused as a whole, and the operator's refs stay as they were.
+#[cordon_test::test]
+async fn refs_the_import_cannot_vouch_for_are_refused_as_a_whole() {
+    let Some((ws, _marker, client)) = operator_session("hostile_refs").await else {
+        return;
+    };
+    let before = host_git(ws.path(), &["for-each-ref"]).stdout;
+    let run = shell(
+        &client,
+        "git -c user.email=a@b.invalid -c user.name=a commit -q --allow-empty -m x && \
+         ln -s /etc/passwd .git/refs/heads/evil && echo planted",
+    )
+    .await;
+    assert_eq!(run.1["stdout"], "planted\n", "{run:?}");
+    assert!(denied(&run), "{run:?}");
+    assert_eq!(host_git(ws.path(), &["for-each-ref"]).stdout, before);
+    client.cancel().await.ok();
+}
+
+// ---------------------------------------------------------------------------------------
+// Issue 18's findings (1–7), each still played against the operator's git.
+// ---------------------------------------------------------------------------------------
+
+/// A nested repository recorded as a gitlink by a call never reaches the operator's index,
+/// so a config planted in it later is never read by the operator's git.
+#[cordon_test::test]
+async fn finding1_submodule_config_changed_in_a_later_call_is_never_read_by_the_host() {
     let Some((ws, marker, client)) = operator_session("finding1").await else {
         return;
     };
     let first = shell(&client, BENIGN_SUBMODULE).await;
-    assert!(!first.0, "a benign submodule is accepted: {first:?}");
-    // Seconds later, in a call that does not touch the index.
-    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert!(
+        denied(&first),
+        "a new gitlink is refused at import: {first:?}"
+    );
+    assert!(
+        first.1["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("sub"),
+        "{first:?}"
+    );
     let second = shell(
         &client,
         &format!("git -C sub config core.fsmonitor '{}'", marker.command()),
     )
     .await;
-    assert!(denied(&second), "{second:?}");
-    let config = std::fs::read_to_string(ws.path().join("sub/.git/config")).unwrap_or_default();
-    assert!(!config.contains("fsmonitor"), "{config}");
+    assert!(!second.0, "{second:?}");
+    assert_no_host_gitlink(ws.path(), "sub");
     assert_host_status_is_safe(ws.path(), &marker);
     client.cancel().await.ok();
 }
 
 #[cordon_test::test]
-async fn finding2_configs_cordon_cannot_read_are_quarantined_not_skipped() {
+async fn finding2_configs_cordon_cannot_read_never_reach_the_host() {
     let Some((ws, marker, client)) = operator_session("finding2").await else {
         return;
     };
@@ -174,11 +633,7 @@ async fn finding2_configs_cordon_cannot_read_are_quarantined_not_skipped() {
     let run = shell(&client, &script).await;
     assert!(denied(&run), "{run:?}");
     for dir in ["big", "bom", "latin"] {
-        let config = std::fs::read(ws.path().join(dir).join(".git/config")).unwrap_or_default();
-        assert!(
-            !String::from_utf8_lossy(&config).contains("fsmonitor"),
-            "{dir}'s config survived: {run:?}"
-        );
+        assert_no_host_gitlink(ws.path(), dir);
     }
     assert_host_status_is_safe(ws.path(), &marker);
     client.cancel().await.ok();
@@ -189,8 +644,6 @@ async fn finding2_a_submodule_gitdir_outside_the_workspace_is_refused() {
     let Some((ws, marker, client)) = operator_session("finding2_outside").await else {
         return;
     };
-    // Where the calls' TMPDIR root is writable, a real repository there; either way the
-    // gitfile names a gitdir outside the workspace, which cordon cannot vouch for.
     let script = format!(
         "evil=\"$(dirname \"$TMPDIR\")/evil.git\"; \
          (git init -q --bare \"$evil\" && git --git-dir=\"$evil\" config core.fsmonitor '{}') \
@@ -201,16 +654,13 @@ async fn finding2_a_submodule_gitdir_outside_the_workspace_is_refused() {
     let run = shell(&client, &script).await;
     assert_eq!(run.1["stdout"], "planted\n", "{run:?}");
     assert!(denied(&run), "{run:?}");
-    assert!(
-        !ws.path().join("out/.git").exists(),
-        "the gitfile pointing outside survived: {run:?}"
-    );
+    assert_no_host_gitlink(ws.path(), "out");
     assert_host_status_is_safe(ws.path(), &marker);
     client.cancel().await.ok();
 }
 
 #[cordon_test::test]
-async fn finding2_an_index_padded_past_64_mib_is_still_read() {
+async fn finding2_an_index_padded_past_64_mib_carries_nothing_to_the_host() {
     let Some((ws, marker, client)) = operator_session("finding2_zpad").await else {
         return;
     };
@@ -231,10 +681,13 @@ open(".git/index", "wb").write(data + hashlib.sha1(data).digest())'"#;
         run.1["stdout"], "160000\n",
         "git reads the padded index: {run:?}"
     );
-    assert!(std::fs::metadata(ws.path().join(".git/index")).map_or(true, |m| m.len() > 64 << 20));
     assert!(denied(&run), "{run:?}");
-    let config = std::fs::read_to_string(ws.path().join("sub/.git/config")).unwrap_or_default();
-    assert!(!config.contains("fsmonitor"), "{run:?}");
+    let index = std::fs::metadata(ws.path().join(".git/index")).map_or(0, |m| m.len());
+    assert!(
+        index < 1 << 20,
+        "the padded index reached the host ({index} bytes)"
+    );
+    assert_no_host_gitlink(ws.path(), "sub");
     assert_host_status_is_safe(ws.path(), &marker);
     client.cancel().await.ok();
 }
@@ -279,8 +732,11 @@ fn operator_submodule(ws: &Path) {
     assert!(ws.join(".git/modules/lib/config").is_file());
 }
 
+/// Issue 18's finding 3 flooded `.git/modules` until a listing limit dropped the operator's
+/// submodule from the view's binds. The operator's gitdir, modules included, is read-only in
+/// the view as a whole, and the gitlinked `lib/.git` is bound read-only over itself.
 #[cordon_test::test]
-async fn finding3_thousands_of_module_directories_do_not_unprotect_a_real_submodule() {
+async fn finding3_the_operators_submodule_is_never_writable() {
     if skip("finding3", Need::Namespaces) {
         return;
     }
@@ -289,51 +745,48 @@ async fn finding3_thousands_of_module_directories_do_not_unprotect_a_real_submod
     operator_submodule(ws.path());
     let marker = Marker::new();
     let client = connect(ws.path()).await;
-    // Directories are added until the operator's `lib` is listed (readdir order) past the
-    // first 4,096 entries, where a listing limit used to drop it from the view's binds.
     let flood = shell(
         &client,
-        "cd .git/modules && i=0 && at() { ls -U | grep -n -x lib | cut -d: -f1; } && \
-         while [ \"$(at)\" -le 4200 ] && [ $i -lt 40000 ]; do \
-         seq $i $((i + 999)) | sed 's/^/d/' | xargs mkdir; i=$((i + 1000)); done; at",
+        "mkdir -p .git/modules && cd .git/modules && seq 0 4999 | sed 's/^/d/' | xargs mkdir && \
+         ls | wc -l",
     )
     .await;
-    let position: usize = flood.1["stdout"]
-        .as_str()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(0);
-    assert!(
-        position > 4096,
-        "lib stayed early in the listing: {flood:?}"
-    );
+    assert!(!flood.0, "{flood:?}");
     let write = shell(
         &client,
-        &format!("git -C lib config core.fsmonitor '{}'", marker.command()),
+        &format!(
+            "git -C lib config core.fsmonitor '{m}'; printf 'gitdir: ../evil\\n' > lib/.git; \
+             mv lib lib2",
+            m = marker.command()
+        ),
     )
     .await;
-    assert!(
-        write.0,
-        "the operator's submodule config was writable: {write:?}"
-    );
+    assert!(write.0, "the operator's submodule was writable: {write:?}");
     let config = std::fs::read_to_string(ws.path().join(".git/modules/lib/config")).unwrap();
     assert!(!config.contains("fsmonitor"), "{config}");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("lib/.git")).unwrap(),
+        "gitdir: ../.git/modules/lib\n"
+    );
+    assert!(!ws.path().join(".git/modules/d0").exists());
     assert_host_status_is_safe(ws.path(), &marker);
     client.cancel().await.ok();
 }
 
 #[cordon_test::test]
-async fn finding4_a_gitfile_into_the_main_git_dir_never_moves_the_operators_config() {
+async fn finding4_a_gitfile_into_the_main_git_dir_never_reaches_the_operators_config() {
     if skip("finding4", Need::Namespaces) {
         return;
     }
     let ws = tempfile::tempdir().unwrap();
     operator_repo(ws.path());
-    // What husky sets: a key off the allow-list in the operator's own config.
+    // What husky sets: a key off any allow-list in the operator's own config.
     assert!(
         host_git(ws.path(), &["config", "core.hooksPath", ".husky"])
             .status
             .success()
     );
+    let before = std::fs::read(ws.path().join(".git/config")).unwrap();
     let client = connect(ws.path()).await;
     let run = shell(
         &client,
@@ -343,25 +796,16 @@ async fn finding4_a_gitfile_into_the_main_git_dir_never_moves_the_operators_conf
     .await;
     assert_eq!(run.1["stdout"], "planted\n", "{run:?}");
     assert!(denied(&run), "{run:?}");
-    let config = std::fs::read_to_string(ws.path().join(".git/config"))
-        .expect("the operator's .git/config is where it was");
-    assert!(config.contains("hooksPath"), "{config}");
-    assert!(
-        !ws.path().join("s/.git").exists(),
-        "the gitfile stayed: {run:?}"
+    assert_eq!(
+        std::fs::read(ws.path().join(".git/config")).unwrap(),
+        before
     );
-    assert!(
-        quarantined(ws.path())
-            .iter()
-            .all(|n| !n.ends_with(".git_config")),
-        "{:?}",
-        quarantined(ws.path())
-    );
+    assert_no_host_gitlink(ws.path(), "s");
     client.cancel().await.ok();
 }
 
 #[cordon_test::test]
-async fn finding5_the_operators_edit_during_a_call_is_never_quarantined() {
+async fn finding5_the_operators_edit_during_a_call_is_kept() {
     if skip("finding5", Need::Namespaces) {
         return;
     }
@@ -382,7 +826,7 @@ async fn finding5_the_operators_edit_during_a_call_is_never_quarantined() {
         // Lock and rename: a new inode at .git/config, made on the host.
         host_git(&path, &["config", "user.name", "Renamed Operator"])
     });
-    let run = shell(&client, "sleep 3; echo done").await;
+    let run = shell(&client, "sleep 3; git status --short >/dev/null; echo done").await;
     assert!(edit.join().unwrap().status.success());
     assert!(!run.0, "{run:?}");
     assert_eq!(run.1["stdout"], "done\n", "{run:?}");
@@ -393,16 +837,11 @@ async fn finding5_the_operators_edit_during_a_call_is_never_quarantined() {
         config.contains("example.invalid"),
         "the remotes went: {config}"
     );
-    assert!(
-        quarantined(ws.path()).is_empty(),
-        "{:?}",
-        quarantined(ws.path())
-    );
     client.cancel().await.ok();
 }
 
 #[cordon_test::test]
-async fn finding6_a_hostile_name_is_protected_and_never_downgrades_cordon() {
+async fn finding6_a_hostile_name_in_git_never_downgrades_cordon() {
     let Some((ws, marker, client)) = operator_session("finding6").await else {
         return;
     };
@@ -410,7 +849,7 @@ async fn finding6_a_hostile_name_is_protected_and_never_downgrades_cordon() {
     let planted = shell(
         &client,
         &format!(
-            "mkdir -p .git/modules/{name}/hooks .git/modules/{name}x/hooks && \
+            "mkdir -p .git/modules/{name}/hooks && \
              printf '#!/bin/sh\\n{}\\n' > .git/modules/{name}/hooks/post-checkout && echo ok",
             marker.command()
         ),
@@ -418,45 +857,25 @@ async fn finding6_a_hostile_name_is_protected_and_never_downgrades_cordon() {
     .await;
     assert_eq!(planted.1["stdout"], "ok\n", "{planted:?}");
     assert!(
-        denied(&planted),
-        "the planted hook was not refused: {planted:?}"
-    );
-    let modules = ws.path().join(".git/modules");
-    let hooks: Vec<_> = std::fs::read_dir(&modules)
-        .unwrap()
-        .map(|e| e.unwrap().path().join("hooks/post-checkout"))
-        .collect();
-    assert!(hooks.iter().all(|h| !h.exists()), "{planted:?}");
-    // The other (empty) hooks directory stays, and the next view binds it read-only: the
-    // plan carries its non-UTF-8 name.
-    let next = shell(
-        &client,
-        &format!("printf x > .git/modules/{name}x/hooks/pre-commit"),
-    )
-    .await;
-    assert!(
-        next.0,
-        "a hook could be written into the bound directory: {next:?}"
+        !ws.path().join(".git/modules").exists(),
+        "the plant reached the operator's gitdir"
     );
     let level = planted.1["enforcement"].clone();
-    assert_eq!(next.1["enforcement"], level, "{next:?}");
     client.cancel().await.ok();
-    // A new server over the same workspace still gets its namespaces.
+    // A new server over the same workspace (and shadow) still gets its namespaces.
     let client = connect(ws.path()).await;
     let again = shell(&client, "echo alive").await;
     assert_eq!(again.1["stdout"], "alive\n", "{again:?}");
     assert_eq!(again.1["enforcement"], level, "{again:?}");
+    assert_host_status_is_safe(ws.path(), &marker);
     client.cancel().await.ok();
 }
 
 #[cordon_test::test]
-async fn finding7_keys_a_deny_list_missed_are_refused() {
-    if skip("finding7", Need::Namespaces) {
+async fn finding7_keys_a_deny_list_missed_never_reach_the_host() {
+    let Some((ws, marker, client)) = operator_session("finding7").await else {
         return;
-    }
-    let ws = tempfile::tempdir().unwrap();
-    operator_repo(ws.path());
-    let client = connect(ws.path()).await;
+    };
     let keys = [
         "remote.origin.uploadpack",
         "remote.origin.receivepack",
@@ -470,57 +889,51 @@ async fn finding7_keys_a_deny_list_missed_are_refused() {
     let mut script = String::from("set -e; ");
     for (i, key) in keys.iter().enumerate() {
         script.push_str(&format!(
-            "git init -q s{i}; git -C s{i} -c user.email=a@b.invalid -c user.name=a commit -q \
-             --allow-empty -m s; git -C s{i} config {key} 'touch pwned'; git add s{i} 2>/dev/null; "
+            "git config {key} '{m}'; git init -q s{i}; git -C s{i} -c user.email=a@b.invalid \
+             -c user.name=a commit -q --allow-empty -m s; git -C s{i} config {key} '{m}'; \
+             git add s{i} 2>/dev/null; ",
+            m = marker.command()
         ));
     }
     let run = shell(&client, &script).await;
     assert!(denied(&run), "{run:?}");
-    for (i, key) in keys.iter().enumerate() {
-        let config = std::fs::read_to_string(ws.path().join(format!("s{i}/.git/config")))
-            .unwrap_or_default();
-        assert!(!config.contains("touch pwned"), "{key} survived: {run:?}");
+    let config = std::fs::read_to_string(ws.path().join(".git/config")).unwrap();
+    assert!(!config.contains("pwned"), "{config}");
+    for i in 0..keys.len() {
+        assert_no_host_gitlink(ws.path(), &format!("s{i}"));
     }
+    assert_host_status_is_safe(ws.path(), &marker);
     client.cancel().await.ok();
 }
 
+/// A plant by a process that outlives its call's check (a background job): the operator's
+/// git, run while it is there, reads none of it.
 #[cordon_test::test]
-async fn a_plant_by_a_process_still_running_is_caught_before_the_call_ends() {
-    let Some((ws, marker, client)) = operator_session("timer").await else {
+async fn a_plant_by_a_process_still_running_never_reaches_the_host() {
+    let Some((ws, marker, client)) = operator_session("running_plant").await else {
         return;
     };
-    let first = shell(&client, BENIGN_SUBMODULE).await;
-    assert!(!first.0, "{first:?}");
-    let started = std::time::Instant::now();
     let command = format!(
-        "sleep 1; git -C sub config core.fsmonitor '{}'; sleep 20",
-        marker.command()
+        "git config core.fsmonitor '{m}'; mkdir -p .git/hooks; \
+         printf '#!/bin/sh\\n{m}\\n' > .git/hooks/post-checkout; chmod +x .git/hooks/post-checkout; \
+         sleep 20",
+        m = marker.command()
     );
-    let result = {
+    let safe = {
         let call = shell(&client, &command);
-        // Poll from the host while the call still runs (it sleeps 20 s after the plant): the
-        // config must be in quarantine before the call ends.
         let poll = async {
-            loop {
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                let moved = quarantined(ws.path())
-                    .iter()
-                    .any(|n| n.ends_with("sub_.git_config"));
-                if moved || started.elapsed() > std::time::Duration::from_secs(18) {
-                    return moved;
-                }
-            }
+            tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+            let safe = host_status_during(ws.path(), &marker, 10, 100).await;
+            let _ = host_git(ws.path(), &["checkout", "-q", "-b", "probe"]);
+            safe && !marker.path.exists()
         };
         tokio::pin!(call);
-        let moved = tokio::select! {
-            moved = poll => moved,
-            _ = &mut call => panic!("the call ended before the poll saw anything"),
-        };
-        assert!(moved, "the planted config stayed while its call ran");
-        call.await
+        tokio::select! {
+            safe = poll => safe,
+            _ = &mut call => panic!("the call ended before the host's git ran"),
+        }
     };
-    assert!(denied(&result), "{result:?}");
-    assert_host_status_is_safe(ws.path(), &marker);
+    assert!(safe, "the operator's git ran a plant while its call ran");
     client.cancel().await.ok();
 }
 
@@ -539,11 +952,12 @@ async fn git_commit_in_a_call_uses_the_operators_identity() {
     )
     .unwrap();
     assert!(host_git(ws.path(), &["init", "-q"]).status.success());
-    let mut cmd = tokio::process::Command::new(CORDON);
+    let mut cmd = tokio::process::Command::new(cordon());
     cmd.arg("serve")
         .arg("--workspace")
         .arg(ws.path())
         .env("HOME", home.path())
+        .env("CORDON_STATE_DIR", state_dir(ws.path()))
         .env("GIT_CONFIG_NOSYSTEM", "1");
     let transport = TokioChildProcess::new(cmd).expect("spawn cordon serve");
     let client: Client = ().serve(transport).await.expect("MCP session starts");
@@ -558,6 +972,12 @@ async fn git_commit_in_a_call_uses_the_operators_identity() {
         "Host Operator <host@example.invalid> / Host Operator <host@example.invalid>\n",
         "{run:?}"
     );
+    // The operator's repository has the commit right after the call.
+    let log = host_git(ws.path(), &["log", "-1", "--format=%an %s"]);
+    assert_eq!(
+        String::from_utf8_lossy(&log.stdout),
+        "Host Operator first\n"
+    );
     client.cancel().await.ok();
 }
 
@@ -571,16 +991,20 @@ async fn git_gc_and_update_server_info_write_info_refs() {
     let client = connect(ws.path()).await;
     let run = shell(
         &client,
-        "git gc -q 2>&1 && git update-server-info && test -f .git/info/refs && echo ok",
+        "git -c user.email=a@b.invalid -c user.name=a commit -q --allow-empty -m more && \
+         git gc -q 2>&1 && git update-server-info && test -f .git/info/refs && echo ok",
     )
     .await;
     assert!(!run.0, "{run:?}");
     assert_eq!(run.1["stdout"], "ok\n", "{run:?}");
+    // Packed refs in the shadow are read like loose ones: the commit reached the host.
+    let log = host_git(ws.path(), &["log", "-1", "--format=%s"]);
+    assert_eq!(String::from_utf8_lossy(&log.stdout), "more\n");
     client.cancel().await.ok();
 }
 
 #[cordon_test::test]
-async fn git_worktree_add_works_and_is_not_quarantined() {
+async fn git_worktree_add_works_in_the_sandbox() {
     if skip("worktree", Need::Namespaces) {
         return;
     }
@@ -597,27 +1021,20 @@ async fn git_worktree_add_works_and_is_not_quarantined() {
     .await;
     assert!(!next.0, "{next:?}");
     assert_eq!(next.1["stdout"], "start\n2\n", "{next:?}");
+    // The worktree's branch is the operator's too; its gitdir stays in the shadow (the
+    // operator's gitdir gets no `worktrees/` from a call).
     assert!(
-        quarantined(ws.path()).is_empty(),
-        "{:?}",
-        quarantined(ws.path())
+        host_git(ws.path(), &["rev-parse", "--verify", "wt"])
+            .status
+            .success()
     );
-    // The operator's git reads the new worktree too.
-    let host = host_git(
-        &ws.path().join("wt"),
-        &["rev-parse", "--is-inside-work-tree"],
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&host.stdout).trim(),
-        "true",
-        "{host:?}"
-    );
+    assert!(!ws.path().join(".git/worktrees").exists());
     client.cancel().await.ok();
 }
 
 #[cordon_test::test]
-async fn git_config_writes_that_run_nothing_work_and_others_are_undone() {
-    if skip("config_vetted", Need::Namespaces) {
+async fn git_config_of_the_repositorys_own_keys_works_in_the_shadow() {
+    if skip("config_shadow", Need::Namespaces) {
         return;
     }
     let ws = tempfile::tempdir().unwrap();
@@ -627,6 +1044,7 @@ async fn git_config_writes_that_run_nothing_work_and_others_are_undone() {
             .status
             .success()
     );
+    let before = std::fs::read(ws.path().join(".git/config")).unwrap();
     let marker = Marker::new();
     let client = connect(ws.path()).await;
     let ordinary = shell(
@@ -634,44 +1052,44 @@ async fn git_config_writes_that_run_nothing_work_and_others_are_undone() {
         "git config user.email agent@example.invalid && \
          git remote add origin https://example.invalid/r.git && \
          git config branch.master.remote origin && git config branch.master.merge refs/heads/master && \
-         mkdir -p src && git sparse-checkout set src && git config user.email",
+         mkdir -p src && git sparse-checkout set src && git config user.email && \
+         git config core.hooksPath",
     )
     .await;
     assert!(!ordinary.0, "{ordinary:?}");
     assert_eq!(
-        ordinary.1["stdout"], "agent@example.invalid\n",
-        "{ordinary:?}"
-    );
-    let config = std::fs::read_to_string(ws.path().join(".git/config")).unwrap();
-    assert!(config.contains("example.invalid/r.git"), "{config}");
-    assert!(
-        config.contains(".husky"),
-        "the operator's key went: {config}"
+        ordinary.1["stdout"], "agent@example.invalid\n.husky\n",
+        "the shadow starts from the operator's config: {ordinary:?}"
     );
     let hostile = shell(
         &client,
         &format!(
-            "git config core.fsmonitor '{}' && echo written",
+            "git config core.fsmonitor '{}' && sleep 1 && git config --get core.fsmonitor",
             marker.command()
         ),
     )
     .await;
-    assert_eq!(hostile.1["stdout"], "written\n", "{hostile:?}");
-    assert!(denied(&hostile), "{hostile:?}");
-    let config = std::fs::read_to_string(ws.path().join(".git/config")).unwrap();
-    assert!(!config.contains("fsmonitor"), "{config}");
-    assert!(config.contains("agent@example.invalid"), "{config}");
-    // Re-pointing a key off the list is undone too, and the next call sees the accepted file.
-    let repoint = shell(&client, "git config core.hooksPath /tmp/elsewhere").await;
-    assert!(denied(&repoint), "{repoint:?}");
-    let next = shell(&client, "git config core.hooksPath").await;
-    assert_eq!(next.1["stdout"], ".husky\n", "{next:?}");
+    assert_eq!(
+        hostile.1["stdout"],
+        format!("{}\n", marker.command()),
+        "{hostile:?}"
+    );
+    let next = shell(&client, "git config remote.origin.url").await;
+    assert_eq!(
+        next.1["stdout"], "https://example.invalid/r.git\n",
+        "{next:?}"
+    );
+    assert_eq!(
+        std::fs::read(ws.path().join(".git/config")).unwrap(),
+        before,
+        "the operator's config changed"
+    );
     assert_host_status_is_safe(ws.path(), &marker);
     client.cancel().await.ok();
 }
 
 #[cordon_test::test]
-async fn git_submodule_add_works_and_is_not_quarantined() {
+async fn git_submodule_add_is_refused_at_import_and_never_reaches_the_host() {
     if skip("submodule_add", Need::Namespaces) {
         return;
     }
@@ -682,63 +1100,31 @@ async fn git_submodule_add_works_and_is_not_quarantined() {
         &client,
         "git init -q libsrc && git -C libsrc -c user.email=a@b.invalid -c user.name=a commit -q \
          --allow-empty -m lib && git -c protocol.file.allow=always submodule add -q ./libsrc lib \
-         && git commit -q -m 'add lib' && echo added",
+         && git submodule status | wc -l",
     )
     .await;
-    assert!(!add.0, "{add:?}");
-    assert_eq!(add.1["stdout"], "added\n", "{add:?}");
-    let next = shell(
-        &client,
-        "git -C lib log -1 --format=%s && git submodule status | wc -l",
-    )
-    .await;
-    assert!(!next.0, "{next:?}");
-    assert_eq!(next.1["stdout"], "lib\n1\n", "{next:?}");
-    assert!(
-        quarantined(ws.path()).is_empty(),
-        "{:?}",
-        quarantined(ws.path())
+    assert_eq!(
+        add.1["stdout"], "1\n",
+        "submodule add works confined: {add:?}"
     );
-    let host = host_git(ws.path(), &["submodule", "status"]);
-    assert!(host.status.success(), "{host:?}");
-    // Now the operator's: its config is bound read-only in the next view.
-    let write = shell(&client, "git -C lib config core.fsmonitor 'touch pwned'").await;
-    assert!(write.0, "{write:?}");
-    let config = std::fs::read_to_string(ws.path().join(".git/modules/lib/config")).unwrap();
-    assert!(!config.contains("fsmonitor"), "{config}");
+    assert!(denied(&add), "{add:?}");
+    let next = shell(&client, "git -C lib log -1 --format=%s").await;
+    assert_eq!(next.1["stdout"], "lib\n", "{next:?}");
+    assert_no_host_gitlink(ws.path(), "lib");
+    assert!(!ws.path().join(".git/modules").exists());
     client.cancel().await.ok();
 }
 
+/// A code_interpreter cell can write what git reads as well as a shell command can; it lands
+/// in the shadow, and the operator's git reads none of it.
 #[cordon_test::test]
-async fn a_refused_git_config_change_is_undone_while_the_call_still_runs() {
-    if skip("config_watch", Need::Namespaces) {
-        return;
-    }
-    let ws = tempfile::tempdir().unwrap();
-    operator_repo(ws.path());
-    let client = connect(ws.path()).await;
-    // The write succeeds (the file is writable, but vetted); the watch of `.git` undoes it
-    // long before the call ends, so a host git reading it meanwhile would not see it for long.
-    let run = shell(
-        &client,
-        "git config core.fsmonitor 'touch pwned' && sleep 2 && \
-         (git config --get core.fsmonitor || echo undone)",
-    )
-    .await;
-    assert_eq!(run.1["stdout"], "undone\n", "{run:?}");
-    assert!(denied(&run), "{run:?}");
-    client.cancel().await.ok();
-}
-
-/// A code_interpreter cell can plant what git runs on the host as well as a shell command can;
-/// its own result says what cordon undid, as a `denied` error, not only a later shell call's.
-#[cordon_test::test]
-async fn a_cell_that_plants_git_config_gets_a_denied_result() {
+async fn a_cell_that_plants_git_config_never_reaches_the_host() {
     if skip("cell_git_plant", Need::Namespaces) {
         return;
     }
     let ws = tempfile::tempdir().unwrap();
     operator_repo(ws.path());
+    let before = std::fs::read(ws.path().join(".git/config")).unwrap();
     let client = connect(ws.path()).await;
     let Value::Object(arguments) = json!({
         "code": "open('.git/config', 'a').write('[core]\\n\\tfsmonitor = touch pwned\\n')",
@@ -749,13 +1135,11 @@ async fn a_cell_that_plants_git_config_gets_a_denied_result() {
         .call_tool(CallToolRequestParams::new("code_interpreter").with_arguments(arguments))
         .await
         .expect("code_interpreter answers");
-    let out = (
-        result.is_error.unwrap_or(false),
-        result.structured_content.expect("structured content"),
+    assert!(!result.is_error.unwrap_or(false), "{result:?}");
+    assert_eq!(
+        std::fs::read(ws.path().join(".git/config")).unwrap(),
+        before
     );
-    assert!(out.0 && out.1["error"]["kind"] == "denied", "{out:?}");
-    let config = std::fs::read_to_string(ws.path().join(".git/config")).unwrap();
-    assert!(!config.contains("fsmonitor"), "{config}");
     let status = host_git(ws.path(), &["status", "--short"]);
     assert!(status.status.success(), "{status:?}");
     assert!(

@@ -562,7 +562,9 @@ fn a_job_that_ends_within_its_wait_reports_the_git_change_cordon_refused() {
     let mut s = server(&sb, None);
     let r = s.call(
         "shell_exec",
-        json!({"command": "printf '[core]\\n\\tfsmonitor = touch pwned\\n' >> .git/config",
+        json!({"command": "git init -q sub && git -C sub -c user.email=a@b.invalid -c user.name=a \
+                           commit -q --allow-empty -m s && \
+                           git -C sub config core.fsmonitor 'touch pwned' && git add sub",
                "background": true, "wait_secs": 10}),
     );
     assert_eq!(structured(&r)["error"]["kind"], json!("denied"), "{r}");
@@ -803,18 +805,19 @@ fn a_job_server_stays_reachable_after_the_view_is_rebuilt() {
         &mut s,
         json!({"id": id, "wait_secs": 20, "until": "Serving"}),
     );
-    // `git init` makes `.git` appear: the next call runs in a new sandbox init whose view
-    // binds it (and its hooks) read-only.
+    // `git init` makes the operator's repository appear (cordon makes it on the host at the
+    // call's end): the next call runs in a new sandbox init whose view binds it read-only
+    // where the shadow gitdir's alternate points.
     let init = s.call("shell_exec", json!({"command": "git init -q && echo made"}));
     assert_eq!(structured(&init)["stdout"], json!("made\n"), "{init}");
     let hooks = s.call(
         "shell_exec",
-        json!({"command": "touch .git/hooks/x 2>&1; echo $?"}),
+        json!({"command": "test -d \"$(cat .git/objects/info/alternates)\" && echo bound"}),
     );
-    assert_ne!(
+    assert_eq!(
         structured(&hooks)["stdout"],
-        json!("0\n"),
-        "the view was not rebuilt (the new hooks are writable): {hooks}"
+        json!("bound\n"),
+        "the view was not rebuilt (the operator's objects are not bound): {hooks}"
     );
     // The job still runs in the first init, its server in the namespace the new init joined.
     let curl = s.call(

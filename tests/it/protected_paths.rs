@@ -71,9 +71,8 @@ fn git_directory_cannot_be_renamed_away_and_replaced() {
     assert!(sb.ws().join(".git/hooks").is_dir(), "{run:?}");
     assert!(!sb.ws().join(".git/hooks/pre-commit").exists(), "{run:?}");
     assert!(!sb.ws().join(".git/h2").exists(), "{run:?}");
-    // `.git/config` is writable but vetted (SECURITY.md, "Git"): renaming it away is undone by
-    // writing the accepted content back (the renamed copy, `.git/c2`, is not read by git).
-    assert!(run.stderr.contains("removed or renamed away"), "{run:?}");
+    // What the command did inside `.git` it did to the shadow gitdir (SECURITY.md, "Git"):
+    // the operator's config is where it was, unchanged.
     assert_eq!(
         std::fs::read_to_string(sb.ws().join(".git/config")).unwrap(),
         "[core]\n"
@@ -99,23 +98,17 @@ fn git_hooks_and_config_cannot_be_written_by_commands() {
              touch -d 2001-01-01 .git/config; echo HEAD-ok >> .git/HEAD; true",
         ],
     );
-    assert!(run.stderr.contains("Read-only file system"), "{run:?}");
     assert!(!sb.ws().join(".git/hooks/pre-commit").exists(), "{run:?}");
-    // Undone to the last content cordon accepted: the operator's, or the empty file `cp`
-    // leaves for a moment when it truncates before writing (no key, so nothing to refuse),
-    // when the background check happened to see that moment. Never a planted key.
+    // The command wrote the shadow gitdir; the operator's files are byte for byte the same,
+    // and a `HEAD` git does not write is refused at import.
     let config = std::fs::read_to_string(sb.ws().join(".git/config")).unwrap();
-    assert!(
-        config == "[core]\n" || config.is_empty(),
-        "{config:?} {run:?}"
-    );
-    // The rest of .git stays writable (commits inside the sandbox keep working).
-    assert!(
-        std::fs::read_to_string(sb.ws().join(".git/HEAD"))
-            .unwrap()
-            .contains("HEAD-ok"),
+    assert_eq!(config, "[core]\n", "{run:?}");
+    assert_eq!(
+        std::fs::read_to_string(sb.ws().join(".git/HEAD")).unwrap(),
+        "ref: refs/heads/main\n",
         "{run:?}"
     );
+    assert_eq!(run.code(), 125, "{run:?}");
 }
 
 #[cordon_test::test]
@@ -264,9 +257,10 @@ fn git_commondir_cannot_redirect_the_operators_git_to_planted_hooks_and_config()
         m = marker.display()
     );
     let run = sb.exec(&[], &["sh", "-c", &script]);
-    // The command's own status was 0; cordon moved its plant away, so `cordon exec` says so
-    // with 125 (a tool result would be `denied`).
-    assert_eq!(run.code(), 125, "{run:?}");
+    // The command's own status was 0; its `.git/commondir` is the shadow's, never read by the
+    // operator's git.
+    assert_eq!(run.code(), 0, "{run:?}");
+    assert!(!sb.ws().join(".git/commondir").exists(), "{run:?}");
     assert_operator_git_runs_nothing_planted(&sb, &marker, ".git/commondir");
 }
 

@@ -1,10 +1,9 @@
-//! Protected git paths in the sandbox's view, driven through a long-lived `cordon serve` (one
-//! view across calls, as an agent sees it):
-//! * a repository that appears after the server started (`git init` in a call) is protected
-//!   from the next call on — the view is re-made, not left stale;
-//! * a git control file a command creates in the operator's repository (`.git/commondir`,
-//!   which makes git read another directory's config) is moved to quarantine when the call
-//!   ends, and the result says so;
+//! The operator's gitdir in the sandbox's view (issue 29), driven through a long-lived
+//! `cordon serve` (one view across calls, as an agent sees it):
+//! * a repository that appears after the server started (`git init` in a call) is made on the
+//!   host by cordon, with no hook or config of the call's, and its `.git` cannot be moved;
+//! * a git control file a command writes (`.git/commondir`, which makes git read another
+//!   directory's config) lands in the shadow gitdir, never in the operator's;
 //! * a symbolic link at a protected path never breaks a spawn.
 //!
 //! Each scenario is its own server process with its own workspace.
@@ -21,7 +20,14 @@ type Client = RunningService<RoleClient, ()>;
 
 async fn connect(workspace: &Path) -> Client {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_cordon"));
-    cmd.arg("serve").arg("--workspace").arg(workspace);
+    let state = std::env::temp_dir().join(format!(
+        "cordon-git-state-{}",
+        workspace.file_name().unwrap().to_string_lossy()
+    ));
+    cmd.arg("serve")
+        .arg("--workspace")
+        .arg(workspace)
+        .env("CORDON_STATE_DIR", state);
     let transport = TokioChildProcess::new(cmd).expect("spawn cordon serve");
     ().serve(transport)
         .await
@@ -61,17 +67,21 @@ async fn repository_created_by_a_call_is_protected_from_the_next_call() {
     let client = connect(ws.path()).await;
     let made = shell(&client, "git init -q . && test -d .git/hooks && echo made").await;
     assert_eq!(made["exit_code"], 0, "{made}");
-    let hook = ws.path().join(".git/hooks/pre-commit");
-    let write = shell(&client, "echo 'touch /tmp/pwned' > .git/hooks/pre-commit").await;
-    assert_ne!(write["exit_code"], 0, "the hook was writable: {write}");
     assert!(
-        write["stderr"]
-            .as_str()
-            .unwrap_or("")
-            .contains("Read-only file system"),
-        "{write}"
+        ws.path().join(".git/HEAD").is_file(),
+        "the host has the repository after the call: {made}"
     );
-    assert!(!hook.exists(), "a hook was created");
+    let hook = ws.path().join(".git/hooks/pre-commit");
+    let write = shell(
+        &client,
+        "printf '#!/bin/sh\ntouch /tmp/pwned\n' > .git/hooks/pre-commit &&          chmod +x .git/hooks/pre-commit && echo written",
+    )
+    .await;
+    assert_eq!(
+        write["stdout"], "written\n",
+        "the shadow's hooks are the call's: {write}"
+    );
+    assert!(!hook.exists(), "a hook reached the operator's gitdir");
     let rename = shell(&client, "mv .git .git-moved").await;
     assert_ne!(rename["exit_code"], 0, "{rename}");
     assert!(ws.path().join(".git").is_dir() && !ws.path().join(".git-moved").exists());
@@ -79,9 +89,9 @@ async fn repository_created_by_a_call_is_protected_from_the_next_call() {
 }
 
 #[cordon_test::test]
-async fn commondir_created_by_a_command_is_quarantined() {
+async fn commondir_created_by_a_command_never_reaches_the_operators_gitdir() {
     if skip(
-        "commondir_created_by_a_command_is_quarantined",
+        "commondir_created_by_a_command_never_reaches_the_operators_gitdir",
         Need::Namespaces,
     ) {
         return;
@@ -102,19 +112,9 @@ async fn commondir_created_by_a_command_is_quarantined() {
     );
     assert!(
         !ws.path().join(".git/commondir").exists(),
-        ".git/commondir survived the call: {run}"
+        ".git/commondir reached the operator's gitdir: {run}"
     );
-    let quarantined: Vec<_> = std::fs::read_dir(ws.path().join(".cordon/quarantine"))
-        .expect("quarantine directory")
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    assert!(
-        quarantined.iter().any(|n| n.ends_with(".git_commondir")),
-        "{quarantined:?}"
-    );
-    let stderr = run["stderr"].as_str().unwrap_or("");
-    assert!(stderr.contains("moved it to .cordon/quarantine"), "{run}");
-    // git in the repository reads its own config again.
+    // git in the repository reads its own config.
     let status = std::process::Command::new("git")
         .args(["rev-parse", "--git-common-dir"])
         .current_dir(ws.path())
@@ -147,9 +147,9 @@ async fn symlinked_hooks_never_break_a_spawn() {
 }
 
 #[cordon_test::test]
-async fn commondir_backdated_with_touch_is_still_quarantined() {
+async fn commondir_backdated_with_touch_never_reaches_the_operators_gitdir() {
     if skip(
-        "commondir_backdated_with_touch_is_still_quarantined",
+        "commondir_backdated_with_touch_never_reaches_the_operators_gitdir",
         Need::Namespaces,
     ) {
         return;
@@ -172,9 +172,9 @@ async fn commondir_backdated_with_touch_is_still_quarantined() {
 }
 
 #[cordon_test::test]
-async fn submodule_planted_through_a_gitfile_has_its_config_quarantined() {
+async fn submodule_planted_through_a_gitfile_never_reaches_the_operators_index() {
     if skip(
-        "submodule_planted_through_a_gitfile_has_its_config_quarantined",
+        "submodule_planted_through_a_gitfile_never_reaches_the_operators_index",
         Need::Namespaces,
     ) {
         return;
@@ -190,14 +190,31 @@ async fn submodule_planted_through_a_gitfile_has_its_config_quarantined() {
          git update-index --add --cacheinfo 160000,$(git -C store rev-parse HEAD),sub && echo ok";
     let run = shell(&client, script).await;
     assert_eq!(run["stdout"], "ok\n", "{run}");
-    let config = std::fs::read_to_string(ws.path().join("store/.git/config")).unwrap_or_default();
-    assert!(
-        !config.contains("fsmonitor"),
-        "the planted config is still where git reads it: {run}"
-    );
+    assert_eq!(run["error"]["kind"], "denied", "{run}");
     assert!(
         run["stderr"].as_str().unwrap_or("").contains("submodule"),
         "the result does not say: {run}"
+    );
+    let listed = std::process::Command::new("git")
+        .args(["ls-files", "-s", "sub"])
+        .current_dir(ws.path())
+        .output()
+        .unwrap();
+    assert!(
+        listed.stdout.is_empty(),
+        "the operator's index has `sub`: {listed:?}"
+    );
+    let _ = std::process::Command::new("git")
+        .args(["-c", "core.fsmonitor=", "status"])
+        .current_dir(ws.path())
+        .output();
+    let _ = std::process::Command::new("git")
+        .arg("status")
+        .current_dir(ws.path())
+        .output();
+    assert!(
+        !ws.path().join("pwned").exists(),
+        "the operator's git status ran the plant"
     );
     client.cancel().await.ok();
 }

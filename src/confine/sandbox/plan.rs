@@ -80,6 +80,23 @@ pub struct InitPlan {
     /// Where the long-lived workers' private directories are; never granted as a whole either.
     #[serde(default)]
     pub private_root: PathBuf,
+    /// The workspace's shadow gitdir (see `crate::git`): bound read-write at
+    /// `<workspace>/.git`, over the operator's gitdir, which is bound read-only elsewhere.
+    #[serde(default)]
+    pub git_shadow: Option<GitShadowPlan>,
+}
+
+/// Where the view binds the shadow gitdir and the operator's gitdir.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GitShadowPlan {
+    /// The shadow (host path, in cordon's private state), bound read-write at `at`.
+    pub shadow: PathBuf,
+    /// `<workspace>/.git`.
+    pub at: PathBuf,
+    /// The operator's gitdir when there is one, bound read-only at `operator_at` (the
+    /// shadow's alternate object store points into it).
+    pub operator: Option<PathBuf>,
+    pub operator_at: PathBuf,
 }
 
 /// The ids a confined process runs as: ids `inside..inside + count` of each slot's own user
@@ -185,6 +202,7 @@ mod tests {
             cgroup_mounts: Vec::new(),
             calls_tmp: PathBuf::new(),
             private_root: PathBuf::new(),
+            git_shadow: None,
         };
         let json = serde_json::to_vec(&plan).expect("serialises");
         let back: InitPlan = serde_json::from_slice(&json).expect("deserialises");

@@ -8,7 +8,7 @@
 //! Owns the mount calls. Runs in the init (single-threaded, before any confinement); the only
 //! input is the server's [`InitPlan`].
 
-use super::plan::InitPlan;
+use super::plan::{GitShadowPlan, InitPlan};
 use rustix::mount::{
     MountFlags, MountPropagationFlags, UnmountFlags, mount, mount_bind_recursive, mount_change,
     unmount,
@@ -198,7 +198,8 @@ fn idmapped_trees(
             );
         }
     };
-    for path in &plan.read_write {
+    let shadow = plan.git_shadow.as_ref().map(|git| &git.shadow);
+    for path in plan.read_write.iter().chain(shadow) {
         let Ok(meta) = path.symlink_metadata() else {
             continue;
         };
@@ -288,6 +289,9 @@ pub fn build(plan: &InitPlan) -> Result<Built, ViewError> {
         let tree = (!read_only).then(|| idmapped.get(path)).flatten();
         bind(root, path, read_only, tree)?;
     }
+    if let Some(git) = &plan.git_shadow {
+        bind_git_shadow(root, git, idmapped.get(&git.shadow))?;
+    }
     drop(idmapped);
     // `.git` pinned as a mount point of itself, then its control files read-only on top.
     for path in &plan.pinned {
@@ -330,6 +334,56 @@ pub fn build(plan: &InitPlan) -> Result<Built, ViewError> {
         ),
     )?;
     Ok(built)
+}
+
+/// The shadow gitdir read-write at `<workspace>/.git`, over the operator's gitdir, and the
+/// operator's gitdir read-only where the shadow's alternate points (see `crate::git`): no
+/// confined process can write anything the operator's git reads. Runs after the workspace's
+/// bind (the mount point is made through it when the workspace has no `.git` yet: an empty
+/// directory git ignores).
+fn bind_git_shadow(
+    root: &Path,
+    git: &GitShadowPlan,
+    idmapped: Option<&std::os::fd::OwnedFd>,
+) -> Result<(), ViewError> {
+    if let Some(operator) = &git.operator {
+        let dst = inside(root, &git.operator_at);
+        io_at("mkdir", &dst, std::fs::create_dir_all(&dst))?;
+        at(
+            "bind the operator's gitdir",
+            operator,
+            mount_bind_recursive(operator, &dst),
+        )?;
+        set_attributes(&dst, true)?;
+    }
+    let dst = inside(root, &git.at);
+    match dst.symlink_metadata() {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => {
+            return Err(ViewError {
+                step: "bind the git shadow",
+                path: git.at.clone(),
+                source: io::Error::other("`.git` is not a directory"),
+            });
+        }
+        Err(_) => io_at("mkdir", &dst, std::fs::create_dir(&dst))?,
+    }
+    if let Some(tree) = idmapped {
+        // The shadow is the server's (its state directory): the calls' uid writes it through
+        // the same id mapping as the workspace, so what a call's git makes there stays the
+        // server's on disk.
+        return io_at(
+            "bind the git shadow idmapped",
+            &git.shadow,
+            super::idmap::attach(tree, &dst),
+        );
+    }
+    at(
+        "bind the git shadow",
+        &git.shadow,
+        mount_bind_recursive(&git.shadow, &dst),
+    )?;
+    set_attributes(&dst, false)
 }
 
 /// Where each slot mounts what is its own (`slot_mounts`): `/tmp`, `/var/tmp`, cgroup

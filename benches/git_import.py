@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""The git import's per-call cost (issue 29), on a repository of many tracked files.
+
+    python3 benches/git_import.py [FILES=100000] [ROUNDS=30] [BINARY=target/release/cordon]
+
+Two `cordon serve`s run side by side: one over a repository of FILES tracked files (the
+shadow gitdir, the import after every call), one over a workspace without git (no import).
+`shell_exec true` alternates between them one call at a time (interleaved, so machine noise
+hits both alike): the difference of the medians is what the import adds to a call where nothing
+changed. Then ROUNDS calls that each commit one changed file (`git commit -qam`) in the
+repository. For both, the import's own time as the server logs it (`CORDON_LOG=debug`,
+"git import after a call", in µs) is reported too: the commit's own git time is the agent's,
+not the import's.
+"""
+
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+FILES = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
+ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 30
+BINARY = sys.argv[3] if len(sys.argv) > 3 else "target/release/cordon"
+MICROS = re.compile(r"git import after a call micros=(\d+)")
+
+
+class Server:
+    def __init__(self, ws, state):
+        env = dict(os.environ, CORDON_LOG="cordon=debug", CORDON_STATE_DIR=state)
+        self.p = subprocess.Popen(
+            [BINARY, "serve", "--workspace", ws], env=env,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+        self.imports = []
+        threading.Thread(target=self._log, daemon=True).start()
+        self.n = 0
+        self.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                    "clientInfo": {"name": "bench", "version": "1"}})
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def _log(self):
+        for line in self.p.stderr:
+            m = MICROS.search(line.decode(errors="replace"))
+            if m:
+                self.imports.append(int(m.group(1)))
+
+    def send(self, v):
+        self.p.stdin.write((json.dumps(v) + "\n").encode())
+        self.p.stdin.flush()
+
+    def request(self, method, params):
+        self.n += 1
+        self.send({"jsonrpc": "2.0", "id": self.n, "method": method, "params": params})
+        while True:
+            v = json.loads(self.p.stdout.readline())
+            if v.get("id") == self.n:
+                return v
+
+    def call(self, command):
+        t = time.perf_counter()
+        v = self.request("tools/call", {"name": "shell_exec", "arguments": {"command": command}})
+        taken = time.perf_counter() - t
+        assert not v["result"]["isError"], v
+        return taken * 1000
+
+    def stop(self):
+        self.p.terminate()
+        self.p.wait()
+
+
+def git(ws, *args):
+    subprocess.run(["git", "-c", "user.name=b", "-c", "user.email=b@b", *args], cwd=ws,
+                   check=True, stdout=subprocess.DEVNULL)
+
+
+def main():
+    top = tempfile.mkdtemp(prefix="cordon-git-bench-")
+    repo, plain = os.path.join(top, "repo"), os.path.join(top, "plain")
+    os.makedirs(plain)
+    for i in range(FILES):
+        d = os.path.join(repo, f"d{i // 1000}")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, f"f{i}"), "w") as f:
+            f.write(f"{i}\n")
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    a = Server(repo, os.path.join(top, "state-a"))
+    b = Server(plain, os.path.join(top, "state-b"))
+    a.call("true"), b.call("true")  # warm: the first call makes the shadow's index
+    a.imports.clear()
+    with_git, without = [], []
+    for _ in range(ROUNDS):
+        with_git.append(a.call("true"))
+        without.append(b.call("true"))
+    time.sleep(0.2)
+    unchanged = list(a.imports)
+    a.imports.clear()
+    commits = [a.call(f"echo {r} >> d0/f0 && git -c user.name=b -c user.email=b@b commit -qam c{r}")
+               for r in range(ROUNDS)]
+    time.sleep(0.2)
+    committed = list(a.imports)
+    a.stop(), b.stop()
+    med = statistics.median
+    print(f"{FILES} tracked files, {ROUNDS} interleaved rounds, {os.cpu_count()} CPUs, "
+          f"load {os.getloadavg()[0]:.2f}")
+    print(f"shell_exec true, repository:      median {med(with_git):.2f} ms")
+    print(f"shell_exec true, no repository:   median {med(without):.2f} ms")
+    print(f"difference of the medians:        {med(with_git) - med(without):+.2f} ms")
+    print(f"import, nothing changed (logged): median {med(unchanged):.0f} µs, max {max(unchanged)} µs")
+    print(f"one-file commit call (round trip): median {med(commits):.1f} ms")
+    print(f"import after a one-file commit (logged): median {med(committed) / 1000:.2f} ms, "
+          f"max {max(committed) / 1000:.2f} ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,589 @@
+//! The two directions of the sync between the operator's repository and the shadow.
+//!
+//! Operator → shadow (before a call): refs, `HEAD` and the index the operator moved on the
+//! host are written into the shadow by the server (the operator's data is trusted; the
+//! shadow's writes go beneath a handle on it, never through a link).
+//!
+//! Shadow → operator (after a call): only data crosses. The shadow's refs and `HEAD` are read
+//! by `refs` (strictly, bounded). Missing objects are packed by git **run confined** in the
+//! view (`git pack-objects`, which reads the shadow as a repository, its config included) and
+//! received by the host's `git index-pack --strict --fix-thin`, which recomputes every object
+//! name from the bytes and runs git's fsck checks (tree entries named `.git` or `..`, bad
+//! modes, hostile `.gitmodules`). The host then checks that every imported tip has the type
+//! its ref needs and that everything it reaches is there, refuses a new gitlink (host git
+//! would enter that directory and read its config), and only then moves refs in one
+//! `git update-ref --stdin` transaction whose old values are the agreed ones. The index is
+//! written by the host's `git read-tree -m` from the tree of the shadow's index (git keeps
+//! the operator's stat data for unchanged entries), renamed into place under git's own
+//! `index.lock`.
+
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::path::Path;
+
+use cap_std::fs::Dir;
+
+use super::host::{self, HostGitError};
+use super::refs::{Head, Oid, RepoState, is_oid, read_state};
+use super::shadow::Shadow;
+use super::{Agreed, ConfinedGit, GitShadow, GuardReport};
+
+/// Git's mode for a gitlink (a submodule's commit).
+const GITLINK: &str = "160000";
+
+/// Why an import stopped: each a sentence for the agent.
+#[derive(Debug, thiserror::Error)]
+enum Refusal {
+    #[error("{0}")]
+    Host(#[from] HostGitError),
+    #[error("{0}")]
+    Plain(String),
+}
+
+pub(super) fn operator_to_shadow(
+    shadow: &Shadow,
+    operator: &Dir,
+    op: &RepoState,
+    agreed: &mut Agreed,
+    report: &mut GuardReport,
+) -> std::io::Result<()> {
+    let sh = read_state(shadow.dir());
+    let names: BTreeSet<String> = op.refs.keys().chain(agreed.refs.keys()).cloned().collect();
+    for name in names {
+        let (o, base, s) = (
+            op.refs.get(&name),
+            agreed.refs.get(&name).cloned(),
+            sh.refs.get(&name),
+        );
+        if o == base.as_ref() {
+            continue;
+        }
+        if s == base.as_ref() {
+            shadow.set_ref(&name, o)?;
+        } else if s != o {
+            report.info(format!(
+                "`{name}` moved both on the host and in the sandbox since cordon last synced \
+                 them: the sandbox keeps its own value; reconcile them by hand (e.g. fetch the \
+                 sandbox's commit under another branch name)"
+            ));
+            continue;
+        }
+        match o {
+            Some(oid) => agreed.refs.insert(name, oid.clone()),
+            None => agreed.refs.remove(&name),
+        };
+    }
+    if op.head != agreed.head {
+        if sh.head == agreed.head {
+            shadow.set_head(&op.head)?;
+            agreed.head = op.head.clone();
+        } else if sh.head == op.head {
+            agreed.head = op.head.clone();
+        }
+    }
+    if op.index != agreed.operator_index {
+        let sh_index = read_state(shadow.dir()).index;
+        if sh_index == agreed.shadow_index {
+            shadow.copy_index(operator)?;
+            agreed.shadow_index = read_state(shadow.dir()).index;
+        }
+        agreed.operator_index = op.index.clone();
+    }
+    agreed.operator_seen = Some(op.clone());
+    agreed.shadow_seen = None;
+    Ok(())
+}
+
+/// A ref the shadow moved since the agreement: (name, agreed value, shadow's value).
+type Move = (String, Option<Oid>, Option<Oid>);
+
+pub(super) fn shadow_to_operator(
+    git: &GitShadow,
+    sh: &RepoState,
+    agreed: &mut Agreed,
+    confined: &dyn ConfinedGit,
+    report: &mut GuardReport,
+) {
+    if !sh.unreadable.is_empty() {
+        report.refuse(format!(
+            "the sandbox's git repository holds entries git does not write, so cordon imported \
+             nothing into the operator's repository: {}; remove them inside the sandbox \
+             (e.g. `rm .git/<path>`) and run git again",
+            sh.unreadable.join("; ")
+        ));
+        return;
+    }
+    if !sh.replace.is_empty() {
+        report.refuse(format!(
+            "the sandbox's repository has replace refs ({}), which change what `git show` and \
+             `git log -p` display; cordon never imports them and imported nothing; remove \
+             them with `git replace -d <object>`",
+            sh.replace.iter().cloned().collect::<Vec<_>>().join(", ")
+        ));
+        return;
+    }
+    let moves: Vec<Move> = sh
+        .refs
+        .keys()
+        .chain(agreed.refs.keys())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .filter_map(|name| {
+            let (base, s) = (agreed.refs.get(name), sh.refs.get(name));
+            (base != s).then(|| (name.clone(), base.cloned(), s.cloned()))
+        })
+        .collect();
+    let head_moved = sh.head != agreed.head && sh.head != Head::Absent;
+    let index_moved = sh.index != agreed.shadow_index && sh.index.is_some();
+    if moves.is_empty() && !head_moved && !index_moved {
+        return;
+    }
+    match import(
+        git,
+        sh,
+        &moves,
+        head_moved,
+        index_moved,
+        agreed,
+        confined,
+        report,
+    ) {
+        Ok(()) => {}
+        Err(e) => report.refuse(format!(
+            "cordon did not import this call's git changes into the operator's repository, \
+             which is unchanged: {e}"
+        )),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn import(
+    git: &GitShadow,
+    sh: &RepoState,
+    moves: &[Move],
+    head_moved: bool,
+    index_moved: bool,
+    agreed: &mut Agreed,
+    confined: &dyn ConfinedGit,
+    report: &mut GuardReport,
+) -> Result<(), Refusal> {
+    let ws = git.workspace.as_path();
+    let gitdir = ws.join(".git");
+    if super::operator_gitdir(&git.root).is_none() {
+        create_repository(&gitdir, ws, sh)?;
+    }
+    let operator = super::operator_gitdir(&git.root)
+        .ok_or_else(|| Refusal::Plain("the operator's `.git` is not a directory".into()))?;
+    let op = read_state(&operator);
+    // A ref the operator moved too is theirs: not imported, reported.
+    let mut updates: Vec<&Move> = Vec::new();
+    for m in moves {
+        let (name, base, _) = m;
+        if op.refs.get(name) != base.as_ref() {
+            report.info(format!(
+                "`{name}` moved both on the host and in the sandbox: cordon did not import the \
+                 sandbox's value; reconcile them by hand"
+            ));
+        } else {
+            updates.push(m);
+        }
+    }
+    let head_update = head_moved && op.head == agreed.head;
+    let index_update = index_moved && op.index == agreed.operator_index;
+    if index_moved && !index_update {
+        report.info(
+            "the operator's index changed on the host while the sandbox's did too: cordon \
+             kept the operator's (the sandbox's staged changes are not on the host)"
+                .into(),
+        );
+    }
+    let mut wanted: Vec<(Oid, &str)> = updates
+        .iter()
+        .filter_map(|(name, _, new)| {
+            let kind = if name.starts_with("refs/tags/") {
+                "tag"
+            } else {
+                "commit"
+            };
+            new.clone().map(|n| (n, kind))
+        })
+        .collect();
+    if head_update && let Head::Detached(oid) = &sh.head {
+        wanted.push((oid.clone(), "commit"));
+    }
+    let present = types(&gitdir, ws, wanted.iter().map(|(o, _)| o))?;
+    let missing: Vec<&Oid> = wanted
+        .iter()
+        .map(|(o, _)| o)
+        .filter(|o| !present.iter().any(|(p, t)| p == *o && t != "missing"))
+        .collect();
+    let tips: BTreeSet<&Oid> = op.refs.values().collect();
+    let mut tree = None;
+    if !missing.is_empty() || index_update {
+        tree = export(&gitdir, ws, &missing, &tips, index_update, confined)?;
+    }
+    // Every tip of the right type, everything it reaches present.
+    let mut check: Vec<&Oid> = wanted.iter().map(|(o, _)| o).collect();
+    check.extend(tree.iter());
+    let found = types(&gitdir, ws, check.iter().copied())?;
+    for (oid, kind) in &wanted {
+        let t = found
+            .iter()
+            .find(|(o, _)| o == oid)
+            .map(|(_, t)| t.as_str());
+        let fits = match *kind {
+            "tag" => matches!(t, Some("commit" | "tag")),
+            _ => t == Some("commit"),
+        };
+        if !fits {
+            return Err(Refusal::Plain(format!(
+                "object {oid} is {} where a {kind} is needed",
+                t.unwrap_or("absent")
+            )));
+        }
+    }
+    if let Some(tree) = &tree
+        && !found.iter().any(|(o, t)| o == tree && t == "tree")
+    {
+        return Err(Refusal::Plain(format!(
+            "the index's tree {tree} did not arrive"
+        )));
+    }
+    if !check.is_empty() {
+        let mut cmd = host::command(&gitdir, ws);
+        cmd.args(["rev-list", "--objects", "--quiet"])
+            .args(check.iter().map(|o| o.as_str()))
+            .args(["--not", "--all"]);
+        host::run(cmd, "rev-list --objects", None)?;
+    }
+    // No new gitlink, in the new commits nor in the index.
+    let commits: Vec<&Oid> = wanted
+        .iter()
+        .filter(|(_, k)| *k == "commit")
+        .map(|(o, _)| o)
+        .collect();
+    if !commits.is_empty() {
+        let mut cmd = host::command(&gitdir, ws);
+        cmd.args([
+            "log",
+            "--raw",
+            "-r",
+            "-z",
+            "--no-renames",
+            "--no-abbrev",
+            "--root",
+            "--diff-merges=first-parent",
+            "--format=",
+        ])
+        .args(commits.iter().map(|o| o.as_str()))
+        .args(["--not", "--all"]);
+        let raw = host::run(cmd, "log --raw", None)?;
+        if let Some(path) = new_gitlink(&raw) {
+            return Err(gitlink_refusal(&path));
+        }
+    }
+    let mut old_index_tree = None;
+    if let Some(tree) = &tree {
+        let before = if operator.symlink_metadata("index").is_ok() {
+            let mut cmd = host::command(&gitdir, ws);
+            cmd.arg("write-tree");
+            let out = host::run(cmd, "write-tree", None)?;
+            Some(String::from_utf8_lossy(&out).trim().to_owned())
+        } else {
+            None
+        };
+        let empty = empty_tree(tree);
+        let mut cmd = host::command(&gitdir, ws);
+        cmd.args([
+            "diff-tree",
+            "-r",
+            "-z",
+            "--raw",
+            "--no-renames",
+            "--no-abbrev",
+        ])
+        .arg(before.as_deref().unwrap_or(empty))
+        .arg(tree);
+        let raw = host::run(cmd, "diff-tree", None)?;
+        if let Some(path) = new_gitlink(&raw) {
+            return Err(gitlink_refusal(&path));
+        }
+        old_index_tree = before;
+    }
+    // Everything checked: move the refs in one transaction, then HEAD, then the index.
+    if !updates.is_empty() {
+        let zero = "0".repeat(
+            updates[0]
+                .2
+                .as_ref()
+                .or(updates[0].1.as_ref())
+                .map_or(40, |o| o.len()),
+        );
+        let mut script = String::from("start\n");
+        for (name, base, new) in &updates {
+            let old = base.as_deref().unwrap_or(&zero);
+            match new {
+                Some(new) => script.push_str(&format!("update {name} {new} {old}\n")),
+                None => script.push_str(&format!("delete {name} {old}\n")),
+            }
+        }
+        script.push_str("commit\n");
+        let mut cmd = host::command(&gitdir, ws);
+        cmd.args([
+            "update-ref",
+            "-m",
+            "cordon: imported from the sandbox",
+            "--stdin",
+        ]);
+        host::run(cmd, "update-ref", Some(script.as_bytes()))?;
+        for (name, _, new) in &updates {
+            match new {
+                Some(new) => agreed.refs.insert(name.clone(), new.clone()),
+                None => agreed.refs.remove(name),
+            };
+        }
+    }
+    if head_update {
+        let mut cmd = host::command(&gitdir, ws);
+        match &sh.head {
+            Head::Branch(name) => cmd.args(["symbolic-ref", "HEAD", name]),
+            Head::Detached(oid) => cmd.args(["update-ref", "--no-deref", "HEAD", oid]),
+            Head::Absent => unreachable!("head_moved excludes an absent HEAD"),
+        };
+        host::run(cmd, "set HEAD", None)?;
+        agreed.head = sh.head.clone();
+    }
+    if let Some(tree) = &tree {
+        write_index(&operator, &gitdir, ws, tree, old_index_tree.is_some())?;
+        agreed.shadow_index = sh.index.clone();
+        agreed.operator_index = read_state(&operator).index;
+    }
+    agreed.operator_seen = None;
+    Ok(())
+}
+
+fn gitlink_refusal(path: &str) -> Refusal {
+    Refusal::Plain(format!(
+        "`{path}` became a gitlink (a submodule entry): the operator's git would enter \
+         that directory and read its repository's configuration, which a call wrote; \
+         remove it (`git rm --cached {path}`) or ask the operator to add the submodule on \
+         the host"
+    ))
+}
+
+/// The first path of `git … --raw -z` output whose new mode is a gitlink where the old one
+/// was not (a gitlink the operator already had may move to another commit).
+fn new_gitlink(raw: &[u8]) -> Option<String> {
+    let mut fields = raw.split(|b| *b == 0).filter(|f| !f.is_empty());
+    while let Some(meta) = fields.next() {
+        let meta = String::from_utf8_lossy(meta);
+        let Some(meta) = meta.strip_prefix(':') else {
+            continue;
+        };
+        let path = fields
+            .next()
+            .map(|p| String::from_utf8_lossy(p).into_owned())?;
+        let mut parts = meta.split(' ');
+        let (old, new) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        if new == GITLINK && old != GITLINK {
+            return Some(path);
+        }
+    }
+    None
+}
+
+fn empty_tree(like: &str) -> &'static str {
+    if like.len() == 64 {
+        "6ef19b41225c5369f1c104d45d8d85efa9b057b53b14b4b9b939dd74decc5321"
+    } else {
+        "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+    }
+}
+
+/// `git cat-file --batch-check` for `oids`: (name, type or "missing").
+fn types<'a>(
+    gitdir: &Path,
+    ws: &Path,
+    oids: impl Iterator<Item = &'a Oid>,
+) -> Result<Vec<(Oid, String)>, Refusal> {
+    let mut input = String::new();
+    for oid in oids {
+        if !is_oid(oid) {
+            return Err(Refusal::Plain(format!("`{oid}` is not an object name")));
+        }
+        input.push_str(oid);
+        input.push('\n');
+    }
+    if input.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut cmd = host::command(gitdir, ws);
+    cmd.args(["cat-file", "--batch-check=%(objectname) %(objecttype)"]);
+    let out = host::run(cmd, "cat-file --batch-check", Some(input.as_bytes()))?;
+    Ok(String::from_utf8_lossy(&out)
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(o, t)| (o.to_owned(), t.to_owned()))
+        .collect())
+}
+
+/// Packs `missing` (and, with `index`, the tree of the shadow's index, whose name it returns)
+/// confined, into the host's `git index-pack --strict`.
+fn export(
+    gitdir: &Path,
+    ws: &Path,
+    missing: &[&Oid],
+    tips: &BTreeSet<&Oid>,
+    index: bool,
+    confined: &dyn ConfinedGit,
+) -> Result<Option<Oid>, Refusal> {
+    let mut input = String::new();
+    for oid in missing {
+        input.push_str(oid);
+        input.push('\n');
+    }
+    input.push_str("--not\n");
+    for oid in tips {
+        input.push_str(oid);
+        input.push('\n');
+    }
+    // The shadow's own config still applies (confined); only what would make the export
+    // itself slow or noisy is turned off.
+    let pack = "git -c core.fsmonitor=false pack-objects --revs --stdout --thin -q";
+    let script = if index {
+        // On a copy of the index: `write-tree` would rewrite the index itself (its cache
+        // tree), and the next check would take that for a change of the call's.
+        format!(
+            "cp .git/index /tmp/.cordon-export-index && t=$(GIT_INDEX_FILE=/tmp/.cordon-export-index git -c core.fsmonitor=false write-tree) || exit 3; echo \"$t\" >&3; {{ echo \"$t\"; cat; }} | {pack}"
+        )
+    } else {
+        pack.to_owned()
+    };
+    let (pack_read, pack_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| Refusal::Plain(format!("pipe: {e}")))?;
+    let (side_read, side_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| Refusal::Plain(format!("pipe: {e}")))?;
+    let mut cmd = host::command(gitdir, ws);
+    cmd.args(["index-pack", "--stdin", "--fix-thin", "--strict"])
+        .stdin(std::process::Stdio::from(pack_read));
+    let receiver = cmd
+        .spawn()
+        .map_err(|e| Refusal::Plain(format!("cannot start `git index-pack`: {e}")))?;
+    let status = confined.run_confined(&script, input.as_bytes(), pack_write, side_write);
+    let mut side = String::new();
+    let _ = std::fs::File::from(side_read)
+        .take(256)
+        .read_to_string(&mut side);
+    let received = host::wait(receiver, "index-pack --strict");
+    match status {
+        Ok(0) => {}
+        Ok(3) => {
+            return Err(Refusal::Plain(
+                "the sandbox's index has unresolved conflicts (`git write-tree` failed); \
+                 resolve or reset them"
+                    .into(),
+            ));
+        }
+        Ok(code) => {
+            return Err(Refusal::Plain(format!(
+                "packing the sandbox's objects failed (exit {code})"
+            )));
+        }
+        Err(e) => {
+            return Err(Refusal::Plain(format!(
+                "the confined export did not run: {e}"
+            )));
+        }
+    }
+    received?;
+    if !index {
+        return Ok(None);
+    }
+    let tree = side.trim().to_owned();
+    if !is_oid(&tree) {
+        return Err(Refusal::Plain("the sandbox's index gave no tree".into()));
+    }
+    Ok(Some(tree))
+}
+
+/// Makes the operator's repository for one a call created (no `.git` when the view was
+/// built): git's own `init` with no template (no hooks, no `info/`), the same object format.
+fn create_repository(gitdir: &Path, ws: &Path, sh: &RepoState) -> Result<(), Refusal> {
+    let sha256 = sh.refs.values().any(|o| o.len() == 64)
+        || matches!(&sh.head, Head::Detached(o) if o.len() == 64);
+    let mut cmd = host::command(gitdir, ws);
+    cmd.args(["init", "-q", "--template="]);
+    if sha256 {
+        cmd.arg("--object-format=sha256");
+    }
+    host::run(cmd, "init", None)?;
+    Ok(())
+}
+
+/// Writes the operator's index from `tree`: `git read-tree -m` into a copy (keeping the stat
+/// data of unchanged entries) under a random name, renamed over `index` while cordon holds
+/// git's `index.lock`.
+fn write_index(
+    operator: &Dir,
+    gitdir: &Path,
+    ws: &Path,
+    tree: &str,
+    had_index: bool,
+) -> Result<(), Refusal> {
+    let io = |what: &str, e: std::io::Error| Refusal::Plain(format!("{what}: {e}"));
+    let lock = operator
+        .open_with(
+            "index.lock",
+            cap_std::fs::OpenOptions::new().write(true).create_new(true),
+        )
+        .map_err(|e| {
+            io(
+                "the operator's index is locked by a git running on the host (retry)",
+                e,
+            )
+        })?;
+    let result = (|| {
+        let staged = tempfile::Builder::new()
+            .prefix("cordon-index-")
+            .tempfile_in(gitdir)
+            .map_err(|e| io("a new index", e))?;
+        if had_index {
+            let bytes = super::shadow::read_bounded(operator, "index", 1 << 30)
+                .map_err(|e| io("the operator's index", e))?
+                .unwrap_or_default();
+            std::fs::write(staged.path(), bytes).map_err(|e| io("a new index", e))?;
+        }
+        let mut cmd = host::command(gitdir, ws);
+        cmd.env("GIT_INDEX_FILE", staged.path()).arg("read-tree");
+        if had_index {
+            // A one-tree merge that keeps the stat data of unchanged entries; `-i`: the work
+            // tree is not consulted (the entries come from the tree, never from the files).
+            cmd.args(["-m", "-i"]);
+        }
+        cmd.arg(tree);
+        host::run(cmd, "read-tree", None)?;
+        staged
+            .persist(gitdir.join("index"))
+            .map_err(|e| io("renaming the new index into place", e.error))?;
+        Ok(())
+    })();
+    drop(lock);
+    let _ = operator.remove_file("index.lock");
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_gitlink_where_there_was_none_is_new() {
+        let z = |s: &str| s.replace('|', "\0").into_bytes();
+        let added = z(":000000 160000 0000 abcd A|sub|");
+        assert_eq!(new_gitlink(&added).as_deref(), Some("sub"));
+        let moved = z(":160000 160000 abcd ef01 M|sub|:100644 100644 1 2 M|f|");
+        assert_eq!(new_gitlink(&moved), None);
+        let file_to_link = z(":100644 100644 1 2 M|a|:100644 160000 1 2 T|b|");
+        assert_eq!(new_gitlink(&file_to_link).as_deref(), Some("b"));
+    }
+}
