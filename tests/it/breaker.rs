@@ -630,3 +630,54 @@ fn breaker_over_http_asks_the_operator_and_the_clients_user() {
     );
     assert!(!setup.ws().join("second").exists());
 }
+
+/// Refusals no person could lift (a path outside the workspace, a protected path) are counted
+/// by what refused them too; the breaker then only tells the agent to stop, and a path escape
+/// keeps its own kind.
+#[cordon_test::test]
+fn breaker_counts_path_escapes_and_protected_writes_and_only_says_stop() {
+    let test = "breaker_counts_path_escapes_and_protected_writes_and_only_says_stop";
+    if skip(test, Need::LandlockSeccomp) {
+        return;
+    }
+    let setup = Setup::new();
+    // With elicitation declared: nobody is asked about what no answer could lift.
+    let mut server = setup.serve("", json!({"elicitation": {"form": {}}}));
+    let escapes = ["../escape.txt", "../../escape.txt", "/etc/escape.txt"];
+    for path in escapes {
+        let r = server.call("write_file", json!({"path": path, "content": "x"}));
+        assert_eq!(structured(&r)["error"]["kind"], "path_escape", "{r}");
+        assert!(structured(&r).get("breaker").is_none(), "{r}");
+    }
+    let fourth = server.call(
+        "write_file",
+        json!({"path": "../x/escape.txt", "content": "x"}),
+    );
+    let content = structured(&fourth);
+    assert_eq!(content["error"]["kind"], "path_escape", "{fourth}");
+    assert_eq!(content["error"]["retriable"], false, "{fourth}");
+    assert_eq!(content["breaker"]["group"], "path_escape", "{fourth}");
+    assert_eq!(content["breaker"]["count"], 4, "{fourth}");
+    assert!(
+        text(&fourth).starts_with("error [path_escape]: refused again"),
+        "{fourth}"
+    );
+    for _ in 0..3 {
+        let r = server.call("write_file", json!({"path": ".cordon/x", "content": "x"}));
+        assert_eq!(structured(&r)["error"]["kind"], "denied", "{r}");
+        assert!(structured(&r).get("breaker").is_none(), "{r}");
+    }
+    let protected = server.call("write_file", json!({"path": ".cordon/y", "content": "x"}));
+    let group = structured(&protected)["breaker"]["group"]
+        .as_str()
+        .unwrap_or("");
+    assert!(group.starts_with("protected:"), "{protected}");
+    assert_eq!(structured(&protected)["breaker"]["count"], 4, "{protected}");
+    assert!(
+        server
+            .server_request("elicitation/create", Duration::from_millis(300))
+            .is_none(),
+        "nobody is asked about what no answer could lift"
+    );
+    assert!(!setup.root.path().join("escape.txt").exists());
+}
