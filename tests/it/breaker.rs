@@ -681,3 +681,83 @@ fn breaker_counts_path_escapes_and_protected_writes_and_only_says_stop() {
     );
     assert!(!setup.root.path().join("escape.txt").exists());
 }
+
+/// Kernel-reported denials count by the path the kernel named, whichever program asked.
+#[cordon_test::test]
+fn breaker_counts_kernel_denials_of_one_path_whatever_reads_it() {
+    let test = "breaker_counts_kernel_denials_of_one_path_whatever_reads_it";
+    if skip(test, Need::LandlockSeccomp) {
+        return;
+    }
+    use cordon::confine::audit::Availability;
+    if let Availability::Unavailable { reason } = cordon::confine::audit::probe() {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("{test} cannot run in CI: kernel-reported denials unavailable: {reason}");
+        }
+        eprintln!("SKIPPED {test}: kernel-reported denials unavailable: {reason}");
+        crate::runner::mark_skipped(&format!("kernel-reported denials unavailable: {reason}"));
+        return;
+    }
+    let setup = Setup::new();
+    let mut server = setup.serve(NOBODY, json!({}));
+    let group = "kernel:filesystem.deny:/etc/shadow";
+    for command in [
+        "cat /etc/shadow",
+        "head -c 1 /etc/shadow",
+        "tail -n 1 /etc/shadow",
+    ] {
+        let r = server.call("shell_exec", shell(command));
+        assert_eq!(r["isError"], true, "{r}");
+        assert!(structured(&r).get("breaker").is_none(), "{command}: {r}");
+    }
+    let fourth = server.call("shell_exec", shell("dd if=/etc/shadow of=/dev/null"));
+    assert_eq!(structured(&fourth)["breaker"]["group"], group, "{fourth}");
+    assert_eq!(structured(&fourth)["breaker"]["count"], 4, "{fourth}");
+    assert_eq!(structured(&fourth)["error"]["retriable"], false, "{fourth}");
+}
+
+/// Connections the egress proxy refuses count by host, whatever tool or URL asked.
+#[cordon_test::test]
+fn breaker_counts_proxy_refusals_of_one_host() {
+    let test = "breaker_counts_proxy_refusals_of_one_host";
+    if skip(test, Need::Namespaces) {
+        return;
+    }
+    if which("curl").is_none() {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("{test} cannot run in CI: curl is missing");
+        }
+        crate::common::skip_msg(test, "curl is missing; to run it: apt-get install curl");
+        return;
+    }
+    let setup = Setup::new();
+    let proxy = "[sandbox]\nseccomp_profile = \"tcp\"\n[network]\nproxy = true\n\
+                 allow_hosts = [\"allowed.invalid\"]\n";
+    let mut server = setup.serve(&format!("{NOBODY}{proxy}"), json!({}));
+    for url in [
+        "https://blocked.invalid/",
+        "https://blocked.invalid/other",
+        "http://blocked.invalid/x",
+    ] {
+        let r = server.call("shell_exec", shell(&format!("curl -sS -m 10 {url}")));
+        assert!(structured(&r).get("breaker").is_none(), "{url}: {r}");
+    }
+    let fourth = server.call(
+        "shell_exec",
+        shell("curl -sS -m 10 https://blocked.invalid:443/y"),
+    );
+    assert_eq!(
+        structured(&fourth)["breaker"]["group"],
+        "host:blocked.invalid",
+        "{fourth}"
+    );
+    assert_eq!(structured(&fourth)["breaker"]["count"], 4, "{fourth}");
+}
+
+fn which(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join(program))
+            .find(|p| p.is_file())
+    })
+}
