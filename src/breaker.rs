@@ -28,6 +28,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 /// Groups tracked per session at most; the one refused longest ago is forgotten first.
 const MAX_GROUPS: usize = 256;
+/// Refusals of the window remembered per session at most (the count saturates there).
+const MAX_WINDOW_KEPT: usize = 10_000;
 
 /// What refused a call: the unit the breaker counts.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -279,7 +281,8 @@ impl Breaker {
         let wall = SystemTime::now();
         if self.policy.window_refusals > 0 {
             state.window.push_back((now, wall));
-            while state.window.len() > self.policy.window_refusals as usize {
+            // Kept past the threshold, so a result counts every refusal of the window.
+            while state.window.len() > MAX_WINDOW_KEPT {
                 state.window.pop_front();
             }
         }
@@ -482,13 +485,19 @@ mod tests {
             b.record("shell_exec", &rule(name), t + Duration::from_secs(i as u64));
         }
         let fourth = b.record("write_file", &Group::PathEscape, t + Duration::from_secs(3));
+        let fifth = b.record("write_file", &Group::PathEscape, t + Duration::from_secs(3));
+        assert_eq!(
+            fifth.tripped.map(|t| t.count),
+            Some(5),
+            "every refusal counts"
+        );
         assert_eq!(
             fourth.newly.map(|t| (t.count, t.cause)),
             Some((4, Cause::Window))
         );
         assert!(b.tripped(&rule("z"), t + Duration::from_secs(4)).is_some());
-        // 60 s after the first, it has left the window.
-        assert_eq!(b.tripped(&rule("z"), t + Duration::from_secs(60)), None);
+        // 60 s after the third, the first three have left the window; two are too few.
+        assert_eq!(b.tripped(&rule("z"), t + Duration::from_secs(62)), None);
     }
 
     #[test]

@@ -761,3 +761,33 @@ fn which(program: &str) -> Option<PathBuf> {
             .find(|p| p.is_file())
     })
 }
+
+/// The window trigger: refusals of different groups add up, and the next refusal of any group
+/// meets the tripped breaker.
+#[cordon_test::test]
+fn breaker_window_trips_on_refusals_of_any_group() {
+    let test = "breaker_window_trips_on_refusals_of_any_group";
+    if skip(test, Need::LandlockSeccomp) {
+        return;
+    }
+    let setup = Setup::new();
+    let mut server = setup.serve(
+        &format!("{NOBODY}[breaker]\nconsecutive = 0\nwindow_refusals = 3\nwindow_secs = 600\n"),
+        json!({}),
+    );
+    for command in ["touch marker", "touch second", "rm -rf ~"] {
+        assert_plain_deny(&server.call("shell_exec", shell(command)), command);
+    }
+    let escape = server.call("read_file", json!({"path": "../notes.txt"}));
+    let content = structured(&escape);
+    assert_eq!(content["error"]["kind"], "path_escape", "{escape}");
+    assert_eq!(content["breaker"]["group"], "path_escape", "{escape}");
+    assert_eq!(content["breaker"]["count"], 4, "{escape}");
+    assert!(
+        content["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("4 calls of this session were refused"),
+        "{escape}"
+    );
+}
