@@ -67,6 +67,7 @@
 #![deny(unsafe_code)]
 
 pub mod audit;
+pub mod breaker;
 pub mod cli;
 pub mod clock;
 // The confinement code is the one place that talks to the kernel directly (fork, mount,

@@ -39,6 +39,16 @@ struct LayerLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CauseLabels {
+    cause: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AnswerLabels {
+    answer: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DirectionLabels {
     direction: &'static str,
 }
@@ -79,6 +89,9 @@ struct Metrics {
     egress_bytes: Family<DirectionLabels, Counter>,
     egress_refusals: Counter,
     parser_restarts: Counter,
+    breaker_trips: Family<CauseLabels, Counter>,
+    breaker_refusals: Counter,
+    breaker_answers: Family<AnswerLabels, Counter>,
 }
 
 fn duration_histogram() -> Histogram {
@@ -99,6 +112,9 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         egress_bytes: Family::default(),
         egress_refusals: Counter::default(),
         parser_restarts: Counter::default(),
+        breaker_trips: Family::default(),
+        breaker_refusals: Counter::default(),
+        breaker_answers: Family::default(),
         registry: Registry::default(),
     };
     registry.register(
@@ -147,6 +163,22 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "parser_worker_restarts",
         "Times the confined parser worker was replaced (crashed, hung, hit a limit)",
         m.parser_restarts.clone(),
+    );
+    registry.register(
+        "breaker_trips",
+        "Circuit breaker trips by cause (consecutive: one group's run, window: refusals of any \
+         group within the window)",
+        m.breaker_trips.clone(),
+    );
+    registry.register(
+        "breaker_refusals",
+        "Refusals answered with the circuit breaker's message instead of a plain deny",
+        m.breaker_refusals.clone(),
+    );
+    registry.register(
+        "breaker_answers",
+        "People's answers to a tripped circuit breaker (allow_once, allow_session, keep_refusing)",
+        m.breaker_answers.clone(),
     );
     Metrics { registry, ..m }
 });
@@ -238,6 +270,27 @@ pub fn parser_worker_restarted() {
     METRICS.parser_restarts.inc();
 }
 
+/// The circuit breaker tripped; `cause` is `consecutive`, `window` or `kept`.
+pub fn breaker_tripped(cause: &'static str) {
+    METRICS
+        .breaker_trips
+        .get_or_create(&CauseLabels { cause })
+        .inc();
+}
+
+/// A refusal was answered with the circuit breaker's message.
+pub fn breaker_refusal() {
+    METRICS.breaker_refusals.inc();
+}
+
+/// A person answered a tripped breaker: `allow_once`, `allow_session` or `keep_refusing`.
+pub fn breaker_answered(answer: &'static str) {
+    METRICS
+        .breaker_answers
+        .get_or_create(&AnswerLabels { answer })
+        .inc();
+}
+
 /// The exposition text.
 pub fn render() -> String {
     let mut out = String::new();
@@ -270,6 +323,17 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("cordon_jobs_active 1"), "{text}");
+        breaker_tripped("consecutive");
+        breaker_answered("keep_refusing");
+        breaker_refusal();
+        let after = render();
+        for needle in [
+            "cordon_breaker_trips_total{cause=\"consecutive\"} 1",
+            "cordon_breaker_answers_total{answer=\"keep_refusing\"} 1",
+            "cordon_breaker_refusals_total 1",
+        ] {
+            assert!(after.contains(needle), "{needle}: {after}");
+        }
         drop(guard);
         assert!(render().contains("cordon_jobs_active 0"));
         assert!(text.ends_with("# EOF\n"), "{text}");

@@ -286,6 +286,16 @@ impl Runtime {
     /// A failed write as a tool error; a refusal by the policy's write rules names the
     /// policy setting to change (`policy::explain`).
     pub fn write_error(&self, e: &PathError) -> ToolError {
+        // The circuit breaker counts a write rule's refusal by what refused it.
+        match e {
+            PathError::Protected { entry, .. } => {
+                crate::breaker::report_write(crate::breaker::Group::Protected(entry.clone()));
+            }
+            PathError::NotWritable { .. } => {
+                crate::breaker::report_write(crate::breaker::Group::ReadOnlyWorkspace);
+            }
+            _ => {}
+        }
         match crate::policy::explain::write_refusal(&self.policy, e) {
             Some(message) => ToolError::new(ErrorKind::Denied, message),
             None => ToolError::from(e),

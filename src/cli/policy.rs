@@ -80,6 +80,7 @@ pub fn check(policy: &Policy) -> Result<String, PolicyCliError> {
         check_interception(&mut out, rules);
     }
     check_jobs(&mut out, &policy.jobs);
+    let _ = writeln!(out, "  breaker: {}", breaker_summary(&policy.breaker));
     let fs = &policy.filesystem;
     for p in fs.read_exec.iter().chain(&fs.read_write).chain(&fs.devices) {
         if !p.exists() {
@@ -204,6 +205,7 @@ pub fn explain(policy: &Policy) -> String {
     explain_commands(&mut o, policy);
     explain_interpreter(&mut o, policy);
     explain_jobs(&mut o, policy, &plans.confine);
+    explain_breaker(&mut o, policy);
     explain_http(&mut o, policy);
     explain_kernel(&mut o, &kernel);
     o
@@ -409,6 +411,88 @@ fn explain_commands(o: &mut String, policy: &Policy) {
         decision(&policy.commands.on_unknown)
     );
     let _ = writeln!(o, "  {}", approval_channels(policy));
+}
+
+/// `[breaker]` in one line: what trips it and what happens then.
+fn breaker_summary(b: &crate::policy::breaker::BreakerPolicy) -> String {
+    if !b.enabled() {
+        return "off (`consecutive = 0` and `window_refusals = 0`): every refusal is answered \
+                on its own"
+            .into();
+    }
+    let mut triggers = Vec::new();
+    if b.consecutive > 0 {
+        triggers.push(format!(
+            "{} refusals of one group in a row (the same command rule, protected path, host, \
+             kernel-denied path, …; no successful call of the same tool between)",
+            b.consecutive
+        ));
+    }
+    if b.window_refusals > 0 {
+        triggers.push(format!(
+            "{} refusals of any group within {}s",
+            b.window_refusals,
+            b.window.as_secs()
+        ));
+    }
+    format!(
+        "trips after {}; a run ends {}s after its last refusal",
+        triggers.join(", or "),
+        b.window.as_secs()
+    )
+}
+
+/// `[breaker]`: when repeated refusals are handed to a person.
+fn explain_breaker(o: &mut String, policy: &Policy) {
+    let b = &policy.breaker;
+    let _ = writeln!(o, "\nCircuit breaker for repeated refusals");
+    let _ = writeln!(o, "  {}.", capitalise(&breaker_summary(b)));
+    if !b.enabled() {
+        return;
+    }
+    let then = if b.ask {
+        format!(
+            "the next refusal of a command rule goes to a person ({}), who may allow it once, \
+             allow it for this session or keep refusing it (a \"keep refusing\" holds for the \
+             session); other refusals, and any when nobody can be asked, are answered with \
+             `error.kind = \"denied\"`, `retriable: false`, a `breaker` field and a message \
+             telling the agent to stop and ask its user",
+            channel_names(policy)
+        )
+    } else {
+        "nobody is asked (`ask = false`): the next refusal is answered with `error.kind = \
+         \"denied\"`, `retriable: false`, a `breaker` field and a message telling the agent to \
+         stop and ask its user"
+            .into()
+    };
+    let _ = writeln!(o, "  Once tripped, {then}.");
+    let _ = writeln!(
+        o,
+        "  A successful call of the same tool, a person's answer or the window's end resets it; \
+         nothing a model sends changes these numbers."
+    );
+}
+
+fn channel_names(policy: &Policy) -> String {
+    use crate::policy::ApprovalChannel;
+    policy
+        .server
+        .approvals
+        .iter()
+        .map(|c| match c {
+            ApprovalChannel::Elicitation => "the client's user through elicitation",
+            ApprovalChannel::Operator => "the operator through `cordon approvals`",
+        })
+        .collect::<Vec<_>>()
+        .join(", else ")
+}
+
+fn capitalise(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    }
 }
 
 /// `code_interpreter` sessions and their bounds.
@@ -981,5 +1065,28 @@ mod tests {
             line.contains("`cordon approve ID`") && !line.contains("client's user"),
             "{line}"
         );
+    }
+
+    #[test]
+    fn explain_and_show_say_what_trips_the_breaker() {
+        let mut policy = Policy::builtin_default();
+        let text = explain(&policy);
+        assert!(
+            text.contains("Circuit breaker for repeated refusals")
+                && text.contains("3 refusals of one group in a row")
+                && text.contains("10 refusals of any group within 300s")
+                && text.contains("allow it once"),
+            "{text}"
+        );
+        let shown = show(&policy, false).unwrap();
+        assert!(
+            shown.contains("[breaker]") && shown.contains("consecutive = 3"),
+            "{shown}"
+        );
+        policy.breaker.ask = false;
+        assert!(explain(&policy).contains("nobody is asked (`ask = false`)"));
+        policy.breaker.consecutive = 0;
+        policy.breaker.window_refusals = 0;
+        assert!(explain(&policy).contains("Off (`consecutive = 0`"));
     }
 }

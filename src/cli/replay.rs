@@ -91,6 +91,9 @@ pub struct Report {
     pub not_judged: Vec<NotJudged>,
     /// Changed calls by kind.
     pub summary: BTreeMap<&'static str, usize>,
+    /// Where the candidate's `[breaker]` would have tripped, replaying the candidate's
+    /// decisions per session (see [`breaker_trips`]).
+    pub breaker: Vec<BreakerTrip>,
 }
 
 /// One record as read: its line and fields.
@@ -215,7 +218,8 @@ pub async fn run(path: &Path, candidate: Option<&str>) -> Result<Report, ReplayE
                     .or_insert_with(|| recorded_policy(&named).and_then(|n| Policy::load(&n).ok()));
                 judge_egress(&policy, old.as_ref(), record)
             }
-            "read_file" | "code_interpreter" => Ok(None),
+            // The breaker's own records say what happened, not what a policy decides.
+            "read_file" | "code_interpreter" | "breaker" => Ok(None),
             other => Err(format!(
                 "`{}` is not a tool this replay knows",
                 crate::tools::echo_arg(other)
@@ -232,6 +236,7 @@ pub async fn run(path: &Path, candidate: Option<&str>) -> Result<Report, ReplayE
         }
     }
     not_judged.sort_by_key(|n| n.line);
+    let breaker = breaker_trips(&policy, &records, &analyses);
     let mut summary = BTreeMap::new();
     for c in &changed {
         *summary.entry(c.kind).or_insert(0) += 1;
@@ -243,6 +248,7 @@ pub async fn run(path: &Path, candidate: Option<&str>) -> Result<Report, ReplayE
         changed,
         not_judged,
         summary,
+        breaker,
     })
 }
 
@@ -606,6 +612,186 @@ fn judge_egress(
     }
 }
 
+/// One place the candidate's circuit breaker would have tripped.
+#[derive(Debug, Clone, Serialize)]
+pub struct BreakerTrip {
+    /// Line of the audit log (1-based) of the refusal that trips it.
+    pub line: usize,
+    pub time: String,
+    /// The session the record names (`stdio` when it names none).
+    pub session: String,
+    /// What refused it (`rule:NAME`, `path_escape`, `protected:…`, `denied:TOOL`).
+    pub group: String,
+    pub count: u32,
+    /// `consecutive` (one group's run) or `window` (refusals of any group).
+    pub cause: &'static str,
+    /// Later refusals in the session that would have met the tripped breaker (asked a person,
+    /// or been told to stop) until its run ended.
+    pub met: usize,
+}
+
+/// Replays the log's calls through the candidate's `[breaker]`, per session and in the log's
+/// time: a `shell_exec` the candidate's command rules deny is a refusal of that rule; a
+/// call the candidate allows but the log shows refused for another reason (a path escape, a
+/// write rule, a git refusal) keeps that refusal; a call that ended without an error is a
+/// success of its tool. A command the candidate allows that was denied when it was logged has
+/// no outcome to go by and counts as neither. No person's answer is replayed.
+fn breaker_trips(
+    policy: &Policy,
+    records: &[Record],
+    analyses: &BTreeMap<String, Result<Analysis, String>>,
+) -> Vec<BreakerTrip> {
+    use crate::breaker::{Breaker, Cause, Group};
+    if !policy.breaker.enabled() {
+        return Vec::new();
+    }
+    let start = std::time::Instant::now();
+    let first = records.iter().find_map(|r| log_millis(r.str("time")));
+    let mut sessions: BTreeMap<String, Breaker> = BTreeMap::new();
+    let mut trips: Vec<BreakerTrip> = Vec::new();
+    let mut open: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for record in records {
+        let tool: &'static str = match record.str("tool") {
+            "shell_exec" => "shell_exec",
+            "write_file" => "write_file",
+            "edit_file" => "edit_file",
+            "read_file" => "read_file",
+            "code_interpreter" => "code_interpreter",
+            _ => continue,
+        };
+        let Some(at) = log_millis(record.str("time")) else {
+            continue;
+        };
+        let now = start + std::time::Duration::from_millis(at.saturating_sub(first.unwrap_or(at)));
+        let session = record.value["session"]
+            .as_str()
+            .unwrap_or("stdio")
+            .to_owned();
+        let breaker = sessions
+            .entry(session.clone())
+            .or_insert_with(|| Breaker::new(policy.breaker.clone()));
+        let error = record.value["outcome"]["error"].as_str();
+        let old = record.str("decision");
+        let refused = match (tool, candidate_denial(policy, record, analyses)) {
+            (_, Some(rule)) => Some(Group::Rule(rule)),
+            ("shell_exec", None) if old.starts_with("deny:") => continue,
+            (_, None) => match error {
+                Some("path_escape") => Some(Group::PathEscape),
+                Some("denied") if tool == "write_file" || tool == "edit_file" => {
+                    let path = record.value["arguments"]["path"].as_str().unwrap_or("");
+                    let segments: Vec<&str> = path
+                        .split('/')
+                        .filter(|s| !s.is_empty() && *s != ".")
+                        .collect();
+                    write_refused(policy, &segments).map(|_| Group::Denied(tool))
+                }
+                Some("denied") => Some(Group::Denied(tool)),
+                _ => None,
+            },
+        };
+        let Some(group) = refused else {
+            if error.is_none() {
+                breaker.succeeded(tool);
+            }
+            continue;
+        };
+        let recorded = breaker.record(tool, &group, now);
+        if recorded.tripped.is_some()
+            && let Some(&i) = open.get(&(session.clone(), group.key()))
+        {
+            trips[i].met += 1;
+        }
+        if let Some(trip) = recorded.newly {
+            open.insert((session.clone(), group.key()), trips.len());
+            trips.push(BreakerTrip {
+                line: record.line,
+                time: record.str("time").to_owned(),
+                session,
+                group: group.key(),
+                count: trip.count,
+                cause: match trip.cause {
+                    Cause::Window => "window",
+                    _ => "consecutive",
+                },
+                met: 0,
+            });
+        }
+    }
+    trips
+}
+
+/// The command rule the candidate denies a logged `shell_exec` by, if it does.
+fn candidate_denial(
+    policy: &Policy,
+    record: &Record,
+    analyses: &BTreeMap<String, Result<Analysis, String>>,
+) -> Option<String> {
+    let command = record.value["arguments"]["command"].as_str()?;
+    if record.str("tool") != "shell_exec" || shortened(command) {
+        return None;
+    }
+    let analysed = match analyses.get(command) {
+        Some(Ok(analysis)) => Analysed::Done(analysis),
+        Some(Err(why)) => Analysed::Failed(why),
+        None => Analysed::NotNeeded,
+    };
+    let verdict = policy.decide(&Request::ShellExec {
+        command,
+        analysis: analysed,
+    });
+    match (verdict.decision, verdict.reason) {
+        (Decision::Deny, Some(reason)) => Some(reason.rule),
+        _ => None,
+    }
+}
+
+/// A log time (`YYYY-MM-DDTHH:MM:SS.mmmZ`, as the audit log writes it) in milliseconds since
+/// the epoch; None for anything else.
+fn log_millis(time: &str) -> Option<u64> {
+    let b = time.as_bytes();
+    if b.len() != 24 || b[4] != b'-' || b[10] != b'T' || b[19] != b'.' || b[23] != b'Z' {
+        return None;
+    }
+    let num = |from: usize, to: usize| time.get(from..to)?.parse::<u64>().ok();
+    let (y, m, d) = (num(0, 4)?, num(5, 7)?, num(8, 10)?);
+    let (hh, mm, ss, ms) = (num(11, 13)?, num(14, 16)?, num(17, 19)?, num(20, 23)?);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || y < 1970 {
+        return None;
+    }
+    // Days from the civil date (Howard Hinnant's algorithm), for years from 1970.
+    let (y, m) = if m <= 2 { (y - 1, m + 9) } else { (y, m - 3) };
+    let era = y / 400;
+    let yoe = y - era * 400;
+    let doy = (153 * m + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = (era * 146_097 + doe).checked_sub(719_468)?;
+    Some(((days * 86_400 + hh * 3600 + mm * 60 + ss) * 1000) + ms)
+}
+
+/// The breaker part of the report: where the candidate would have tripped it.
+fn render_breaker(o: &mut String, report: &Report) {
+    use std::fmt::Write;
+    if report.breaker.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "The candidate's circuit breaker ([breaker]) would trip {} time(s):",
+        report.breaker.len()
+    );
+    for t in &report.breaker {
+        let how = match t.cause {
+            "window" => format!("{} refusals within the window", t.count),
+            _ => format!("{} refusals in a row", t.count),
+        };
+        let _ = writeln!(
+            o,
+            "  {} line {} (session {}): {} ({how}); {} later refusal(s) would have met it",
+            t.time, t.line, t.session, t.group, t.met
+        );
+    }
+}
+
 /// The report for people: changed calls, the summary table, what could not be judged.
 pub fn render(report: &Report) -> String {
     use std::fmt::Write;
@@ -642,6 +828,7 @@ pub fn render(report: &Report) -> String {
             let _ = writeln!(o, "  {kind:<14} {n:>6}");
         }
     }
+    render_breaker(&mut o, report);
     for n in &report.not_judged {
         let tool = if n.tool.is_empty() {
             String::new()
@@ -669,6 +856,30 @@ fn one_line(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_times_read_as_milliseconds_since_the_epoch() {
+        assert_eq!(log_millis("1970-01-01T00:00:00.000Z"), Some(0));
+        assert_eq!(log_millis("1970-01-02T00:00:01.250Z"), Some(86_401_250));
+        assert_eq!(
+            log_millis("2026-12-01T22:32:53.170Z").unwrap()
+                - log_millis("2026-12-01T22:32:52.989Z").unwrap(),
+            181
+        );
+        assert_eq!(
+            log_millis("2024-03-01T00:00:00.000Z").unwrap()
+                - log_millis("2024-02-28T00:00:00.000Z").unwrap(),
+            2 * 86_400_000
+        );
+        for bad in [
+            "",
+            "2026-12-01 22:32:53",
+            "2026-13-01T00:00:00.000Z",
+            "x".repeat(24).as_str(),
+        ] {
+            assert_eq!(log_millis(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn recorded_policy_names_are_loadable_names() {

@@ -8,6 +8,7 @@
 //! saying what a denial means ([`explain`]). How a policy is *enforced* belongs to `confine`,
 //! `exec` and `workspace`, which never see a `Policy`.
 
+pub mod breaker;
 pub mod commands;
 pub mod decide;
 pub mod explain;

@@ -6,7 +6,7 @@
 //! types `validate`'s; nothing here fails.
 
 use super::raw::WorkspaceAccess;
-use super::{InterpreterPolicy, OutputPolicy, commands, jobs};
+use super::{InterpreterPolicy, OutputPolicy, breaker, commands, jobs};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -33,6 +33,8 @@ pub struct Policy {
     pub files: FilesPolicy,
     /// Long-lived processes (`shell_exec {background: true}`, the `job` tool).
     pub jobs: jobs::JobsPolicy,
+    /// When repeated refusals are handed to a person (`crate::breaker`).
+    pub breaker: breaker::BreakerPolicy,
     /// The files this policy was read from (itself first, then each file it `extends`),
     /// canonical; built-in layers are not files and are not listed. The server protects the
     /// ones inside the workspace, so a call cannot rewrite the policy it runs under.

@@ -38,6 +38,8 @@ pub struct RawPolicy {
     pub files: RawFiles,
     #[serde(default)]
     pub jobs: super::jobs::RawJobs,
+    #[serde(default)]
+    pub breaker: super::breaker::RawBreaker,
 }
 
 /// `[files]`: bounds of the file tools' answers.
@@ -390,6 +392,7 @@ impl Overlay for RawPolicy {
             interpreter: self.interpreter.overlay(base.interpreter),
             files: self.files.overlay(base.files),
             jobs: self.jobs.overlay(base.jobs),
+            breaker: self.breaker.overlay(base.breaker),
         }
     }
 }

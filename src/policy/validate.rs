@@ -14,7 +14,7 @@ use super::{
     DEFAULT_MAX_CONNECTIONS_PER_CALL, DEFAULT_MAX_MB_PER_CONNECTION, DEFAULT_SHM_MB,
     EnvironmentPolicy, FilesPolicy, FilesystemPolicy, HttpPolicy, InterpreterPolicy, Limits,
     LintPolicy, MAX_READ_BUDGET_KB, NetworkPolicy, OAUTH_ALGORITHMS, OAuthPolicy, OutputPolicy,
-    Policy, PolicyError, SandboxPolicy, ServerPolicy, commands, interception, jobs,
+    Policy, PolicyError, SandboxPolicy, ServerPolicy, breaker, commands, interception, jobs,
 };
 use std::path::PathBuf;
 use std::time::Duration;
@@ -95,7 +95,10 @@ pub(super) fn validate(raw: RawPolicy, origin: String) -> Result<Policy, PolicyE
     let jobs =
         jobs::JobsPolicy::validate(raw.jobs).map_err(|e| check.invalid(e.field, e.message))?;
     let files = files(&check, raw.files)?;
+    let breaker = breaker::BreakerPolicy::validate(raw.breaker)
+        .map_err(|e| check.invalid(e.field, e.message))?;
     Ok(Policy {
+        breaker,
         files,
         sources: Vec::new(),
         name: raw.name.unwrap_or_else(|| origin.clone()),

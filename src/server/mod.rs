@@ -16,6 +16,7 @@
 //! run as tasks (`tasks`).
 
 mod approval;
+mod breaker;
 mod connection_audit;
 pub mod failed_start;
 mod framing;
@@ -310,7 +311,15 @@ impl ServerHandler for CordonServer {
             .as_ref()
             .map_or(self.logging.key(), logging::RequestLogging::key);
         let tcc = ToolCallContext::new(self, request, context);
-        let call = crate::events::in_session(key, self.tool_router.call(tcc));
+        // What the call refused goes to its client's circuit breaker, which may answer it.
+        let watched = admitted.events_scope.clone();
+        let call = crate::events::in_session(key, async {
+            let (mut response, seen) = crate::breaker::collect(self.tool_router.call(tcc)).await;
+            if let Some(scope) = &watched {
+                breaker::observe(&scope.breaker, &scope.session, seen, &mut response);
+            }
+            response
+        });
         let response = match origin.clone() {
             Some(origin) => crate::audit::CALL_ORIGIN.scope(origin, call).await?,
             None => call.await?,

@@ -30,6 +30,8 @@ const CLOSE_GRACE: Duration = Duration::from_secs(5);
 pub struct Scope {
     pub session: SharedContext,
     pub approvals: Arc<Approvals>,
+    /// Its circuit breaker: refusals are counted per client, like its questions.
+    pub breaker: Arc<crate::breaker::Breaker>,
     /// Its MCP tasks (`tasks`): another client never sees them.
     pub tasks: Arc<super::tasks::Tasks>,
     /// `None` on stdio (the runtime's slots are the only bound there).
@@ -43,9 +45,13 @@ impl Scope {
         approvals: Arc<Approvals>,
         max_calls: Option<usize>,
     ) -> Self {
+        let breaker = Arc::new(crate::breaker::Breaker::new(
+            session.runtime.policy.breaker.clone(),
+        ));
         Self {
             session,
             approvals,
+            breaker,
             tasks: Arc::default(),
             calls: max_calls.map(|n| Arc::new(Semaphore::new(n))),
             max_calls: max_calls.unwrap_or(0),

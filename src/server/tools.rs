@@ -38,6 +38,7 @@ pub(super) fn router(ctx: &Session) -> ToolRouter<CordonServer> {
     patch_schemas(&mut router, ctx);
     make_portable(&mut router);
     declare_job_events(&mut router);
+    super::breaker::declare_breaker(&mut router);
     router
 }
 
@@ -89,7 +90,12 @@ Long output is cut to its first and last lines, and the full text is saved under
             channels: &ctx.runtime.policy.server.approvals,
             operator_down: self.operator.as_ref().as_ref().err().map(String::as_str),
         };
-        let ready = match shell_exec::decide(Arc::clone(ctx), args, approver).await {
+        let gate = super::breaker::Gate {
+            asker: approver,
+            breaker: &scope.breaker,
+            session: ctx,
+        };
+        let ready = match shell_exec::decide(Arc::clone(ctx), args, gate).await {
             shell_exec::Decided::Answer(shell_exec::Answer::Done(outcome)) => {
                 return Ok(outcome.into_result().into());
             }

@@ -68,6 +68,12 @@ pub trait Tool {
     fn oversized(_args: &Self::Args, _output: Self::Output, _size: usize) -> Option<Done<Self>> {
         None
     }
+
+    /// What a finished call's output says was refused beyond its decision and error kind
+    /// (kernel-reported denials), for the circuit breaker (`crate::breaker`).
+    fn refusals(_output: &Self::Output) -> Vec<crate::breaker::Group> {
+        Vec::new()
+    }
 }
 
 /// What a call produced: its output, the text block for the model, whether it failed, and any
@@ -204,6 +210,7 @@ pub fn finish<T: Tool>(
         }
     });
     let audited = T::audit(&done.output, done.is_error);
+    report_refusals::<T>(decision, &done, &audited);
     announce_limit(T::NAME, &audited);
     ctx.runtime.audit(T::NAME, args, decision, audited, started);
     let refused = matches!(
@@ -237,6 +244,63 @@ pub fn finish<T: Tool>(
     match T::oversized(args, done.output, size) {
         Some(smaller) => ToolOutcome::new(&smaller.output, smaller.text, smaller.is_error),
         None => outcome,
+    }
+}
+
+/// What this call refused, by group, for the session's circuit breaker (`crate::breaker`):
+/// the command rule that denied it (or asked nobody could answer), refused connections, the
+/// kernel's denials, and for an error nothing more specific explained, a path escape or a
+/// plain `denied` of this tool. A call that refused nothing and did not fail succeeded.
+fn report_refusals<T: Tool>(decision: &Decision, done: &Done<T>, outcome: &Outcome) {
+    use crate::audit::Answer;
+    use crate::breaker::{Group, report};
+    crate::breaker::claim(T::NAME);
+    match decision {
+        Decision::Deny { rule }
+        | Decision::Ask {
+            rule,
+            answer: Answer::Unavailable | Answer::Expired,
+            ..
+        } => report(T::NAME, Group::Rule(rule.clone())),
+        _ => {}
+    }
+    let network = match outcome {
+        Outcome::Shell { network, .. } | Outcome::Interpreter { network, .. } => network.as_ref(),
+        _ => None,
+    };
+    for connection in network.map_or(&[][..], |n| &n.connections[..]) {
+        if !connection.allowed {
+            report(T::NAME, Group::Host(connection.host.clone()));
+        }
+    }
+    for group in T::refusals(&done.output) {
+        report(T::NAME, group);
+    }
+    if !done.is_error {
+        if !crate::breaker::reported() {
+            crate::breaker::succeeded(T::NAME);
+        }
+        return;
+    }
+    if crate::breaker::reported() {
+        return;
+    }
+    match outcome_error(outcome) {
+        Some(ErrorKind::PathEscape) => report(T::NAME, Group::PathEscape),
+        Some(ErrorKind::Denied) => report(T::NAME, Group::Denied(T::NAME)),
+        _ => {}
+    }
+}
+
+/// The error kind an audited outcome carries.
+fn outcome_error(outcome: &Outcome) -> Option<ErrorKind> {
+    match outcome {
+        Outcome::Shell { error, .. }
+        | Outcome::Write { error, .. }
+        | Outcome::Edit { error, .. }
+        | Outcome::Read { error, .. }
+        | Outcome::Interpreter { error, .. } => *error,
+        Outcome::InputRequired { .. } | Outcome::Other(_) => None,
     }
 }
 

@@ -150,6 +150,27 @@ pub trait Approver {
         args: &ShellExecArgs,
         reason: &Reason,
     ) -> impl std::future::Future<Output = Approval<Self::Pending>> + Send;
+
+    /// A `deny` rule refused this call: whether a person overrules it (the circuit breaker,
+    /// once it has tripped, asks one; see `server::breaker`). By default nobody does.
+    fn overrule(
+        self,
+        _args: &ShellExecArgs,
+        _reason: &Reason,
+    ) -> impl std::future::Future<Output = Overrule> + Send
+    where
+        Self: Sized,
+    {
+        std::future::ready(Overrule::Refuse)
+    }
+}
+
+/// Whether a person lifted a `deny` rule's refusal for this call.
+pub enum Overrule {
+    /// The refusal stands.
+    Refuse,
+    /// A person allowed it (once, or for the session); it runs, audited as approved by them.
+    Allow(AnsweredBy),
 }
 
 /// The user's answer (or why there is none yet), with who gave it where someone did.
@@ -219,10 +240,30 @@ pub async fn decide<A: Approver>(
     let verdict = assess(&ctx, &args).await;
     let (decision, reason) = match (verdict.decision, verdict.reason) {
         (RuleDecision::Allow, _) | (_, None) => (Decision::Allow, None),
-        (RuleDecision::Deny, Some(reason)) => {
-            let refused = refuse(&ctx, &args, &reason, &Refusal::Denied, None);
-            return Decided::Answer(Answer::Done(refused));
-        }
+        (RuleDecision::Deny, Some(reason)) => match approver.overrule(&args, &reason).await {
+            Overrule::Refuse => {
+                let refused = refuse(&ctx, &args, &reason, &Refusal::Denied, None);
+                return Decided::Answer(Answer::Done(refused));
+            }
+            Overrule::Allow(by) => {
+                let decision = ask(&reason.rule, Answer_::Approved, Some(by));
+                return match prepare(&ctx, &args).await {
+                    Ok(prepared) => Decided::Run(Box::new(Ready {
+                        ctx,
+                        args,
+                        prepared,
+                        decision,
+                    })),
+                    Err(error) => Decided::Answer(Answer::Done(finish::<ShellExec>(
+                        &ctx,
+                        &args,
+                        &decision,
+                        Instant::now(),
+                        Err(error),
+                    ))),
+                };
+            }
+        },
         (RuleDecision::Ask, Some(reason)) => (Decision::Allow, Some(reason)),
     };
     let prepared = prepare(&ctx, &args).await;
@@ -291,6 +332,23 @@ impl Tool for ShellExec {
 
     fn failed(ctx: &Session, _args: &ShellExecArgs, error: ToolError) -> ShellExecOutput {
         nothing_ran(ctx, error)
+    }
+
+    /// The denials the kernel reported for this call: each is a refusal of its path or port.
+    fn refusals(output: &ShellExecOutput) -> Vec<crate::breaker::Group> {
+        output
+            .denials
+            .iter()
+            .filter(|d| d.source == explain::DenialSource::Kernel)
+            .map(|d| crate::breaker::Group::Kernel {
+                field: d.policy_field.clone(),
+                target: d
+                    .path
+                    .clone()
+                    .or_else(|| d.port.map(|p| format!("port {p}")))
+                    .unwrap_or_default(),
+            })
+            .collect()
     }
 
     fn audit(output: &ShellExecOutput, _is_error: bool) -> Outcome {
@@ -818,6 +876,7 @@ fn stopped_by_cordon(o: &ExecOutcome) -> Option<ToolError> {
     if o.git_refused {
         // What git would have read outside the sandbox was moved away: the command's own
         // exit status says nothing about whether its git change took effect.
+        crate::breaker::report(ShellExec::NAME, crate::breaker::Group::Git);
         let status = match o.reason() {
             Some(reason) => format!("the command {reason}"),
             None => "the command exited 0".to_owned(),

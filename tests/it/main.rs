@@ -7,6 +7,7 @@
 #[path = "../runner/mod.rs"]
 mod runner;
 
+mod breaker;
 mod call_isolation;
 mod common;
 mod confinement;

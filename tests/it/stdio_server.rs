@@ -21,6 +21,8 @@ pub struct StdioServer {
     early: Vec<Value>,
     /// Notifications (progress, log messages) read while waiting for responses.
     notes: Vec<Value>,
+    /// Requests the server sent the client (`elicitation/create`), not yet taken.
+    asked: Vec<Value>,
     /// The server's answer to `initialize`.
     pub initialize: Value,
 }
@@ -30,6 +32,18 @@ impl StdioServer {
     /// so the shell can hand it descriptors (`exec 7>>file;`); `env` is added to its
     /// environment. The initialize handshake is done before this returns.
     pub fn start(ws: &Path, args: &[&str], shell_prefix: &str, env: &[(&str, &str)]) -> Self {
+        Self::start_declaring(ws, args, shell_prefix, env, json!({}))
+    }
+
+    /// [`Self::start`] for a client that declares `capabilities` at `initialize` (e.g.
+    /// `{"elicitation": {"form": {}}}`).
+    pub fn start_declaring(
+        ws: &Path,
+        args: &[&str],
+        shell_prefix: &str,
+        env: &[(&str, &str)],
+        capabilities: Value,
+    ) -> Self {
         let mut script = format!("{shell_prefix} exec \"$0\" serve --workspace \"$1\"");
         for i in 0..args.len() {
             script.push_str(&format!(" \"${}\"", i + 2));
@@ -64,11 +78,12 @@ impl StdioServer {
             next_id: 1,
             early: Vec::new(),
             notes: Vec::new(),
+            asked: Vec::new(),
             initialize: Value::Null,
         };
         let id = server.send_request(
             "initialize",
-            json!({"protocolVersion": "2025-11-25", "capabilities": {},
+            json!({"protocolVersion": "2025-11-25", "capabilities": capabilities,
                    "clientInfo": {"name": "cordon-it", "version": "1"}}),
         );
         let init = server
@@ -102,9 +117,32 @@ impl StdioServer {
     fn keep(&mut self, v: Value) {
         if v.get("method").is_some() && v.get("id").is_none() {
             self.notes.push(v);
+        } else if v.get("method").is_some() {
+            self.asked.push(v);
         } else {
             self.early.push(v);
         }
+    }
+
+    /// The next request the server sent the client with `method` (e.g.
+    /// `elicitation/create`), waiting up to `within`.
+    pub fn server_request(&mut self, method: &str, within: Duration) -> Option<Value> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(i) = self.asked.iter().position(|v| v["method"] == method) {
+                return Some(self.asked.remove(i));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(v) => self.keep(v),
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// Answers the server's request `id` with `result`.
+    pub fn reply(&mut self, id: &Value, result: Value) {
+        self.write_line(&json!({"jsonrpc": "2.0", "id": id, "result": result}));
     }
 
     /// The pid of `cordon serve` itself (the shell exec'd into it).
@@ -139,14 +177,19 @@ impl StdioServer {
 
     /// The response with `id`, or None when the server's stdout ended or `within` passed.
     pub fn response(&mut self, id: u64, within: Duration) -> Option<Value> {
-        if let Some(i) = self.early.iter().position(|v| v["id"] == id) {
+        if let Some(i) = self
+            .early
+            .iter()
+            .position(|v| v["id"] == id && v.get("method").is_none())
+        {
             return Some(self.early.remove(i));
         }
         let deadline = Instant::now() + within;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
-                Ok(v) if v["id"] == id => return Some(v),
+                Ok(v) if v["id"] == id && v.get("method").is_none() => return Some(v),
+                Ok(v) if v.get("method").is_some() && v.get("id").is_some() => self.asked.push(v),
                 Ok(v) if v.get("id").is_some() && v.get("method").is_none() => self.early.push(v),
                 Ok(v) if v.get("method").is_some() && v.get("id").is_none() => self.notes.push(v),
                 Ok(_) => {}
