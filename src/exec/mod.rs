@@ -195,7 +195,17 @@ impl Executor {
         let denials_watch = launched.pgid.and_then(crate::confine::audit::watch);
         let io = CallIo::attach(&mut launched, req.stdin, req.stdout, req.stderr, req.live)?;
         let cancel = req.cancel.unwrap_or_default();
-        let ended = wait_for_end(&mut launched, req.timeout, &cancel, disk.as_ref()).await;
+        let flood = denials_watch
+            .as_ref()
+            .map(crate::confine::audit::CallWatch::flood);
+        let ended = wait_for_end(
+            &mut launched,
+            req.timeout,
+            &cancel,
+            disk.as_ref(),
+            flood.as_deref(),
+        )
+        .await;
         // Whatever happened, the tree dies now: background jobs, double forks, setsid daemons.
         let finished = launched.finish(self, ended.status).await;
         let (stdout, stderr, output_cut_short) =
@@ -207,6 +217,7 @@ impl Executor {
         };
         let limit = match &ended.disk_overrun {
             Some(hit) => Some(hit.limit_hit()),
+            None if ended.audit_flood => Some(audit_limit_hit()),
             None => outcome::classify_limit(
                 ended.timed_out,
                 finished.hits,
@@ -217,7 +228,8 @@ impl Executor {
             ),
         };
         // Killed by us (timeout, cancel, disk budget): the exit status is our SIGKILL.
-        let killed = ended.timed_out || ended.cancelled || ended.disk_overrun.is_some();
+        let killed =
+            ended.timed_out || ended.cancelled || ended.disk_overrun.is_some() || ended.audit_flood;
         let kernel_denials = kernel_denials(denials_watch, killed || exit_code != Some(0)).await;
         if !killed && signal == Some(libc::SIGSYS) {
             crate::metrics::denials(crate::metrics::Layer::Seccomp, 1);
@@ -327,6 +339,8 @@ struct Ended {
     timed_out: bool,
     cancelled: bool,
     disk_overrun: Option<disk::DiskOverrun>,
+    /// The call's denials came faster than the audit rate bound.
+    audit_flood: bool,
 }
 
 /// Waits for the call's main process to exit, its timeout, its cancellation or its disk
@@ -336,20 +350,45 @@ async fn wait_for_end(
     timeout: Duration,
     cancel: &CancellationToken,
     disk: Option<&Arc<disk::DiskWatch>>,
+    flood: Option<&crate::confine::audit::Flood>,
 ) -> Ended {
     let mut ended = Ended {
         status: None,
         timed_out: false,
         cancelled: false,
         disk_overrun: None,
+        audit_flood: false,
     };
     tokio::select! {
         status = launched.child.wait() => ended.status = status,
         _ = tokio::time::sleep(timeout) => ended.timed_out = true,
         _ = cancel.cancelled() => ended.cancelled = true,
         hit = disk::overrun(disk) => ended.disk_overrun = Some(hit),
+        () = audit_flood(flood) => ended.audit_flood = true,
     }
     ended
+}
+
+/// Resolves when the call floods the kernel's audit log; pends for ever without a watch.
+pub async fn audit_flood(flood: Option<&crate::confine::audit::Flood>) {
+    match flood {
+        Some(f) => f.tripped().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The limit an audit flood is reported as.
+pub fn audit_limit_hit() -> LimitHit {
+    LimitHit {
+        kind: LimitKind::Audit,
+        evidence: format!(
+            "the call made the kernel log more than {} denials within {} s (a loop over \
+             refused operations), so it was ended before the kernel's audit backlog \
+             overflowed and dropped other calls' records; the refusals are in `denials`",
+            crate::confine::audit::MAX_RECORDS_PER_WINDOW,
+            crate::confine::audit::FLOOD_WINDOW.as_secs()
+        ),
+    }
 }
 
 /// The kernel's Landlock denials of a call. A failed call (`sync`) waits until the kernel's

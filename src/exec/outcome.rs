@@ -17,6 +17,8 @@ pub enum LimitKind {
     WallTime,
     /// The call shrank the free space of a filesystem it can write by more than its budget.
     Disk,
+    /// The call made the kernel log denials faster than the audit rate bound.
+    Audit,
 }
 
 impl LimitKind {
@@ -29,6 +31,7 @@ impl LimitKind {
             Self::OpenFiles => "open files limit",
             Self::WallTime => "wall-clock timeout",
             Self::Disk => "disk budget",
+            Self::Audit => "audit rate limit",
         }
     }
 }

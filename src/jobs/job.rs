@@ -103,7 +103,8 @@ pub enum Control {
 enum Ending {
     /// The main process ended by itself (or by a signal it was sent).
     Exited(Option<std::process::ExitStatus>),
-    Disk(crate::exec::disk::DiskOverrun),
+    /// A limit cordon measures itself: the disk budget, the audit rate bound.
+    Limit(crate::exec::LimitHit),
     Killed(String),
 }
 
@@ -301,6 +302,12 @@ async fn supervise(
     // `cordon_jobs_active` counts this job for as long as this task supervises it.
     let _counted = crate::metrics::job_started();
     let disk = launched.disk.clone();
+    // The job's kernel denials are only counted (a job's result has no `denials`): a job
+    // that floods the audit log is ended like a call.
+    let denials = launched.pgid.and_then(crate::confine::audit::watch);
+    let flood = denials
+        .as_ref()
+        .map(crate::confine::audit::CallWatch::flood);
     let lifetime = tokio::time::sleep(s.lifetime);
     tokio::pin!(lifetime);
     let mut tick = tokio::time::interval(TICK);
@@ -308,7 +315,10 @@ async fn supervise(
     let ending = loop {
         tokio::select! {
             status = launched.child.wait() => break Ending::Exited(status),
-            hit = crate::exec::disk::overrun(disk.as_ref()) => break Ending::Disk(hit),
+            hit = crate::exec::disk::overrun(disk.as_ref()) => break Ending::Limit(hit.limit_hit()),
+            () = crate::exec::audit_flood(flood.as_deref()) => {
+                break Ending::Limit(crate::exec::audit_limit_hit())
+            }
             _ = s.cancel.cancelled() => break Ending::Killed("its session ended".into()),
             _ = &mut lifetime => break Ending::Killed(format!(
                 "it ran past `[jobs] max_lifetime_secs` ({}s)", s.lifetime.as_secs()
@@ -382,8 +392,7 @@ fn judge(ending: Ending, finished: &crate::exec::launch::Finished, job: &Job) ->
         }
     };
     let (state, limit, reason) = match ending {
-        Ending::Disk(hit) => {
-            let hit = hit.limit_hit();
+        Ending::Limit(hit) => {
             let reason = format!("stopped by its {}: {}", hit.kind.describe(), hit.evidence);
             (JobState::Limit, Some(hit), reason)
         }

@@ -310,3 +310,50 @@ fn the_denial_the_output_names_leads_and_others_are_not_blamed() {
         "a successful call lists none: {out:#}"
     );
 }
+
+/// A loop of refused operations (here `kill(1, 0)`, refused by Landlock's signal scope) makes
+/// the kernel log a record each time: left alone it fills the kernel's audit backlog, and the
+/// kernel then drops every call's records (and any host audit reader's). The flooding call is
+/// ended with limit `audit`, and a denied call of another session beside it still gets its
+/// denial from the kernel's record.
+#[cordon_test::test]
+fn a_call_flooding_the_audit_log_is_ended_and_others_keep_their_records() {
+    if skip_without_audit("a_call_flooding_the_audit_log_is_ended_and_others_keep_their_records") {
+        return;
+    }
+    let sb = Sandbox::new();
+    let policy = sb.policy("deny.toml", &readable_denied_policy());
+    let ws = sb.ws().to_path_buf();
+    let flood_policy = policy.clone();
+    let flooder = std::thread::spawn(move || {
+        let mut server = StdioServer::start(&ws, &["--policy", &flood_policy], "", &[]);
+        let started = std::time::Instant::now();
+        // Denied opens as fast as a process can make them (each is one Landlock record; the
+        // issue's `kill(1, 0)` loop now stops at the uid check, before any LSM logs it).
+        let flood = "python3 -c \"\nwhile True:\n    try: open('/etc/passwd')\n    except OSError: pass\n\"";
+        let result = server.call(
+            "shell_exec",
+            json!({ "command": flood, "timeout_secs": 60 }),
+        );
+        (structured(&result).clone(), started.elapsed())
+    });
+    let other = Sandbox::new();
+    let mut server = StdioServer::start(other.ws(), &["--policy", &policy], "", &[]);
+    let mut beside = Vec::new();
+    for _ in 0..5 {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let result = server.call("shell_exec", json!({ "command": "cat /etc/passwd" }));
+        beside.push(structured(&result).clone());
+    }
+    let (flood, took) = flooder.join().expect("the flooding session");
+    assert_eq!(flood["limit"]["kind"], "audit", "{flood:#}");
+    assert_eq!(flood["error"]["kind"], "resource_limit", "{flood:#}");
+    assert!(
+        took < std::time::Duration::from_secs(30),
+        "ended by the bound, not by its 60 s timeout: {took:?}"
+    );
+    for out in &beside {
+        let d = kernel_denial(out, "fs.read_file");
+        assert_eq!(d["path"], "/etc/passwd", "{out:#}");
+    }
+}

@@ -40,6 +40,17 @@ const MAX_UNCLAIMED: usize = 64;
 const MAX_UNCLAIMED_RECORDS: usize = 8;
 /// How long a call's end waits for its barrier to come back through the audit queue.
 const BARRIER_WAIT: Duration = Duration::from_secs(1);
+/// More records than this from one call within [`FLOOD_WINDOW`] end the call (limit `audit`):
+/// a loop of denied operations (`kill(1, 0)` a million times) would otherwise fill the
+/// kernel's audit backlog, and the kernel then drops every call's records and every host audit
+/// reader's with them. Programs that work hit a denial a few times (pyenv probing `/dev/tty`
+/// sixteen times per `python3`), not thousands of times a second.
+pub const MAX_RECORDS_PER_WINDOW: u64 = 4096;
+pub const FLOOD_WINDOW: Duration = Duration::from_secs(1);
+/// The audit backlog cordon asks for where the host's is smaller: room for the records
+/// written between a flooding call's trip and its end (it is killed within milliseconds), so
+/// that other calls' records are not dropped meanwhile. A few MiB of kernel memory at most.
+const BACKLOG_LIMIT: u32 = 16384;
 
 /// Restrict flags for every Landlock layer a confined process takes: [`LOG_NEW_EXEC_ON`] once
 /// the reader runs, else 0 (a kernel before ABI 7 refuses any flag). Read in `pre_exec` by the
@@ -173,6 +184,16 @@ pub struct CallWatch {
 }
 
 impl CallWatch {
+    /// Trips when the call's records come faster than the rate bound (see [`Flood`]).
+    pub fn flood(&self) -> Arc<Flood> {
+        self.reader
+            .state
+            .lock()
+            .ok()
+            .and_then(|s| s.calls.get(&self.id).map(|(_, c)| Arc::clone(&c.flood)))
+            .unwrap_or_default()
+    }
+
     /// The call's denials. With `sync` (the call's processes are all gone), first waits until
     /// the kernel's audit queue has passed a barrier sent now, so every record of the call
     /// has been read; blocks for at most `BARRIER_WAIT` (1 s). Without, what has arrived so far.
@@ -239,10 +260,53 @@ struct Collected {
     denials: Vec<KernelDenial>,
     not_kept: u64,
     lost_at_start: u64,
+    /// Records of this call in the current flood window, and when that window began.
+    in_window: u64,
+    window_start: Option<Instant>,
+    flood: Arc<Flood>,
+}
+
+/// A call's records came faster than [`MAX_RECORDS_PER_WINDOW`] a [`FLOOD_WINDOW`]: whoever
+/// waits for the call ends it (limit `audit`).
+#[derive(Debug, Default)]
+pub struct Flood {
+    tripped: std::sync::atomic::AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl Flood {
+    /// Resolves once the call has flooded the audit log (never otherwise).
+    pub async fn tripped(&self) {
+        while !self.tripped.load(Ordering::Acquire) {
+            self.notify.notified().await;
+        }
+    }
+
+    pub fn is_tripped(&self) -> bool {
+        self.tripped.load(Ordering::Acquire)
+    }
+
+    fn trip(&self) {
+        if !self.tripped.swap(true, Ordering::AcqRel) {
+            // A stored permit: a waiter that starts waiting later still wakes.
+            self.notify.notify_one();
+        }
+    }
 }
 
 impl Collected {
     fn add(&mut self, a: Access) {
+        let now = Instant::now();
+        match self.window_start {
+            Some(start) if now.duration_since(start) < FLOOD_WINDOW => self.in_window += 1,
+            _ => {
+                self.window_start = Some(now);
+                self.in_window = 1;
+            }
+        }
+        if self.in_window > MAX_RECORDS_PER_WINDOW {
+            self.flood.trip();
+        }
         if let Some(d) = self
             .denials
             .iter_mut()
@@ -374,6 +438,16 @@ impl Reader {
                 "turned the kernel's audit on (it was off) to read Landlock denials; this is \
                  host-wide (see SECURITY.md, \"Kernel-reported denials\")"
             );
+        }
+        if status.backlog_limit != 0 && status.backlog_limit < BACKLOG_LIMIT {
+            match control.set_backlog_limit(BACKLOG_LIMIT) {
+                Ok(()) => tracing::info!(
+                    "raised the kernel's audit backlog limit from {} to {BACKLOG_LIMIT}, so a \
+                     call's burst of denials is ended before the kernel drops records",
+                    status.backlog_limit
+                ),
+                Err(e) => tracing::warn!("cannot raise the audit backlog limit: {e}"),
+            }
         }
         let me = Arc::new(Self {
             state: Mutex::new(State::default()),

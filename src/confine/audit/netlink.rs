@@ -17,6 +17,7 @@ const AUDIT_SET: u16 = 1001;
 /// "Trusted app msg - freestyle text": what the barrier is sent as.
 pub const AUDIT_TRUSTED_APP: u16 = 1121;
 const AUDIT_STATUS_ENABLED: u32 = 0x0001;
+const AUDIT_STATUS_BACKLOG_LIMIT: u32 = 0x0010;
 const NLMSG_ERROR: u16 = 2;
 const NLM_F_REQUEST: u16 = 1;
 const NLM_F_ACK: u16 = 4;
@@ -244,6 +245,16 @@ impl AuditSocket {
         let mut payload = [0u8; 44];
         payload[0..4].copy_from_slice(&AUDIT_STATUS_ENABLED.to_ne_bytes());
         payload[4..8].copy_from_slice(&1u32.to_ne_bytes());
+        self.send(AUDIT_SET, NLM_F_REQUEST | NLM_F_ACK, &payload)?;
+        self.await_ack()
+    }
+
+    /// Sets the kernel's audit backlog limit (`AUDIT_SET` with only `backlog_limit`): how many
+    /// records may wait for the readers before the kernel drops new ones.
+    pub fn set_backlog_limit(&self, limit: u32) -> io::Result<()> {
+        let mut payload = [0u8; 44];
+        payload[0..4].copy_from_slice(&AUDIT_STATUS_BACKLOG_LIMIT.to_ne_bytes());
+        payload[20..24].copy_from_slice(&limit.to_ne_bytes());
         self.send(AUDIT_SET, NLM_F_REQUEST | NLM_F_ACK, &payload)?;
         self.await_ack()
     }

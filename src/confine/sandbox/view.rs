@@ -366,7 +366,27 @@ fn bind_git_shadow(
                 source: io::Error::other("`.git` is not a directory"),
             });
         }
-        Err(_) => io_at("mkdir", &dst, std::fs::create_dir(&dst))?,
+        // Made on the host's path, not through the view: the workspace may already be bound
+        // idmapped there, and a directory made through that bind by the init (host uid 0,
+        // which the mapping does not cover) is refused with EOVERFLOW.
+        Err(_) => match std::fs::create_dir(&git.at) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => {
+                return Err(ViewError {
+                    step: "mkdir",
+                    path: git.at.clone(),
+                    source: e,
+                });
+            }
+        },
+    }
+    if !dst.symlink_metadata().is_ok_and(|m| m.is_dir()) {
+        return Err(ViewError {
+            step: "bind the git shadow",
+            path: git.at.clone(),
+            source: io::Error::other("`.git` is not a directory"),
+        });
     }
     if let Some(tree) = idmapped {
         // The shadow is the server's (its state directory): the calls' uid writes it through
