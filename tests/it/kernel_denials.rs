@@ -357,3 +357,33 @@ fn a_call_flooding_the_audit_log_is_ended_and_others_keep_their_records() {
         assert_eq!(d["path"], "/etc/passwd", "{out:#}");
     }
 }
+
+#[cordon_test::test]
+fn a_job_flooding_the_audit_log_is_ended_with_the_audit_limit() {
+    if skip_without_audit("a_job_flooding_the_audit_log_is_ended_with_the_audit_limit") {
+        return;
+    }
+    let sb = Sandbox::new();
+    let policy = sb.policy("deny.toml", &readable_denied_policy());
+    let mut server = StdioServer::start(sb.ws(), &["--policy", &policy], "", &[]);
+    let flood =
+        "python3 -c \"\nwhile True:\n    try: open('/etc/passwd')\n    except OSError: pass\n\"";
+    let started = server.call(
+        "shell_exec",
+        json!({ "command": flood, "background": true, "wait_secs": 1 }),
+    );
+    let id = structured(&started)["job"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a job id: {started:#}"))
+        .to_owned();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let ended = loop {
+        let read = server.call("job", json!({ "id": id, "wait_secs": 5 }));
+        let sc = structured(&read).clone();
+        if sc["job"]["state"] != "running" || std::time::Instant::now() > deadline {
+            break sc;
+        }
+    };
+    assert_eq!(ended["job"]["state"], "limit", "{ended:#}");
+    assert_eq!(ended["limit"]["kind"], "audit", "{ended:#}");
+}
