@@ -535,14 +535,28 @@ impl Lab<'_> {
     /// host root's: the call takes every inotify instance it can and holds them while this
     /// (unconfined) process makes one of its own.
     async fn host_uid(&self, probes: &mut Vec<ProbeResult>) {
-        let o = run_one(self.executor, sh("cat /proc/self/uid_map"), 10).await;
-        let mapped = o.as_ref().and_then(|o| {
-            let all = [&o.stdout.head[..], &o.stdout.tail[..]].concat();
-            String::from_utf8_lossy(&all)
-                .split_whitespace()
-                .nth(1)
-                .and_then(|v| v.parse::<u32>().ok())
-        });
+        // Read from the host's side, as the kernel sees the call's process: the call's own
+        // `/proc/self/uid_map` may be denied by the policy (strict grants little of /proc),
+        // and what the call reports of itself is not evidence.
+        let marker = (5000 + std::process::id() % 1000).to_string();
+        let call = run_one(self.executor, sh(&format!("exec sleep {marker}")), 10);
+        let seen = async {
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            let mut uids = None;
+            while uids.is_none() && std::time::Instant::now() < deadline {
+                uids = pids_with_args(&["sleep", &marker])
+                    .first()
+                    .and_then(|pid| host_uids(*pid));
+                if uids.is_none() {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+            kill_processes_with_args(&["sleep", &marker]);
+            uids
+        };
+        let (_, uids) = tokio::join!(call, seen);
+        // Real, effective, saved and filesystem uids: all four must be the mapped one.
+        let mapped = uids.and_then(|u| u.iter().all(|&x| x == u[0]).then_some(u[0]));
         probes.push(ProbeResult {
             probe: "the call's host uid".into(),
             expected: "not 0".into(),
@@ -687,6 +701,18 @@ fn expect_refused(probe: &str, o: &Option<ExecOutcome>, refused: bool) -> ProbeR
 }
 
 /// SIGKILLs every process whose argv is exactly `args`.
+/// The four uids (real, effective, saved, filesystem) of a host process, from its status.
+fn host_uids(pid: i32) -> Option<Vec<u32>> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+    let uids: Vec<u32> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    (uids.len() == 4).then_some(uids)
+}
+
 fn kill_processes_with_args(args: &[&str]) {
     for pid in pids_with_args(args) {
         if let Some(pid) = rustix::process::Pid::from_raw(pid) {

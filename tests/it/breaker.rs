@@ -699,18 +699,22 @@ fn breaker_counts_kernel_denials_of_one_path_whatever_reads_it() {
         return;
     }
     let setup = Setup::new();
-    let mut server = setup.serve(NOBODY, json!({}));
-    let group = "kernel:filesystem.deny:/etc/shadow";
+    // A world-readable file the policy denies: only Landlock can refuse it, so the kernel
+    // logs each refusal (calls no longer run as host root, and `/etc/shadow` is refused by
+    // its mode first, which no LSM logs).
+    let extra = format!("{NOBODY}\n{}", crate::common::deny_readable_section());
+    let mut server = setup.serve(&extra, json!({}));
+    let group = "kernel:filesystem.deny:/etc/passwd";
     for command in [
-        "cat /etc/shadow",
-        "head -c 1 /etc/shadow",
-        "tail -n 1 /etc/shadow",
+        "cat /etc/passwd",
+        "head -c 1 /etc/passwd",
+        "tail -n 1 /etc/passwd",
     ] {
         let r = server.call("shell_exec", shell(command));
         assert_eq!(r["isError"], true, "{r}");
         assert!(structured(&r).get("breaker").is_none(), "{command}: {r}");
     }
-    let fourth = server.call("shell_exec", shell("dd if=/etc/shadow of=/dev/null"));
+    let fourth = server.call("shell_exec", shell("dd if=/etc/passwd of=/dev/null"));
     assert_eq!(structured(&fourth)["breaker"]["group"], group, "{fourth}");
     assert_eq!(structured(&fourth)["breaker"]["count"], 4, "{fourth}");
     assert_eq!(structured(&fourth)["error"]["retriable"], false, "{fourth}");
