@@ -129,6 +129,9 @@ pub struct JobOutput {
     /// CPU time of the job's whole tree so far.
     pub cpu_ms: Option<u64>,
     pub peak_memory_bytes: Option<u64>,
+    /// Terminal escape sequences and control characters removed from `output` and `stderr`
+    /// (the log file keeps the exact bytes); 0 when the policy keeps them.
+    pub control_chars_removed: u64,
     /// Without `id`: this session's jobs.
     pub jobs: Vec<JobListing>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -333,9 +336,15 @@ pub async fn info(ctx: &Session, job: &Job) -> JobInfo {
     }
 }
 
-/// One stream's new bytes as text: control characters removed (unless the policy keeps
-/// them), cut to the policy's thresholds; the log file has it all.
-pub(super) fn show(ctx: &Session, bytes: Vec<u8>, name: &str) -> (String, bool) {
+/// One stream's new bytes as shown: control characters removed (unless the policy keeps
+/// them, counted apart from the text), cut to the policy's thresholds; the log file has it all.
+pub(super) struct Shown {
+    pub text: String,
+    pub truncated: bool,
+    pub controls_removed: usize,
+}
+
+pub(super) fn show(ctx: &Session, bytes: Vec<u8>, name: &str) -> Shown {
     let captured = crate::exec::Captured {
         total_bytes: bytes.len() as u64,
         total_lines: bytes.iter().filter(|&&b| b == b'\n').count() as u64,
@@ -343,7 +352,11 @@ pub(super) fn show(ctx: &Session, bytes: Vec<u8>, name: &str) -> (String, bool) 
         ..Default::default()
     };
     let shaped = shape_stream(&captured, &ctx.runtime.policy.output, name, None);
-    (shaped.text, shaped.truncated)
+    Shown {
+        text: shaped.text,
+        truncated: shaped.truncated,
+        controls_removed: shaped.controls_removed,
+    }
 }
 
 async fn shown_read(
@@ -352,8 +365,10 @@ async fn shown_read(
     read: JobRead,
     mut notices: Vec<String>,
 ) -> Done<JobTool> {
-    let (output, out_cut) = show(ctx, read.stdout.bytes, "output");
-    let (stderr, err_cut) = show(ctx, read.stderr.bytes, "stderr");
+    let out = show(ctx, read.stdout.bytes, "output");
+    let err = show(ctx, read.stderr.bytes, "stderr");
+    let controls = out.controls_removed + err.controls_removed;
+    let (output, out_cut, stderr, err_cut) = (out.text, out.truncated, err.text, err.truncated);
     let dropped = read.stdout.dropped + read.stderr.dropped;
     let more = read.stdout.more || read.stderr.more;
     note_what_is_not_shown(&mut notices, job, read.log_truncated, more, dropped);
@@ -388,6 +403,7 @@ async fn shown_read(
     for notice in &notices {
         text.push_str(&format!("[cordon] {notice}\n"));
     }
+    text.extend(crate::shape::controls_note(controls));
     if let Some(e) = &error {
         text = format!("{}\n{text}", e.text());
     }
@@ -408,6 +424,7 @@ async fn shown_read(
         limit: end.as_ref().and_then(|e| e.limit.clone()),
         cpu_ms: read.cpu.map(|d| d.as_millis() as u64),
         peak_memory_bytes: read.peak_memory,
+        control_chars_removed: controls as u64,
         jobs: Vec::new(),
         error,
     };

@@ -113,6 +113,9 @@ pub struct ShellExecOutput {
     /// Left out when there are none, and for a successful call.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub denials: Vec<explain::Denial>,
+    /// Terminal escape sequences and control characters removed from `stdout` and `stderr`
+    /// (the spill file and a job's log keep the exact bytes); 0 when the policy keeps them.
+    pub control_chars_removed: u64,
 }
 
 /// What the policy's command rules say about this call (see `policy::commands`). The command
@@ -666,6 +669,8 @@ fn shape_outcome(ctx: &Session, outcome: ExecOutcome, cwd: &std::path::Path) -> 
             outcome.enforcement.summary()
         ));
     }
+    let controls = stdout.controls_removed + stderr.controls_removed;
+    text.extend(crate::shape::controls_note(controls));
     let output = ShellExecOutput {
         exit_code: outcome.exit_code,
         signal: outcome.signal_name(),
@@ -681,6 +686,7 @@ fn shape_outcome(ctx: &Session, outcome: ExecOutcome, cwd: &std::path::Path) -> 
         job: None,
         error,
         denials,
+        control_chars_removed: controls as u64,
     };
     let is_error = output.error.is_some();
     Done {

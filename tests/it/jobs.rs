@@ -829,3 +829,58 @@ fn a_job_server_stays_reachable_after_the_view_is_rebuilt() {
         "{still}"
     );
 }
+
+#[cordon_test::test]
+fn the_control_character_count_is_a_field_never_text_in_the_output() {
+    if skip("the_control_character_count_is_a_field", Need::Namespaces) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let mut s = server(&sb, None);
+    // A plain call's stdout: coloured text, the count beside it.
+    let call = s.call(
+        "shell_exec",
+        json!({"command": "printf '\\033[32mgreen\\033[0m\\n'"}),
+    );
+    assert_eq!(structured(&call)["stdout"], json!("green\n"), "{call}");
+    assert_eq!(
+        structured(&call)["control_chars_removed"],
+        json!(2),
+        "{call}"
+    );
+    // A REPL under a pty: its prompt ends the output, as the terminal showed it.
+    let (started, id) = start_job(
+        &mut s,
+        "exec python3 -i -q",
+        json!({"pty": true, "wait_secs": 2}),
+    );
+    let mut seen = structured(&started)["stdout"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    if !seen.contains(">>> ") {
+        let read = job(&mut s, json!({"id": id, "wait_secs": 5, "until": ">>> "}));
+        seen = structured(&read)["output"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned();
+    }
+    let r = job(
+        &mut s,
+        json!({"id": id, "input": "print('\\033[1mbold\\033[0m')\n", "wait_secs": 5, "until": "bold[\\s\\S]*>>> "}),
+    );
+    let output = structured(&r)["output"].as_str().unwrap_or("");
+    assert!(
+        output.ends_with(">>> "),
+        "the output does not end at the prompt: {r} (first: {seen})"
+    );
+    assert!(!output.contains("removed"), "{r}");
+    assert!(
+        structured(&r)["control_chars_removed"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 2,
+        "{r}"
+    );
+    job(&mut s, json!({"id": id, "signal": "KILL"}));
+}

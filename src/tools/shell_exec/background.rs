@@ -46,8 +46,10 @@ pub(super) async fn start_background(
     }
     job.touch();
     let read = job.read(DEFAULT_MAX_BYTES);
-    let (stdout, out_cut) = show(ctx, read.stdout.bytes, "stdout");
-    let (stderr, err_cut) = show(ctx, read.stderr.bytes, "stderr");
+    let out = show(ctx, read.stdout.bytes, "stdout");
+    let err = show(ctx, read.stderr.bytes, "stderr");
+    let controls = out.controls_removed + err.controls_removed;
+    let (stdout, out_cut, stderr, err_cut) = (out.text, out.truncated, err.text, err.truncated);
     let info = info(ctx, &job).await;
     let mut text = started_lines(ctx, &job, &info, read.end.as_ref());
     push_sections(
@@ -65,6 +67,7 @@ pub(super) async fn start_background(
             text.push_str(&format!("[cordon] {notice}\n"));
         }
     }
+    text.extend(crate::shape::controls_note(controls));
     let error = end
         .as_ref()
         .and_then(|e| git_refused(&job, e).or_else(|| ended_too_soon(e)));
@@ -89,6 +92,7 @@ pub(super) async fn start_background(
         job: Some(info),
         denials: Vec::new(),
         error,
+        control_chars_removed: controls as u64,
     };
     let is_error = output.error.is_some();
     Ok(Done {
