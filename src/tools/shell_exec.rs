@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-mod background;
+pub(crate) mod background;
 
 #[derive(Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -69,6 +69,12 @@ pub struct ShellExecArgs {
     #[serde(default)]
     #[schemars(range(min = 0, max = 30))]
     pub wait_secs: Option<u64>,
+    /// With `background`: a regular expression; answer as soon as the output matches it
+    /// (readiness, e.g. "Listening on|ready in"). Without it, the answer comes once the
+    /// output has been quiet for a moment (~200 ms), or after `wait_secs`.
+    #[serde(default)]
+    #[schemars(length(min = 1, max = 1000))]
+    pub until: Option<String>,
 }
 
 /// Default terminal size of `pty`.
@@ -501,6 +507,16 @@ async fn prepare(ctx: &SharedContext, args: &ShellExecArgs) -> Result<Prepared, 
             "`cols` and `rows` size a terminal: pass them with `pty: true`, or leave them out"
                 .into(),
         ));
+    }
+    if !args.background && args.until.is_some() {
+        return Err(invalid(
+            "`until` applies to a background job (`background: true`); a call without it \
+             answers when the command ends"
+                .into(),
+        ));
+    }
+    if let Some(pattern) = &args.until {
+        super::job::compile_until(pattern)?;
     }
     if !args.background && args.wait_secs.is_some() {
         return Err(invalid(
