@@ -195,6 +195,16 @@ pub fn shape_stream(
     shaped
 }
 
+/// The human-readable line saying how many escape sequences or control characters were
+/// removed from a result's streams (none when nothing was), for its text block only.
+pub fn controls_note(removed: usize) -> Option<String> {
+    (removed > 0).then(|| {
+        format!(
+            "[cordon] {removed} terminal escape sequences or control characters removed              (count in `control_chars_removed`)\n"
+        )
+    })
+}
+
 /// Whether [`shape_stream`] shows `captured` whole and so writes no spill file: it is all in
 /// memory, valid UTF-8, and within the line and character thresholds. A caller may then
 /// shape it without moving to the blocking pool.
@@ -225,14 +235,12 @@ fn utf8_ok(bytes: &[u8], cut_start: bool, cut_end: bool) -> bool {
     }
 }
 
+/// The notes a stream's text carries about itself. The count of removed control characters is
+/// not one of them: it is the result's own field (`control_chars_removed`, see
+/// [`controls_note`]), because a note inside the text breaks what agents parse there (a
+/// prompt such as `>>> ` would no longer end the output).
 fn notes(shaped: &ShapedStream) -> Vec<String> {
     let mut notes = Vec::new();
-    if shaped.controls_removed > 0 {
-        notes.push(format!(
-            "{} terminal escape sequences or control characters removed",
-            shaped.controls_removed
-        ));
-    }
     if shaped.invalid_utf8 {
         notes.push(match &shaped.full_output {
             Some(path) => format!("invalid UTF-8 shown as U+FFFD; the exact bytes are in {path}"),
@@ -511,10 +519,8 @@ mod tests {
             "stdout",
             None,
         );
-        assert_eq!(
-            s.text,
-            "ok\n[... 2 terminal escape sequences or control characters removed ...]\n"
-        );
+        // The count is the result's field, never text inside the stream.
+        assert_eq!(s.text, "ok\n");
         assert_eq!(s.controls_removed, 2);
         let mut keep = policy();
         keep.keep_control_chars = true;

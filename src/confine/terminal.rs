@@ -7,7 +7,7 @@
 //! per-child path, by `exec::launch`.
 
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
@@ -42,6 +42,42 @@ impl Terminal {
             }
         }
         Ok(())
+    }
+
+    /// Sends `signal` to the terminal's foreground process group, as the line discipline does
+    /// for Ctrl-C: whatever the job's shell runs in the foreground gets it, not only the shell.
+    pub fn signal_foreground(&self, signal: rustix::process::Signal) -> io::Result<()> {
+        // SAFETY: TIOCSIG takes the signal number as its plain integer argument; the
+        // descriptor is the live master this value owns.
+        let r = unsafe {
+            libc::ioctl(
+                self.0.get_ref().as_raw_fd(),
+                libc::TIOCSIG,
+                signal.as_raw() as libc::c_ulong,
+            )
+        };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    /// Sets the terminal's size; the kernel sends SIGWINCH to its foreground process group.
+    pub fn resize(&self, cols: u16, rows: u16) -> io::Result<()> {
+        let size = libc::winsize {
+            ws_row: rows,
+            ws_col: cols,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        // SAFETY: TIOCSWINSZ reads a live local winsize through the pointer.
+        let r = unsafe { libc::ioctl(self.0.get_ref().as_raw_fd(), libc::TIOCSWINSZ, &size) };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
     }
 }
 

@@ -37,6 +37,14 @@ const DRAIN_BOUND: Duration = Duration::from_millis(500);
 pub const MAX_INPUT: usize = 64 * 1024;
 /// How long a write to a job's input may wait for the job to read (a full terminal queue).
 const INPUT_WAIT: Duration = Duration::from_secs(5);
+/// How long a job's process group has after SIGTERM, at each of its two steps (the programs
+/// its shell runs, then its main process), before the next step: SIGTERM to the main process,
+/// then the kill of the whole tree.
+pub const TERM_GRACE: Duration = Duration::from_secs(3);
+/// How often a stopping job is looked at (has its group gone?).
+const STOP_POLL: Duration = Duration::from_millis(50);
+/// A read without `until` returns once the output has been quiet this long (`settle_ms`).
+pub const DEFAULT_SETTLE: Duration = Duration::from_millis(200);
 
 /// What to run as a job.
 pub struct JobSpec {
@@ -94,9 +102,39 @@ pub struct JobEnd {
 }
 
 /// A message to a job's supervisor.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub enum Control {
+    /// A signal for the job's process group (SIGTERM: a graceful stop, see [`TERM_GRACE`]).
     Signal(rustix::process::Signal),
+    /// End the job now, whole tree, for this reason (a restart).
+    Stop(String),
+}
+
+/// What a read waits for (see [`Job::wait_for_news`]).
+pub struct Wanted<'a> {
+    /// New output that matches (the echo of the input just sent left out).
+    pub until: Option<&'a regex::Regex>,
+    /// Without `until`: output that has been quiet this long.
+    pub settle: Duration,
+    /// Input was written by this call: only what came after it counts as its answer.
+    pub after_input: bool,
+}
+
+/// Where the terminal's echo of the latest input begins, and what it echoes.
+struct Echo {
+    out_from: u64,
+    err_from: u64,
+    input: Vec<u8>,
+}
+
+/// What a command line needs to run again (`job {restart: true}`).
+pub struct Relaunch {
+    pub argv: Vec<OsString>,
+    pub cwd: Option<OwnedFd>,
+    pub env: BTreeMap<String, String>,
+    pub stdin: Option<Vec<u8>>,
+    pub pty: Option<PtySize>,
+    pub lifetime: Option<Duration>,
 }
 
 /// Why cordon ended a job.
@@ -125,6 +163,12 @@ struct Inner {
     log: Option<std::fs::File>,
     log_written: u64,
     log_truncated: bool,
+    /// When the job last wrote output (for settling reads).
+    last_output: Instant,
+    /// The latest input, for leaving its echo out of what a read waits for.
+    echo: Option<Echo>,
+    /// The main process has ended or cordon is ending the job: its end is on the way.
+    ending: bool,
 }
 
 /// A job, shared by its table, its supervisor and its readers.
@@ -145,6 +189,9 @@ pub struct Job {
     control: mpsc::Sender<Control>,
     input: tokio::sync::Mutex<Input>,
     ended: watch::Receiver<bool>,
+    /// Its terminal (under a pty), for resizing.
+    terminal: Option<crate::confine::terminal::Terminal>,
+    relaunch: Relaunch,
 }
 
 /// One read of a job's output since the previous read.
@@ -170,6 +217,14 @@ pub(super) async fn start(
     cancel: CancellationToken,
     on_end: Box<dyn FnOnce(JobEvent) + Send>,
 ) -> Result<Arc<Job>, super::StartError> {
+    let relaunch = Relaunch {
+        argv: spec.argv.clone(),
+        cwd: spec.cwd.as_ref().and_then(|fd| fd.try_clone().ok()),
+        env: spec.env.clone(),
+        stdin: spec.stdin.clone(),
+        pty: spec.pty,
+        lifetime: spec.lifetime,
+    };
     let mut launched = executor
         .launch(LaunchSpec {
             argv: spec.argv,
@@ -229,11 +284,16 @@ pub(super) async fn start(
             log,
             log_written: 0,
             log_truncated: false,
+            last_output: Instant::now(),
+            echo: None,
+            ending: false,
         }),
         changed: Notify::new(),
         control,
         input: tokio::sync::Mutex::new(input),
         ended,
+        terminal: terminal.clone(),
+        relaunch,
     });
     let mut readers = Vec::new();
     match terminal {
@@ -312,6 +372,10 @@ async fn supervise(
     tokio::pin!(lifetime);
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // A graceful stop under way (SIGTERM): its step and the step's deadline.
+    let mut stopping: Option<(Stop, tokio::time::Instant)> = None;
+    let mut stop_poll = tokio::time::interval(STOP_POLL);
+    let terminal = job.terminal.clone();
     let ending = loop {
         tokio::select! {
             status = launched.child.wait() => break Ending::Exited(status),
@@ -324,10 +388,33 @@ async fn supervise(
                 "it ran past `[jobs] max_lifetime_secs` ({}s)", s.lifetime.as_secs()
             )),
             Some(message) = s.control.recv() => match message {
-                Control::Signal(signal) => {
-                    launched.child.signal(signal);
+                Control::Signal(rustix::process::Signal::TERM) if stopping.is_none() => {
+                    stopping = Some(begin_stop(&launched, terminal.as_ref()));
                 }
+                Control::Signal(rustix::process::Signal::TERM) => {}
+                Control::Signal(signal) => {
+                    super::signal::send(
+                        &launched, terminal.as_ref(), signal, super::signal::Whom::Group,
+                    );
+                }
+                Control::Stop(why) => break Ending::Killed(why),
             },
+            _ = stop_poll.tick(), if stopping.is_some() => {
+                let Some((step, deadline)) = stopping else { continue };
+                let now = tokio::time::Instant::now();
+                match step {
+                    Stop::Others if now >= deadline || !super::signal::others_remain(&launched) => {
+                        super::signal::send(
+                            &launched, None, rustix::process::Signal::TERM, super::signal::Whom::Main,
+                        );
+                        stopping = Some((Stop::Main, now + TERM_GRACE));
+                    }
+                    Stop::Main if now >= deadline => break Ending::Killed(format!(
+                        "its main process outlived SIGTERM by {}s", TERM_GRACE.as_secs()
+                    )),
+                    _ => {}
+                }
+            }
             _ = tick.tick() => {
                 job.note_usage(&launched);
                 if job.idle_for() >= s.idle {
@@ -339,6 +426,9 @@ async fn supervise(
             }
         }
     };
+    // Reads waiting for an answer now wait for the end instead, which follows within moments.
+    job.lock().ending = true;
+    job.changed.notify_waiters();
     // The job's last CPU and memory figures, read while its cgroup is still there (a call's
     // result needs neither, so `finish` reads no usage).
     job.note_usage(&launched);
@@ -375,6 +465,37 @@ async fn supervise(
         reason: end.reason.clone(),
         command: job.command.clone(),
     });
+}
+
+/// The steps of a graceful stop.
+#[derive(Clone, Copy)]
+enum Stop {
+    /// SIGTERM went to the group but its main process: waiting for them to go.
+    Others,
+    /// SIGTERM went to the main process: waiting for it to end.
+    Main,
+}
+
+/// SIGTERM's first step: the group's other members (under a pty, the terminal's foreground
+/// group) are told first, so a shell's program cleans up before the shell ends, which would
+/// end the tree. Without others, the main process is told at once.
+fn begin_stop(
+    launched: &Launched,
+    terminal: Option<&crate::confine::terminal::Terminal>,
+) -> (Stop, tokio::time::Instant) {
+    use super::signal::{Whom, send};
+    let signal = rustix::process::Signal::TERM;
+    let now = tokio::time::Instant::now();
+    if let Some(terminal) = terminal {
+        send(launched, Some(terminal), signal, Whom::Group);
+        return (Stop::Main, now + TERM_GRACE);
+    }
+    if send(launched, None, signal, Whom::GroupButMain) > 0 {
+        (Stop::Others, now + TERM_GRACE)
+    } else {
+        send(launched, None, signal, Whom::Main);
+        (Stop::Main, now + TERM_GRACE)
+    }
 }
 
 /// What the job ended as, and why, in words.
@@ -441,6 +562,64 @@ fn judge(ending: Ending, finished: &crate::exec::launch::Finished, job: &Job) ->
         git_refused: finished.guard.refused,
         network: finished.network.clone(),
     }
+}
+
+enum News {
+    Ready,
+    /// Not yet; look again at this instant (or when something changes).
+    Pending(Option<tokio::time::Instant>),
+}
+
+/// Bytes a read's wait looks at in each stream: unread output, and after an input only what
+/// came after it, the terminal's echo of the input left out.
+fn unread_answer(inner: &Inner, echo: Option<&Echo>) -> (Vec<u8>, Vec<u8>) {
+    const LOOK: usize = 64 * 1024;
+    let Some(echo) = echo else {
+        return (inner.out.peek_unread(LOOK), inner.err.peek_unread(LOOK));
+    };
+    let out = inner.out.peek_since(echo.out_from, LOOK);
+    let skip = echo_len(&out, &echo.input);
+    (
+        out[skip..].to_vec(),
+        inner.err.peek_since(echo.err_from, LOOK),
+    )
+}
+
+/// How many leading bytes of `output` are the terminal's echo of `input`: the same bytes,
+/// with the carriage returns the terminal adds (a newline echoes as CR LF, a CR as CR LF).
+fn echo_len(output: &[u8], input: &[u8]) -> usize {
+    let (mut o, mut i) = (0, 0);
+    while o < output.len() && i < input.len() {
+        if output[o] == input[i] || (input[i] == b'\r' && output[o] == b'\n') {
+            o += 1;
+            i += 1;
+        } else if output[o] == b'\r' {
+            o += 1;
+        } else if input[i] < 0x20 && input[i] != b'\n' && input[i] != b'\t' {
+            // A control character echoes as ^X, or not at all.
+            if output[o] == b'^' && output.get(o + 1) == Some(&(input[i] ^ 0x40)) {
+                o += 2;
+            }
+            i += 1;
+        } else {
+            break;
+        }
+    }
+    // A line's end echoes as CR LF: its CR may trail.
+    while i == input.len() && input.last() == Some(&b'\n') && o < output.len() && output[o] == b'\r'
+    {
+        o += 1;
+    }
+    o
+}
+
+/// Whether `bytes` shows anything once escape sequences and whitespace are gone.
+fn visible(bytes: &[u8]) -> bool {
+    if bytes.is_empty() {
+        return false;
+    }
+    let (text, _) = crate::shape::hygiene::strip_controls(&String::from_utf8_lossy(bytes));
+    !text.trim().is_empty()
 }
 
 #[derive(Clone, Copy)]
@@ -517,6 +696,10 @@ impl Job {
                 Stream::Out => inner.out.push(data),
                 Stream::Err => inner.err.push(data),
             }
+            // A job that writes output is not idle (a dev server logging the requests it
+            // serves); a read's settle time counts from here.
+            inner.last_output = Instant::now();
+            inner.last_activity = inner.last_output;
             // The whole output in the log, up to the spill bound; the server's writes are not
             // the job's, so the disk budget is credited with them.
             let room = crate::exec::capture::SPILL_LIMIT.saturating_sub(inner.log_written);
@@ -539,9 +722,42 @@ impl Job {
         self.changed.notify_waiters();
     }
 
-    /// Sends `signal` to the job's main process (through its supervisor). False once ended.
+    /// Sends `signal` to the job's process group (through its supervisor; SIGTERM starts a
+    /// graceful stop). False once ended.
     pub fn signal(&self, signal: rustix::process::Signal) -> bool {
         self.is_running() && self.control.try_send(Control::Signal(signal)).is_ok()
+    }
+
+    /// Ends the job now (whole tree) and waits for its end to be recorded.
+    pub async fn stop(&self, why: String) {
+        if self.is_running() {
+            let _ = self.control.send(Control::Stop(why)).await;
+        }
+        self.ended().await;
+    }
+
+    /// Resizes the job's terminal (SIGWINCH to its foreground group).
+    pub fn resize(&self, cols: u16, rows: u16) -> Result<(), String> {
+        match &self.terminal {
+            None => Err("the job has no terminal to resize (it was started without `pty`)".into()),
+            Some(_) if !self.is_running() => Err("the job has ended".into()),
+            Some(t) => t
+                .resize(cols, rows)
+                .map_err(|e| format!("the terminal was not resized: {e}")),
+        }
+    }
+
+    /// What the job's command needs to start again.
+    pub fn relaunch(&self) -> Relaunch {
+        let r = &self.relaunch;
+        Relaunch {
+            argv: r.argv.clone(),
+            cwd: r.cwd.as_ref().and_then(|fd| fd.try_clone().ok()),
+            env: r.env.clone(),
+            stdin: r.stdin.clone(),
+            pty: r.pty,
+            lifetime: r.lifetime,
+        }
     }
 
     /// Writes `data` to the job's input: its terminal, or its stdin pipe. For a pipe, the
@@ -554,6 +770,8 @@ impl Job {
             ));
         }
         let mut input = self.input.lock().await;
+        // Marked before the write: the answer (and a terminal's echo) comes after this.
+        self.note_input(data);
         match &mut *input {
             Input::Closed => Err(if self.is_running() {
                 "the job's input is closed (it was sent Ctrl-D)".into()
@@ -588,9 +806,23 @@ impl Job {
         }
     }
 
-    /// Waits up to `wait` for something worth answering with: the job's end, unread output
-    /// (any, or with `until`, output that matches it).
-    pub async fn wait_for_news(&self, wait: Duration, until: Option<&regex::Regex>) {
+    /// Marks where this input's answer (and, under a pty, its echo) begins.
+    fn note_input(&self, data: &[u8]) {
+        let mut inner = self.lock();
+        let echo = Echo {
+            out_from: inner.out.total(),
+            err_from: inner.err.total(),
+            input: if self.pty { data.to_vec() } else { Vec::new() },
+        };
+        inner.echo = Some(echo);
+    }
+
+    /// Waits up to `wait` for something worth answering with: the job's end; with `until`,
+    /// new output that matches it (never the terminal's echo of the input just sent);
+    /// without, output (after the input's echo, when input was sent) that has then been
+    /// quiet for the settle time. A job whose main process has ended is waited for to its
+    /// recorded end, so the answer says it ended.
+    pub async fn wait_for_news(&self, wait: Duration, wanted: &Wanted<'_>) {
         if wait.is_zero() {
             // Not even a timer: one that expires at once still waits for the next tick.
             return;
@@ -600,27 +832,49 @@ impl Job {
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if self.has_news(until) {
-                return;
-            }
+            let recheck = match self.news(wanted) {
+                News::Ready => return,
+                News::Pending(at) => at.map_or(deadline, |at| at.min(deadline)),
+            };
             tokio::select! {
                 _ = notified => {}
-                _ = tokio::time::sleep_until(deadline) => return,
+                _ = tokio::time::sleep_until(recheck) => {
+                    if recheck >= deadline {
+                        return;
+                    }
+                }
             }
         }
     }
 
-    fn has_news(&self, until: Option<&regex::Regex>) -> bool {
+    fn news(&self, wanted: &Wanted<'_>) -> News {
         let inner = self.lock();
         if inner.end.is_some() {
-            return true;
+            return News::Ready;
         }
-        match until {
-            None => inner.out.has_unread() || inner.err.has_unread(),
-            Some(re) => [&inner.out, &inner.err].iter().any(|ring| {
-                ring.has_unread()
-                    && re.is_match(&String::from_utf8_lossy(&ring.peek_unread(64 * 1024)))
-            }),
+        let echo = inner.echo.as_ref().filter(|_| wanted.after_input);
+        let (out, err) = unread_answer(&inner, echo);
+        if let Some(re) = wanted.until {
+            let matched = [&out, &err]
+                .iter()
+                .any(|b| !b.is_empty() && re.is_match(&String::from_utf8_lossy(b)));
+            return if matched {
+                News::Ready
+            } else {
+                News::Pending(None)
+            };
+        }
+        if inner.ending {
+            return News::Pending(None);
+        }
+        if !visible(&out) && !visible(&err) {
+            return News::Pending(None);
+        }
+        let quiet_at = tokio::time::Instant::from_std(inner.last_output + wanted.settle);
+        if tokio::time::Instant::now() >= quiet_at {
+            News::Ready
+        } else {
+            News::Pending(Some(quiet_at))
         }
     }
 
@@ -651,5 +905,28 @@ impl Job {
         } else {
             l
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_echo_of_an_input_is_recognised_with_the_terminals_carriage_returns() {
+        let out = b"print(1+1)\r\n2\r\n>>> ";
+        assert_eq!(echo_len(out, b"print(1+1)\n"), 12);
+        assert_eq!(&out[echo_len(out, b"print(1+1)\n")..], b"2\r\n>>> ");
+        // Half an echo so far: that half.
+        assert_eq!(echo_len(b"prin", b"print(1+1)\n"), 4);
+        // Not an echo at all (echo off): nothing is skipped.
+        assert_eq!(echo_len(b"2\r\n", b"print(1+1)\n"), 0);
+        assert_eq!(echo_len(b"^C\r\n>>> ", b"\x03"), 2);
+    }
+
+    #[test]
+    fn only_text_is_visible() {
+        assert!(!visible(b"\x1b[?2004l\r\n"));
+        assert!(visible(b"\x1b[1m2\x1b[0m"));
     }
 }

@@ -16,8 +16,9 @@
 pub mod forward;
 pub mod job;
 pub mod ring;
+pub mod signal;
 
-pub use job::{Control, Job, JobEnd, JobRead, JobSpec, JobState};
+pub use job::{Control, Job, JobEnd, JobRead, JobSpec, JobState, Relaunch, Wanted};
 
 use crate::exec::Executor;
 use crate::policy::jobs::JobsPolicy;
@@ -162,6 +163,24 @@ impl JobTable {
     }
 
     pub async fn start(&self, spec: JobSpec) -> Result<Arc<Job>, StartError> {
+        let number = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.start_as(number, spec).await
+    }
+
+    /// Ends job `id` (whole tree) and starts `spec` (its command again) under the same id.
+    pub async fn restart(&self, id: &str, spec: JobSpec) -> Result<Arc<Job>, StartError> {
+        let number: u64 = id
+            .strip_prefix("job-")
+            .and_then(|n| n.parse().ok())
+            .ok_or(StartError::Closing)?;
+        if let Some(old) = self.get(id) {
+            old.stop("it was restarted (`job {\"restart\": true}`)".into())
+                .await;
+        }
+        self.start_as(number, spec).await
+    }
+
+    async fn start_as(&self, number: u64, spec: JobSpec) -> Result<Arc<Job>, StartError> {
         {
             let mut starting = self.starting.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(refused) = self.refusal(*starting) {
@@ -169,7 +188,6 @@ impl JobTable {
             }
             *starting += 1;
         }
-        let number = self.next_id.fetch_add(1, Ordering::Relaxed);
         let id = format!("job-{number}");
         let events = Arc::clone(&self.events);
         let observer = self.observer.clone();

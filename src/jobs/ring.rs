@@ -104,6 +104,15 @@ impl Ring {
         self.buf.range(from..).copied().collect()
     }
 
+    /// The unread output from absolute offset `from` on (what is older, or already read, is
+    /// left out), oldest first, at most `max` bytes.
+    pub fn peek_since(&self, from: u64, max: usize) -> Vec<u8> {
+        let from = from.max(self.read).max(self.start) - self.start;
+        let from = (from as usize).min(self.buf.len());
+        let to = from.saturating_add(max).min(self.buf.len());
+        self.buf.range(from..to).copied().collect()
+    }
+
     /// Consumes at most `max` unread bytes, oldest first.
     pub fn take_unread(&mut self, max: usize) -> Chunk {
         let dropped = self.start.saturating_sub(self.read);

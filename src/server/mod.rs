@@ -337,7 +337,17 @@ impl ServerHandler for CordonServer {
                 ctx: Arc::clone(&self.ctx),
                 events: key,
             };
-            return Ok(CallToolResponse::Task(task.start(run, finish)));
+            return match task.start(run, finish).await {
+                tasks::Started::Task(created) => Ok(CallToolResponse::Task(created)),
+                // Ended within the threshold: answered as a plain call, job events included.
+                tasks::Started::Direct(result) => {
+                    let mut response = CallToolResponse::Complete(result?);
+                    if let Some(scope) = &admitted.events_scope {
+                        tools::with_job_events(&mut response, scope.session.jobs.take_events());
+                    }
+                    Ok(response)
+                }
+            };
         }
         let mut response = response;
         if let Some(scope) = &admitted.events_scope {

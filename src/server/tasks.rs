@@ -52,6 +52,18 @@ pub const KEEP_FINISHED: Duration = Duration::from_secs(600);
 /// The polling interval suggested to clients.
 pub const POLL_INTERVAL_MS: u64 = 1000;
 
+/// A call that ends within this is answered directly, as for any other client; only a call
+/// still running then becomes a task (a client honouring `pollIntervalMs` would otherwise
+/// wait a second for an `echo`).
+pub const ANSWER_DIRECTLY_WITHIN: Duration = Duration::from_millis(300);
+
+/// How a call offered as a task went: answered directly (it ended within
+/// [`ANSWER_DIRECTLY_WITHIN`]), or a task's handle.
+pub enum Started {
+    Direct(Result<CallToolResult, McpError>),
+    Task(CreateTaskResult),
+}
+
 /// Margin for killing a tree and shaping its output after the call's timeout.
 const END_MARGIN: Duration = Duration::from_secs(30);
 
@@ -212,16 +224,32 @@ impl Tasks {
 
     /// `tasks/cancel`: the call is cancelled as by `notifications/cancelled` (its tree is
     /// killed); the task reads `cancelled` once the call has ended. A finished task stays as
-    /// it was.
+    /// it was, and the answer says so (`-32602`, as the extension requires for a task in a
+    /// terminal state): a plain success would read as if the cancel had stopped something.
     pub fn cancel(&self, id: &str) -> Result<(), McpError> {
         let mut inner = lock(&self.inner);
         inner.sweep();
         let entry = inner.entries.get_mut(id).ok_or_else(|| unknown(id))?;
-        if entry.finished.is_none() {
-            entry.cancel_requested = true;
-            entry.updated_at = crate::audit::now_rfc3339();
-            entry.cancel.cancel();
+        if let Some(finished) = &entry.finished {
+            let status = match finished.payload {
+                TaskPayload::Completed { .. } => "completed",
+                TaskPayload::Failed { .. } => "failed",
+                TaskPayload::Cancelled => "cancelled",
+                _ => "finished",
+            };
+            return Err(McpError::invalid_params(
+                format!(
+                    "task `{}` has already ended ({status}: {}); cancelling it changed \
+                     nothing. Its result stays readable with tasks/get",
+                    crate::tools::echo_arg(id),
+                    finished.message
+                ),
+                None,
+            ));
         }
+        entry.cancel_requested = true;
+        entry.updated_at = crate::audit::now_rfc3339();
+        entry.cancel.cancel();
         Ok(())
     }
 
@@ -285,15 +313,18 @@ impl Tasks {
     /// Notes a running call's latest output line for its status message. The line is the
     /// confined command's (at most 200 bytes, cut by `exec`): terminal escapes and control
     /// characters are removed, as from any text result, before a client shows it.
-    fn note_line(&self, id: &str, line: String) {
-        let (line, _) = crate::shape::hygiene::strip_controls(&line);
-        if let Some(entry) = lock(&self.inner).entries.get_mut(id)
-            && entry.finished.is_none()
-            && entry.last_line != line
-        {
+    /// False when there is no task `id` (yet).
+    fn note_line(&self, id: &str, line: &str) -> bool {
+        let (line, _) = crate::shape::hygiene::strip_controls(line);
+        let mut inner = lock(&self.inner);
+        let Some(entry) = inner.entries.get_mut(id) else {
+            return false;
+        };
+        if entry.finished.is_none() && entry.last_line != line {
             entry.last_line = line;
             entry.updated_at = crate::audit::now_rfc3339();
         }
+        true
     }
 
     /// How many tasks are running (tests).
@@ -327,21 +358,25 @@ impl Reservation {
     /// is the longest the call may run (the policy's maximum timeout); the advertised
     /// `ttlMs` covers it and the time the result is kept. The task is visible to `tasks/get`
     /// before this returns, as the extension requires.
-    pub fn start(
+    pub async fn start(
         mut self,
         tool: &'static str,
         max_run: Duration,
         session: &CancellationToken,
         run: Run,
-    ) -> CreateTaskResult {
+    ) -> Started {
         let cancel = session.child_token();
         let weak = Arc::downgrade(&self.tasks);
         let id = self.id.clone();
+        // Before the call is a task there is no entry: its latest line waits here for one.
+        let early_line = Arc::new(Mutex::new(String::new()));
         let progress = {
-            let (weak, id) = (weak.clone(), id.clone());
+            let (weak, id, early) = (weak.clone(), id.clone(), Arc::clone(&early_line));
             Box::new(move |_elapsed: Duration, line: String| {
-                if let Some(tasks) = weak.upgrade() {
-                    tasks.note_line(&id, line);
+                if let Some(tasks) = weak.upgrade()
+                    && !tasks.note_line(&id, &line)
+                {
+                    *lock(&early) = line;
                 }
             }) as Box<dyn Fn(Duration, String) + Send + Sync>
         };
@@ -349,17 +384,31 @@ impl Reservation {
             cancel: cancel.clone(),
             progress: Some(progress),
         };
-        let now = crate::audit::now_rfc3339();
+        let created = Instant::now();
+        let created_at = crate::audit::now_rfc3339();
+        let call = run(hooks);
+        let (done_tx, mut done) = tokio::sync::oneshot::channel();
+        let guard_token = cancel.clone();
+        tokio::spawn(async move {
+            // Dropped early (the runtime is going away): the call is cancelled all the same.
+            let _ends_with_the_task = guard_token.drop_guard();
+            let _ = done_tx.send(call.await);
+        });
+        let gone = || McpError::internal_error("the call's task ended without a result", None);
+        // Ended in time: a plain answer; the reservation's Drop frees the place.
+        if let Ok(result) = tokio::time::timeout(ANSWER_DIRECTLY_WITHIN, &mut done).await {
+            return Started::Direct(result.unwrap_or_else(|_| Err(gone())));
+        }
         let ttl = max_run + END_MARGIN + KEEP_FINISHED;
         let entry = Entry {
             tool,
-            created: Instant::now(),
-            created_at: now.clone(),
-            updated_at: now,
+            created,
+            updated_at: created_at.clone(),
+            created_at,
             ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
             cancel: cancel.clone(),
             cancel_requested: false,
-            last_line: String::new(),
+            last_line: crate::shape::hygiene::strip_controls(&lock(&early_line)).0,
             finished: None,
         };
         let seed = {
@@ -370,16 +419,13 @@ impl Reservation {
             self.held = false;
             inner.entries[&id].detailed(&id).task
         };
-        let call = run(hooks);
         tokio::spawn(async move {
-            // Dropped early (the runtime is going away): the call is cancelled all the same.
-            let _ends_with_the_task = cancel.drop_guard();
-            let result = call.await;
+            let result = done.await.unwrap_or_else(|_| Err(gone()));
             if let Some(tasks) = weak.upgrade() {
                 tasks.finish(&id, result);
             }
         });
-        CreateTaskResult::new(seed)
+        Started::Task(CreateTaskResult::new(seed))
     }
 }
 
@@ -502,8 +548,9 @@ pub struct Finish {
 }
 
 impl TaskOffer {
-    /// Starts the run the tool handed over as a task of the caller's scope; its handle.
-    pub fn start(self, run: Run, finish: Finish) -> CreateTaskResult {
+    /// Starts the run the tool handed over: its result when it ends within
+    /// [`ANSWER_DIRECTLY_WITHIN`], else a task of the caller's scope and its handle.
+    pub async fn start(self, run: Run, finish: Finish) -> Started {
         let Finish {
             running,
             origin,
@@ -536,6 +583,7 @@ impl TaskOffer {
         let session = &self.session.cancel;
         self.reservation
             .start(self.tool, self.max_run, session, run)
+            .await
     }
 }
 
@@ -551,6 +599,26 @@ mod tests {
         })
     }
 
+    /// A run that answers `text` once `gate` is opened (so it outlives the direct answer).
+    fn gated(text: &str) -> (Run, tokio::sync::oneshot::Sender<()>) {
+        let text = text.to_owned();
+        let (open, gate) = tokio::sync::oneshot::channel::<()>();
+        let run: Run = Box::new(move |_hooks| {
+            Box::pin(async move {
+                let _ = gate.await;
+                Ok(CallToolResult::success(vec![ContentBlock::text(text)]))
+            })
+        });
+        (run, open)
+    }
+
+    fn task(started: Started) -> CreateTaskResult {
+        match started {
+            Started::Task(created) => created,
+            Started::Direct(result) => panic!("answered directly: {result:?}"),
+        }
+    }
+
     async fn settled(tasks: &Tasks, id: &str) -> GetTaskResult {
         for _ in 0..200 {
             let got = tasks.get(id).unwrap();
@@ -563,17 +631,44 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_call_that_ends_at_once_is_answered_directly_and_frees_its_place() {
+        let tasks = Arc::new(Tasks::default());
+        let session = CancellationToken::new();
+        let started = tasks
+            .reserve()
+            .unwrap()
+            .start("shell_exec", Duration::from_secs(1), &session, ok("42"))
+            .await;
+        match started {
+            Started::Direct(Ok(result)) => {
+                assert_eq!(to_object(&result)["content"][0]["text"], "42");
+            }
+            Started::Direct(Err(e)) => panic!("{e:?}"),
+            Started::Task(t) => panic!("an instant call became a task: {t:?}"),
+        }
+        assert_eq!(tasks.running(), 0);
+        assert!(lock(&tasks.inner).entries.is_empty());
+    }
+
+    #[tokio::test]
     async fn a_task_is_visible_at_once_and_ends_with_its_result() {
         let tasks = Arc::new(Tasks::default());
         let session = CancellationToken::new();
-        let created = tasks.reserve().unwrap().start(
-            "shell_exec",
-            Duration::from_secs(1),
-            &session,
-            ok("42"),
+        let (run, open) = gated("42");
+        let created = task(
+            tasks
+                .reserve()
+                .unwrap()
+                .start("shell_exec", Duration::from_secs(1), &session, run)
+                .await,
         );
         assert_eq!(created.task.status, TaskStatus::Working);
         assert_eq!(created.task.task_id.len(), 32);
+        assert_eq!(
+            tasks.get(&created.task.task_id).unwrap().task.status(),
+            TaskStatus::Working
+        );
+        open.send(()).unwrap();
         let done = settled(&tasks, &created.task.task_id).await;
         match done.task.payload {
             TaskPayload::Completed { result } => {
@@ -582,6 +677,11 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(tasks.running(), 0);
+        // Cancelling it now changes nothing, and the answer says so.
+        let err = tasks.cancel(&created.task.task_id).unwrap_err();
+        assert_eq!(err.code, rmcp::model::ErrorCode::INVALID_PARAMS);
+        assert!(err.message.contains("changed nothing"), "{}", err.message);
+        assert!(err.message.contains("completed"), "{}", err.message);
     }
 
     #[tokio::test]
@@ -604,11 +704,13 @@ mod tests {
                 Ok(CallToolResult::success(vec![]))
             })
         });
-        let created =
+        let created = task(
             tasks
                 .reserve()
                 .unwrap()
-                .start("shell_exec", Duration::from_secs(1), &session, run);
+                .start("shell_exec", Duration::from_secs(1), &session, run)
+                .await,
+        );
         tasks.cancel(&created.task.task_id).unwrap();
         let done = settled(&tasks, &created.task.task_id).await;
         assert_eq!(done.task.status(), TaskStatus::Cancelled);
@@ -624,12 +726,15 @@ mod tests {
         let session = CancellationToken::new();
         let mut ids = Vec::new();
         for i in 0..MAX_KEPT + 3 {
-            let created = tasks.reserve().unwrap().start(
-                "shell_exec",
-                Duration::from_secs(1),
-                &session,
-                ok(&i.to_string()),
+            let (run, open) = gated(&i.to_string());
+            let created = task(
+                tasks
+                    .reserve()
+                    .unwrap()
+                    .start("shell_exec", Duration::from_secs(1), &session, run)
+                    .await,
             );
+            open.send(()).unwrap();
             settled(&tasks, &created.task.task_id).await;
             ids.push(created.task.task_id);
         }
@@ -643,26 +748,26 @@ mod tests {
     async fn a_running_tasks_status_message_has_its_last_line_without_escapes() {
         let tasks = Arc::new(Tasks::default());
         let session = CancellationToken::new();
-        let (said, told) = tokio::sync::oneshot::channel::<()>();
         let run: Run = Box::new(move |hooks: CallHooks| {
             Box::pin(async move {
                 let progress = hooks.progress.expect("a task's call reports progress");
+                // Said before the call is a task: kept for the task's status all the same.
                 progress(
                     Duration::from_secs(1),
                     "\u{1b}[31mcompiling\u{1b}[0m \u{7}crate".into(),
                 );
-                let _ = said.send(());
                 hooks.cancel.cancelled().await;
                 Ok(CallToolResult::success(vec![]))
             })
         });
-        let created =
+        let created = task(
             tasks
                 .reserve()
                 .unwrap()
-                .start("shell_exec", Duration::from_secs(1), &session, run);
+                .start("shell_exec", Duration::from_secs(1), &session, run)
+                .await,
+        );
         let id = created.task.task_id;
-        told.await.unwrap();
         let got = tasks.get(&id).unwrap();
         assert_eq!(got.task.status(), TaskStatus::Working);
         let message = got.task.task.status_message.unwrap();

@@ -318,6 +318,9 @@ fn shape_outcome(
         &mut text,
         &[("stdout", &stdout.text), ("stderr", &stderr.text)],
     );
+    text.extend(crate::shape::controls_note(
+        stdout.controls_removed + stderr.controls_removed,
+    ));
     if let Some(r) = &result {
         text.push_str(&format!("--- result ---\n{}\n", r.text));
     }

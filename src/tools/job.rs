@@ -38,7 +38,9 @@ pub struct JobArgs {
     /// Ctrl-D; without one, "\u0004" alone closes the job's stdin.
     #[serde(default)]
     pub input: Option<String>,
-    /// A signal for the job's main process, sent after `input`.
+    /// A signal for the job's process group (under a pty, the terminal's foreground group, as
+    /// Ctrl-C), sent after `input`. TERM is a graceful stop: the group gets a few seconds
+    /// before SIGTERM reaches the main process, and a few more before the whole tree is killed.
     #[serde(default)]
     pub signal: Option<JobSignal>,
     /// Seconds to wait for new output (or output matching `until`), or for the job to end.
@@ -55,7 +57,27 @@ pub struct JobArgs {
     #[serde(default)]
     #[schemars(range(min = 1, max = 1048576))]
     pub max_bytes: Option<u64>,
+    /// Without `until`: return once the output has been quiet this many milliseconds (after
+    /// the answer to `input` began, when input was sent). Default 200; 0 returns at the
+    /// first new output.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 10000))]
+    pub settle_ms: Option<u64>,
+    /// End the job (whole tree) and start its command again, with the same id.
+    #[serde(default)]
+    pub restart: bool,
+    /// Resize the job's terminal (with `rows`; a `pty` job only): its programs get SIGWINCH.
+    #[serde(default)]
+    #[schemars(range(min = 20, max = 1000))]
+    pub cols: Option<u16>,
+    /// Resize the job's terminal (with `cols`).
+    #[serde(default)]
+    #[schemars(range(min = 5, max = 500))]
+    pub rows: Option<u16>,
 }
+
+/// Longest `settle_ms`.
+const MAX_SETTLE_MS: u64 = 10_000;
 
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 pub enum JobSignal {
@@ -129,6 +151,9 @@ pub struct JobOutput {
     /// CPU time of the job's whole tree so far.
     pub cpu_ms: Option<u64>,
     pub peak_memory_bytes: Option<u64>,
+    /// Terminal escape sequences and control characters removed from `output` and `stderr`
+    /// (the log file keeps the exact bytes); 0 when the policy keeps them.
+    pub control_chars_removed: u64,
     /// Without `id`: this session's jobs.
     pub jobs: Vec<JobListing>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -173,10 +198,16 @@ pub async fn run(ctx: SharedContext, args: JobArgs) -> ToolOutcome {
 
 async fn act(ctx: &SharedContext, args: &JobArgs) -> Result<Done<JobTool>, ToolError> {
     let Some(id) = &args.id else {
-        if args.input.is_some() || args.signal.is_some() || args.until.is_some() {
+        if args.input.is_some()
+            || args.signal.is_some()
+            || args.until.is_some()
+            || args.restart
+            || args.cols.is_some()
+            || args.rows.is_some()
+        {
             return Err(invalid(
-                "`input`, `signal` and `until` need the `id` of a job; call `job` without \
-                 arguments to list this session's jobs"
+                "`input`, `signal`, `until`, `restart`, `cols` and `rows` need the `id` of a \
+                 job; call `job` without arguments to list this session's jobs"
                     .into(),
             ));
         }
@@ -210,8 +241,43 @@ async fn act(ctx: &SharedContext, args: &JobArgs) -> Result<Done<JobTool>, ToolE
         None => None,
         Some(pattern) => Some(compile_until(pattern)?),
     };
-    job.touch();
+    let settle = settle(args.settle_ms)?;
+    let size = match (args.cols, args.rows) {
+        (None, None) => None,
+        (Some(c), Some(r)) => Some((c, r)),
+        _ => {
+            return Err(invalid(
+                "pass `cols` and `rows` together to resize the job's terminal".into(),
+            ));
+        }
+    };
+    if args.restart && (args.input.is_some() || args.signal.is_some()) {
+        return Err(invalid(
+            "`restart` starts the job's command afresh: send `input` or `signal` in a later call"
+                .into(),
+        ));
+    }
     let mut notices = Vec::new();
+    let job = if args.restart {
+        let spec = crate::tools::shell_exec::background::respec(ctx, &job).await;
+        let restarted = ctx
+            .jobs
+            .restart(id, spec)
+            .await
+            .map_err(|e| ToolError::new(e.kind(), format!("job {id} did not restart: {e}")))?;
+        notices.push(format!(
+            "job {id} was ended (whole tree) and its command started again"
+        ));
+        restarted
+    } else {
+        job
+    };
+    job.touch();
+    if let Some((cols, rows)) = size {
+        job.resize(cols, rows)
+            .map_err(|e| invalid(format!("job {id}'s terminal was not resized: {e}")))?;
+        notices.push(format!("the terminal is now {cols}x{rows}"));
+    }
     if let Some(input) = &args.input {
         if !job.is_running() {
             return Err(invalid(format!(
@@ -227,22 +293,59 @@ async fn act(ctx: &SharedContext, args: &JobArgs) -> Result<Done<JobTool>, ToolE
         })?;
     }
     if let Some(signal) = args.signal {
+        let whom = if job.pty {
+            "the terminal's foreground process group"
+        } else {
+            "the job's process group"
+        };
         if job.signal(signal.signal()) {
-            notices.push(format!("sent SIG{signal:?} to the job's main process"));
+            notices.push(format!("sent SIG{signal:?} to {whom}"));
         } else {
             notices.push(format!("SIG{signal:?} not sent: the job has already ended"));
         }
     }
-    if args.signal.is_some() {
-        // What a signal is for is the job's end: wait for that (the output read below is what
-        // it printed on the way), at least a moment for an immediate end to be recorded.
-        let _ = tokio::time::timeout(wait.max(Duration::from_millis(200)), job.ended()).await;
+    if let Some(signal) = args.signal {
+        // What a signal is usually for is the job's end: wait for that (the output read below
+        // is what it printed on the way), at least a moment for an immediate end to be
+        // recorded, or for the answer to settle (a REPL's Ctrl-C).
+        let ended = tokio::time::timeout(wait.max(Duration::from_millis(200)), job.ended());
+        let _ = ended.await;
+        if job.is_running() {
+            notices.push(match signal {
+                JobSignal::TERM => format!(
+                    "the job's main process outlived SIGTERM so far; it is killed with its \
+                     whole tree if it is still running {}s after SIGTERM reaches it",
+                    crate::jobs::job::TERM_GRACE.as_secs()
+                ),
+                _ => format!(
+                    "the job's main process outlived SIG{signal:?} and is still running; send \
+                     TERM or KILL to end it"
+                ),
+            });
+        }
     } else {
-        job.wait_for_news(wait, until.as_ref()).await;
+        let wanted = crate::jobs::Wanted {
+            until: until.as_ref(),
+            settle,
+            after_input: args.input.is_some(),
+        };
+        job.wait_for_news(wait, &wanted).await;
     }
     job.touch();
     let read = job.read(max_bytes);
     Ok(shown_read(ctx, &job, read, notices).await)
+}
+
+/// `settle_ms` within bounds (default [`crate::jobs::job::DEFAULT_SETTLE`]).
+pub fn settle(given: Option<u64>) -> Result<Duration, ToolError> {
+    match given {
+        None => Ok(crate::jobs::job::DEFAULT_SETTLE),
+        Some(ms) if ms <= MAX_SETTLE_MS => Ok(Duration::from_millis(ms)),
+        Some(ms) => Err(invalid(format!(
+            "`settle_ms` is {ms}; pass 0 to {MAX_SETTLE_MS} (use `until` to wait for a \
+             particular line)"
+        ))),
+    }
 }
 
 /// `wait_secs` within 0..=30, or the error that says so.
@@ -257,7 +360,7 @@ pub fn wait_secs(given: Option<u64>, default: u64) -> Result<u64, ToolError> {
     }
 }
 
-fn compile_until(pattern: &str) -> Result<regex::Regex, ToolError> {
+pub(crate) fn compile_until(pattern: &str) -> Result<regex::Regex, ToolError> {
     if pattern.len() > MAX_UNTIL {
         return Err(invalid(format!(
             "`until` is {} characters; keep it under {MAX_UNTIL}",
@@ -333,9 +436,15 @@ pub async fn info(ctx: &Session, job: &Job) -> JobInfo {
     }
 }
 
-/// One stream's new bytes as text: control characters removed (unless the policy keeps
-/// them), cut to the policy's thresholds; the log file has it all.
-pub(super) fn show(ctx: &Session, bytes: Vec<u8>, name: &str) -> (String, bool) {
+/// One stream's new bytes as shown: control characters removed (unless the policy keeps
+/// them, counted apart from the text), cut to the policy's thresholds; the log file has it all.
+pub(super) struct Shown {
+    pub text: String,
+    pub truncated: bool,
+    pub controls_removed: usize,
+}
+
+pub(super) fn show(ctx: &Session, bytes: Vec<u8>, name: &str) -> Shown {
     let captured = crate::exec::Captured {
         total_bytes: bytes.len() as u64,
         total_lines: bytes.iter().filter(|&&b| b == b'\n').count() as u64,
@@ -343,7 +452,11 @@ pub(super) fn show(ctx: &Session, bytes: Vec<u8>, name: &str) -> (String, bool) 
         ..Default::default()
     };
     let shaped = shape_stream(&captured, &ctx.runtime.policy.output, name, None);
-    (shaped.text, shaped.truncated)
+    Shown {
+        text: shaped.text,
+        truncated: shaped.truncated,
+        controls_removed: shaped.controls_removed,
+    }
 }
 
 async fn shown_read(
@@ -352,8 +465,10 @@ async fn shown_read(
     read: JobRead,
     mut notices: Vec<String>,
 ) -> Done<JobTool> {
-    let (output, out_cut) = show(ctx, read.stdout.bytes, "output");
-    let (stderr, err_cut) = show(ctx, read.stderr.bytes, "stderr");
+    let out = show(ctx, read.stdout.bytes, "output");
+    let err = show(ctx, read.stderr.bytes, "stderr");
+    let controls = out.controls_removed + err.controls_removed;
+    let (output, out_cut, stderr, err_cut) = (out.text, out.truncated, err.text, err.truncated);
     let dropped = read.stdout.dropped + read.stderr.dropped;
     let more = read.stdout.more || read.stderr.more;
     note_what_is_not_shown(&mut notices, job, read.log_truncated, more, dropped);
@@ -388,6 +503,7 @@ async fn shown_read(
     for notice in &notices {
         text.push_str(&format!("[cordon] {notice}\n"));
     }
+    text.extend(crate::shape::controls_note(controls));
     if let Some(e) = &error {
         text = format!("{}\n{text}", e.text());
     }
@@ -408,6 +524,7 @@ async fn shown_read(
         limit: end.as_ref().and_then(|e| e.limit.clone()),
         cpu_ms: read.cpu.map(|d| d.as_millis() as u64),
         peak_memory_bytes: read.peak_memory,
+        control_chars_removed: controls as u64,
         jobs: Vec::new(),
         error,
     };

@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-mod background;
+pub(crate) mod background;
 
 #[derive(Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -69,6 +69,12 @@ pub struct ShellExecArgs {
     #[serde(default)]
     #[schemars(range(min = 0, max = 30))]
     pub wait_secs: Option<u64>,
+    /// With `background`: a regular expression; answer as soon as the output matches it
+    /// (readiness, e.g. "Listening on|ready in"). Without it, the answer comes once the
+    /// output has been quiet for a moment (~200 ms), or after `wait_secs`.
+    #[serde(default)]
+    #[schemars(length(min = 1, max = 1000))]
+    pub until: Option<String>,
 }
 
 /// Default terminal size of `pty`.
@@ -113,6 +119,9 @@ pub struct ShellExecOutput {
     /// Left out when there are none, and for a successful call.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub denials: Vec<explain::Denial>,
+    /// Terminal escape sequences and control characters removed from `stdout` and `stderr`
+    /// (the spill file and a job's log keep the exact bytes); 0 when the policy keeps them.
+    pub control_chars_removed: u64,
 }
 
 /// What the policy's command rules say about this call (see `policy::commands`). The command
@@ -557,6 +566,16 @@ async fn prepare(ctx: &SharedContext, args: &ShellExecArgs) -> Result<Prepared, 
                 .into(),
         ));
     }
+    if !args.background && args.until.is_some() {
+        return Err(invalid(
+            "`until` applies to a background job (`background: true`); a call without it \
+             answers when the command ends"
+                .into(),
+        ));
+    }
+    if let Some(pattern) = &args.until {
+        super::job::compile_until(pattern)?;
+    }
     if !args.background && args.wait_secs.is_some() {
         return Err(invalid(
             "`wait_secs` applies to a background job (`background: true`); a call without it \
@@ -724,6 +743,8 @@ fn shape_outcome(ctx: &Session, outcome: ExecOutcome, cwd: &std::path::Path) -> 
             outcome.enforcement.summary()
         ));
     }
+    let controls = stdout.controls_removed + stderr.controls_removed;
+    text.extend(crate::shape::controls_note(controls));
     let output = ShellExecOutput {
         exit_code: outcome.exit_code,
         signal: outcome.signal_name(),
@@ -739,6 +760,7 @@ fn shape_outcome(ctx: &Session, outcome: ExecOutcome, cwd: &std::path::Path) -> 
         job: None,
         error,
         denials,
+        control_chars_removed: controls as u64,
     };
     let is_error = output.error.is_some();
     Done {

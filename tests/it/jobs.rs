@@ -215,8 +215,10 @@ fn signals_end_a_job_and_its_whole_tree() {
     .len()
         >= 2));
     let r = job(&mut s, json!({"id": id, "signal": "TERM", "wait_secs": 10}));
-    assert_eq!(structured(&r)["job"]["state"], json!("killed"), "{r}");
-    assert_eq!(structured(&r)["signal"], json!("SIGTERM"), "{r}");
+    // SIGTERM reaches the group first (both sleeps end by it), then the main shell, which
+    // by then has carried on past its `sleep` and ended by itself.
+    assert_eq!(structured(&r)["job"]["state"], json!("exited"), "{r}");
+    assert_eq!(structured(&r)["exit_code"], json!(0), "{r}");
     assert!(eventually(REAP_WITHIN, || processes_with(&token).is_empty()));
     assert_no_survivors(&token, "a job ended by SIGTERM");
     // KILL too, and a signal to an ended job says so.
@@ -831,4 +833,276 @@ fn a_job_server_stays_reachable_after_the_view_is_rebuilt() {
         json!("running"),
         "{still}"
     );
+}
+
+#[cordon_test::test]
+fn the_control_character_count_is_a_field_never_text_in_the_output() {
+    if skip("the_control_character_count_is_a_field", Need::Namespaces) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let mut s = server(&sb, None);
+    // A plain call's stdout: coloured text, the count beside it.
+    let call = s.call(
+        "shell_exec",
+        json!({"command": "printf '\\033[32mgreen\\033[0m\\n'"}),
+    );
+    assert_eq!(structured(&call)["stdout"], json!("green\n"), "{call}");
+    assert_eq!(
+        structured(&call)["control_chars_removed"],
+        json!(2),
+        "{call}"
+    );
+    // A REPL under a pty: its prompt ends the output, as the terminal showed it.
+    let (started, id) = start_job(
+        &mut s,
+        "exec python3 -i -q",
+        json!({"pty": true, "wait_secs": 2}),
+    );
+    let mut seen = structured(&started)["stdout"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    if !seen.contains(">>> ") {
+        let read = job(&mut s, json!({"id": id, "wait_secs": 5, "until": ">>> "}));
+        seen = structured(&read)["output"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned();
+    }
+    let r = job(
+        &mut s,
+        json!({"id": id, "input": "print('\\033[1mbold\\033[0m')\n", "wait_secs": 5, "until": "bold[\\s\\S]*>>> "}),
+    );
+    let output = structured(&r)["output"].as_str().unwrap_or("");
+    assert!(
+        output.ends_with(">>> "),
+        "the output does not end at the prompt: {r} (first: {seen})"
+    );
+    assert!(!output.contains("removed"), "{r}");
+    assert!(
+        structured(&r)["control_chars_removed"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 2,
+        "{r}"
+    );
+    job(&mut s, json!({"id": id, "signal": "KILL"}));
+}
+
+/// A program that says which signals it got, and cleans up for half a second on SIGTERM.
+const SIGNAL_APP: &str = r#"import signal, sys, time
+def on_int(n, f): print("got-int", flush=True)
+def on_term(n, f):
+    print("term-received", flush=True)
+    time.sleep(0.5)
+    print("cleaned-up", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGINT, on_int)
+signal.signal(signal.SIGTERM, on_term)
+print("ready", flush=True)
+while True:
+    time.sleep(0.1)
+"#;
+
+/// The output of a read and of the reads before it, as one text.
+fn read_text(r: &Value) -> String {
+    let s = structured(r);
+    format!(
+        "{}{}{}",
+        s["output"].as_str().unwrap_or(""),
+        s["stdout"].as_str().unwrap_or(""),
+        s["stderr"].as_str().unwrap_or("")
+    )
+}
+
+#[cordon_test::test]
+fn signals_reach_the_program_the_jobs_shell_runs_and_term_lets_it_clean_up() {
+    if skip(
+        "signals_reach_the_program_the_jobs_shell_runs",
+        Need::Cgroups,
+    ) {
+        return;
+    }
+    let sb = Sandbox::new();
+    std::fs::write(sb.ws().join("app.py"), SIGNAL_APP).unwrap();
+    let mut s = server(&sb, None);
+    // `sh -c` stays the main process: the program is its child.
+    let (started, id) = start_job(
+        &mut s,
+        "python3 app.py; echo shell-after",
+        json!({"wait_secs": 10, "until": "ready"}),
+    );
+    assert!(read_text(&started).contains("ready"), "{started}");
+    let int = job(&mut s, json!({"id": id, "signal": "INT", "wait_secs": 2}));
+    assert!(
+        read_text(&int).contains("got-int"),
+        "SIGINT never reached the program under the job's shell: {int}"
+    );
+    assert_eq!(structured(&int)["job"]["state"], json!("running"), "{int}");
+    assert!(text(&int).contains("outlived SIGINT"), "{int}");
+    // (Its shell got the SIGINT too, as from a terminal: dash ends with it once the program
+    // does.) A fresh run for TERM: the program cleans up, then its shell carries on and ends
+    // by itself.
+    job(&mut s, json!({"id": id, "signal": "KILL"}));
+    let (_, id) = start_job(
+        &mut s,
+        "python3 app.py; echo shell-after",
+        json!({"wait_secs": 10, "until": "ready"}),
+    );
+    let term = job(&mut s, json!({"id": id, "signal": "TERM", "wait_secs": 10}));
+    let mut seen = read_text(&term);
+    let last = if structured(&term)["job"]["state"] == json!("running") {
+        let r = until_ended(&mut s, &id, Duration::from_secs(15));
+        seen.push_str(&read_text(&r));
+        r
+    } else {
+        term.clone()
+    };
+    assert!(seen.contains("term-received"), "{term} {last}");
+    assert!(
+        seen.contains("cleaned-up") && seen.contains("shell-after"),
+        "SIGTERM did not give the program its time to clean up: {term} {last}"
+    );
+    assert_eq!(structured(&last)["job"]["state"], json!("exited"), "{last}");
+    assert_eq!(structured(&last)["exit_code"], json!(0), "{last}");
+}
+
+#[cordon_test::test]
+fn a_job_that_outlives_sigterm_is_killed_after_its_grace_and_the_end_says_so() {
+    if skip("a_job_that_outlives_sigterm", Need::Cgroups) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let mut s = server(&sb, None);
+    let token = unique_token();
+    let (_, id) = start_job(
+        &mut s,
+        &format!("trap '' TERM; sleep {token}"),
+        json!({"wait_secs": 0}),
+    );
+    let term = job(&mut s, json!({"id": id, "signal": "TERM", "wait_secs": 1}));
+    assert_eq!(
+        structured(&term)["job"]["state"],
+        json!("running"),
+        "{term}"
+    );
+    assert!(text(&term).contains("outlived SIGTERM"), "{term}");
+    let last = until_ended(&mut s, &id, Duration::from_secs(20));
+    assert_eq!(structured(&last)["job"]["state"], json!("killed"), "{last}");
+    assert!(text(&last).contains("outlived SIGTERM"), "{last}");
+    assert!(eventually(REAP_WITHIN, || processes_with(&token).is_empty()));
+}
+
+#[cordon_test::test]
+fn a_read_after_input_waits_for_the_answer_not_the_echo() {
+    if skip("a_read_after_input_waits_for_the_answer", Need::Namespaces) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let mut s = server(&sb, None);
+    let (_, id) = start_job(
+        &mut s,
+        "exec python3 -i -q",
+        json!({"pty": true, "wait_secs": 2}),
+    );
+    job(&mut s, json!({"id": id, "wait_secs": 5, "until": ">>> "}));
+    // No `until`: the read settles after the answer, not at the terminal's echo.
+    let r = job(
+        &mut s,
+        json!({"id": id, "input": "import time; time.sleep(0.5); print(6 * 7)\n", "wait_secs": 10}),
+    );
+    let output = structured(&r)["output"].as_str().unwrap_or("");
+    assert!(
+        output.contains("42"),
+        "the read returned before the answer: {r}"
+    );
+    assert!(output.ends_with(">>> "), "{r}");
+    // `until` never matches the echo of the input just sent.
+    let r = job(
+        &mut s,
+        json!({"id": id, "input": "time.sleep(0.5); print('-'.join(['mark', 'done']))\n",
+               "wait_secs": 10, "until": "mark"}),
+    );
+    assert!(
+        read_text(&r).contains("mark-done"),
+        "`until` matched the echo of the input: {r}"
+    );
+    // Input that ends the program: the read reports the end.
+    let r = job(&mut s, json!({"id": id, "input": "\u{4}", "wait_secs": 10}));
+    assert_eq!(structured(&r)["job"]["state"], json!("exited"), "{r}");
+    assert_eq!(structured(&r)["exit_code"], json!(0), "{r}");
+}
+
+#[cordon_test::test]
+fn a_background_start_returns_at_its_ready_line_and_restart_and_resize_drive_it() {
+    if skip(
+        "a_background_start_returns_at_its_ready_line",
+        Need::Namespaces,
+    ) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let mut s = server(&sb, None);
+    let token = unique_token();
+    let (started, id) = start_job(
+        &mut s,
+        &format!("echo run >> runs.txt; sleep 0.3; echo server-ready; sleep {token}"),
+        json!({"wait_secs": 20, "until": "server-ready"}),
+    );
+    assert!(read_text(&started).contains("server-ready"), "{started}");
+    assert_eq!(
+        structured(&started)["job"]["state"],
+        json!("running"),
+        "{started}"
+    );
+    let restarted = job(
+        &mut s,
+        json!({"id": id, "restart": true, "wait_secs": 20, "until": "server-ready"}),
+    );
+    assert_eq!(
+        structured(&restarted)["job"]["id"],
+        json!(id),
+        "{restarted}"
+    );
+    assert_eq!(
+        structured(&restarted)["job"]["state"],
+        json!("running"),
+        "{restarted}"
+    );
+    assert!(
+        read_text(&restarted).contains("server-ready"),
+        "{restarted}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(sb.ws().join("runs.txt")).unwrap(),
+        "run\nrun\n"
+    );
+    // One tree only: the first run's went with the restart.
+    assert_eq!(
+        processes_with(&token).len(),
+        1,
+        "{:?}",
+        processes_with(&token)
+    );
+    job(&mut s, json!({"id": id, "signal": "KILL"}));
+
+    // A pty job's terminal is resized; its program hears SIGWINCH.
+    let (_, tty) = start_job(
+        &mut s,
+        "exec python3 -c \"import os, signal, time\nsignal.signal(signal.SIGWINCH, lambda *a: print('size', os.get_terminal_size().columns, flush=True))\nprint('ready', flush=True)\ntime.sleep(100)\"",
+        json!({"pty": true, "wait_secs": 10, "until": "ready"}),
+    );
+    let resized = job(
+        &mut s,
+        json!({"id": tty, "cols": 100, "rows": 30, "wait_secs": 10, "until": "size 100"}),
+    );
+    assert!(read_text(&resized).contains("size 100"), "{resized}");
+    let refused = job(&mut s, json!({"id": id, "cols": 100, "rows": 30}));
+    assert_eq!(
+        structured(&refused)["error"]["kind"],
+        json!("invalid_argument"),
+        "{refused}"
+    );
+    job(&mut s, json!({"id": tty, "signal": "KILL"}));
 }

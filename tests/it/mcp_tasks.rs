@@ -134,7 +134,11 @@ fn stdio_task_runs_shell_exec_and_code_interpreter_and_ends_with_their_results()
 
     // A command that fails is a completed task whose result says so (`failed` is for
     // JSON-RPC errors only).
-    let created = call_as_task(&mut server, "shell_exec", json!({"command": "exit 3"}));
+    let created = call_as_task(
+        &mut server,
+        "shell_exec",
+        json!({"command": "sleep 1; exit 3"}),
+    );
     let id = task_id(&created);
     let (_, last) = settle(&mut server, &id);
     assert_eq!(last["status"], json!("completed"), "{last}");
@@ -192,9 +196,16 @@ fn stdio_task_cancel_kills_the_calls_process_tree() {
     let (_, last) = settle(&mut server, &id);
     assert_eq!(last["status"], json!("cancelled"), "{last}");
     assert!(last.get("result").is_none(), "{last}");
-    // Cancelling again, or updating, a known task is acknowledged; unknown ids are -32602.
+    // Cancelling again changes nothing and says so; updating a known task is acknowledged;
+    // unknown ids are -32602.
     let again = tasks_request(&mut server, "tasks/cancel", &id, true);
-    assert_eq!(again["result"]["resultType"], json!("complete"), "{again}");
+    assert_eq!(again["error"]["code"], json!(-32602), "{again}");
+    assert!(
+        again["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("changed nothing")),
+        "{again}"
+    );
     let update = tasks_request(&mut server, "tasks/update", &id, true);
     assert_eq!(
         update["result"]["resultType"],
@@ -338,7 +349,11 @@ fn stdio_tasks_past_the_bound_are_refused_with_a_clear_error() {
     // One cancelled makes room for one more.
     tasks_request(&mut server, "tasks/cancel", &ids.remove(0), true);
     let more = eventually(Duration::from_secs(30), || {
-        let created = call_as_task(&mut server, "shell_exec", json!({"command": "true"}));
+        let created = call_as_task(
+            &mut server,
+            "shell_exec",
+            json!({"command": format!("sleep {token}"), "timeout_secs": 120}),
+        );
         match created["taskId"].as_str() {
             Some(id) => {
                 ids.push(id.to_owned());
@@ -531,7 +546,8 @@ fn http_stateless_task_is_polled_to_its_result_and_cancel_kills_another() {
         &server,
         1,
         "tools/call",
-        json!({"name": "code_interpreter", "arguments": {"code": "sum(range(10))"}}),
+        json!({"name": "code_interpreter",
+               "arguments": {"code": "import time\ntime.sleep(1)\nsum(range(10))"}}),
         "code_interpreter",
     );
     let id = task_id(&created["result"]);
@@ -679,4 +695,44 @@ fn a_task_that_hits_a_limit_sends_its_sessions_log_message() {
         }
     };
     assert_eq!(limits.len(), 1, "the task's limit hit sent no log message");
+}
+
+#[cordon_test::test]
+fn stdio_a_call_that_ends_at_once_is_answered_directly_and_cancelling_a_finished_task_says_so() {
+    let ws = tempfile::tempdir().unwrap();
+    let mut server = StdioServer::start(ws.path(), &[], "", &[]);
+    // Well within the ~300 ms threshold: the plain result, no task to poll for it.
+    let direct = call_as_task(
+        &mut server,
+        "shell_exec",
+        json!({"command": "echo instant"}),
+    );
+    assert!(
+        direct.get("taskId").is_none(),
+        "an instant call became a task: {direct}"
+    );
+    assert_ne!(direct["resultType"], json!("task"), "{direct}");
+    assert_eq!(
+        structured(&direct)["stdout"],
+        json!("instant\n"),
+        "{direct}"
+    );
+    assert_eq!(structured(&direct)["exit_code"], json!(0), "{direct}");
+    // A longer one still becomes a task; once it has ended, cancelling it changes nothing and
+    // the answer says so.
+    let created = call_as_task(
+        &mut server,
+        "shell_exec",
+        json!({"command": "sleep 1; echo later"}),
+    );
+    let id = task_id(&created);
+    let (_, last) = settle(&mut server, &id);
+    assert_eq!(last["status"], json!("completed"), "{last}");
+    let cancel = tasks_request(&mut server, "tasks/cancel", &id, true);
+    assert_eq!(cancel["error"]["code"], json!(-32602), "{cancel}");
+    let message = cancel["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("changed nothing"), "{cancel}");
+    assert!(message.contains("completed"), "{cancel}");
+    let again = tasks_request(&mut server, "tasks/get", &id, true);
+    assert_eq!(again["result"]["status"], json!("completed"), "{again}");
 }

@@ -8,7 +8,9 @@ use super::{ShellExec, ShellExecArgs, ShellExecOutput};
 use crate::exec::ExecRequest;
 use crate::jobs::{Job, JobEnd, JobSpec, JobState};
 use crate::shape::{ErrorKind, ToolError, push_sections};
-use crate::tools::job::{DEFAULT_MAX_BYTES, JobInfo, git_refused, info, show, wait_secs};
+use crate::tools::job::{
+    DEFAULT_MAX_BYTES, JobInfo, compile_until, git_refused, info, show, wait_secs,
+};
 use crate::tools::{Done, SharedContext};
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,16 +40,20 @@ pub(super) async fn start_background(
         }
     };
     let wait = Duration::from_secs(wait_secs(args.wait_secs, DEFAULT_BACKGROUND_WAIT)?);
-    let deadline = tokio::time::Instant::now() + wait;
-    // Output so far: wait the whole `wait_secs` unless the job ends first.
-    tokio::select! {
-        _ = job.ended() => {}
-        _ = tokio::time::sleep_until(deadline) => {}
-    }
+    let until = args.until.as_deref().map(compile_until).transpose()?;
+    // Output so far: until `until` matches, the output settles, the job ends, or `wait_secs`.
+    let wanted = crate::jobs::Wanted {
+        until: until.as_ref(),
+        settle: crate::jobs::job::DEFAULT_SETTLE,
+        after_input: false,
+    };
+    job.wait_for_news(wait, &wanted).await;
     job.touch();
     let read = job.read(DEFAULT_MAX_BYTES);
-    let (stdout, out_cut) = show(ctx, read.stdout.bytes, "stdout");
-    let (stderr, err_cut) = show(ctx, read.stderr.bytes, "stderr");
+    let out = show(ctx, read.stdout.bytes, "stdout");
+    let err = show(ctx, read.stderr.bytes, "stderr");
+    let controls = out.controls_removed + err.controls_removed;
+    let (stdout, out_cut, stderr, err_cut) = (out.text, out.truncated, err.text, err.truncated);
     let info = info(ctx, &job).await;
     let mut text = started_lines(ctx, &job, &info, read.end.as_ref());
     push_sections(
@@ -65,6 +71,7 @@ pub(super) async fn start_background(
             text.push_str(&format!("[cordon] {notice}\n"));
         }
     }
+    text.extend(crate::shape::controls_note(controls));
     let error = end
         .as_ref()
         .and_then(|e| git_refused(&job, e).or_else(|| ended_too_soon(e)));
@@ -89,6 +96,7 @@ pub(super) async fn start_background(
         job: Some(info),
         denials: Vec::new(),
         error,
+        control_chars_removed: controls as u64,
     };
     let is_error = output.error.is_some();
     Ok(Done {
@@ -113,12 +121,7 @@ async fn start(
     // Refused before its log is made: a refused start leaves no file behind (nor prunes an
     // older output to make room for one).
     ctx.jobs.check_room().map_err(refused)?;
-    let log = ctx
-        .runtime
-        .blocking(|rt| rt.workspace.create_spill_std("job"))
-        .await
-        .map_err(|e| tracing::warn!("a job's log file could not be made: {e}"))
-        .ok();
+    let log = new_log(ctx).await;
     let lifetime = args.timeout_secs.map(|_| request.timeout);
     let mut env = request.env;
     // A job's output is read while it runs: Python's block buffering on a pipe would hold
@@ -136,6 +139,31 @@ async fn start(
         lifetime,
     };
     ctx.jobs.start(spec).await.map_err(refused)
+}
+
+/// A job's log file in the spill area, when one can be made (the job runs without one).
+async fn new_log(ctx: &SharedContext) -> Option<(String, std::fs::File)> {
+    ctx.runtime
+        .blocking(|rt| rt.workspace.create_spill_std("job"))
+        .await
+        .map_err(|e| tracing::warn!("a job's log file could not be made: {e}"))
+        .ok()
+}
+
+/// `job`'s command again, as it was started (same argv, directory, environment, terminal
+/// size and lifetime), with a new log: for `job {restart: true}`.
+pub(crate) async fn respec(ctx: &SharedContext, job: &Job) -> JobSpec {
+    let again = job.relaunch();
+    JobSpec {
+        command: job.command.clone(),
+        argv: again.argv,
+        cwd: again.cwd,
+        env: again.env,
+        stdin: again.stdin,
+        pty: again.pty,
+        log: new_log(ctx).await,
+        lifetime: again.lifetime,
+    }
 }
 
 /// The answer's first lines: started (or already ended), where the host forwards its ports,
