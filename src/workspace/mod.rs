@@ -22,6 +22,8 @@ pub mod gitlinks;
 mod home;
 pub mod protect;
 pub mod quarantine;
+mod reclaim;
+pub use reclaim::MovedAside;
 mod relpath;
 mod resolve;
 mod spill;
