@@ -118,7 +118,12 @@ enum Command {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
-        /// The approvals directory (default: $XDG_RUNTIME_DIR/cordon, else /tmp/cordon-UID).
+        /// Stay attached and print the questions each time they change (one JSON line per
+        /// change with --json); while attached, servers ask this operator instead of
+        /// refusing at once.
+        #[arg(long)]
+        watch: bool,
+        /// The approvals directory (default: $CORDON_APPROVALS_DIR; as root /run/cordon; else $XDG_RUNTIME_DIR/cordon, else /tmp/cordon-UID).
         #[arg(long)]
         dir: Option<PathBuf>,
     },
@@ -126,7 +131,7 @@ enum Command {
     Approve {
         /// The question's id, as `cordon approvals` lists it.
         id: String,
-        /// The approvals directory (default: $XDG_RUNTIME_DIR/cordon, else /tmp/cordon-UID).
+        /// The approvals directory (default: $CORDON_APPROVALS_DIR; as root /run/cordon; else $XDG_RUNTIME_DIR/cordon, else /tmp/cordon-UID).
         #[arg(long)]
         dir: Option<PathBuf>,
     },
@@ -134,7 +139,7 @@ enum Command {
     Deny {
         /// The question's id, as `cordon approvals` lists it.
         id: String,
-        /// The approvals directory (default: $XDG_RUNTIME_DIR/cordon, else /tmp/cordon-UID).
+        /// The approvals directory (default: $CORDON_APPROVALS_DIR; as root /run/cordon; else $XDG_RUNTIME_DIR/cordon, else /tmp/cordon-UID).
         #[arg(long)]
         dir: Option<PathBuf>,
     },
@@ -374,7 +379,7 @@ async fn run(command: Command) -> Result<i32> {
             allow_degraded,
         } => lint(files, json, workspace, &policy, allow_degraded).await,
         Command::Policy { action } => policy_action(action).await,
-        Command::Approvals { json, dir } => approvals(json, dir),
+        Command::Approvals { json, watch, dir } => approvals(json, watch, dir),
         Command::Approve { id, dir } => answer_question(id, dir, true),
         Command::Deny { id, dir } => answer_question(id, dir, false),
         Command::Probe { .. } | Command::ParseWorker => {
@@ -469,9 +474,25 @@ async fn policy_action(action: PolicyAction) -> Result<i32> {
 }
 
 /// `cordon approvals`: the questions waiting for the operator.
-fn approvals(json: bool, dir: Option<PathBuf>) -> Result<i32> {
+fn approvals(json: bool, watch: bool, dir: Option<PathBuf>) -> Result<i32> {
     use cordon::cli::approvals;
     let dir = approvals::dir_or_default(dir);
+    if watch {
+        approvals::watch(&dir, |listing| {
+            if json {
+                println!("{}", serde_json::to_string(listing).unwrap_or_default());
+            } else {
+                println!(
+                    "--- {}",
+                    cordon::clock::Utc::of(std::time::SystemTime::now()).compact()
+                );
+                print!("{}", approvals::render(listing, &dir));
+            }
+            use std::io::Write as _;
+            let _ = std::io::stdout().flush();
+        })?;
+        return Ok(0);
+    }
     let listing = approvals::list(&dir)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&listing)?);
@@ -485,11 +506,17 @@ fn approvals(json: bool, dir: Option<PathBuf>) -> Result<i32> {
 fn answer_question(id: String, dir: Option<PathBuf>, approve: bool) -> Result<i32> {
     use cordon::cli::approvals;
     let dir = approvals::dir_or_default(dir);
-    let socket = approvals::answer(&dir, &id, approve)?;
+    let answered = approvals::answer(&dir, &id, approve)?;
     println!(
-        "{} {id} (server {})",
+        "{} {id} (server {}){}",
         if approve { "approved" } else { "denied" },
-        socket.display()
+        answered.socket.display(),
+        if answered.for_retry {
+            "; its call was refused at once (nobody watched), so this answers the agent's next \
+             call of the same command"
+        } else {
+            ""
+        }
     );
     Ok(0)
 }

@@ -122,6 +122,9 @@ pub struct Runtime {
     pub shutdown: CancellationToken,
     /// Host ports relayed to jobs' servers (`[jobs] forward`), once `serve` started them.
     pub forwarder: std::sync::OnceLock<Arc<crate::jobs::forward::Forwarder>>,
+    /// What the start found in place of cordon's own directories and moved aside (logged
+    /// at start, and each session's first log message).
+    pub moved_aside: Vec<crate::workspace::MovedAside>,
 }
 
 impl Runtime {
@@ -131,6 +134,11 @@ impl Runtime {
     pub fn build(policy: Policy, options: RuntimeOptions) -> Result<Self, RuntimeError> {
         let workspace =
             Workspace::open(&options.workspace)?.with_spill_total(policy.output.spill_total_bytes);
+        // What a call left in place of cordon's own directories is moved aside, never a
+        // reason not to start (`workspace::reclaim`).
+        let mut moved_aside = workspace
+            .reclaim_own_dirs(options.spill_area, None)
+            .map_err(RuntimeError::SpillArea)?;
         if options.spill_area {
             workspace.spill_dir().map_err(RuntimeError::SpillArea)?;
         }
@@ -146,9 +154,13 @@ impl Runtime {
         let plans = policy.resolve(workspace.root());
         create_granted_dirs(&plans.create_dirs);
         if plans.workspace_home.is_some() {
-            workspace
-                .ensure_home(crate::policy::toolchains::WORKSPACE_HOME)
-                .map_err(RuntimeError::Home)?;
+            let home = crate::policy::toolchains::WORKSPACE_HOME;
+            moved_aside.extend(
+                workspace
+                    .reclaim_own_dirs(false, Some(home))
+                    .map_err(RuntimeError::Home)?,
+            );
+            workspace.ensure_home(home).map_err(RuntimeError::Home)?;
         }
         // What confinement needs opened or started, done here so `confine` opens nothing by
         // ambient path and starts no server: the workspace capability and the egress proxy.
@@ -186,6 +198,7 @@ impl Runtime {
             file_locks: FileLocks::default(),
             shutdown: CancellationToken::new(),
             forwarder: std::sync::OnceLock::new(),
+            moved_aside,
             policy,
             workspace,
             confinement,

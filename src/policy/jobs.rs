@@ -118,6 +118,7 @@ impl JobsPolicy {
             ));
         }
         let forward = ports(raw.forward.unwrap_or_default())
+            .and_then(refuse_proxy_port)
             .map_err(|message| err("jobs.forward", message))?;
         Ok(Self {
             max_per_session: max_per_session as usize,
@@ -137,6 +138,24 @@ impl Default for JobsPolicy {
     fn default() -> Self {
         Self::validate(RawJobs::default()).expect("the defaults are valid")
     }
+}
+
+/// Refuses the egress proxy's port: a relay from the host's loopback to it would hand every
+/// host process the sandbox's way out (the proxy, the hosts it allows, and the credentials
+/// it injects toward them), outside every call's attribution and rules. Refused whatever
+/// `[network]` says, so a policy that `extends` this one and turns the proxy on cannot
+/// expose it silently.
+fn refuse_proxy_port(ports: Vec<u16>) -> Result<Vec<u16>, String> {
+    let proxy = crate::egress::PROXY_PORT;
+    if ports.contains(&proxy) {
+        return Err(format!(
+            "port {proxy} is the egress proxy's port inside the sandbox (fixed: it is where \
+             `network.proxy = true` listens); forwarding it would let any process on the host \
+             use the proxy and the credentials it injects. Forward the ports your dev servers \
+             use, and run them on another port than {proxy}"
+        ));
+    }
+    Ok(ports)
 }
 
 /// The ports `forward` names, sorted, each once.
@@ -213,6 +232,8 @@ mod tests {
             ("forward = [\"80\"]", "FROM-TO"),
             ("forward = [\"90-80\"]", "ends before it starts"),
             ("forward = [\"1-1000\"]", "more than 64"),
+            ("forward = [3128]", "egress proxy's port"),
+            ("forward = [\"3120-3130\"]", "network.proxy = true"),
         ] {
             let e = JobsPolicy::validate(raw(text)).unwrap_err();
             assert_eq!(e.field, "jobs.forward", "{text}");

@@ -5,16 +5,21 @@
 //! that began with `initialize`, and the input-required round trip (SEP-2322) in 2026-07-28
 //! sessions, where the first `tools/call` answers `input_required` and the client calls again
 //! with `inputResponses` and the `requestState` it was given. The third channel, the operator
-//! on the host, is `operator`'s; while it waits, the call reports progress saying so. It does
-//! not decide *whether* to ask (that is `policy::commands`) nor what a refusal says (that is
-//! `tools::shell_exec`).
+//! on the host, is `operator`'s. The operator is asked in the call only while one watches
+//! (`cordon approvals --watch` connected); the call then waits, reporting progress that names
+//! who is asked. With nobody watching, nobody would answer before the client gives up, so the
+//! call is refused at once, the question is left open on the channel for the approval
+//! timeout, and the refusal names its id and the `cordon approve ID` that answers it: an
+//! approval given then is kept, single-use, for this session's retry of the same arguments
+//! under the same rule. It does not decide *whether* to ask (that is `policy::commands`) nor
+//! what a refusal says (that is `tools::shell_exec`).
 //!
 //! `requestState` comes back from the client and is attacker-controlled, so it carries no
 //! meaning: it is a random handle to an entry kept here, single-use, bound to the exact
 //! arguments and rule it was issued for, and expiring. A handle that does not fit is ignored and
 //! the user is asked afresh; an approval can never be forged or carried over to another command.
 
-use super::operator::{OperatorChannel, Waited, random_handle};
+use super::operator::{OperatorChannel, Ticket, Verdict, Waited, random_handle};
 use crate::audit::AnsweredBy;
 use crate::policy::ApprovalChannel;
 use crate::policy::commands::Reason;
@@ -132,9 +137,11 @@ impl shell_exec::Approver for Asker<'_> {
     }
 }
 
-/// The operator on the host: the question is listed on the approvals socket until someone
-/// answers, the timeout passes or the call is cancelled. The client hears, as progress (when
-/// it asked for progress) and as a log message, what the call waits for.
+/// The operator on the host. With an operator watching, the question is listed on the
+/// approvals socket and the call waits until someone answers, the timeout passes or the call
+/// is cancelled; the client hears, as progress (when it asked for progress) and as a log
+/// message, whom the call waits for. With nobody watching, the call is refused at once and
+/// the question stays open for its retry (see the module note).
 async fn ask_operator(
     operator: &OperatorChannel,
     rctx: &RequestContext<RoleServer>,
@@ -142,7 +149,73 @@ async fn ask_operator(
     reason: &Reason,
     approvals: &Approvals,
 ) -> Approval {
-    let waiting = "waiting for the operator's approval: run `cordon approvals` on the host";
+    let arguments = serde_json::to_string(args).unwrap_or_default();
+    // A question this session left open for the same command under the same rule: its
+    // answer, if given, is this call's; otherwise it is asked again under the same id.
+    let mut ticket = match approvals.take_parked(&arguments, &reason.rule) {
+        Some(mut ticket) => match ticket.answered() {
+            Some(verdict) => return from_verdict(verdict),
+            None if ticket.expired() => None,
+            None => Some(ticket),
+        },
+        None => None,
+    };
+    if ticket.is_none() {
+        ticket = operator.open(
+            &args.command,
+            &reason.rule,
+            &reason.justification,
+            approvals.timeout,
+        );
+    }
+    let Some(mut ticket) = ticket else {
+        return Approval::Refused(
+            Refusal::Unavailable(format!(
+                "{} questions already wait for the operator; answer or deny some with \
+                 `cordon approvals` first",
+                super::operator::MAX_PENDING
+            )),
+            None,
+        );
+    };
+    let id = ticket.id().to_owned();
+    let watchers = operator.watchers();
+    if watchers.is_empty() {
+        let left = ticket.deadline_in().as_secs().max(1);
+        ticket.park();
+        approvals.park(arguments, reason.rule.clone(), ticket);
+        crate::events::emit_for_call(
+            crate::events::Level::Notice,
+            "approval_waiting",
+            serde_json::json!({
+                "id": id,
+                "rule": reason.rule,
+                "channel": "operator",
+                "watching": false,
+                "message": format!(
+                    "no operator watches the approval channel: question {id} waits {left}s \
+                     for `cordon approve {id}` on the host, then the same call runs"
+                ),
+            }),
+        );
+        return Approval::Refused(
+            Refusal::Unavailable(format!(
+                "no operator is watching the approval channel on the host now (nobody runs \
+                 `cordon approvals --watch`), so nobody could answer within this call. The \
+                 question stays open for {left}s as {id}: the operator approves it with \
+                 `cordon approve {id}` on the host, and this same call (the same arguments), \
+                 made again after that, runs"
+            )),
+            None,
+        );
+    }
+    let asked_of = format!(
+        "asked of the operator watching on the host: {}",
+        watchers.join("; ")
+    );
+    let waiting = format!(
+        "waiting for the operator's approval ({asked_of}): run `cordon approvals` on the host"
+    );
     let progress = rctx.meta.get_progress_token();
     let peer = rctx.peer.clone();
     // Progress must only grow, and the command's own ticks start at 1 (seconds run): the
@@ -159,33 +232,23 @@ async fn ask_operator(
             });
         }
     };
-    let question = std::sync::Mutex::new(String::new());
-    let opened = |id: &str| {
-        if let Ok(mut q) = question.lock() {
-            *q = id.to_owned();
-        }
-        notify(format!("{waiting} (question {id}, rule `{}`)", reason.rule));
-        crate::events::emit_for_call(
-            crate::events::Level::Notice,
-            "approval_waiting",
-            serde_json::json!({
-                "id": id,
-                "rule": reason.rule,
-                "channel": "operator",
-                "message": format!("{waiting}, then `cordon approve {id}` or `cordon deny {id}`"),
-            }),
-        );
-    };
-    let asked = operator.ask(
-        &args.command,
-        &reason.rule,
-        &reason.justification,
-        approvals.timeout,
-        &rctx.ct,
-        opened,
+    notify(format!("{waiting} (question {id}, rule `{}`)", reason.rule));
+    crate::events::emit_for_call(
+        crate::events::Level::Notice,
+        "approval_waiting",
+        serde_json::json!({
+            "id": id,
+            "rule": reason.rule,
+            "channel": "operator",
+            "watching": true,
+            "message": format!("{waiting}, then `cordon approve {id}` or `cordon deny {id}`"),
+        }),
     );
+    let cancel = rctx.ct.clone();
+    let asked = ticket.wait(&cancel);
     tokio::pin!(asked);
     // Repeated while the question waits, so clients that time out quiet calls keep it open.
+    // An operator who stops watching meanwhile may come back: the wait goes on.
     let started = Instant::now();
     let mut tick =
         tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
@@ -193,7 +256,6 @@ async fn ask_operator(
         tokio::select! {
             waited = &mut asked => break waited,
             _ = tick.tick() => {
-                let id = question.lock().map(|q| q.clone()).unwrap_or_default();
                 notify(format!(
                     "{waiting} (question {id}, {}s so far, at most {}s)",
                     started.elapsed().as_secs(),
@@ -203,17 +265,7 @@ async fn ask_operator(
         }
     };
     match waited {
-        Waited::Answered(verdict) => {
-            let by = AnsweredBy {
-                channel: "operator",
-                by: verdict.by,
-            };
-            if verdict.approve {
-                Approval::Approved(by)
-            } else {
-                Approval::Refused(Refusal::Declined, Some(by))
-            }
-        }
+        Waited::Answered(verdict) => from_verdict(verdict),
         Waited::Expired => Approval::Refused(Refusal::Expired(approvals.timeout), None),
         Waited::Cancelled => Approval::Refused(Refusal::Cancelled, None),
         Waited::Full => Approval::Refused(
@@ -224,6 +276,19 @@ async fn ask_operator(
             )),
             None,
         ),
+    }
+}
+
+/// The operator's answer as this call's approval.
+fn from_verdict(verdict: Verdict) -> Approval {
+    let by = AnsweredBy {
+        channel: "operator",
+        by: verdict.by,
+    };
+    if verdict.approve {
+        Approval::Approved(by)
+    } else {
+        Approval::Refused(Refusal::Declined, Some(by))
     }
 }
 
@@ -245,10 +310,20 @@ struct Pending {
     issued: Instant,
 }
 
+/// A question left open on the operator channel for a call that was refused because nobody
+/// watched: its answer goes to this session's retry of the same arguments under the rule.
+struct Parked {
+    arguments: String,
+    rule: String,
+    ticket: Ticket,
+}
+
 /// The open questions, and how long any question waits for its answer (the policy's
 /// `server.approval_timeout_secs`, in both protocol generations).
 pub struct Approvals {
     pending: Mutex<HashMap<String, Pending>>,
+    /// Operator questions awaiting their call's retry, oldest first; at most [`MAX_PENDING`].
+    parked: Mutex<Vec<Parked>>,
     timeout: Duration,
 }
 
@@ -264,8 +339,38 @@ impl Approvals {
     pub fn new(timeout: Duration) -> Self {
         Self {
             pending: Mutex::default(),
+            parked: Mutex::default(),
             timeout,
         }
+    }
+
+    /// Keeps `ticket` for the retry of `arguments` under `rule`. An answered ticket is kept
+    /// until twice the timeout from now at most; the oldest goes first past the bound.
+    fn park(&self, arguments: String, rule: String, ticket: Ticket) {
+        let Ok(mut parked) = self.parked.lock() else {
+            return;
+        };
+        let keep = self.timeout.saturating_mul(2);
+        parked.retain(|p| p.ticket.since().elapsed() < keep);
+        while parked.len() >= MAX_PENDING {
+            parked.remove(0);
+        }
+        parked.push(Parked {
+            arguments,
+            rule,
+            ticket,
+        });
+    }
+
+    /// The ticket parked for `arguments` under `rule`, taken (a verdict answers one call).
+    fn take_parked(&self, arguments: &str, rule: &str) -> Option<Ticket> {
+        let mut parked = self.parked.lock().ok()?;
+        let keep = self.timeout.saturating_mul(2);
+        parked.retain(|p| p.ticket.since().elapsed() < keep);
+        let at = parked
+            .iter()
+            .position(|p| p.arguments == arguments && p.rule == rule)?;
+        Some(parked.remove(at).ticket)
     }
 
     fn round_trip(

@@ -42,13 +42,15 @@ impl Logging {
     }
 
     /// `logging/setLevel`: from now on the session gets events at `level` and above. The
-    /// first one starts forwarding to `peer` and reports enforcement below full; `notes` are
-    /// the enforcement's own sentences (cordon's words, no secrets).
+    /// first one starts forwarding to `peer`, sends `start_notices` (what the start had to
+    /// repair, first) and reports enforcement below full; `notes` are the enforcement's own
+    /// sentences (cordon's words, no secrets).
     pub fn set_level(
         &self,
         level: LoggingLevel,
         peer: Peer<RoleServer>,
         enforcement: Option<(&str, &[String])>,
+        start_notices: &[events::Event],
     ) -> Result<(), McpError> {
         let subscribed = events::Events::global()
             .subscribe(self.key, from_mcp(level))
@@ -85,6 +87,9 @@ impl Logging {
             && let Some(old) = slot.replace(task)
         {
             old.abort();
+        }
+        for notice in start_notices {
+            events::emit_to(self.key, notice.level, notice.kind, notice.data.clone());
         }
         if let Some((level, notes)) = enforcement {
             events::emit_to(

@@ -413,8 +413,26 @@ impl ServerHandler for CordonServer {
         let enforcement = self.ctx.runtime.executor.confinement().enforcement();
         let below_full = (!enforcement.level.is_full())
             .then(|| (enforcement.level.as_str(), enforcement.notes.as_slice()));
+        // What the start moved aside in the workspace (`workspace::reclaim`): the
+        // session's first message, since the start's log line is only on the host.
+        let repaired: Vec<crate::events::Event> = self
+            .ctx
+            .runtime
+            .moved_aside
+            .iter()
+            .map(|m| crate::events::Event {
+                level: crate::events::Level::Warning,
+                kind: "workspace_repaired",
+                data: serde_json::json!({
+                    "path": m.path,
+                    "found": m.found,
+                    "moved_to": m.moved_to,
+                    "message": m.message(),
+                }),
+            })
+            .collect();
         self.logging
-            .set_level(request.level, context.peer, below_full)
+            .set_level(request.level, context.peer, below_full, &repaired)
     }
 
     async fn on_custom_request(

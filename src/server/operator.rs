@@ -4,10 +4,20 @@
 //!
 //! Owns the host-only Unix socket and what it serves: the pending questions of this server
 //! (command, rule, reason, age), listed and answered by `cordon approvals`, `cordon approve
-//! ID` and `cordon deny ID` (`cli::approvals`). One socket per server process, in a private
-//! directory ([`channel_dir`]: `$XDG_RUNTIME_DIR/cordon/`, else `/tmp/cordon-<uid>/`, mode
-//! 0700, owned by this user), as `approvals-<pid>.sock` (mode 0600) beside a token file
-//! `approvals-<pid>.token` (mode 0600) that every request must quote.
+//! ID` and `cordon deny ID` (`cli::approvals`), and the operators watching it (`cordon
+//! approvals --watch`: a connection that stays open and is sent the list each time it
+//! changes). One socket per server process, in a private directory ([`channel_dir`]:
+//! `/run/cordon/` as root, else `$XDG_RUNTIME_DIR/cordon/`, else `/tmp/cordon-<uid>/`; mode
+//! 0700, owned by this user, in a parent nobody else can rename it in), as
+//! `approvals-<pid>.sock` (mode 0600, bound under a hidden name and renamed into place once
+//! private) beside a token file `approvals-<pid>.token` (mode 0600) that every request must
+//! quote.
+//!
+//! Whether an operator is there *now* is whether a watch connection is open
+//! ([`OperatorChannel::watchers`]): a listing or an answer is a moment, a watch lasts as
+//! long as the operator's terminal. `approval` asks the operator only then, and otherwise
+//! refuses at once with a question left open ([`OperatorChannel::open`]) that the operator
+//! can still approve for the call's retry.
 //!
 //! A confined process must never answer its own question. Three things see to it: the
 //! directory is refused if it lies beneath the workspace or any path the policy grants, so
@@ -35,6 +45,21 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 const MAX_CONNECTIONS: usize = 16;
 /// Questions waiting at once; one more is not asked (the call is refused, saying why).
 pub const MAX_PENDING: usize = 64;
+/// Watch connections at once; one more is refused, so watchers cannot take every
+/// connection slot from `cordon approve`.
+pub const MAX_WATCHERS: usize = 4;
+/// How often a watcher is sent the list even when nothing changed (fresh ages; a peer that
+/// went away without closing is found out by the failed write).
+const WATCH_REFRESH: Duration = Duration::from_secs(10);
+/// How long one write to a watcher may take before it is dropped (a watcher that does not
+/// read must not hold a task forever).
+const WATCH_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// The approvals directory of a server running as root: `/run` is root's alone, so nobody
+/// else can make the directory first (as anyone can in `/tmp`).
+pub const ROOT_CHANNEL_DIR: &str = "/run/cordon";
+/// Points servers and the CLI at another approvals directory (tests, or an operator who
+/// keeps several apart); judged like any other.
+pub const DIR_ENV: &str = "CORDON_APPROVALS_DIR";
 
 #[derive(Debug, thiserror::Error)]
 pub enum OperatorError {
@@ -63,15 +88,27 @@ pub enum OperatorError {
     },
 }
 
-/// The directory approval sockets live in, for this user: `$XDG_RUNTIME_DIR/cordon` when
-/// that is set (and absolute), else `/tmp/cordon-<uid>` (the host's `/tmp`, never a call's).
+/// The directory approval sockets live in, for this user: `$CORDON_APPROVALS_DIR` when set
+/// (and absolute); as root [`ROOT_CHANNEL_DIR`] (root's `XDG_RUNTIME_DIR` is not used: under
+/// `sudo -E` it is another user's directory); else `$XDG_RUNTIME_DIR/cordon` when that is
+/// set (and absolute), else `/tmp/cordon-<uid>` (the host's `/tmp`, never a call's).
 pub fn channel_dir() -> PathBuf {
-    match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
-        Some(dir) if dir.is_absolute() => dir.join("cordon"),
-        _ => PathBuf::from(format!(
-            "/tmp/cordon-{}",
-            rustix::process::getuid().as_raw()
-        )),
+    let env = |name| {
+        std::env::var_os(name)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    };
+    let uid = rustix::process::geteuid();
+    channel_dir_for(uid.as_raw(), env(DIR_ENV), env("XDG_RUNTIME_DIR"))
+}
+
+/// [`channel_dir`] for `uid` and the two variables as given.
+fn channel_dir_for(uid: u32, explicit: Option<PathBuf>, xdg: Option<PathBuf>) -> PathBuf {
+    match (explicit, uid, xdg) {
+        (Some(dir), _, _) => dir,
+        (None, 0, _) => PathBuf::from(ROOT_CHANNEL_DIR),
+        (None, _, Some(xdg)) => xdg.join("cordon"),
+        (None, uid, None) => PathBuf::from(format!("/tmp/cordon-{uid}")),
     }
 }
 
@@ -124,6 +161,12 @@ pub enum Request {
         id: String,
         approve: bool,
     },
+    /// Stay connected: the server sends [`Response::Pending`] now and each time its
+    /// questions change, until the client closes the connection. While it is open an
+    /// operator is there to ask.
+    Watch {
+        token: String,
+    },
 }
 
 /// One question waiting for an answer, as listed.
@@ -147,6 +190,10 @@ pub enum Response {
     },
     Answered {
         id: String,
+        /// The call that asked was answered already (no operator watched): the approval
+        /// is for its retry.
+        #[serde(default)]
+        for_retry: bool,
     },
     Error {
         message: String,
@@ -173,6 +220,10 @@ pub enum Waited {
 struct Question {
     view: PendingView,
     since: Instant,
+    /// Not listed, and not answerable, from then on.
+    deadline: Instant,
+    /// Its call returned already: an answer is kept for the retry.
+    for_retry: bool,
     answer: tokio::sync::oneshot::Sender<Verdict>,
 }
 
@@ -180,6 +231,91 @@ struct Shared {
     token: String,
     workspace: String,
     questions: Mutex<HashMap<String, Question>>,
+    /// Bumped whenever a question is opened or closed: watchers send the list again.
+    changed: tokio::sync::watch::Sender<u64>,
+    /// The operators watching now (`uid N, pid P` from the kernel), by connection.
+    watchers: Mutex<HashMap<u64, String>>,
+}
+
+impl Shared {
+    fn bump(&self) {
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+}
+
+/// One question opened on the channel: listed until it is answered, its deadline passes or
+/// the ticket is dropped.
+pub struct Ticket {
+    shared: Arc<Shared>,
+    id: String,
+    since: Instant,
+    deadline: Instant,
+    answer: tokio::sync::oneshot::Receiver<Verdict>,
+}
+
+impl Ticket {
+    /// The id the operator types (`cordon approve ID`).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Whether the question can no longer be answered.
+    pub fn expired(&self) -> bool {
+        Instant::now() >= self.deadline
+    }
+
+    /// When it was opened.
+    pub fn since(&self) -> Instant {
+        self.since
+    }
+
+    /// How long it can still be answered.
+    pub fn deadline_in(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+
+    /// The answer, if the operator gave one already.
+    pub fn answered(&mut self) -> Option<Verdict> {
+        self.answer.try_recv().ok()
+    }
+
+    /// Marks the question as one whose call returned: an answer is for its retry.
+    pub fn park(&self) {
+        if let Ok(mut q) = self.shared.questions.lock()
+            && let Some(q) = q.get_mut(&self.id)
+        {
+            q.for_retry = true;
+        }
+    }
+
+    /// Waits for the answer, the question's deadline or `cancel`.
+    pub async fn wait(&mut self, cancel: &tokio_util::sync::CancellationToken) -> Waited {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if let Ok(mut q) = self.shared.questions.lock()
+            && let Some(q) = q.get_mut(&self.id)
+        {
+            q.for_retry = false;
+        }
+        tokio::select! {
+            answer = &mut self.answer => match answer {
+                Ok(verdict) => Waited::Answered(verdict),
+                Err(_) => Waited::Cancelled,
+            },
+            _ = cancel.cancelled() => Waited::Cancelled,
+            _ = tokio::time::sleep(left) => Waited::Expired,
+        }
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if let Ok(mut q) = self.shared.questions.lock()
+            && q.remove(&self.id).is_some()
+        {
+            drop(q);
+            self.shared.bump();
+        }
+    }
 }
 
 /// This server's channel; dropping it closes the socket and removes its files.
@@ -236,13 +372,25 @@ impl OperatorChannel {
             .open(&token_file)
             .and_then(|mut f| f.write_all(token.as_bytes()))
             .map_err(failed(&token_file))?;
-        let listener = UnixListener::bind(&socket).map_err(failed(&socket))?;
-        std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
-            .map_err(failed(&socket))?;
+        // Bound under a hidden name and renamed into place once private: `cordon approvals`
+        // refuses a socket others may use, and must never find ours in the moment between
+        // bind (mode from the umask) and chmod.
+        let hidden = dir.join(format!(".approvals-{pid}.sock.new"));
+        let _ = std::fs::remove_file(&hidden);
+        let listener = UnixListener::bind(&hidden).map_err(failed(&socket))?;
+        std::fs::set_permissions(&hidden, std::fs::Permissions::from_mode(0o600))
+            .and_then(|()| std::fs::rename(&hidden, &socket))
+            .map_err(|e| {
+                let _ = std::fs::remove_file(&hidden);
+                let _ = std::fs::remove_file(&token_file);
+                failed(&socket)(e)
+            })?;
         let shared = Arc::new(Shared {
             token,
             workspace: workspace.display().to_string(),
             questions: Mutex::default(),
+            changed: tokio::sync::watch::Sender::new(0),
+            watchers: Mutex::default(),
         });
         let accept = tokio::spawn(serve(listener, Arc::clone(&shared)));
         tracing::info!(
@@ -272,14 +420,31 @@ impl OperatorChannel {
         cancel: &tokio_util::sync::CancellationToken,
         on_open: impl FnOnce(&str),
     ) -> Waited {
+        let Some(mut ticket) = self.open(command, rule, reason, timeout) else {
+            return Waited::Full;
+        };
+        on_open(ticket.id());
+        ticket.wait(cancel).await
+    }
+
+    /// Lists a question for `open_for` (or until the ticket is dropped) without waiting
+    /// for it. None when [`MAX_PENDING`] questions are open already.
+    pub fn open(
+        &self,
+        command: &str,
+        rule: &str,
+        reason: &str,
+        open_for: Duration,
+    ) -> Option<Ticket> {
         let id = short_id();
         let (tx, rx) = tokio::sync::oneshot::channel();
+        let now = Instant::now();
+        let deadline = now + open_for;
         {
-            let Ok(mut questions) = self.shared.questions.lock() else {
-                return Waited::Full;
-            };
+            let mut questions = self.shared.questions.lock().ok()?;
+            questions.retain(|_, q| q.deadline > now);
             if questions.len() >= MAX_PENDING {
-                return Waited::Full;
+                return None;
             }
             questions.insert(
                 id.clone(),
@@ -291,25 +456,34 @@ impl OperatorChannel {
                         reason: reason.to_owned(),
                         age_secs: 0,
                     },
-                    since: Instant::now(),
+                    since: now,
+                    deadline,
+                    for_retry: false,
                     answer: tx,
                 },
             );
         }
-        // However the wait ends, the question is no longer listed.
-        let _forget = Forget {
-            shared: &self.shared,
-            id: &id,
-        };
-        on_open(&id);
-        tokio::select! {
-            answer = rx => match answer {
-                Ok(verdict) => Waited::Answered(verdict),
-                Err(_) => Waited::Cancelled,
-            },
-            _ = cancel.cancelled() => Waited::Cancelled,
-            _ = tokio::time::sleep(timeout) => Waited::Expired,
-        }
+        self.shared.bump();
+        Some(Ticket {
+            shared: Arc::clone(&self.shared),
+            id,
+            since: now,
+            deadline,
+            answer: rx,
+        })
+    }
+
+    /// The operators watching this server's questions now (`cordon approvals --watch`),
+    /// each as the kernel names its process (`uid N, pid P`); empty when nobody watches.
+    pub fn watchers(&self) -> Vec<String> {
+        let mut who: Vec<String> = self
+            .shared
+            .watchers
+            .lock()
+            .map(|w| w.values().cloned().collect())
+            .unwrap_or_default();
+        who.sort();
+        who
     }
 }
 
@@ -318,19 +492,6 @@ impl Drop for OperatorChannel {
         self.accept.abort();
         let _ = std::fs::remove_file(&self.socket);
         let _ = std::fs::remove_file(&self.token_file);
-    }
-}
-
-struct Forget<'a> {
-    shared: &'a Shared,
-    id: &'a str,
-}
-
-impl Drop for Forget<'_> {
-    fn drop(&mut self) {
-        if let Ok(mut q) = self.shared.questions.lock() {
-            q.remove(self.id);
-        }
     }
 }
 
@@ -371,7 +532,7 @@ fn private_dir(dir: &Path) -> Result<PathBuf, OperatorError> {
     if !meta.file_type().is_dir() {
         return Err(not_private("it is not a directory".into()));
     }
-    let uid = rustix::process::getuid().as_raw();
+    let uid = rustix::process::geteuid().as_raw();
     if meta.uid() != uid {
         return Err(not_private(format!(
             "it belongs to uid {}, not {uid}",
@@ -384,11 +545,28 @@ fn private_dir(dir: &Path) -> Result<PathBuf, OperatorError> {
             meta.mode() & 0o777
         )));
     }
-    dir.canonicalize().map_err(io)
+    let canonical = dir.canonicalize().map_err(io)?;
+    // Nobody else may rename or replace the directory in its parent: a parent of root's or
+    // ours that others cannot write, or a sticky one (`/tmp`: only the entry's owner renames).
+    if let Some(parent) = canonical.parent() {
+        let pmeta = std::fs::metadata(parent).map_err(io)?;
+        let owner_ok = pmeta.uid() == 0 || pmeta.uid() == uid;
+        let shared = pmeta.mode() & 0o022 != 0 && pmeta.mode() & 0o1000 == 0;
+        if !owner_ok || shared {
+            return Err(not_private(format!(
+                "its parent {} (uid {}, mode {:o}) lets another user rename or replace it",
+                parent.display(),
+                pmeta.uid(),
+                pmeta.mode() & 0o7777
+            )));
+        }
+    }
+    Ok(canonical)
 }
 
 async fn serve(listener: UnixListener, shared: Arc<Shared>) {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let next = std::sync::atomic::AtomicU64::new(0);
     loop {
         let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
             return;
@@ -402,14 +580,15 @@ async fn serve(listener: UnixListener, shared: Arc<Shared>) {
             }
         };
         let shared = Arc::clone(&shared);
+        let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tokio::spawn(async move {
             let _permit = permit;
-            let _ = tokio::time::timeout(REQUEST_TIMEOUT, connection(stream, &shared)).await;
+            let _ = connection(stream, &shared, n).await;
         });
     }
 }
 
-async fn connection(stream: UnixStream, shared: &Shared) -> std::io::Result<()> {
+async fn connection(stream: UnixStream, shared: &Shared, n: u64) -> std::io::Result<()> {
     let by = match stream.peer_cred() {
         Ok(cred) => match cred.pid() {
             Some(pid) => format!("uid {}, pid {pid}", cred.uid()),
@@ -420,27 +599,120 @@ async fn connection(stream: UnixStream, shared: &Shared) -> std::io::Result<()> 
     let (read, mut write) = stream.into_split();
     let mut line = Vec::new();
     let mut reader = BufReader::new(read.take(MAX_REQUEST as u64 + 1));
-    reader.read_until(b'\n', &mut line).await?;
+    // The request within its time; only a watch outlives it.
+    match tokio::time::timeout(REQUEST_TIMEOUT, reader.read_until(b'\n', &mut line)).await {
+        Ok(read) => read?,
+        Err(_) => return Ok(()),
+    };
     let response = if line.len() > MAX_REQUEST {
         error(format!("the request is over {MAX_REQUEST} bytes"))
     } else {
         match serde_json::from_slice::<Request>(&line) {
+            Ok(Request::Watch { token }) if same(token.as_bytes(), shared.token.as_bytes()) => {
+                return watch(reader.into_inner().into_inner(), write, shared, n, by).await;
+            }
             Ok(request) => answer(shared, request, by),
             Err(e) => error(format!("not a request this server understands: {e}")),
         }
     };
-    let mut out = serde_json::to_vec(&response).unwrap_or_default();
+    send(&mut write, &response).await
+}
+
+async fn send(
+    write: &mut tokio::net::unix::OwnedWriteHalf,
+    response: &Response,
+) -> std::io::Result<()> {
+    let mut out = serde_json::to_vec(response).unwrap_or_default();
     out.push(b'\n');
-    write.write_all(&out).await
+    match tokio::time::timeout(WATCH_WRITE_TIMEOUT, write.write_all(&out)).await {
+        Ok(written) => written,
+        Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
+    }
+}
+
+/// An operator watching: the list now and at each change (and every [`WATCH_REFRESH`]),
+/// until the peer closes its side or stops reading. While this runs the operator counts as
+/// there ([`OperatorChannel::watchers`]).
+async fn watch(
+    mut read: tokio::net::unix::OwnedReadHalf,
+    mut write: tokio::net::unix::OwnedWriteHalf,
+    shared: &Shared,
+    n: u64,
+    by: String,
+) -> std::io::Result<()> {
+    let attached = match shared.watchers.lock() {
+        Ok(mut watchers) if watchers.len() < MAX_WATCHERS => {
+            watchers.insert(n, by.clone());
+            true
+        }
+        _ => false,
+    };
+    if !attached {
+        let full = error(format!(
+            "{MAX_WATCHERS} operators watch this server already; close one `cordon approvals \
+             --watch` first"
+        ));
+        return send(&mut write, &full).await;
+    }
+    tracing::info!("operator approvals: {by} watches");
+    struct Detach<'a>(&'a Shared, u64);
+    impl Drop for Detach<'_> {
+        fn drop(&mut self) {
+            if let Ok(mut w) = self.0.watchers.lock() {
+                w.remove(&self.1);
+            }
+        }
+    }
+    let _detach = Detach(shared, n);
+    let mut changed = shared.changed.subscribe();
+    let mut scratch = [0u8; 256];
+    loop {
+        let listing = list(shared);
+        send(&mut write, &listing).await?;
+        tokio::select! {
+            // The watcher says nothing after its request: any read that ends is it leaving.
+            got = read.read(&mut scratch) => match got {
+                Ok(0) | Err(_) => return Ok(()),
+                Ok(_) => {}
+            },
+            seen = changed.changed() => if seen.is_err() { return Ok(()) },
+            _ = tokio::time::sleep(WATCH_REFRESH) => {}
+        }
+    }
 }
 
 fn error(message: String) -> Response {
     Response::Error { message }
 }
 
+/// The open questions, oldest first.
+fn list(shared: &Shared) -> Response {
+    let now = Instant::now();
+    let mut pending: Vec<PendingView> = shared
+        .questions
+        .lock()
+        .map(|questions| {
+            questions
+                .values()
+                .filter(|q| q.deadline > now)
+                .map(|q| PendingView {
+                    age_secs: q.since.elapsed().as_secs(),
+                    ..q.view.clone()
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    pending.sort_by_key(|p| std::cmp::Reverse(p.age_secs));
+    Response::Pending {
+        workspace: shared.workspace.clone(),
+        pid: std::process::id(),
+        pending,
+    }
+}
+
 fn answer(shared: &Shared, request: Request, by: String) -> Response {
     let token = match &request {
-        Request::List { token } | Request::Answer { token, .. } => token,
+        Request::List { token } | Request::Answer { token, .. } | Request::Watch { token } => token,
     };
     if !same(token.as_bytes(), shared.token.as_bytes()) {
         tracing::warn!("operator approvals: a request from {by} without the token was refused");
@@ -450,37 +722,33 @@ fn answer(shared: &Shared, request: Request, by: String) -> Response {
                 .into(),
         );
     }
-    let Ok(mut questions) = shared.questions.lock() else {
-        return error("the server's question list is unavailable".into());
-    };
     match request {
-        Request::List { .. } => {
-            let mut pending: Vec<PendingView> = questions
-                .values()
-                .map(|q| PendingView {
-                    age_secs: q.since.elapsed().as_secs(),
-                    ..q.view.clone()
-                })
-                .collect();
-            pending.sort_by_key(|p| std::cmp::Reverse(p.age_secs));
-            Response::Pending {
-                workspace: shared.workspace.clone(),
-                pid: std::process::id(),
-                pending,
+        Request::List { .. } | Request::Watch { .. } => list(shared),
+        Request::Answer { id, approve, .. } => {
+            let Ok(mut questions) = shared.questions.lock() else {
+                return error("the server's question list is unavailable".into());
+            };
+            let open = questions
+                .get(&id)
+                .is_some_and(|q| q.deadline > Instant::now());
+            match open.then(|| questions.remove(&id)).flatten() {
+                Some(q) => {
+                    drop(questions);
+                    shared.bump();
+                    tracing::info!(
+                        "operator approvals: {id} ({}) {} by {by}",
+                        q.view.rule,
+                        if approve { "approved" } else { "denied" }
+                    );
+                    let _ = q.answer.send(Verdict { approve, by });
+                    Response::Answered {
+                        id,
+                        for_retry: q.for_retry,
+                    }
+                }
+                None => error(format!("no question {id} is waiting on this server")),
             }
         }
-        Request::Answer { id, approve, .. } => match questions.remove(&id) {
-            Some(q) => {
-                tracing::info!(
-                    "operator approvals: {id} ({}) {} by {by}",
-                    q.view.rule,
-                    if approve { "approved" } else { "denied" }
-                );
-                let _ = q.answer.send(Verdict { approve, by });
-                Response::Answered { id }
-            }
-            None => error(format!("no question {id} is waiting on this server")),
-        },
     }
 }
 

@@ -21,6 +21,8 @@ pub mod gitconfig;
 pub mod gitlinks;
 mod home;
 pub mod protect;
+mod reclaim;
+pub use reclaim::MovedAside;
 mod relpath;
 mod resolve;
 mod spill;

@@ -24,8 +24,8 @@ use super::{PathError, RelPath, Workspace};
 /// (the child's RLIMIT_FSIZE does not apply to files the server writes).
 pub const SPILL_LIMIT: u64 = 512 << 20;
 
-const CORDON_DIR: &str = ".cordon";
-const OUTPUTS_DIR: &str = "outputs";
+pub(super) const CORDON_DIR: &str = ".cordon";
+pub(super) const OUTPUTS_DIR: &str = "outputs";
 const SPILL_REL: &str = ".cordon/outputs";
 pub(super) const GITIGNORE: &str = ".gitignore";
 pub(super) const GITIGNORE_CONTENT: &[u8] =
@@ -239,7 +239,7 @@ pub(super) fn open_or_create_dir_nofollow(
     name: &str,
     shown: &str,
 ) -> Result<Dir, PathError> {
-    match parent.create_dir(name) {
+    match make_dir(parent, name) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(PathError::from_io(shown, e)),
@@ -255,6 +255,15 @@ pub(super) fn open_or_create_dir_nofollow(
             ),
             _ => PathError::from_io(shown, e),
         })
+}
+
+/// Creates directory `name` in `parent` with mode 0755 whatever the umask lets through
+/// beyond it (never writable by others: the start moves such a directory aside, see
+/// `reclaim`).
+pub(super) fn make_dir(parent: &Dir, name: &str) -> io::Result<()> {
+    use std::os::fd::AsFd;
+    rustix::fs::mkdirat(parent.as_fd(), name, rustix::fs::Mode::from_raw_mode(0o755))
+        .map_err(io::Error::from)
 }
 
 /// Writes `.cordon/.gitignore` unless it exists; an existing one is the user's to keep.

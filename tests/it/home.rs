@@ -1,10 +1,17 @@
 //! The calls' persistent home (`{workspace_home}`: `.cordon-home/` in the workspace) and the
 //! toolchains of the operator's home (`filesystem.toolchains`): what one call leaves in HOME
 //! the next one finds, the home is git-ignored, and a toolchain root is visible without
-//! what lies beside it in the operator's home.
+//! what lies beside it in the operator's home. And what a call leaves in place of cordon's
+//! own directories (`.cordon-home`, `.cordon`, `.cordon/outputs`: a link, a file, a FIFO, a
+//! directory of another uid or one anyone may write) never stops a later start: it is moved
+//! aside, the directory made again, and the start says so.
 
-use crate::common::{Need, Sandbox, skip};
-use std::os::unix::fs::PermissionsExt;
+use crate::common::{HANG_GUARD, Need, Sandbox, skip};
+use crate::stdio_server::{StdioServer, structured};
+use serde_json::json;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::time::Duration;
 
 #[cordon_test::test]
 fn what_a_call_leaves_in_home_the_next_call_finds() {
@@ -96,4 +103,191 @@ fn a_toolchain_root_is_visible_and_its_neighbours_are_not() {
         ),
         "{run:?}"
     );
+}
+
+/// The ways a call can leave something that is not cordon's where cordon keeps a directory.
+fn plant(path: &Path, how: &str, outside: &Path) {
+    match how {
+        "symlink" => std::os::unix::fs::symlink(outside, path).unwrap(),
+        "file" => std::fs::write(path, "planted\n").unwrap(),
+        "fifo" => {
+            let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+            // SAFETY: a valid C string; mkfifo only creates a node.
+            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        }
+        "other-uid" => {
+            std::fs::create_dir(path).unwrap();
+            std::os::unix::fs::chown(path, Some(65534), Some(65534)).unwrap();
+        }
+        "world-writable" => {
+            std::fs::create_dir(path).unwrap();
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o777)).unwrap();
+        }
+        _ => unreachable!("{how}"),
+    }
+}
+
+/// The entries `name.moved-aside-*` beside `path`.
+fn moved_aside(path: &Path) -> Vec<std::path::PathBuf> {
+    let name = path.file_name().unwrap().to_str().unwrap();
+    let prefix = format!("{name}.moved-aside-");
+    std::fs::read_dir(path.parent().unwrap())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with(&prefix))
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
+#[cordon_test::test]
+fn what_a_call_leaves_in_place_of_cordons_directories_never_stops_a_start() {
+    let test = "what_a_call_leaves_in_place_of_cordons_directories_never_stops_a_start";
+    if skip(test, Need::LandlockSeccomp) {
+        return;
+    }
+    let root = rustix_is_root();
+    for (entry, how) in [
+        (".cordon-home", "symlink"),
+        (".cordon-home", "file"),
+        (".cordon-home", "fifo"),
+        (".cordon-home", "other-uid"),
+        (".cordon-home", "world-writable"),
+        (".cordon", "symlink"),
+        (".cordon", "fifo"),
+        (".cordon/outputs", "symlink"),
+    ] {
+        if how == "other-uid" && !root {
+            continue;
+        }
+        let sb = Sandbox::new();
+        if entry == ".cordon/outputs" {
+            std::fs::create_dir(sb.ws().join(".cordon")).unwrap();
+        }
+        let target = sb.outside().join("target");
+        std::fs::create_dir(&target).unwrap();
+        let path = sb.ws().join(entry);
+        plant(&path, how, &target);
+
+        // `serve` starts, and its first log message says what it moved and where.
+        let mut server = StdioServer::start(sb.ws(), &["--policy", "default"], "", &[]);
+        let id = server.send_request("logging/setLevel", json!({"level": "info"}));
+        server.response(id, HANG_GUARD).expect("setLevel answered");
+        let notes = server.notifications("notifications/message", Duration::from_secs(10));
+        let first = notes
+            .iter()
+            .find(|n| n["method"] == "notifications/message")
+            .unwrap_or_else(|| panic!("{entry} ({how}): no log message: {notes:?}"));
+        let data = &first["params"]["data"];
+        assert_eq!(
+            data["event"], "workspace_repaired",
+            "{entry} ({how}): {first}"
+        );
+        assert_eq!(data["path"], entry, "{entry} ({how}): {first}");
+        let moved_to = data["moved_to"].as_str().unwrap().to_owned();
+        assert!(
+            data["message"].as_str().unwrap().contains("moved aside"),
+            "{first}"
+        );
+        // Moved as it was (a link is still the link), to a name of random hex.
+        let moved = moved_aside(&path);
+        assert_eq!(moved.len(), 1, "{entry} ({how}): {moved:?}");
+        assert_eq!(moved[0], sb.ws().join(&moved_to), "{first}");
+        let suffix = moved_to.rsplit('-').next().unwrap();
+        assert!(
+            suffix.len() == 16 && suffix.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{moved_to}"
+        );
+        let kept = std::fs::symlink_metadata(&moved[0]).unwrap();
+        match how {
+            "symlink" => assert_eq!(std::fs::read_link(&moved[0]).unwrap(), target),
+            "fifo" => assert!(std::os::unix::fs::FileTypeExt::is_fifo(&kept.file_type())),
+            "file" => assert_eq!(std::fs::read(&moved[0]).unwrap(), b"planted\n"),
+            "other-uid" => assert_eq!(kept.uid(), 65534),
+            _ => assert!(kept.is_dir()),
+        }
+        // In its place, a directory of cordon's own that the calls use.
+        let made = std::fs::symlink_metadata(&path).unwrap();
+        assert!(made.is_dir() && made.mode() & 0o002 == 0, "{entry} ({how})");
+        let result = server.call(
+            "shell_exec",
+            json!({"command": "echo kept > ~/state && cat ~/state && seq 1 30000"}),
+        );
+        assert_eq!(
+            structured(&result)["exit_code"],
+            0,
+            "{entry} ({how}): {result}"
+        );
+        assert!(
+            structured(&result)["full_output"]
+                .as_str()
+                .is_some_and(|p| p.starts_with(".cordon/outputs/")),
+            "{entry} ({how}): the spill area works: {result}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(sb.ws().join(".cordon-home/state")).unwrap(),
+            "kept\n"
+        );
+        assert_eq!(
+            std::fs::read_dir(&target).unwrap().count(),
+            0,
+            "{entry} ({how}): something was written through the planted entry"
+        );
+        drop(server);
+
+        // The next start finds everything cordon's: nothing more is moved.
+        let again = sb.exec(&["--policy", "default"], &["true"]);
+        assert_eq!(again.code(), 0, "{again:?}");
+        assert!(!again.stderr.contains("moved aside"), "{again:?}");
+        assert_eq!(moved_aside(&path).len(), 1, "{entry} ({how})");
+    }
+}
+
+#[cordon_test::test]
+fn a_start_that_moves_the_home_aside_says_so_on_stderr() {
+    let test = "a_start_that_moves_the_home_aside_says_so_on_stderr";
+    if skip(test, Need::LandlockSeccomp) {
+        return;
+    }
+    let sb = Sandbox::new();
+    // A call replaces its home by a link, then the next start runs.
+    let first = sb.exec(
+        &["--policy", "default"],
+        &[
+            "sh",
+            "-c",
+            "mv .cordon-home gone && ln -s /etc .cordon-home",
+        ],
+    );
+    assert_eq!(first.code(), 0, "{first:?}");
+    assert!(
+        std::fs::symlink_metadata(sb.ws().join(".cordon-home"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    let log = sb.outside().join("serve.log");
+    let prefix = format!("exec 2>'{}';", log.display());
+    let mut server = StdioServer::start(sb.ws(), &["--policy", "default"], &prefix, &[]);
+    let result = server.call("shell_exec", json!({"command": "echo \"$HOME\""}));
+    assert_eq!(structured(&result)["exit_code"], 0, "{result}");
+    drop(server);
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        stderr.contains(".cordon-home was a symbolic link to /etc")
+            && stderr.contains("moved aside to .cordon-home.moved-aside-"),
+        "{stderr}"
+    );
+    assert!(
+        std::fs::symlink_metadata(sb.ws().join(".cordon-home"))
+            .unwrap()
+            .is_dir()
+    );
+}
+
+fn rustix_is_root() -> bool {
+    std::fs::metadata("/proc/self").unwrap().uid() == 0
 }

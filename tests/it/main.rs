@@ -19,6 +19,7 @@ mod egress;
 mod exec_cli;
 mod fail_closed;
 mod file_attacks;
+mod forward_policy;
 mod git_protection;
 mod home;
 mod host_uid;

@@ -8,6 +8,7 @@
 use crate::common::{CORDON, HANG_GUARD, Need, skip};
 use crate::stdio_server::{StdioServer, structured, text};
 use serde_json::{Value, json};
+use std::io::BufRead;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -48,8 +49,11 @@ impl Setup {
     }
     fn serve(&self, policy: &str, env: &[(&str, &str)]) -> StdioServer {
         let run = self.run_dir();
+        let dir = self.dir();
         let mut env = env.to_vec();
         env.push(("XDG_RUNTIME_DIR", &run));
+        // As root the channel is /run/cordon unless told otherwise: each test its own.
+        env.push(("CORDON_APPROVALS_DIR", &dir));
         let audit = self.audit().display().to_string();
         StdioServer::start(
             &self.ws(),
@@ -84,12 +88,47 @@ impl Setup {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+    /// `cordon approvals --watch --json`, once it is attached to the server `pid`.
+    fn watch(&self, pid: i32) -> Watcher {
+        let mut child = Command::new(CORDON)
+            .args(["approvals", "--watch", "--json", "--dir", &self.dir()])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let watcher = Watcher(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            let Some(Ok(line)) = lines.next() else { break };
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v["servers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|s| s["pid"] == pid)
+            {
+                std::thread::spawn(move || for _ in lines {});
+                return watcher;
+            }
+        }
+        panic!("the watcher never attached to pid {pid}");
+    }
     fn records(&self) -> Vec<Value> {
         std::fs::read_to_string(self.audit())
             .unwrap_or_default()
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect()
+    }
+}
+
+/// A running `cordon approvals --watch`, killed when dropped.
+struct Watcher(std::process::Child);
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
@@ -110,6 +149,8 @@ fn the_operator_answers_an_ask_rule_for_a_client_without_elicitation() {
     let setup = Setup::new();
     let policy = setup.policy("");
     let mut server = setup.serve(&policy, &[]);
+    // An operator watches: questions wait for the answer.
+    let _watcher = setup.watch(server.pid());
 
     // Denied by the operator: nothing runs, the refusal is the operator's.
     let id = ask_call(&mut server, 7);
@@ -159,8 +200,11 @@ fn the_operator_answers_an_ask_rule_for_a_client_without_elicitation() {
         "said again while waiting: {progress:?}"
     );
     for (_, m) in &progress {
+        // It says who is asked: the watching operator, as the kernel names it.
         assert!(
-            m.contains("waiting for the operator's approval: run `cordon approvals`")
+            m.contains("waiting for the operator's approval (asked of the operator watching")
+                && m.contains("uid ")
+                && m.contains("run `cordon approvals`")
                 && m.contains(qid),
             "{progress:?}"
         );
@@ -213,6 +257,7 @@ fn unanswered_operator_questions_expire_and_elicitation_alone_asks_nobody() {
     let setup = Setup::new();
     let policy = setup.policy("[server]\napproval_timeout_secs = 2\napprovals = [\"operator\"]\n");
     let mut server = setup.serve(&policy, &[]);
+    let _watcher = setup.watch(server.pid());
     let result = server.call("shell_exec", json!({"command": ASK_COMMAND}));
     assert_eq!(structured(&result)["error"]["kind"], "denied", "{result}");
     assert!(text(&result).contains("within 2s"), "{result}");
@@ -296,6 +341,7 @@ print("answer", s.recv(65536).decode().strip())
 fn attack(setup: &Setup, env: &[(&str, &str)], policy_body: &str) -> (String, Vec<Value>) {
     let policy = setup.policy(policy_body);
     let mut server = setup.serve(&policy, env);
+    let _watcher = setup.watch(server.pid());
     // A question is waiting: this is what an attacker would approve.
     let id = ask_call(&mut server, 1);
     let pending = setup.pending();
@@ -452,6 +498,7 @@ fn without_namespaces_or_landlock_the_operator_channel_stays_off() {
     let policy = setup.policy("");
     let run = setup.run_dir();
     let audit = setup.audit().display().to_string();
+    let dir = setup.dir();
     let mut server = StdioServer::start(
         &setup.ws(),
         &[
@@ -464,6 +511,7 @@ fn without_namespaces_or_landlock_the_operator_channel_stays_off() {
         "",
         &[
             ("XDG_RUNTIME_DIR", &run),
+            ("CORDON_APPROVALS_DIR", &dir),
             ("CORDON_SIMULATE_MISSING", "namespaces,landlock"),
         ],
     );
@@ -494,7 +542,10 @@ fn an_approvals_directory_inside_the_workspace_is_refused() {
         &setup.ws(),
         &["--policy", &policy],
         "",
-        &[("XDG_RUNTIME_DIR", &inside)],
+        &[
+            ("XDG_RUNTIME_DIR", &inside),
+            ("CORDON_APPROVALS_DIR", &format!("{inside}/cordon")),
+        ],
     );
     let result = server.call("shell_exec", json!({"command": ASK_COMMAND}));
     assert_eq!(structured(&result)["error"]["kind"], "denied", "{result}");
@@ -508,4 +559,284 @@ fn an_approvals_directory_inside_the_workspace_is_refused() {
         "nothing made in the workspace"
     );
     assert!(setup.ws().join("keep.txt").exists());
+}
+
+#[cordon_test::test]
+fn with_nobody_watching_an_ask_is_refused_at_once_and_the_operator_can_approve_the_retry() {
+    let test =
+        "with_nobody_watching_an_ask_is_refused_at_once_and_the_operator_can_approve_the_retry";
+    if skip(test, Need::LandlockSeccomp) {
+        return;
+    }
+    let setup = Setup::new();
+    let policy = setup.policy("");
+    let mut server = setup.serve(&policy, &[]);
+    let started = Instant::now();
+    let result = server.call("shell_exec", json!({"command": ASK_COMMAND}));
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "refused at once, not after the approval timeout"
+    );
+    assert_eq!(structured(&result)["error"]["kind"], "denied", "{result}");
+    assert!(setup.ws().join("keep.txt").exists(), "nothing ran");
+    let said = text(&result);
+    assert!(said.contains("no operator is watching"), "{result}");
+    // The question is still open, and the refusal names it and the command that approves it.
+    let pending = setup.pending_now();
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    let qid = pending[0]["id"].as_str().unwrap().to_owned();
+    assert!(
+        said.contains(&format!("`cordon approve {qid}`")),
+        "{result}"
+    );
+
+    // Asked again before anyone answers: the same question, refused again.
+    let again = server.call("shell_exec", json!({"command": ASK_COMMAND}));
+    assert!(
+        text(&again).contains(&format!("cordon approve {qid}")),
+        "{again}"
+    );
+    assert_eq!(setup.pending_now().len(), 1, "one question, not two");
+
+    let approved = setup.cli(&["approve", &qid]);
+    assert!(approved.status.success(), "{approved:?}");
+    assert!(
+        String::from_utf8_lossy(&approved.stdout).contains("next call"),
+        "{approved:?}"
+    );
+    // The retry runs on the operator's approval; the one after it is asked afresh.
+    let retry = server.call("shell_exec", json!({"command": ASK_COMMAND}));
+    assert_eq!(structured(&retry)["exit_code"], 0, "{retry}");
+    assert!(
+        !setup.ws().join("keep.txt").exists(),
+        "the approved retry ran"
+    );
+    let once_more = server.call("shell_exec", json!({"command": ASK_COMMAND}));
+    assert_eq!(
+        structured(&once_more)["error"]["kind"],
+        "denied",
+        "{once_more}"
+    );
+    let decisions: Vec<Value> = setup
+        .records()
+        .iter()
+        .map(|r| r["decision"].clone())
+        .collect();
+    assert_eq!(
+        decisions,
+        [
+            json!(format!("ask:{ASK_RULE}:unavailable")),
+            json!(format!("ask:{ASK_RULE}:unavailable")),
+            json!(format!("ask:{ASK_RULE}:approved")),
+            json!(format!("ask:{ASK_RULE}:unavailable")),
+        ],
+        "{decisions:?}"
+    );
+}
+
+/// A listener at `path` that answers every request with `reply`, and counts the requests.
+fn fake_server(path: &Path, reply: Value) -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
+    use std::io::Write;
+    let listener = std::os::unix::net::UnixListener::bind(path).unwrap();
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = std::sync::Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut line = String::new();
+            let _ = std::io::BufReader::new(&stream).read_line(&mut line);
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let _ = stream.write_all(format!("{reply}\n").as_bytes());
+        }
+    });
+    seen
+}
+
+#[cordon_test::test]
+fn the_cli_trusts_only_its_own_users_directory_sockets_and_tokens() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+        .unwrap()
+        == 0;
+    if !root {
+        crate::common::skip_msg(
+            "the_cli_trusts_only_its_own_users_directory_sockets_and_tokens",
+            "needs root (chown to uid 65534)",
+        );
+        assert!(
+            !std::env::var("CI").is_ok_and(|v| v == "true"),
+            "needs root under CI"
+        );
+        return;
+    }
+    let setup = Setup::new();
+    let dir = Path::new(&setup.dir()).to_owned();
+    let fake = json!({"answered": {"id": "0123abcd"}});
+    let listed = json!({"pending": {"workspace": "/ws\u{1b}[2J", "pid": 1, "pending": [
+        {"id": "0123abcd", "command": "ls\u{1b}]0;pwned\u{7}", "rule": "r\u{9b}1m",
+         "reason": "why\u{202e}", "age_secs": 1}]}});
+
+    // A directory another user made: refused whole, naming path, owner and mode.
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let seen = fake_server(&dir.join("approvals-1.sock"), fake.clone());
+    std::fs::write(dir.join("approvals-1.token"), "t").unwrap();
+    std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
+    for args in [
+        &["approvals"][..],
+        &["approvals", "--json"],
+        &["approve", "0123abcd"],
+    ] {
+        let out = setup.cli(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {out:?}");
+        assert!(
+            err.contains(&dir.display().to_string())
+                && err.contains("uid 65534")
+                && err.contains("755"),
+            "{args:?}: {err}"
+        );
+        assert!(
+            !String::from_utf8_lossy(&out.stdout).contains("approved"),
+            "{out:?}"
+        );
+    }
+    assert_eq!(
+        seen.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the planted socket was asked"
+    );
+
+    // Our directory, with a socket and token of another uid planted in it: not asked.
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let planted = dir.join("approvals-2.sock");
+    let seen = fake_server(&planted, fake.clone());
+    std::fs::write(dir.join("approvals-2.token"), "t").unwrap();
+    std::os::unix::fs::chown(&planted, Some(65534), None).unwrap();
+    std::os::unix::fs::chown(dir.join("approvals-2.token"), Some(65534), None).unwrap();
+    let out = setup.cli(&["approvals", "--json"]);
+    let listing: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(listing["servers"], json!([]), "{listing}");
+    assert!(
+        listing["refused"][0]
+            .as_str()
+            .unwrap()
+            .contains("uid 65534"),
+        "{listing}"
+    );
+    let out = setup.cli(&["approve", "0123abcd"]);
+    assert!(!out.status.success(), "{out:?}");
+    assert_eq!(
+        seen.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the planted socket was asked"
+    );
+    std::fs::remove_file(&planted).unwrap();
+    std::fs::remove_file(dir.join("approvals-2.token")).unwrap();
+
+    // A server of ours that sends terminal escapes: shown, not obeyed.
+    let ours = dir.join("approvals-3.sock");
+    fake_server(&ours, listed);
+    std::fs::set_permissions(&ours, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let token = dir.join("approvals-3.token");
+    std::fs::write(&token, "t").unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    for args in [&["approvals"][..], &["approvals", "--json"]] {
+        let out = setup.cli(args);
+        assert!(out.status.success(), "{out:?}");
+        let shown = String::from_utf8_lossy(&out.stdout);
+        assert!(shown.contains("0123abcd"), "{shown}");
+        assert!(
+            !shown
+                .chars()
+                .any(|c| c.is_control() && c != '\n' || c == '\u{202e}'),
+            "{args:?}: {shown:?}"
+        );
+    }
+    std::fs::remove_file(&ours).unwrap();
+    std::fs::remove_file(&token).unwrap();
+
+    // A killed server's leftovers: pruned.
+    let stale = dir.join("approvals-4.sock");
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    std::fs::set_permissions(&stale, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let stale_token = dir.join("approvals-4.token");
+    std::fs::write(&stale_token, "t").unwrap();
+    std::fs::set_permissions(&stale_token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = setup.cli(&["approvals"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("removed"),
+        "{out:?}"
+    );
+    assert!(
+        !stale.exists() && !stale_token.exists(),
+        "the stale socket was kept"
+    );
+}
+
+#[cordon_test::test]
+fn as_root_another_users_runtime_directory_does_not_take_the_channel() {
+    let test = "as_root_another_users_runtime_directory_does_not_take_the_channel";
+    if skip(test, Need::LandlockSeccomp) {
+        return;
+    }
+    let root = std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+        .unwrap()
+        == 0;
+    if !root {
+        crate::common::skip_msg(test, "needs root");
+        assert!(
+            !std::env::var("CI").is_ok_and(|v| v == "true"),
+            "needs root under CI"
+        );
+        return;
+    }
+    // uid 65534 owns the runtime directory root's server was given, and made cordon/ in it.
+    let setup = Setup::new();
+    let run = Path::new(&setup.run_dir()).to_owned();
+    std::fs::create_dir(run.join("cordon")).unwrap();
+    for p in [&run, &run.join("cordon")] {
+        std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
+    }
+    let policy = setup.policy("");
+    let run_s = run.display().to_string();
+    let mut server = StdioServer::start(
+        &setup.ws(),
+        &["--policy", &policy],
+        "",
+        &[("XDG_RUNTIME_DIR", &run_s)],
+    );
+    let pid = server.pid();
+    let sock = Path::new("/run/cordon").join(format!("approvals-{pid}.sock"));
+    assert!(
+        crate::stdio_server::eventually(Duration::from_secs(10), || sock.exists()),
+        "root's channel is in /run/cordon"
+    );
+    assert_eq!(std::fs::read_dir(run.join("cordon")).unwrap().count(), 0);
+    // The channel works: a question asked with nobody watching is open there.
+    let result = server.call("shell_exec", json!({"command": ASK_COMMAND}));
+    assert!(text(&result).contains("cordon approve "), "{result}");
+    let out = Command::new(CORDON)
+        .args(["approvals", "--json"])
+        .env_remove("CORDON_APPROVALS_DIR")
+        .output()
+        .unwrap();
+    let listing: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ours = listing["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["pid"] == pid)
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        ours["pending"].as_array().map(Vec::len),
+        Some(1),
+        "{listing}"
+    );
 }
