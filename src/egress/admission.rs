@@ -12,8 +12,10 @@
 //!   has its own bound ([`Limits::heads_per_call`]); one more is refused, in that call's
 //!   report.
 //! * **established**: head complete and authenticated, being resolved, connected or relayed.
-//!   Each call has its own bound ([`Limits::established_per_call`]) beneath the proxy's
-//!   overall one ([`Limits::established`]), so no call can hold them all.
+//!   Each call has its own bound ([`Limits::established_per_call`]), the calls and jobs of
+//!   one HTTP session together theirs ([`Limits::established_per_session`]), beneath the
+//!   proxy's overall one ([`Limits::established`]), so no call and no session can hold them
+//!   all.
 //!
 //! Owns the counting only (slots that give themselves back when dropped); reading heads and
 //! telling calls apart is `proxy`'s.
@@ -29,6 +31,13 @@ use tokio_util::sync::CancellationToken;
 pub const MAX_ESTABLISHED: usize = 512;
 /// Connections past their head, per call (or interpreter session).
 pub const MAX_ESTABLISHED_PER_CALL: usize = 64;
+/// Connections past their head, over all calls and jobs of one MCP session: a quarter of
+/// the proxy's, so it takes four sessions at their bound to fill it (and two calls' worth).
+pub const MAX_ESTABLISHED_PER_SESSION: usize = 128;
+const _: () = assert!(
+    MAX_ESTABLISHED_PER_SESSION * 4 == MAX_ESTABLISHED
+        && MAX_ESTABLISHED_PER_SESSION == 2 * MAX_ESTABLISHED_PER_CALL
+);
 /// Connections whose credentials are not known yet, over all calls (oldest evicted). Large
 /// enough that a flood of sockets must open this many more between a client's `connect` and
 /// its first write to evict it; small beside the established bound.
@@ -44,6 +53,7 @@ pub const ANONYMOUS_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct Limits {
     pub established: usize,
     pub established_per_call: usize,
+    pub established_per_session: usize,
     pub anonymous_heads: usize,
     pub heads_per_call: usize,
     pub anonymous_timeout: Duration,
@@ -54,6 +64,7 @@ impl Default for Limits {
         Self {
             established: MAX_ESTABLISHED,
             established_per_call: MAX_ESTABLISHED_PER_CALL,
+            established_per_session: MAX_ESTABLISHED_PER_SESSION,
             anonymous_heads: MAX_ANONYMOUS_HEADS,
             heads_per_call: MAX_HEADS_PER_CALL,
             anonymous_timeout: ANONYMOUS_TIMEOUT,
@@ -68,6 +79,8 @@ pub enum Crowded {
     CallHeads(usize),
     /// The call already has this many connections open through the proxy.
     CallEstablished(usize),
+    /// The calls and jobs of the call's session together have this many open.
+    Session(usize),
     /// All calls together have this many open.
     Proxy(usize),
 }
@@ -76,7 +89,9 @@ impl Crowded {
     /// The HTTP status the client is answered with.
     pub fn status(self) -> (u16, &'static str) {
         match self {
-            Self::CallHeads(_) | Self::CallEstablished(_) => (429, "Too Many Requests"),
+            Self::CallHeads(_) | Self::CallEstablished(_) | Self::Session(_) => {
+                (429, "Too Many Requests")
+            }
             Self::Proxy(_) => (503, "Service Unavailable"),
         }
     }
@@ -95,6 +110,12 @@ impl fmt::Display for Crowded {
                 f,
                 "too many connections: this call already has {n} connections open through the \
                  proxy, the most it allows one call at once; close some (or reuse them) first"
+            ),
+            Self::Session(n) => write!(
+                f,
+                "too many connections: this session already has {n} connections open through \
+                 the proxy over all its calls and jobs, the most one session may hold so that \
+                 others are served too; end some (or close idle connections) first"
             ),
             Self::Proxy(n) => write!(
                 f,
@@ -132,6 +153,7 @@ impl Admission {
             limits: Limits {
                 established: limits.established.max(1),
                 established_per_call: limits.established_per_call.max(1),
+                established_per_session: limits.established_per_session.max(1),
                 anonymous_heads: limits.anonymous_heads.max(1),
                 heads_per_call: limits.heads_per_call.max(1),
                 anonymous_timeout: limits.anonymous_timeout,
@@ -176,19 +198,36 @@ impl Admission {
         })
     }
 
-    /// A slot among the call's, and the proxy's, established connections.
-    pub fn establish(&self, counts: &Arc<CallCounts>) -> Result<Established, Crowded> {
+    /// A slot among the call's, its session's (when it has one) and the proxy's established
+    /// connections.
+    pub fn establish(
+        &self,
+        counts: &Arc<CallCounts>,
+        session: Option<&Arc<CallCounts>>,
+    ) -> Result<Established, Crowded> {
         let max = self.limits.established_per_call;
         take(&counts.established, max).ok_or(Crowded::CallEstablished(max))?;
         let call = CallSlot {
             counts: Arc::clone(counts),
             stage: Stage::Established,
         };
+        let session = match session {
+            Some(shared) => {
+                let max = self.limits.established_per_session;
+                take(&shared.established, max).ok_or(Crowded::Session(max))?;
+                Some(CallSlot {
+                    counts: Arc::clone(shared),
+                    stage: Stage::Established,
+                })
+            }
+            None => None,
+        };
         let permit = Arc::clone(&self.established)
             .try_acquire_owned()
             .map_err(|_| Crowded::Proxy(self.limits.established))?;
         Ok(Established {
             _call: call,
+            _session: session,
             _permit: permit,
         })
     }
@@ -238,6 +277,7 @@ impl Drop for CallSlot {
 /// An established connection's place, in its call's count and the proxy's.
 pub(super) struct Established {
     _call: CallSlot,
+    _session: Option<CallSlot>,
     _permit: tokio::sync::OwnedSemaphorePermit,
 }
 
@@ -263,6 +303,7 @@ mod tests {
         Admission::new(Limits {
             established: 3,
             established_per_call: 2,
+            established_per_session: 3,
             anonymous_heads: 2,
             heads_per_call: 1,
             anonymous_timeout: Duration::from_secs(1),
@@ -296,15 +337,42 @@ mod tests {
         drop(head);
         let _again = a.head_of_call(&one).unwrap();
 
-        let e1 = a.establish(&one).unwrap();
-        let _e2 = a.establish(&one).unwrap();
-        assert_eq!(a.establish(&one).err(), Some(Crowded::CallEstablished(2)));
-        let _e3 = a.establish(&two).unwrap();
+        let e1 = a.establish(&one, None).unwrap();
+        let _e2 = a.establish(&one, None).unwrap();
+        assert_eq!(
+            a.establish(&one, None).err(),
+            Some(Crowded::CallEstablished(2))
+        );
+        let _e3 = a.establish(&two, None).unwrap();
         // Three in all: the proxy's own bound, whoever asks.
-        assert_eq!(a.establish(&two).err(), Some(Crowded::Proxy(3)));
+        assert_eq!(a.establish(&two, None).err(), Some(Crowded::Proxy(3)));
         // The refused attempt gave its per-call place back.
         assert_eq!(two.established.load(Ordering::Acquire), 1);
         drop(e1);
-        let _e4 = a.establish(&two).unwrap();
+        let _e4 = a.establish(&two, None).unwrap();
+    }
+
+    #[test]
+    fn a_sessions_calls_share_one_bound_beneath_the_proxys() {
+        let a = Admission::new(Limits {
+            established: 10,
+            established_per_session: 3,
+            ..small().limits
+        });
+        let session: Arc<CallCounts> = Arc::default();
+        let calls: Vec<Arc<CallCounts>> = (0..3).map(|_| Arc::default()).collect();
+        let _held: Vec<_> = [0, 0, 1]
+            .iter()
+            .map(|&i| a.establish(&calls[i], Some(&session)).unwrap())
+            .collect();
+        assert_eq!(
+            a.establish(&calls[2], Some(&session)).err(),
+            Some(Crowded::Session(3))
+        );
+        assert_eq!(calls[2].established.load(Ordering::Acquire), 0);
+        assert!(
+            a.establish(&calls[2], None).is_ok(),
+            "another session's call"
+        );
     }
 }

@@ -26,6 +26,73 @@ pub enum HeadError {
     Header(String),
     #[error("the request target: {0}")]
     Target(String),
+    /// The head's grammar, shared with responses: described, never quoted.
+    #[error("malformed request head: {0}")]
+    Malformed(Malformed),
+}
+
+/// What is wrong with a head's lines, by kind and size only: it holds no byte of the head, so
+/// neither a request's refusal nor (through `upstream::describe`) a response's can quote one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Malformed {
+    TooLarge,
+    TooManyFields,
+    /// A line that ends in a bare LF, or holds a CR elsewhere.
+    LineEnd,
+    /// The first line has a byte outside printable ASCII.
+    FirstLine,
+    /// A response's first line is not `HTTP/1.x NNN reason`.
+    StatusLine,
+    Folding,
+    /// A field line without `:`, this long.
+    NoColon {
+        len: usize,
+    },
+    /// A field name that is empty or not a token, this long.
+    FieldName {
+        len: usize,
+    },
+    /// A control character in the value of a field whose name is this long.
+    ControlInValue {
+        name_len: usize,
+    },
+    /// A value that is not UTF-8, of a field whose name is this long.
+    ValueNotUtf8 {
+        name_len: usize,
+    },
+}
+
+impl std::fmt::Display for Malformed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::TooLarge => write!(f, "the head is larger than {MAX_HEAD} bytes"),
+            Self::TooManyFields => write!(f, "more than {MAX_HEADERS} header fields"),
+            Self::LineEnd => f.write_str("a line that does not end in CRLF"),
+            Self::FirstLine => f.write_str("a first line with bytes outside printable ASCII"),
+            Self::StatusLine => f.write_str("a status line that is not `HTTP/1.x NNN reason`"),
+            Self::Folding => f.write_str("obsolete line folding"),
+            Self::NoColon { len } => write!(f, "a field line without `:`, {len} bytes"),
+            Self::FieldName { len } => write!(f, "malformed header name, {len} bytes"),
+            Self::ControlInValue { name_len } => write!(
+                f,
+                "a control character in the value of a field whose name is {name_len} bytes"
+            ),
+            Self::ValueNotUtf8 { name_len } => write!(
+                f,
+                "a value that is not UTF-8, of a field whose name is {name_len} bytes"
+            ),
+        }
+    }
+}
+
+impl From<Malformed> for HeadError {
+    fn from(m: Malformed) -> Self {
+        match m {
+            Malformed::TooLarge => Self::TooLarge,
+            Malformed::TooManyFields => Self::TooManyHeaders,
+            other => Self::Malformed(other),
+        }
+    }
 }
 
 impl From<PatternError> for HeadError {
@@ -251,12 +318,13 @@ impl ResponseHead {
     }
 }
 
-/// Parses a response head at the start of `buf` (`Ok(None)`: not complete yet).
-pub fn parse_response_head(buf: &[u8]) -> Result<Option<ResponseHead>, HeadError> {
+/// Parses a response head at the start of `buf` (`Ok(None)`: not complete yet). Its error
+/// holds no byte of the response (see [`Malformed`]).
+pub fn parse_response_head(buf: &[u8]) -> Result<Option<ResponseHead>, Malformed> {
     let Some((line, headers, len)) = split_head(buf)? else {
         return Ok(None);
     };
-    let bad = || HeadError::RequestLine("expected `HTTP/1.1 NNN reason`".into());
+    let bad = || Malformed::StatusLine;
     let rest = line.strip_prefix("HTTP/1.").ok_or_else(bad)?;
     let minor_version = match rest.as_bytes().first() {
         Some(b'0') => 0,
@@ -283,23 +351,22 @@ pub fn parse_response_head(buf: &[u8]) -> Result<Option<ResponseHead>, HeadError
 type SplitHead = (String, Vec<(String, String)>, usize);
 
 /// The first line and the fields of a head, and its length; None when not complete.
-fn split_head(buf: &[u8]) -> Result<Option<SplitHead>, HeadError> {
+fn split_head(buf: &[u8]) -> Result<Option<SplitHead>, Malformed> {
     let window = &buf[..buf.len().min(MAX_HEAD)];
     let Some(end) = find(window, b"\r\n\r\n") else {
         if buf.len() >= MAX_HEAD {
-            return Err(HeadError::TooLarge);
+            return Err(Malformed::TooLarge);
         }
         return Ok(None);
     };
     let head = &buf[..end + 2];
     let mut lines = head[..head.len() - 1].split(|&b| b == b'\n');
     let first = lines.next().unwrap_or_default();
-    let first =
-        strip_cr(first).ok_or_else(|| HeadError::RequestLine("a line ends without CRLF".into()))?;
+    let first = strip_cr(first).ok_or(Malformed::LineEnd)?;
     let first = std::str::from_utf8(first)
         .ok()
         .filter(|l| l.bytes().all(|b| b == b' ' || b.is_ascii_graphic()))
-        .ok_or_else(|| HeadError::RequestLine("not printable ASCII".into()))?;
+        .ok_or(Malformed::FirstLine)?;
     Ok(Some((first.to_owned(), fields(lines)?, end + 4)))
 }
 
@@ -338,37 +405,32 @@ fn request_line(text: &str) -> Result<(&str, &str, u8), HeadError> {
 }
 
 /// The header fields of a head's lines (each still ending in CR), checked strictly.
-fn fields<'a>(lines: impl Iterator<Item = &'a [u8]>) -> Result<Vec<(String, String)>, HeadError> {
+fn fields<'a>(lines: impl Iterator<Item = &'a [u8]>) -> Result<Vec<(String, String)>, Malformed> {
     let mut headers = Vec::new();
     for line in lines {
-        let line =
-            strip_cr(line).ok_or_else(|| HeadError::Header("a line ends without CRLF".into()))?;
+        let line = strip_cr(line).ok_or(Malformed::LineEnd)?;
         if headers.len() >= MAX_HEADERS {
-            return Err(HeadError::TooManyHeaders);
+            return Err(Malformed::TooManyFields);
         }
         if line.first().is_some_and(|&b| b == b' ' || b == b'\t') {
-            return Err(HeadError::Header("obsolete line folding".into()));
+            return Err(Malformed::Folding);
         }
         let colon = line
             .iter()
             .position(|&b| b == b':')
-            .ok_or_else(|| HeadError::Header("a line without `:`".into()))?;
+            .ok_or(Malformed::NoColon { len: line.len() })?;
         let (name, value) = (&line[..colon], &line[colon + 1..]);
         if name.is_empty() || !name.iter().copied().all(is_token) {
-            return Err(HeadError::Header(format!(
-                "bad field name `{}`",
-                String::from_utf8_lossy(name).escape_debug()
-            )));
+            return Err(Malformed::FieldName { len: name.len() });
         }
+        let name_len = name.len();
         if value.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f) {
-            return Err(HeadError::Header(format!(
-                "control character in `{}`",
-                String::from_utf8_lossy(name)
-            )));
+            return Err(Malformed::ControlInValue { name_len });
         }
         let value = std::str::from_utf8(value)
-            .map_err(|_| HeadError::Header("a value is not UTF-8".into()))?
+            .map_err(|_| Malformed::ValueNotUtf8 { name_len })?
             .trim_matches(|c| c == ' ' || c == '\t');
+        // A token is ASCII, so the name converts whole.
         headers.push((String::from_utf8_lossy(name).into_owned(), value.to_owned()));
     }
     Ok(headers)

@@ -21,6 +21,7 @@ use super::pktline;
 use super::rules::EgressRules;
 use super::secrets::{Detector, Vault};
 use super::tls;
+use super::upstream::{self, Fault, TlsFault};
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -54,6 +55,8 @@ pub(super) struct Outcome {
     pub sent: u64,
     pub received: u64,
     pub note: Option<String>,
+    /// `host:port` the request went to (the client's words), for the proxy's own.
+    pub target: Option<String>,
 }
 
 impl Outcome {
@@ -104,13 +107,7 @@ pub(super) async fn tunnel(
         tokio_rustls::TlsConnector::from(Arc::clone(config))
             .connect(name, upstream)
             .await
-            .map_err(|e| {
-                format!(
-                    "the upstream {target} failed TLS verification against the system roots and \
-                     [network].extra_roots: {e}; cordon never falls back to an unverified \
-                     connection"
-                )
-            })
+            .map_err(|e| upstream::describe(&target.to_string(), &Fault::Tls(TlsFault::of(&e))))
     };
     exchange(ctx, client, connect, None, Vec::new(), target, true).await
 }
@@ -144,7 +141,10 @@ where
     U: AsyncRead + AsyncWrite + Unpin,
     F: std::future::Future<Output = Result<U, String>>,
 {
-    let mut outcome = Outcome::default();
+    let mut outcome = Outcome {
+        target: Some(target.to_string()),
+        ..Outcome::default()
+    };
     let request = Intercepted { target, tls };
     match request
         .exchange(ctx, &mut client, connect, head, early, &mut outcome)
@@ -265,7 +265,7 @@ impl Intercepted<'_> {
         pending: Vec<u8>,
         outcome: &mut Outcome,
     ) -> Result<BodyReader, String> {
-        let judged_push = is_push(head) && push_judged(ctx, self.target);
+        let judged_push = push_by_path(head) && push_judged(ctx, self.target);
         let mut reader = BodyReader::new(body, pending, judged_push);
         if judged_push {
             match check_push(ctx, client, &mut reader, head).await {
@@ -365,7 +365,9 @@ impl Intercepted<'_> {
 }
 
 /// Reads the response head (1xx ones passed on), fixes `Connection: close`, and copies the
-/// rest until the upstream closes, every real value scrubbed.
+/// rest until the upstream closes, every real value scrubbed from the content: a chunked
+/// body is decoded, scrubbed and chunked again (so an echo split across chunks is found),
+/// and the answer to a request that carried a credential must be unencoded.
 async fn relay_response<C, U>(
     ctx: &Scope<'_>,
     upstream: &mut U,
@@ -376,31 +378,49 @@ async fn relay_response<C, U>(
     C: AsyncRead + AsyncWrite + Unpin,
     U: AsyncRead + AsyncWrite + Unpin,
 {
-    let mut scrubber = ctx.vault.scrubber();
+    let carried = outcome.credential.is_some();
+    let head_only = outcome.method.as_deref() == Some("HEAD");
+    let name = outcome_target(outcome);
     let mut buf = Vec::new();
     let mut chunk = vec![0u8; CHUNK];
     let mut total = outcome.sent;
-    let rest = loop {
-        let parsed = match http::parse_response_head(&buf) {
+    let fail = |outcome: &mut Outcome, fault: Fault| {
+        let why = upstream::describe(&name, &fault);
+        outcome.note = Some(why.clone());
+        outcome.status = Some(502);
+        answer((502, "Bad Gateway"), &why)
+    };
+    let (rest, mut body) = loop {
+        let parsed = match upstream::parse_head(&buf) {
             Ok(p) => p,
-            Err(e) => {
-                let why = format!("the upstream's response head: {e}");
-                let _ = client.write_all(&answer((502, "Bad Gateway"), &why)).await;
-                outcome.note = Some(why);
+            Err(fault) => {
+                let _ = client.write_all(&fail(outcome, fault)).await;
                 return;
             }
         };
         if let Some(mut head) = parsed {
             let rest = buf.split_off(head.len);
             buf.clear();
-            outcome.status = Some(head.status);
             let interim = (100..200).contains(&head.status) && head.status != 101;
+            let mut body = ResponseBody::Raw;
             if !interim {
+                let has_body = !head_only && !matches!(head.status, 204 | 304);
+                match response_framing(&head.headers, carried && has_body) {
+                    Ok(b) => body = b,
+                    Err(fault) => {
+                        let _ = client.write_all(&fail(outcome, fault)).await;
+                        return;
+                    }
+                }
                 head.headers.retain(|(n, _)| {
-                    !matches!(n.to_ascii_lowercase().as_str(), "connection" | "keep-alive")
+                    !matches!(
+                        n.to_ascii_lowercase().as_str(),
+                        "connection" | "keep-alive" | "trailer"
+                    )
                 });
                 head.headers.push(("Connection".into(), "close".into()));
             }
+            outcome.status = Some(head.status);
             let bytes = scrub_head(&head, ctx.vault);
             if client.write_all(&bytes).await.is_err() {
                 return;
@@ -410,7 +430,7 @@ async fn relay_response<C, U>(
                 buf = rest;
                 continue;
             }
-            break rest;
+            break (rest, body);
         }
         let n = tokio::select! {
             _ = ctx.cancel.cancelled() => { outcome.note = Some("cut when the call ended".into()); return; }
@@ -418,14 +438,15 @@ async fn relay_response<C, U>(
         };
         match n {
             Ok(0) | Err(_) => {
-                let why = "the upstream closed the connection before its response head".to_owned();
-                let _ = client.write_all(&answer((502, "Bad Gateway"), &why)).await;
-                outcome.note = Some(why);
+                let _ = client
+                    .write_all(&fail(outcome, Fault::ClosedBeforeHead))
+                    .await;
                 return;
             }
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
         }
     };
+    let mut scrubber = ctx.vault.scrubber();
     let mut piece = rest;
     loop {
         if !piece.is_empty() {
@@ -434,11 +455,20 @@ async fn relay_response<C, U>(
                 outcome.note = Some(cap_note(cap));
                 return;
             }
-            let out = scrubber.feed(&piece);
+            let out = match body.relay(&piece, &mut scrubber) {
+                Ok(out) => out,
+                Err(fault) => {
+                    outcome.note = Some(upstream::describe(&name, &fault));
+                    return;
+                }
+            };
             if client.write_all(&out).await.is_err() {
                 return;
             }
             outcome.received += out.len() as u64;
+            if body.is_done() {
+                break;
+            }
         }
         let n = tokio::select! {
             _ = ctx.cancel.cancelled() => { outcome.note = Some("cut when the call ended".into()); return; }
@@ -451,15 +481,108 @@ async fn relay_response<C, U>(
             // (its framing, not ours, tells the client whether it is complete).
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => break,
             Err(e) => {
-                outcome.note = Some(format!("the response ended with an error: {e}"));
+                outcome.note = Some(upstream::describe(&name, &Fault::Read(e.kind())));
                 break;
             }
         }
     }
-    let out = scrubber.finish();
+    let out = body.finish(&mut scrubber);
     if client.write_all(&out).await.is_ok() {
         outcome.received += out.len() as u64;
     }
+}
+
+/// The host and port an outcome's request went to, for the proxy's words (the client's own
+/// text: the upstream chose none of it).
+fn outcome_target(outcome: &Outcome) -> String {
+    outcome.target.clone().unwrap_or_else(|| "upstream".into())
+}
+
+/// How a response body is relayed: as it comes, or decoded from chunks and chunked again.
+/// Refused (`Err`): a `Transfer-Encoding` other than one `chunked`, and, when `checked` (a
+/// request that carried a credential, with a body), any `Content-Encoding` but `identity`.
+fn response_framing(headers: &[(String, String)], checked: bool) -> Result<ResponseBody, Fault> {
+    if checked
+        && let Some(v) = http::values_in(headers, "content-encoding")
+            .find(|v| !v.trim().eq_ignore_ascii_case("identity"))
+    {
+        return Err(Fault::Encoded { len: v.len() });
+    }
+    let te: Vec<&str> = http::values_in(headers, "transfer-encoding").collect();
+    match te.as_slice() {
+        [] => Ok(ResponseBody::Raw),
+        [one] if one.trim().eq_ignore_ascii_case("chunked") => Ok(ResponseBody::Chunked {
+            framing: http::ChunkedEnd::default(),
+            decoder: Dechunk::default(),
+        }),
+        other => Err(Fault::Framing {
+            len: other.iter().map(|v| v.len()).sum(),
+        }),
+    }
+}
+
+/// A response body on its way to the client, scrubbed.
+enum ResponseBody {
+    /// Length-delimited or delimited by the upstream's close: scrubbed as it comes.
+    Raw,
+    /// Chunked: decoded (so the scrubber sees the content, not the framing), scrubbed and
+    /// sent as chunks of what can go on now; trailers are dropped.
+    Chunked {
+        framing: http::ChunkedEnd,
+        decoder: Dechunk,
+    },
+}
+
+impl ResponseBody {
+    /// What goes to the client for `piece` of the upstream's body.
+    fn relay(
+        &mut self,
+        piece: &[u8],
+        scrubber: &mut super::secrets::Scrubber,
+    ) -> Result<Vec<u8>, Fault> {
+        match self {
+            Self::Raw => Ok(scrubber.feed(piece)),
+            Self::Chunked { framing, decoder } => {
+                let n = framing.feed(piece).map_err(|_| Fault::Chunked)?;
+                let mut content = Vec::new();
+                decoder.feed(&piece[..n], &mut content);
+                let mut out = Vec::new();
+                push_chunk(&mut out, &scrubber.feed(&content));
+                if framing.is_done() {
+                    push_chunk(&mut out, &scrubber.finish());
+                    out.extend_from_slice(b"0\r\n\r\n");
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        matches!(self, Self::Chunked { framing, .. } if framing.is_done())
+    }
+
+    /// What is still held back when the upstream is done (a chunked body that did not end
+    /// stays unterminated, so the client sees it is incomplete).
+    fn finish(&mut self, scrubber: &mut super::secrets::Scrubber) -> Vec<u8> {
+        match self {
+            Self::Raw => scrubber.finish(),
+            Self::Chunked { framing, .. } if framing.is_done() => Vec::new(),
+            Self::Chunked { .. } => {
+                let mut out = Vec::new();
+                push_chunk(&mut out, &scrubber.finish());
+                out
+            }
+        }
+    }
+}
+
+fn push_chunk(out: &mut Vec<u8>, data: &[u8]) {
+    if data.is_empty() {
+        return;
+    }
+    out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
 }
 
 /// A response head as the client gets it: every real value scrubbed from its fields.
@@ -536,23 +659,45 @@ fn judge(
         None => return Err(bad("a request needs a Host header naming its target".into())),
     }
     let path = head.path_only().to_owned();
-    let decided = l7::judge(&ctx.rules.http_rules, target, &head.method, &path);
+    let query = head.path.split_once('?').map(|(_, q)| q.to_owned());
+    let methods = l7::methods_read(&head.method, &head.headers, query.as_deref());
     // Placeholders first: an attempt is reported as one whatever the rules would say.
     let injected = ctx
         .vault
-        .rewrite(&mut head.path, &mut head.headers, target, tls)
+        .rewrite(&head.path, &mut head.headers, target, tls)
         .map_err(|exf| {
             outcome.exfiltration = Some(exf.credential.clone());
             ((403, "Forbidden"), exf.to_string())
         })?;
-    match decided {
+    let first_rule = l7::rules_for(&ctx.rules.http_rules, target).next();
+    let forbidden = |why: String| ((403, "Forbidden"), why);
+    if first_rule.is_none() && push_judged(ctx, target) {
+        // A git host without [[network.rules]]: its paths are still judged (push detection).
+        let site = ctx
+            .rules
+            .git
+            .as_ref()
+            .map(|g| g.site.clone())
+            .unwrap_or_default();
+        if let Err(refusal) = l7::spelled_once(&path, &site) {
+            outcome.rule = Some(format!("network.git.push_refs ({})", git_site(ctx)));
+            return Err(forbidden(refusal.to_string()));
+        }
+    }
+    if push_judged(ctx, target) {
+        push_consistent(head).map_err(|why| {
+            outcome.rule = Some(format!("network.git.push_refs ({})", git_site(ctx)));
+            forbidden(why)
+        })?;
+    }
+    match l7::judge_request(&ctx.rules.http_rules, target, &methods, &path) {
         Ok(Some(rule)) => outcome.rule = Some(l7::rule_label(rule)),
         Ok(None) => outcome.rule = Some(format!("network.allow_hosts ({})", ctx.rules.allow_site)),
         Err(refusal) => {
-            if let Some(first) = l7::rules_for(&ctx.rules.http_rules, target).next() {
+            if let Some(first) = first_rule {
                 outcome.rule = Some(l7::rule_label(first));
             }
-            return Err(((403, "Forbidden"), refusal.to_string()));
+            return Err(forbidden(refusal.to_string()));
         }
     }
     // Recorded only for a request that goes on (a refused one carried nothing anywhere).
@@ -562,8 +707,39 @@ fn judge(
     Ok(())
 }
 
-fn is_push(head: &OriginHead) -> bool {
+/// The media type of a push's body, which `git http-backend` requires.
+const PUSH_TYPE: &str = "application/x-git-receive-pack-request";
+
+/// Whether a request is a push by its path (a POST to `…/git-receive-pack`).
+fn push_by_path(head: &OriginHead) -> bool {
     head.method == "POST" && head.path_only().ends_with("/git-receive-pack")
+}
+
+/// Whether a request is a push by its body's media type.
+fn push_by_type(head: &OriginHead) -> bool {
+    http::values_in(&head.headers, "content-type").any(|v| {
+        v.split(';')
+            .next()
+            .is_some_and(|t| t.trim().eq_ignore_ascii_case(PUSH_TYPE))
+    })
+}
+
+/// A push is recognised by its path and by its media type; a request that is one by only
+/// one of them is read as a push by some server and not by the check, so it is refused.
+fn push_consistent(head: &OriginHead) -> Result<(), String> {
+    match (push_by_path(head), push_by_type(head)) {
+        (true, false) => Err(format!(
+            "a POST to …/git-receive-pack is a push, and a push through cordon is sent with \
+             `Content-Type: {PUSH_TYPE}` (as git sends it) so that it is judged as one; this \
+             one is not"
+        )),
+        (false, true) => Err(format!(
+            "a request with `Content-Type: {PUSH_TYPE}` is a push, and a push through cordon \
+             is a POST to a path ending in /git-receive-pack (as git sends it) so that it is \
+             judged as one; this one is not"
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn push_judged(ctx: &Scope<'_>, target: &Target) -> bool {

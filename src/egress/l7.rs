@@ -3,10 +3,11 @@
 //!
 //! Owns the rules as the policy compiled them and the decisions, all pure: which request a
 //! host's rules allow (and, when none does, the words that name the rules and the policy line
-//! to change), and which ref updates a push may make. A path is judged as sent, so one that a
-//! server would read differently from how it reads here (dot segments, encoded slashes or
-//! dots, backslashes) is refused before any rule sees it. Reading the requests is `intercept`'s;
-//! the pkt-lines of a push are `pktline`'s.
+//! to change), and which ref updates a push may make. A path is judged as sent, so one whose
+//! canonical form (`canon`) differs from its spelling, or that has none, is refused before
+//! any rule sees it ([`spelled_once`]); a method-override header or `_method` parameter is
+//! judged as a method too. Reading the requests is `intercept`'s; the pkt-lines of a push are
+//! `pktline`'s.
 
 use super::pattern::{HostPattern, Target};
 use super::pktline::RefUpdate;
@@ -61,12 +62,21 @@ pub enum RuleRefusal {
     /// The path could be read two ways.
     AmbiguousPath {
         path: String,
-        why: &'static str,
+        why: String,
+        site: Site,
+    },
+    /// The path is read as another one by a server that normalises it.
+    NotCanonical {
+        path: String,
+        canonical: String,
         site: Site,
     },
     /// No rule of the host allows this method and path.
     NotAllowed {
         method: String,
+        /// Where the method was written when not on the request line (an override); boxed,
+        /// as it is rare and the refusal travels in every `Result`.
+        via: Option<Box<String>>,
         path: String,
         /// Each rule of the host, as "rule N (site): methods …, paths …".
         rules: Vec<String>,
@@ -80,19 +90,40 @@ impl fmt::Display for RuleRefusal {
         match self {
             Self::AmbiguousPath { path, why, site } => write!(
                 f,
-                "the path `{}` {why}; a host with [[network.rules]] ({site}) is sent only paths \
-                 that every server reads the same way (send the path normalised)",
+                "the path `{}` {why}; a host whose requests cordon judges ({site}) is sent only \
+                 paths that every server reads the same way (send the path normalised)",
                 path.escape_debug()
+            ),
+            Self::NotCanonical {
+                path,
+                canonical,
+                site,
+            } => write!(
+                f,
+                "the path `{}` is read as `{}` by a server that decodes and normalises it (a \
+                 dot segment, `..;`, a duplicate slash or an encoded unreserved character); a \
+                 host whose requests cordon judges ({site}) is sent only paths spelled the way \
+                 they are read: send `{}`",
+                path.escape_debug(),
+                canonical.escape_debug(),
+                canonical.escape_debug()
             ),
             Self::NotAllowed {
                 method,
+                via,
                 path,
                 rules,
                 site,
             } => write!(
                 f,
-                "{method} {} is not allowed by [[network.rules]] for this host: {}; add the \
+                "{method}{} {} is not allowed by [[network.rules]] for this host: {}; add the \
                  method to `methods` or the path to `paths` there ({site}) to allow it",
+                via.as_ref()
+                    .map(|v| format!(
+                        " (as {v} asks: a server may honour it in place of the \
+                                      request's own method, so it is judged as one)"
+                    ))
+                    .unwrap_or_default(),
                 path.escape_debug(),
                 rules.join("; ")
             ),
@@ -144,44 +175,136 @@ pub fn judge<'a>(
     if host_rules.is_empty() {
         return Ok(None);
     }
-    if let Some(why) = ambiguous(path) {
-        return Err(RuleRefusal::AmbiguousPath {
-            path: path.to_owned(),
-            why,
-            site: host_rules[0].site.clone(),
-        });
-    }
+    spelled_once(path, &host_rules[0].site)?;
     if let Some(rule) = host_rules.iter().find(|r| r.allows(method, path)) {
         return Ok(Some(rule));
     }
     Err(RuleRefusal::NotAllowed {
         method: method.to_owned(),
+        via: None,
         path: path.to_owned(),
         rules: host_rules.iter().map(|r| r.describe()).collect(),
         site: host_rules[0].site.clone(),
     })
 }
 
-/// Why a path could mean another path to the server, if it could.
-pub fn ambiguous(path: &str) -> Option<&'static str> {
-    if path == "*" {
-        return None;
+/// Header fields a framework may honour in place of the request method (Rails, Laravel,
+/// Symfony, Express's method-override, ASP.NET, Google APIs).
+pub const OVERRIDE_HEADERS: [&str; 3] = [
+    "X-HTTP-Method-Override",
+    "X-HTTP-Method",
+    "X-Method-Override",
+];
+
+/// Every method a request may be read as: its own, then each override (a field of
+/// [`OVERRIDE_HEADERS`], or `_method` in the query), with where the override was written.
+pub fn methods_read(
+    method: &str,
+    headers: &[(String, String)],
+    query: Option<&str>,
+) -> Vec<(String, Option<String>)> {
+    let mut out = vec![(method.to_owned(), None)];
+    for (name, value) in headers {
+        if let Some(known) = OVERRIDE_HEADERS
+            .iter()
+            .find(|h| h.eq_ignore_ascii_case(name))
+        {
+            out.push((
+                value.trim().to_ascii_uppercase(),
+                Some(format!("the `{known}` header")),
+            ));
+        }
     }
-    let lower = path.to_ascii_lowercase();
-    if lower.contains("%2f") || lower.contains("%5c") {
-        Some("has an encoded slash (%2F or %5C)")
-    } else if lower.contains("%2e") {
-        Some("has an encoded dot (%2E)")
-    } else if path.contains('\\') {
-        Some("has a backslash")
-    } else if path.contains("//") {
-        Some("has an empty segment (`//`)")
-    } else if path.split('/').any(|s| s == "." || s == "..") {
-        Some("has a dot segment (`.` or `..`)")
-    } else if lower.contains("%00") {
-        Some("has an encoded NUL")
-    } else {
-        None
+    for pair in query.unwrap_or_default().split('&') {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if percent_decoded(key).eq_ignore_ascii_case("_method") {
+            out.push((
+                percent_decoded(value).trim().to_ascii_uppercase(),
+                Some("the `_method` query parameter".to_owned()),
+            ));
+        }
+    }
+    out
+}
+
+/// `text` with its `%XX` escapes (and `+`, a form's space) decoded; bad escapes kept as sent.
+fn percent_decoded(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+        match (
+            b[i],
+            b.get(i + 1).copied().and_then(hex),
+            b.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(hi), Some(lo)) => {
+                out.push(hi << 4 | lo);
+                i += 3;
+            }
+            (b'+', ..) => {
+                out.push(b' ');
+                i += 1;
+            }
+            (c, ..) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// [`judge`] for every method the request may be read as ([`methods_read`]): all must be
+/// allowed; the rule that allowed the request's own method is the one recorded.
+pub fn judge_request<'a>(
+    rules: &'a [HttpRule],
+    target: &Target,
+    methods: &[(String, Option<String>)],
+    path: &str,
+) -> Result<Option<&'a HttpRule>, RuleRefusal> {
+    let mut decided = None;
+    for (i, (method, via)) in methods.iter().enumerate() {
+        match judge(rules, target, method, path) {
+            Ok(rule) if i == 0 => decided = rule,
+            Ok(_) => {}
+            Err(RuleRefusal::NotAllowed {
+                method,
+                path,
+                rules,
+                site,
+                ..
+            }) => {
+                return Err(RuleRefusal::NotAllowed {
+                    method,
+                    via: via.clone().map(Box::new),
+                    path,
+                    rules,
+                    site,
+                });
+            }
+            Err(other) => return Err(other),
+        }
+    }
+    Ok(decided)
+}
+
+/// Refuses a path that has no one reading, or whose reading differs from its spelling (see
+/// `canon`); `site` is the policy line that made the host judged.
+pub fn spelled_once(path: &str, site: &Site) -> Result<(), RuleRefusal> {
+    match super::canon::canonical(path) {
+        Err(fault) => Err(RuleRefusal::AmbiguousPath {
+            path: path.to_owned(),
+            why: fault.to_string(),
+            site: site.clone(),
+        }),
+        Ok(canonical) if canonical != path => Err(RuleRefusal::NotCanonical {
+            path: path.to_owned(),
+            canonical,
+            site: site.clone(),
+        }),
+        Ok(_) => Ok(()),
     }
 }
 
@@ -295,7 +418,10 @@ mod tests {
         ] {
             let e = judge(&rules, &t, "GET", sneaky).unwrap_err();
             assert!(
-                matches!(e, RuleRefusal::AmbiguousPath { .. }),
+                matches!(
+                    e,
+                    RuleRefusal::AmbiguousPath { .. } | RuleRefusal::NotCanonical { .. }
+                ),
                 "{sneaky}: {e}"
             );
         }

@@ -16,13 +16,16 @@
 //!   copies the bytes, `credentials` reads which call a connection belongs to.
 //! * Interception (issue 20), only for hosts a credential, a rule or `[network.git]` names:
 //!   [`tls`] (cordon's in-memory CA, leaves, verified upstreams), [`secrets`] (credentials
-//!   the sandbox sees as placeholders), [`l7`] (method/path rules, the push policy),
-//!   [`pktline`] (a push's ref updates), `intercept` (one request, end to end).
+//!   the sandbox sees as placeholders), [`canon`] (the one spelling of a path that rules,
+//!   push detection and the upstream share), [`l7`] (method/path rules, the push policy),
+//!   [`pktline`] (a push's ref updates), [`upstream`] (the only words made from what an
+//!   upstream sent), `intercept` (one request, end to end).
 //!
 //! How the listener gets into the namespace, and what confines the process (Landlock's
 //! connect rule narrowed to the proxy port, seccomp without UDP) is `confine`'s job.
 
 pub mod admission;
+pub mod canon;
 pub mod credentials;
 pub mod http;
 mod intercept;
@@ -35,6 +38,7 @@ pub mod rules;
 pub mod secrets;
 mod site;
 pub mod tls;
+pub mod upstream;
 
 pub use proxy::{CallTicket, ConnectionRecord, NetworkReport, Proxy};
 pub use rules::EgressRules;

@@ -174,6 +174,8 @@ struct CallState {
     opened: AtomicUsize,
     /// Its connections still sending their head, and established (see `admission`).
     counts: Arc<CallCounts>,
+    /// Its session's established connections, shared by all the session's calls (HTTP).
+    session: Option<Arc<CallCounts>>,
     active: AtomicUsize,
     records: Mutex<Vec<ConnectionRecord>>,
     /// Records not kept because `records` was full.
@@ -214,6 +216,8 @@ struct Shared {
     head_timeout: Duration,
     resolver: Arc<dyn Resolve>,
     calls: Mutex<HashMap<String, Arc<CallState>>>,
+    /// Each MCP session's counts, while one of its calls is registered.
+    sessions: Mutex<HashMap<String, std::sync::Weak<CallCounts>>>,
     next_call: AtomicU64,
     unattributed: Mutex<VecDeque<ConnectionRecord>>,
     unattributed_count: AtomicU64,
@@ -290,6 +294,7 @@ impl Proxy {
                 head_timeout: options.head_timeout,
                 resolver: options.resolver,
                 calls: Mutex::new(HashMap::new()),
+                sessions: Mutex::new(HashMap::new()),
                 next_call: AtomicU64::new(1),
                 unattributed: Mutex::new(VecDeque::new()),
                 unattributed_count: AtomicU64::new(0),
@@ -356,7 +361,8 @@ impl Proxy {
         Ok(guard)
     }
 
-    /// Registers a call: its connections are told apart by the token in its proxy URL.
+    /// Registers a call: its connections are told apart by the token in its proxy URL. Over
+    /// HTTP its connections also count against its session's share (see `admission`).
     pub fn open_call(&self) -> CallTicket {
         let id = self.shared.next_call.fetch_add(1, Ordering::Relaxed);
         let token = random_token();
@@ -364,6 +370,7 @@ impl Proxy {
             id,
             opened: AtomicUsize::new(0),
             counts: Arc::default(),
+            session: caller_share().map(|key| self.shared.session_counts(key)),
             active: AtomicUsize::new(0),
             records: Mutex::new(Vec::new()),
             omitted: AtomicU64::new(0),
@@ -658,7 +665,32 @@ impl Attempt {
     }
 }
 
+/// The share a call registering now belongs to: its MCP session (the task-local the server
+/// sets around an HTTP call, read where the call registers, as the audit log reads it), or its
+/// subject for a revision without sessions. None over stdio (one client, nothing to share).
+fn caller_share() -> Option<String> {
+    let origin = crate::audit::CALL_ORIGIN.try_with(Clone::clone).ok()?;
+    match (origin.session, origin.subject) {
+        (Some(session), _) if session != "stateless" => Some(format!("session {session}")),
+        (_, Some(subject)) => Some(format!("subject {subject}")),
+        _ => None,
+    }
+}
+
 impl Shared {
+    /// The counts of the share `key`, made when none of its calls holds them any more.
+    fn session_counts(&self, key: String) -> Arc<CallCounts> {
+        let mut sessions = lock(&self.sessions);
+        if let Some(counts) = sessions.get(&key).and_then(std::sync::Weak::upgrade) {
+            return counts;
+        }
+        // Ended sessions leave dead entries; one sweep per new share keeps the map small.
+        sessions.retain(|_, w| w.strong_count() > 0);
+        let counts: Arc<CallCounts> = Arc::default();
+        sessions.insert(key, Arc::downgrade(&counts));
+        counts
+    }
+
     /// Whether one more idle unattributed connection gets an audit record this second.
     fn idle_audit_allowed(&self) -> bool {
         let second = std::time::SystemTime::now()
@@ -732,7 +764,7 @@ async fn handle(
         && let Some(exf) =
             shared
                 .vault
-                .unbound_in(&buf[..head.len], &target, false, "the request head")
+                .placeholder_in(&buf[..head.len], &target, false, "the request head")
     {
         attempt.record.exfiltration = Some(exf.credential.clone());
         let message = exf.to_string();
@@ -740,7 +772,10 @@ async fn handle(
     }
     // Allowed by name. From here it holds resources (a lookup, an outbound socket): one of
     // its call's places, and one of the proxy's.
-    let _established = match shared.admission.establish(&call.counts) {
+    let _established = match shared
+        .admission
+        .establish(&call.counts, call.session.as_ref())
+    {
         Ok(e) => e,
         Err(crowded) => {
             let message = crowded.to_string();

@@ -1,16 +1,19 @@
 //! Credentials the sandbox never holds (`[[network.credentials]]`): the real value stays in
 //! the server's memory, the sandbox's environment gets a placeholder
 //! (`cordon-cred-<name>-<random>`), and the proxy puts the real value into requests toward the
-//! hosts the credential is bound to, only those.
+//! hosts the credential is bound to, only those, and there only into one place: the field its
+//! `inject` names.
 //!
 //! Owns the credential rules as the policy compiled them, loading their values at start
 //! (`from_env`, or `from_file`: a regular file of mode 0600 or stricter, never through a
-//! link), and the pure byte work on requests and responses: replacing a placeholder in a
-//! request head (a field, the request target, a `Basic` userinfo), adding the credential in its
-//! `inject` form when a request to a bound host carries none, finding a placeholder where it
-//! is not bound (an exfiltration attempt), and scrubbing an echoed real value out of a
-//! response. Fuzzed by `fuzz/fuzz_targets/intercept_bytes.rs`. Where requests are read and
-//! sent is `intercept`'s.
+//! link), and the pure byte work on requests and responses: replacing a placeholder in the
+//! `inject` field of a request to a bound host (also inside a `Basic` userinfo), adding the
+//! credential in its `inject` form when such a request carries none, refusing a placeholder
+//! anywhere else (another field, the request target, the body: toward a bound host that is a
+//! read-back channel, since a server may echo any of them; toward any other host, an
+//! exfiltration attempt), and scrubbing an echoed real value out of a response, verbatim or
+//! base64-encoded at any alignment. Fuzzed by `fuzz/fuzz_targets/intercept_bytes.rs`. Where
+//! requests are read and sent, and responses de-chunked, is `intercept`'s.
 
 use super::credentials::{base64_decode_within, base64_encode};
 use super::pattern::{HostPattern, Target};
@@ -75,7 +78,7 @@ impl Inject {
     }
 
     /// The header field this form uses.
-    fn field(&self) -> &str {
+    pub fn field(&self) -> &str {
         match self {
             Self::Bearer | Self::Basic(_) => "Authorization",
             Self::Header(name) => name,
@@ -259,17 +262,31 @@ pub struct Exfiltration {
     /// Where the credential is bound, and where it is written in the policy.
     pub bound_to: String,
     pub site: Site,
+    /// Set when the host is one the credential is bound to, but the placeholder was not in
+    /// the one field the real value goes into: that field, and the `inject` form.
+    pub misplaced: Option<Box<(String, String)>>,
 }
 
 impl fmt::Display for Exfiltration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "exfiltration attempt: the placeholder of credential `{}` was sent in {} to a host \
-             it is not bound to (it is bound to {} only: [[network.credentials]] `{}`, {}); the \
-             request was not forwarded",
-            self.credential, self.place, self.bound_to, self.credential, self.site
-        )
+        match &self.misplaced {
+            None => write!(
+                f,
+                "exfiltration attempt: the placeholder of credential `{}` was sent in {} to a \
+                 host it is not bound to (it is bound to {} only: [[network.credentials]] `{}`, \
+                 {}); the request was not forwarded",
+                self.credential, self.place, self.bound_to, self.credential, self.site
+            ),
+            Some(m) => write!(
+                f,
+                "exfiltration attempt: the placeholder of credential `{}` was sent in {}; cordon \
+                 puts the real value only into the `{}` header (inject = \"{}\", \
+                 [[network.credentials]] `{}`, {}), since a server may echo anything else it \
+                 is sent; send the placeholder there, or send none and cordon adds it; the \
+                 request was not forwarded",
+                self.credential, self.place, m.0, m.1, self.credential, self.site
+            ),
+        }
     }
 }
 
@@ -325,26 +342,39 @@ impl Vault {
             .collect()
     }
 
-    /// Rewrites the head of a request to `target` in place: every placeholder of a credential
-    /// bound there is replaced by its real value (in a field, a `Basic` userinfo, the request
-    /// target), and a bound credential the request does not carry is added in its `inject`
-    /// form. A placeholder of a credential *not* bound to `target` is an [`Exfiltration`]
-    /// (nothing is changed then). With a credential injected, `Accept-Encoding` becomes
-    /// `identity`, so an echo of it can be scrubbed from the response.
+    /// Rewrites the head of a request to `target` in place. A placeholder of a credential
+    /// bound there is replaced by the real value only in the field its `inject` names (also
+    /// inside a `Basic` userinfo); a bound credential the request does not carry is added in
+    /// its `inject` form. A placeholder anywhere else in the head (another field, the request
+    /// target), or of a credential *not* bound to `target`, is an [`Exfiltration`] (nothing is
+    /// changed then). With a credential injected, `Accept-Encoding` becomes `identity` and
+    /// `Range`/`If-Range` are dropped, so the response is one whole unencoded body in which an
+    /// echo can be scrubbed.
     pub fn rewrite(
         &self,
-        path: &mut String,
+        path: &str,
         headers: &mut Vec<(String, String)>,
         target: &Target,
         tls: bool,
     ) -> Result<Injected, Exfiltration> {
-        let mut injected = Injected::default();
+        if let Some(secret) = self.secrets.iter().find(|s| path.contains(&s.placeholder)) {
+            return Err(self.refusal(secret, "the request target", target, tls));
+        }
         let mut used = vec![false; self.secrets.len()];
-        let new_path = self.substitute(path, "the request target", target, tls, &mut used)?;
-        let mut new_headers = Vec::with_capacity(headers.len() + 1);
+        let mut new_headers = Vec::with_capacity(headers.len() + 3);
         for (name, value) in headers.iter() {
-            let place = format!("the `{name}` header");
-            let value = self.substitute(value, &place, target, tls, &mut used)?;
+            let mut value = value.clone();
+            for (i, secret) in self.secrets.iter().enumerate() {
+                if !carries(&value, &secret.placeholder) {
+                    continue;
+                }
+                let field = secret.rule.inject.field();
+                if !secret.rule.binds(target, tls) || !name.eq_ignore_ascii_case(field) {
+                    return Err(self.refusal(secret, &format!("the `{name}` header"), target, tls));
+                }
+                value = substitute(&value, secret);
+                used[i] = true;
+            }
             new_headers.push((name.clone(), value));
         }
         for (i, secret) in self.secrets.iter().enumerate() {
@@ -361,81 +391,41 @@ impl Vault {
                 used[i] = true;
             }
         }
+        let mut injected = Injected::default();
         for (i, secret) in self.secrets.iter().enumerate() {
             if used[i] {
                 injected.names.push(secret.rule.name.clone());
             }
         }
         if !injected.names.is_empty() {
-            new_headers.retain(|(n, _)| !n.eq_ignore_ascii_case("accept-encoding"));
+            new_headers.retain(|(n, _)| {
+                !["accept-encoding", "range", "if-range"].contains(&n.to_ascii_lowercase().as_str())
+            });
             new_headers.push(("Accept-Encoding".into(), "identity".into()));
         }
-        *path = new_path;
         *headers = new_headers;
         Ok(injected)
     }
 
-    /// `text` with every placeholder of a credential bound to `target` replaced, also inside
-    /// a `Basic` value; an unbound one is an [`Exfiltration`].
-    fn substitute(
-        &self,
-        text: &str,
-        place: &str,
-        target: &Target,
-        tls: bool,
-        used: &mut [bool],
-    ) -> Result<String, Exfiltration> {
-        let mut out = self.substitute_plain(text, place, target, tls, used)?;
-        // `Basic base64(user:placeholder)`: a URL's userinfo (git's `https://x:TOKEN@host`).
-        if let Some((scheme, encoded)) = out.split_once(' ')
-            && scheme.eq_ignore_ascii_case("basic")
-            && let Some(decoded) = base64_decode_within(encoded.trim(), MAX_BASIC)
-            && let Ok(decoded) = String::from_utf8(decoded)
-            && self
-                .secrets
-                .iter()
-                .any(|s| decoded.contains(&s.placeholder))
-        {
-            let replaced = self.substitute_plain(&decoded, place, target, tls, used)?;
-            out = format!("{scheme} {}", base64_encode(replaced.as_bytes()));
-        }
-        Ok(out)
-    }
-
-    fn substitute_plain(
-        &self,
-        text: &str,
-        place: &str,
-        target: &Target,
-        tls: bool,
-        used: &mut [bool],
-    ) -> Result<String, Exfiltration> {
-        let mut out = text.to_owned();
-        for (i, secret) in self.secrets.iter().enumerate() {
-            if !out.contains(&secret.placeholder) {
-                continue;
-            }
-            if !secret.rule.binds(target, tls) {
-                return Err(self.exfiltration(secret, place));
-            }
-            out = out.replace(&secret.placeholder, &secret.real);
-            used[i] = true;
-        }
-        Ok(out)
-    }
-
-    fn exfiltration(&self, secret: &Secret, place: &str) -> Exfiltration {
+    /// The refusal of `secret`'s placeholder found in `place` of a request to `target`.
+    fn refusal(&self, secret: &Secret, place: &str, target: &Target, tls: bool) -> Exfiltration {
         Exfiltration {
             credential: secret.rule.name.clone(),
             place: place.to_owned(),
             bound_to: secret.rule.host_list(),
             site: secret.rule.site.clone(),
+            misplaced: secret.rule.binds(target, tls).then(|| {
+                Box::new((
+                    secret.rule.inject.field().to_owned(),
+                    secret.rule.inject.to_string(),
+                ))
+            }),
         }
     }
 
-    /// A placeholder anywhere in `bytes` whose credential is not bound to `target` (a request
-    /// body, or a whole plain request): the first one, as an [`Exfiltration`] in `place`.
-    pub fn unbound_in(
+    /// A placeholder anywhere in `bytes` (a request body, or a whole plain request): the first
+    /// one, refused as an [`Exfiltration`] in `place` (the real value goes only into a head).
+    pub fn placeholder_in(
         &self,
         bytes: &[u8],
         target: &Target,
@@ -444,9 +434,8 @@ impl Vault {
     ) -> Option<Exfiltration> {
         self.secrets
             .iter()
-            .filter(|s| !s.rule.binds(target, tls))
             .find(|s| find(bytes, s.placeholder.as_bytes()).is_some())
-            .map(|s| self.exfiltration(s, place))
+            .map(|s| self.refusal(s, place, target, tls))
     }
 
     /// The longest placeholder (a streaming search keeps this many bytes less one).
@@ -458,14 +447,28 @@ impl Vault {
             .unwrap_or(0)
     }
 
-    /// A scrubber for a response from `target`: the real values of the credentials bound
-    /// there are replaced by their placeholders (of the same length, so framing holds).
+    /// A scrubber for a response: every real value, and its base64 encoding at each of the
+    /// three alignments (standard and URL-safe alphabets), is replaced by the placeholder's
+    /// (of the same length, so framing holds).
     pub fn scrubber(&self) -> Scrubber {
-        let needles: Vec<(Vec<u8>, Vec<u8>)> = self
-            .secrets
-            .iter()
-            .map(|s| (s.real.as_bytes().to_vec(), s.mask().to_vec()))
-            .collect();
+        let mut needles: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        for s in &self.secrets {
+            let (real, mask) = (s.real.as_bytes(), s.mask());
+            needles.push((real.to_vec(), mask.to_vec()));
+            for skip in 0..3 {
+                for url_safe in [false, true] {
+                    let (Some(n), Some(m)) = (
+                        aligned_base64(real, skip, url_safe),
+                        aligned_base64(mask, skip, url_safe),
+                    ) else {
+                        continue;
+                    };
+                    if !needles.iter().any(|(have, _)| *have == n) {
+                        needles.push((n, m));
+                    }
+                }
+            }
+        }
         let keep = needles.iter().map(|(n, _)| n.len()).max().unwrap_or(1) - 1;
         Scrubber {
             needles,
@@ -473,6 +476,61 @@ impl Vault {
             keep,
         }
     }
+}
+
+/// Shortest base64 needle searched for: shorter ones would match ordinary text.
+const MIN_BASE64_NEEDLE: usize = 8;
+
+/// The characters of any base64 text that encodes `value` starting `3 - skip` bytes into a
+/// group (or at its start, `skip` 0): the whole groups of `value[skip..]`, which do not depend
+/// on what surrounds it.
+fn aligned_base64(value: &[u8], skip: usize, url_safe: bool) -> Option<Vec<u8>> {
+    let rest = value.get(skip..)?;
+    let whole = rest.len() / 3 * 3;
+    let text = base64_encode(&rest[..whole]);
+    if text.len() < MIN_BASE64_NEEDLE {
+        return None;
+    }
+    let mut bytes = text.into_bytes();
+    if url_safe {
+        for b in bytes.iter_mut() {
+            *b = match *b {
+                b'+' => b'-',
+                b'/' => b'_',
+                other => other,
+            };
+        }
+    }
+    Some(bytes)
+}
+
+/// Whether a field value holds `placeholder`, as text or inside a `Basic` userinfo.
+fn carries(value: &str, placeholder: &str) -> bool {
+    value.contains(placeholder)
+        || basic_userinfo(value).is_some_and(|decoded| decoded.contains(placeholder))
+}
+
+/// The decoded userinfo of a `Basic` value (a URL's `https://x:TOKEN@host`).
+fn basic_userinfo(value: &str) -> Option<String> {
+    let (scheme, encoded) = value.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    String::from_utf8(base64_decode_within(encoded.trim(), MAX_BASIC)?).ok()
+}
+
+/// `value` with `secret`'s placeholder replaced by its real value, as text and inside a
+/// `Basic` userinfo.
+fn substitute(value: &str, secret: &Secret) -> String {
+    let mut out = value.replace(&secret.placeholder, &secret.real);
+    if let Some(decoded) = basic_userinfo(&out)
+        && decoded.contains(&secret.placeholder)
+        && let Some((scheme, _)) = out.split_once(' ')
+    {
+        let replaced = decoded.replace(&secret.placeholder, &secret.real);
+        out = format!("{scheme} {}", base64_encode(replaced.as_bytes()));
+    }
+    out
 }
 
 /// Replaces real values in a byte stream fed in pieces, across piece boundaries: it holds
@@ -510,7 +568,7 @@ impl Scrubber {
     }
 }
 
-/// Finds placeholders of unbound credentials in a byte stream fed in pieces (a request body).
+/// Finds placeholders in a byte stream fed in pieces (a request body): none belongs there.
 pub struct Detector<'a> {
     vault: &'a Vault,
     target: Target,
@@ -535,9 +593,9 @@ impl<'a> Detector<'a> {
             return None;
         }
         self.tail.extend_from_slice(data);
-        let found = self
-            .vault
-            .unbound_in(&self.tail, &self.target, self.tls, "the request body");
+        let found =
+            self.vault
+                .placeholder_in(&self.tail, &self.target, self.tls, "the request body");
         let cut = self.tail.len().saturating_sub(keep);
         self.tail.drain(..cut);
         found
@@ -684,43 +742,78 @@ mod tests {
     }
 
     #[test]
-    fn a_bound_host_gets_the_real_value_everywhere_in_the_head() {
+    fn a_bound_host_gets_the_real_value_only_in_the_inject_field() {
         let v = vault();
         let p = v.secrets()[0].placeholder().to_owned();
-        let mut path = format!("/x?token={p}");
         let basic = format!(
             "Basic {}",
             base64_encode(format!("x-access-token:{p}").as_bytes())
         );
+        let path = "/x?page=2".to_owned();
         let mut headers = vec![
-            ("Authorization".to_owned(), basic),
-            ("X-Other".to_owned(), format!("t {p}")),
+            ("authorization".to_owned(), basic),
             ("Accept-Encoding".to_owned(), "gzip".to_owned()),
+            ("Range".to_owned(), "bytes=0-9".to_owned()),
+            ("If-Range".to_owned(), "\"e\"".to_owned()),
         ];
         let got = v
-            .rewrite(&mut path, &mut headers, &target("github.com:443"), true)
+            .rewrite(&path, &mut headers, &target("github.com:443"), true)
             .unwrap();
         assert_eq!(got.names, vec!["github".to_owned()]);
-        assert_eq!(path, format!("/x?token={REAL}"));
+        assert_eq!(path, "/x?page=2");
         let want = format!(
             "Basic {}",
             base64_encode(format!("x-access-token:{REAL}").as_bytes())
         );
         assert_eq!(headers[0].1, want);
-        assert_eq!(headers[1].1, format!("t {REAL}"));
         assert_eq!(
             headers.last().unwrap(),
             &("Accept-Encoding".into(), "identity".into())
         );
-        assert_eq!(headers.len(), 3);
+        assert_eq!(headers.len(), 2, "Range and If-Range dropped: {headers:?}");
+        let mut bearer = vec![("Authorization".to_owned(), format!("Bearer {p}"))];
+        v.rewrite(&path, &mut bearer, &target("github.com:443"), true)
+            .unwrap();
+        assert_eq!(bearer[0].1, format!("Bearer {REAL}"));
+        // Anywhere else toward the bound host: refused, nothing substituted.
+        for (path, headers, place) in [
+            (format!("/x?token={p}"), vec![], "the request target"),
+            (
+                "/".to_owned(),
+                vec![("X-Other".to_owned(), format!("t {p}"))],
+                "the `X-Other` header",
+            ),
+            (
+                "/".to_owned(),
+                vec![(
+                    "Cookie".to_owned(),
+                    format!("Basic {}", base64_encode(format!("u:{p}").as_bytes())),
+                )],
+                "the `Cookie` header",
+            ),
+        ] {
+            let (path, mut headers) = (path, headers);
+            let before = (path.clone(), headers.clone());
+            let e = v
+                .rewrite(&path, &mut headers, &target("github.com:443"), true)
+                .unwrap_err();
+            assert!(e.misplaced.is_some(), "{e}");
+            let text = e.to_string();
+            assert!(text.contains(place), "{text}");
+            assert!(
+                text.contains("only into the `Authorization` header"),
+                "{text}"
+            );
+            assert_eq!((path, headers), before, "nothing changed");
+        }
     }
 
     #[test]
     fn a_bound_host_without_the_credential_gets_it_added() {
         let v = vault();
-        let mut path = "/".to_owned();
+        let path = "/".to_owned();
         let mut headers = vec![("Host".to_owned(), "github.com".to_owned())];
-        v.rewrite(&mut path, &mut headers, &target("github.com:443"), true)
+        v.rewrite(&path, &mut headers, &target("github.com:443"), true)
             .unwrap();
         let auth = headers.iter().find(|(n, _)| n == "Authorization").unwrap();
         let decoded = base64_decode_within(auth.1.strip_prefix("Basic ").unwrap(), 1000).unwrap();
@@ -728,7 +821,7 @@ mod tests {
         // Over plain HTTP it is not bound (no `http://` host), so nothing is added.
         let mut headers = vec![("Host".to_owned(), "github.com".to_owned())];
         let got = v
-            .rewrite(&mut path, &mut headers, &target("github.com:80"), false)
+            .rewrite(&path, &mut headers, &target("github.com:80"), false)
             .unwrap();
         assert!(got.names.is_empty() && headers.len() == 1);
     }
@@ -748,10 +841,10 @@ mod tests {
                 )],
             ),
         ] {
-            let (mut path, mut headers) = (path, headers);
+            let (path, mut headers) = (path, headers);
             let before = (path.clone(), headers.clone());
             let e = v
-                .rewrite(&mut path, &mut headers, &target("evil.example:443"), true)
+                .rewrite(&path, &mut headers, &target("evil.example:443"), true)
                 .unwrap_err();
             assert_eq!(e.credential, "github");
             assert!(e.to_string().contains("policy line 7 of p.toml"), "{e}");
@@ -763,7 +856,13 @@ mod tests {
         assert!(d.feed(a).is_none());
         assert!(d.feed(b).is_some(), "found across pieces");
         let mut d = Detector::new(&v, &target("github.com:443"), true);
-        assert!(d.feed(body.as_bytes()).is_none(), "bound: not an attempt");
+        let e = d
+            .feed(body.as_bytes())
+            .expect("bound: misplaced in the body");
+        assert!(
+            e.misplaced.is_some() && e.place == "the request body",
+            "{e}"
+        );
     }
 
     #[test]
@@ -781,6 +880,34 @@ mod tests {
             let out = String::from_utf8(out).unwrap();
             assert!(!out.contains(REAL), "{out}");
             assert_eq!(out.matches(&p).count(), 2, "{out}");
+        }
+    }
+
+    #[test]
+    fn a_base64_echo_is_scrubbed_at_every_alignment() {
+        let v = vault();
+        for prefix in ["", "x", "xy", "Bearer ", "x-access-token:"] {
+            for url_safe in [false, true] {
+                let mut encoded = base64_encode(format!("{prefix}{REAL}!").as_bytes());
+                if url_safe {
+                    encoded = encoded.replace('+', "-").replace('/', "_");
+                }
+                let mut s = v.scrubber();
+                let mut out = s.feed(encoded.as_bytes());
+                out.extend(s.finish());
+                assert_eq!(out.len(), encoded.len());
+                let std_text = String::from_utf8(out).unwrap();
+                let decoded =
+                    base64_decode_within(&std_text.replace('-', "+").replace('_', "/"), 4096)
+                        .unwrap();
+                let decoded = String::from_utf8_lossy(&decoded);
+                assert!(!decoded.contains(REAL), "{prefix:?}: {decoded}");
+                // At most two characters at each end survive (the groups they share).
+                assert!(
+                    !decoded.contains(&REAL[2..REAL.len() - 2]),
+                    "{prefix:?}: {decoded}"
+                );
+            }
         }
     }
 

@@ -77,6 +77,7 @@ impl Seen {
 }
 
 /// A loopback HTTPS/1.1 server: `/echo` answers with the request's header fields, paths below
+/// `/reflect/` reflect its `Authorization` value in other shapes (see [`reflect`]), paths below
 /// `/repo.git` go to `git http-backend` (with `git_root`), anything else `ok METHOD PATH`.
 struct Https {
     port: u16,
@@ -174,13 +175,14 @@ fn serve_one<S: Read + Write>(stream: &mut S, log: &Mutex<Vec<Seen>>, git_root: 
             body.extend_from_slice(&chunk[..n]);
         }
     }
-    log.lock().unwrap().push(seen);
+    log.lock().unwrap().push(seen.clone());
     let (path, query) = target.split_once('?').unwrap_or((&target, ""));
     let response = match (path, git_root) {
         ("/echo", _) => {
             let text: String = headers.iter().map(|(n, v)| format!("{n}: {v}\n")).collect();
             plain_response(200, &text)
         }
+        (p, _) if p.starts_with("/reflect/") => reflect(&p["/reflect/".len()..], &seen),
         (p, Some(root)) if p.starts_with("/repo.git") => {
             cgi(&method, p, query, &headers, &body, root)
         }
@@ -189,6 +191,120 @@ fn serve_one<S: Read + Write>(stream: &mut S, log: &Mutex<Vec<Seen>>, git_root: 
     let stream = reader.into_inner();
     let _ = stream.write_all(&response);
     let _ = stream.flush();
+}
+
+/// A reflecting endpoint of a bound host, as a hostile or careless API may have: the
+/// `Authorization` value it received comes back base64-encoded (`base64`), gzip-compressed
+/// whatever `Accept-Encoding` said (`gzip`), one byte per chunk (`chunks`), honouring `Range`
+/// (`range`), or as a header *name* in a malformed head (`bad-head`, the token without its
+/// scheme).
+fn reflect(how: &str, seen: &Seen) -> Vec<u8> {
+    let auth = seen.header("authorization").unwrap_or_default().to_owned();
+    let head = |status: &str, fields: &str, len: usize| {
+        format!("HTTP/1.1 {status}\r\n{fields}Content-Length: {len}\r\nConnection: close\r\n\r\n")
+    };
+    match how {
+        "base64" => {
+            let out = std::process::Command::new("base64")
+                .arg("-w0")
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .and_then(|mut c| {
+                    c.stdin.take().unwrap().write_all(auth.as_bytes())?;
+                    c.wait_with_output()
+                })
+                .unwrap()
+                .stdout;
+            plain_response(200, &String::from_utf8(out).unwrap())
+        }
+        "gzip" => {
+            let out = std::process::Command::new("gzip")
+                .arg("-c")
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .and_then(|mut c| {
+                    c.stdin.take().unwrap().write_all(auth.as_bytes())?;
+                    c.wait_with_output()
+                })
+                .unwrap()
+                .stdout;
+            let mut r = head("200 OK", "Content-Encoding: gzip\r\n", out.len()).into_bytes();
+            r.extend(out);
+            r
+        }
+        "chunks" => {
+            let mut r =
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+                    .to_vec();
+            for b in auth.bytes() {
+                r.extend_from_slice(b"1\r\n");
+                r.push(b);
+                r.extend_from_slice(b"\r\n");
+            }
+            r.extend_from_slice(b"0\r\n\r\n");
+            r
+        }
+        "range" => {
+            let range = seen
+                .header("range")
+                .and_then(|r| r.strip_prefix("bytes="))
+                .and_then(|r| r.split_once('-'))
+                .map(|(a, b)| {
+                    let a: usize = a.parse().unwrap_or(0).min(auth.len());
+                    let b: usize = b
+                        .parse()
+                        .map_or(auth.len(), |b: usize| (b + 1).min(auth.len()));
+                    (a, b.max(a))
+                });
+            match range {
+                Some((a, b)) => {
+                    let part = &auth[a..b];
+                    let fields = format!(
+                        "Content-Range: bytes {a}-{}/{}\r\n",
+                        b.max(1) - 1,
+                        auth.len()
+                    );
+                    let mut r = head("206 Partial Content", &fields, part.len()).into_bytes();
+                    r.extend_from_slice(part.as_bytes());
+                    r
+                }
+                None => plain_response(200, &auth),
+            }
+        }
+        "bad-head" => {
+            let token = auth.split_once(' ').map_or(auth.as_str(), |(_, t)| t);
+            format!("HTTP/1.1 200 OK\r\nX-{token}@: 1\r\nContent-Length: 0\r\n\r\n").into_bytes()
+        }
+        _ => plain_response(404, "no such reflection\n"),
+    }
+}
+
+/// `PATH_INFO` as CGI specifies it: the path percent-decoded (RFC 3875, 4.1.5), as a real
+/// web server hands it to `git http-backend`.
+fn path_info(path: &str) -> String {
+    let b = path.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match (
+            b[i],
+            b.get(i + 1).and_then(|&c| hex(c)),
+            b.get(i + 2).and_then(|&c| hex(c)),
+        ) {
+            (b'%', Some(hi), Some(lo)) => {
+                out.push((hi * 16 + lo) as u8);
+                i += 3;
+            }
+            (c, ..) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A plain-HTTP origin on 127.0.0.1 answering `ok` to anything (after reading the head).
@@ -237,7 +353,7 @@ fn cgi(
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("HOME", root)
         .env("REQUEST_METHOD", method)
-        .env("PATH_INFO", path)
+        .env("PATH_INFO", path_info(path))
         .env("QUERY_STRING", query)
         .env("CONTENT_TYPE", content_type)
         .env("CONTENT_LENGTH", body.len().to_string())
@@ -349,7 +465,7 @@ inject = "basic:x-access-token"
 [[network.rules]]
 host = "localhost:{api}"
 methods = ["GET", "HEAD"]
-paths = ["/repos/acme/*", "/user", "/echo"]
+paths = ["/repos/acme/*", "/user", "/echo", "/reflect/*", "/public/*"]
 
 [[network.rules]]
 host = "127.0.0.1:{unbound}"
@@ -1081,4 +1197,252 @@ push_refs = ["refs/heads/agent/*"]
         "{explain}"
     );
     assert!(explain.contains("rule 0 `api.github.com`"), "{explain}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Issue 31: one place a secret goes, one spelling a rule judges
+// ---------------------------------------------------------------------------------------
+
+/// The refs of the test's bare repository.
+fn refs(f: &Fixture) -> String {
+    let heads = std::process::Command::new("git")
+        .args(["for-each-ref", "--format=%(refname)"])
+        .current_dir(f.sb.outside().join("git/repo.git"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&heads.stdout).into_owned()
+}
+
+/// A push to `refs/heads/main` made by hand (a command list and a pack), POSTed to a path
+/// that `git http-backend` reads as `git-receive-pack` once decoded (`%6B` is `k`), or with
+/// the wrong media type: neither gets past `push_refs`. The real backend decodes PATH_INFO
+/// as CGI specifies, so the spelled path reaches receive-pack if the proxy lets it through.
+#[cordon_test::test]
+fn a_push_spelled_another_way_or_without_its_media_type_is_refused() {
+    if skipped("credentials_push_spelling") {
+        return;
+    }
+    let mut f = Fixture::new();
+    let base = format!("https://localhost:{}/repo.git", f.git.port);
+    let r = f.shell(
+        "set -e; git init -q repo; cd repo; echo one > a; git add a; \
+         git -c user.name=agent -c user.email=a@example.org commit -qm one; \
+         python3 -c '\nimport subprocess\nnew = subprocess.check_output([\"git\", \"rev-parse\", \"HEAD\"]).strip()\n\
+line = b\"0\" * 40 + b\" \" + new + b\" refs/heads/main\\0 report-status\\n\"\n\
+pack = subprocess.check_output([\"git\", \"pack-objects\", \"--stdout\", \"--revs\", \"-q\"], input=new + b\"\\n\")\n\
+open(\"../push.bin\", \"wb\").write(b\"%04x\" % (len(line) + 4) + line + b\"0000\" + pack)\n'; echo made",
+    );
+    assert_eq!(stdout(&r), "made\n", "{r}");
+    for (url, content_type, wanted) in [
+        (
+            format!("{base}/git-receive-pac%6B"),
+            "application/x-git-receive-pack-request",
+            "is read as `/repo.git/git-receive-pack`",
+        ),
+        (
+            format!("{base}/./git-receive-pack"),
+            "application/x-git-receive-pack-request",
+            "is read as `/repo.git/git-receive-pack`",
+        ),
+        (
+            format!("{base}/git-receive-pack"),
+            "application/octet-stream",
+            "Content-Type: application/x-git-receive-pack-request",
+        ),
+    ] {
+        let r = f.shell(&format!(
+            "curl -sS -m 30 --path-as-is --data-binary @push.bin -H 'Content-Type: {content_type}' \
+             -w '\\nstatus=%{{http_code}}\\n' '{url}'"
+        ));
+        assert!(stdout(&r).contains(wanted), "{url}: {r}");
+        assert!(stdout(&r).ends_with("status=403\n"), "{url}: {r}");
+        assert!(refused(&r).iter().any(|l| l.contains(wanted)), "{r}");
+        assert_eq!(refs(&f), "", "no ref was created through {url}");
+    }
+    // The same push, spelled as git spells it, is judged (and refused in git's words).
+    let r = f.shell(&format!(
+        "curl -sS -m 30 --data-binary @push.bin -H 'Content-Type: \
+         application/x-git-receive-pack-request' {base}/git-receive-pack | tr -d '\\0' | \
+         grep -ac 'is not in \\[network.git\\] push_refs'"
+    ));
+    assert_eq!(stdout(&r), "1\n", "{r}");
+    assert_eq!(refs(&f), "");
+    f.assert_token_nowhere();
+}
+
+/// Paths that a rule's glob matches as spelled but a server reads as another path
+/// (`..;` for Tomcat, Jetty and Spring; a double-encoded dot; an overlong UTF-8 dot) are
+/// refused with the reason, before anything is sent.
+#[cordon_test::test]
+fn a_path_a_server_reads_as_another_is_refused_under_path_rules() {
+    if skipped("credentials_path_spelling") {
+        return;
+    }
+    let mut f = Fixture::new();
+    let api = format!("https://localhost:{}", f.api.port);
+    for (path, wanted) in [
+        ("/public/..;/admin", "is read as `/admin`"),
+        ("/public/.;/..;/admin", "is read as `/admin`"),
+        ("/public/%252e%252e/admin", "encoded percent sign (%25)"),
+        ("/public/%c0%ae%c0%ae/admin", "not UTF-8"),
+        ("/public/%2e%2e/admin", "is read as `/admin`"),
+        ("/public//x", "is read as `/public/x`"),
+    ] {
+        let r = f.shell(&format!(
+            "curl -sS -m 30 --path-as-is -w '\\nstatus=%{{http_code}}\\n' '{api}{path}'"
+        ));
+        assert!(stdout(&r).contains(wanted), "{path}: {r}");
+        assert!(stdout(&r).ends_with("status=403\n"), "{path}: {r}");
+        let c = &connections(&r)[0];
+        assert_eq!(c["allowed"], false, "{c}");
+    }
+    assert!(
+        f.api.requests().is_empty(),
+        "nothing reached the server: {:?}",
+        f.api.requests()
+    );
+    let r = f.shell(&format!("curl -sS -m 30 {api}/public/x"));
+    assert_eq!(stdout(&r), "ok GET /public/x\n", "{r}");
+}
+
+/// A method-override header (or `_method`) that a framework would honour is judged as the
+/// method it names.
+#[cordon_test::test]
+fn a_method_override_is_judged_as_the_method_it_names() {
+    if skipped("credentials_method_override") {
+        return;
+    }
+    let mut f = Fixture::new();
+    let api = format!("https://localhost:{}", f.api.port);
+    for (extra, via) in [
+        (
+            "-H 'X-HTTP-Method-Override: DELETE'",
+            "X-HTTP-Method-Override",
+        ),
+        ("-H 'X-HTTP-Method: delete'", "X-HTTP-Method"),
+        ("-H 'X-Method-Override: PUT'", "X-Method-Override"),
+    ] {
+        let r = f.shell(&format!(
+            "curl -sS -m 30 {extra} -w '\\nstatus=%{{http_code}}\\n' {api}/user"
+        ));
+        assert!(stdout(&r).contains(via), "{extra}: {r}");
+        assert!(stdout(&r).contains("is not allowed"), "{extra}: {r}");
+        assert!(stdout(&r).ends_with("status=403\n"), "{extra}: {r}");
+    }
+    let r = f.shell(&format!(
+        "curl -sS -m 30 -w '\\nstatus=%{{http_code}}\\n' '{api}/user?_method=DELETE'"
+    ));
+    assert!(stdout(&r).contains("_method"), "{r}");
+    assert!(stdout(&r).ends_with("status=403\n"), "{r}");
+    assert!(f.api.requests().is_empty(), "{:?}", f.api.requests());
+    // An override naming an allowed method goes on.
+    let r = f.shell(&format!(
+        "curl -sS -m 30 -H 'X-HTTP-Method-Override: HEAD' {api}/user"
+    ));
+    assert_eq!(stdout(&r), "ok GET /user\n", "{r}");
+}
+
+/// An upstream that answers with a malformed head holding the injected token: the proxy's
+/// 502, the connection's note and the audit record describe the fault and quote nothing.
+#[cordon_test::test]
+fn the_proxys_own_errors_never_quote_an_upstream_byte() {
+    if skipped("credentials_upstream_quotes") {
+        return;
+    }
+    let mut f = Fixture::new();
+    let api = format!("https://localhost:{}", f.api.port);
+    let r = f.shell(&format!(
+        "curl -sS -m 30 -H \"Authorization: Bearer $GITHUB_TOKEN\" {api}/reflect/bad-head"
+    ));
+    assert!(
+        stdout(&r).contains("malformed header name, 43 bytes"),
+        "{r}"
+    );
+    let c = &connections(&r)[0];
+    assert_eq!(c["status"], 502, "{c}");
+    assert!(
+        c["note"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("malformed header name, 43 bytes"),
+        "{c}"
+    );
+    let seen = f.api.requests();
+    assert_eq!(
+        seen.last().unwrap().header("authorization"),
+        Some(format!("Bearer {}", f.real).as_str()),
+        "the upstream did get the real token to reflect"
+    );
+    f.assert_token_nowhere();
+}
+
+/// A bound host that reflects what it was sent: base64-encoded, gzip-compressed although
+/// asked for identity, one byte per chunk, or in halves through `Range`; and a placeholder
+/// put anywhere but the credential's own field, which would have been substituted and
+/// reflected. None of it brings the real token into the sandbox.
+#[cordon_test::test]
+fn a_reflecting_bound_host_does_not_bring_the_token_back() {
+    if skipped("credentials_reflection") {
+        return;
+    }
+    let mut f = Fixture::new();
+    let api = format!("https://localhost:{}", f.api.port);
+    let bearer = "-H \"Authorization: Bearer $GITHUB_TOKEN\"";
+    // Every output is printed as the sandbox would read it, decoded where it is encoded.
+    for command in [
+        format!("curl -sS -m 30 {bearer} {api}/reflect/base64 | base64 -d"),
+        format!("curl -sS -m 30 {api}/echo | sed -n 's/^Authorization: Basic //p' | base64 -d"),
+        format!("curl -sS -m 30 --compressed {bearer} {api}/reflect/gzip"),
+        format!("curl -sS -m 30 {bearer} {api}/reflect/chunks"),
+        format!(
+            "curl -sS -m 30 -r 0-19 {bearer} {api}/reflect/range; \
+             curl -sS -m 30 -r 20- {bearer} {api}/reflect/range"
+        ),
+    ] {
+        let r = f.shell(&command);
+        assert!(
+            !stdout(&r).contains(&f.real),
+            "the token came back through `{command}`: {r}"
+        );
+        // What came back instead: (part of) the placeholder, or the proxy's refusal.
+        assert!(
+            stdout(&r).contains("cred-github-") || stdout(&r).contains("cordon egress proxy"),
+            "{command}: {r}"
+        );
+    }
+    assert!(
+        f.api
+            .requests()
+            .iter()
+            .all(|s| s.header("range").is_none() && s.header("if-range").is_none()),
+        "Range is not sent with a credential"
+    );
+    // The gzip answer was refused, not passed on.
+    let r = f.shell(&format!(
+        "curl -sS -m 30 --compressed {bearer} -w '\\nstatus=%{{http_code}}\\n' {api}/reflect/gzip"
+    ));
+    assert!(stdout(&r).contains("Content-Encoding"), "{r}");
+    assert!(stdout(&r).ends_with("status=502\n"), "{r}");
+    // A placeholder outside the credential's field is refused, not substituted.
+    let before = f.api.requests().len();
+    for (command, place) in [
+        (
+            format!("curl -sS -m 30 -H \"X-Api-Echo: $GITHUB_TOKEN\" {api}/echo"),
+            "the `X-Api-Echo` header",
+        ),
+        (
+            format!("curl -sS -m 30 \"{api}/echo?token=$GITHUB_TOKEN\""),
+            "the request target",
+        ),
+    ] {
+        let r = f.shell(&command);
+        assert!(stdout(&r).contains(place), "{command}: {r}");
+        assert!(
+            stdout(&r).contains("only into the `Authorization` header"),
+            "{r}"
+        );
+        assert_eq!(connections(&r)[0]["exfiltration"], "github", "{r}");
+    }
+    assert_eq!(f.api.requests().len(), before, "nothing was sent");
+    f.assert_token_nowhere();
 }

@@ -1655,3 +1655,79 @@ fn anonymous_sockets_are_evicted_oldest_first_and_timed_out_early() {
         "{report:?}"
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// Fair shares between sessions (issue 31)
+// ---------------------------------------------------------------------------------------
+
+/// Registers a call as the server does for a call of HTTP session `session`.
+fn open_call_of(p: &InProcess, session: &str) -> cordon::egress::CallTicket {
+    let origin = cordon::audit::CallOrigin {
+        session: Some(session.to_owned()),
+        subject: None,
+        client: None,
+    };
+    cordon::audit::CALL_ORIGIN.sync_scope(origin, || p.proxy.open_call())
+}
+
+/// Calls (and jobs) of one session together hold at most the per-session share of the
+/// proxy's connections: the one past it is refused in its own call's report, and another
+/// session's call is still served.
+#[cordon_test::test]
+fn one_session_cannot_take_the_proxy_from_another() {
+    let echo = echo_target();
+    let p = in_process(
+        "allow_hosts = [\"a.test:*\"]\nallow_private = [\"127.0.0.0/8\"]",
+        &["127.0.0.1"],
+        HEAD_TIMEOUT,
+    );
+    // admission::MAX_ESTABLISHED_PER_SESSION (its unit test holds it to this).
+    let share = 128;
+    let per_call = admission::MAX_ESTABLISHED_PER_CALL;
+    assert!(share < admission::MAX_ESTABLISHED && share > per_call);
+    let connect = format!("CONNECT a.test:{echo} HTTP/1.1\r\n");
+    let open = |ticket: &cordon::egress::CallTicket| {
+        let mut s = TcpStream::connect(p.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(format!("{connect}{}\r\n", auth_field(&p, ticket)).as_bytes())
+            .unwrap();
+        let head = reply_head(&mut s);
+        (s, head)
+    };
+    let calls: Vec<_> = (0..share.div_ceil(per_call) + 1)
+        .map(|_| open_call_of(&p, "greedy-session"))
+        .collect();
+    let mut held = Vec::new();
+    let mut refused_at = None;
+    'outer: for (i, call) in calls.iter().enumerate() {
+        for _ in 0..per_call {
+            let (s, head) = open(call);
+            if !head.starts_with("HTTP/1.1 200") {
+                assert!(head.starts_with("HTTP/1.1 429"), "{head}");
+                refused_at = Some(i);
+                break 'outer;
+            }
+            held.push(s);
+        }
+    }
+    assert_eq!(held.len(), share, "the session held its share and no more");
+    let offending = refused_at.expect("a connection past the session's share was refused");
+    let report = block_on(calls[offending].settled());
+    assert!(
+        report
+            .refused
+            .iter()
+            .any(|l| l.contains(&format!("this session already has {share} connections"))),
+        "{report:?}"
+    );
+    // Another session, and a call of no session (stdio), are served meanwhile.
+    for other in [open_call_of(&p, "another-session"), p.proxy.open_call()] {
+        let (mut s, head) = open(&other);
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        s.write_all(b"ping").unwrap();
+        let mut echoed = [0u8; 4];
+        s.read_exact(&mut echoed).unwrap();
+        assert_eq!(echoed.map(|b| b ^ 0x5a), *b"ping");
+    }
+    drop(held);
+}
