@@ -538,7 +538,12 @@ impl Lab<'_> {
         // Read from the host's side, as the kernel sees the call's process: the call's own
         // `/proc/self/uid_map` may be denied by the policy (strict grants little of /proc),
         // and what the call reports of itself is not evidence.
-        let marker = (5000 + std::process::id() % 1000).to_string();
+        // A duration no other program on the host sleeps for (the probe's process is found,
+        // and afterwards killed, by its arguments).
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let marker = format!("30.{nanos:09}{}", std::process::id());
         let call = run_one(self.executor, sh(&format!("exec sleep {marker}")), 10);
         let seen = async {
             let deadline = std::time::Instant::now() + Duration::from_secs(5);

@@ -19,7 +19,7 @@
 
 use super::plan::CallIds;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
 
 /// Per-user-namespace limits a slot sets on its own namespace before it drops its
@@ -97,17 +97,6 @@ pub fn namespace_for(ids: &CallIds, proc: &Path) -> io::Result<OwnedFd> {
 
 const OPEN_TREE_CLONE: libc::c_uint = 1;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x04;
-const MOUNT_ATTR_NOSUID: u64 = 0x2;
-const MOUNT_ATTR_NODEV: u64 = 0x4;
-const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
-
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
-}
 
 fn c_path(path: &Path) -> io::Result<std::ffi::CString> {
     std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
@@ -136,27 +125,12 @@ pub fn idmapped_tree(src: &Path, userns: &OwnedFd) -> io::Result<OwnedFd> {
     }
     // SAFETY: open_tree returned a descriptor that nothing else owns.
     let tree = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-    let attr = MountAttr {
-        attr_set: MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: userns.as_raw_fd() as u64,
-    };
-    // SAFETY: mount_setattr reads `attr` (a live, correctly sized repr(C) struct) and the
-    // empty NUL-terminated path; it writes no memory of ours.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            tree.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH as libc::c_uint | libc::AT_RECURSIVE as libc::c_uint,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    if ret != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    use super::mount_attr::{self, MOUNT_ATTR_IDMAP, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, Target};
+    mount_attr::set(
+        Target::Tree(tree.as_fd()),
+        MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        Some(userns.as_fd()),
+    )?;
     Ok(tree)
 }
 

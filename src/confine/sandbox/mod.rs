@@ -14,6 +14,7 @@
 pub mod fdpass;
 pub mod idmap;
 pub mod init;
+mod mount_attr;
 pub mod plan;
 mod slot_mounts;
 pub mod view;

@@ -74,50 +74,17 @@ fn make_mount_point(src: &Path, dst: &Path) -> Result<(), ViewError> {
 
 /// Mount attributes applied to a whole bound subtree in one call (`mount_setattr`).
 fn set_attributes(path: &Path, read_only: bool) -> Result<(), ViewError> {
-    const MOUNT_ATTR_RDONLY: u64 = 0x1;
-    const MOUNT_ATTR_NOSUID: u64 = 0x2;
-    const MOUNT_ATTR_NODEV: u64 = 0x4;
-    #[repr(C)]
-    struct MountAttr {
-        attr_set: u64,
-        attr_clr: u64,
-        propagation: u64,
-        userns_fd: u64,
-    }
-    let attr = MountAttr {
-        attr_set: MOUNT_ATTR_NOSUID
-            | MOUNT_ATTR_NODEV
-            | if read_only { MOUNT_ATTR_RDONLY } else { 0 },
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: 0,
-    };
-    let c_path =
-        std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| ViewError {
-            step: "path",
-            path: path.to_path_buf(),
-            source: io::Error::from_raw_os_error(libc::EINVAL),
-        })?;
-    // SAFETY: mount_setattr reads `attr` (a live, correctly sized repr(C) struct) and the
-    // NUL-terminated path; it writes no memory of ours.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            libc::AT_FDCWD,
-            c_path.as_ptr(),
-            libc::AT_RECURSIVE as libc::c_uint | libc::AT_SYMLINK_NOFOLLOW as libc::c_uint,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    if ret != 0 {
-        return Err(ViewError {
-            step: "mount_setattr",
-            path: path.to_path_buf(),
-            source: io::Error::last_os_error(),
-        });
-    }
-    Ok(())
+    use super::mount_attr::{self, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY, Target};
+    let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL));
+    let c_path = io_at("path", path, c_path)?;
+    let attrs =
+        MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | if read_only { MOUNT_ATTR_RDONLY } else { 0 };
+    io_at(
+        "mount_setattr",
+        path,
+        mount_attr::set(Target::Path(&c_path), attrs, None),
+    )
 }
 
 /// Binds host `src` at the same path below `root`. A symlink is re-made as a symlink (merged
@@ -357,36 +324,20 @@ fn bind_git_shadow(
         set_attributes(&dst, true)?;
     }
     let dst = inside(root, &git.at);
-    match dst.symlink_metadata() {
-        Ok(meta) if meta.is_dir() => {}
-        Ok(_) => {
-            return Err(ViewError {
-                step: "bind the git shadow",
-                path: git.at.clone(),
-                source: io::Error::other("`.git` is not a directory"),
-            });
-        }
-        // Made on the host's path, not through the view: the workspace may already be bound
-        // idmapped there, and a directory made through that bind by the init (host uid 0,
-        // which the mapping does not cover) is refused with EOVERFLOW.
-        Err(_) => match std::fs::create_dir(&git.at) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => {
-                return Err(ViewError {
-                    step: "mkdir",
-                    path: git.at.clone(),
-                    source: e,
-                });
-            }
-        },
+    // Made on the host's path, not through the view: the workspace may already be bound
+    // idmapped there, and a directory made through that bind by the init (host uid 0, which
+    // the mapping does not cover) is refused with EOVERFLOW. mkdir never follows a link.
+    match std::fs::create_dir(&git.at) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return io_at("mkdir", &git.at, Err(e)),
     }
     if !dst.symlink_metadata().is_ok_and(|m| m.is_dir()) {
-        return Err(ViewError {
-            step: "bind the git shadow",
-            path: git.at.clone(),
-            source: io::Error::other("`.git` is not a directory"),
-        });
+        return io_at(
+            "bind the git shadow",
+            &git.at,
+            Err(io::Error::other("`.git` is not a directory")),
+        );
     }
     if let Some(tree) = idmapped {
         // The shadow is the server's (its state directory): the calls' uid writes it through
