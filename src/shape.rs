@@ -200,7 +200,7 @@ pub fn shape_stream(
 pub fn controls_note(removed: usize) -> Option<String> {
     (removed > 0).then(|| {
         format!(
-            "[cordon] {removed} terminal escape sequences or control characters removed              (count in `control_chars_removed`)\n"
+            "[cordon] {removed} terminal escape sequences or control characters removed (count in `control_chars_removed`)\n"
         )
     })
 }

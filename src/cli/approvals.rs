@@ -561,14 +561,18 @@ mod tests {
 
     #[test]
     fn ids_are_checked_before_any_server_is_asked() {
+        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
+        // A run directory as servers make it: the CLI refuses one others may use.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
         assert!(matches!(
             answer(dir.path(), "../../x", true),
             Err(ApprovalsError::BadId { .. })
         ));
-        assert!(matches!(
-            answer(dir.path(), "0123abcd", true),
-            Err(ApprovalsError::NotFound { .. })
-        ));
+        let got = answer(dir.path(), "0123abcd", true);
+        assert!(
+            matches!(got, Err(ApprovalsError::NotFound { .. })),
+            "{got:?}"
+        );
     }
 }

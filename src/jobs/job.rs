@@ -141,6 +141,10 @@ pub struct Relaunch {
 enum Ending {
     /// The main process ended by itself (or by a signal it was sent).
     Exited(Option<std::process::ExitStatus>),
+    /// The main process ended during a graceful stop (SIGTERM from the `job` call): the job
+    /// was stopped, whatever status its shell chose (a shell whose program died of SIGTERM
+    /// exits 143 itself).
+    Stopped(Option<std::process::ExitStatus>),
     /// A limit cordon measures itself: the disk budget, the audit rate bound.
     Limit(crate::exec::LimitHit),
     Killed(String),
@@ -378,7 +382,10 @@ async fn supervise(
     let terminal = job.terminal.clone();
     let ending = loop {
         tokio::select! {
-            status = launched.child.wait() => break Ending::Exited(status),
+            status = launched.child.wait() => break match stopping {
+                Some(_) => Ending::Stopped(status),
+                None => Ending::Exited(status),
+            },
             hit = crate::exec::disk::overrun(disk.as_ref()) => break Ending::Limit(hit.limit_hit()),
             () = crate::exec::audit_flood(flood.as_deref()) => {
                 break Ending::Limit(crate::exec::audit_limit_hit())
@@ -433,7 +440,7 @@ async fn supervise(
     // result needs neither, so `finish` reads no usage).
     job.note_usage(&launched);
     let status = match &ending {
-        Ending::Exited(status) => *status,
+        Ending::Exited(status) | Ending::Stopped(status) => *status,
         _ => None,
     };
     let finished = launched.finish(&executor, status).await;
@@ -525,7 +532,17 @@ fn judge(ending: Ending, finished: &crate::exec::launch::Finished, job: &Job) ->
                 format!("killed with its whole tree: {why}"),
             )
         }
-        Ending::Exited(_) => {
+        // A shell whose program died of the SIGTERM the `job` call sent reports it as status
+        // 143 (128 + 15): the job was stopped, as when the program is the main process. A
+        // shell that carries on after its program cleaned up ends as it chooses (exited).
+        Ending::Stopped(_) if signal.is_none() && exit_code == Some(128 + libc::SIGTERM) => (
+            JobState::Killed,
+            None,
+            "stopped by the SIGTERM it was sent: its shell exited with status 143 (its program \
+             ended by SIGTERM)"
+                .into(),
+        ),
+        Ending::Exited(_) | Ending::Stopped(_) => {
             let limit = crate::exec::classify_limit(
                 false,
                 finished.hits,

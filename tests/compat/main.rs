@@ -447,20 +447,39 @@ fn git_config_remote_push_and_upstream() {
 }
 
 #[cordon_test::test]
-fn git_worktree_and_submodule_add() {
+fn git_worktree_add() {
     if !have("git_worktree", &["git"]) {
         return;
     }
     check(Row {
         name: "git_worktree",
         prepare: &repo,
-        script: "git worktree add -q wt && git -C wt log -1 --format=%s && \
-                 git -c protocol.file.allow=always submodule add -q \"$PWD/remote.git\" sub && \
-                 git submodule status | wc -l",
-        // The next call (and the host) must still see both as repositories.
+        script: "git worktree add -q wt && git -C wt log -1 --format=%s",
+        // The next call (and the host) must still see it as a repository.
         after: Some(
-            "git -C wt rev-parse --is-inside-work-tree && git -C sub rev-parse --is-inside-work-tree && \
-             git worktree list | wc -l && git status --short | wc -l",
+            "git -C wt rev-parse --is-inside-work-tree && git worktree list | wc -l && \
+             git status --short | wc -l",
+        ),
+        ..Row::default()
+    });
+}
+
+#[cordon_test::test]
+fn git_submodule_add() {
+    if !have("git_submodule", &["git"]) {
+        return;
+    }
+    check(Row {
+        name: "git_submodule",
+        prepare: &repo,
+        script: "git -c protocol.file.allow=always submodule add -q \"$PWD/remote.git\" sub && \
+                 git submodule status | wc -l",
+        after: Some("git -C sub rev-parse --is-inside-work-tree && git status --short | wc -l"),
+        known_difference: Some(
+            "issue 29: a gitlink a call adds is refused at import (the operator's git would \
+             enter `sub/` and read a repository a call wrote); the submodule works inside the \
+             sandbox, the operator's repository is left unchanged \
+             (tests/it/git_protection.rs: git_submodule_add_is_refused_at_import_...)",
         ),
         ..Row::default()
     });

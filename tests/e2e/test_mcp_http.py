@@ -282,7 +282,9 @@ def test_http_sdk_client_without_elicitation_waits_for_the_operator(cordon_bin, 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     approvals_dir = str(run_dir / "cordon")
-    server = HttpServer(cordon_bin, workspace, tmp_path, env={"XDG_RUNTIME_DIR": str(run_dir)})
+    # As root the channel is /run/cordon whatever XDG_RUNTIME_DIR says: name the test's own.
+    server = HttpServer(cordon_bin, workspace, tmp_path,
+                        env={"XDG_RUNTIME_DIR": str(run_dir), "CORDON_APPROVALS_DIR": approvals_dir})
     (workspace / "keep.txt").write_text("precious\n")
     progress = []
 
@@ -291,6 +293,18 @@ def test_http_sdk_client_without_elicitation_waits_for_the_operator(cordon_bin, 
                              capture_output=True, text=True, timeout=30)
         assert out.returncode == 0, out
         return out.stdout
+
+    # An operator is there: `cordon approvals --watch` attached to this server (without one,
+    # the question is left open and the call refused at once, for its retry).
+    watcher = subprocess.Popen([str(cordon_bin), "approvals", "--watch", "--json",
+                                "--dir", approvals_dir], stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    for line in watcher.stdout:
+        if any(s["pid"] == server.proc.pid for s in json.loads(line)["servers"]):
+            break
+        assert time.monotonic() < deadline, "the watcher never attached"
+    else:
+        raise AssertionError("the watcher ended before it attached")
 
     async def on_progress(_progress, _total, message):
         progress.append(message)
@@ -318,11 +332,13 @@ def test_http_sdk_client_without_elicitation_waits_for_the_operator(cordon_bin, 
     try:
         r = anyio.run(main)
     finally:
+        watcher.kill()
+        watcher.wait()
         server.close()
     assert not r.is_error and r.structured_content["exit_code"] == 0, r
     assert not (workspace / "keep.txt").exists()
-    assert any("waiting for the operator's approval: run `cordon approvals`" in (m or "")
-               for m in progress), progress
+    assert any("waiting for the operator's approval (asked of the operator watching on the host"
+               in (m or "") and "run `cordon approvals`" in m for m in progress), progress
 
 
 @pytest.mark.filterwarnings("ignore:The logging capability is deprecated")

@@ -80,9 +80,14 @@ def test_sigkill_mid_write_leaves_old_or_new_content_never_partial(start_server,
         digest = hashlib.sha256(target.read_bytes()).hexdigest()
         assert digest in (old_digest, new_digest), (
             f"attempt {attempt}: big.txt is neither old nor new ({target.stat().st_size} bytes)")
-        # .cordon (outputs) and .cordon-home (the calls' persistent HOME) are the server's own.
+        # .cordon (outputs) and .cordon-home (the calls' persistent HOME) are the server's own;
+        # an empty .git is the git shadow's mount point in a workspace without a repository
+        # (git ignores an empty .git), and must stay empty.
+        git = workspace / ".git"
+        assert not git.exists() or (git.is_dir() and not git.is_symlink()
+                                    and list(git.iterdir()) == []), list(git.iterdir())
         leftovers = sorted(p.name for p in workspace.iterdir()
-                           if p.name not in ("big.txt", ".cordon", ".cordon-home"))
+                           if p.name not in ("big.txt", ".cordon", ".cordon-home", ".git"))
         report.append((attempt, in_flight, "new" if digest == new_digest else "old", leftovers))
         assert leftovers == [], f"temporary files left behind after SIGKILL: {report}"
     print("sigkill attempts (attempt, killed with temp file open, content, leftovers):", report)

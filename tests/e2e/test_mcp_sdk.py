@@ -138,7 +138,7 @@ def test_sdk_runs_a_dev_server_job_tests_it_and_drives_a_repl(cordon_bin, worksp
     ready = r["ready"].structured_content["output"] + r["start"].structured_content["stdout"]
     assert "Serving HTTP" in ready
     assert r["curl"].structured_content["stdout"] == "200"
-    assert r["stop"].structured_content["job"]["state"] == "killed"
+    assert r["stop"].structured_content["job"]["state"] == "killed", repr(r["stop"].structured_content)
     assert "kept" in r["value"].structured_content["output"]
     assert err(r["unknown"]) == "invalid_argument"
 

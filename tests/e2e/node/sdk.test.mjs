@@ -131,7 +131,9 @@ describe("shell_exec", () => {
   test("terminal escapes are removed and counted", async () => {
     const r = await call("shell_exec", { command: "printf '\\033[31mred\\033[0m\\n'" }, null);
     assert.ok(!r.structuredContent.stdout.includes("\u001b"), r.structuredContent.stdout);
-    assert.match(r.structuredContent.stdout, /^red\n\[\.\.\. 2 terminal escape sequences/);
+    // The count is its own field, never a note inside stdout (SPEC: control_chars_removed).
+    assert.equal(r.structuredContent.stdout, "red\n");
+    assert.equal(r.structuredContent.control_chars_removed, 2);
   });
   test("a spilled output comes with a resource_link that resources/read serves", async () => {
     const r = await call("shell_exec", { command: "seq 1 5000" }, null);
