@@ -7,10 +7,17 @@
 //! changes nothing; a scrubbed response keeps its length and holds no real value, however it
 //! is split; the body detector finds a placeholder split across pieces exactly when the whole
 //! holds one. `@@` in the input stands for the placeholder (random per run, so the fuzzer could
-//! not write it itself).
+//! not write it itself). The one canonical spelling of a path (`egress::canon`): an accepted
+//! path is its own canonical form, rooted, with no dot segment (`..;` included) and no empty
+//! one left. The one builder of upstream-derived words (`egress::upstream::describe`): the
+//! description of any response head that fails to parse holds no byte of it (a real
+//! credential planted anywhere in it never shows, neither in the words nor in the fault's
+//! debug form).
 #![no_main]
 
+use cordon::egress::canon;
 use cordon::egress::pattern::{HostPattern, Target};
+use cordon::egress::upstream;
 use cordon::egress::pktline;
 use cordon::egress::rules::Site;
 use cordon::egress::secrets::{
@@ -57,6 +64,30 @@ fuzz_target!(|data: &[u8]| {
             .collect();
         let report = pktline::refusal_report(&commands, &refused);
         assert!(report.ends_with(b"0000"));
+    }
+
+    // The canonical path: idempotent, rooted, no dot or empty segment left.
+    if let Ok(path) = std::str::from_utf8(data)
+        && let Ok(c) = canon::canonical(path)
+    {
+        assert_eq!(canon::canonical(&c).as_deref(), Ok(c.as_str()), "{path:?}");
+        if c != "*" {
+            assert!(c.starts_with('/'), "{c:?}");
+            let segments: Vec<&str> = c[1..].split('/').collect();
+            for (i, seg) in segments.iter().enumerate() {
+                let bare = seg.split(';').next().unwrap_or("");
+                assert!(bare != "." && bare != "..", "{path:?} -> {c:?}");
+                assert!(!seg.is_empty() || i + 1 == segments.len(), "{path:?} -> {c:?}");
+            }
+        }
+    }
+
+    // The upstream's words: a head that does not parse is described without its bytes.
+    let planted = String::from_utf8_lossy(data).replace("@@", REAL);
+    if let Err(fault) = upstream::parse_head(planted.as_bytes()) {
+        let words = upstream::describe("bound.example:443", &fault);
+        assert!(!words.contains(REAL), "{words}");
+        assert!(!format!("{fault:?}").contains(REAL));
     }
 
     let v = vault();

@@ -78,6 +78,7 @@ pub fn check(policy: &Policy) -> Result<String, PolicyCliError> {
     if let Some(rules) = &policy.network.proxy {
         check_host_patterns(&mut out, rules);
         check_interception(&mut out, rules);
+        loopback_warnings(&mut out, rules);
     }
     check_jobs(&mut out, &policy.jobs);
     let _ = writeln!(out, "  breaker: {}", breaker_summary(&policy.breaker));
@@ -128,6 +129,18 @@ fn check_host_patterns(out: &mut String, rules: &crate::egress::EgressRules) {
             out,
             "  note: network.allow_hosts is empty: the proxy refuses every host until you \
              list some"
+        );
+    }
+}
+
+/// A warning for each egress entry that names a loopback host (it never applies to an
+/// ordinary client in a call), for `check` and `explain` alike.
+fn loopback_warnings(out: &mut String, rules: &crate::egress::EgressRules) {
+    for (place, pattern) in rules.loopback_entries() {
+        let _ = writeln!(
+            out,
+            "  {}",
+            crate::egress::rules::loopback_warning(&place, &pattern)
         );
     }
 }
@@ -950,6 +963,7 @@ fn explain_egress(o: &mut String, policy: &Policy, rules: &crate::egress::Egress
         "  Hosts denied (wins over allowed): {}.",
         list(&rules.deny_hosts)
     );
+    loopback_warnings(o, rules);
     let _ = writeln!(
         o,
         "  The proxy resolves names itself, only once a name is allowed; addresses in loopback, \

@@ -192,6 +192,21 @@ impl HostPattern {
         matches!(self.host, HostMatch::Ip(_))
     }
 
+    /// Whether the pattern names a loopback host: `localhost` and names below it (RFC 6761),
+    /// Debian's `ip6-localhost`/`ip6-loopback`, a loopback address, or the unspecified one
+    /// (which connects to the local host). Inside a call those are the call's own loopback
+    /// (`NO_PROXY` keeps clients off the proxy for them), so such an entry never applies to
+    /// an ordinary client; `policy check` says so.
+    pub fn names_loopback(&self) -> bool {
+        let loopback_name =
+            |n: &str| n == "localhost" || n.ends_with(".localhost") || n == "ip6-localhost";
+        match &self.host {
+            HostMatch::Exact(n) => loopback_name(n) || n == "ip6-loopback",
+            HostMatch::Below(suffix) => loopback_name(suffix),
+            HostMatch::Ip(ip) => ip.is_loopback() || ip.is_unspecified(),
+        }
+    }
+
     /// A target this pattern allows, and one of the same shape it does not (None when it
     /// allows every port of one address), for `policy check`.
     pub fn examples(&self) -> (String, Option<String>) {

@@ -254,6 +254,54 @@ impl EgressRules {
     }
 }
 
+impl EgressRules {
+    /// Every entry that names a loopback host ([`HostPattern::names_loopback`]), with where it
+    /// is (`allow_hosts`, `credential `gh``, `rule 2`, `[network.git] hosts`): entries that
+    /// never apply to an ordinary client in a call. `deny_hosts` entries are left out (denying
+    /// what is never reached changes nothing).
+    pub fn loopback_entries(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for e in &self.allow_hosts {
+            if e.pattern.names_loopback() {
+                out.push((format!("allow_hosts ({})", e.site), e.pattern.to_string()));
+            }
+        }
+        for c in &self.credentials {
+            for h in c.hosts.iter().filter(|h| h.pattern.names_loopback()) {
+                out.push((
+                    format!("credential `{}` ({})", c.name, c.site),
+                    h.pattern.to_string(),
+                ));
+            }
+        }
+        for r in self.http_rules.iter().filter(|r| r.host.names_loopback()) {
+            out.push((
+                format!("[[network.rules]] rule {} ({})", r.index + 1, r.site),
+                r.host.to_string(),
+            ));
+        }
+        if let Some(g) = &self.git {
+            for h in g.hosts.iter().filter(|h| h.names_loopback()) {
+                out.push((format!("[network.git] hosts ({})", g.site), h.to_string()));
+            }
+        }
+        out
+    }
+}
+
+/// What a loopback entry means, for `policy check` and `policy explain`: one warning line.
+pub fn loopback_warning(place: &str, pattern: &str) -> String {
+    format!(
+        "warning: {place} names `{pattern}`, a loopback host: inside a call `localhost`, \
+         127.0.0.1 and ::1 are the call's own loopback (clients skip the proxy for them, \
+         NO_PROXY), so this entry never applies to an ordinary client. A call reaches a \
+         service on the host's loopback only through the proxy: with the loopback range in \
+         `allow_private` and a client told to use the proxy for it (`unset NO_PROXY`); \
+         otherwise run the service inside the sandbox (a job), or list an address that is \
+         not loopback"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -313,6 +361,44 @@ mod tests {
         assert!(e.to_string().contains("only its own port"), "{e}");
         let e = r.judge(&target("api.example.net:22")).unwrap_err();
         assert!(e.to_string().contains("ports 80 and 443"), "{e}");
+    }
+
+    #[test]
+    fn loopback_names_and_addresses_are_found_wherever_they_are_listed() {
+        for text in [
+            "localhost",
+            "localhost:8080",
+            "app.localhost",
+            "*.localhost",
+            "ip6-localhost",
+            "127.0.0.1:3000",
+            "127.8.9.10",
+            "[::1]:443",
+            "0.0.0.0:80",
+            "[::ffff:127.0.0.1]:80",
+        ] {
+            let p = HostPattern::parse(text).unwrap();
+            assert!(p.names_loopback(), "{text}");
+        }
+        for text in [
+            "example.org",
+            "localhost.example.org",
+            "*.example.org",
+            "10.0.0.1",
+        ] {
+            let p = HostPattern::parse(text).unwrap();
+            assert!(!p.names_loopback(), "{text}");
+        }
+        let r = rules(&["github.com", "localhost:8080"], &["127.0.0.1"], &[]);
+        let found = r.loopback_entries();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].0.starts_with("allow_hosts"), "{found:?}");
+        assert_eq!(found[0].1, "localhost:8080");
+        let w = loopback_warning(&found[0].0, &found[0].1);
+        assert!(
+            w.contains("the call's own loopback") && w.contains("unset NO_PROXY"),
+            "{w}"
+        );
     }
 
     #[test]

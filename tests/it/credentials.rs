@@ -1191,12 +1191,78 @@ push_refs = ["refs/heads/agent/*"]
     ] {
         assert!(check.contains(wanted), "{wanted}:\n{check}");
     }
+    assert!(!check.contains("a loopback host"), "{check}");
     let explain = run("explain");
     assert!(
         explain.contains("Every other allowed host stays an opaque tunnel"),
         "{explain}"
     );
     assert!(explain.contains("rule 0 `api.github.com`"), "{explain}");
+}
+
+/// Issue 31, item 7: `localhost` inside a call is the call's own loopback, so an egress
+/// entry naming it never applies to an ordinary client; `policy check` and `policy explain`
+/// say so for each such entry, wherever it is listed, and say how the host's loopback is
+/// reached at all.
+#[cordon_test::test]
+fn policy_check_and_explain_warn_of_every_entry_naming_loopback() {
+    let sb = Sandbox::new();
+    let policy = sb.policy(
+        "loopback.toml",
+        r#"extends = "dev"
+[network]
+proxy = true
+allow_hosts = ["github.com", "localhost:8080", "127.0.0.1:9000", "app.localhost"]
+deny_hosts = ["[::1]:22"]
+
+[[network.credentials]]
+name = "local"
+hosts = ["app.localhost"]
+env = "LOCAL_TOKEN"
+from_env = "CORDON_TEST_UNSET_TOKEN"
+inject = "bearer"
+
+[[network.rules]]
+host = "localhost:8080"
+methods = ["GET"]
+"#,
+    );
+    for what in ["check", "explain"] {
+        let out = std::process::Command::new(crate::common::CORDON)
+            .args(["policy", what, &policy])
+            .env_remove("CORDON_TEST_UNSET_TOKEN")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "policy {what}: {out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let warnings: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("a loopback host"))
+            .collect();
+        // allow_hosts three times, the credential, the rule; never the deny entry or
+        // github.com.
+        assert_eq!(warnings.len(), 5, "policy {what}:\n{text}");
+        for wanted in [
+            "allow_hosts (policy line 4 of",
+            "names `localhost:8080`",
+            "names `127.0.0.1:9000`",
+            "credential `local`",
+            "names `app.localhost`",
+            "[[network.rules]] rule 1",
+        ] {
+            assert!(
+                warnings.iter().any(|w| w.contains(wanted)),
+                "policy {what}: {wanted}:\n{text}"
+            );
+        }
+        assert!(!text.contains("names `[::1]:22`"), "{text}");
+        assert!(
+            warnings
+                .iter()
+                .all(|w| w.contains("the call's own loopback") && w.contains("allow_private")),
+            "{text}"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -25,8 +25,11 @@ const NLM_F_ACK: u16 = 4;
 /// than that is plenty and bounds what one `recv` may hand us.
 pub const MAX_RECORD: usize = 16 * 1024;
 /// Receive buffer asked for the multicast socket: a noisy call's burst waits here while the
-/// reader thread catches up (as root, `SO_RCVBUFFORCE` goes past `rmem_max`).
-const RECEIVE_BUFFER: libc::c_int = 4 << 20;
+/// reader thread catches up (as root, `SO_RCVBUFFORCE` goes past `rmem_max`). 16 MiB holds
+/// about as many records as the backlog cordon asks the kernel for (a record takes about a
+/// kilobyte of socket memory), so a burst the kernel keeps is not dropped here instead;
+/// memory that is only used while the reader lags.
+const RECEIVE_BUFFER: libc::c_int = 16 << 20;
 
 /// The part of `struct audit_status` cordon reads (the kernel's first eight `u32`s).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
