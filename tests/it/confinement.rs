@@ -871,6 +871,47 @@ fn commands_cannot_write_protected_git_paths() {
     std::fs::write(sb.ws().join(".git/hooks/host-can-write"), "x").unwrap();
 }
 
+/// `/dev/tty` is reachable (filesystem.devices), so it must never be the operator's terminal:
+/// `cordon exec` run from a terminal (`script` makes one) gives the call no controlling
+/// terminal, so the call can neither read the operator's keystrokes nor push input into the
+/// operator's shell through it.
+#[cordon_test::test]
+fn a_call_started_from_the_operators_terminal_cannot_open_it() {
+    if skip(
+        "a_call_started_from_the_operators_terminal_cannot_open_it",
+        Need::LandlockSeccomp,
+    ) {
+        return;
+    }
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        crate::common::skip_msg(
+            "a_call_started_from_the_operators_terminal_cannot_open_it",
+            "`script` (util-linux) is not installed",
+        );
+        return;
+    }
+    let sb = Sandbox::new();
+    let inner = format!(
+        "{} exec --workspace {} -- sh -c 'test -t 0 && echo stdin-is-a-tty; \
+         if (exec 3<>/dev/tty); then echo opened-the-terminal; else echo no-terminal; fi'",
+        crate::common::CORDON,
+        sb.ws().display()
+    );
+    let out = std::process::Command::new("script")
+        .args(["-qec", &inner, "/dev/null"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("no-terminal"), "{text}");
+    assert!(!text.contains("opened-the-terminal"), "{text}");
+    assert!(text.contains("No such device or address"), "{text}");
+}
+
 #[cordon_test::test]
 fn server_environment_is_not_readable_through_proc() {
     if skip(

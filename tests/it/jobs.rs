@@ -195,6 +195,41 @@ fn a_call_under_a_pty_sees_a_terminal() {
     );
 }
 
+/// Issue 32, item 5: `/dev/tty` is the call's own controlling terminal. Under a pty a
+/// prompt read from it gets the agent's input; without one the open fails with ENXIO (no
+/// terminal), as on any Linux, and no Landlock denial of it is recorded or explained.
+#[cordon_test::test]
+fn dev_tty_is_the_calls_own_terminal_or_none() {
+    if skip(
+        "dev_tty_is_the_calls_own_terminal_or_none",
+        Need::Namespaces,
+    ) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let mut s = server(&sb, None);
+    let plain = s.call(
+        "shell_exec",
+        json!({"command": "exec 3<>/dev/tty; echo opened"}),
+    );
+    let st = structured(&plain);
+    assert_ne!(st["exit_code"], json!(0), "{plain}");
+    let stderr = st["stderr"].as_str().unwrap_or("");
+    assert!(stderr.contains("No such device or address"), "{plain}");
+    assert!(!stderr.contains("Permission denied"), "{plain}");
+    assert!(!text(&plain).contains("filesystem.devices"), "{plain}");
+    let (_, id) = start_job(
+        &mut s,
+        "printf 'password: ' > /dev/tty; read -r answer < /dev/tty; echo \"got=$answer\"",
+        json!({"pty": true, "wait_secs": 10, "until": "password: "}),
+    );
+    let r = job(
+        &mut s,
+        json!({"id": id, "input": "hunter2\n", "wait_secs": 10, "until": "got=hunter2"}),
+    );
+    assert!(read_text(&r).contains("got=hunter2"), "{r}");
+}
+
 #[cordon_test::test]
 fn signals_end_a_job_and_its_whole_tree() {
     if skip("signals_end_a_job", Need::Namespaces) {
