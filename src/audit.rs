@@ -148,6 +148,10 @@ pub enum Outcome {
         /// Under a proxy-mode policy: the call's connections through the egress proxy.
         #[serde(skip_serializing_if = "Option::is_none")]
         network: Option<crate::egress::NetworkReport>,
+        /// The git changes cordon refused to import into the operator's repository, in
+        /// cordon's words (refs and paths, never file contents); left out when none.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        git_refused: Vec<String>,
     },
     /// The call is waiting for the user's answer (`input_required`).
     InputRequired {
@@ -481,6 +485,7 @@ mod tests {
             timed_out: true,
             // Without the proxy the field is left out: the record is as it always was.
             network: None,
+            git_refused: Vec::new(),
         };
         assert_eq!(
             serde_json::to_value(shell).unwrap(),

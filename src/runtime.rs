@@ -426,9 +426,15 @@ impl Session {
                     "job",
                     &serde_json::json!({"id": event.id, "command": event.command}),
                     &crate::audit::Decision::Allow,
-                    crate::audit::Outcome::Other(
-                        serde_json::json!({"state": event.state, "reason": event.reason}),
-                    ),
+                    crate::audit::Outcome::Other(if event.git_refused.is_empty() {
+                        serde_json::json!({"state": event.state, "reason": event.reason})
+                    } else {
+                        serde_json::json!({
+                            "state": event.state,
+                            "reason": event.reason,
+                            "git_refused": event.git_refused,
+                        })
+                    }),
                     Instant::now(),
                 );
             }

@@ -471,6 +471,11 @@ async fn supervise(
         state: end.state.as_str().into(),
         reason: end.reason.clone(),
         command: job.command.clone(),
+        git_refused: if end.git_refused {
+            end.notices.clone()
+        } else {
+            Vec::new()
+        },
     });
 }
 

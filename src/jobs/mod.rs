@@ -42,6 +42,10 @@ pub struct JobEvent {
     /// Why, in words: "exited with status 0", "killed: ran past jobs.max_lifetime_secs (3600s)".
     pub reason: String,
     pub command: String,
+    /// The git changes cordon refused to import after the job (see `crate::git`), for the
+    /// audit record; results say them in the job's notices.
+    #[serde(skip)]
+    pub git_refused: Vec<String>,
 }
 
 /// Why a job could not be started.
@@ -272,6 +276,7 @@ impl JobTable {
                     state: "ended".into(),
                     reason: format!("{} earlier job endings were not kept", e.folded),
                     command: String::new(),
+                    git_refused: Vec::new(),
                 },
             );
             e.folded = 0;

@@ -122,6 +122,10 @@ pub struct ShellExecOutput {
     /// Terminal escape sequences and control characters removed from `stdout` and `stderr`
     /// (the spill file and a job's log keep the exact bytes); 0 when the policy keeps them.
     pub control_chars_removed: u64,
+    /// The git changes cordon refused to import (its own sentences about refs and paths),
+    /// for the audit record; the result says them in `error` and stderr.
+    #[serde(skip)]
+    pub git_refusals: Vec<String>,
 }
 
 /// What the policy's command rules say about this call (see `policy::commands`). The command
@@ -368,6 +372,7 @@ impl Tool for ShellExec {
             signal: output.signal.clone(),
             timed_out: output.timed_out,
             network: output.network.clone(),
+            git_refused: output.git_refusals.clone(),
         }
     }
 }
@@ -761,6 +766,11 @@ fn shape_outcome(ctx: &Session, outcome: ExecOutcome, cwd: &std::path::Path) -> 
         error,
         denials,
         control_chars_removed: controls as u64,
+        git_refusals: if outcome.git_refused {
+            outcome.notices.clone()
+        } else {
+            Vec::new()
+        },
     };
     let is_error = output.error.is_some();
     Done {

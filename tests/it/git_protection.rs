@@ -511,6 +511,71 @@ async fn issue29_finding8_replace_refs_never_hide_a_change_from_review() {
     client.cancel().await.ok();
 }
 
+/// Issue 29, fail closed: a refused import is in the audit log, not only in the result: the
+/// call's record (and a job's ending record) carries cordon's sentences about what it refused.
+#[cordon_test::test]
+async fn a_refused_import_is_in_the_audit_record_of_the_call_and_of_the_job() {
+    if skip("a_refused_import_is_in_the_audit_record", Need::Namespaces) {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    operator_repo(ws.path());
+    let outside = tempfile::tempdir().unwrap();
+    let audit = outside.path().join("audit.jsonl");
+    let mut cmd = tokio::process::Command::new(cordon());
+    cmd.arg("serve")
+        .arg("--workspace")
+        .arg(ws.path())
+        .arg("--audit-log")
+        .arg(&audit)
+        .env("CORDON_STATE_DIR", state_dir(ws.path()));
+    let client = ().serve(TokioChildProcess::new(cmd).unwrap()).await.unwrap();
+    let replace =
+        "git replace $(git rev-parse HEAD) $(git commit-tree -m x $(git rev-parse HEAD^{tree}))";
+    let run = shell(&client, replace).await;
+    assert!(denied(&run), "{run:?}");
+    let Value::Object(arguments) = json!({
+        // A replacement of another object than the call's (that one was refused already).
+        "command": format!("git commit -q --allow-empty -m two && {}", replace.replace("-m x", "-m y")),
+        "background": true,
+        "wait_secs": 10,
+    }) else {
+        unreachable!()
+    };
+    let started = client
+        .call_tool(CallToolRequestParams::new("shell_exec").with_arguments(arguments))
+        .await
+        .expect("the job starts");
+    assert!(started.structured_content.is_some(), "{started:?}");
+    let records = || -> Vec<Value> {
+        std::fs::read_to_string(&audit)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let job_ending = loop {
+        let found = records()
+            .into_iter()
+            .find(|r| r["tool"] == "job" && r["outcome"]["state"].is_string());
+        if let Some(found) = found {
+            break found;
+        }
+        assert!(std::time::Instant::now() < deadline, "{:?}", records());
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    client.cancel().await.ok();
+    let call = records()
+        .into_iter()
+        .find(|r| r["tool"] == "shell_exec")
+        .expect("the call's record");
+    let said = call["outcome"]["git_refused"].to_string();
+    assert!(said.contains("replace"), "{call}");
+    let said = job_ending["outcome"]["git_refused"].to_string();
+    assert!(said.contains("replace"), "{job_ending}");
+}
+
 /// The operator sees the agent's commit on their branch right after the call, and what the
 /// operator commits on the host is the sandbox's at the next call.
 #[cordon_test::test]

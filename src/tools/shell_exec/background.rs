@@ -97,6 +97,8 @@ pub(super) async fn start_background(
         denials: Vec::new(),
         error,
         control_chars_removed: controls as u64,
+        // A job that ended within its start: its refusals are in its ending's audit record.
+        git_refusals: Vec::new(),
     };
     let is_error = output.error.is_some();
     Ok(Done {
