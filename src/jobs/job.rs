@@ -196,6 +196,8 @@ pub struct Job {
     /// Its terminal (under a pty), for resizing.
     terminal: Option<crate::confine::terminal::Terminal>,
     relaunch: Relaunch,
+    /// Where its processes are found (whose sockets are its own).
+    members: super::sockets::Members,
 }
 
 /// One read of a job's output since the previous read.
@@ -247,6 +249,14 @@ pub(super) async fn start(
         Process::Forked(child) => child.id(),
     };
     let pipes = std::mem::take(&mut launched.pipes);
+    let members = super::sockets::Members {
+        cgroup: launched
+            .cgroup
+            .as_ref()
+            .and_then(|c| c.procs_dir())
+            .map(Into::into),
+        root: launched.pgid,
+    };
     let (log_path, log) = match spec.log {
         Some((path, file)) => (Some(path), Some(file)),
         None => (None, None),
@@ -298,6 +308,7 @@ pub(super) async fn start(
         ended,
         terminal: terminal.clone(),
         relaunch,
+        members,
     });
     let mut readers = Vec::new();
     match terminal {
@@ -685,6 +696,11 @@ impl Job {
 
     pub fn elapsed(&self) -> Duration {
         self.started.elapsed()
+    }
+
+    /// Where its processes are found, for telling which sockets are its own.
+    pub fn members(&self) -> super::sockets::Members {
+        self.members.clone()
     }
 
     fn idle_for(&self) -> Duration {

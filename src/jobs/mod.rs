@@ -17,6 +17,7 @@ pub mod forward;
 pub mod job;
 pub mod ring;
 pub mod signal;
+pub mod sockets;
 
 pub use job::{Control, Job, JobEnd, JobRead, JobSpec, JobState, Relaunch, Wanted};
 
