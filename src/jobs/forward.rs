@@ -70,7 +70,13 @@ struct Table {
     /// Reading them walks kernel tables (milliseconds), so results and relays reuse a
     /// reading for up to [`LISTENING_TTL`].
     seen: std::sync::Mutex<Option<(std::time::Instant, Vec<Listener>)>>,
+    /// When a relayed connection last began or ended, by the inode of the listening socket
+    /// it reached: a job serving them is not idle (`[jobs] idle_kill_secs`).
+    served: std::sync::Mutex<std::collections::HashMap<u64, std::time::Instant>>,
 }
+
+/// Listening sockets whose last relayed connection is remembered; past it the older half goes.
+const MAX_SERVED: usize = 1024;
 
 impl Table {
     async fn listeners(&self) -> Vec<Listener> {
@@ -93,6 +99,23 @@ impl Table {
             *seen = Some((std::time::Instant::now(), listeners.clone()));
         }
         listeners
+    }
+
+    /// A relayed connection reached (or left) the listeners of `port` now.
+    fn note_served(&self, listeners: &[Listener], port: u16) {
+        let now = std::time::Instant::now();
+        let Ok(mut served) = self.served.lock() else {
+            return;
+        };
+        if served.len() >= MAX_SERVED {
+            let mut times: Vec<_> = served.values().copied().collect();
+            times.sort_unstable();
+            let median = times[times.len() / 2];
+            served.retain(|_, at| *at >= median);
+        }
+        for l in listeners.iter().filter(|l| l.port == port) {
+            served.insert(l.inode, now);
+        }
     }
 }
 
@@ -133,6 +156,7 @@ impl Forwarder {
         let table = Arc::new(Table {
             dialer,
             seen: std::sync::Mutex::new(None),
+            served: std::sync::Mutex::default(),
         });
         let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
         for &port in ports {
@@ -193,6 +217,15 @@ impl Forwarder {
             })
             .map(|p| format!("http://127.0.0.1:{p}"))
             .collect()
+    }
+
+    /// When a relayed connection last began or ended at one of these listening sockets.
+    pub fn last_served(
+        &self,
+        inodes: &std::collections::HashSet<u64>,
+    ) -> Option<std::time::Instant> {
+        let served = self.table.as_ref()?.served.lock().ok()?;
+        inodes.iter().filter_map(|i| served.get(i)).max().copied()
     }
 }
 
@@ -383,10 +416,13 @@ async fn accept(
                 // Nothing listens there in the sandbox: the client sees a closed connection.
                 return;
             };
+            table.note_served(&listeners, port);
             tokio::select! {
                 _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {}
                 _ = stop.cancelled() => {}
             }
+            // A long answer (a download, a stream) counts until its end.
+            table.note_served(&listeners, port);
         });
     }
 }

@@ -800,6 +800,75 @@ fn each_job_lists_only_its_own_forwarded_ports() {
 }
 
 #[cordon_test::test]
+fn connections_through_the_forward_keep_a_quiet_job_server_alive() {
+    if skip("connections_through_the_forward_keep", Need::Namespaces) {
+        return;
+    }
+    let port = free_port();
+    let sb = Sandbox::new();
+    let mut s = server(
+        &sb,
+        Some(&format!("[jobs]\nidle_kill_secs = 3\nforward = [{port}]\n")),
+    );
+    // No output (its request log goes nowhere) and nobody reads it: only the connections
+    // relayed from the host show that it is in use.
+    let (_, id) = start_job(
+        &mut s,
+        &format!("python3 -m http.server {port} --bind 127.0.0.1 >/dev/null 2>&1"),
+        json!({"wait_secs": 0}),
+    );
+    let ok = |port| host_get(port).is_some_and(|a| a.starts_with("HTTP/1.0 200"));
+    assert!(
+        eventually(Duration::from_secs(10), || ok(port)),
+        "the server never answered through the forward"
+    );
+    let until = std::time::Instant::now() + Duration::from_secs(9);
+    while std::time::Instant::now() < until {
+        assert!(ok(port), "the job stopped answering while it was in use");
+        std::thread::sleep(Duration::from_millis(700));
+    }
+    let r = job(&mut s, json!({"id": id}));
+    assert_eq!(structured(&r)["job"]["state"], json!("running"), "{r}");
+}
+
+#[cordon_test::test]
+fn a_job_about_to_be_ended_as_idle_says_so_first() {
+    if skip("a_job_about_to_be_ended_as_idle", Need::Namespaces) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let mut s = server(&sb, Some("[jobs]\nidle_kill_secs = 3\n"));
+    let id = s.send_request("logging/setLevel", json!({"level": "info"}));
+    s.response(id, crate::common::HANG_GUARD).expect("setLevel");
+    let token = unique_token();
+    let (_, job_id) = start_job(&mut s, &format!("sleep {token}"), json!({"wait_secs": 0}));
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let mut seen: Vec<Value> = Vec::new();
+    while !seen
+        .iter()
+        .any(|n| n["params"]["data"]["event"] == "job_ended")
+        && std::time::Instant::now() < deadline
+    {
+        // Every notification so far, in order.
+        seen = s
+            .notifications("notifications/message", Duration::from_millis(300))
+            .into_iter()
+            .filter(|n| n["params"]["data"]["job"] == json!(job_id))
+            .collect();
+    }
+    let events: Vec<&Value> = seen.iter().map(|n| &n["params"]["data"]["event"]).collect();
+    assert_eq!(
+        events,
+        [&json!("job_idle"), &json!("job_ended")],
+        "one warning, then the end: {seen:?}"
+    );
+    let warning = &seen[0]["params"];
+    assert_eq!(warning["level"], json!("warning"), "{warning}");
+    let message = warning["data"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("idle_kill_secs"), "{message}");
+}
+
+#[cordon_test::test]
 fn http_sessions_cannot_see_each_others_jobs_and_delete_ends_a_sessions_jobs() {
     if skip(
         "http_sessions_cannot_see_each_others_jobs",
