@@ -439,13 +439,21 @@ impl Session {
                 );
             }
         });
-        let jobs = Arc::new(crate::jobs::JobTable::new(
-            runtime.policy.jobs.clone(),
-            runtime.policy.origin.clone(),
-            Arc::clone(&runtime.executor),
-            cancel.child_token(),
-            Some(observer),
-        ));
+        let jobs = Arc::new(
+            crate::jobs::JobTable::new(
+                runtime.policy.jobs.clone(),
+                runtime.policy.origin.clone(),
+                Arc::clone(&runtime.executor),
+                cancel.child_token(),
+                Some(observer),
+            )
+            .with_served({
+                let runtime = Arc::downgrade(&runtime);
+                Arc::new(move |inodes: &std::collections::HashSet<u64>| {
+                    runtime.upgrade()?.forwarder.get()?.last_served(inodes)
+                })
+            }),
+        );
         Self {
             cancel,
             interpreter,

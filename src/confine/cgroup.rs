@@ -384,12 +384,15 @@ impl CallCgroup {
     /// The processes in the call's group right now (thread-group ids, as `cgroup.procs` lists
     /// them; exited ones are not listed), or None when there is no group to ask.
     pub fn member_pids(&self) -> Option<Vec<i32>> {
-        let dir = self
-            .v2_dir
-            .as_ref()
-            .or(self.v1_pids_dir.as_ref())
-            .or(self.v1_memory_dir.as_ref())?;
-        Some(read_procs(dir))
+        Some(read_procs(self.procs_dir()?))
+    }
+
+    /// The directory whose `cgroup.procs` lists the call's processes.
+    pub fn procs_dir(&self) -> Option<&Path> {
+        self.v2_dir
+            .as_deref()
+            .or(self.v1_pids_dir.as_deref())
+            .or(self.v1_memory_dir.as_deref())
     }
 
     pub fn limit_hits(&self) -> LimitHits {

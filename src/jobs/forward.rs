@@ -1,9 +1,11 @@
 //! Host ports that reach jobs' servers: `[jobs] forward`, the operator's explicit opt-in.
 //!
 //! Under a policy whose sandbox has a private network namespace, a server a job starts on
-//! `127.0.0.1:PORT` is reachable from the sandbox's own loopback only. For each forwarded
-//! port the server listens on the host's 127.0.0.1 and relays every connection into the
-//! sandbox's loopback at the same port. The sockets toward the sandbox are made by one thread
+//! `127.0.0.1:PORT` (or `[::1]:PORT`, or a wildcard) is reachable from the sandbox's own
+//! loopback only. For each forwarded port the server listens on the host's 127.0.0.1 and
+//! relays every connection into the sandbox's loopback at the same port, to the address the
+//! server there listens on: 127.0.0.1 for an IPv4 listener, `::1` for an IPv6-only one (Node's
+//! and Vite's `localhost` where `/etc/hosts` says `::1 localhost`). The sockets toward the sandbox are made by one thread
 //! that entered the sandbox's network namespace (a socket belongs to the namespace it was made
 //! in, whichever thread uses it later); nothing else of the server changes namespace.
 //!
@@ -26,11 +28,8 @@ pub struct Forwarder {
     pub listening: Vec<u16>,
     /// Why forwarding is refused or partial, in words (also in results).
     pub problems: Vec<String>,
-    dialer: Option<Dialer>,
+    table: Option<Arc<Table>>,
     stop: CancellationToken,
-    /// The sandbox's listening ports as last read, and when: reading them walks kernel tables
-    /// (milliseconds), so results reuse a reading for up to [`LISTENING_TTL`].
-    listening_seen: std::sync::Mutex<Option<(std::time::Instant, Vec<u16>)>>,
 }
 
 /// How long one reading of the sandbox's listening ports is reused.
@@ -42,15 +41,82 @@ impl Drop for Forwarder {
     }
 }
 
+/// A listening socket in the sandbox, on its loopback or any address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Listener {
+    port: u16,
+    inode: u64,
+    /// Reached over IPv6 only (bound to `::1` or `::`), not through 127.0.0.1.
+    v6: bool,
+}
+
 enum Request {
-    Socket(oneshot::Sender<std::io::Result<OwnedFd>>),
-    Listening(oneshot::Sender<Vec<u16>>),
+    Socket(
+        rustix::net::AddressFamily,
+        oneshot::Sender<std::io::Result<OwnedFd>>,
+    ),
+    Listening(oneshot::Sender<Vec<Listener>>),
 }
 
 /// The thread inside the sandbox's network namespace.
 #[derive(Clone)]
 struct Dialer {
     requests: mpsc::Sender<Request>,
+}
+
+/// The dialer and the sandbox's listening sockets as last read, shared by the relays.
+struct Table {
+    dialer: Dialer,
+    /// Reading them walks kernel tables (milliseconds), so results and relays reuse a
+    /// reading for up to [`LISTENING_TTL`].
+    seen: std::sync::Mutex<Option<(std::time::Instant, Vec<Listener>)>>,
+    /// When a relayed connection last began or ended, by the inode of the listening socket
+    /// it reached: a job serving them is not idle (`[jobs] idle_kill_secs`).
+    served: std::sync::Mutex<std::collections::HashMap<u64, std::time::Instant>>,
+}
+
+/// Listening sockets whose last relayed connection is remembered; past it the older half goes.
+const MAX_SERVED: usize = 1024;
+
+impl Table {
+    async fn listeners(&self) -> Vec<Listener> {
+        let fresh = self
+            .seen
+            .lock()
+            .ok()
+            .and_then(|seen| seen.clone())
+            .filter(|(at, _)| at.elapsed() < LISTENING_TTL)
+            .map(|(_, listeners)| listeners);
+        if let Some(listeners) = fresh {
+            return listeners;
+        }
+        let (tx, rx) = oneshot::channel();
+        if self.dialer.requests.send(Request::Listening(tx)).is_err() {
+            return Vec::new();
+        }
+        let listeners = rx.await.unwrap_or_default();
+        if let Ok(mut seen) = self.seen.lock() {
+            *seen = Some((std::time::Instant::now(), listeners.clone()));
+        }
+        listeners
+    }
+
+    /// A relayed connection reached (or left) the listeners of `port` now.
+    fn note_served(&self, listeners: &[Listener], port: u16) {
+        let now = std::time::Instant::now();
+        let Ok(mut served) = self.served.lock() else {
+            return;
+        };
+        if served.len() >= MAX_SERVED {
+            let mut times: Vec<_> = served.values().copied().collect();
+            times.sort_unstable();
+            let median = times[times.len() / 2];
+            served.retain(|_, at| *at >= median);
+        }
+        for l in listeners.iter().filter(|l| l.port == port) {
+            served.insert(l.inode, now);
+        }
+    }
 }
 
 impl Forwarder {
@@ -66,9 +132,8 @@ impl Forwarder {
         let mut me = Self {
             listening: Vec::new(),
             problems: Vec::new(),
-            dialer: None,
+            table: None,
             stop: stop.clone(),
-            listening_seen: std::sync::Mutex::new(None),
         };
         if ports.is_empty() {
             return me;
@@ -88,6 +153,11 @@ impl Forwarder {
                 return me;
             }
         };
+        let table = Arc::new(Table {
+            dialer,
+            seen: std::sync::Mutex::new(None),
+            served: std::sync::Mutex::default(),
+        });
         let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
         for &port in ports {
             match tokio::net::TcpListener::bind(("127.0.0.1", port)).await {
@@ -96,7 +166,7 @@ impl Forwarder {
                     tokio::spawn(accept(
                         listener,
                         port,
-                        dialer.clone(),
+                        Arc::clone(&table),
                         Arc::clone(&permits),
                         stop.clone(),
                     ));
@@ -106,7 +176,7 @@ impl Forwarder {
                 )),
             }
         }
-        me.dialer = Some(dialer);
+        me.table = Some(table);
         for problem in &me.problems {
             tracing::warn!("{problem}");
         }
@@ -119,37 +189,43 @@ impl Forwarder {
         me
     }
 
-    /// The host URLs of forwarded ports on which something in the sandbox listens now.
-    pub async fn serving(&self) -> Vec<String> {
-        let Some(dialer) = &self.dialer else {
+    /// The host URLs of forwarded ports on which a process of `members` (one job) listens
+    /// now, over IPv4 or IPv6: another job's servers are that job's.
+    pub async fn serving(&self, members: super::sockets::Members) -> Vec<String> {
+        let Some(table) = &self.table else {
             return Vec::new();
         };
-        let fresh = self
-            .listening_seen
-            .lock()
-            .ok()
-            .and_then(|seen| seen.clone())
-            .filter(|(at, _)| at.elapsed() < LISTENING_TTL)
-            .map(|(_, ports)| ports);
-        let listening = match fresh {
-            Some(ports) => ports,
-            None => {
-                let (tx, rx) = oneshot::channel();
-                if dialer.requests.send(Request::Listening(tx)).is_err() {
-                    return Vec::new();
-                }
-                let ports = rx.await.unwrap_or_default();
-                if let Ok(mut seen) = self.listening_seen.lock() {
-                    *seen = Some((std::time::Instant::now(), ports.clone()));
-                }
-                ports
-            }
-        };
+        let listeners: Vec<Listener> = table
+            .listeners()
+            .await
+            .into_iter()
+            .filter(|l| self.listening.contains(&l.port))
+            .collect();
+        // Nothing listens on a forwarded port: no need to look at the job's descriptors.
+        if listeners.is_empty() {
+            return Vec::new();
+        }
+        let inodes = tokio::task::spawn_blocking(move || members.socket_inodes())
+            .await
+            .unwrap_or_default();
         self.listening
             .iter()
-            .filter(|p| listening.contains(p))
+            .filter(|p| {
+                listeners
+                    .iter()
+                    .any(|l| l.port == **p && inodes.contains(&l.inode))
+            })
             .map(|p| format!("http://127.0.0.1:{p}"))
             .collect()
+    }
+
+    /// When a relayed connection last began or ended at one of these listening sockets.
+    pub fn last_served(
+        &self,
+        inodes: &std::collections::HashSet<u64>,
+    ) -> Option<std::time::Instant> {
+        let served = self.table.as_ref()?.served.lock().ok()?;
+        inodes.iter().filter_map(|i| served.get(i)).max().copied()
     }
 }
 
@@ -178,10 +254,10 @@ impl Dialer {
                         entered = now;
                     }
                     match request {
-                        Request::Socket(reply) => {
+                        Request::Socket(family, reply) => {
                             let _ = reply.send(
                                 rustix::net::socket_with(
-                                    rustix::net::AddressFamily::INET,
+                                    family,
                                     rustix::net::SocketType::STREAM,
                                     rustix::net::SocketFlags::NONBLOCK
                                         | rustix::net::SocketFlags::CLOEXEC,
@@ -191,7 +267,7 @@ impl Dialer {
                             );
                         }
                         Request::Listening(reply) => {
-                            let _ = reply.send(listening_ports());
+                            let _ = reply.send(listening());
                         }
                     }
                 }
@@ -202,29 +278,46 @@ impl Dialer {
         Ok(Self { requests })
     }
 
-    async fn connect(&self, port: u16) -> std::io::Result<tokio::net::TcpStream> {
+    /// A connection to `port` on the sandbox's loopback, over IPv6 (`::1`) or IPv4.
+    async fn connect(&self, port: u16, v6: bool) -> std::io::Result<tokio::net::TcpStream> {
+        let family = if v6 {
+            rustix::net::AddressFamily::INET6
+        } else {
+            rustix::net::AddressFamily::INET
+        };
         let (tx, rx) = oneshot::channel();
         self.requests
-            .send(Request::Socket(tx))
+            .send(Request::Socket(family, tx))
             .map_err(|_| std::io::Error::other("the forwarding thread is gone"))?;
         let fd = rx
             .await
             .map_err(|_| std::io::Error::other("the forwarding thread is gone"))??;
         let socket = tokio::net::TcpSocket::from_std_stream(std::net::TcpStream::from(fd));
-        socket
-            .connect(std::net::SocketAddr::from(([127, 0, 0, 1], port)))
-            .await
+        let address = if v6 {
+            std::net::SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port))
+        } else {
+            std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, port))
+        };
+        socket.connect(address).await
     }
 }
 
-/// Listening TCP ports on 127.0.0.1 or any address of the namespace this thread is in.
+/// Listening TCP sockets on the loopback or any address of the namespace this thread is in,
+/// IPv4 and IPv6.
+fn listening() -> Vec<Listener> {
+    let mut listeners = read_listening("/proc/thread-self/net/tcp", false);
+    listeners.extend(read_listening("/proc/thread-self/net/tcp6", true));
+    listeners
+}
+
+/// One table's listeners.
 ///
 /// The kernel lists listening sockets first, then walks its whole established-connection
 /// table (shared by every namespace: milliseconds on a busy host), so reading stops at the
 /// first line that is not a listener, and at 1 MiB in any case.
-fn listening_ports() -> Vec<u16> {
+fn read_listening(path: &str, v6: bool) -> Vec<Listener> {
     use std::io::{BufRead, Read};
-    let Ok(f) = std::fs::File::open("/proc/thread-self/net/tcp") else {
+    let Ok(f) = std::fs::File::open(path) else {
         return Vec::new();
     };
     let mut text = String::new();
@@ -239,21 +332,47 @@ fn listening_ports() -> Vec<u16> {
         text.push_str(&line);
         text.push('\n');
     }
-    parse_listening(&text)
+    parse_listening(&text, v6)
 }
 
-/// Ports in state LISTEN (0A) bound to 127.0.0.1 or 0.0.0.0, from `/proc/net/tcp` text.
-fn parse_listening(text: &str) -> Vec<u16> {
+/// Sockets in state LISTEN (0A) bound to a loopback or any address, from `/proc/net/tcp`
+/// text (`v6`: `/proc/net/tcp6`, whose addresses are four 32-bit words in host order).
+fn parse_listening(text: &str, v6: bool) -> Vec<Listener> {
+    // 127.0.0.1 and 0.0.0.0; ::1, ::, and the IPv4-mapped 127.0.0.1 (reached over IPv4).
+    let v4_any = |a: &str| a == "0100007F" || a == "00000000";
+    let v6_kind = |a: &str| -> Option<bool> {
+        let word = |i: usize| {
+            a.get(i * 8..i * 8 + 8)
+                .and_then(|h| u32::from_str_radix(h, 16).ok())
+        };
+        if a.len() != 32 || word(0)? != 0 || word(1)? != 0 {
+            return None;
+        }
+        match (word(2)?, word(3)?) {
+            (0, 0) => Some(true),
+            (0, l) if l == u32::from_be(1) => Some(true),
+            (m, l) if m == u32::from_be(0xffff) && l == u32::from_be(0x7f00_0001) => Some(false),
+            _ => None,
+        }
+    };
     text.lines()
         .skip(1)
         .filter_map(|line| {
-            let mut fields = line.split_whitespace();
-            let local = fields.nth(1)?;
-            let state = fields.nth(1)?;
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (local, state, inode) = (fields.get(1)?, fields.get(3)?, fields.get(9)?);
             let (addr, port) = local.split_once(':')?;
-            (state == "0A" && (addr == "0100007F" || addr == "00000000"))
-                .then(|| u16::from_str_radix(port, 16).ok())
-                .flatten()
+            if *state != "0A" {
+                return None;
+            }
+            let v6 = match v6 {
+                false => v4_any(addr).then_some(false)?,
+                true => v6_kind(addr)?,
+            };
+            Some(Listener {
+                port: u16::from_str_radix(port, 16).ok()?,
+                inode: inode.parse().ok()?,
+                v6,
+            })
         })
         .collect()
 }
@@ -261,7 +380,7 @@ fn parse_listening(text: &str) -> Vec<u16> {
 async fn accept(
     listener: tokio::net::TcpListener,
     port: u16,
-    dialer: Dialer,
+    table: Arc<Table>,
     permits: Arc<Semaphore>,
     stop: CancellationToken,
 ) {
@@ -281,17 +400,29 @@ async fn accept(
             },
             _ = stop.cancelled() => return,
         };
-        let (dialer, stop) = (dialer.clone(), stop.clone());
+        let (table, stop) = (Arc::clone(&table), stop.clone());
         tokio::spawn(async move {
             let _permit = permit;
-            let Ok(mut upstream) = dialer.connect(port).await else {
+            // The address the server listens on first; the other if the reading is a second
+            // old and the server moved (or a dual-stack wildcard refuses one of them).
+            let listeners = table.listeners().await;
+            let on = |v6: bool| listeners.iter().any(|l| l.port == port && l.v6 == v6);
+            let v6_first = on(true) && !on(false);
+            let upstream = match table.dialer.connect(port, v6_first).await {
+                Ok(u) => Ok(u),
+                Err(_) => table.dialer.connect(port, !v6_first).await,
+            };
+            let Ok(mut upstream) = upstream else {
                 // Nothing listens there in the sandbox: the client sees a closed connection.
                 return;
             };
+            table.note_served(&listeners, port);
             tokio::select! {
                 _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {}
                 _ = stop.cancelled() => {}
             }
+            // A long answer (a download, a stream) counts until its end.
+            table.note_served(&listeners, port);
         });
     }
 }
@@ -307,6 +438,41 @@ mod tests {
    1: 00000000:0BB8 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 2 1\n\
    2: 0100007F:1F41 0100007F:9C40 01 00000000:00000000 00:00000000 00000000     0        0 3 1\n\
    3: 0A00000A:1F42 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4 1\n";
-        assert_eq!(parse_listening(text), vec![8000, 3000]);
+        let ports: Vec<(u16, u64, bool)> = parse_listening(text, false)
+            .iter()
+            .map(|l| (l.port, l.inode, l.v6))
+            .collect();
+        assert_eq!(ports, vec![(8000, 1, false), (3000, 2, false)]);
+    }
+
+    #[test]
+    fn ipv6_listeners_on_loopback_or_any_only() {
+        let v6 = |addr: &str, port: &str, inode: u32| {
+            format!(
+                "   0: {addr}:{port} 00000000000000000000000000000000:0000 0A \
+                 00000000:00000000 00:00000000 00000000     0        0 {inode} 1\n"
+            )
+        };
+        let loopback = format!("{:08X}", u32::from_be(1));
+        let mapped = format!(
+            "0000000000000000{:08X}{:08X}",
+            u32::from_be(0xffff),
+            u32::from_be(0x7f00_0001)
+        );
+        let text = format!(
+            "  sl  local_address remote_address st\n{}{}{}{}",
+            v6(&format!("000000000000000000000000{loopback}"), "1F40", 7),
+            v6(&"0".repeat(32), "0BB8", 8),
+            v6(&mapped, "1F41", 9),
+            v6("20010DB8000000000000000000000001", "1F42", 10),
+        );
+        let found: Vec<(u16, u64, bool)> = parse_listening(&text, true)
+            .iter()
+            .map(|l| (l.port, l.inode, l.v6))
+            .collect();
+        assert_eq!(
+            found,
+            vec![(8000, 7, true), (3000, 8, true), (8001, 9, false)]
+        );
     }
 }

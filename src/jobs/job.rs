@@ -196,6 +196,8 @@ pub struct Job {
     /// Its terminal (under a pty), for resizing.
     terminal: Option<crate::confine::terminal::Terminal>,
     relaunch: Relaunch,
+    /// Where its processes are found (whose sockets are its own).
+    members: super::sockets::Members,
 }
 
 /// One read of a job's output since the previous read.
@@ -219,7 +221,7 @@ pub(super) async fn start(
     spec: JobSpec,
     policy: &JobsPolicy,
     cancel: CancellationToken,
-    on_end: Box<dyn FnOnce(JobEvent) + Send>,
+    hooks: Hooks,
 ) -> Result<Arc<Job>, super::StartError> {
     let relaunch = Relaunch {
         argv: spec.argv.clone(),
@@ -247,6 +249,14 @@ pub(super) async fn start(
         Process::Forked(child) => child.id(),
     };
     let pipes = std::mem::take(&mut launched.pipes);
+    let members = super::sockets::Members {
+        cgroup: launched
+            .cgroup
+            .as_ref()
+            .and_then(|c| c.procs_dir())
+            .map(Into::into),
+        root: launched.pgid,
+    };
     let (log_path, log) = match spec.log {
         Some((path, file)) => (Some(path), Some(file)),
         None => (None, None),
@@ -298,6 +308,7 @@ pub(super) async fn start(
         ended,
         terminal: terminal.clone(),
         relaunch,
+        members,
     });
     let mut readers = Vec::new();
     match terminal {
@@ -340,11 +351,34 @@ pub(super) async fn start(
             control: control_rx,
             readers,
             ended: ended_tx,
-            on_end,
+            on_end: hooks.on_end,
+            on_idle: hooks.on_idle,
+            served: hooks.served,
         },
     ));
     Ok(job)
 }
+
+/// Who hears of a job's life besides its readers.
+pub(super) struct Hooks {
+    /// Its end, once.
+    pub on_end: Box<dyn FnOnce(JobEvent) + Send>,
+    /// It is about to be ended as idle: the words to say so (its session's log).
+    pub on_idle: Box<dyn Fn(String) + Send>,
+    /// Connections relayed from the host to its servers (`[jobs] forward`).
+    pub served: Option<super::Served>,
+}
+
+/// How long before the idle kill a job's session is told of it: 60 s, or a tenth of
+/// `idle_kill_secs` where that is shorter (whichever moment is later).
+fn idle_warning_at(idle: Duration) -> Duration {
+    idle.saturating_sub(Duration::from_secs(60))
+        .max(idle.mul_f64(0.9))
+}
+
+/// While a job is near its idle kill, how often its sockets are looked up for relayed
+/// connections (a walk of its descriptors); before its warning and its kill they always are.
+const SERVED_LOOK_EVERY: Duration = Duration::from_secs(5);
 
 struct Supervision {
     lifetime: Duration,
@@ -354,6 +388,8 @@ struct Supervision {
     readers: Vec<tokio::task::JoinHandle<()>>,
     ended: watch::Sender<bool>,
     on_end: Box<dyn FnOnce(JobEvent) + Send>,
+    on_idle: Box<dyn Fn(String) + Send>,
+    served: Option<super::Served>,
 }
 
 /// The job's life after its start: waits for its end, whichever comes first, then buries it.
@@ -380,6 +416,9 @@ async fn supervise(
     let mut stopping: Option<(Stop, tokio::time::Instant)> = None;
     let mut stop_poll = tokio::time::interval(STOP_POLL);
     let terminal = job.terminal.clone();
+    let warn_at = idle_warning_at(s.idle);
+    // This idle stretch was warned of; when its sockets were last looked up.
+    let (mut warned, mut looked) = (false, None::<Instant>);
     let ending = loop {
         tokio::select! {
             status = launched.child.wait() => break match stopping {
@@ -424,9 +463,44 @@ async fn supervise(
             }
             _ = tick.tick() => {
                 job.note_usage(&launched);
-                if job.idle_for() >= s.idle {
+                let idle = job.idle_for();
+                if idle >= warn_at
+                    && let Some(served) = &s.served
+                    && (idle >= s.idle
+                        || !warned
+                        || looked.is_none_or(|at| at.elapsed() >= SERVED_LOOK_EVERY))
+                {
+                    // A server answering forwarded connections is in use, output or not.
+                    looked = Some(Instant::now());
+                    let members = job.members();
+                    let inodes = tokio::task::spawn_blocking(move || members.socket_inodes())
+                        .await
+                        .unwrap_or_default();
+                    if let Some(at) = served(&inodes) {
+                        job.touch_since(at);
+                    }
+                }
+                let idle = job.idle_for();
+                // Never killed unwarned: a tick that skipped the warning's window (a short
+                // `idle_kill_secs`) warns now and kills at the next.
+                if idle >= s.idle && warned {
                     break Ending::Killed(format!(
-                        "nobody read its output or sent it input for `[jobs] idle_kill_secs` ({}s)",
+                        "nobody read its output, sent it input or connected to its forwarded \
+                         ports for `[jobs] idle_kill_secs` ({}s)",
+                        s.idle.as_secs()
+                    ));
+                }
+                if idle < warn_at {
+                    warned = false;
+                } else if !warned {
+                    warned = true;
+                    (s.on_idle)(format!(
+                        "job {} has been idle for {}s: it will be killed with its whole tree in \
+                         about {}s (`[jobs] idle_kill_secs` = {}) unless its output is read, it is \
+                         sent input, it writes output or a forwarded port is connected to",
+                        job.id,
+                        idle.as_secs(),
+                        s.idle.saturating_sub(idle).as_secs().max(1),
                         s.idle.as_secs()
                     ));
                 }
@@ -692,8 +766,19 @@ impl Job {
         self.started.elapsed()
     }
 
+    /// Where its processes are found, for telling which sockets are its own.
+    pub fn members(&self) -> super::sockets::Members {
+        self.members.clone()
+    }
+
     fn idle_for(&self) -> Duration {
         self.lock().last_activity.elapsed()
+    }
+
+    /// The idle clock counts from `at` if that is later than what it counts from now.
+    fn touch_since(&self, at: Instant) {
+        let mut inner = self.lock();
+        inner.last_activity = inner.last_activity.max(at);
     }
 
     /// Someone read or wrote: the idle clock starts again.
@@ -933,6 +1018,14 @@ impl Job {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_idle_warning_comes_a_minute_or_a_tenth_before_the_kill() {
+        let at = |secs| idle_warning_at(Duration::from_secs(secs));
+        assert_eq!(at(900), Duration::from_secs(840));
+        assert_eq!(at(3), Duration::from_millis(2700));
+        assert_eq!(at(600), Duration::from_secs(540));
+    }
 
     #[test]
     fn the_echo_of_an_input_is_recognised_with_the_terminals_carriage_returns() {

@@ -17,6 +17,7 @@ pub mod forward;
 pub mod job;
 pub mod ring;
 pub mod signal;
+pub mod sockets;
 
 pub use job::{Control, Job, JobEnd, JobRead, JobSpec, JobState, Relaunch, Wanted};
 
@@ -96,7 +97,14 @@ pub struct JobTable {
     cancel: CancellationToken,
     /// Told of every ending as it happens (the audit log, the client's log messages).
     observer: Option<Observer>,
+    /// When a forwarded connection last reached a job's servers (`[jobs] forward`).
+    served: Option<Served>,
 }
+
+/// When a connection relayed from the host last reached one of these listening sockets (by
+/// inode): serving them is activity, as output and reads are.
+pub type Served =
+    Arc<dyn Fn(&std::collections::HashSet<u64>) -> Option<std::time::Instant> + Send + Sync>;
 
 /// Who hears of a job's end as it happens, besides the session's next result.
 pub type Observer = Arc<dyn Fn(&JobEvent) + Send + Sync>;
@@ -125,7 +133,14 @@ impl JobTable {
             next_id: AtomicU64::new(1),
             cancel,
             observer,
+            served: None,
         }
+    }
+
+    /// Relayed connections to a job's servers keep it from being ended as idle.
+    pub fn with_served(mut self, served: Served) -> Self {
+        self.served = Some(served);
+        self
     }
 
     pub fn policy(&self) -> &JobsPolicy {
@@ -227,13 +242,28 @@ impl JobTable {
             }
             e.queue.push_back(event);
         });
+        let warned_id = id.clone();
+        let on_idle: Box<dyn Fn(String) + Send> = Box::new(move |message: String| {
+            if let Some(session) = session {
+                crate::events::emit_to(
+                    session,
+                    crate::events::Level::Warning,
+                    "job_idle",
+                    serde_json::json!({"job": warned_id, "message": message}),
+                );
+            }
+        });
         let started = job::start(
             Arc::clone(&self.executor),
             id,
             spec,
             &self.policy,
             self.cancel.child_token(),
-            on_end,
+            job::Hooks {
+                on_end,
+                on_idle,
+                served: self.served.clone(),
+            },
         )
         .await;
         *self.starting.lock().unwrap_or_else(|e| e.into_inner()) -= 1;

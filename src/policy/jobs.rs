@@ -51,7 +51,8 @@ pub struct JobsPolicy {
     /// A job is killed this long after it started, whatever it does.
     #[serde(serialize_with = "secs")]
     pub max_lifetime: Duration,
-    /// A job is killed when nobody read its output or wrote to it for this long.
+    /// A job is killed when nobody read its output or wrote to it, it wrote no output and no
+    /// forwarded connection reached its servers for this long (its session is warned first).
     #[serde(serialize_with = "secs")]
     pub idle_kill: Duration,
     /// Output kept in memory per job (and per stream), in bytes; the rest is in its log file.

@@ -422,7 +422,7 @@ fn list(ctx: &Session) -> Done<JobTool> {
 /// The job as a result's `job` field.
 pub async fn info(ctx: &Session, job: &Job) -> JobInfo {
     let forwarded = match ctx.runtime.forwarder.get() {
-        Some(f) if job.is_running() && !f.listening.is_empty() => f.serving().await,
+        Some(f) if job.is_running() && !f.listening.is_empty() => f.serving(job.members()).await,
         _ => Vec::new(),
     };
     JobInfo {

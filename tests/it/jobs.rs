@@ -711,6 +711,198 @@ fn forwarding_reaches_a_job_server_from_the_host_and_nothing_else() {
     );
 }
 
+/// A port free on the host's 127.0.0.1 now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts `python3 -m http.server port --bind bind` as a job and waits until it serves.
+fn http_server_job(s: &mut StdioServer, port: u16, bind: &str) -> String {
+    let (_, id) = start_job(
+        s,
+        &format!("python3 -m http.server {port} --bind {bind}"),
+        json!({"wait_secs": 0}),
+    );
+    let ready = job(s, json!({"id": id, "wait_secs": 20, "until": "Serving"}));
+    let said = format!(
+        "{}{}",
+        structured(&ready)["output"].as_str().unwrap_or_default(),
+        structured(&ready)["stderr"].as_str().unwrap_or_default()
+    );
+    assert!(said.contains("Serving"), "{bind} port {port}: {ready}");
+    id
+}
+
+/// Job `id`'s `forwarded` once it is `urls` (the listening ports are read at most once a
+/// second), or as it is after a few seconds.
+fn forwarded_settles(s: &mut StdioServer, id: &str, urls: &[String]) -> Value {
+    let want = json!(urls);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let seen = structured(&job(s, json!({"id": id})))["job"]["forwarded"].clone();
+        if seen == want || std::time::Instant::now() > deadline {
+            return seen;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// An HTTP/1.0 GET of `/` on the host's 127.0.0.1:`port`.
+fn host_get(port: u16) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    c.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    c.write_all(b"GET / HTTP/1.0\r\n\r\n").ok()?;
+    let mut answer = String::new();
+    c.read_to_string(&mut answer).ok()?;
+    Some(answer)
+}
+
+#[cordon_test::test]
+fn forwarding_reaches_a_job_server_on_ipv6_loopback() {
+    if skip("forwarding_reaches_a_job_server_on_ipv6", Need::Namespaces) {
+        return;
+    }
+    let port = free_port();
+    let sb = Sandbox::new();
+    let mut s = server(&sb, Some(&format!("[jobs]\nforward = [{port}]\n")));
+    // Node's and Vite's `localhost` where `/etc/hosts` says `::1 localhost`.
+    let id = http_server_job(&mut s, port, "::1");
+    let url = format!("http://127.0.0.1:{port}");
+    let seen = forwarded_settles(&mut s, &id, std::slice::from_ref(&url));
+    assert_eq!(seen, json!([url]));
+    // The relay dials ::1, where the server is: 127.0.0.1 would refuse (a reset here).
+    let answer = host_get(port).unwrap_or_default();
+    assert!(
+        answer.starts_with("HTTP/1.0 200"),
+        "through {url}: {answer:?}"
+    );
+}
+
+#[cordon_test::test]
+fn forwarding_lists_a_job_server_on_the_ipv6_wildcard() {
+    if skip(
+        "forwarding_lists_a_job_server_on_the_ipv6",
+        Need::Namespaces,
+    ) {
+        return;
+    }
+    let port = free_port();
+    let sb = Sandbox::new();
+    let mut s = server(&sb, Some(&format!("[jobs]\nforward = [{port}]\n")));
+    let id = http_server_job(&mut s, port, "::");
+    let url = format!("http://127.0.0.1:{port}");
+    let seen = forwarded_settles(&mut s, &id, std::slice::from_ref(&url));
+    assert_eq!(
+        seen,
+        json!([url]),
+        "a server on `::` is in /proc/net/tcp6 only"
+    );
+    let answer = host_get(port).unwrap_or_default();
+    assert!(
+        answer.starts_with("HTTP/1.0 200"),
+        "through {url}: {answer:?}"
+    );
+}
+
+#[cordon_test::test]
+fn each_job_lists_only_its_own_forwarded_ports() {
+    if skip("each_job_lists_only_its_own_forwarded", Need::Namespaces) {
+        return;
+    }
+    let (a, b) = (free_port(), free_port());
+    let sb = Sandbox::new();
+    let mut s = server(&sb, Some(&format!("[jobs]\nforward = [{a}, {b}]\n")));
+    let first = http_server_job(&mut s, a, "127.0.0.1");
+    let second = http_server_job(&mut s, b, "127.0.0.1");
+    // Both listen now: each job's `forwarded` names its own server, not the other's.
+    for (id, port) in [(&first, a), (&second, b)] {
+        let url = format!("http://127.0.0.1:{port}");
+        let seen = forwarded_settles(&mut s, id, std::slice::from_ref(&url));
+        assert_eq!(seen, json!([url]), "{id}");
+    }
+    for port in [a, b] {
+        let answer = host_get(port).unwrap_or_default();
+        assert!(
+            answer.starts_with("HTTP/1.0 200"),
+            "port {port}: {answer:?}"
+        );
+    }
+}
+
+#[cordon_test::test]
+fn connections_through_the_forward_keep_a_quiet_job_server_alive() {
+    if skip("connections_through_the_forward_keep", Need::Namespaces) {
+        return;
+    }
+    let port = free_port();
+    let sb = Sandbox::new();
+    let mut s = server(
+        &sb,
+        Some(&format!("[jobs]\nidle_kill_secs = 3\nforward = [{port}]\n")),
+    );
+    // No output (its request log goes nowhere) and nobody reads it: only the connections
+    // relayed from the host show that it is in use.
+    let (_, id) = start_job(
+        &mut s,
+        &format!("python3 -m http.server {port} --bind 127.0.0.1 >/dev/null 2>&1"),
+        json!({"wait_secs": 0}),
+    );
+    let ok = |port| host_get(port).is_some_and(|a| a.starts_with("HTTP/1.0 200"));
+    assert!(
+        eventually(Duration::from_secs(10), || ok(port)),
+        "the server never answered through the forward"
+    );
+    let until = std::time::Instant::now() + Duration::from_secs(9);
+    while std::time::Instant::now() < until {
+        assert!(ok(port), "the job stopped answering while it was in use");
+        std::thread::sleep(Duration::from_millis(700));
+    }
+    let r = job(&mut s, json!({"id": id}));
+    assert_eq!(structured(&r)["job"]["state"], json!("running"), "{r}");
+}
+
+#[cordon_test::test]
+fn a_job_about_to_be_ended_as_idle_says_so_first() {
+    if skip("a_job_about_to_be_ended_as_idle", Need::Namespaces) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let mut s = server(&sb, Some("[jobs]\nidle_kill_secs = 3\n"));
+    let id = s.send_request("logging/setLevel", json!({"level": "info"}));
+    s.response(id, crate::common::HANG_GUARD).expect("setLevel");
+    let token = unique_token();
+    let (_, job_id) = start_job(&mut s, &format!("sleep {token}"), json!({"wait_secs": 0}));
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let mut seen: Vec<Value> = Vec::new();
+    while !seen
+        .iter()
+        .any(|n| n["params"]["data"]["event"] == "job_ended")
+        && std::time::Instant::now() < deadline
+    {
+        // Every notification so far, in order.
+        seen = s
+            .notifications("notifications/message", Duration::from_millis(300))
+            .into_iter()
+            .filter(|n| n["params"]["data"]["job"] == json!(job_id))
+            .collect();
+    }
+    let events: Vec<&Value> = seen.iter().map(|n| &n["params"]["data"]["event"]).collect();
+    assert_eq!(
+        events,
+        [&json!("job_idle"), &json!("job_ended")],
+        "one warning, then the end: {seen:?}"
+    );
+    let warning = &seen[0]["params"];
+    assert_eq!(warning["level"], json!("warning"), "{warning}");
+    let message = warning["data"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("idle_kill_secs"), "{message}");
+}
+
 #[cordon_test::test]
 fn http_sessions_cannot_see_each_others_jobs_and_delete_ends_a_sessions_jobs() {
     if skip(
