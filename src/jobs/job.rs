@@ -41,6 +41,11 @@ const INPUT_WAIT: Duration = Duration::from_secs(5);
 /// its shell runs, then its main process), before the next step: SIGTERM to the main process,
 /// then the kill of the whole tree.
 pub const TERM_GRACE: Duration = Duration::from_secs(3);
+/// How long a job's main process (a shell) has to end by itself once the programs it ran
+/// ended by SIGTERM, before it is sent SIGTERM too: under load a shell takes a few
+/// milliseconds to reap them and run what follows, and telling it at once would end a shell
+/// that was about to exit cleanly.
+const SHELL_SETTLE: Duration = Duration::from_millis(500);
 /// How often a stopping job is looked at (has its group gone?).
 const STOP_POLL: Duration = Duration::from_millis(50);
 /// A read without `until` returns once the output has been quiet this long (`settle_ms`).
@@ -449,7 +454,12 @@ async fn supervise(
                 let Some((step, deadline)) = stopping else { continue };
                 let now = tokio::time::Instant::now();
                 match step {
-                    Stop::Others if now >= deadline || !super::signal::others_remain(&launched) => {
+                    // The programs are gone: the shell usually ends by itself within
+                    // moments (it reaps them, runs what follows); only then is it told.
+                    Stop::Others if now < deadline && !super::signal::others_remain(&launched) => {
+                        stopping = Some((Stop::OthersGone, now + SHELL_SETTLE));
+                    }
+                    Stop::Others | Stop::OthersGone if now >= deadline => {
                         super::signal::send(
                             &launched, None, rustix::process::Signal::TERM, super::signal::Whom::Main,
                         );
@@ -558,6 +568,8 @@ async fn supervise(
 enum Stop {
     /// SIGTERM went to the group but its main process: waiting for them to go.
     Others,
+    /// They are gone: the main process (a shell) has [`SHELL_SETTLE`] to end by itself.
+    OthersGone,
     /// SIGTERM went to the main process: waiting for it to end.
     Main,
 }
