@@ -8,6 +8,8 @@
 //! * `shell_exec`: the command rules (allow, ask, deny, and which rule), on the command line
 //!   as logged, analysed by a confined parser worker exactly as the server analyses it; and
 //!   for `background: true`, whether the candidate still runs jobs (`[jobs] max_per_session`);
+//! * `job`: the command rules on input typed into a job's shell, which the server judged as a
+//!   command line and logged as the record's `arguments.command` (`tools::job_input`);
 //! * `write_file` / `edit_file`: the write rules (`filesystem.protected`, a read-only
 //!   workspace and its `workspace_writable`), on the path as given in the call;
 //! * `egress`: the proxy's host rules (`network.allow_hosts`, `deny_hosts`, proxy on or off),
@@ -210,6 +212,12 @@ pub async fn run(path: &Path, candidate: Option<&str>) -> Result<Report, ReplayE
                 Ok(None) => Ok(judge_job(&policy, record)),
                 other => other,
             },
+            // Input typed into a job's shell was judged as a command line; other job calls
+            // (reads, signals, input to a program that is not a shell) decide nothing.
+            "job" if record.value["arguments"]["command"].is_string() => {
+                judge_command(&policy, record, &analyses)
+            }
+            "job" => Ok(None),
             "write_file" | "edit_file" => judge_write(&policy, record),
             "egress" => {
                 let named = record.str("policy").to_owned();
@@ -261,7 +269,7 @@ async fn analyse(
 ) -> Result<BTreeMap<String, Result<Analysis, String>>, ReplayError> {
     let mut lines: Vec<String> = records
         .iter()
-        .filter(|r| r.str("tool") == "shell_exec")
+        .filter(|r| matches!(r.str("tool"), "shell_exec" | "job"))
         .filter_map(|r| r.value["arguments"]["command"].as_str())
         .filter(|c| !shortened(c))
         .map(str::to_owned)
@@ -653,6 +661,7 @@ fn breaker_trips(
     for record in records {
         let tool: &'static str = match record.str("tool") {
             "shell_exec" => "shell_exec",
+            "job" => "job",
             "write_file" => "write_file",
             "edit_file" => "edit_file",
             "read_file" => "read_file",
@@ -674,7 +683,7 @@ fn breaker_trips(
         let old = record.str("decision");
         let refused = match (tool, candidate_denial(policy, record, analyses)) {
             (_, Some(rule)) => Some(Group::Rule(rule)),
-            ("shell_exec", None) if old.starts_with("deny:") => continue,
+            ("shell_exec" | "job", None) if old.starts_with("deny:") => continue,
             (_, None) => match error {
                 Some("path_escape") => Some(Group::PathEscape),
                 Some("denied") if tool == "write_file" || tool == "edit_file" => {
@@ -727,7 +736,7 @@ fn candidate_denial(
     analyses: &BTreeMap<String, Result<Analysis, String>>,
 ) -> Option<String> {
     let command = record.value["arguments"]["command"].as_str()?;
-    if record.str("tool") != "shell_exec" || shortened(command) {
+    if !matches!(record.str("tool"), "shell_exec" | "job") || shortened(command) {
         return None;
     }
     let analysed = match analyses.get(command) {

@@ -44,6 +44,15 @@ impl Terminal {
         Ok(())
     }
 
+    /// The terminal's foreground process group (as the server's PID namespace numbers it),
+    /// when it has one: whose programs read what is typed now.
+    pub fn foreground_group(&self) -> Option<u32> {
+        // On a pty master, TIOCGPGRP answers for the slave side: the job's terminal.
+        rustix::termios::tcgetpgrp(self.0.get_ref())
+            .ok()
+            .map(|pid| pid.as_raw_nonzero().get() as u32)
+    }
+
     /// Sends `signal` to the terminal's foreground process group, as the line discipline does
     /// for Ctrl-C: whatever the job's shell runs in the foreground gets it, not only the shell.
     pub fn signal_foreground(&self, signal: rustix::process::Signal) -> io::Result<()> {

@@ -197,6 +197,8 @@ pub struct Job {
     changed: Notify,
     control: mpsc::Sender<Control>,
     input: tokio::sync::Mutex<Input>,
+    /// Input written to the job that does not yet end a command line (see [`Job::typed`]).
+    typed: tokio::sync::Mutex<String>,
     ended: watch::Receiver<bool>,
     /// Its terminal (under a pty), for resizing.
     terminal: Option<crate::confine::terminal::Terminal>,
@@ -310,6 +312,7 @@ pub(super) async fn start(
         changed: Notify::new(),
         control,
         input: tokio::sync::Mutex::new(input),
+        typed: tokio::sync::Mutex::new(String::new()),
         ended,
         terminal: terminal.clone(),
         relaunch,
@@ -853,6 +856,26 @@ impl Job {
             let _ = self.control.send(Control::Stop(why)).await;
         }
         self.ended().await;
+    }
+
+    /// What was typed into the job's shell that is not yet a whole command line: the start
+    /// a later input completes. `tools::job_input` keeps it (and holds this lock while it
+    /// judges and writes input, so two calls' input cannot interleave between the two).
+    pub async fn typed(&self) -> tokio::sync::MutexGuard<'_, String> {
+        self.typed.lock().await
+    }
+
+    /// Under a pty, the programs that read what is typed now (the terminal's foreground
+    /// group, see `readers`); None without a terminal, or when it has no foreground group.
+    pub fn foreground_programs(&self) -> Option<Vec<String>> {
+        let group = self.terminal.as_ref()?.foreground_group()?;
+        Some(super::readers::readers(&self.members, group))
+    }
+
+    /// Whether one of the job's processes is a shell reading commands from its input now;
+    /// None when its processes could not be read (see `readers`).
+    pub fn a_shell_reads_input(&self) -> Option<bool> {
+        super::readers::a_shell_reads_input(&self.members)
     }
 
     /// Resizes the job's terminal (SIGWINCH to its foreground group).

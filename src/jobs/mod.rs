@@ -15,6 +15,7 @@
 
 pub mod forward;
 pub mod job;
+pub mod readers;
 pub mod ring;
 pub mod signal;
 pub mod sockets;

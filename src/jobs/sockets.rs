@@ -49,7 +49,7 @@ impl Members {
         inodes
     }
 
-    fn pids(&self) -> Vec<u32> {
+    pub(super) fn pids(&self) -> Vec<u32> {
         if let Some(dir) = &self.cgroup
             && let Ok(text) = std::fs::read_to_string(dir.join("cgroup.procs"))
         {

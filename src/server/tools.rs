@@ -81,20 +81,7 @@ Long output is cut to its first and last lines, and the full text is saved under
         };
         let ctx = &scope.session;
         let offer = rctx.extensions.get::<tasks::Offer>().cloned();
-        let approver = approval::Asker {
-            approvals: &scope.approvals,
-            rctx: &rctx,
-            state,
-            responses,
-            operator: self.operator.as_ref().as_ref().ok(),
-            channels: &ctx.runtime.policy.server.approvals,
-            operator_down: self.operator.as_ref().as_ref().err().map(String::as_str),
-        };
-        let gate = super::breaker::Gate {
-            asker: approver,
-            breaker: &scope.breaker,
-            session: ctx,
-        };
+        let gate = self.gate(&scope, &rctx, state, responses);
         let ready = match shell_exec::decide(Arc::clone(ctx), args, gate).await {
             shell_exec::Decided::Answer(shell_exec::Answer::Done(outcome)) => {
                 return Ok(outcome.into_result().into());
@@ -206,18 +193,25 @@ or when this session ends; every later result says so in `job_events`. Example: 
     async fn job(
         &self,
         Parameters(args): Parameters<JobArgs>,
+        RequestState(state): RequestState,
+        InputResponses(responses): InputResponses,
         rctx: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, McpError> {
+    ) -> Result<CallToolResponse, McpError> {
         let scope = match self.call_scope(&rctx).await {
             Ok(scope) => scope,
             Err(error) => {
-                return Ok(schema::refused_result(
-                    &error,
-                    Some(&output_schema::<JobOutput>()),
-                ));
+                let refused = schema::refused_result(&error, Some(&output_schema::<JobOutput>()));
+                return Ok(refused.into());
             }
         };
-        Ok(job::run(scope.session, args).await.into_result())
+        // Input to a job's shell is judged like a `shell_exec` command, asked about the same way.
+        let gate = self.gate(&scope, &rctx, state, responses);
+        Ok(
+            match job::run(Arc::clone(&scope.session), args, gate).await {
+                shell_exec::Answer::Done(outcome) => outcome.into_result().into(),
+                shell_exec::Answer::Pending(input_required) => input_required.into(),
+            },
+        )
     }
 
     #[tool(
@@ -290,6 +284,35 @@ writing. The result includes a unified diff and lint diagnostics. Example: {\"pa
         Ok(edit_file::run(Arc::clone(&self.ctx), args)
             .await
             .into_result())
+    }
+}
+
+impl CordonServer {
+    /// How a call asks a person: `ask` rules through the approval channels, a tripped
+    /// breaker's refusals through the breaker (`shell_exec` commands and input to a job's
+    /// shell alike).
+    fn gate<'a>(
+        &'a self,
+        scope: &'a super::scope::Scope,
+        rctx: &'a RequestContext<RoleServer>,
+        state: Option<String>,
+        responses: Option<rmcp::model::InputResponses>,
+    ) -> super::breaker::Gate<'a> {
+        let session = &scope.session;
+        let asker = approval::Asker {
+            approvals: &scope.approvals,
+            rctx,
+            state,
+            responses,
+            operator: self.operator.as_ref().as_ref().ok(),
+            channels: &session.runtime.policy.server.approvals,
+            operator_down: self.operator.as_ref().as_ref().err().map(String::as_str),
+        };
+        super::breaker::Gate {
+            asker,
+            breaker: &scope.breaker,
+            session,
+        }
     }
 }
 

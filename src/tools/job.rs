@@ -7,12 +7,14 @@
 //! supervision, limits, endings) are `jobs`'; a job is only ever looked up in the calling
 //! client's own table, so another client's ids do not exist here.
 
+use super::job_input::{self, Typing};
+use super::shell_exec::{Answer, Approver};
 use super::{Done, SharedContext, Tool, finish};
 use crate::audit::{Decision, Outcome};
 use crate::exec::LimitHit;
 use crate::jobs::{Job, JobRead};
 use crate::runtime::Session;
-use crate::shape::{ErrorKind, ToolError, ToolOutcome, push_sections, shape_stream};
+use crate::shape::{ErrorKind, ToolError, push_sections, shape_stream};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -74,6 +76,12 @@ pub struct JobArgs {
     #[serde(default)]
     #[schemars(range(min = 5, max = 500))]
     pub rows: Option<u16>,
+    /// Not an argument: the command line the command rules judged `input` as (input to a
+    /// shell, `job_input`), so the audit log records it as a command. A client cannot set it
+    /// (an unknown field).
+    #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
+    #[schemars(skip)]
+    pub command: Option<String>,
 }
 
 /// Longest `settle_ms`.
@@ -189,14 +197,97 @@ fn invalid(message: String) -> ToolError {
     ToolError::new(ErrorKind::InvalidArgument, message)
 }
 
-/// The `job` tool: list, or read and drive one job.
-pub async fn run(ctx: SharedContext, args: JobArgs) -> ToolOutcome {
+/// The `job` tool: list, or read and drive one job. Input to a job's shell is judged by the
+/// command rules first (`job_input`), asking through `approver` where a rule asks.
+pub async fn run<A: Approver>(
+    ctx: SharedContext,
+    mut args: JobArgs,
+    approver: A,
+) -> Answer<A::Pending> {
     let started = Instant::now();
-    let result = act(&ctx, &args).await;
-    finish::<JobTool>(&ctx, &args, &Decision::Allow, started, result)
+    let job = args.id.as_deref().and_then(|id| ctx.jobs.get(id));
+    let (Some(job), Some(input)) = (job.filter(|j| j.is_running()), args.input.clone()) else {
+        let result = act(&ctx, &args, None).await;
+        return Answer::Done(finish::<JobTool>(
+            &ctx,
+            &args,
+            &Decision::Allow,
+            started,
+            result,
+        ));
+    };
+    let typed = job.typed().await;
+    match job_input::judge(&ctx, &job, &typed, &input, approver).await {
+        Typing::Admitted {
+            decision,
+            command,
+            typed_after,
+        } => {
+            args.command = command;
+            let write = TypedWrite {
+                typed,
+                after: typed_after,
+            };
+            let result = act(&ctx, &args, Some(write)).await;
+            Answer::Done(finish::<JobTool>(&ctx, &args, &decision, started, result))
+        }
+        Typing::Refused {
+            error,
+            decision,
+            command,
+        } => {
+            args.command = command;
+            Answer::Done(finish::<JobTool>(
+                &ctx,
+                &args,
+                &decision,
+                started,
+                Err(error),
+            ))
+        }
+        Typing::Pending {
+            pending,
+            rule,
+            command,
+        } => {
+            args.command = Some(command);
+            let asked = Decision::Ask {
+                rule,
+                answer: crate::audit::Answer::Pending,
+                by: None,
+            };
+            let waiting = Outcome::InputRequired {
+                input_required: true,
+            };
+            ctx.runtime
+                .audit(JobTool::NAME, &args, &asked, waiting, started);
+            Answer::Pending(pending)
+        }
+    }
 }
 
-async fn act(ctx: &SharedContext, args: &JobArgs) -> Result<Done<JobTool>, ToolError> {
+/// Input admitted for a job's shell, and what its `typed` becomes once the input is written.
+/// The job's `typed` stays locked until the input is written, so another call's input
+/// cannot come between its judging and its writing; not while the call then waits.
+struct TypedWrite<'g> {
+    typed: tokio::sync::MutexGuard<'g, String>,
+    after: Option<String>,
+}
+
+impl TypedWrite<'_> {
+    /// The input was written: the job's `typed` is what it left unfinished, and unlocked.
+    fn written(mut self) {
+        if let Some(after) = self.after.take() {
+            *self.typed = after;
+        }
+    }
+}
+
+async fn act(
+    ctx: &SharedContext,
+    args: &JobArgs,
+    typed: Option<TypedWrite<'_>>,
+) -> Result<Done<JobTool>, ToolError> {
     let Some(id) = &args.id else {
         if args.input.is_some()
             || args.signal.is_some()
@@ -291,6 +382,9 @@ async fn act(ctx: &SharedContext, args: &JobArgs) -> Result<Done<JobTool>, ToolE
                 format!("input for job {id} not written: {e}"),
             )
         })?;
+        if let Some(write) = typed {
+            write.written();
+        }
     }
     if let Some(signal) = args.signal {
         let whom = if job.pty {

@@ -15,6 +15,7 @@
 pub mod code_interpreter;
 pub mod edit_file;
 pub mod job;
+pub mod job_input;
 pub mod read_file;
 pub mod shell_exec;
 pub mod write_file;

@@ -1362,3 +1362,137 @@ fn a_background_start_returns_at_its_ready_line_and_restart_and_resize_drive_it(
     );
     job(&mut s, json!({"id": tty, "signal": "KILL"}));
 }
+
+const NO_TOUCH: &str = "[[commands.rules]]\nname = \"no-touch\"\ndecision = \"deny\"\n\
+     match = { program = [\"touch\"] }\njustification = \"test\"\n\
+     examples = { match = [\"touch x\"], not_match = [\"echo touch\"] }\n";
+
+/// Issue 32, item 4: a line typed into a job's shell is judged like a `shell_exec` command. A
+/// denied line is never written (so it never runs), under a pty and through a pipe alike; a
+/// command sent in pieces is judged whole; a line typed ahead while the shell runs another
+/// program is judged too; the shell keeps running what is allowed.
+#[cordon_test::test]
+fn input_to_a_jobs_shell_is_judged_by_the_command_rules() {
+    if skip(
+        "input_to_a_jobs_shell_is_judged_by_the_command_rules",
+        Need::Namespaces,
+    ) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let mut s = server(&sb, Some(NO_TOUCH));
+    let denied = |r: &Value| {
+        assert_eq!(structured(r)["error"]["kind"], json!("denied"), "{r}");
+        assert!(text(r).contains("no-touch"), "{r}");
+    };
+    for pty in [true, false] {
+        let tag = if pty { "pty" } else { "pipe" };
+        let (_, id) = start_job(
+            &mut s,
+            "exec bash --norc --noprofile -i",
+            json!({"pty": pty, "wait_secs": 1}),
+        );
+        let alive = |s: &mut StdioServer, n: u32| {
+            let r = job(
+                s,
+                json!({"id": id, "input": format!("echo alive-$(({n} * 7))\n"),
+                       "wait_secs": 10, "until": format!("alive-{}", n * 7)}),
+            );
+            assert!(read_text(&r).contains(&format!("alive-{}", n * 7)), "{r}");
+        };
+        alive(&mut s, 1);
+        denied(&job(
+            &mut s,
+            json!({"id": id, "input": format!("touch whole-{tag}\n"), "wait_secs": 1}),
+        ));
+        // Typed ahead while `sleep` runs in front: the shell reads it next, so it is judged.
+        let r = job(&mut s, json!({"id": id, "input": "sleep 1\n"}));
+        assert_eq!(structured(&r)["error"], Value::Null, "{r}");
+        denied(&job(
+            &mut s,
+            json!({"id": id, "input": format!("touch ahead-{tag}\n")}),
+        ));
+        alive(&mut s, 2);
+        if pty {
+            // In pieces: the first runs nothing and is kept; the line it becomes is judged.
+            let r = job(&mut s, json!({"id": id, "input": "touch "}));
+            assert_eq!(structured(&r)["error"], Value::Null, "{r}");
+            denied(&job(
+                &mut s,
+                json!({"id": id, "input": "pieces-pty\n", "wait_secs": 1}),
+            ));
+            // Ctrl-C clears the shell's line, and what was kept with it.
+            job(&mut s, json!({"id": id, "input": "\u{3}", "wait_secs": 1}));
+            // Editing keys would make the shell run another line than the one judged.
+            let r = job(&mut s, json!({"id": id, "input": "touch x\u{7f}\n"}));
+            assert_eq!(
+                structured(&r)["error"]["kind"],
+                json!("invalid_argument"),
+                "{r}"
+            );
+            assert!(text(&r).contains("Backspace"), "{r}");
+        }
+        alive(&mut s, 3);
+        if !pty {
+            // The end of input makes the shell run what its line holds, newline or not.
+            for piece in ["touch ", "eof-pipe"] {
+                let r = job(&mut s, json!({"id": id, "input": piece}));
+                assert_eq!(structured(&r)["error"], Value::Null, "{r}");
+            }
+            denied(&job(
+                &mut s,
+                json!({"id": id, "input": "\u{4}", "wait_secs": 1}),
+            ));
+        }
+        job(&mut s, json!({"id": id, "signal": "KILL", "wait_secs": 5}));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    for name in [
+        "whole-pty",
+        "ahead-pty",
+        "pieces-pty",
+        "whole-pipe",
+        "ahead-pipe",
+        "eof-pipe",
+    ] {
+        assert!(
+            !sb.ws().join(name).exists(),
+            "{name}: a denied line reached the shell"
+        );
+    }
+    // A job with no shell (the REPL itself): its input is no command line, and is not judged.
+    let (_, id) = start_job(
+        &mut s,
+        "exec python3 -i -q",
+        json!({"pty": true, "wait_secs": 5, "until": ">>> "}),
+    );
+    let r = job(
+        &mut s,
+        json!({"id": id, "input": "touch = 41; print(touch + 1)\n", "wait_secs": 10, "until": "42"}),
+    );
+    assert_eq!(structured(&r)["error"], Value::Null, "{r}");
+    assert!(read_text(&r).contains("42"), "{r}");
+}
+
+/// Issue 32, item 4: an `ask` rule asks about a line typed into a job's shell as it asks about
+/// a `shell_exec` command; with nobody to ask it is refused at once, naming the rule.
+#[cordon_test::test]
+fn input_to_a_jobs_shell_meets_ask_rules() {
+    if skip("input_to_a_jobs_shell_meets_ask_rules", Need::Namespaces) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let mut s = server(&sb, None);
+    let (_, id) = start_job(&mut s, "bash", json!({"wait_secs": 1}));
+    let started = std::time::Instant::now();
+    let r = job(
+        &mut s,
+        json!({"id": id, "input": "git push --force origin main\n", "wait_secs": 1}),
+    );
+    assert_eq!(structured(&r)["error"]["kind"], json!("denied"), "{r}");
+    assert!(text(&r).contains("git-push-force"), "{r}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "an ask with nobody to ask waited: {r}"
+    );
+}

@@ -268,3 +268,67 @@ fn a_log_that_is_not_an_audit_log_is_judged_line_by_line() {
         "{missing:?}"
     );
 }
+
+/// Issue 32, item 4: lines typed into a job's shell are audited as the command lines they were
+/// judged as, and `policy replay` judges them again like `shell_exec` commands.
+#[cordon_test::test]
+fn lines_typed_into_a_jobs_shell_are_replayed_as_commands() {
+    let test = "lines_typed_into_a_jobs_shell_are_replayed_as_commands";
+    if skip(test, Need::Namespaces) {
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let ws = root.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let (recorded, candidate) = (
+        root.path().join("recorded.toml"),
+        root.path().join("c.toml"),
+    );
+    std::fs::write(&recorded, RECORDED).unwrap();
+    std::fs::write(&candidate, CANDIDATE).unwrap();
+    let log = root.path().join("audit.jsonl");
+    let (recorded_s, log_s) = (recorded.display().to_string(), log.display().to_string());
+    let mut server = StdioServer::start(
+        &ws,
+        &["--policy", &recorded_s, "--audit-log", &log_s],
+        "",
+        &[],
+    );
+    let started = server.call(
+        "shell_exec",
+        json!({"command": "bash", "background": true, "wait_secs": 0}),
+    );
+    let id = structured(&started)["job"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let typed = |server: &mut StdioServer, input: &str| {
+        server.call("job", json!({"id": id, "input": input, "wait_secs": 1}))
+    };
+    // In two pieces: judged (and logged) as the one line they make.
+    typed(&mut server, "make dep");
+    typed(&mut server, "loy || true\n");
+    let push = typed(&mut server, "git push --force origin main\n");
+    assert_eq!(structured(&push)["error"]["kind"], "denied", "{push}");
+    drop(server);
+
+    let changed = replay(&log, Some(&candidate.display().to_string()), false);
+    let out = String::from_utf8_lossy(&changed.stdout).into_owned();
+    assert_eq!(changed.status.code(), Some(1), "{changed:?}");
+    let lines: Vec<&str> = out.lines().filter(|l| l.contains(" → ")).collect();
+    let deploy = lines
+        .iter()
+        .find(|l| l.contains("make deploy || true"))
+        .expect(&out);
+    assert!(
+        deploy.contains("allow → deny:no-deploy") && deploy.contains("job"),
+        "{deploy}"
+    );
+    let push = lines
+        .iter()
+        .find(|l| l.contains("git push --force"))
+        .expect(&out);
+    assert!(push.contains("ask:git-push-force → allow"), "{push}");
+    // The job's start (jobs disabled in the candidate) and the two lines typed into it.
+    assert_eq!(lines.len(), 3, "{out}");
+}

@@ -71,6 +71,10 @@ pub struct Unknown {
 pub struct Analysis {
     pub commands: Vec<SimpleCommand>,
     pub unknown: Vec<Unknown>,
+    /// The command line itself does not parse as shell (an open quote, a backslash at its end, an
+    /// unclosed `do`, or plain bad syntax): typed into a shell, it waits for more lines.
+    #[serde(default)]
+    pub unfinished: bool,
 }
 
 /// The last path component of a program as written (`/usr/bin/rm` → `rm`).

@@ -69,6 +69,7 @@ impl Walker<'_> {
         };
         let root = tree.root_node();
         if root.has_error() {
+            self.out.unfinished |= depth == 0;
             // Still walk it: what did parse may hit a rule, and a deny beats on_unknown.
             self.unknown(format!("{what} does not parse as shell"), script);
         }
