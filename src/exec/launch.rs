@@ -81,7 +81,14 @@ pub struct Finished {
     pub hits: Option<LimitHits>,
     pub network: Option<crate::egress::NetworkReport>,
     pub guard: GuardReport,
+    /// Processes the main process left running when it ended by itself (ended with the
+    /// call), where the sandbox init counts them.
+    pub leftovers: Option<u32>,
 }
+
+/// How long a call's end waits for its reaper's count of what it left running, after its tree
+/// is gone (the report is sent when the reaper is reaped: normally well under a millisecond).
+const LEFTOVERS_REPORT_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl Executor {
     /// Starts a call or job `spec` confined: in a warm slot of the sandbox init, or forked by
@@ -397,10 +404,18 @@ impl Launched {
     /// say about it, runs the git check and hands the clean-up to the blocking pool. `status`
     /// is the main process's exit status if it was already seen.
     pub async fn finish(mut self, executor: &Executor, status: Option<ExitStatus>) -> Finished {
+        let ended_by_itself = status.is_some();
         let cgroup = kill_tree(self.cgroup.take(), self.pgid).await;
         let status = match status {
             Some(s) => Some(s),
             None => self.child.wait().await,
+        };
+        // What a main process that ended by itself left running (`cmd &`, a daemon) was just
+        // ended with the tree; its reaper's count follows the tree's end within moments.
+        let leftovers = if ended_by_itself {
+            self.child.leftovers(LEFTOVERS_REPORT_WAIT).await
+        } else {
+            None
         };
         let network = match self.egress.take() {
             Some(ticket) => Some(ticket.finish().await),
@@ -442,6 +457,7 @@ impl Launched {
             hits,
             network,
             guard,
+            leftovers,
         }
     }
 }

@@ -249,6 +249,7 @@ impl Executor {
             git_refused: finished.guard.refused,
             network: finished.network,
             kernel_denials,
+            leftovers_ended: finished.leftovers.unwrap_or(0),
         })
     }
 }

@@ -69,9 +69,26 @@ pub struct ExecOutcome {
     /// The call's Landlock denials as the kernel's audit records tell them, where the server
     /// reads them (root, Landlock ABI 7, audit); None elsewhere.
     pub kernel_denials: Option<crate::confine::audit::KernelDenials>,
+    /// Processes the command left running when it ended by itself (`cmd &`, a daemon), which
+    /// ended with the call (where the sandbox init counts them; 0 elsewhere).
+    pub leftovers_ended: u32,
 }
 
 impl ExecOutcome {
+    /// What to tell the agent when the call ended processes it left running, if it did.
+    pub fn leftovers_notice(&self) -> Option<String> {
+        let n = self.leftovers_ended;
+        (n > 0).then(|| {
+            let what = if n == 1 { "process" } else { "processes" };
+            format!(
+                "{n} {what} the command left running (started with `&`, or as a daemon) ended \
+                 with the call: nothing a call starts outlives it. To keep a server or watcher \
+                 running, start it with shell_exec {{\"background\": true}} and read or stop \
+                 it with the job tool."
+            )
+        })
+    }
+
     pub fn signal_name(&self) -> Option<String> {
         self.signal.map(signal_name)
     }

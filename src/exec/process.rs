@@ -54,6 +54,15 @@ impl Process {
         }
     }
 
+    /// How many processes the main process left running when it ended (ended with it), where
+    /// a slot's reaper counts them; None on the per-child path.
+    pub async fn leftovers(&mut self, within: std::time::Duration) -> Option<u32> {
+        match self {
+            Self::Forked(_) => None,
+            Self::Slot(c) => c.leftovers(within).await,
+        }
+    }
+
     /// Sends `signal` to the main process only.
     pub fn signal(&self, signal: rustix::process::Signal) -> bool {
         match self {

@@ -449,16 +449,20 @@ pub fn explain_port(policy: &Policy, port: u16, op: NetOperation) -> String {
              through cordon's egress proxy (HTTP_PROXY/HTTPS_PROXY/ALL_PROXY are set), and the \
              sandbox has no other route out. Use a client that honours those variables; to \
              allow a host, add it to network.allow_hosts in policy {origin}. (network.tcp_connect \
-             names ports of the sandbox's own loopback only.)"
+             names ports of the sandbox's own loopback only, where a server runs only while its \
+             call does, or as a background job: `shell_exec {{\"background\": true}}`.)"
         );
     }
     if own_namespace {
         return format!(
             "{doing} TCP port {port} found nothing: the sandbox has its own network namespace \
              with only its own loopback, so 127.0.0.1:{port} there is a server this call started \
-             itself (any port works for those), never one on the host, and nothing outside is \
-             reachable. To reach hosts, use a policy with the egress proxy (`dev`) and list them \
-             in network.allow_hosts; policy {origin} has the network off."
+             itself or a background job of this session runs (any port works for those), never \
+             one on the host, and nothing outside is reachable. A server started with `&` (or as \
+             a daemon) by an earlier call was ended when that call ended: start it with \
+             `shell_exec {{\"background\": true}}` to keep it running, and read it with `job`. \
+             To reach hosts, use a policy with the egress proxy (`dev`) and list them in \
+             network.allow_hosts; policy {origin} has the network off."
         );
     }
     if policy.network.is_off() {
@@ -1190,6 +1194,8 @@ mod tests {
         let e = explain_port(&p, 8080, NetOperation::Connect);
         assert!(e.contains("own network namespace"), "{e}");
         assert!(e.contains("network.allow_hosts"), "{e}");
+        // A server an earlier call left running with `&` is gone: the way to keep one is a job.
+        assert!(e.contains("\"background\": true"), "{e}");
         let e = explain_port(&p, 8080, NetOperation::Bind);
         assert!(e.contains("not restricted"), "{e}");
         // Network off with a custom profile: no namespace of its own, ports decide.

@@ -711,7 +711,8 @@ fn shape_outcome(ctx: &Session, outcome: ExecOutcome, cwd: &std::path::Path) -> 
         Some(&open),
     );
     let refused = outcome.network.iter().flat_map(|n| &n.refused);
-    for notice in outcome.notices.iter().chain(refused) {
+    let leftovers = outcome.leftovers_notice();
+    for notice in outcome.notices.iter().chain(refused).chain(&leftovers) {
         if !stderr.text.is_empty() && !stderr.text.ends_with('\n') {
             stderr.text.push('\n');
         }

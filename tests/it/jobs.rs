@@ -1496,3 +1496,51 @@ fn input_to_a_jobs_shell_meets_ask_rules() {
         "an ask with nobody to ask waited: {r}"
     );
 }
+
+/// Issue 32, item 10: a call that leaves processes behind (`cmd &`) says how many were ended
+/// with it and points to `background: true`, and a later call that finds nothing on that port
+/// is told why, jobs included; a call that leaves nothing says nothing of it.
+#[cordon_test::test]
+fn a_call_that_leaves_a_daemon_says_it_ended_and_points_to_jobs() {
+    if skip(
+        "a_call_that_leaves_a_daemon_says_it_ended_and_points_to_jobs",
+        Need::Namespaces,
+    ) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let mut s = server(&sb, None);
+    let port = free_port();
+    let r = s.call(
+        "shell_exec",
+        json!({"command": format!(
+            "python3 -m http.server {port} --bind 127.0.0.1 >/dev/null 2>&1 & sleep 60 & echo started"
+        )}),
+    );
+    assert_eq!(structured(&r)["exit_code"], json!(0), "{r}");
+    assert!(
+        text(&r).contains("2 processes the command left running")
+            && text(&r).contains("\"background\": true"),
+        "{r}"
+    );
+    let quiet = s.call("shell_exec", json!({"command": "echo hi | cat"}));
+    assert!(!text(&quiet).contains("left running"), "{quiet}");
+    let curl = std::process::Command::new("curl").arg("--version").output();
+    if !curl.is_ok_and(|o| o.status.success()) {
+        crate::common::skip_msg(
+            "a_call_that_leaves_a_daemon_says_it_ended_and_points_to_jobs (curl part)",
+            "curl is not installed",
+        );
+        return;
+    }
+    let r = s.call(
+        "shell_exec",
+        json!({"command": format!("curl -sS -m 5 http://127.0.0.1:{port}/")}),
+    );
+    assert_ne!(structured(&r)["exit_code"], json!(0), "{r}");
+    let explained = structured(&r)["denials"].to_string();
+    assert!(
+        explained.contains(&port.to_string()) && explained.contains("background"),
+        "the refused connection's explanation does not mention jobs: {r}"
+    );
+}

@@ -83,7 +83,7 @@ struct InitReady {
 struct Shared {
     control: OwnedFd,
     pending: Mutex<HashMap<u64, mpsc::Sender<SlotReply>>>,
-    exits: Mutex<HashMap<u64, watch::Sender<Option<i32>>>>,
+    exits: Mutex<HashMap<u64, watch::Sender<Option<ExitReport>>>>,
     alive: AtomicBool,
 }
 
@@ -223,7 +223,7 @@ pub struct PendingSlot<'a> {
     sandbox: &'a Sandbox,
     id: u64,
     reply: mpsc::Receiver<SlotReply>,
-    exit: Option<watch::Receiver<Option<i32>>>,
+    exit: Option<watch::Receiver<Option<ExitReport>>>,
 }
 
 impl Drop for PendingSlot<'_> {
@@ -413,7 +413,7 @@ fn run_init(
     }
     lock(&shared.pending).clear();
     for (_, tx) in lock(&shared.exits).drain() {
-        let _ = tx.send(Some(KILLED_STATUS));
+        let _ = tx.send(Some(ExitReport::killed()));
     }
     let _ = child.wait();
 }
@@ -524,10 +524,33 @@ fn route(
                 let _ = tx.send(Err(error));
             }
         }
-        FromInit::Exited { id, status } => {
+        FromInit::Exited {
+            id,
+            status,
+            leftovers,
+        } => {
             if let Some(tx) = lock(&shared.exits).remove(&id) {
-                let _ = tx.send(Some(status));
+                let _ = tx.send(Some(ExitReport { status, leftovers }));
             }
+        }
+    }
+}
+
+/// What the slot's reaper reported of its job's end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExitReport {
+    /// The main process's wait status.
+    status: i32,
+    /// Processes the job had started that still ran when its main process ended (the
+    /// reaper's exit ended them).
+    leftovers: u32,
+}
+
+impl ExitReport {
+    fn killed() -> Self {
+        Self {
+            status: KILLED_STATUS,
+            leftovers: 0,
         }
     }
 }
@@ -541,7 +564,7 @@ pub struct Slot {
     /// The job's main process, when the slot sent it: it ends first, and tells sooner.
     main_pidfd: Option<OwnedFd>,
     socket: OwnedFd,
-    exit: watch::Receiver<Option<i32>>,
+    exit: watch::Receiver<Option<ExitReport>>,
 }
 
 /// Why a job did not start.
@@ -629,7 +652,7 @@ pub struct SandboxChild {
     pid: Option<u32>,
     pidfd: OwnedFd,
     main_pidfd: Option<OwnedFd>,
-    exit: watch::Receiver<Option<i32>>,
+    exit: watch::Receiver<Option<ExitReport>>,
     status: Option<ExitStatus>,
     /// The master side of the job's terminal, for a job run under one.
     pty: Option<OwnedFd>,
@@ -674,9 +697,9 @@ impl SandboxChild {
     /// (`PIDFD_GET_INFO`, Linux 6.15+), whichever is there first.
     fn reported(&mut self) -> Option<ExitStatus> {
         if self.status.is_none()
-            && let Some(raw) = *self.exit.borrow()
+            && let Some(report) = *self.exit.borrow()
         {
-            self.status = Some(ExitStatus::from_raw(raw));
+            self.status = Some(ExitStatus::from_raw(report.status));
         }
         if self.status.is_none()
             && let Some(main) = &self.main_pidfd
@@ -704,13 +727,25 @@ impl SandboxChild {
             return s;
         }
         let raw = match self.exit.wait_for(Option::is_some).await {
-            Ok(v) => v.unwrap_or(KILLED_STATUS),
+            Ok(v) => v.map_or(KILLED_STATUS, |r| r.status),
             // The dispatcher dropped the sender: the init is gone, and the process with it.
             Err(_) => KILLED_STATUS,
         };
         let status = ExitStatus::from_raw(raw);
         self.status = Some(status);
         status
+    }
+
+    /// How many processes the job left running when its main process ended (each ended with
+    /// its slot), as the reaper reports it: awaited up to `within` (the report follows the
+    /// reaper's end, which a call's tree kill waits for). None when it did not come, or the
+    /// job was killed before its reaper could count.
+    pub async fn leftovers(&mut self, within: Duration) -> Option<u32> {
+        let report = tokio::time::timeout(within, self.exit.wait_for(Option::is_some))
+            .await
+            .ok()?
+            .ok()?;
+        report.map(|r| r.leftovers)
     }
 
     /// Sends `signal` to the main process through its pidfd (no pid-reuse race).

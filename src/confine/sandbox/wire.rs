@@ -110,8 +110,14 @@ pub enum FromInit {
     Slot { id: u64 },
     /// A slot could not be forked.
     SlotFailed { id: u64, error: String },
-    /// The slot's process (by then the call's main process) ended with this wait status.
-    Exited { id: u64, status: i32 },
+    /// The slot's process (by then the call's main process) ended with this wait status;
+    /// `leftovers` processes it had started were still running then (ended with the slot).
+    Exited {
+        id: u64,
+        status: i32,
+        #[serde(default)]
+        leftovers: u32,
+    },
 }
 
 /// Server → slot, on the slot's own socket.
