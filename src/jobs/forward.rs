@@ -43,9 +43,9 @@ impl Drop for Forwarder {
 
 /// A listening socket in the sandbox, on its loopback or any address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Listener {
+pub(super) struct Listener {
     port: u16,
-    inode: u64,
+    pub(super) inode: u64,
     /// Reached over IPv6 only (bound to `::1` or `::`), not through 127.0.0.1.
     v6: bool,
 }
@@ -315,7 +315,7 @@ fn listening() -> Vec<Listener> {
 /// The kernel lists listening sockets first, then walks its whole established-connection
 /// table (shared by every namespace: milliseconds on a busy host), so reading stops at the
 /// first line that is not a listener, and at 1 MiB in any case.
-fn read_listening(path: &str, v6: bool) -> Vec<Listener> {
+pub(super) fn read_listening(path: &str, v6: bool) -> Vec<Listener> {
     use std::io::{BufRead, Read};
     let Ok(f) = std::fs::File::open(path) else {
         return Vec::new();

@@ -427,6 +427,10 @@ async fn supervise(
     let warn_at = idle_warning_at(s.idle);
     // This idle stretch was warned of; when its sockets were last looked up.
     let (mut warned, mut looked) = (false, None::<Instant>);
+    // Connections made to its servers from inside the sandbox (`serving`), looked at now and
+    // then: the namespace's count is cumulative, so nothing is missed between looks.
+    let (mut serving, mut serving_looked) =
+        (super::serving::ServingLook::default(), Instant::now());
     let ending = loop {
         tokio::select! {
             status = launched.child.wait() => break match stopping {
@@ -476,6 +480,23 @@ async fn supervise(
             }
             _ = tick.tick() => {
                 job.note_usage(&launched);
+                // Often enough that a short `idle_kill_secs` sees a server in use too.
+                if serving_looked.elapsed() >= SERVED_LOOK_EVERY.min(s.idle / 4) {
+                    serving_looked = Instant::now();
+                    let members = job.members();
+                    let mut look = std::mem::take(&mut serving);
+                    let served = tokio::task::spawn_blocking(move || {
+                        let served = look.served_since(&members);
+                        (look, served)
+                    })
+                    .await;
+                    if let Ok((look, served)) = served {
+                        serving = look;
+                        if served {
+                            job.touch();
+                        }
+                    }
+                }
                 let idle = job.idle_for();
                 if idle >= warn_at
                     && let Some(served) = &s.served
@@ -498,8 +519,9 @@ async fn supervise(
                 // `idle_kill_secs`) warns now and kills at the next.
                 if idle >= s.idle && warned {
                     break Ending::Killed(format!(
-                        "nobody read its output, sent it input or connected to its forwarded \
-                         ports for `[jobs] idle_kill_secs` ({}s)",
+                        "nobody read its output, sent it input or connected to its servers \
+                         (forwarded ports or from inside the sandbox), and it wrote no output, \
+                         for `[jobs] idle_kill_secs` ({}s)",
                         s.idle.as_secs()
                     ));
                 }
@@ -510,7 +532,7 @@ async fn supervise(
                     (s.on_idle)(format!(
                         "job {} has been idle for {}s: it will be killed with its whole tree in \
                          about {}s (`[jobs] idle_kill_secs` = {}) unless its output is read, it is \
-                         sent input, it writes output or a forwarded port is connected to",
+                         sent input, it writes output or a server of it is connected to",
                         job.id,
                         idle.as_secs(),
                         s.idle.saturating_sub(idle).as_secs().max(1),

@@ -17,6 +17,7 @@ pub mod forward;
 pub mod job;
 pub mod readers;
 pub mod ring;
+pub mod serving;
 pub mod signal;
 pub mod sockets;
 

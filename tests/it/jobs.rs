@@ -866,6 +866,44 @@ fn connections_through_the_forward_keep_a_quiet_job_server_alive() {
     assert_eq!(structured(&r)["job"]["state"], json!("running"), "{r}");
 }
 
+/// Issue 32, item 3: a quiet job server that later calls use (no output, no forward, nobody
+/// reading the job) is in use, and is not ended as idle.
+#[cordon_test::test]
+fn connections_from_later_calls_keep_a_quiet_job_server_alive() {
+    if skip("connections_from_later_calls_keep", Need::Namespaces) {
+        return;
+    }
+    let port = free_port();
+    let sb = Sandbox::new();
+    let mut s = server(&sb, Some("[jobs]\nidle_kill_secs = 3\n"));
+    let (_, id) = start_job(
+        &mut s,
+        &format!("python3 -m http.server {port} --bind 127.0.0.1 >/dev/null 2>&1"),
+        json!({"wait_secs": 0}),
+    );
+    let get = format!(
+        "python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.1:{port}/').status)\""
+    );
+    let ok = |s: &mut StdioServer| {
+        let r = s.call("shell_exec", json!({"command": get}));
+        structured(&r)["stdout"]
+            .as_str()
+            .unwrap_or("")
+            .contains("200")
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || ok(&mut s)),
+        "the server never answered a later call"
+    );
+    let until = std::time::Instant::now() + Duration::from_secs(9);
+    while std::time::Instant::now() < until {
+        assert!(ok(&mut s), "the job stopped answering while it was in use");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let r = job(&mut s, json!({"id": id}));
+    assert_eq!(structured(&r)["job"]["state"], json!("running"), "{r}");
+}
+
 #[cordon_test::test]
 fn a_job_about_to_be_ended_as_idle_says_so_first() {
     if skip("a_job_about_to_be_ended_as_idle", Need::Namespaces) {
