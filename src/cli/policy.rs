@@ -64,10 +64,29 @@ pub fn show(policy: &Policy, json: bool) -> Result<String, PolicyCliError> {
     }
 }
 
+/// What `[sandbox] ptrace` lets a confined process trace, in one line.
+pub fn ptrace_summary(scope: crate::policy::PtraceScope) -> &'static str {
+    match scope {
+        crate::policy::PtraceScope::Call => {
+            "processes of the same call may trace each other (gdb, strace, LeakSanitizer); \
+             never its reaper, another call, the sandbox init or the server (Landlock's \
+             scoping; refused everywhere where Landlock is not in force)"
+        }
+        crate::policy::PtraceScope::None => {
+            "refused (`ptrace`, `process_vm_*`); set `[sandbox] ptrace = \"call\"` to let a \
+             call debug its own processes"
+        }
+    }
+}
+
 /// Validates what `Policy::load` cannot: the seccomp profile compiles, and which Landlock
 /// paths exist on this machine. Returns a short report.
 pub fn check(policy: &Policy) -> Result<String, PolicyCliError> {
-    let programs = seccomp::compile_profile(&policy.sandbox.seccomp_profile)?;
+    let tracing = match policy.sandbox.ptrace {
+        crate::policy::PtraceScope::Call => seccomp::Tracing::OwnCall,
+        crate::policy::PtraceScope::None => seccomp::Tracing::Refused,
+    };
+    let programs = seccomp::compile_profile(&policy.sandbox.seccomp_profile, tracing)?;
     let mut out = format!(
         "{}: valid (seccomp profile `{}`: {} program(s), {} instructions)\n",
         policy.origin,
@@ -80,6 +99,7 @@ pub fn check(policy: &Policy) -> Result<String, PolicyCliError> {
         check_interception(&mut out, rules);
         loopback_warnings(&mut out, rules);
     }
+    let _ = writeln!(out, "  ptrace: {}", ptrace_summary(policy.sandbox.ptrace));
     check_jobs(&mut out, &policy.jobs);
     let _ = writeln!(out, "  breaker: {}", breaker_summary(&policy.breaker));
     let fs = &policy.filesystem;

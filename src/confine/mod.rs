@@ -334,9 +334,10 @@ impl Confinement {
         let private_root = scratch::ScratchDir::new("private").map_err(ConfineError::TempDir)?;
 
         let landlock_inputs = landlock_step(plan, options, &kernel, &mut notes)?;
-        let seccomp = seccomp_step(plan, options, &kernel, &mut notes)?;
+        let tracing = tracing_step(plan, landlock_inputs.is_some(), &mut notes);
+        let seccomp = seccomp_step(plan, options, &kernel, tracing, &mut notes)?;
         let cgroups = cgroups_step(&kernel, &mut notes);
-        let factory_seccomp = private_netns_seccomp(plan, &seccomp)?;
+        let factory_seccomp = private_netns_seccomp(plan, &seccomp, tracing)?;
         let factory = start_factory(
             FactoryInputs {
                 plan,
@@ -358,7 +359,13 @@ impl Confinement {
             landlock_inputs,
             &mut notes,
         )?;
-        let seccomp = per_child_seccomp(plan, &kernel, factory.is_some(), seccomp, &mut notes)?;
+        let seccomp = per_child_seccomp(
+            plan,
+            &kernel,
+            (factory.is_some(), tracing),
+            seccomp,
+            &mut notes,
+        )?;
         // The parent-built ruleset serves only the per-child path; with the sandbox init, PID 1
         // builds its own inside the view (paths resolve there), so building it here too would
         // only cost start-up time.
@@ -640,12 +647,16 @@ impl Confinement {
 fn private_netns_seccomp(
     plan: &ConfinePlan,
     policy_programs: &[BpfProgram],
+    tracing: seccomp::Tracing,
 ) -> Result<Option<Vec<BpfProgram>>, ConfineError> {
     let builtin = seccomp::embedded_profile_names().contains(&plan.seccomp_profile.as_str());
     if !plan.isolate_network || !builtin || policy_programs.is_empty() {
         return Ok(None);
     }
-    Ok(Some(seccomp::compile_profile(seccomp::PRIVATE_NETNS)?))
+    Ok(Some(seccomp::compile_profile(
+        seccomp::PRIVATE_NETNS,
+        tracing,
+    )?))
 }
 
 /// The egress proxy of a proxy-mode policy, attached to the sandbox init's listener. Without
@@ -753,16 +764,39 @@ fn landlock_step(
     Ok((kernel.landlock_abi > 0).then(|| LandlockInputs::new(plan, options, true)))
 }
 
+/// Step 1b: whether a call's processes may trace each other. Only where Landlock is in force:
+/// it is what keeps tracing inside the call's own domain (never its reaper, another call, the
+/// sandbox init or the server); without it the seccomp profile keeps refusing `ptrace`.
+fn tracing_step(
+    plan: &ConfinePlan,
+    landlock_in_force: bool,
+    notes: &mut Vec<String>,
+) -> seccomp::Tracing {
+    match (plan.trace_own_call, landlock_in_force) {
+        (true, true) => seccomp::Tracing::OwnCall,
+        (true, false) => {
+            notes.push(
+                "ptrace refused in every call: without Landlock nothing would keep tracing \
+                 inside the call's own processes (`[sandbox] ptrace = \"call\"` needs it)"
+                    .into(),
+            );
+            seccomp::Tracing::Refused
+        }
+        (false, _) => seccomp::Tracing::Refused,
+    }
+}
+
 /// Step 2: the plan's seccomp profile compiled to BPF; refuses without seccomp filtering
 /// unless degraded mode is allowed (then none, said in `notes`).
 fn seccomp_step(
     plan: &ConfinePlan,
     options: &ConfineOptions,
     kernel: &KernelSupport,
+    tracing: seccomp::Tracing,
     notes: &mut Vec<String>,
 ) -> Result<Vec<BpfProgram>, ConfineError> {
     if kernel.seccomp_filter {
-        return Ok(seccomp::compile_profile(&plan.seccomp_profile)?);
+        return Ok(seccomp::compile_profile(&plan.seccomp_profile, tracing)?);
     }
     if !options.allow_degraded {
         return Err(ConfineError::Unenforceable {
@@ -803,7 +837,7 @@ fn cgroups_step(kernel: &KernelSupport, notes: &mut Vec<String>) -> cgroup::Cgro
 fn per_child_seccomp(
     plan: &ConfinePlan,
     kernel: &KernelSupport,
-    has_init: bool,
+    (has_init, tracing): (bool, seccomp::Tracing),
     mut seccomp: Vec<BpfProgram>,
     notes: &mut Vec<String>,
 ) -> Result<Vec<BpfProgram>, ConfineError> {
@@ -812,7 +846,7 @@ fn per_child_seccomp(
     }
     if plan.proxy.is_some() {
         // No network at all on this path (see `egress_step`): no inet sockets, UDP included.
-        seccomp = seccomp::compile_profile("default")?;
+        seccomp = seccomp::compile_profile("default", tracing)?;
     }
     seccomp.extend(seccomp::fallback_programs(plan.fallback_unix_sockets)?);
     if !kernel.is_root && plan.names_protected_paths {

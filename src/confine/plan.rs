@@ -36,6 +36,10 @@ pub struct ConfinePlan {
     pub seccomp_profile: String,
     /// Without namespaces, allow `socket(AF_UNIX, …)` anyway.
     pub fallback_unix_sockets: bool,
+    /// Processes of one call may trace each other (`[sandbox] ptrace = "call"`): the built-in
+    /// seccomp profiles then leave `ptrace` and `process_vm_*` to Landlock's scoping, where
+    /// Landlock is in force.
+    pub trace_own_call: bool,
     /// `[sandbox] uid`/`uid_count`: the host ids calls run as where cordon is root.
     pub call_ids: super::call_ids::CallIdsPolicy,
     /// Workspace-relative patterns nothing confined may write (bound read-only in the view).

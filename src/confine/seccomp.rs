@@ -78,13 +78,46 @@ pub fn embedded_profile_names() -> Vec<&'static str> {
     EMBEDDED.iter().map(|(n, _)| *n).collect()
 }
 
+/// The syscalls that trace another process. The built-in profiles refuse them; where a call's
+/// processes may trace each other ([`Tracing::OwnCall`]) they are left to Landlock, which lets
+/// a process trace only processes of its own domain or one nested in it: the call's own tree,
+/// never its reaper, another call, the sandbox init or the server.
+pub const TRACE_SYSCALLS: &[&str] = &["ptrace", "process_vm_readv", "process_vm_writev"];
+
+/// Whether a built-in profile keeps refusing [`TRACE_SYSCALLS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tracing {
+    /// Refused (the profile as written).
+    Refused,
+    /// Left to Landlock's scoping: only ever chosen where Landlock is in force.
+    OwnCall,
+}
+
 /// Compiles a profile (embedded name or JSON file) into the programs to install, in a stable
-/// order, the first carrying the x32/clone3 prologue.
-pub fn compile_profile(name_or_path: &str) -> Result<Vec<BpfProgram>, SeccompError> {
+/// order, the first carrying the x32/clone3 prologue. `tracing` applies to the built-in
+/// profiles; an operator's profile file is used as written.
+pub fn compile_profile(
+    name_or_path: &str,
+    tracing: Tracing,
+) -> Result<Vec<BpfProgram>, SeccompError> {
+    let builtin = |origin: String, text: &str| -> Result<(String, String), SeccompError> {
+        match tracing {
+            Tracing::Refused => Ok((origin, text.to_owned())),
+            Tracing::OwnCall => {
+                let text = without_rules_for(text, TRACE_SYSCALLS).map_err(|message| {
+                    SeccompError::Shape {
+                        origin: origin.clone(),
+                        message,
+                    }
+                })?;
+                Ok((origin, text))
+            }
+        }
+    };
     let (origin, text) = match EMBEDDED.iter().find(|(n, _)| *n == name_or_path) {
-        Some((n, text)) => (format!("builtin:{n}"), (*text).to_owned()),
+        Some((n, text)) => builtin(format!("builtin:{n}"), text)?,
         None if name_or_path == PRIVATE_NETNS => {
-            (PRIVATE_NETNS.to_owned(), PRIVATE_NETNS_TEXT.to_owned())
+            builtin(PRIVATE_NETNS.to_owned(), PRIVATE_NETNS_TEXT)?
         }
         None if Path::new(name_or_path).is_file() => {
             let text =
@@ -114,6 +147,26 @@ pub fn compile_profile(name_or_path: &str) -> Result<Vec<BpfProgram>, SeccompErr
     };
     splice_prologue(first).map_err(|message| SeccompError::Shape { origin, message })?;
     Ok(programs)
+}
+
+/// `text` (seccompiler JSON) without the rules naming any of `syscalls`, in every filter.
+fn without_rules_for(text: &str, syscalls: &[&str]) -> Result<String, String> {
+    let mut profile: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    let filters = profile
+        .as_object_mut()
+        .ok_or("not an object of filters")?
+        .values_mut();
+    for filter in filters {
+        if let Some(rules) = filter.get_mut("filter").and_then(|r| r.as_array_mut()) {
+            rules.retain(|rule| {
+                rule.get("syscall")
+                    .and_then(|s| s.as_str())
+                    .is_none_or(|name| !syscalls.contains(&name))
+            });
+        }
+    }
+    serde_json::to_string(&profile).map_err(|e| e.to_string())
 }
 
 const BPF_LD_W_ABS: u16 = 0x20;
@@ -199,14 +252,16 @@ mod tests {
     #[test]
     fn embedded_profiles_compile_with_prologue() {
         for name in embedded_profile_names().into_iter().chain([PRIVATE_NETNS]) {
-            let progs = compile_profile(name).unwrap();
+            let progs = compile_profile(name, Tracing::Refused).unwrap();
             assert_eq!(progs[0][4].k, X32_SYSCALL_BIT, "{name}");
         }
     }
 
     #[test]
     fn unknown_profile_is_named() {
-        let err = compile_profile("nope").unwrap_err().to_string();
+        let err = compile_profile("nope", Tracing::Refused)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("nope"), "{err}");
     }
 }

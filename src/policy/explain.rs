@@ -524,6 +524,39 @@ pub fn explain_stderr(scene: &Scene<'_>, stderr: &str) -> Option<String> {
     ))
 }
 
+/// A tracer's failure (gdb, strace, LeakSanitizer: their own words name `ptrace`) explained by
+/// `[sandbox] ptrace`: what the policy lets a call trace and how to opt in; None when the
+/// output shows no refused tracing.
+pub fn explain_tracing(policy: &Policy, stderr: &str) -> Option<String> {
+    let lower = stderr.to_lowercase();
+    let tracing = lower.contains("ptrace") || lower.contains("leaksanitizer has encountered");
+    let refused = [
+        "operation not permitted",
+        "permission denied",
+        "fatal error",
+    ]
+    .iter()
+    .any(|w| lower.contains(w));
+    if !(tracing && refused) {
+        return None;
+    }
+    Some(match policy.sandbox.ptrace {
+        super::PtraceScope::None => format!(
+            "tracing was refused: policy {} sets `[sandbox] ptrace = \"none\"`, so seccomp \
+             refuses `ptrace` and `process_vm_*` (gdb, strace and LeakSanitizer need them). \
+             To let a call debug its own processes, set `[sandbox] ptrace = \"call\"` there.",
+            policy.origin
+        ),
+        super::PtraceScope::Call => "tracing is allowed only between processes of the same call \
+             (`[sandbox] ptrace = \"call\"`): a process outside it (its reaper, pid 1; another \
+             call or a job; the server) cannot be traced, and without Landlock on this host no \
+             tracing is allowed at all (see the result's `enforcement`). Start the program \
+             under the debugger in the same call (`gdb -batch -ex run --args prog`, `strace -f \
+             prog`)."
+            .to_owned(),
+    })
+}
+
 /// Where a denial's explanation comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]

@@ -152,6 +152,19 @@ pub struct SandboxPolicy {
     pub uid: Option<u32>,
     /// How many ids from `uid` each call's user namespace maps (its ids 0..count).
     pub uid_count: Option<u32>,
+    /// Which processes a confined process may trace (`ptrace`, `process_vm_*`).
+    pub ptrace: PtraceScope,
+}
+
+/// `[sandbox] ptrace`: what a confined process may trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PtraceScope {
+    /// Processes of its own call (debuggers, strace, LeakSanitizer), where Landlock scopes
+    /// tracing to the call's own domain; refused everywhere without Landlock.
+    Call,
+    /// Nothing: `ptrace` and `process_vm_*` are refused by seccomp.
+    None,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -195,6 +195,7 @@ pub struct RawEnvironment {
 pub struct RawSandbox {
     pub seccomp_profile: Option<String>,
     pub fallback_unix_sockets: Option<bool>,
+    pub ptrace: Option<String>,
     pub uid: Option<u32>,
     pub uid_count: Option<u32>,
 }
@@ -335,6 +336,7 @@ overlay_struct!(RawCommands {
 overlay_struct!(RawSandbox {
     seccomp_profile,
     fallback_unix_sockets,
+    ptrace,
     uid,
     uid_count
 });

@@ -110,6 +110,7 @@ impl Policy {
             proxy: self.network.proxy.clone(),
             seccomp_profile: self.sandbox.seccomp_profile.clone(),
             fallback_unix_sockets: self.sandbox.fallback_unix_sockets,
+            trace_own_call: self.sandbox.ptrace == super::PtraceScope::Call,
             call_ids: crate::confine::CallIdsPolicy {
                 uid: self.sandbox.uid,
                 count: self.sandbox.uid_count,

@@ -14,7 +14,8 @@ use super::{
     DEFAULT_MAX_CONNECTIONS_PER_CALL, DEFAULT_MAX_MB_PER_CONNECTION, DEFAULT_SHM_MB,
     EnvironmentPolicy, FilesPolicy, FilesystemPolicy, HttpPolicy, InterpreterPolicy, Limits,
     LintPolicy, MAX_READ_BUDGET_KB, NetworkPolicy, OAUTH_ALGORITHMS, OAuthPolicy, OutputPolicy,
-    Policy, PolicyError, SandboxPolicy, ServerPolicy, breaker, commands, interception, jobs,
+    Policy, PolicyError, PtraceScope, SandboxPolicy, ServerPolicy, breaker, commands, interception,
+    jobs,
 };
 use std::path::PathBuf;
 use std::time::Duration;
@@ -451,6 +452,19 @@ fn sandbox(
         fallback_unix_sockets: s.fallback_unix_sockets.unwrap_or(false),
         uid: s.uid,
         uid_count: s.uid_count,
+        ptrace: match s.ptrace.as_deref() {
+            None | Some("call") => PtraceScope::Call,
+            Some("none") => PtraceScope::None,
+            Some(other) => {
+                return Err(check.invalid(
+                    "sandbox.ptrace",
+                    format!(
+                        "{other:?} is not a tracing scope; use \"call\" (processes of the same \
+                         call may trace each other: gdb, strace, LeakSanitizer) or \"none\""
+                    ),
+                ));
+            }
+        },
     };
     call_ids(check, &sandbox)?;
     if !network.is_off() && sandbox.seccomp_profile == "default" {

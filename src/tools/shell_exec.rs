@@ -868,6 +868,10 @@ fn outcome_error(
             note_unlisted_denials(&mut message, k, shown);
         }
     }
+    if let Some(tracing) = explain::explain_tracing(scene.policy, &stderr) {
+        message.push_str("; ");
+        message.push_str(&tracing);
+    }
     Some(ToolError {
         kind: ErrorKind::ExitStatus,
         message,

@@ -949,3 +949,158 @@ fn server_environment_is_not_readable_through_proc() {
 fn refused_by_sandbox(stderr: &str) -> bool {
     stderr.contains("Permission denied") || stderr.contains("No such file or directory")
 }
+
+// ---------------------------------------------------------------------------------------
+// Debuggers inside a call (`[sandbox] ptrace`, issue 33)
+// ---------------------------------------------------------------------------------------
+
+/// Inside a call: attaches to a child of its own (allowed), to pid 1 of its namespace (its
+/// reaper), to the pid given as argv[1] (a process outside the call), and reads pid 1's memory
+/// through /proc; prints `own=E reaper=E outside=E mem=E` (0 or the errno).
+const TRACE_SCRIPT: &str = r#"
+import ctypes, errno, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+def attach(pid):
+    return 0 if libc.ptrace(16, pid, None, None) == 0 else ctypes.get_errno()
+child = os.fork()
+if child == 0:
+    time.sleep(30)
+    os._exit(0)
+own = attach(child)
+if own == 0:
+    os.waitpid(child, 0)
+    libc.ptrace(17, child, None, None)
+reaper = attach(1)
+outside = attach(int(sys.argv[1]))
+try:
+    open("/proc/1/mem", "rb").read(1)
+    mem = 0
+except OSError as e:
+    mem = e.errno
+os.kill(child, 9)
+print(f"own={own} reaper={reaper} outside={outside} mem={mem}")
+"#;
+
+/// Issue 33, item 1: processes of one call may trace each other (an ASan build's
+/// LeakSanitizer, strace -f, ptrace of its own child), and nothing else: its reaper (pid 1),
+/// a process outside the call (another call's, the test runner's) and pid 1's memory stay
+/// refused.
+#[cordon_test::test]
+fn a_call_may_trace_its_own_processes_and_nothing_else() {
+    let test = "a_call_may_trace_its_own_processes_and_nothing_else";
+    if skip(test, Need::Namespaces) {
+        return;
+    }
+    let sb = Sandbox::new();
+    std::fs::write(sb.ws().join("trace.py"), TRACE_SCRIPT).unwrap();
+    // Another confined call, running while this one tries to trace it by its host pid.
+    let token = crate::common::unique_token();
+    let mut other = sb
+        .command(&[], &["sleep", &token])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut sleeper = crate::common::processes_with(&token);
+    while sleeper.is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        sleeper = crate::common::processes_with(&token);
+    }
+    let outside = sleeper
+        .first()
+        .copied()
+        .unwrap_or(std::process::id() as i32);
+    let run = sb.exec(&[], &["python3", "trace.py", &outside.to_string()]);
+    let _ = other.kill();
+    let _ = other.wait();
+    assert_eq!(
+        run.stdout.trim(),
+        format!(
+            "own=0 reaper={} outside={} mem={}",
+            libc::EPERM,
+            libc::ESRCH,
+            libc::EACCES
+        ),
+        "{run:?}"
+    );
+    // strace -f and an ASan build's LeakSanitizer, as an agent runs them.
+    for (tool, argv) in [
+        ("strace", vec!["strace", "-f", "-o", "/dev/null", "true"]),
+        ("gcc", vec!["gcc", "--version"]),
+    ] {
+        if std::process::Command::new(tool)
+            .arg("--version")
+            .output()
+            .map_or(true, |o| !o.status.success())
+        {
+            crate::common::skip_msg(
+                &format!("{test} ({tool} part)"),
+                &format!("{tool} is not installed"),
+            );
+            continue;
+        }
+        let run = sb.exec(&[], &argv);
+        assert_eq!(run.code(), 0, "{tool}: {run:?}");
+    }
+    std::fs::write(
+        sb.ws().join("leak.c"),
+        "#include <stdlib.h>\nvoid *kept;\nint main(void) { kept = malloc(7); kept = 0; return 0; }\n",
+    )
+    .unwrap();
+    let built = sb.exec(
+        &[],
+        &[
+            "sh",
+            "-c",
+            "gcc -g -fsanitize=address leak.c -o leak && ./leak",
+        ],
+    );
+    assert!(
+        built
+            .stderr
+            .contains("LeakSanitizer: detected memory leaks")
+            && !built
+                .stderr
+                .contains("LeakSanitizer has encountered a fatal error"),
+        "LeakSanitizer did not run: {built:?}"
+    );
+}
+
+/// Issue 33, item 1: `strict` (`[sandbox] ptrace = "none"`) refuses tracing even of a call's
+/// own child, and a tracer's failure names the field and how to opt in.
+#[cordon_test::test]
+fn strict_refuses_tracing_and_says_how_to_opt_in() {
+    let test = "strict_refuses_tracing_and_says_how_to_opt_in";
+    if skip(test, Need::Namespaces) {
+        return;
+    }
+    let sb = Sandbox::new();
+    std::fs::write(sb.ws().join("trace.py"), TRACE_SCRIPT).unwrap();
+    let run = sb.exec(
+        &["--policy", "strict"],
+        &["/usr/bin/python3", "trace.py", "1"],
+    );
+    assert!(
+        run.stdout.starts_with(&format!("own={} ", libc::EPERM)),
+        "strict let a call trace its own child: {run:?}"
+    );
+    if !std::path::Path::new("/usr/bin/strace").exists() {
+        crate::common::skip_msg(&format!("{test} (strace part)"), "strace is not installed");
+        return;
+    }
+    let mut s = crate::stdio_server::StdioServer::start(sb.ws(), &["--policy", "strict"], "", &[]);
+    let r = s.call(
+        "shell_exec",
+        serde_json::json!({"command": "strace -o /dev/null true"}),
+    );
+    let message = crate::stdio_server::structured(&r)["error"]["message"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    assert!(
+        message.contains("ptrace = \"none\"") && message.contains("ptrace = \"call\""),
+        "{r}"
+    );
+}
