@@ -638,3 +638,82 @@ fn more_itertools_test_suite() {
         ..Row::default()
     });
 }
+
+// ---------------------------------------------------------------------------------------
+// Browsers (issue 33): headless Chromium and Playwright driving it
+// ---------------------------------------------------------------------------------------
+
+/// A page whose text only its script writes: `--dump-dom` shows that the script ran.
+const SCRIPTED_PAGE: &str = "<html><body><div id=\"out\">static</div><script>\
+     document.getElementById('out').textContent = 'rendered-' + (6 * 7);</script></body></html>\n";
+
+/// Debian's Chromium headless, with the flags a test suite gives it (`--no-sandbox`: as root,
+/// or root of a user namespace, Chromium's own sandbox refuses to start; a profile of its own,
+/// and none of the background services that would reach for the network).
+const CHROMIUM: &str = "chromium --headless --no-sandbox --disable-gpu --disable-quic \
+     --no-first-run --disable-background-networking --disable-component-update --disable-sync \
+     --user-data-dir=\"$(mktemp -d)\"";
+
+#[cordon_test::test]
+fn headless_chromium_renders_a_scripted_page_and_a_screenshot() {
+    if !have("headless_chromium", &["chromium"]) {
+        return;
+    }
+    let script = format!(
+        "{CHROMIUM} --dump-dom \"file://$PWD/page.html\" 2>/dev/null | grep -o 'rendered-[0-9]*'; \
+         {CHROMIUM} --window-size=640,480 --screenshot=\"$PWD/shot.png\" \"file://$PWD/page.html\" \
+           2>/dev/null; \
+         head -c 8 shot.png | od -An -c | tr -d ' '"
+    );
+    check(Row {
+        name: "headless_chromium",
+        prepare: &|ws| write_files(ws, &[("page.html", SCRIPTED_PAGE)]),
+        script: &script,
+        ..Row::default()
+    });
+}
+
+#[cordon_test::test]
+fn playwright_drives_the_system_chromium() {
+    let pw =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2e/node/node_modules/playwright-core");
+    if !have("playwright_chromium", &["chromium", "node"]) {
+        return;
+    }
+    if !pw.is_dir() {
+        harness::missing(
+            "playwright_chromium",
+            "playwright-core is not installed (npm ci --prefix tests/e2e/node)",
+        );
+        return;
+    }
+    let pw = pw.to_string_lossy().into_owned();
+    check(Row {
+        name: "playwright_chromium",
+        prepare: &|ws| {
+            write_files(
+                ws,
+                &[
+                    ("page.html", SCRIPTED_PAGE),
+                    (
+                        "pw.mjs",
+                        // Playwright's default launch arguments (its own `--no-sandbox`
+                        // included); only the browser is the system's: its download cannot
+                        // be reached.
+                        "import { chromium } from 'playwright-core';\n\
+                         const browser = await chromium.launch({ executablePath: '/usr/bin/chromium' });\n\
+                         const page = await browser.newPage();\n\
+                         await page.goto('file://' + process.cwd() + '/page.html');\n\
+                         console.log(await page.textContent('#out'));\n\
+                         await page.screenshot({ path: 'shot.png' });\n\
+                         await browser.close();\n",
+                    ),
+                ],
+            );
+            std::fs::create_dir_all(ws.join("node_modules")).unwrap();
+            host(ws, &["cp", "-r", &pw, "node_modules/"]);
+        },
+        script: "node pw.mjs && head -c 8 shot.png | od -An -c | tr -d ' '",
+        ..Row::default()
+    });
+}
