@@ -1011,6 +1011,7 @@ fn start_factory(
         calls_ids: call_ids::decide(kernel.is_root, plan.call_ids, workspace_dir),
         shm_bytes: plan.shm_bytes,
         cgroup_mounts,
+        writable_shims: &plan.writable_shims,
     };
     for entry in crate::workspace::existing_protected(workspace_dir, protected) {
         if entry.kind == crate::workspace::EntryKind::Symlink {

@@ -86,6 +86,7 @@ pub(crate) struct ViewInputs<'a> {
     pub calls_ids: Option<super::sandbox::plan::CallIds>,
     pub shm_bytes: u64,
     pub cgroup_mounts: Vec<super::sandbox::plan::CgroupMount>,
+    pub writable_shims: &'a [PathBuf],
 }
 
 /// Most seconds of CPU the confined export of one import may use.
@@ -322,11 +323,13 @@ impl SandboxInit {
 
     /// A new directory for one call slot, beneath the calls' temporary root.
     fn call_tmp(&self) -> Result<super::scratch::RemovedOnDrop, ConfineError> {
-        tempfile::Builder::new()
+        let tmp = tempfile::Builder::new()
             .prefix("call-")
             .tempdir_in(&self.plan.calls_tmp)
             .map(super::scratch::RemovedOnDrop::take)
-            .map_err(ConfineError::TempDir)
+            .map_err(ConfineError::TempDir)?;
+        super::sandbox::shims::prepare(tmp.path(), &self.plan.writable_shims);
+        Ok(tmp)
     }
 
     /// A slot for a long-lived worker: its own cgroups and its private directory as the one
@@ -477,6 +480,7 @@ fn plan(inputs: &ViewInputs<'_>) -> InitPlan {
         cgroup_mounts: inputs.cgroup_mounts.clone(),
         calls_tmp: inputs.calls_tmp.to_path_buf(),
         private_root: inputs.private_root.to_path_buf(),
+        writable_shims: inputs.writable_shims.to_vec(),
         git_shadow: None,
     }
 }

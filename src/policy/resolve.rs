@@ -111,6 +111,11 @@ impl Policy {
             seccomp_profile: self.sandbox.seccomp_profile.clone(),
             fallback_unix_sockets: self.sandbox.fallback_unix_sockets,
             trace_own_call: self.sandbox.ptrace == super::PtraceScope::Call,
+            writable_shims: toolchains
+                .iter()
+                .map(|t| t.root.join("shims"))
+                .filter(|shims| shims.is_dir())
+                .collect(),
             call_ids: crate::confine::CallIdsPolicy {
                 uid: self.sandbox.uid,
                 count: self.sandbox.uid_count,

@@ -291,3 +291,51 @@ fn a_start_that_moves_the_home_aside_says_so_on_stderr() {
 fn rustix_is_root() -> bool {
     std::fs::metadata("/proc/self").unwrap().uid() == 0
 }
+
+/// Issue 33, item 5: a call may rewrite a toolchain's shims (`pyenv rehash`, which every
+/// `pip install` through pyenv's shim runs under `set -e`), in a copy of its own: the
+/// operator's shims never change, and the next call has a fresh copy.
+#[cordon_test::test]
+fn a_call_rehashes_its_own_copy_of_the_toolchain_shims() {
+    let test = "a_call_rehashes_its_own_copy_of_the_toolchain_shims";
+    if skip(test, Need::Namespaces) {
+        return;
+    }
+    let shims = std::env::var_os("HOME")
+        .map(|h| Path::new(&h).join(".pyenv/shims"))
+        .filter(|s| s.is_dir());
+    let Some(shims) = shims else {
+        crate::common::skip_msg(test, "no ~/.pyenv/shims on this machine");
+        return;
+    };
+    let token = crate::common::unique_token();
+    let planted = shims.join(format!("cordon-probe-{token}"));
+    let sb = Sandbox::new();
+    let run = sb.exec(
+        &[],
+        &[
+            "sh",
+            "-c",
+            &format!(
+                "pyenv rehash && echo rehashed && touch \"$PYENV_ROOT/shims/cordon-probe-{token}\" \
+                 && echo planted"
+            ),
+        ],
+    );
+    assert_eq!(run.stdout, "rehashed\nplanted\n", "{run:?}");
+    assert!(
+        !planted.exists(),
+        "a call's write reached the operator's shims"
+    );
+    let next = sb.exec(
+        &[],
+        &[
+            "sh",
+            "-c",
+            &format!(
+                "test -e \"$PYENV_ROOT/shims/cordon-probe-{token}\" && echo seen || echo fresh"
+            ),
+        ],
+    );
+    assert_eq!(next.stdout, "fresh\n", "{next:?}");
+}

@@ -16,6 +16,7 @@ pub mod idmap;
 pub mod init;
 mod mount_attr;
 pub mod plan;
+pub mod shims;
 mod slot_mounts;
 pub mod view;
 pub mod wire;

@@ -80,6 +80,10 @@ pub struct InitPlan {
     /// Where the long-lived workers' private directories are; never granted as a whole either.
     #[serde(default)]
     pub private_root: PathBuf,
+    /// Toolchain shim directories (`~/.pyenv/shims`) each call slot gets a writable copy of,
+    /// bound over them, so a rehash succeeds and changes only the call's copy (`shims`).
+    #[serde(default)]
+    pub writable_shims: Vec<PathBuf>,
     /// The workspace's shadow gitdir (see `crate::git`): bound read-write at
     /// `<workspace>/.git`, over the operator's gitdir, which is bound read-only elsewhere.
     #[serde(default)]
@@ -202,6 +206,7 @@ mod tests {
             cgroup_mounts: Vec::new(),
             calls_tmp: PathBuf::new(),
             private_root: PathBuf::new(),
+            writable_shims: Vec::new(),
             git_shadow: None,
         };
         let json = serde_json::to_vec(&plan).expect("serialises");

@@ -55,6 +55,7 @@ pub fn build(plan: &InitPlan, dir: &Path, joined_cgroups: bool) -> Result<Vec<Gr
         access: GrantKind::ReadWrite,
     }];
     own_tmp(plan, dir)?;
+    grants.extend(super::shims::bind(dir, &plan.writable_shims));
     if plan.shm_bytes > 0 && Path::new("/dev/shm").is_dir() {
         let options = std::ffi::CString::new(format!("mode=1777,size={}", plan.shm_bytes))
             .expect("no NUL in formatted numbers");

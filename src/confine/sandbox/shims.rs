@@ -1,0 +1,118 @@
+//! A writable layer over the granted toolchains' shim directories, one per call.
+//!
+//! pyenv (and rbenv, asdf) keep one small script per installed program in `<root>/shims` and
+//! regenerate them (`rehash`) after every install, under `set -e`: with the directory read-only,
+//! as a granted toolchain is, every `pip install` through the shim fails after it succeeded.
+//! Each call slot therefore gets a copy of each shim directory inside its own TMPDIR, made by the
+//! server on the host path while the slot is prepared (off the call's critical path; through
+//! the view's idmapped bind the copy is the call's own), and bound over the shim directory in
+//! the slot's mount namespace. A rehash writes the call's copy, which goes with the call: the
+//! operator's shims never change, and no call sees another's.
+//!
+//! Owns the copy (bounded: regular files and symlinks of the top level only, [`MAX_ENTRIES`]
+//! of them, each at most [`MAX_FILE`] bytes; the source is the operator's own toolchain) and
+//! the bind with its Landlock grant.
+
+use crate::confine::landlock::{Grant, GrantKind};
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Where in a call's directory the copies live: `<dir>/.cordon-shims/<n>` for the n-th shim
+/// directory of the plan.
+const COPIES: &str = ".cordon-shims";
+/// Most entries copied from one shim directory (pyenv makes one per program: ~130 for three
+/// Python versions).
+pub const MAX_ENTRIES: usize = 4096;
+/// Largest shim copied (they are scripts of a few hundred bytes).
+pub const MAX_FILE: u64 = 1 << 20;
+
+/// The copy of the `n`-th shim directory in the call directory `dir`.
+fn copy_of(dir: &Path, n: usize) -> PathBuf {
+    dir.join(COPIES).join(n.to_string())
+}
+
+/// Server side, on the host path of a new call directory: copies each of `shims` into it.
+/// A shim directory that cannot be copied is left out (its calls find it read-only, as before).
+pub fn prepare(dir: &Path, shims: &[PathBuf]) {
+    for (n, shim) in shims.iter().enumerate() {
+        let copy = copy_of(dir, n);
+        if let Err(e) = copy_dir(shim, &copy) {
+            tracing::debug!("no writable copy of {}: {e}", shim.display());
+            let _ = std::fs::remove_dir_all(&copy);
+        }
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) -> io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(to)?;
+    for entry in std::fs::read_dir(from)?.take(MAX_ENTRIES) {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        let target = to.join(entry.file_name());
+        if kind.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(entry.path())?, &target)?;
+        } else if kind.is_file() && entry.metadata()?.len() <= MAX_FILE {
+            std::fs::copy(entry.path(), &target)?;
+            let mode = entry.metadata()?.permissions().mode() & 0o777;
+            std::fs::set_permissions(&target, std::fs::Permissions::from_mode(mode))?;
+        }
+    }
+    Ok(())
+}
+
+/// Slot side, in its own mount namespace (after its TMPDIR `dir` is in place): binds each copy
+/// over its shim directory and returns the grants that make it writable. A missing copy or a
+/// failed bind leaves that directory read-only.
+pub fn bind(dir: &Path, shims: &[PathBuf]) -> Vec<Grant> {
+    let mut grants = Vec::new();
+    for (n, shim) in shims.iter().enumerate() {
+        let copy = copy_of(dir, n);
+        if !copy.is_dir() || !shim.is_dir() {
+            continue;
+        }
+        if rustix::mount::mount_bind(&copy, shim).is_ok() {
+            grants.push(Grant {
+                path: shim.clone(),
+                access: GrantKind::ReadWrite,
+            });
+        }
+    }
+    grants
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_copy_keeps_files_modes_and_links_and_leaves_directories_out() {
+        use std::os::unix::fs::PermissionsExt;
+        let src = tempfile::tempdir().unwrap();
+        std::fs::write(
+            src.path().join("python3"),
+            "#!/bin/sh\nexec pyenv exec \"$0\"\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(
+            src.path().join("python3"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("python3", src.path().join("python")).unwrap();
+        std::fs::create_dir(src.path().join("nested")).unwrap();
+        let call = tempfile::tempdir().unwrap();
+        prepare(call.path(), &[src.path().to_path_buf()]);
+        let copy = copy_of(call.path(), 0);
+        let meta = std::fs::metadata(copy.join("python3")).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o755);
+        assert_eq!(
+            std::fs::read_link(copy.join("python")).unwrap(),
+            Path::new("python3")
+        );
+        assert!(!copy.join("nested").exists());
+    }
+}
