@@ -117,13 +117,7 @@ fn executable(pid: u32) -> Option<String> {
 
 /// A process's arguments (at most [`MAX_CMDLINE`] bytes of them).
 fn argv(pid: u32) -> Option<Vec<String>> {
-    use std::io::Read;
-    let mut bytes = Vec::new();
-    std::fs::File::open(format!("/proc/{pid}/cmdline"))
-        .ok()?
-        .take(MAX_CMDLINE)
-        .read_to_end(&mut bytes)
-        .ok()?;
+    let bytes = super::sockets::read_bounded(&format!("/proc/{pid}/cmdline"), MAX_CMDLINE)?;
     Some(
         bytes
             .split(|&b| b == 0)

@@ -14,7 +14,6 @@
 
 use super::sockets::Members;
 use std::collections::HashSet;
-use std::io::Read;
 
 /// The most of `/proc/<pid>/net/snmp` read (it is about 2 KiB).
 const MAX_SNMP: u64 = 64 * 1024;
@@ -41,13 +40,8 @@ impl ServingLook {
 /// Connections accepted so far in the network namespace of the job's processes.
 fn passive_opens(members: &Members) -> Option<u64> {
     let pid = members.root.or_else(|| members.pids().first().copied())?;
-    let mut text = String::new();
-    std::fs::File::open(format!("/proc/{pid}/net/snmp"))
-        .ok()?
-        .take(MAX_SNMP)
-        .read_to_string(&mut text)
-        .ok()?;
-    parse_passive_opens(&text)
+    let bytes = super::sockets::read_bounded(&format!("/proc/{pid}/net/snmp"), MAX_SNMP)?;
+    parse_passive_opens(&String::from_utf8_lossy(&bytes))
 }
 
 /// `PassiveOpens` from `/proc/net/snmp` text: the `Tcp:` header line names the columns, the

@@ -88,6 +88,19 @@ impl Members {
 }
 
 /// The inode of a `socket:[N]` descriptor link.
+/// At most `max` bytes of a file (a `/proc` entry of a job's process, which the process can
+/// make long: its command line).
+pub(super) fn read_bounded(path: &str, max: u64) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(max)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    Some(bytes)
+}
+
 fn socket_inode(link: &str) -> Option<u64> {
     link.strip_prefix("socket:[")?
         .strip_suffix(']')?

@@ -62,12 +62,16 @@ fn replay(log: &std::path::Path, policy: Option<&str>, json: bool) -> std::proce
     cmd.output().unwrap()
 }
 
-#[cordon_test::test]
-fn a_recorded_log_replayed_under_its_own_policy_and_a_candidate() {
-    let test = "a_recorded_log_replayed_under_its_own_policy_and_a_candidate";
-    if skip(test, Need::Namespaces) {
-        return;
-    }
+/// A workspace with the recorded and candidate policies beside it, and a `cordon serve` over
+/// it writing its audit log under the recorded policy.
+struct Recording {
+    _root: tempfile::TempDir,
+    candidate: std::path::PathBuf,
+    log: std::path::PathBuf,
+    server: StdioServer,
+}
+
+fn recording() -> Recording {
     let root = tempfile::tempdir().unwrap();
     let ws = root.path().join("ws");
     std::fs::create_dir(&ws).unwrap();
@@ -77,14 +81,33 @@ fn a_recorded_log_replayed_under_its_own_policy_and_a_candidate() {
     std::fs::write(&candidate, CANDIDATE).unwrap();
     let log = root.path().join("audit.jsonl");
     let (recorded_s, log_s) = (recorded.display().to_string(), log.display().to_string());
-
-    // Record: real calls through `cordon serve`.
-    let mut server = StdioServer::start(
+    let server = StdioServer::start(
         &ws,
         &["--policy", &recorded_s, "--audit-log", &log_s],
         "",
         &[],
     );
+    Recording {
+        _root: root,
+        candidate,
+        log,
+        server,
+    }
+}
+
+#[cordon_test::test]
+fn a_recorded_log_replayed_under_its_own_policy_and_a_candidate() {
+    let test = "a_recorded_log_replayed_under_its_own_policy_and_a_candidate";
+    if skip(test, Need::Namespaces) {
+        return;
+    }
+    // Record: real calls through `cordon serve`.
+    let Recording {
+        _root,
+        candidate,
+        log,
+        mut server,
+    } = recording();
     let shell = |server: &mut StdioServer, args: Value| server.call("shell_exec", args);
     shell(&mut server, json!({"command": "echo hello"}));
     let push = shell(
@@ -277,23 +300,12 @@ fn lines_typed_into_a_jobs_shell_are_replayed_as_commands() {
     if skip(test, Need::Namespaces) {
         return;
     }
-    let root = tempfile::tempdir().unwrap();
-    let ws = root.path().join("ws");
-    std::fs::create_dir(&ws).unwrap();
-    let (recorded, candidate) = (
-        root.path().join("recorded.toml"),
-        root.path().join("c.toml"),
-    );
-    std::fs::write(&recorded, RECORDED).unwrap();
-    std::fs::write(&candidate, CANDIDATE).unwrap();
-    let log = root.path().join("audit.jsonl");
-    let (recorded_s, log_s) = (recorded.display().to_string(), log.display().to_string());
-    let mut server = StdioServer::start(
-        &ws,
-        &["--policy", &recorded_s, "--audit-log", &log_s],
-        "",
-        &[],
-    );
+    let Recording {
+        _root,
+        candidate,
+        log,
+        mut server,
+    } = recording();
     let started = server.call(
         "shell_exec",
         json!({"command": "bash", "background": true, "wait_secs": 0}),
