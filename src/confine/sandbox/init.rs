@@ -735,6 +735,14 @@ fn slot(plan: &InitPlan, grants: &[OpenedGrant], own: SlotOwn, ids_mapped: bool)
     if let Err(e) = rustix::process::setsid() {
         slot_fail(&sock, "setsid", e.raw_os_error());
     }
+    // This namespace's /proc, opened before the slot's Landlock layer (a policy need not grant
+    // /proc): what the call left running is counted from it at the end (`leftovers`).
+    let proc_dir = rustix::fs::open(
+        "/proc",
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .ok();
     if let Err((stage, e)) = confine_self(plan, grants, &own_grants) {
         slot_fail(&sock, stage, errno_of(&e));
     }
@@ -769,7 +777,7 @@ fn slot(plan: &InitPlan, grants: &[OpenedGrant], own: SlotOwn, ids_mapped: bool)
     match main {
         -1 => slot_fail(&sock, "fork", errno_of(&io::Error::last_os_error())),
         0 => {
-            drop((signals, status, pidfd));
+            drop((signals, status, pidfd, proc_dir));
             await_job(plan, sock, job_scope.as_ref())
         }
         _ => {
@@ -787,7 +795,7 @@ fn slot(plan: &InitPlan, grants: &[OpenedGrant], own: SlotOwn, ids_mapped: bool)
             // The main process's copy of the socket closes at its exec: that EOF is the
             // server's sign that the program runs.
             drop(sock);
-            reap_until(main, &signals, &status)
+            reap_until(main, &signals, &status, proc_dir.as_ref())
         }
     }
 }
@@ -874,7 +882,12 @@ fn confine_self(
 /// The reaper's loop after the job started: reaps every process of the namespace (orphans are
 /// re-parented here), passes signals from outside on to the job's main process, and when that
 /// ends leaves its status for PID 1 and exits, which ends every process left in the namespace.
-fn reap_until(main: i32, signals: &OwnedFd, status_pipe: &OwnedFd) -> ! {
+fn reap_until(
+    main: i32,
+    signals: &OwnedFd,
+    status_pipe: &OwnedFd,
+    proc_dir: Option<&OwnedFd>,
+) -> ! {
     loop {
         loop {
             let mut status = 0;
@@ -883,7 +896,7 @@ fn reap_until(main: i32, signals: &OwnedFd, status_pipe: &OwnedFd) -> ! {
             if pid == main {
                 let mut report = [0u8; 8];
                 report[..4].copy_from_slice(&status.to_ne_bytes());
-                report[4..].copy_from_slice(&leftovers().to_ne_bytes());
+                report[4..].copy_from_slice(&leftovers(proc_dir).to_ne_bytes());
                 let _ = rustix::io::write(status_pipe, &report);
                 // SAFETY: _exit ends this forked process without running PID 1's atexit state.
                 unsafe { libc::_exit(0) }
@@ -926,8 +939,8 @@ fn reap_until(main: i32, signals: &OwnedFd, status_pipe: &OwnedFd) -> ! {
 /// How many processes of the namespace still run once the main process has ended: what the
 /// call left behind (`cmd &`, a daemon), which the reaper's exit ends. Zombies already gone
 /// are reaped first; read from this namespace's own `/proc` (one directory listing, no more
-/// when nothing is left).
-fn leftovers() -> u32 {
+/// when nothing is left), through the descriptor opened before the slot confined itself.
+fn leftovers(proc_dir: Option<&OwnedFd>) -> u32 {
     loop {
         let mut status = 0;
         // SAFETY: waitpid writes the status into a live local.
@@ -935,19 +948,21 @@ fn leftovers() -> u32 {
             break;
         }
     }
-    let Ok(entries) = std::fs::read_dir("/proc") else {
+    let Some(Ok(mut entries)) = proc_dir.map(rustix::fs::Dir::read_from) else {
         return 0;
     };
-    let others = entries
-        .map_while(Result::ok)
-        .filter(|e| {
-            e.file_name()
-                .to_str()
-                .and_then(|n| n.parse::<u32>().ok())
-                .is_some_and(|pid| pid != 1)
-        })
-        .count();
-    u32::try_from(others).unwrap_or(u32::MAX)
+    let mut others: u32 = 0;
+    while let Some(Ok(entry)) = entries.read() {
+        let pid = entry
+            .file_name()
+            .to_str()
+            .ok()
+            .and_then(|n| n.parse::<u32>().ok());
+        if pid.is_some_and(|pid| pid != 1) {
+            others = others.saturating_add(1);
+        }
+    }
+    others
 }
 
 fn read_job(received: fdpass::Received) -> io::Result<(Job, Vec<OwnedFd>)> {
