@@ -92,7 +92,11 @@ mod tests {
         let grants = [PathBuf::from("/usr"), PathBuf::from("/bin")];
         assert!(runnable(Path::new("/bin/sh"), &grants, &[]));
         assert!(!runnable(Path::new("/bin/sh"), &[], &[]));
-        assert!(!runnable(Path::new("/bin/sh"), &grants, &[sh.clone()]));
+        assert!(!runnable(
+            Path::new("/bin/sh"),
+            &grants,
+            std::slice::from_ref(&sh)
+        ));
         assert!(!runnable(Path::new("/nonexistent/sh"), &grants, &[]));
     }
 
