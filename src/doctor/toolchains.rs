@@ -22,7 +22,14 @@ pub fn invisible_on_path(policy: &Policy, path_var: &str) -> Vec<String> {
         .collect();
     let mut out = Vec::new();
     for dir in path_var.split(':').map(Path::new) {
-        if !dir.is_absolute() || !holds_programs(dir) || visible(dir, &grants, &fs.deny) {
+        // A directory reached through a link is visible when its target is (toolchain roots
+        // are granted by their canonical path).
+        let real = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+        if !dir.is_absolute()
+            || !holds_programs(dir)
+            || visible(dir, &grants, &fs.deny)
+            || visible(&real, &grants, &fs.deny)
+        {
             continue;
         }
         let home = crate::policy::server_home().unwrap_or_default();

@@ -102,19 +102,51 @@ fn load_chain(
                 message: e.to_string(),
             }
         })?;
-    let merged = chain
-        .layers
-        .iter()
-        .rev()
-        .fold(default_raw, |base, (_, _, layer)| {
-            layer.clone().overlay(base)
-        });
+    let mut merged = default_raw;
+    for (origin, text, layer) in chain.layers.iter().rev() {
+        unset_names_are_inherited(origin, text, layer, &merged)?;
+        merged = layer.clone().overlay(merged);
+    }
     let mut policy = validate::validate(merged, origin)
         .map_err(|e| at_the_line_that_set_it(e, &chain.layers))?;
     policy.commands.locate(&chain.rule_sites);
     locate_network(&mut policy.network, &chain.layers);
     policy.sources = chain.sources;
     Ok(policy)
+}
+
+/// A layer's `environment.unset` may only name variables it inherits in `environment.set`:
+/// a misspelt name would otherwise leave the variable set while the file says it is not.
+fn unset_names_are_inherited(
+    origin: &str,
+    text: &str,
+    layer: &RawPolicy,
+    inherited: &RawPolicy,
+) -> Result<(), PolicyError> {
+    let inherited_set = inherited.environment.set.as_ref();
+    let Some(name) = layer
+        .environment
+        .unset
+        .iter()
+        .flatten()
+        .find(|n| !inherited_set.is_some_and(|set| set.contains_key(*n)))
+    else {
+        return Ok(());
+    };
+    let line = field_line(text, "environment.unset")
+        .map(|l| format!(":{l}"))
+        .unwrap_or_default();
+    Err(PolicyError::Invalid {
+        origin: format!("{origin}{line}"),
+        field: "environment.unset",
+        message: format!(
+            "`{name}` is not set by the policy this one extends, so there is nothing to unset \
+             (inherited: {})",
+            inherited_set
+                .map(|s| s.keys().cloned().collect::<Vec<_>>().join(", "))
+                .unwrap_or_default()
+        ),
+    })
 }
 
 /// Reads and parses each layer of the chain, child first, checking each layer's command
@@ -377,6 +409,50 @@ pub(super) mod tests {
         assert_eq!(
             p.limits.open_files,
             Policy::builtin_default().limits.open_files
+        );
+    }
+
+    #[test]
+    fn environment_set_merges_across_extends_and_unset_removes_an_inherited_key() {
+        // Issue 33: a policy extending `dev` that set one variable lost PATH, HOME and TMPDIR.
+        let child = Policy::from_toml(
+            "extends = \"dev\"\n[environment]\nset = { FOO = \"bar\", GOCACHE = \"/elsewhere\" }\n\
+             unset = [\"PIP_CACHE_DIR\"]\n",
+            "child.toml",
+        )
+        .unwrap();
+        let dev = Policy::load("dev").unwrap();
+        let set = &child.environment.set;
+        assert_eq!(set["FOO"], "bar");
+        assert_eq!(set["GOCACHE"], "/elsewhere", "the child's value wins");
+        for inherited in ["PATH", "HOME", "TMPDIR", "npm_config_cache"] {
+            assert_eq!(
+                set.get(inherited),
+                dev.environment.set.get(inherited),
+                "{inherited}"
+            );
+        }
+        assert!(
+            !set.contains_key("PIP_CACHE_DIR"),
+            "unset removes it: {set:?}"
+        );
+        // `policy show` prints the merged table.
+        let shown = crate::cli::policy::show(&child, false).unwrap();
+        assert!(
+            shown.contains("PATH = ") && shown.contains("FOO = \"bar\""),
+            "{shown}"
+        );
+        assert!(!shown.contains("PIP_CACHE_DIR"), "{shown}");
+        // A name the parent does not set is a mistake, reported at its line.
+        let err = Policy::from_toml(
+            "extends = \"default\"\n[environment]\nunset = [\"PIP_CACHE_DIR\"]\n",
+            "typo.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("typo.toml:3: field `environment.unset`") && err.contains("PIP_CACHE_DIR"),
+            "{err}"
         );
     }
 

@@ -9,12 +9,14 @@
 //! `exec` and `workspace`, which never see a `Policy`.
 
 pub mod breaker;
+mod call_env;
 pub mod commands;
 pub mod decide;
 pub mod explain;
 mod interception;
 pub mod jobs;
 mod load;
+mod login;
 mod model;
 mod raw;
 pub mod resolve;

@@ -187,7 +187,10 @@ pub struct RawLimits {
 #[serde(deny_unknown_fields)]
 pub struct RawEnvironment {
     pub pass: Option<Vec<String>>,
+    /// Merged across `extends` key by key (see the `Overlay` impl below).
     pub set: Option<BTreeMap<String, String>>,
+    /// Names of inherited `set` entries this layer removes; consumed by the merge.
+    pub unset: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -327,7 +330,31 @@ overlay_struct!(RawLimits {
     disk_mb,
     shm_mb,
 });
-overlay_struct!(RawEnvironment { pass, set });
+
+impl Overlay for RawEnvironment {
+    /// `set` merges key by key (a policy that adds one variable keeps PATH, HOME and TMPDIR);
+    /// the layer's `unset` names leave the inherited table first, so its own `set` can still
+    /// name them. `pass` is a list and replaces, like every other list.
+    fn overlay(self, base: Self) -> Self {
+        let set = match (self.set, base.set) {
+            (None, None) => None,
+            (own, inherited) => {
+                let mut merged = inherited.unwrap_or_default();
+                for name in self.unset.iter().flatten() {
+                    merged.remove(name);
+                }
+                merged.extend(own.unwrap_or_default());
+                Some(merged)
+            }
+        };
+        Self {
+            pass: self.pass.or(base.pass),
+            set,
+            // Consumed here: the merged table is what every later stage (and `policy show`) sees.
+            unset: None,
+        }
+    }
+}
 overlay_struct!(RawCommands {
     on_unknown,
     on_analysis_failure,

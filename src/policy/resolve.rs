@@ -137,7 +137,7 @@ impl Policy {
                 cpu_percent: limits.cpu_percent,
             },
         };
-        let env = self.env_template(workspace, home.as_deref(), &toolchains);
+        let env = self.env_template(workspace, home.as_deref(), &toolchains, &confine.read_exec);
         let lint = LintPlan {
             enabled: self.lint.enabled,
             syntax: self.lint.syntax,
@@ -166,12 +166,14 @@ impl Policy {
     /// `environment` with `{home}`, `{workspace}`, `{workspace_home}` and `{toolchains}`
     /// expanded; `{tmp}` stays, it differs per call. Each present toolchain's root variable
     /// (`RUSTUP_HOME`, ...) is set too, unless the policy sets it or passes it from a server
-    /// environment that has it.
+    /// environment that has it; so are the login variables and the operator's git settings
+    /// (`call_env`), under the same rule.
     fn env_template(
         &self,
         workspace: &Path,
         workspace_home: Option<&Path>,
         toolchains: &[super::toolchains::Toolchain],
+        read_exec: &[std::path::PathBuf],
     ) -> EnvTemplate {
         let home = server_home().unwrap_or_default();
         let workspace = workspace.to_string_lossy();
@@ -213,26 +215,12 @@ impl Policy {
                 set.insert(var.to_owned(), t.root.to_string_lossy().into_owned());
             }
         }
-        // The operator's identity (only `user.name`/`user.email`), so `git commit` works in
-        // calls without showing them the operator's git configuration; the policy's own
-        // `environment.set` wins.
-        let var = |n: &str| std::env::var_os(n).map(std::path::PathBuf::from);
-        let (name, email) = crate::workspace::gitconfig::operator_identity(
-            server_home().as_deref().map(Path::new),
-            var("XDG_CONFIG_HOME").as_deref(),
-            var("GIT_CONFIG_GLOBAL").as_deref(),
-            std::env::var_os("GIT_CONFIG_NOSYSTEM").is_none(),
+        super::call_env::add_implicit(
+            &mut set,
+            &self.environment.pass,
+            read_exec,
+            &self.filesystem.deny,
         );
-        for (value, names) in [
-            (name, ["GIT_AUTHOR_NAME", "GIT_COMMITTER_NAME"]),
-            (email, ["GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL"]),
-        ] {
-            if let Some(value) = value {
-                for n in names {
-                    set.entry(n.to_owned()).or_insert_with(|| value.clone());
-                }
-            }
-        }
         EnvTemplate {
             pass: self.environment.pass.clone(),
             set,

@@ -21,19 +21,42 @@ pub struct Toolchain {
 }
 
 /// The toolchains among `roots` that exist, each with its PATH directories.
+///
+/// A root reached through a symlink (`~/.pyenv` → `~/dotfiles/pyenv`, as stow makes) is
+/// described by its canonical target: the sandbox's view and Landlock grant what a path *is*,
+/// and the link itself lies in a home the view does not show, so granting or putting on PATH
+/// the spelling with the link found nothing and the toolchain silently fell back to the
+/// system's. The layout is still recognised by the name the policy gives (`.pyenv`).
 pub fn present(roots: &[PathBuf]) -> Vec<Toolchain> {
+    let home = super::resolve::server_home().map(PathBuf::from);
     roots
         .iter()
         .filter(|r| r.is_dir())
-        .map(|root| describe(root))
+        .filter_map(|root| {
+            let canonical = root.canonicalize().ok()?;
+            if canonical != *root && too_wide(&canonical, home.as_deref()) {
+                // A link to `/` or to the home itself would grant the whole home; skip it
+                // (`cordon doctor` then names it as invisible).
+                return None;
+            }
+            Some(describe(root, &canonical))
+        })
         .collect()
 }
 
-fn describe(root: &Path) -> Toolchain {
+/// Whether a link's target would grant more than a toolchain: `/`, or the home (or a
+/// directory above it).
+fn too_wide(target: &Path, home: Option<&Path>) -> bool {
+    target == Path::new("/") || home.is_some_and(|h| h.starts_with(target))
+}
+
+/// `root` as the policy names it (for its layout), `canonical` where it really is.
+fn describe(root: &Path, canonical: &Path) -> Toolchain {
     let name = root
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
+    let root = canonical;
     let (dirs, root_var): (Vec<PathBuf>, Option<&'static str>) = match name.as_str() {
         ".rustup" => (Vec::new(), Some("RUSTUP_HOME")),
         ".pyenv" => (
@@ -120,5 +143,22 @@ mod tests {
             "the newest version, compared as numbers"
         );
         assert_eq!(found[4].path_dirs, vec![h.join("go/bin")]);
+    }
+
+    #[test]
+    fn a_symlinked_root_is_described_by_its_target_and_a_link_to_the_home_is_not_granted() {
+        let tmp = tempfile::tempdir().unwrap();
+        let t = tmp.path().canonicalize().unwrap();
+        std::fs::create_dir_all(t.join("store/pyenv/shims")).unwrap();
+        std::fs::create_dir_all(t.join("home")).unwrap();
+        std::os::unix::fs::symlink(t.join("store/pyenv"), t.join("home/.pyenv")).unwrap();
+        let found = present(&[t.join("home/.pyenv")]);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].root, t.join("store/pyenv"));
+        assert_eq!(found[0].path_dirs, vec![t.join("store/pyenv/shims")]);
+        assert_eq!(found[0].root_var, Some("PYENV_ROOT"));
+        assert!(too_wide(Path::new("/"), None));
+        assert!(too_wide(&t, Some(&t.join("home"))));
+        assert!(!too_wide(&t.join("store/pyenv"), Some(&t.join("home"))));
     }
 }

@@ -363,7 +363,9 @@ fn limits(check: &Check, l: raw::RawLimits) -> Result<Limits, PolicyError> {
         pids: check.positive("limits.pids", l.pids)?,
         cpu_percent: check.positive("limits.cpu_percent", l.cpu_percent)?,
         cpu_seconds: check.positive("limits.cpu_seconds", l.cpu_seconds)?,
-        file_size_bytes: mib(check.positive("limits.file_size_mb", l.file_size_mb)?),
+        // Unset: the disk budget. A lower default killed a call writing one large file
+        // (SIGXFSZ) that the disk budget allowed.
+        file_size_bytes: mib(check.positive("limits.file_size_mb", l.file_size_mb.or(l.disk_mb))?),
         open_files: check.positive("limits.open_files", l.open_files)?,
         address_space_bytes: mib(check.positive("limits.address_space_mb", l.address_space_mb)?),
         disk_bytes: mib(check.positive("limits.disk_mb", l.disk_mb)?),

@@ -300,6 +300,37 @@ pub fn operator_identity(
     global: Option<&std::path::Path>,
     system: bool,
 ) -> (Option<String>, Option<String>) {
+    identity_of(&operator_configs(home, xdg_config_home, global, system))
+}
+
+/// `user.name` and `user.email` of configs in git's order (a later value wins).
+pub fn identity_of(configs: &[Vec<Entry>]) -> (Option<String>, Option<String>) {
+    let (mut name, mut email) = (None, None);
+    for entries in configs {
+        for e in entries.iter().cloned() {
+            if e.section != "user" || e.subsection.is_some() {
+                continue;
+            }
+            match e.name.as_str() {
+                "name" => name = e.value.filter(|v| !v.is_empty()),
+                "email" => email = e.value.filter(|v| !v.is_empty()),
+                _ => {}
+            }
+        }
+    }
+    (name, email)
+}
+
+/// The entries of the operator's system and global configs, in git's order (a later file
+/// wins): `/etc/gitconfig` (when `system`), `$XDG_CONFIG_HOME/git/config` or
+/// `~/.config/git/config`, then `$GIT_CONFIG_GLOBAL` or `~/.gitconfig`. Includes are not
+/// followed; a file that is missing, too large or does not parse is skipped.
+pub fn operator_configs(
+    home: Option<&std::path::Path>,
+    xdg_config_home: Option<&std::path::Path>,
+    global: Option<&std::path::Path>,
+    system: bool,
+) -> Vec<Vec<Entry>> {
     let mut files: Vec<std::path::PathBuf> = Vec::new();
     if system {
         files.push("/etc/gitconfig".into());
@@ -314,24 +345,10 @@ pub fn operator_identity(
         (None, Some(home)) => files.push(home.join(".gitconfig")),
         _ => {}
     }
-    let (mut name, mut email) = (None, None);
-    for file in files {
-        let Some(text) = read_small(&file) else {
-            continue;
-        };
-        let Ok(entries) = parse(&text) else { continue };
-        for e in entries {
-            if e.section != "user" || e.subsection.is_some() {
-                continue;
-            }
-            match e.name.as_str() {
-                "name" => name = e.value.filter(|v| !v.is_empty()),
-                "email" => email = e.value.filter(|v| !v.is_empty()),
-                _ => {}
-            }
-        }
-    }
-    (name, email)
+    files
+        .iter()
+        .filter_map(|file| parse(&read_small(file)?).ok())
+        .collect()
 }
 
 /// A regular file of at most [`MAX_CONFIG_BYTES`], as text; None otherwise.

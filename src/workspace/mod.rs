@@ -20,6 +20,7 @@ mod error;
 pub mod gitconfig;
 pub mod gitlinks;
 mod home;
+pub mod operator_git;
 pub mod protect;
 mod reclaim;
 pub use reclaim::MovedAside;

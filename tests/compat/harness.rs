@@ -75,6 +75,12 @@ pub struct Row<'a> {
     /// policy still differs (the confined side fails, never silently), and says so; when it
     /// stops differing the row fails, so the marker goes with the difference.
     pub known_difference: Option<&'a str>,
+    /// Variables set for both sides: the unconfined shell's, and `cordon exec`'s own (the
+    /// server's, which cordon scrubs before a call; e.g. a HOME holding the toolchains it grants).
+    pub env: &'a [(&'a str, &'a str)],
+    /// Variables only the unconfined side gets, after `env`: what the operator's login shell
+    /// has that cordon gives calls itself (USER, SHELL, a PATH with `~/.local/bin`).
+    pub plain_env: &'a [(&'a str, &'a str)],
 }
 
 impl Default for Row<'_> {
@@ -89,6 +95,8 @@ impl Default for Row<'_> {
             after: None,
             host_after: None,
             known_difference: None,
+            env: &[],
+            plain_env: &[],
         }
     }
 }
@@ -135,7 +143,9 @@ pub fn check(row: Row<'_>) {
         let mut cmd = Command::new("timeout");
         cmd.arg(TIMEOUT_SECS.to_string())
             .args(["bash", "-c", script])
-            .current_dir(&dir);
+            .current_dir(&dir)
+            .envs(row.env.iter().copied())
+            .envs(row.plain_env.iter().copied());
         run(cmd, stdin)
     };
     let (mut expected, plain_err) = plain(row.script, row.stdin);
@@ -165,7 +175,8 @@ pub fn check(row: Row<'_>) {
                 .args(["--policy", policy, "--timeout"])
                 .arg(TIMEOUT_SECS.to_string())
                 .args(["--", "bash", "-c", script])
-                .current_dir(ws.path().join(row.cwd));
+                .current_dir(ws.path().join(row.cwd))
+                .envs(row.env.iter().copied());
             run(cmd, stdin)
         };
         let (mut got, mut err) = confined(row.script, row.stdin);

@@ -268,6 +268,22 @@ fn node_with_several_webassembly_memories() {
     });
 }
 
+#[cordon_test::test]
+fn a_2_gib_file_within_the_disk_budget() {
+    // Issue 33: file_size was 1 GiB while the disk budget is 8 GiB; SIGXFSZ killed the write.
+    // Sparse files: nothing near 2 GiB is written to disk.
+    if !have("file_2gib", &["truncate", "dd", "stat"]) {
+        return;
+    }
+    check(Row {
+        name: "file_2gib",
+        script: "d=$(mktemp -d) && truncate -s 2G \"$d/big\" && stat -c %s \"$d/big\" && \
+                 dd if=/dev/zero of=\"$d/past\" bs=1M count=1 seek=2048 status=none && \
+                 stat -c %s \"$d/past\"; s=$?; rm -rf \"$d\"; exit $s",
+        ..Row::default()
+    });
+}
+
 // ---------------------------------------------------------------------------------------
 // Toolchains and builds
 // ---------------------------------------------------------------------------------------
@@ -399,6 +415,88 @@ fn npm_test_of_a_tiny_package() {
     });
 }
 
+/// A directory standing in for the operator's home, outside the workspace and outside `/tmp`
+/// (each call has a /tmp of its own, which would hide a grant beneath the host's).
+fn operator_home() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("compat-home-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .expect("operator home")
+}
+
+#[cordon_test::test]
+fn a_symlinked_toolchain_root_is_granted() {
+    // Issue 33: `~/.pyenv` -> elsewhere (as stow makes) went on PATH but was not granted.
+    let tmp = operator_home();
+    let home = tmp.path().join("home");
+    let store = tmp.path().join("store/pyenv");
+    std::fs::create_dir_all(store.join("bin")).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    let tool = store.join("bin/hello-tool");
+    std::fs::write(&tool, "#!/bin/sh\necho hello from a linked toolchain\n").unwrap();
+    std::fs::set_permissions(&tool, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::os::unix::fs::symlink(&store, home.join(".pyenv")).unwrap();
+    // The operator's shell has the toolchain on PATH; cordon puts it there for calls.
+    let path = format!(
+        "{}:{}",
+        home.join(".pyenv/bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    check(Row {
+        name: "toolchain_symlinked_root",
+        script: "hello-tool",
+        env: &[("HOME", home.to_str().unwrap()), ("PATH", &path)],
+        ..Row::default()
+    });
+}
+
+#[cordon_test::test]
+fn cargo_and_pip_user_installs_land_on_path() {
+    // Issue 33: `cargo install` writes `~/.cargo/bin`, `pip install --user` `~/.local/bin`;
+    // the next command (and the next call) must find what they put there.
+    let tmp = operator_home();
+    let home = tmp.path().to_str().unwrap();
+    let path = format!(
+        "{home}/.cargo/bin:{home}/.local/bin:{}",
+        std::env::var("PATH").unwrap_or_default()
+    );
+    check(Row {
+        name: "installs_on_path",
+        script: "mkdir -p ~/.cargo/bin ~/.local/bin && \
+                 printf '#!/bin/sh\\necho cargo-installed\\n' > ~/.cargo/bin/cargo-tool && \
+                 printf '#!/bin/sh\\necho pip-installed\\n' > ~/.local/bin/pip-tool && \
+                 chmod +x ~/.cargo/bin/cargo-tool ~/.local/bin/pip-tool && cargo-tool && pip-tool",
+        after: Some("cargo-tool && pip-tool"),
+        // Only the unconfined side: the operator's own ~/.cargo/bin must not be what the
+        // confined side finds (cordon's server keeps the test's HOME).
+        plain_env: &[("HOME", home), ("PATH", &path)],
+        ..Row::default()
+    });
+}
+
+#[cordon_test::test]
+fn shell_user_and_logname_are_set() {
+    // Issue 33: without SHELL `script` ran /bin/sh (and `watch` under it hung on SIGTTOU).
+    if !have("login_variables", &["id", "script"]) {
+        return;
+    }
+    let out = std::process::Command::new("id")
+        .arg("-un")
+        .output()
+        .unwrap();
+    let user = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    check(Row {
+        name: "login_variables",
+        script: "[ -x \"$SHELL\" ] && echo shell-ok; \
+                 [ \"$USER\" = \"$(id -un)\" ] && echo user-ok; \
+                 [ \"$LOGNAME\" = \"$(id -un)\" ] && echo logname-ok; \
+                 script -qc 'test -n \"$BASH_VERSION$ZSH_VERSION$FISH_VERSION\" && echo login-shell-ok' /dev/null | tr -d '\\r'",
+        // A login session's variables, for the unconfined side.
+        plain_env: &[("SHELL", "/bin/bash"), ("USER", &user), ("LOGNAME", &user)],
+        ..Row::default()
+    });
+}
+
 // ---------------------------------------------------------------------------------------
 // git as agents use it (made to pass by the git work of issue 24)
 // ---------------------------------------------------------------------------------------
@@ -514,6 +612,31 @@ fn git_gc_and_maintenance() {
         name: "git_gc",
         prepare: &repo,
         script: "git gc -q 2>&1 && git count-objects -v | grep -c '^count' && git fsck --no-progress 2>&1 && echo fsck-ok",
+        ..Row::default()
+    });
+}
+
+#[cordon_test::test]
+fn the_operators_git_settings_and_aliases_apply() {
+    // Issue 33: only the identity reached calls; `git init` made `master`, aliases were unknown.
+    if !have("git_operator_settings", &["git"]) {
+        return;
+    }
+    let tmp = operator_home();
+    let home = tmp.path().to_str().unwrap();
+    std::fs::write(
+        tmp.path().join(".gitconfig"),
+        "[user]\n\tname = Op\n\temail = op@example.invalid\n\
+         [init]\n\tdefaultBranch = trunk\n[alias]\n\tlast = log -1 --format=%s\n\
+         [merge]\n\tconflictStyle = zdiff3\n",
+    )
+    .unwrap();
+    check(Row {
+        name: "git_operator_settings",
+        script: "git init -q r && git -C r symbolic-ref --short HEAD && \
+                 git -C r commit -q --allow-empty -m first && git -C r last && \
+                 git -C r config merge.conflictStyle",
+        env: &[("HOME", home)],
         ..Row::default()
     });
 }
