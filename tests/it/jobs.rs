@@ -1372,13 +1372,14 @@ fn a_background_start_returns_at_its_ready_line_and_restart_and_resize_drive_it(
         std::fs::read_to_string(sb.ws().join("runs.txt")).unwrap(),
         "run\nrun\n"
     );
-    // One tree only: the first run's went with the restart.
-    assert_eq!(
-        processes_with(&token).len(),
-        1,
-        "{:?}",
-        processes_with(&token)
-    );
+    // One tree only: the first run's went with the restart. (The ready line comes before the
+    // new run's `sleep` starts: wait for it, then there must be exactly one.)
+    let mut found = processes_with(&token);
+    eventually(Duration::from_secs(5), || {
+        found = processes_with(&token);
+        !found.is_empty()
+    });
+    assert_eq!(found.len(), 1, "{found:?}");
     job(&mut s, json!({"id": id, "signal": "KILL"}));
 
     // A pty job's terminal is resized; its program hears SIGWINCH.
