@@ -1019,9 +1019,7 @@ impl Job {
         let echo = inner.echo.as_ref().filter(|_| wanted.after_input);
         let (out, err) = unread_answer(&inner, echo);
         if let Some(re) = wanted.until {
-            let matched = [&out, &err]
-                .iter()
-                .any(|b| !b.is_empty() && re.is_match(&String::from_utf8_lossy(b)));
+            let matched = [&out, &err].iter().any(|b| until_matches(re, b));
             return if matched {
                 News::Ready
             } else {
@@ -1072,9 +1070,39 @@ impl Job {
     }
 }
 
+/// Whether `until` matches `bytes` as the agent is shown them (escape sequences and control
+/// characters removed: a terminal's `\r\n` is `\n` in `output`, a coloured word is the word)
+/// or as they are: a pattern written from a read's text matches the same output live.
+fn until_matches(re: &regex::Regex, bytes: &[u8]) -> bool {
+    if bytes.is_empty() {
+        return false;
+    }
+    let raw = String::from_utf8_lossy(bytes);
+    if re.is_match(&raw) {
+        return true;
+    }
+    let (shown, removed) = crate::shape::hygiene::strip_controls(&raw);
+    removed > 0 && re.is_match(&shown)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn until_matches_the_output_as_shown_and_as_written() {
+        let answer = b"print(6*7)\r\n42\r\n>>> ";
+        let shown = regex::Regex::new("42\n>>> $").unwrap();
+        assert!(
+            until_matches(&shown, answer),
+            "the pattern read off `output`"
+        );
+        let raw = regex::Regex::new("42\r\n>>> $").unwrap();
+        assert!(until_matches(&raw, answer), "the terminal's own bytes");
+        let coloured = regex::Regex::new("ready on 3000").unwrap();
+        assert!(until_matches(&coloured, b"\x1b[32mready\x1b[0m on 3000\n"));
+        assert!(!until_matches(&shown, b""));
+    }
 
     #[test]
     fn the_idle_warning_comes_a_minute_or_a_tenth_before_the_kill() {

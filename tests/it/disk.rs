@@ -188,10 +188,12 @@ fn disk_budget_does_not_charge_a_call_for_a_host_write_to_the_same_filesystem() 
     assert!(!run.stderr.contains("disk budget"), "{run:?}");
 }
 
-/// 400 MiB written into a file the call deleted first and keeps open: no directory shows it,
-/// but its blocks are the call's until the descriptor closes.
-const FILL_UNLINKED: &str = "exec 3>held; rm held; i=0; while [ $i -lt 25 ]; do \
-                             head -c 16M /dev/zero >&3 || exit 1; i=$((i+1)); done; \
+/// 420 MiB written into seven files the call deleted first and keeps open: no directory shows
+/// them, but their blocks are the call's until the descriptors close. Each stays under the
+/// largest file a process may write (`file_size`, which defaults to the disk budget), so only
+/// the disk budget can stop this.
+const FILL_UNLINKED: &str = "for n in 3 4 5 6 7 8 9; do eval \"exec $n>held$n\"; rm held$n; done; \
+                             for n in 3 4 5 6 7 8 9; do head -c 60M /dev/zero >&$n || exit 1; done; \
                              echo all-written; sleep 5";
 
 const TINY_BUDGET: &str = "extends = \"default\"\n[limits]\ndisk_mb = 64\n";
