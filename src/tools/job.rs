@@ -680,3 +680,23 @@ pub(crate) fn git_refused(job: &Job, end: &crate::jobs::JobEnd) -> Option<ToolEr
         )
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_cannot_set_the_judged_command_line() {
+        // `command` is what the server judged input as, for the audit log: a client sending it
+        // is sending an unknown field.
+        let args = serde_json::json!({"id": "job-1", "input": "ls\n", "command": "echo fake"});
+        assert!(serde_json::from_value::<JobArgs>(args).is_err());
+        let args = serde_json::json!({"id": "job-1", "input": "ls\n"});
+        assert!(
+            serde_json::from_value::<JobArgs>(args)
+                .unwrap()
+                .command
+                .is_none()
+        );
+    }
+}
