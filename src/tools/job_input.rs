@@ -11,7 +11,10 @@
 //! while the shell runs another program in front (`python3`, `sleep`): what is typed then and
 //! not read by that program is read by the shell next, so judging only what a shell reads
 //! at this moment would let a line typed ahead pass unjudged. A job with no such shell
-//! (`exec python3 -i`, a dev server) has its input written as it is.
+//! (`exec python3 -i`, a dev server) has its input written as it is. Under a pty, while the
+//! terminal's foreground program is not a shell (`python3` started from `bash`), the text may
+//! not be shell at all: only a rule that matches what does parse decides (never
+//! `commands.on_unknown`), and the text is not kept as the start of the shell's next line.
 //!
 //! Nothing runs before a newline, so only input holding one is judged, and the text judged is
 //! what the shell has been typed since its last whole command (the job's `typed`) followed by
@@ -76,13 +79,27 @@ pub fn reads_commands(job: &Job) -> bool {
     job.a_shell_reads_input() == Some(true) || starts_a_shell(&job.command)
 }
 
-/// Whether the terminal's editing keys would change the line a shell reads: under a pty, when
-/// a shell is in the terminal's foreground (or its foreground cannot be told).
-fn shell_edits_the_line(job: &Job) -> bool {
-    job.pty
-        && job
-            .foreground_programs()
-            .is_none_or(|programs| programs.is_empty() || programs.iter().any(|p| is_shell(p)))
+/// Who reads a job's input now, as far as it can be told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reader {
+    /// A shell: through a pipe (whose readers cannot be told apart), or the program in the
+    /// terminal's foreground, or a foreground that cannot be read.
+    Shell,
+    /// Under a pty, a foreground program that is not a shell (`python3` started from `bash`):
+    /// it reads the text, unless it ends first and leaves it to the shell (typed ahead).
+    AnotherProgram,
+}
+
+fn reader(job: &Job) -> Reader {
+    if !job.pty {
+        return Reader::Shell;
+    }
+    match job.foreground_programs() {
+        Some(programs) if !programs.is_empty() && !programs.iter().any(|p| is_shell(p)) => {
+            Reader::AnotherProgram
+        }
+        _ => Reader::Shell,
+    }
 }
 
 /// What typing one input into a job comes to.
@@ -141,7 +158,9 @@ pub async fn judge<A: Approver>(
         return admitted(None);
     }
     let input = if ends_input { "\n" } else { input };
-    if let Some(key) = editing_key(input, job.pty).filter(|_| shell_edits_the_line(job)) {
+    let reader = reader(job);
+    // Editing keys would make the shell run another line than the one judged.
+    if let Some(key) = editing_key(input, job.pty).filter(|_| job.pty && reader == Reader::Shell) {
         return Typing::Refused {
             error: ToolError::new(
                 ErrorKind::InvalidArgument,
@@ -162,8 +181,11 @@ pub async fn judge<A: Approver>(
         // Nothing runs before a newline: typed, judged with the line it becomes.
         return admitted(Some(bounded(text)));
     };
-    let (verdict, unfinished) = assess(ctx, &text).await;
-    let typed_after = if unfinished {
+    let (verdict, unfinished) = assess(ctx, &text, reader).await;
+    // Text a shell has not finished reading is kept for the next input; text another program
+    // reads is that program's (kept, it would make the shell's next line judged as something
+    // it is not).
+    let typed_after = if unfinished && reader == Reader::Shell {
         bounded(text.clone())
     } else {
         text[last_newline + 1..].to_owned()
@@ -271,7 +293,7 @@ fn ctrl_letter(c: char) -> char {
 
 /// The command rules' verdict on `text`, and whether it does not parse as complete shell
 /// (unknown when the policy needs no analysis: then nothing is kept for the next input).
-async fn assess(ctx: &Session, text: &str) -> (Verdict, bool) {
+async fn assess(ctx: &Session, text: &str, reader: Reader) -> (Verdict, bool) {
     let policy = &ctx.runtime.policy;
     let decide = |analysis| {
         policy.decide(&Request::ShellExec {
@@ -289,8 +311,14 @@ async fn assess(ctx: &Session, text: &str) -> (Verdict, bool) {
         );
     };
     match parser.analyze(&[text.to_owned()]).await {
-        Ok(analyses) if analyses.len() == 1 => {
-            (decide(Analysed::Done(&analyses[0])), analyses[0].unfinished)
+        Ok(mut analyses) if analyses.len() == 1 => {
+            let mut analysis = analyses.remove(0);
+            if reader == Reader::AnotherProgram {
+                // Perhaps not shell at all (Python typed into `python3`): only a rule that
+                // matches what does parse decides, never `on_unknown`.
+                analysis.unknown.clear();
+            }
+            (decide(Analysed::Done(&analysis)), analysis.unfinished)
         }
         Ok(_) => (
             decide(Analysed::Failed("the analysis came back empty")),

@@ -1583,3 +1583,49 @@ fn a_call_that_leaves_a_daemon_says_it_ended_and_points_to_jobs() {
         "the refused connection's explanation does not mention jobs: {r}"
     );
 }
+
+/// Issue 32, item 4: under a pty, text typed into a program the job's shell runs in front
+/// (`python3`) is judged by the rules only: what does not parse as shell is no `on_unknown`
+/// refusal, and it is not kept as the start of the shell's next line.
+#[cordon_test::test]
+fn a_repl_started_from_a_jobs_shell_takes_code_that_is_not_shell() {
+    if skip(
+        "a_repl_started_from_a_jobs_shell_takes_code_that_is_not_shell",
+        Need::Namespaces,
+    ) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let mut s = server(
+        &sb,
+        Some(&format!("[commands]\non_unknown = \"deny\"\n{NO_TOUCH}")),
+    );
+    let (_, id) = start_job(
+        &mut s,
+        "exec bash --norc --noprofile -i",
+        json!({"pty": true, "wait_secs": 1}),
+    );
+    let typed = |s: &mut StdioServer, input: &str, until: &str| {
+        let r = job(
+            s,
+            json!({"id": id, "input": input, "wait_secs": 10, "until": until}),
+        );
+        assert_eq!(structured(&r)["error"], Value::Null, "{input:?}: {r}");
+        r
+    };
+    typed(&mut s, "python3 -q\n", ">>> ");
+    typed(&mut s, "def f():\n", "\\.\\.\\. ");
+    typed(&mut s, "    return 6 * 7\n", "\\.\\.\\. ");
+    typed(&mut s, "\n", ">>> ");
+    let r = typed(&mut s, "print(f())\n", "42");
+    assert!(read_text(&r).contains("42"), "{r}");
+    typed(&mut s, "exit()\n", "\\$ ");
+    // Back at the shell: its line starts afresh, and the rules judge it again.
+    let r = typed(&mut s, "echo back-$((2 * 3))\n", "back-6");
+    assert!(read_text(&r).contains("back-6"), "{r}");
+    let r = job(
+        &mut s,
+        json!({"id": id, "input": "touch refused\n", "wait_secs": 1}),
+    );
+    assert_eq!(structured(&r)["error"]["kind"], json!("denied"), "{r}");
+}
