@@ -100,6 +100,36 @@ mod tests {
     }
 
     #[test]
+    fn tool_scopes_default_merge_across_extends_and_are_checked() {
+        let p = Policy::builtin_default();
+        assert_eq!(p.server.http.scopes["read_file"], "cordon:read");
+        assert_eq!(p.server.http.scopes["edit_file"], "cordon:write");
+        assert_eq!(p.server.http.scopes["job"], "cordon:exec");
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("p.toml");
+        std::fs::write(
+            &f,
+            "extends = \"dev\"\n[server.http.scopes]\nread_file = \"files:read\"\n",
+        )
+        .unwrap();
+        let p = Policy::load(f.to_str().unwrap()).unwrap();
+        assert_eq!(p.server.http.scopes["read_file"], "files:read");
+        assert_eq!(
+            p.server.http.scopes["shell_exec"], "cordon:exec",
+            "merged, not replaced"
+        );
+        for (bad, says) in [
+            ("rm_rf = \"x\"", "is not a tool"),
+            ("shell_exec = \"two words\"", "one scope token"),
+            ("shell_exec = \"\"", "one scope token"),
+        ] {
+            std::fs::write(&f, format!("[server.http.scopes]\n{bad}\n")).unwrap();
+            let e = Policy::load(f.to_str().unwrap()).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    #[test]
     fn extending_policies_inherit_or_replace_the_rules() {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("p.toml");

@@ -233,7 +233,20 @@ pub struct HttpPolicy {
     /// `[server.http.oauth]`: JWT access tokens accepted besides (or instead of) the static
     /// token.
     pub oauth: Option<OAuthPolicy>,
+    /// `[server.http.scopes]`: the scope each tool needs (a JWT's `scope` claim decides; the
+    /// static token's holder has every scope). Every tool is listed.
+    pub scopes: BTreeMap<String, String>,
 }
+
+/// The tools whose scope `[server.http.scopes]` sets, with the scope each needs by default.
+pub const DEFAULT_TOOL_SCOPES: [(&str, &str); 6] = [
+    ("read_file", "cordon:read"),
+    ("write_file", "cordon:write"),
+    ("edit_file", "cordon:write"),
+    ("shell_exec", "cordon:exec"),
+    ("job", "cordon:exec"),
+    ("code_interpreter", "cordon:exec"),
+];
 
 /// An OAuth 2.1 resource server's settings: whose tokens, for which audience, signed by
 /// which keys (a JWKS file; cordon fetches nothing).

@@ -241,6 +241,9 @@ pub struct RawHttp {
     pub session_idle_secs: Option<u64>,
     /// Replaced whole by an extending policy (its fields belong together).
     pub oauth: Option<RawOAuth>,
+    /// Tool → the scope a subject needs to see and call it; merged key by key across
+    /// `extends`.
+    pub scopes: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// `[server.http.oauth]`: accept JWT access tokens of one authorization server.
@@ -377,15 +380,29 @@ overlay_struct!(RawOutput {
     spill_total_mb
 });
 overlay_struct!(RawFiles { read_budget_kb });
-overlay_struct!(RawHttp {
-    allowed_origins,
-    allowed_hosts,
-    max_body_kb,
-    max_sessions,
-    max_calls_per_session,
-    session_idle_secs,
-    oauth,
-});
+impl Overlay for RawHttp {
+    fn overlay(self, base: Self) -> Self {
+        // Scopes merge key by key (a policy changes one tool's scope without restating the
+        // others); every other field as `overlay_struct!` does.
+        let scopes = match (self.scopes, base.scopes) {
+            (Some(mine), Some(mut inherited)) => {
+                inherited.extend(mine);
+                Some(inherited)
+            }
+            (mine, inherited) => mine.or(inherited),
+        };
+        Self {
+            allowed_origins: self.allowed_origins.or(base.allowed_origins),
+            allowed_hosts: self.allowed_hosts.or(base.allowed_hosts),
+            max_body_kb: self.max_body_kb.or(base.max_body_kb),
+            max_sessions: self.max_sessions.or(base.max_sessions),
+            max_calls_per_session: self.max_calls_per_session.or(base.max_calls_per_session),
+            session_idle_secs: self.session_idle_secs.or(base.session_idle_secs),
+            oauth: self.oauth.or(base.oauth),
+            scopes,
+        }
+    }
+}
 
 impl Overlay for RawServer {
     fn overlay(self, base: Self) -> Self {

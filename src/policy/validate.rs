@@ -631,7 +631,42 @@ fn http(check: &Check, raw: raw::RawHttp) -> Result<HttpPolicy, PolicyError> {
             Some(raw.session_idle_secs.unwrap_or(900)),
         )?,
         oauth: raw.oauth.map(|o| oauth(check, o)).transpose()?,
+        scopes: tool_scopes(check, raw.scopes.unwrap_or_default())?,
     })
+}
+
+/// `[server.http.scopes]`: the defaults, overridden per tool; every key a tool, every value
+/// one scope token (RFC 6749: printable ASCII without space, `"` or `\`).
+fn tool_scopes(
+    check: &Check,
+    set: std::collections::BTreeMap<String, String>,
+) -> Result<std::collections::BTreeMap<String, String>, PolicyError> {
+    let mut scopes: std::collections::BTreeMap<String, String> = super::DEFAULT_TOOL_SCOPES
+        .iter()
+        .map(|(tool, scope)| ((*tool).to_owned(), (*scope).to_owned()))
+        .collect();
+    for (tool, scope) in set {
+        if !scopes.contains_key(&tool) {
+            let tools: Vec<&str> = super::DEFAULT_TOOL_SCOPES.iter().map(|(t, _)| *t).collect();
+            return Err(check.invalid(
+                "server.http.scopes",
+                format!("`{tool}` is not a tool; the tools are {}", tools.join(", ")),
+            ));
+        }
+        let token_char =
+            |b: u8| b == 0x21 || (0x23..=0x5b).contains(&b) || (0x5d..=0x7e).contains(&b);
+        if scope.is_empty() || !scope.bytes().all(token_char) {
+            return Err(check.invalid(
+                "server.http.scopes",
+                format!(
+                    "the scope of `{tool}`, {scope:?}, is not one scope token (printable ASCII \
+                     without spaces, quotes or backslashes), e.g. \"cordon:exec\""
+                ),
+            ));
+        }
+        scopes.insert(tool, scope);
+    }
+    Ok(scopes)
 }
 
 /// `[server.http.oauth]`: an issuer, this server's URL, an absolute JWKS file and asymmetric

@@ -27,6 +27,7 @@ pub mod operator;
 mod resources;
 pub mod schema;
 pub mod scope;
+mod scopes;
 mod stdio;
 mod tasks;
 mod tools;
@@ -276,6 +277,36 @@ impl CordonServer {
 
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for CordonServer {
+    /// The tools this request's credentials allow (every tool on stdio; `scopes`).
+    async fn list_tools(
+        &self,
+        _request: Option<rmcp::model::PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListToolsResult, McpError> {
+        let supports_cache_hints = context
+            .protocol_version()
+            .is_some_and(|version| version >= rmcp::model::ProtocolVersion::V_2026_07_28);
+        let personal = scopes::list_is_personal(&context);
+        let tools = scopes::visible(
+            &context,
+            &self.ctx.runtime.policy,
+            self.tool_router.list_all(),
+        );
+        Ok(rmcp::model::ListToolsResult {
+            result_type: Some(rmcp::model::ResultType::COMPLETE),
+            tools,
+            meta: None,
+            next_cursor: None,
+            ttl_ms: supports_cache_hints.then_some(0),
+            // A list that depends on the token's scopes is no one else's to reuse.
+            cache_scope: supports_cache_hints.then_some(if personal {
+                rmcp::model::CacheScope::Private
+            } else {
+                rmcp::model::CacheScope::Public
+            }),
+        })
+    }
+
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
@@ -286,6 +317,11 @@ impl ServerHandler for CordonServer {
             return Err(unknown_tool(&name, &self.tool_router));
         };
         let output_schema = route.attr.output_schema.clone();
+        // Over HTTP, only the tools the token's scopes allow (never decided by an argument).
+        if let Some(refused) = scopes::refusal(&context, &self.ctx.runtime.policy, &name) {
+            let result = schema::refused_result(&refused, output_schema.as_deref());
+            return Ok(CallToolResponse::Complete(result));
+        }
         // Over HTTP: who is calling (for the audit log) and whether their session may run
         // one more call.
         let origin = http::call_origin(&context);

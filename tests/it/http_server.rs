@@ -701,7 +701,8 @@ fn http_oauth_resource_server_accepts_valid_jwts_serves_metadata_and_refuses_the
         .as_secs();
     let claims = |extra: serde_json::Value| {
         let mut c = json!({"iss": "https://auth.example", "aud": "https://cordon.example/mcp",
-                           "sub": "alice", "exp": now + 600, "scope": "mcp"});
+                           "sub": "alice", "exp": now + 600,
+                           "scope": "mcp cordon:read cordon:write cordon:exec"});
         c.as_object_mut()
             .unwrap()
             .extend(extra.as_object().unwrap().clone());
@@ -1003,7 +1004,8 @@ fn http_jwt_subjects_never_collide_with_the_static_token_or_each_other() {
             "Bearer {}",
             jwt(
                 json!({"iss": "https://auth.example", "aud": "https://cordon.example/mcp",
-                       "sub": sub, "exp": now + 600})
+                       "sub": sub, "exp": now + 600,
+                       "scope": "cordon:read cordon:write cordon:exec"})
             )
         )
     };
@@ -1203,4 +1205,164 @@ fn http_null_origin_is_served_when_the_policy_lists_it() {
     assert_eq!(r.status, 403, "{r:?}");
     let r = server.post(&init_body(), &[]);
     assert_eq!(r.status, 200, "no Origin: not a browser");
+}
+
+/// Issue 36, scopes per tool: a JWT's `scope` claim decides which tools its subject sees and
+/// may call (`[server.http.scopes]`, defaults: read → read_file, write → write_file and
+/// edit_file, exec → shell_exec, job, code_interpreter); a call of another tool is a tool
+/// error naming the scope; a token granting no tool scope is refused with 403
+/// `insufficient_scope`; the metadata lists the scopes; a static token has every tool.
+#[cordon_test::test]
+fn http_jwt_scopes_decide_which_tools_a_subject_sees_and_calls() {
+    let ws = tempfile::tempdir().unwrap();
+    let keys = tempfile::tempdir().unwrap();
+    let jwks = keys.path().join("jwks.json");
+    std::fs::write(
+        &jwks,
+        json!({"keys": [{"kty": "OKP", "crv": "Ed25519", "x": JWT_KEY_X, "kid": "k1", "alg": "EdDSA"}]})
+            .to_string(),
+    )
+    .unwrap();
+    let policy = format!(
+        "[server.http.oauth]\nissuer = \"https://auth.example\"\nresource = \
+         \"https://cordon.example/mcp\"\njwks_file = {:?}\n",
+        jwks.display().to_string()
+    );
+    let server = HttpServer::start(
+        ws.path(),
+        Start {
+            policy: Some(&policy),
+            ..Start::default()
+        },
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let bearer = |sub: &str, scope: &str| {
+        format!(
+            "Bearer {}",
+            jwt(
+                json!({"iss": "https://auth.example", "aud": "https://cordon.example/mcp",
+                       "sub": sub, "exp": now + 600, "scope": scope})
+            )
+        )
+    };
+    let meta = send_raw(
+        server.addr,
+        b"GET /.well-known/oauth-protected-resource/mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+    );
+    let doc: serde_json::Value = serde_json::from_str(&meta.body).unwrap();
+    assert_eq!(
+        doc["scopes_supported"],
+        json!(["cordon:exec", "cordon:read", "cordon:write"]),
+        "{doc}"
+    );
+
+    // No tool scope at all: refused at the door, saying which scopes would do.
+    let none = bearer("carol", "profile");
+    let r = server.post(&init_body(), &[("Authorization", &none)]);
+    assert_eq!(r.status, 403, "{r:?}");
+    let challenge = r.header("www-authenticate").unwrap_or_default().to_owned();
+    assert!(
+        challenge.contains("error=\"insufficient_scope\"")
+            && challenge.contains("scope=\"cordon:exec cordon:read cordon:write\""),
+        "{challenge}"
+    );
+
+    // A reader: sees read_file only; shell_exec is refused as a tool error naming its scope,
+    // and nothing ran.
+    let reader = bearer("rita", "cordon:read");
+    let init = server.post(&init_body(), &[("Authorization", &reader)]);
+    assert_eq!(init.status, 200, "{init:?}");
+    let session = init.header("mcp-session-id").unwrap().to_owned();
+    let headers = [
+        ("Authorization", reader.as_str()),
+        ("Mcp-Session-Id", &session),
+    ];
+    server.post(
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        &headers,
+    );
+    let list = server.post(
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+        &headers,
+    );
+    let names: Vec<String> = list.message(1).unwrap()["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(names, ["read_file"], "{list:?}");
+    let marker = ws.path().join("ran");
+    let r = server.post(
+        &call_body(2, "shell_exec", json!({"command": "touch ran"})),
+        &headers,
+    );
+    let answer = r.message(2).unwrap();
+    assert_eq!(answer["result"]["isError"], json!(true), "{answer}");
+    assert_eq!(
+        answer["result"]["structuredContent"]["error"]["kind"],
+        json!("denied"),
+        "{answer}"
+    );
+    assert!(answer.to_string().contains("cordon:exec"), "{answer}");
+    for (id, tool, args) in [
+        (3, "write_file", json!({"path": "w.txt", "content": "x"})),
+        (
+            4,
+            "edit_file",
+            json!({"path": "w.txt", "edits": [{"old_string": "x", "new_string": "y"}]}),
+        ),
+        (5, "code_interpreter", json!({"code": "open('ran', 'w')"})),
+    ] {
+        let r = server.post(&call_body(id, tool, args), &headers);
+        let answer = r.message(id).unwrap();
+        assert_eq!(answer["result"]["isError"], json!(true), "{tool}: {answer}");
+    }
+    assert!(!marker.exists() && !ws.path().join("w.txt").exists());
+    std::fs::write(ws.path().join("notes.txt"), "readable\n").unwrap();
+    let r = server.post(
+        &call_body(6, "read_file", json!({"path": "notes.txt"})),
+        &headers,
+    );
+    let answer = r.message(6).unwrap();
+    assert_eq!(
+        answer["result"]["structuredContent"]["content"], "readable\n",
+        "{answer}"
+    );
+
+    // Every scope: every tool.
+    let all = bearer("dana", "cordon:read cordon:write cordon:exec");
+    let init = server.post(&init_body(), &[("Authorization", &all)]);
+    let session = init.header("mcp-session-id").unwrap().to_owned();
+    let headers = [
+        ("Authorization", all.as_str()),
+        ("Mcp-Session-Id", &session),
+    ];
+    server.post(
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        &headers,
+    );
+    let list = server.post(
+        &json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list"}),
+        &headers,
+    );
+    assert_eq!(
+        list.message(7).unwrap()["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .len(),
+        6,
+        "{list:?}"
+    );
+    let r = server.post(
+        &call_body(8, "shell_exec", json!({"command": "echo ok"})),
+        &headers,
+    );
+    assert_eq!(
+        r.message(8).unwrap()["result"]["structuredContent"]["stdout"],
+        "ok\n"
+    );
 }

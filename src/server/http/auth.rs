@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use subtle::ConstantTimeEq;
 
-pub use super::subject::{BEARER_SUBJECT, Subject};
+pub use super::subject::{BEARER_SUBJECT, Granted, Subject};
 
 /// Where the token comes from.
 #[derive(Debug, Clone)]
@@ -132,8 +132,16 @@ impl Authenticator {
 
     /// Checks a request's `Authorization` headers.
     pub fn check(&self, headers: &http::HeaderMap) -> Result<Subject, Unauthenticated> {
+        self.authenticate(headers).map(|(subject, _)| subject)
+    }
+
+    /// Checks a request's `Authorization` headers: who it is and what its token grants.
+    pub fn authenticate(
+        &self,
+        headers: &http::HeaderMap,
+    ) -> Result<(Subject, Granted), Unauthenticated> {
         if !self.is_required() {
-            return Ok(Subject::Anonymous);
+            return Ok((Subject::Anonymous, Granted::Everything));
         }
         let mut values = headers.get_all(http::header::AUTHORIZATION).iter();
         let (Some(value), None) = (values.next(), values.next()) else {
@@ -150,7 +158,7 @@ impl Authenticator {
         if let Some(expected) = &self.digest {
             let digest: [u8; 32] = Sha256::digest(presented).into();
             if bool::from(digest.ct_eq(expected)) {
-                return Ok(Subject::StaticToken);
+                return Ok((Subject::StaticToken, Granted::Everything));
             }
         }
         self.jwt
@@ -158,8 +166,9 @@ impl Authenticator {
             .and_then(|jwt| {
                 std::str::from_utf8(presented)
                     .ok()
-                    .and_then(|t| jwt.verify(t))
+                    .and_then(|t| jwt.verify_granting(t))
             })
+            .map(|(subject, scopes)| (subject, Granted::Scopes(scopes)))
             .ok_or(Unauthenticated::Invalid)
     }
 

@@ -114,6 +114,15 @@ pub fn subject_of(rctx: &RequestContext<RoleServer>) -> Option<auth::Subject> {
         .cloned()
 }
 
+/// What the credentials of a request served over HTTP grant (`None` on stdio: everything).
+pub fn granted_of(rctx: &RequestContext<RoleServer>) -> Option<auth::Granted> {
+    rctx.extensions
+        .get::<http::request::Parts>()?
+        .extensions
+        .get::<auth::Granted>()
+        .cloned()
+}
+
 /// The `Mcp-Session-Id` of a request served over HTTP in a session.
 pub fn session_of(rctx: &RequestContext<RoleServer>) -> Option<String> {
     rctx.extensions
@@ -155,6 +164,9 @@ struct Front {
     hosts: target::HostPolicy,
     max_body: usize,
     policy_origin: String,
+    /// Every scope some tool needs (`[server.http.scopes]`): a token granting none of them
+    /// may call nothing.
+    tool_scopes: std::collections::BTreeSet<String>,
 }
 
 /// Serves until SIGTERM/SIGINT, then ends every call of every session and returns.
@@ -167,7 +179,10 @@ pub async fn serve(
     let ctx = Arc::clone(template.context());
     let http = ctx.runtime.policy.server.http.clone();
     if let Some(oauth) = &http.oauth {
-        options.auth = options.auth.with_jwt(oauth::JwtVerifier::load(oauth)?);
+        let tool_scopes: Vec<String> = http.scopes.values().cloned().collect();
+        options.auth = options
+            .auth
+            .with_jwt(oauth::JwtVerifier::load(oauth, &tool_scopes)?);
     }
     check_options(&options)?;
     let origins = origin::OriginPolicy::new(&http.allowed_origins)?;
@@ -290,6 +305,7 @@ fn front(
         hosts: target::HostPolicy::new(&http.allowed_hosts),
         max_body: http.max_body_bytes,
         policy_origin: ctx.runtime.policy.origin.clone(),
+        tool_scopes: http.scopes.values().cloned().collect(),
     }
 }
 
@@ -489,8 +505,8 @@ impl Front {
             Route::Metrics => true,
             Route::Answer(answer) => return answer,
         };
-        let subject = match self.auth.check(request.headers()) {
-            Ok(subject) => subject,
+        let (subject, granted) = match self.auth.authenticate(request.headers()) {
+            Ok(authenticated) => authenticated,
             Err(why) => return unauthorized(&self.auth, why),
         };
         // A complete head that authenticated: the connection leaves the unauthenticated
@@ -501,6 +517,13 @@ impl Front {
         if metrics {
             return metrics_response(request.method());
         }
+        // A token that may call no tool at all is refused at the door (RFC 6750), saying which
+        // scopes would do; one that may call some gets only those (`server::scopes`).
+        if !self.tool_scopes.iter().any(|s| granted.allows(s)) {
+            return insufficient_scope(&self.auth, &self.tool_scopes, &granted);
+        }
+        let mut request = request;
+        request.extensions_mut().insert(granted);
         self.mcp_request(request, subject).await
     }
 
@@ -813,6 +836,39 @@ fn connection_refused(refused: admission::Refused) -> Response<Body> {
         http::header::CONNECTION,
         http::HeaderValue::from_static("close"),
     );
+    response
+}
+
+/// 403 for a valid token none of whose scopes a tool needs (RFC 6750 `insufficient_scope`),
+/// naming the scopes that would do.
+fn insufficient_scope(
+    auth: &auth::Authenticator,
+    tool_scopes: &std::collections::BTreeSet<String>,
+    granted: &auth::Granted,
+) -> Response<Body> {
+    let needed = tool_scopes.iter().cloned().collect::<Vec<_>>().join(" ");
+    let mut response = plain(
+        StatusCode::FORBIDDEN,
+        format!(
+            "Forbidden: this token's scopes ({}) allow no tool of this server; each tool needs \
+             one of: {needed} ([server.http.scopes]); ask the authorization server for a token \
+             with the scopes of the tools the client needs",
+            granted.describe()
+        ),
+    );
+    let mut challenge = "Bearer realm=\"cordon\"".to_owned();
+    if let Some(jwt) = auth.jwt() {
+        challenge.push_str(&format!(", resource_metadata=\"{}\"", jwt.metadata_url()));
+    }
+    challenge.push_str(&format!(
+        ", error=\"insufficient_scope\", scope=\"{needed}\", error_description=\"the token \
+         grants no scope a tool of this server needs\""
+    ));
+    if let Ok(value) = http::HeaderValue::from_str(&challenge) {
+        response
+            .headers_mut()
+            .insert(http::header::WWW_AUTHENTICATE, value);
+    }
     response
 }
 

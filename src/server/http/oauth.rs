@@ -68,7 +68,9 @@ struct Claims {
 }
 
 impl JwtVerifier {
-    pub fn load(policy: &OAuthPolicy) -> Result<Self, OAuthError> {
+    /// `tool_scopes`: the scopes the tools need (`[server.http.scopes]`), listed in the
+    /// metadata's `scopes_supported` with the required ones.
+    pub fn load(policy: &OAuthPolicy, tool_scopes: &[String]) -> Result<Self, OAuthError> {
         let path = &policy.jwks_file;
         let text = std::fs::read_to_string(path).map_err(|source| OAuthError::Read {
             path: path.clone(),
@@ -108,8 +110,10 @@ impl JwtVerifier {
             "bearer_methods_supported": ["header"],
             "resource_name": "cordon",
         });
-        if !policy.required_scopes.is_empty() {
-            metadata["scopes_supported"] = serde_json::json!(policy.required_scopes);
+        let supported: std::collections::BTreeSet<&String> =
+            policy.required_scopes.iter().chain(tool_scopes).collect();
+        if !supported.is_empty() {
+            metadata["scopes_supported"] = serde_json::json!(supported);
         }
         Ok(Self {
             keys,
@@ -123,6 +127,14 @@ impl JwtVerifier {
 
     /// The subject (issuer and `sub`) of a valid token, or `None`.
     pub fn verify(&self, token: &str) -> Option<super::subject::Subject> {
+        self.verify_granting(token).map(|(subject, _)| subject)
+    }
+
+    /// The subject of a valid token and the scopes its `scope` claim grants.
+    pub fn verify_granting(
+        &self,
+        token: &str,
+    ) -> Option<(super::subject::Subject, std::collections::BTreeSet<String>)> {
         let header = jsonwebtoken::decode_header(token).ok()?;
         if !self.validation.algorithms.contains(&header.alg) {
             return None;
@@ -160,10 +172,14 @@ impl JwtVerifier {
         }
         // `iss` was validated to be this issuer.
         let sub = data.claims.sub.filter(|s| !s.is_empty())?;
-        Some(super::subject::Subject::Jwt {
-            issuer: self.issuer.clone(),
-            sub,
-        })
+        let scopes = granted.iter().map(|s| (*s).to_owned()).collect();
+        Some((
+            super::subject::Subject::Jwt {
+                issuer: self.issuer.clone(),
+                sub,
+            },
+            scopes,
+        ))
     }
 
     pub fn metadata(&self) -> &str {
@@ -306,14 +322,17 @@ pub(crate) mod tests {
         keys.extend(extra_keys.as_array().unwrap().iter().cloned());
         let path = dir.join("jwks.json");
         std::fs::write(&path, serde_json::json!({ "keys": keys }).to_string()).unwrap();
-        JwtVerifier::load(&OAuthPolicy {
-            issuer: "https://auth.example".into(),
-            audience: "https://cordon.example/mcp".into(),
-            jwks_file: path,
-            resource: "https://cordon.example/mcp".into(),
-            algorithms: vec!["EdDSA".into(), "RS256".into()],
-            required_scopes: vec!["mcp:tools".into()],
-        })
+        JwtVerifier::load(
+            &OAuthPolicy {
+                issuer: "https://auth.example".into(),
+                audience: "https://cordon.example/mcp".into(),
+                jwks_file: path,
+                resource: "https://cordon.example/mcp".into(),
+                algorithms: vec!["EdDSA".into(), "RS256".into()],
+                required_scopes: vec!["mcp:tools".into()],
+            },
+            &[],
+        )
         .unwrap()
     }
 

@@ -19,6 +19,33 @@ pub enum Subject {
     Jwt { issuer: String, sub: String },
 }
 
+/// What a request's credentials grant: every tool (the static token's holder, or a server
+/// that needs no token), or the tools whose `[server.http.scopes]` scope a JWT's `scope`
+/// claim names. Put in the request's extensions beside its [`Subject`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Granted {
+    Everything,
+    Scopes(std::collections::BTreeSet<String>),
+}
+
+impl Granted {
+    pub fn allows(&self, scope: &str) -> bool {
+        match self {
+            Self::Everything => true,
+            Self::Scopes(scopes) => scopes.contains(scope),
+        }
+    }
+
+    /// The scopes granted, for a message (`everything` for the static token).
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Everything => "every scope".into(),
+            Self::Scopes(s) if s.is_empty() => "no scope".into(),
+            Self::Scopes(s) => s.iter().cloned().collect::<Vec<_>>().join(" "),
+        }
+    }
+}
+
 /// How the static token's holder is named in the audit log.
 pub const BEARER_SUBJECT: &str = "bearer";
 
