@@ -226,8 +226,9 @@ pub async fn run(path: &Path, candidate: Option<&str>) -> Result<Report, ReplayE
                     .or_insert_with(|| recorded_policy(&named).and_then(|n| Policy::load(&n).ok()));
                 judge_egress(&policy, old.as_ref(), record)
             }
-            // The breaker's own records say what happened, not what a policy decides.
-            "read_file" | "code_interpreter" | "breaker" => Ok(None),
+            // The breaker's and the scopes' own records say what happened, not what a
+            // policy's rules decide.
+            "read_file" | "code_interpreter" | "breaker" | "scope" => Ok(None),
             other => Err(format!(
                 "`{}` is not a tool this replay knows",
                 crate::tools::echo_arg(other)

@@ -317,14 +317,20 @@ impl ServerHandler for CordonServer {
             return Err(unknown_tool(&name, &self.tool_router));
         };
         let output_schema = route.attr.output_schema.clone();
-        // Over HTTP, only the tools the token's scopes allow (never decided by an argument).
-        if let Some(refused) = scopes::refusal(&context, &self.ctx.runtime.policy, &name) {
-            let result = schema::refused_result(&refused, output_schema.as_deref());
-            return Ok(CallToolResponse::Complete(result));
-        }
         // Over HTTP: who is calling (for the audit log) and whether their session may run
         // one more call.
         let origin = http::call_origin(&context);
+        // Over HTTP, only the tools the token's scopes allow (never decided by an argument);
+        // a refusal is on record with its subject.
+        if let Some((refused, scope)) = scopes::refusal(&context, &self.ctx.runtime.policy, &name) {
+            let record = || scopes::audit_refusal(&self.ctx.runtime, &name, &scope);
+            match origin {
+                Some(origin) => crate::audit::CALL_ORIGIN.sync_scope(origin, record),
+                None => record(),
+            }
+            let result = schema::refused_result(&refused, output_schema.as_deref());
+            return Ok(CallToolResponse::Complete(result));
+        }
         let admitted = match self.admit(&context, origin.is_some()).await {
             Ok(admitted) => admitted,
             Err(error) => {

@@ -34,12 +34,13 @@ pub(super) fn allows(
     }
 }
 
-/// The refusal of a call of `tool` the credentials do not allow, or None.
+/// The refusal of a call of `tool` the credentials do not allow, with the scope it needs, or
+/// None.
 pub(super) fn refusal(
     rctx: &RequestContext<RoleServer>,
     policy: &crate::policy::Policy,
     tool: &str,
-) -> Option<ToolError> {
+) -> Option<(ToolError, String)> {
     if allows(rctx, policy, tool) {
         return None;
     }
@@ -56,7 +57,21 @@ pub(super) fn refusal(
         ),
     );
     error.retriable = false;
-    Some(error)
+    Some((error, scope.to_owned()))
+}
+
+/// Puts a refused call on record (tool `scope`, like the breaker's own records: what
+/// happened, which `policy replay` does not judge), with the subject of the call's origin.
+pub(super) fn audit_refusal(runtime: &crate::runtime::Runtime, tool: &str, scope: &str) {
+    runtime.audit(
+        "scope",
+        &serde_json::json!({"tool": tool, "needs": scope}),
+        &crate::audit::Decision::Deny {
+            rule: format!("scope:{scope}"),
+        },
+        crate::audit::Outcome::Other(serde_json::json!({"error": "denied"})),
+        std::time::Instant::now(),
+    );
 }
 
 /// Whether the list of tools differs by who asks (then it must not be cached for others).

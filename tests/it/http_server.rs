@@ -1366,3 +1366,95 @@ fn http_jwt_scopes_decide_which_tools_a_subject_sees_and_calls() {
         "ok\n"
     );
 }
+
+/// Issue 36: a token file of several holders (each `sha256:<hash> <name> <scopes>`): each
+/// holder is its own subject (`bearer:<name>` in the audit log) with its own scopes, the file
+/// holds no token, and a token not in it is refused.
+#[cordon_test::test]
+fn http_token_file_holders_each_have_their_subject_and_scopes() {
+    use sha2::Digest;
+    let ws = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let reader = format!("reader-{}", unique_token());
+    let admin = format!("admin-{}", unique_token());
+    let hash = |t: &str| {
+        sha2::Sha256::digest(t.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    let entries = format!(
+        "# holder entries\nsha256:{} rita cordon:read\nsha256:{} ops *\n",
+        hash(&reader),
+        hash(&admin)
+    );
+    let file = token_file(dir.path(), &entries, 0o600);
+    let log = dir.path().join("audit.jsonl");
+    let file_s = file.display().to_string();
+    let server = HttpServer::start(
+        ws.path(),
+        Start {
+            audit_log: Some(&log),
+            extra: &["--http-token-file", &file_s],
+            ..Start::default()
+        },
+    );
+    let tools_of = |token: &str| {
+        let auth = format!("Bearer {token}");
+        let init = server.post(&init_body(), &[("Authorization", &auth)]);
+        assert_eq!(init.status, 200, "{init:?}");
+        let session = init.header("mcp-session-id").unwrap().to_owned();
+        let headers = [
+            ("Authorization", auth.as_str()),
+            ("Mcp-Session-Id", &session),
+        ];
+        server.post(
+            &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            &headers,
+        );
+        let list = server.post(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+            &headers,
+        );
+        let call = server.post(
+            &call_body(2, "shell_exec", json!({"command": "echo hi"})),
+            &headers,
+        );
+        let names: Vec<String> = list.message(1).unwrap()["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect();
+        (names, call.message(2).unwrap())
+    };
+    let (names, call) = tools_of(&reader);
+    assert_eq!(names, ["read_file"]);
+    assert_eq!(call["result"]["isError"], json!(true), "{call}");
+    let (names, call) = tools_of(&admin);
+    assert_eq!(names.len(), 6, "{names:?}");
+    assert_eq!(
+        call["result"]["structuredContent"]["stdout"],
+        json!("hi\n"),
+        "{call}"
+    );
+    let wrong = server.post(
+        &init_body(),
+        &[("Authorization", "Bearer not-a-holder-token")],
+    );
+    assert_eq!(wrong.status, 401, "{wrong:?}");
+    let audit = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        audit.contains("\"subject\":\"bearer:rita\"")
+            && audit.contains("\"subject\":\"bearer:ops\""),
+        "{audit}"
+    );
+    // rita's refused call is on record, with the scope it needed.
+    assert!(
+        audit.lines().any(|l| l.contains("\"tool\":\"scope\"")
+            && l.contains("scope:cordon:exec")
+            && l.contains("bearer:rita")),
+        "{audit}"
+    );
+    assert!(!audit.contains(&reader) && !audit.contains(&admin));
+}

@@ -32,6 +32,8 @@ const WEAK_TOKEN_LEN: usize = 32;
 
 pub struct Authenticator {
     digest: Option<[u8; 32]>,
+    /// A token file of several named holders, each with its scopes (`token_file`).
+    holders: Vec<super::token_file::Holder>,
     /// `[server.http.oauth]`: JWT access tokens, besides the static token.
     jwt: Option<super::oauth::JwtVerifier>,
 }
@@ -57,6 +59,10 @@ pub enum AuthError {
         "the HTTP token from {0} holds characters a bearer token cannot (RFC 6750 allows letters, digits and -._~+/ with trailing =); a hex or base64 token fits"
     )]
     BadCharacters(String),
+    #[error(
+        "the HTTP token file {path} is a file of holders (its first entry starts with sha256:), but {why}; each entry is `sha256:<hex of the token's SHA-256> <name> <scope>...` (`*`: every scope)"
+    )]
+    Entries { path: PathBuf, why: String },
 }
 
 /// Why a request was not authenticated (the 401's `WWW-Authenticate` differs).
@@ -73,6 +79,7 @@ impl Authenticator {
     pub fn none() -> Self {
         Self {
             digest: None,
+            holders: Vec::new(),
             jwt: None,
         }
     }
@@ -95,6 +102,18 @@ impl Authenticator {
                     path: path.clone(),
                     source,
                 })?;
+                if super::token_file::is_entries(&text) {
+                    let holders =
+                        super::token_file::parse(&text).map_err(|why| AuthError::Entries {
+                            path: path.clone(),
+                            why,
+                        })?;
+                    return Ok(Self {
+                        digest: None,
+                        holders,
+                        jwt: None,
+                    });
+                }
                 // One trailing newline (an editor's, `echo`'s) is not part of the token.
                 let token = text.trim_end_matches(['\n', '\r']).to_owned();
                 if token.is_empty() {
@@ -122,12 +141,13 @@ impl Authenticator {
         }
         Ok(Self {
             digest: Some(Sha256::digest(token.as_bytes()).into()),
+            holders: Vec::new(),
             jwt: None,
         })
     }
 
     pub fn is_required(&self) -> bool {
-        self.digest.is_some() || self.jwt.is_some()
+        self.digest.is_some() || !self.holders.is_empty() || self.jwt.is_some()
     }
 
     /// Checks a request's `Authorization` headers.
@@ -155,11 +175,25 @@ impl Authenticator {
         let Some(presented) = bearer_token(value.as_bytes()) else {
             return Err(Unauthenticated::Missing);
         };
-        if let Some(expected) = &self.digest {
-            let digest: [u8; 32] = Sha256::digest(presented).into();
-            if bool::from(digest.ct_eq(expected)) {
-                return Ok((Subject::StaticToken, Granted::Everything));
+        let digest: [u8; 32] = Sha256::digest(presented).into();
+        if let Some(expected) = &self.digest
+            && bool::from(digest.ct_eq(expected))
+        {
+            return Ok((Subject::StaticToken, Granted::Everything));
+        }
+        // Every holder's digest is compared (no early end): which one matched is not timed.
+        let mut matched = None;
+        for holder in &self.holders {
+            if bool::from(digest.ct_eq(&holder.digest)) {
+                matched = Some(holder);
             }
+        }
+        if let Some(holder) = matched {
+            let granted = match &holder.scopes {
+                None => Granted::Everything,
+                Some(scopes) => Granted::Scopes(scopes.clone()),
+            };
+            return Ok((Subject::TokenHolder(holder.name.clone()), granted));
         }
         self.jwt
             .as_ref()
@@ -241,6 +275,45 @@ mod tests {
             h.append(http::header::AUTHORIZATION, v.parse().unwrap());
         }
         h
+    }
+
+    #[test]
+    fn a_file_of_holders_names_each_holder_with_its_scopes() {
+        let hex = |t: &str| {
+            Sha256::digest(t.as_bytes())
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens");
+        std::fs::write(
+            &path,
+            format!(
+                "sha256:{} rita cordon:read\nsha256:{} ops *\n",
+                hex("rita-token-0123456789abcdef0123456789"),
+                hex("ops-token-0123456789abcdef0123456789ab")
+            ),
+        )
+        .unwrap();
+        let auth = Authenticator::load(&TokenSource::File(path.clone())).unwrap();
+        let (who, granted) = auth
+            .authenticate(&headers(&["Bearer rita-token-0123456789abcdef0123456789"]))
+            .unwrap();
+        assert_eq!(who, Subject::TokenHolder("rita".into()));
+        assert!(granted.allows("cordon:read") && !granted.allows("cordon:exec"));
+        let (who, granted) = auth
+            .authenticate(&headers(&["Bearer ops-token-0123456789abcdef0123456789ab"]))
+            .unwrap();
+        assert_eq!(who.to_string(), "bearer:ops");
+        assert_eq!(granted, Granted::Everything);
+        assert_eq!(
+            auth.check(&headers(&["Bearer rita"])),
+            Err(Unauthenticated::Invalid)
+        );
+        std::fs::write(&path, "sha256:00 rita x\n").unwrap();
+        let e = Authenticator::load(&TokenSource::File(path)).err().unwrap();
+        assert!(e.to_string().contains("line 1"), "{e}");
     }
 
     #[test]

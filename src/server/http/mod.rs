@@ -18,6 +18,7 @@ pub mod oauth;
 pub mod origin;
 mod subject;
 pub mod target;
+pub mod token_file;
 
 use super::CordonServer;
 use crate::audit::CallOrigin;

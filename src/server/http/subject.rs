@@ -15,6 +15,8 @@ pub enum Subject {
     Anonymous,
     /// The holder of the static token: one token, one subject.
     StaticToken,
+    /// A named holder of a token file of several entries (`token_file`).
+    TokenHolder(String),
     /// A JWT access token's `sub`, as its issuer vouched for it.
     Jwt { issuer: String, sub: String },
 }
@@ -56,6 +58,8 @@ impl std::fmt::Display for Subject {
         match self {
             Self::Anonymous => f.write_str("anonymous"),
             Self::StaticToken => f.write_str(BEARER_SUBJECT),
+            // Names are `[A-Za-z0-9._-]`: nothing to escape, and `bearer:` is no JWT's prefix.
+            Self::TokenHolder(name) => write!(f, "{BEARER_SUBJECT}:{name}"),
             Self::Jwt { issuer, sub } => {
                 write!(f, "jwt:{}#{}", escape(issuer), escape(sub))
             }
