@@ -163,7 +163,8 @@ struct HttpArgs {
     /// (a bare port, or `:PORT`, means 127.0.0.1). A non-loopback address needs a token.
     #[arg(long, value_name = "ADDR:PORT")]
     http: Option<String>,
-    /// File holding the bearer token every HTTP request must carry (mode 0600).
+    /// File holding the bearer token every HTTP request must carry (mode 0600), or one line
+    /// per holder: `sha256:<hex of the token's SHA-256> <name> <scope>...` (`*`: every scope).
     #[arg(
         long,
         value_name = "FILE",
