@@ -200,6 +200,10 @@ pub struct CallOrigin {
     /// `Mcp-Session-Id`, or `stateless` for a 2026-07-28 request (that revision has none).
     pub session: Option<String>,
     pub subject: Option<String>,
+    /// The scope of the subject's token that allowed the call (`[server.http.scopes]`); None
+    /// where the credentials grant every tool (the single static token, no token).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
     #[serde(skip)]
     pub client: Option<Value>,
 }
@@ -221,6 +225,8 @@ struct Line<'a> {
     session: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     subject: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scope: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     approval: Option<&'a AnsweredBy>,
 }
@@ -257,7 +263,8 @@ impl AuditLog {
             .and_then(|o| o.client.clone())
             .or_else(|| self.client.lock().ok().and_then(|c| c.clone()))
             .unwrap_or(Value::Null);
-        let (session, subject) = origin.map_or((None, None), |o| (o.session, o.subject));
+        let (session, subject, scope) =
+            origin.map_or((None, None, None), |o| (o.session, o.subject, o.scope));
         let approval = match &record.decision {
             Decision::Ask { by, .. } => by.as_ref(),
             _ => None,
@@ -268,6 +275,7 @@ impl AuditLog {
             policy: &self.options.policy,
             session,
             subject,
+            scope,
             approval,
         };
         let Ok(mut line) = serde_json::to_vec(&line) else {

@@ -319,7 +319,10 @@ impl ServerHandler for CordonServer {
         let output_schema = route.attr.output_schema.clone();
         // Over HTTP: who is calling (for the audit log) and whether their session may run
         // one more call.
-        let origin = http::call_origin(&context);
+        let origin = http::call_origin(&context).map(|mut origin| {
+            origin.scope = scopes::used(&context, &self.ctx.runtime.policy, &name);
+            origin
+        });
         // Over HTTP, only the tools the token's scopes allow (never decided by an argument);
         // a refusal is on record with its subject.
         if let Some((refused, scope)) = scopes::refusal(&context, &self.ctx.runtime.policy, &name) {

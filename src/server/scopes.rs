@@ -74,6 +74,19 @@ pub(super) fn audit_refusal(runtime: &crate::runtime::Runtime, tool: &str, scope
     );
 }
 
+/// The scope that allows this request's call of `tool`, for the audit log: None where the
+/// credentials grant every tool.
+pub(super) fn used(
+    rctx: &RequestContext<RoleServer>,
+    policy: &crate::policy::Policy,
+    tool: &str,
+) -> Option<String> {
+    match super::http::granted_of(rctx)? {
+        crate::server::http::auth::Granted::Everything => None,
+        crate::server::http::auth::Granted::Scopes(_) => scope_of(policy, tool).map(str::to_owned),
+    }
+}
+
 /// Whether the list of tools differs by who asks (then it must not be cached for others).
 pub(super) fn list_is_personal(rctx: &RequestContext<RoleServer>) -> bool {
     matches!(

@@ -1665,6 +1665,7 @@ fn open_call_of(p: &InProcess, session: &str) -> cordon::egress::CallTicket {
     let origin = cordon::audit::CallOrigin {
         session: Some(session.to_owned()),
         subject: None,
+        scope: None,
         client: None,
     };
     cordon::audit::CALL_ORIGIN.sync_scope(origin, || p.proxy.open_call())

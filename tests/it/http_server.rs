@@ -1228,10 +1228,12 @@ fn http_jwt_scopes_decide_which_tools_a_subject_sees_and_calls() {
          \"https://cordon.example/mcp\"\njwks_file = {:?}\n",
         jwks.display().to_string()
     );
+    let log = keys.path().join("audit.jsonl");
     let server = HttpServer::start(
         ws.path(),
         Start {
             policy: Some(&policy),
+            audit_log: Some(&log),
             ..Start::default()
         },
     );
@@ -1331,6 +1333,20 @@ fn http_jwt_scopes_decide_which_tools_a_subject_sees_and_calls() {
     assert_eq!(
         answer["result"]["structuredContent"]["content"], "readable\n",
         "{answer}"
+    );
+    // The audit log names the scope that allowed the call, and the one a refused call needed.
+    let audit = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        audit.lines().any(|l| l.contains("\"tool\":\"read_file\"")
+            && l.contains("\"scope\":\"cordon:read\"")
+            && l.contains("jwt:https://auth.example#rita")),
+        "{audit}"
+    );
+    assert!(
+        audit
+            .lines()
+            .any(|l| l.contains("\"tool\":\"scope\"") && l.contains("scope:cordon:exec")),
+        "{audit}"
     );
 
     // Every scope: every tool.
@@ -1447,6 +1463,13 @@ fn http_token_file_holders_each_have_their_subject_and_scopes() {
     assert!(
         audit.contains("\"subject\":\"bearer:rita\"")
             && audit.contains("\"subject\":\"bearer:ops\""),
+        "{audit}"
+    );
+    // ops's call names the scope that allowed it (here every scope: none named).
+    assert!(
+        audit
+            .lines()
+            .any(|l| l.contains("\"tool\":\"shell_exec\"") && l.contains("bearer:ops")),
         "{audit}"
     );
     // rita's refused call is on record, with the scope it needed.

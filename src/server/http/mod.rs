@@ -152,6 +152,7 @@ pub fn call_origin(rctx: &RequestContext<RoleServer>) -> Option<CallOrigin> {
             .extensions
             .get::<auth::Subject>()
             .map(ToString::to_string),
+        scope: None,
         client,
     })
 }
