@@ -1241,10 +1241,11 @@ fn a_job_that_outlives_sigterm_is_killed_after_its_grace_and_the_end_says_so() {
     let sb = Sandbox::new();
     let mut s = server(&sb, None);
     let token = unique_token();
+    // Signalled only once the trap is set (a SIGTERM before it would end the job at once).
     let (_, id) = start_job(
         &mut s,
-        &format!("trap '' TERM; sleep {token}"),
-        json!({"wait_secs": 0}),
+        &format!("trap '' TERM; echo armed; sleep {token}"),
+        json!({"wait_secs": 10, "until": "armed"}),
     );
     let term = job(&mut s, json!({"id": id, "signal": "TERM", "wait_secs": 1}));
     assert_eq!(
