@@ -93,18 +93,35 @@ pub fn a_shell_reads_input(members: &Members) -> Option<bool> {
     let pids = members.pids();
     let mut read_any = false;
     for pid in pids {
-        let Some(exe) = executable(pid) else {
+        let Some((exe, args)) = program_and_args(pid) else {
             continue;
         };
         read_any = true;
-        if is_shell(&exe)
-            && argv(pid)
-                .is_some_and(|a| shell_args_read_input(a.iter().skip(1).map(String::as_str)))
-        {
+        if is_shell(&exe) && shell_args_read_input(args.iter().skip(1).map(String::as_str)) {
             return Some(true);
         }
     }
     read_any.then_some(false)
+}
+
+/// A process's executable and arguments, read as one image: a process that `exec`s between
+/// the two reads (a job's shell starting its program) would pair one program's name with
+/// another's arguments, so the executable is read again after the arguments and the pair is
+/// taken only when it did not change; and in the middle of an `exec` the new program's
+/// arguments read as empty for a moment (every program has at least its name), which is no
+/// reading either. Tried a few times, then left out.
+fn program_and_args(pid: u32) -> Option<(String, Vec<String>)> {
+    for attempt in 0..4 {
+        if attempt > 0 {
+            std::thread::yield_now();
+        }
+        let exe = executable(pid)?;
+        let args = argv(pid)?;
+        if !args.is_empty() && executable(pid).as_ref() == Some(&exe) {
+            return Some((exe, args));
+        }
+    }
+    None
 }
 
 /// The last component of a process's executable ("bash (deleted)" for a binary replaced while
@@ -184,6 +201,7 @@ mod tests {
             root: Some(script.id()),
         };
         let found_script = a_shell_reads_input(&script_members);
+
         let _ = script.kill();
         let _ = script.wait();
         let mut shell = std::process::Command::new("sh")
