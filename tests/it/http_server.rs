@@ -1207,6 +1207,33 @@ fn http_null_origin_is_served_when_the_policy_lists_it() {
     assert_eq!(r.status, 200, "no Origin: not a browser");
 }
 
+/// Opens an MCP session with `auth` (an `Authorization` value) and acknowledges it; returns its
+/// id.
+fn open_session_as(server: &HttpServer, auth: &str) -> String {
+    let init = server.post(&init_body(), &[("Authorization", auth)]);
+    assert_eq!(init.status, 200, "{init:?}");
+    let session = init.header("mcp-session-id").unwrap().to_owned();
+    server.post(
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        &[("Authorization", auth), ("Mcp-Session-Id", &session)],
+    );
+    session
+}
+
+/// The names `tools/list` (request `id`) gives with `headers`.
+fn tool_names(server: &HttpServer, headers: &[(&str, &str)], id: u64) -> Vec<String> {
+    let list = server.post(
+        &json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"}),
+        headers,
+    );
+    list.message(id).unwrap()["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
 /// Issue 36, scopes per tool: a JWT's `scope` claim decides which tools its subject sees and
 /// may call (`[server.http.scopes]`, defaults: read → read_file, write → write_file and
 /// edit_file, exec → shell_exec, job, code_interpreter); a call of another tool is a tool
@@ -1275,28 +1302,12 @@ fn http_jwt_scopes_decide_which_tools_a_subject_sees_and_calls() {
     // A reader: sees read_file only; shell_exec is refused as a tool error naming its scope,
     // and nothing ran.
     let reader = bearer("rita", "cordon:read");
-    let init = server.post(&init_body(), &[("Authorization", &reader)]);
-    assert_eq!(init.status, 200, "{init:?}");
-    let session = init.header("mcp-session-id").unwrap().to_owned();
+    let session = open_session_as(&server, &reader);
     let headers = [
         ("Authorization", reader.as_str()),
         ("Mcp-Session-Id", &session),
     ];
-    server.post(
-        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-        &headers,
-    );
-    let list = server.post(
-        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
-        &headers,
-    );
-    let names: Vec<String> = list.message(1).unwrap()["result"]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap().to_owned())
-        .collect();
-    assert_eq!(names, ["read_file"], "{list:?}");
+    assert_eq!(tool_names(&server, &headers, 1), ["read_file"]);
     let marker = ws.path().join("ran");
     let r = server.post(
         &call_body(2, "shell_exec", json!({"command": "touch ran"})),
@@ -1351,28 +1362,12 @@ fn http_jwt_scopes_decide_which_tools_a_subject_sees_and_calls() {
 
     // Every scope: every tool.
     let all = bearer("dana", "cordon:read cordon:write cordon:exec");
-    let init = server.post(&init_body(), &[("Authorization", &all)]);
-    let session = init.header("mcp-session-id").unwrap().to_owned();
+    let session = open_session_as(&server, &all);
     let headers = [
         ("Authorization", all.as_str()),
         ("Mcp-Session-Id", &session),
     ];
-    server.post(
-        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-        &headers,
-    );
-    let list = server.post(
-        &json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list"}),
-        &headers,
-    );
-    assert_eq!(
-        list.message(7).unwrap()["result"]["tools"]
-            .as_array()
-            .unwrap()
-            .len(),
-        6,
-        "{list:?}"
-    );
+    assert_eq!(tool_names(&server, &headers, 7).len(), 6);
     let r = server.post(
         &call_body(8, "shell_exec", json!({"command": "echo ok"})),
         &headers,
@@ -1417,32 +1412,16 @@ fn http_token_file_holders_each_have_their_subject_and_scopes() {
     );
     let tools_of = |token: &str| {
         let auth = format!("Bearer {token}");
-        let init = server.post(&init_body(), &[("Authorization", &auth)]);
-        assert_eq!(init.status, 200, "{init:?}");
-        let session = init.header("mcp-session-id").unwrap().to_owned();
+        let session = open_session_as(&server, &auth);
         let headers = [
             ("Authorization", auth.as_str()),
             ("Mcp-Session-Id", &session),
         ];
-        server.post(
-            &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-            &headers,
-        );
-        let list = server.post(
-            &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
-            &headers,
-        );
         let call = server.post(
             &call_body(2, "shell_exec", json!({"command": "echo hi"})),
             &headers,
         );
-        let names: Vec<String> = list.message(1).unwrap()["result"]["tools"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t["name"].as_str().unwrap().to_owned())
-            .collect();
-        (names, call.message(2).unwrap())
+        (tool_names(&server, &headers, 1), call.message(2).unwrap())
     };
     let (names, call) = tools_of(&reader);
     assert_eq!(names, ["read_file"]);
