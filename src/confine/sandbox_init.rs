@@ -323,13 +323,11 @@ impl SandboxInit {
 
     /// A new directory for one call slot, beneath the calls' temporary root.
     fn call_tmp(&self) -> Result<super::scratch::RemovedOnDrop, ConfineError> {
-        let tmp = tempfile::Builder::new()
+        tempfile::Builder::new()
             .prefix("call-")
             .tempdir_in(&self.plan.calls_tmp)
             .map(super::scratch::RemovedOnDrop::take)
-            .map_err(ConfineError::TempDir)?;
-        super::sandbox::shims::prepare(tmp.path(), &self.plan.writable_shims);
-        Ok(tmp)
+            .map_err(ConfineError::TempDir)
     }
 
     /// A slot for a long-lived worker: its own cgroups and its private directory as the one

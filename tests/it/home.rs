@@ -293,8 +293,9 @@ fn rustix_is_root() -> bool {
 }
 
 /// Issue 33, item 5: a call may rewrite a toolchain's shims (`pyenv rehash`, which every
-/// `pip install` through pyenv's shim runs under `set -e`), in a copy of its own: the
-/// operator's shims never change, and the next call has a fresh copy.
+/// `pip install` through pyenv's shim runs under `set -e`), in the calls' copy: the operator's
+/// shims never change, and another server (here the next `cordon exec`) starts from a fresh
+/// copy.
 #[cordon_test::test]
 fn a_call_rehashes_its_own_copy_of_the_toolchain_shims() {
     let test = "a_call_rehashes_its_own_copy_of_the_toolchain_shims";

@@ -1,13 +1,15 @@
-//! A writable layer over the granted toolchains' shim directories, one per call.
+//! A writable copy of the granted toolchains' shim directories for the calls.
 //!
 //! pyenv (and rbenv, asdf) keep one small script per installed program in `<root>/shims` and
 //! regenerate them (`rehash`) after every install, under `set -e`: with the directory read-only,
 //! as a granted toolchain is, every `pip install` through the shim fails after it succeeded.
-//! Each call slot therefore gets a copy of each shim directory inside its own TMPDIR, made by the
-//! server on the host path while the slot is prepared (off the call's critical path; through
-//! the view's idmapped bind the copy is the call's own), and bound over the shim directory in
-//! the slot's mount namespace. A rehash writes the call's copy, which goes with the call: the
-//! operator's shims never change, and no call sees another's.
+//! So the server copies each shim directory once, when it sets up confinement, into the calls'
+//! temporary root (through the view's idmapped bind the copy is the calls' own), and every slot
+//! binds that copy over the shim directory in its own mount namespace. A rehash writes the copy:
+//! the operator's shims never change. The copy is the workspace's calls' together, like their
+//! home (`{workspace_home}`, whose `.local/bin` and `.cargo/bin` come first on PATH anyway), and
+//! goes with the server. It is made once rather than per call: ~140 pyenv shims cost ~7 ms to
+//! copy and remove (measured), which per call would be more than a call's own confinement.
 //!
 //! Owns the copy (bounded: regular files and symlinks of the top level only, [`MAX_ENTRIES`]
 //! of them, each at most [`MAX_FILE`] bytes; the source is the operator's own toolchain) and
@@ -17,8 +19,8 @@ use crate::confine::landlock::{Grant, GrantKind};
 use std::io;
 use std::path::{Path, PathBuf};
 
-/// Where in a call's directory the copies live: `<dir>/.cordon-shims/<n>` for the n-th shim
-/// directory of the plan.
+/// Where in the calls' temporary root the copies live: `<root>/.cordon-shims/<n>` for the n-th
+/// shim directory of the plan.
 const COPIES: &str = ".cordon-shims";
 /// Most entries copied from one shim directory (pyenv makes one per program: ~130 for three
 /// Python versions).
@@ -26,12 +28,12 @@ pub const MAX_ENTRIES: usize = 4096;
 /// Largest shim copied (they are scripts of a few hundred bytes).
 pub const MAX_FILE: u64 = 1 << 20;
 
-/// The copy of the `n`-th shim directory in the call directory `dir`.
+/// The copy of the `n`-th shim directory in `dir`.
 fn copy_of(dir: &Path, n: usize) -> PathBuf {
     dir.join(COPIES).join(n.to_string())
 }
 
-/// Server side, on the host path of a new call directory: copies each of `shims` into it.
+/// Server side, on the host path of the calls' temporary root: copies each of `shims` into it.
 /// A shim directory that cannot be copied is left out (its calls find it read-only, as before).
 pub fn prepare(dir: &Path, shims: &[PathBuf]) {
     for (n, shim) in shims.iter().enumerate() {
@@ -64,9 +66,9 @@ fn copy_dir(from: &Path, to: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// Slot side, in its own mount namespace (after its TMPDIR `dir` is in place): binds each copy
-/// over its shim directory and returns the grants that make it writable. A missing copy or a
-/// failed bind leaves that directory read-only.
+/// Slot side, in its own mount namespace, with the calls' temporary root `dir` still in view:
+/// binds each copy over its shim directory and returns the grants that make it writable. A
+/// missing copy or a failed bind leaves that directory read-only.
 pub fn bind(dir: &Path, shims: &[PathBuf]) -> Vec<Grant> {
     let mut grants = Vec::new();
     for (n, shim) in shims.iter().enumerate() {

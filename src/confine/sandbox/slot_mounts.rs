@@ -54,8 +54,9 @@ pub fn build(plan: &InitPlan, dir: &Path, joined_cgroups: bool) -> Result<Vec<Gr
         path: dir.to_path_buf(),
         access: GrantKind::ReadWrite,
     }];
+    // Before `own_tmp`, which hides the calls' temporary root the copies live in.
+    grants.extend(super::shims::bind(&plan.calls_tmp, &plan.writable_shims));
     own_tmp(plan, dir)?;
-    grants.extend(super::shims::bind(dir, &plan.writable_shims));
     if plan.shm_bytes > 0 && Path::new("/dev/shm").is_dir() {
         let options = std::ffi::CString::new(format!("mode=1777,size={}", plan.shm_bytes))
             .expect("no NUL in formatted numbers");
