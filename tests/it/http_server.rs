@@ -652,23 +652,30 @@ fn jwt(claims: serde_json::Value) -> String {
     .unwrap()
 }
 
-#[cordon_test::test]
-fn http_oauth_resource_server_accepts_valid_jwts_serves_metadata_and_refuses_the_rest() {
-    let ws = tempfile::tempdir().unwrap();
-    let keys = tempfile::tempdir().unwrap();
-    let jwks = keys.path().join("jwks.json");
+/// Writes a JWKS with the test key into `dir` and returns a policy accepting JWTs signed with
+/// it (issuer `https://auth.example`, resource `https://cordon.example/mcp`), plus `extra`
+/// lines of `[server.http.oauth]`.
+fn oauth_policy(dir: &std::path::Path, extra: &str) -> String {
+    let jwks = dir.join("jwks.json");
     std::fs::write(
         &jwks,
         json!({"keys": [{"kty": "OKP", "crv": "Ed25519", "x": JWT_KEY_X, "kid": "k1", "alg": "EdDSA"}]})
             .to_string(),
     )
     .unwrap();
-    let log = keys.path().join("audit.jsonl");
-    let policy = format!(
+    format!(
         "[server.http.oauth]\nissuer = \"https://auth.example\"\nresource = \
-         \"https://cordon.example/mcp\"\njwks_file = {:?}\nrequired_scopes = [\"mcp\"]\n",
+         \"https://cordon.example/mcp\"\njwks_file = {:?}\n{extra}",
         jwks.display().to_string()
-    );
+    )
+}
+
+#[cordon_test::test]
+fn http_oauth_resource_server_accepts_valid_jwts_serves_metadata_and_refuses_the_rest() {
+    let ws = tempfile::tempdir().unwrap();
+    let keys = tempfile::tempdir().unwrap();
+    let log = keys.path().join("audit.jsonl");
+    let policy = oauth_policy(keys.path(), "required_scopes = [\"mcp\"]\n");
     let server = HttpServer::start(
         ws.path(),
         Start {
@@ -973,19 +980,8 @@ fn http_unauthenticated_connection_is_closed_within_the_short_head_timeout() {
 fn http_jwt_subjects_never_collide_with_the_static_token_or_each_other() {
     let ws = tempfile::tempdir().unwrap();
     let keys = tempfile::tempdir().unwrap();
-    let jwks = keys.path().join("jwks.json");
-    std::fs::write(
-        &jwks,
-        json!({"keys": [{"kty": "OKP", "crv": "Ed25519", "x": JWT_KEY_X, "kid": "k1", "alg": "EdDSA"}]})
-            .to_string(),
-    )
-    .unwrap();
     let log = keys.path().join("audit.jsonl");
-    let policy = format!(
-        "[server.http.oauth]\nissuer = \"https://auth.example\"\nresource = \
-         \"https://cordon.example/mcp\"\njwks_file = {:?}\n",
-        jwks.display().to_string()
-    );
+    let policy = oauth_policy(keys.path(), "");
     let server = HttpServer::start(
         ws.path(),
         Start {
@@ -1243,18 +1239,7 @@ fn tool_names(server: &HttpServer, headers: &[(&str, &str)], id: u64) -> Vec<Str
 fn http_jwt_scopes_decide_which_tools_a_subject_sees_and_calls() {
     let ws = tempfile::tempdir().unwrap();
     let keys = tempfile::tempdir().unwrap();
-    let jwks = keys.path().join("jwks.json");
-    std::fs::write(
-        &jwks,
-        json!({"keys": [{"kty": "OKP", "crv": "Ed25519", "x": JWT_KEY_X, "kid": "k1", "alg": "EdDSA"}]})
-            .to_string(),
-    )
-    .unwrap();
-    let policy = format!(
-        "[server.http.oauth]\nissuer = \"https://auth.example\"\nresource = \
-         \"https://cordon.example/mcp\"\njwks_file = {:?}\n",
-        jwks.display().to_string()
-    );
+    let policy = oauth_policy(keys.path(), "");
     let log = keys.path().join("audit.jsonl");
     let server = HttpServer::start(
         ws.path(),
