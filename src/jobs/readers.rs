@@ -200,6 +200,9 @@ mod tests {
             cgroup: None,
             root: Some(script.id()),
         };
+        // Read only once the child is past its exec: until then it is a copy of this test
+        // program, and in the middle of the exec it reads as nothing (None).
+        until_execed(script.id());
         let found_script = a_shell_reads_input(&script_members);
 
         let _ = script.kill();
@@ -212,13 +215,8 @@ mod tests {
             cgroup: None,
             root: Some(shell.id()),
         };
-        // Until its exec, the child is a copy of this test program.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        let mut found_shell = a_shell_reads_input(&shell_members);
-        while found_shell != Some(true) && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(20));
-            found_shell = a_shell_reads_input(&shell_members);
-        }
+        until_execed(shell.id());
+        let found_shell = a_shell_reads_input(&shell_members);
         let _ = shell.kill();
         let _ = shell.wait();
         assert_eq!(found_script, Some(false), "sh -c is not reading commands");
@@ -230,6 +228,22 @@ mod tests {
         assert_eq!(a_shell_reads_input(&nobody), None);
     }
 
+    /// Waits (at most 5 s) until `pid` runs another program than this test's and its arguments
+    /// read as that program's.
+    fn until_execed(pid: u32) {
+        let mine = executable(std::process::id()).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while std::time::Instant::now() < deadline {
+            if let Some((exe, _)) = program_and_args(pid)
+                && exe != mine
+            {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        panic!("process {pid} did not exec within 5 s");
+    }
+
     #[test]
     fn a_child_in_the_group_is_what_reads_not_its_parent() {
         let me = std::process::id();
@@ -238,6 +252,7 @@ mod tests {
             .arg("5")
             .spawn()
             .unwrap();
+        until_execed(child.id());
         let members = Members {
             cgroup: None,
             root: Some(me),
