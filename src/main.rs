@@ -179,6 +179,17 @@ struct HttpArgs {
     /// authentication as /mcp) instead of at /metrics on the --http listener.
     #[arg(long, value_name = "ADDR:PORT", requires = "http")]
     metrics_addr: Option<String>,
+    /// Give each authenticated subject its own workspace, DIR/<subject>, with its own
+    /// sandbox, proxy, home, jobs and audit stream, under the policy its groups select
+    /// (`[[server.http.group_policies]]`). Needs authentication (a token file of holders, or
+    /// `[server.http.oauth]`).
+    #[arg(
+        long,
+        value_name = "DIR",
+        requires = "http",
+        conflicts_with = "workspace"
+    )]
+    workspaces: Option<PathBuf>,
 }
 
 impl HttpArgs {
@@ -204,6 +215,7 @@ impl HttpArgs {
             addr,
             auth,
             metrics_addr,
+            workspaces: None,
         }))
     }
 }
@@ -557,11 +569,17 @@ async fn serve(
         // Over HTTP nobody reads an `initialize` answer on stdin: a failed start is the
         // message on stderr and exit status 2.
         let started = async {
-            let options = http.options()?.expect("--http was given");
-            Ok::<_, anyhow::Error>((
-                start(workspace, policy, audit_log, allow_degraded).await?,
-                options,
-            ))
+            let mut options = http.options()?.expect("--http was given");
+            let server = match &http.workspaces {
+                Some(dir) => {
+                    let (server, workspaces) =
+                        start_per_subject(dir, policy, audit_log, allow_degraded)?;
+                    options.workspaces = Some(workspaces);
+                    server
+                }
+                None => start(workspace, policy, audit_log, allow_degraded).await?,
+            };
+            Ok::<_, anyhow::Error>((server, options))
         };
         let (server, options) = match started.await {
             Ok(started) => started,
@@ -621,6 +639,50 @@ async fn start(
     runtime.start_parser().await?;
     runtime.start_forwarding().await;
     Ok(cordon::server::CordonServer::new(Session::new(runtime)?))
+}
+
+/// `serve --http --workspaces DIR`: the subjects' workspaces, and the server every session
+/// is made from, whose own runtime (over `DIR/.server`, an empty directory no subject's name
+/// can take) runs no call: calls run in their subject's runtime.
+fn start_per_subject(
+    dir: &std::path::Path,
+    policy: &str,
+    audit_log: Option<PathBuf>,
+    allow_degraded: bool,
+) -> Result<(
+    cordon::server::CordonServer,
+    Arc<cordon::server::workspaces::SubjectWorkspaces>,
+)> {
+    let policy = Policy::load(policy)?;
+    let subject_options = RuntimeOptions {
+        allow_degraded,
+        parser_program: Some(cordon::parser::worker_program()?),
+        audit: audit_log.map_or(AuditTarget::Policy, AuditTarget::File),
+        spill_area: true,
+        ..RuntimeOptions::default()
+    };
+    let workspaces = Arc::new(cordon::server::workspaces::SubjectWorkspaces::open(
+        dir,
+        policy.clone(),
+        subject_options,
+    )?);
+    use std::os::unix::fs::DirBuilderExt;
+    let own = workspaces.root().join(".server");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&own)
+        .with_context(|| format!("cannot make {}", own.display()))?;
+    let template = Runtime::build(
+        policy,
+        RuntimeOptions {
+            workspace: own,
+            allow_degraded,
+            ..RuntimeOptions::default()
+        },
+    )?;
+    let server = cordon::server::CordonServer::new(Session::new(Arc::new(template))?);
+    Ok((server, workspaces))
 }
 
 async fn exec(

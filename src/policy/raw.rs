@@ -244,6 +244,18 @@ pub struct RawHttp {
     /// Tool → the scope a subject needs to see and call it; merged key by key across
     /// `extends`.
     pub scopes: Option<std::collections::BTreeMap<String, String>>,
+    pub workspace_idle_secs: Option<u64>,
+    pub group_claim: Option<String>,
+    /// Replaced whole by an extending policy (its order is its meaning).
+    pub group_policies: Option<Vec<RawGroupPolicy>>,
+}
+
+/// One `[[server.http.group_policies]]` entry.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawGroupPolicy {
+    pub group: String,
+    pub policy: String,
 }
 
 /// `[server.http.oauth]`: accept JWT access tokens of one authorization server.
@@ -400,6 +412,9 @@ impl Overlay for RawHttp {
             session_idle_secs: self.session_idle_secs.or(base.session_idle_secs),
             oauth: self.oauth.or(base.oauth),
             scopes,
+            workspace_idle_secs: self.workspace_idle_secs.or(base.workspace_idle_secs),
+            group_claim: self.group_claim.or(base.group_claim),
+            group_policies: self.group_policies.or(base.group_policies),
         }
     }
 }

@@ -33,6 +33,8 @@ pub struct Start<'a> {
     pub policy: Option<&'a str>,
     pub audit_log: Option<&'a Path>,
     pub extra: &'a [&'a str],
+    /// `ws` is `--workspaces` (a workspace per subject beneath it), not `--workspace`.
+    pub workspaces: bool,
 }
 
 impl HttpServer {
@@ -50,7 +52,12 @@ impl HttpServer {
     pub fn start(ws: &Path, how: Start<'_>) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let mut cmd = Command::new(CORDON);
-        cmd.args(["serve", "--http", "127.0.0.1:0", "--workspace"])
+        cmd.args(["serve", "--http", "127.0.0.1:0"])
+            .arg(if how.workspaces {
+                "--workspaces"
+            } else {
+                "--workspace"
+            })
             .arg(ws);
         let token = how.token.then(|| {
             let token = format!("t0k-{}-{}", std::process::id(), random_hex());

@@ -1,0 +1,360 @@
+//! `serve --http --workspaces DIR` (issue 36): each authenticated subject, two JWT subjects
+//! and two holders of a token file, works in a workspace of its own, with its own files,
+//! jobs and loopback, git repository, home and interpreter state; the groups of its
+//! credentials select the policy its calls run under; a read-only subject cannot write
+//! through any tool; no argument selects another subject's workspace; each subject has its
+//! own audit stream naming it, its scope and its policy.
+
+use crate::common::unique_token;
+use crate::http_client::{HttpServer, Start, call_body, token_file};
+use crate::http_server::{jwt, oauth_policy, open_session_as, tool_names};
+use serde_json::{Value, json};
+
+/// One client: its `Authorization` value and an open session.
+struct Client<'a> {
+    server: &'a HttpServer,
+    auth: String,
+    session: String,
+    next_id: std::cell::Cell<u64>,
+}
+
+impl<'a> Client<'a> {
+    fn open(server: &'a HttpServer, auth: String) -> Self {
+        let session = open_session_as(server, &auth);
+        Self {
+            server,
+            auth,
+            session,
+            next_id: std::cell::Cell::new(10),
+        }
+    }
+
+    fn headers(&self) -> [(&str, &str); 2] {
+        [
+            ("Authorization", self.auth.as_str()),
+            ("Mcp-Session-Id", self.session.as_str()),
+        ]
+    }
+
+    /// A tool call's result (`isError`, `structuredContent`).
+    fn call(&self, tool: &str, args: Value) -> Value {
+        let id = self.next_id.get();
+        self.next_id.set(id + 1);
+        let reply = self
+            .server
+            .post(&call_body(id, tool, args), &self.headers());
+        let message = reply.message(id).unwrap_or_else(|| panic!("{reply:?}"));
+        message["result"].clone()
+    }
+
+    fn shell(&self, command: &str) -> Value {
+        self.call("shell_exec", json!({"command": command}))
+    }
+
+    fn tools(&self) -> Vec<String> {
+        let id = self.next_id.get();
+        self.next_id.set(id + 1);
+        tool_names(self.server, &self.headers(), id)
+    }
+}
+
+fn stdout(result: &Value) -> &str {
+    result["structuredContent"]["stdout"].as_str().unwrap_or("")
+}
+
+fn is_error(result: &Value) -> bool {
+    result["isError"] == json!(true)
+}
+
+fn hex_sha256(text: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[cordon_test::test]
+fn http_each_subject_works_in_its_own_workspace_under_its_groups_policy() {
+    let root = tempfile::tempdir().unwrap();
+    let keys = tempfile::tempdir().unwrap();
+    let alice_token = format!("alice-{}", unique_token());
+    let rita_token = format!("rita-{}", unique_token());
+    let entries = format!(
+        "sha256:{} alice * group=developers\nsha256:{} rita cordon:read group=reviewers\n",
+        hex_sha256(&alice_token),
+        hex_sha256(&rita_token)
+    );
+    let file = token_file(keys.path(), &entries, 0o600);
+    let file_s = file.display().to_string();
+    let log = keys.path().join("audit.jsonl");
+    let policy = format!(
+        "{}\n[[server.http.group_policies]]\ngroup = \"reviewers\"\npolicy = \"strict\"\n",
+        oauth_policy(keys.path(), "")
+    );
+    let server = HttpServer::start(
+        root.path(),
+        Start {
+            policy: Some(&policy),
+            audit_log: Some(&log),
+            extra: &["--http-token-file", &file_s],
+            workspaces: true,
+            ..Start::default()
+        },
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let bearer_jwt = |sub: &str, groups: Value| {
+        format!(
+            "Bearer {}",
+            jwt(
+                json!({"iss": "https://auth.example", "aud": "https://cordon.example/mcp",
+                       "sub": sub, "exp": now + 600,
+                       "scope": "cordon:read cordon:write cordon:exec", "groups": groups})
+            )
+        )
+    };
+    let alice = Client::open(&server, format!("Bearer {alice_token}"));
+    let rita = Client::open(&server, format!("Bearer {rita_token}"));
+    let bob = Client::open(&server, bearer_jwt("bob", json!(["developers"])));
+    let carol = Client::open(&server, bearer_jwt("carol", json!("reviewers")));
+
+    // Files: what alice writes, by any tool, only alice sees.
+    let wrote = alice.call(
+        "write_file",
+        json!({"path": "secret.txt", "content": "alice's\n"}),
+    );
+    assert!(!is_error(&wrote), "{wrote}");
+    let made = alice.shell("echo made-by-shell > shell.txt && pwd && echo $HOME");
+    assert!(!is_error(&made), "{made}");
+    let bob_reads = bob.call("read_file", json!({"path": "secret.txt"}));
+    assert!(
+        is_error(&bob_reads),
+        "bob must not see alice's file: {bob_reads}"
+    );
+    let listing = bob.shell("ls -a; cat secret.txt shell.txt 2>&1; true");
+    assert!(
+        !stdout(&listing).contains("alice's") && !stdout(&listing).contains("made-by-shell"),
+        "{listing}"
+    );
+    // Not by naming it: the workspaces are siblings beneath the root, and neither a relative
+    // climb nor an absolute path reaches another.
+    let names: Vec<String> = std::fs::read_dir(root.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    let alice_dir = names
+        .iter()
+        .find(|n| n.starts_with("bearer_alice-"))
+        .unwrap_or_else(|| panic!("{names:?}"))
+        .clone();
+    let alice_path = root.path().join(&alice_dir);
+    assert_eq!(
+        std::fs::read_to_string(alice_path.join("secret.txt")).unwrap(),
+        "alice's\n"
+    );
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&alice_path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "a subject's workspace is the server's alone");
+    }
+    for path in [
+        format!("../{alice_dir}/secret.txt"),
+        alice_path.join("secret.txt").display().to_string(),
+    ] {
+        let read = bob.call("read_file", json!({"path": path}));
+        assert!(is_error(&read), "{path}: {read}");
+        let kind = &read["structuredContent"]["error"]["kind"];
+        assert!(
+            kind == "path_escape" || kind == "not_found",
+            "{path}: {read}"
+        );
+        let write = bob.call(
+            "write_file",
+            json!({"path": path, "content": "bob was here\n"}),
+        );
+        assert!(is_error(&write), "{path}: {write}");
+        let cat = bob.shell(&format!("cat {path} 2>&1; true"));
+        assert!(!stdout(&cat).contains("alice's"), "{path}: {cat}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(alice_path.join("secret.txt")).unwrap(),
+        "alice's\n",
+        "bob's writes went nowhere near alice's file"
+    );
+
+    // Home: each subject's calls have their own.
+    alice.shell("echo alice-home > ~/.marker");
+    let bob_home = bob.shell("cat ~/.marker 2>&1; true");
+    assert!(!stdout(&bob_home).contains("alice-home"), "{bob_home}");
+    let alice_home = alice.shell("cat ~/.marker");
+    assert_eq!(stdout(&alice_home), "alice-home\n", "{alice_home}");
+
+    // Git: alice's repository is not bob's.
+    let git = alice.shell(
+        "git init -q . && git -c user.name=a -c user.email=a@x add secret.txt && \
+         git -c user.name=a -c user.email=a@x commit -qm alice && git log --format=%s",
+    );
+    assert_eq!(stdout(&git), "alice\n", "{git}");
+    let bob_git = bob.shell("git log --format=%s 2>&1; true");
+    assert!(!stdout(&bob_git).contains("alice"), "{bob_git}");
+
+    // Interpreter state.
+    let set = alice.call("code_interpreter", json!({"code": "shared = 41"}));
+    assert!(!is_error(&set), "{set}");
+    let get = bob.call("code_interpreter", json!({"code": "print(shared)"}));
+    assert!(
+        is_error(&get) || !get.to_string().contains("41"),
+        "bob must not see alice's variables: {get}"
+    );
+
+    // Jobs and loopback: alice's server is not reachable from bob's calls, nor listed.
+    let port = 20_000 + (std::process::id() % 20_000) as u16;
+    let serve = alice.call(
+        "shell_exec",
+        json!({"command": format!("exec python3 -u -m http.server {port} --bind 127.0.0.1"),
+               "background": true, "until": "Serving", "wait_secs": 20}),
+    );
+    assert!(
+        serve["structuredContent"]["job"]["id"].is_string(),
+        "{serve}"
+    );
+    let probe = format!(
+        "python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.1:{port}/', \
+         timeout=3).status)\" 2>&1; true"
+    );
+    let from_alice = alice.shell(&probe);
+    assert!(stdout(&from_alice).contains("200"), "{from_alice}");
+    let from_bob = bob.shell(&probe);
+    assert!(!stdout(&from_bob).contains("200"), "{from_bob}");
+    let bob_jobs = bob.call("job", json!({"action": "list"}));
+    assert!(!bob_jobs.to_string().contains("http.server"), "{bob_jobs}");
+
+    // A read-only subject: rita's token has only cordon:read; carol has every scope but is
+    // a reviewer, so her calls run under `strict` (a read-only workspace).
+    assert_eq!(rita.tools(), ["read_file"]);
+    let rita_write = rita.call("write_file", json!({"path": "r.txt", "content": "x"}));
+    assert!(is_error(&rita_write), "{rita_write}");
+    let rita_shell = rita.shell("touch r.txt");
+    assert!(is_error(&rita_shell), "{rita_shell}");
+    let carol_shell = carol.shell("touch c.txt");
+    assert!(is_error(&carol_shell), "strict: no write: {carol_shell}");
+    let carol_write = carol.call("write_file", json!({"path": "c.txt", "content": "x"}));
+    assert!(is_error(&carol_write), "{carol_write}");
+    let carol_edit = carol.call(
+        "edit_file",
+        json!({"path": "c.txt", "edits": [{"old_string": "x", "new_string": "y"}]}),
+    );
+    assert!(is_error(&carol_edit), "{carol_edit}");
+    let carol_py = carol.call(
+        "code_interpreter",
+        json!({"code": "open('c.txt', 'w').write('x')"}),
+    );
+    assert!(is_error(&carol_py), "{carol_py}");
+    let carol_root = names_now(root.path())
+        .into_iter()
+        .find(|n| n.starts_with("jwt_https___auth.example_carol-"))
+        .expect("carol's workspace");
+    assert!(
+        !root.path().join(&carol_root).join("c.txt").exists(),
+        "nothing carol ran wrote"
+    );
+
+    // Each subject's own audit stream, naming it, the scope and the policy.
+    let stream_of = |dir: &str| {
+        std::fs::read_to_string(keys.path().join(format!("audit.{dir}.jsonl")))
+            .unwrap_or_else(|e| panic!("audit stream of {dir}: {e}"))
+    };
+    let alice_audit = stream_of(&alice_dir);
+    assert!(
+        alice_audit.contains("\"subject\":\"bearer:alice\""),
+        "{alice_audit}"
+    );
+    assert!(
+        !alice_audit.contains("jwt:"),
+        "only alice's calls: {alice_audit}"
+    );
+    let carol_audit = stream_of(&carol_root);
+    assert!(
+        carol_audit.contains("\"policy\":\"strict (built-in)\"")
+            || carol_audit.contains("\"policy\":\"strict"),
+        "{carol_audit}"
+    );
+    assert!(
+        carol_audit.contains("\"scope\":\"cordon:exec\""),
+        "{carol_audit}"
+    );
+    assert!(!carol_audit.contains(&alice_token) && !alice_audit.contains(&alice_token));
+}
+
+fn names_now(root: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// A subject's credentials that select another policy than its running workspace's are
+/// refused (never run with the rights of the old ones); and `--workspaces` without any
+/// authentication does not start.
+#[cordon_test::test]
+fn http_workspaces_refuse_a_changed_policy_and_need_authentication() {
+    let root = tempfile::tempdir().unwrap();
+    let keys = tempfile::tempdir().unwrap();
+    let policy = format!(
+        "{}\n[[server.http.group_policies]]\ngroup = \"reviewers\"\npolicy = \"strict\"\n",
+        oauth_policy(keys.path(), "")
+    );
+    let server = HttpServer::start(
+        root.path(),
+        Start {
+            policy: Some(&policy),
+            workspaces: true,
+            ..Start::default()
+        },
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let bearer = |groups: Value| {
+        format!(
+            "Bearer {}",
+            jwt(
+                json!({"iss": "https://auth.example", "aud": "https://cordon.example/mcp",
+                       "sub": "dana", "exp": now + 600,
+                       "scope": "cordon:read cordon:write cordon:exec", "groups": groups})
+            )
+        )
+    };
+    let developer = Client::open(&server, bearer(json!([])));
+    let first = developer.shell("touch made && echo ok");
+    assert_eq!(stdout(&first), "ok\n", "{first}");
+    // The same subject, now a reviewer, while the developer session is open.
+    let reviewer = Client::open(&server, bearer(json!(["reviewers"])));
+    let refused = reviewer.shell("touch again");
+    assert!(is_error(&refused), "{refused}");
+    assert_eq!(
+        refused["structuredContent"]["error"]["kind"],
+        json!("denied"),
+        "{refused}"
+    );
+    let message = refused["structuredContent"]["error"]["message"]
+        .as_str()
+        .unwrap();
+    assert!(message.contains("strict"), "{message}");
+    drop(server);
+
+    let out = std::process::Command::new(crate::common::CORDON)
+        .args(["serve", "--http", "127.0.0.1:0", "--workspaces"])
+        .arg(root.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--workspaces"), "{stderr}");
+}
