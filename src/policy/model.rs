@@ -225,6 +225,9 @@ pub struct HttpPolicy {
     pub max_body_bytes: usize,
     /// MCP sessions open at once (those begun with `initialize`); one more gets 503.
     pub max_sessions: usize,
+    /// MCP sessions one subject may have open (default: `max_sessions`); one more of its
+    /// `initialize`s gets 503 while other subjects still get theirs.
+    pub max_sessions_per_subject: usize,
     /// Tool calls one session may have running at once; one more is refused.
     pub max_calls_per_session: usize,
     /// A session without any request for this long is ended (its calls and interpreters too).

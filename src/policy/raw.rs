@@ -237,6 +237,7 @@ pub struct RawHttp {
     pub allowed_hosts: Option<Vec<String>>,
     pub max_body_kb: Option<u64>,
     pub max_sessions: Option<usize>,
+    pub max_sessions_per_subject: Option<usize>,
     pub max_calls_per_session: Option<usize>,
     pub session_idle_secs: Option<u64>,
     /// Replaced whole by an extending policy (its fields belong together).
@@ -408,6 +409,9 @@ impl Overlay for RawHttp {
             allowed_hosts: self.allowed_hosts.or(base.allowed_hosts),
             max_body_kb: self.max_body_kb.or(base.max_body_kb),
             max_sessions: self.max_sessions.or(base.max_sessions),
+            max_sessions_per_subject: self
+                .max_sessions_per_subject
+                .or(base.max_sessions_per_subject),
             max_calls_per_session: self.max_calls_per_session.or(base.max_calls_per_session),
             session_idle_secs: self.session_idle_secs.or(base.session_idle_secs),
             oauth: self.oauth.or(base.oauth),

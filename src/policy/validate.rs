@@ -612,6 +612,7 @@ fn http(check: &Check, raw: raw::RawHttp) -> Result<HttpPolicy, PolicyError> {
             .positive(field, Some(v.unwrap_or(default) as u64))
             .map(|v| v as usize)
     };
+    let max_sessions = count("server.http.max_sessions", raw.max_sessions, 16)?;
     Ok(HttpPolicy {
         allowed_origins,
         allowed_hosts,
@@ -620,7 +621,12 @@ fn http(check: &Check, raw: raw::RawHttp) -> Result<HttpPolicy, PolicyError> {
             Some(raw.max_body_kb.unwrap_or(4096)),
         )? as usize
             * 1024,
-        max_sessions: count("server.http.max_sessions", raw.max_sessions, 16)?,
+        max_sessions,
+        max_sessions_per_subject: count(
+            "server.http.max_sessions_per_subject",
+            raw.max_sessions_per_subject,
+            max_sessions,
+        )?,
         max_calls_per_session: count(
             "server.http.max_calls_per_session",
             raw.max_calls_per_session,

@@ -35,6 +35,8 @@ pub struct Start<'a> {
     pub extra: &'a [&'a str],
     /// `ws` is `--workspaces` (a workspace per subject beneath it), not `--workspace`.
     pub workspaces: bool,
+    /// Environment variables set for the server.
+    pub env: &'a [(&'a str, &'a str)],
 }
 
 impl HttpServer {
@@ -77,6 +79,7 @@ impl HttpServer {
             cmd.arg("--audit-log").arg(log);
         }
         cmd.args(how.extra);
+        cmd.envs(how.env.iter().copied());
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -358,3 +358,74 @@ fn http_workspaces_refuse_a_changed_policy_and_need_authentication() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--workspaces"), "{stderr}");
 }
+
+/// One subject cannot take every session (`max_sessions_per_subject`); a subject's workspace
+/// runtime with no session left is shut down after `workspace_idle_secs`, and its next call
+/// starts it again, files intact.
+#[cordon_test::test]
+fn http_subject_sessions_are_bounded_and_idle_workspaces_shut_down_and_come_back() {
+    let root = tempfile::tempdir().unwrap();
+    let keys = tempfile::tempdir().unwrap();
+    let policy = format!(
+        "[server.http]\nworkspace_idle_secs = 1\nmax_sessions_per_subject = 2\n{}",
+        oauth_policy(keys.path(), "")
+    );
+    let server = HttpServer::start(
+        root.path(),
+        Start {
+            policy: Some(&policy),
+            workspaces: true,
+            env: &[("CORDON_LOG", "cordon=info")],
+            ..Start::default()
+        },
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let bearer = |sub: &str| {
+        format!(
+            "Bearer {}",
+            jwt(
+                json!({"iss": "https://auth.example", "aud": "https://cordon.example/mcp",
+                       "sub": sub, "exp": now + 600,
+                       "scope": "cordon:read cordon:write cordon:exec"})
+            )
+        )
+    };
+    let eve = bearer("eve");
+    let _first = Client::open(&server, eve.clone());
+    let _second = Client::open(&server, eve.clone());
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}});
+    let third = server.post(&init, &[("Authorization", &eve)]);
+    assert_eq!(third.status, 503, "{third:?}");
+    assert!(third.body.contains("max_sessions_per_subject"), "{third:?}");
+
+    let frank = Client::open(&server, bearer("frank"));
+    let made = frank.shell("echo kept > kept.txt && echo ok");
+    assert_eq!(stdout(&made), "ok\n", "{made}");
+    let mut headers = vec![("Authorization".to_owned(), frank.auth.clone())];
+    headers.push(("Mcp-Session-Id".to_owned(), frank.session.clone()));
+    let deleted = crate::http_client::request(server.addr, "DELETE", &headers, b"");
+    assert!(
+        deleted.status == 202 || deleted.status == 200,
+        "{deleted:?}"
+    );
+    let shut = crate::stdio_server::eventually(std::time::Duration::from_secs(20), || {
+        server
+            .stderr()
+            .contains("shut down an idle subject's workspace")
+    });
+    assert!(shut, "{}", server.stderr());
+    let again = Client::open(&server, bearer("frank"));
+    let back = again.shell("cat kept.txt");
+    assert_eq!(stdout(&back), "kept\n", "{back}");
+    let starts = server
+        .stderr()
+        .matches("started a subject's workspace")
+        .count();
+    // eve never called (a session alone builds nothing): frank's first start and its restart.
+    assert_eq!(starts, 2, "{}", server.stderr());
+}

@@ -182,6 +182,8 @@ struct Front {
     origins: origin::OriginPolicy,
     hosts: target::HostPolicy,
     max_body: usize,
+    /// Sessions one subject may have open (`server.http.max_sessions_per_subject`).
+    max_sessions_per_subject: usize,
     policy_origin: String,
     /// Every scope some tool needs (`[server.http.scopes]`): a token granting none of them
     /// may call nothing.
@@ -344,6 +346,7 @@ fn front(
         origins,
         hosts: target::HostPolicy::new(&http.allowed_hosts),
         max_body: http.max_body_bytes,
+        max_sessions_per_subject: http.max_sessions_per_subject,
         policy_origin: ctx.runtime.policy.origin.clone(),
         tool_scopes: http.scopes.values().cloned().collect(),
     }
@@ -687,6 +690,10 @@ impl Front {
         if initializes && self.sessions.is_full() {
             return self.sessions_full();
         }
+        // One subject cannot take every place: the others' clients still get theirs.
+        if initializes && self.sessions.owned_by(&owner) >= self.max_sessions_per_subject {
+            return self.subject_sessions_full(&owner);
+        }
         let request = Request::from_parts(parts, Full::new(bytes));
         let response = self.mcp.handle(request).await;
         if initializes
@@ -746,6 +753,25 @@ impl Front {
                     plain(StatusCode::BAD_REQUEST, format!("Bad Request: {e}"))
                 }
             })
+    }
+
+    /// The answer to an `initialize` of a subject that has every session it may have open.
+    fn subject_sessions_full(&self, subject: &auth::Subject) -> Response<Body> {
+        tracing::warn!("refused an initialize of {subject}: its sessions are at the bound");
+        let mut response = plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "Service Unavailable: this subject has {} MCP sessions open, the most \
+                 server.http.max_sessions_per_subject allows ({}); end one (DELETE {ENDPOINT}) \
+                 or retry later",
+                self.max_sessions_per_subject, self.policy_origin
+            ),
+        );
+        response.headers_mut().insert(
+            http::header::RETRY_AFTER,
+            http::HeaderValue::from_static("5"),
+        );
+        response
     }
 
     /// The answer to an `initialize` while every session the policy allows is open.
