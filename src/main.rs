@@ -257,6 +257,27 @@ enum PolicyAction {
         /// Built-in policy name (default, dev, strict) or a policy file.
         #[arg(default_value = "default")]
         policy: String,
+        /// Explain what this subject of `serve --http` may do, named as the audit log names
+        /// it: `bearer`, `bearer:<holder>` or `jwt:<issuer>#<sub>`.
+        #[arg(long, value_name = "SUBJECT")]
+        subject: Option<String>,
+        /// The token file of holders: a `bearer:<holder>` subject's scopes and groups.
+        #[arg(long, value_name = "FILE", requires = "subject")]
+        http_token_file: Option<PathBuf>,
+        /// A JWT subject's `scope` claim (space-separated).
+        #[arg(long, value_name = "SCOPES", requires = "subject")]
+        scopes: Option<String>,
+        /// A JWT subject's groups (comma-separated).
+        #[arg(
+            long,
+            value_name = "GROUPS",
+            requires = "subject",
+            value_delimiter = ','
+        )]
+        groups: Vec<String>,
+        /// The server's `--workspaces` root, if it has one.
+        #[arg(long, value_name = "DIR", requires = "subject")]
+        workspaces: Option<PathBuf>,
     },
     /// Re-decide every call of an audit log under a policy and list the decisions that would
     /// change (exit 1 when one does, 0 when none does).
@@ -269,6 +290,10 @@ enum PolicyAction {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// Replay only this subject's calls, named as the log names it (`bearer:<holder>`,
+        /// `jwt:<issuer>#<sub>`); its last record's policy is the default candidate.
+        #[arg(long, value_name = "SUBJECT")]
+        subject: Option<String>,
     },
 }
 
@@ -465,16 +490,41 @@ async fn policy_action(action: PolicyAction) -> Result<i32> {
             policy::check_examples(&loaded).await?;
             print!("{}", policy::check(&loaded)?);
         }
-        PolicyAction::Explain { policy: name } => {
+        PolicyAction::Explain {
+            policy: name,
+            subject: None,
+            ..
+        } => {
             print!("{}", policy::explain(&Policy::load(&name)?));
+        }
+        PolicyAction::Explain {
+            policy: name,
+            subject: Some(subject),
+            http_token_file,
+            scopes,
+            groups,
+            workspaces,
+        } => {
+            use cordon::cli::subject;
+            let server = Policy::load(&name)?;
+            let query = subject::SubjectQuery::new(
+                &subject,
+                http_token_file.as_deref(),
+                scopes.as_deref(),
+                &groups,
+            )?;
+            let (summary, runs_under) =
+                subject::explain_subject(&server, &query, workspaces.as_deref())?;
+            print!("{summary}\n{}", policy::explain(&runs_under));
         }
         PolicyAction::Replay {
             audit_log,
             policy: candidate,
             json,
+            subject,
         } => {
             use cordon::cli::replay;
-            let report = replay::run(&audit_log, candidate.as_deref()).await?;
+            let report = replay::run(&audit_log, candidate.as_deref(), subject.as_deref()).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {

@@ -7,4 +7,5 @@ pub mod approvals;
 pub mod lint;
 pub mod policy;
 pub mod replay;
+pub mod subject;
 pub mod workspace;

@@ -137,6 +137,7 @@ impl SubjectWorkspaces {
     /// The policy `groups` select: the first `[[server.http.group_policies]]` entry whose
     /// group is among them, else the server's own.
     pub fn policy_for(&self, groups: &BTreeSet<String>) -> &Policy {
+        // The same choice as [`selected_group`], over the loaded policies.
         self.group_policies
             .iter()
             .find(|(entry, _)| groups.contains(&entry.group))
@@ -337,6 +338,14 @@ pub enum WorkspacesOpenError {
         group: String,
         source: Box<crate::policy::PolicyError>,
     },
+}
+
+/// The first `[[server.http.group_policies]]` entry whose group is among `groups`.
+pub fn selected_group<'a>(
+    entries: &'a [GroupPolicy],
+    groups: &BTreeSet<String>,
+) -> Option<&'a GroupPolicy> {
+    entries.iter().find(|entry| groups.contains(&entry.group))
 }
 
 /// A policy as the audit log and messages name it.
