@@ -48,7 +48,7 @@ class Client:
         self.token = token
         self.session = None
         self.next_id = 1
-        reply, headers = self.post(
+        _reply, headers = self.post(
             {"jsonrpc": "2.0", "id": 0, "method": "initialize",
              "params": {"protocolVersion": "2025-11-25", "capabilities": {},
                         "clientInfo": {"name": "bench", "version": "1"}}})
@@ -170,7 +170,8 @@ def commit():
     if os.environ.get("BENCH_COMMIT"):
         return os.environ["BENCH_COMMIT"]
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=False,
+                              capture_output=True,
                               text=True).stdout.strip() + " (of the checkout)"
     except OSError:
         return "unknown"
