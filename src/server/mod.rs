@@ -130,6 +130,27 @@ impl CordonServer {
         mut self,
         workspaces: Arc<workspaces::SubjectWorkspaces>,
     ) -> Self {
+        // The instructions name the caller's workspace, not the template's (no call runs
+        // there); the policy they describe is the server's unless a group selects another.
+        let template_root = format!(
+            "Workspace: {}.",
+            self.ctx.runtime.workspace.root().display()
+        );
+        let mut own = "Workspace: your own, private to your credentials (this server gives each \
+                       authenticated user one)."
+            .to_owned();
+        if !self
+            .ctx
+            .runtime
+            .policy
+            .server
+            .http
+            .group_policies
+            .is_empty()
+        {
+            own.push_str(" Your group may select another policy than the one below.");
+        }
+        self.instructions = Arc::new(self.instructions.replace(&template_root, &own));
         if let Some(http) = &mut self.http {
             http.workspaces = Some(workspaces);
         }

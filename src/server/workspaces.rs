@@ -211,6 +211,8 @@ impl SubjectWorkspaces {
             .await
             .map_err(|e| WorkspacesError::Aborted(e.to_string()))??;
         let runtime = Arc::new(runtime);
+        // Its proxy's connections go to its own audit stream, as the server's do.
+        super::connection_audit::audit_connections(&runtime);
         runtime.start_parser().await?;
         runtime.start_forwarding().await;
         tracing::info!(

@@ -330,6 +330,20 @@ fn http_workspaces_refuse_a_changed_policy_and_need_authentication() {
             )
         )
     };
+    // The instructions speak of the caller's own workspace, never of the server's template.
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}});
+    let answer = server.post(&init, &[("Authorization", &bearer(json!([])))]);
+    let instructions = answer.message(0).unwrap()["result"]["instructions"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        instructions.contains("Workspace: your own"),
+        "{instructions}"
+    );
+    assert!(!instructions.contains(".server"), "{instructions}");
     let developer = Client::open(&server, bearer(json!([])));
     let first = developer.shell("touch made && echo ok");
     assert_eq!(stdout(&first), "ok\n", "{first}");
