@@ -244,6 +244,10 @@ pub struct HttpPolicy {
     /// next call.
     #[serde(serialize_with = "secs")]
     pub workspace_idle: Duration,
+    /// With `serve --workspaces DIR`: subject runtimes running at once; past it, the one
+    /// unused longest is shut down to make room, and a call is refused when every one is in
+    /// use.
+    pub max_workspaces_running: usize,
     /// The JWT claim (a string or an array of strings) that names a subject's groups.
     pub group_claim: String,
     /// `[[server.http.group_policies]]`, in order: the first whose group a subject is in

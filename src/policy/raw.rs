@@ -246,6 +246,7 @@ pub struct RawHttp {
     /// `extends`.
     pub scopes: Option<std::collections::BTreeMap<String, String>>,
     pub workspace_idle_secs: Option<u64>,
+    pub max_workspaces_running: Option<usize>,
     pub group_claim: Option<String>,
     /// Replaced whole by an extending policy (its order is its meaning).
     pub group_policies: Option<Vec<RawGroupPolicy>>,
@@ -417,6 +418,7 @@ impl Overlay for RawHttp {
             oauth: self.oauth.or(base.oauth),
             scopes,
             workspace_idle_secs: self.workspace_idle_secs.or(base.workspace_idle_secs),
+            max_workspaces_running: self.max_workspaces_running.or(base.max_workspaces_running),
             group_claim: self.group_claim.or(base.group_claim),
             group_policies: self.group_policies.or(base.group_policies),
         }

@@ -642,6 +642,11 @@ fn http(check: &Check, raw: raw::RawHttp) -> Result<HttpPolicy, PolicyError> {
             "server.http.workspace_idle_secs",
             Some(raw.workspace_idle_secs.unwrap_or(900)),
         )?,
+        max_workspaces_running: count(
+            "server.http.max_workspaces_running",
+            raw.max_workspaces_running,
+            16,
+        )?,
         group_claim: group_claim(check, raw.group_claim)?,
         group_policies: group_policies(check, raw.group_policies.unwrap_or_default())?,
     })

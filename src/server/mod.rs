@@ -227,6 +227,9 @@ impl CordonServer {
                             workspaces::WorkspacesError::PolicyChanged { .. } => {
                                 ToolError::new(ErrorKind::Denied, e.to_string())
                             }
+                            workspaces::WorkspacesError::Full(_) => {
+                                ToolError::new(ErrorKind::ResourceLimit, e.to_string())
+                            }
                             other => ToolError::new(ErrorKind::Internal, other.to_string()),
                         },
                     )?)

@@ -61,6 +61,11 @@ pub enum WorkspacesError {
     Runtime(#[from] RuntimeError),
     #[error("cannot start this subject's workspace: its start was abandoned ({0})")]
     Aborted(String),
+    #[error(
+        "{0} subjects' workspaces are running and every one is in use, the most \
+         server.http.max_workspaces_running allows; retry when another user's sessions end"
+    )]
+    Full(usize),
 }
 
 /// The workspace root of every subject, and how to build a subject's runtime.
@@ -75,6 +80,7 @@ pub struct SubjectWorkspaces {
     /// What every subject runtime is built with besides its workspace and audit stream.
     options: RuntimeOptions,
     idle: Duration,
+    max_running: usize,
     subjects: Mutex<HashMap<Subject, Arc<Entry>>>,
 }
 
@@ -120,6 +126,7 @@ impl SubjectWorkspaces {
             })?;
         Ok(Self {
             idle: http.workspace_idle,
+            max_running: http.max_workspaces_running,
             root,
             root_dir,
             default_policy,
@@ -157,11 +164,29 @@ impl SubjectWorkspaces {
             let mut subjects = self.subjects.lock().unwrap_or_else(|e| e.into_inner());
             let stale = subjects
                 .get(subject)
-                .is_some_and(|e| e.policy_name != wanted && e.is_unused());
+                .is_some_and(|e| e.policy_name != wanted && unused(e));
             if stale {
                 // Its sessions are gone: the next build takes the new policy (the old
                 // runtime stops when its last reference goes).
                 subjects.remove(subject);
+            }
+            if !subjects.contains_key(subject) && subjects.len() >= self.max_running {
+                // Room for one more: the runtime unused longest goes (its next call starts
+                // it again), or, with every one in use, this call waits for none.
+                let oldest = subjects
+                    .iter()
+                    .filter(|(_, e)| unused(e))
+                    .min_by_key(|(_, e)| std::cmp::Reverse(e.idle_for()))
+                    .map(|(s, _)| s.clone())
+                    .ok_or(WorkspacesError::Full(self.max_running))?;
+                if let Some(evicted) = subjects.remove(&oldest)
+                    && let Some(runtime) = evicted.runtime.get().cloned()
+                {
+                    tokio::spawn(async move {
+                        runtime.shutdown.cancel();
+                        runtime.drain(DRAIN_GRACE).await;
+                    });
+                }
             }
             let entry = subjects
                 .entry(subject.clone())
@@ -257,7 +282,7 @@ impl SubjectWorkspaces {
             let mut subjects = self.subjects.lock().unwrap_or_else(|e| e.into_inner());
             let expired: Vec<Subject> = subjects
                 .iter()
-                .filter(|(_, e)| e.is_unused() && e.idle_for() >= self.idle)
+                .filter(|(_, e)| unused(e) && e.idle_for() >= self.idle)
                 .map(|(s, _)| s.clone())
                 .collect();
             expired
@@ -313,12 +338,17 @@ impl SubjectWorkspaces {
     }
 }
 
-impl Entry {
-    /// No session holds the runtime (only this map does), or it was never built.
-    fn is_unused(&self) -> bool {
-        self.runtime.get().is_none_or(|r| Arc::strong_count(r) == 1)
-    }
+/// No call is starting it (only the map holds the entry) and no session holds its runtime
+/// (only the entry does), or it was never built: shutting it down takes nothing from anyone.
+fn unused(entry: &Arc<Entry>) -> bool {
+    Arc::strong_count(entry) == 1
+        && entry
+            .runtime
+            .get()
+            .is_none_or(|r| Arc::strong_count(r) == 1)
+}
 
+impl Entry {
     fn idle_for(&self) -> Duration {
         self.last_used
             .lock()

@@ -443,3 +443,65 @@ fn http_subject_sessions_are_bounded_and_idle_workspaces_shut_down_and_come_back
     // eve never called (a session alone builds nothing): frank's first start and its restart.
     assert_eq!(starts, 2, "{}", server.stderr());
 }
+
+/// `max_workspaces_running`: past it, a new subject's call is refused while every running
+/// workspace is in use, and takes the place of one no session uses any more.
+#[cordon_test::test]
+fn http_running_subject_workspaces_are_bounded() {
+    let root = tempfile::tempdir().unwrap();
+    let keys = tempfile::tempdir().unwrap();
+    let policy = format!(
+        "[server.http]\nmax_workspaces_running = 1\n{}",
+        oauth_policy(keys.path(), "")
+    );
+    let server = HttpServer::start(
+        root.path(),
+        Start {
+            policy: Some(&policy),
+            workspaces: true,
+            ..Start::default()
+        },
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let bearer = |sub: &str| {
+        format!(
+            "Bearer {}",
+            jwt(
+                json!({"iss": "https://auth.example", "aud": "https://cordon.example/mcp",
+                       "sub": sub, "exp": now + 600,
+                       "scope": "cordon:read cordon:write cordon:exec"})
+            )
+        )
+    };
+    let first = Client::open(&server, bearer("gina"));
+    assert_eq!(stdout(&first.shell("echo one")), "one\n");
+    let second = Client::open(&server, bearer("hank"));
+    let refused = second.shell("echo two");
+    assert!(is_error(&refused), "{refused}");
+    assert_eq!(
+        refused["structuredContent"]["error"]["kind"],
+        json!("resource_limit"),
+        "{refused}"
+    );
+    assert!(
+        refused.to_string().contains("max_workspaces_running"),
+        "{refused}"
+    );
+    // gina's session ends: her workspace is no one's in use, and hank's takes its place.
+    let headers = vec![
+        ("Authorization".to_owned(), first.auth.clone()),
+        ("Mcp-Session-Id".to_owned(), first.session.clone()),
+    ];
+    let deleted = crate::http_client::request(server.addr, "DELETE", &headers, b"");
+    assert!(
+        deleted.status == 202 || deleted.status == 200,
+        "{deleted:?}"
+    );
+    let ran = crate::stdio_server::eventually(std::time::Duration::from_secs(10), || {
+        stdout(&second.shell("echo two")) == "two\n"
+    });
+    assert!(ran, "hank's call never got a place");
+}
