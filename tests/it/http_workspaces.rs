@@ -74,6 +74,45 @@ fn hex_sha256(text: &str) -> String {
         .collect()
 }
 
+/// `Authorization` for a JWT of the test issuer naming `sub`, every tool scope and `groups`.
+fn bearer(sub: &str, groups: Value) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    format!(
+        "Bearer {}",
+        jwt(
+            json!({"iss": "https://auth.example", "aud": "https://cordon.example/mcp",
+                   "sub": sub, "exp": now + 600,
+                   "scope": "cordon:read cordon:write cordon:exec", "groups": groups})
+        )
+    )
+}
+
+/// `serve --http --workspaces root` accepting the test issuer's JWTs, with `http` lines of
+/// `[server.http]` and `after` appended to the policy (group policies).
+fn team_server(
+    root: &std::path::Path,
+    keys: &std::path::Path,
+    http: &str,
+    after: &str,
+    how: Start<'_>,
+) -> HttpServer {
+    let policy = format!("[server.http]\n{http}{}\n{after}", oauth_policy(keys, ""));
+    HttpServer::start(
+        root,
+        Start {
+            policy: Some(&policy),
+            workspaces: true,
+            ..how
+        },
+    )
+}
+
+const REVIEWERS_ON_STRICT: &str =
+    "[[server.http.group_policies]]\ngroup = \"reviewers\"\npolicy = \"strict\"\n";
+
 #[cordon_test::test]
 fn http_each_subject_works_in_its_own_workspace_under_its_groups_policy() {
     let root = tempfile::tempdir().unwrap();
@@ -88,38 +127,21 @@ fn http_each_subject_works_in_its_own_workspace_under_its_groups_policy() {
     let file = token_file(keys.path(), &entries, 0o600);
     let file_s = file.display().to_string();
     let log = keys.path().join("audit.jsonl");
-    let policy = format!(
-        "{}\n[[server.http.group_policies]]\ngroup = \"reviewers\"\npolicy = \"strict\"\n",
-        oauth_policy(keys.path(), "")
-    );
-    let server = HttpServer::start(
+    let server = team_server(
         root.path(),
+        keys.path(),
+        "",
+        REVIEWERS_ON_STRICT,
         Start {
-            policy: Some(&policy),
             audit_log: Some(&log),
             extra: &["--http-token-file", &file_s],
-            workspaces: true,
             ..Start::default()
         },
     );
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let bearer_jwt = |sub: &str, groups: Value| {
-        format!(
-            "Bearer {}",
-            jwt(
-                json!({"iss": "https://auth.example", "aud": "https://cordon.example/mcp",
-                       "sub": sub, "exp": now + 600,
-                       "scope": "cordon:read cordon:write cordon:exec", "groups": groups})
-            )
-        )
-    };
     let alice = Client::open(&server, format!("Bearer {alice_token}"));
     let rita = Client::open(&server, format!("Bearer {rita_token}"));
-    let bob = Client::open(&server, bearer_jwt("bob", json!(["developers"])));
-    let carol = Client::open(&server, bearer_jwt("carol", json!("reviewers")));
+    let bob = Client::open(&server, bearer("bob", json!(["developers"])));
+    let carol = Client::open(&server, bearer("carol", json!("reviewers")));
 
     // Files: what alice writes, by any tool, only alice sees.
     let wrote = alice.call(
@@ -304,32 +326,14 @@ fn names_now(root: &std::path::Path) -> Vec<String> {
 fn http_workspaces_refuse_a_changed_policy_and_need_authentication() {
     let root = tempfile::tempdir().unwrap();
     let keys = tempfile::tempdir().unwrap();
-    let policy = format!(
-        "{}\n[[server.http.group_policies]]\ngroup = \"reviewers\"\npolicy = \"strict\"\n",
-        oauth_policy(keys.path(), "")
-    );
-    let server = HttpServer::start(
+    let server = team_server(
         root.path(),
-        Start {
-            policy: Some(&policy),
-            workspaces: true,
-            ..Start::default()
-        },
+        keys.path(),
+        "",
+        REVIEWERS_ON_STRICT,
+        Start::default(),
     );
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let bearer = |groups: Value| {
-        format!(
-            "Bearer {}",
-            jwt(
-                json!({"iss": "https://auth.example", "aud": "https://cordon.example/mcp",
-                       "sub": "dana", "exp": now + 600,
-                       "scope": "cordon:read cordon:write cordon:exec", "groups": groups})
-            )
-        )
-    };
+    let bearer = |groups: Value| bearer("dana", groups);
     // The instructions speak of the caller's own workspace, never of the server's template.
     let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {},
@@ -380,33 +384,17 @@ fn http_workspaces_refuse_a_changed_policy_and_need_authentication() {
 fn http_subject_sessions_are_bounded_and_idle_workspaces_shut_down_and_come_back() {
     let root = tempfile::tempdir().unwrap();
     let keys = tempfile::tempdir().unwrap();
-    let policy = format!(
-        "[server.http]\nworkspace_idle_secs = 1\nmax_sessions_per_subject = 2\n{}",
-        oauth_policy(keys.path(), "")
-    );
-    let server = HttpServer::start(
+    let server = team_server(
         root.path(),
+        keys.path(),
+        "workspace_idle_secs = 1\nmax_sessions_per_subject = 2\n",
+        "",
         Start {
-            policy: Some(&policy),
-            workspaces: true,
             env: &[("CORDON_LOG", "cordon=info")],
             ..Start::default()
         },
     );
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let bearer = |sub: &str| {
-        format!(
-            "Bearer {}",
-            jwt(
-                json!({"iss": "https://auth.example", "aud": "https://cordon.example/mcp",
-                       "sub": sub, "exp": now + 600,
-                       "scope": "cordon:read cordon:write cordon:exec"})
-            )
-        )
-    };
+    let bearer = |sub: &str| bearer(sub, json!([]));
     let eve = bearer("eve");
     let _first = Client::open(&server, eve.clone());
     let _second = Client::open(&server, eve.clone());
@@ -450,32 +438,14 @@ fn http_subject_sessions_are_bounded_and_idle_workspaces_shut_down_and_come_back
 fn http_running_subject_workspaces_are_bounded() {
     let root = tempfile::tempdir().unwrap();
     let keys = tempfile::tempdir().unwrap();
-    let policy = format!(
-        "[server.http]\nmax_workspaces_running = 1\n{}",
-        oauth_policy(keys.path(), "")
-    );
-    let server = HttpServer::start(
+    let server = team_server(
         root.path(),
-        Start {
-            policy: Some(&policy),
-            workspaces: true,
-            ..Start::default()
-        },
+        keys.path(),
+        "max_workspaces_running = 1\n",
+        "",
+        Start::default(),
     );
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let bearer = |sub: &str| {
-        format!(
-            "Bearer {}",
-            jwt(
-                json!({"iss": "https://auth.example", "aud": "https://cordon.example/mcp",
-                       "sub": sub, "exp": now + 600,
-                       "scope": "cordon:read cordon:write cordon:exec"})
-            )
-        )
-    };
+    let bearer = |sub: &str| bearer(sub, json!([]));
     let first = Client::open(&server, bearer("gina"));
     assert_eq!(stdout(&first.shell("echo one")), "one\n");
     let second = Client::open(&server, bearer("hank"));
