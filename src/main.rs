@@ -608,6 +608,7 @@ async fn start(
         parser_program: Some(cordon::parser::worker_program()?),
         audit: audit_log.map_or(AuditTarget::Policy, AuditTarget::File),
         spill_area: true,
+        checkpoints: true,
         ..RuntimeOptions::default()
     };
     let runtime = Arc::new(Runtime::build(Policy::load(policy)?, options)?);

@@ -33,6 +33,8 @@ pub struct Policy {
     pub files: FilesPolicy,
     /// Long-lived processes (`shell_exec {background: true}`, the `job` tool).
     pub jobs: jobs::JobsPolicy,
+    /// What calls changed, kept to take it back (`crate::checkpoint`).
+    pub checkpoints: super::checkpoints::CheckpointsPolicy,
     /// When repeated refusals are handed to a person (`crate::breaker`).
     pub breaker: breaker::BreakerPolicy,
     /// The files this policy was read from (itself first, then each file it `extends`),
