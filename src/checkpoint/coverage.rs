@@ -137,10 +137,13 @@ impl Coverage {
     }
 }
 
-/// Whether a name is never recorded: git's own directory (the operator's history belongs to
-/// git and to cordon's git import, never to a checkpoint).
-pub fn never_recorded(name: &str) -> bool {
+/// Whether a name is never recorded: git's own directory anywhere (the operator's history
+/// belongs to git and to cordon's git import, never to a checkpoint), and at the root
+/// cordon's own directories (spilled outputs, the calls' home), which the server makes and
+/// prunes itself: a restore must not take them away nor bring old outputs back.
+pub fn never_recorded(at_root: bool, name: &str) -> bool {
     name == ".git"
+        || (at_root && (name == ".cordon" || name == crate::policy::toolchains::WORKSPACE_HOME))
 }
 
 #[cfg(test)]

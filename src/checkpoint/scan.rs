@@ -196,7 +196,7 @@ impl Walk<'_, '_> {
                 self.uncovered(path, "a name that is not UTF-8", 0);
                 continue;
             };
-            if never_recorded(name) {
+            if never_recorded(rel.is_empty(), name) {
                 continue;
             }
             let path = join(rel, name);

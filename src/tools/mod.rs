@@ -12,6 +12,7 @@
 //! [`Session`] (and through it the shared `Runtime`); the answer is `shape`'s
 //! [`ToolOutcome`], which only `server` unwraps.
 
+pub mod checkpoint;
 pub mod code_interpreter;
 pub mod edit_file;
 pub mod job;
