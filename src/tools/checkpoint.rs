@@ -18,19 +18,20 @@ use std::time::Instant;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
+// No doc comments on the variants: they would turn the schema's plain `enum` into a `oneOf`
+// of `const`s, which some hosts' schema converters reject (tests/it/schemas.rs).
 pub enum Action {
-    /// The kept checkpoints, newest first, and the storage budget.
     List,
-    /// What changed since checkpoint `id` (or between `id` and `to`), as a unified diff.
     Diff,
-    /// Put the workspace back as it was before checkpoint `id`'s call.
     Restore,
 }
 
 #[derive(Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CheckpointArgs {
-    /// `list`, `diff` or `restore`.
+    /// `list`: the kept checkpoints, newest first, and the storage budget. `diff`: what changed
+    /// since checkpoint `id` (or from `id` to `to`), as a unified diff. `restore`: put the
+    /// workspace back as it was before checkpoint `id`'s call.
     pub action: Action,
     /// A checkpoint id (`cp-12`, from a call's `checkpoint` or from `list`): the workspace as
     /// it was before that call. Required for `diff` and `restore`.
