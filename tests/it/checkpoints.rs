@@ -474,3 +474,59 @@ fn a_restore_waits_for_this_sessions_jobs_unless_asked_to_stop_them() {
     assert_eq!(structured(&done)["stopped_jobs"], json!([job]), "{done}");
     assert!(!sb.ws().join("a.txt").exists());
 }
+
+#[cordon_test::test]
+fn the_audit_log_names_each_checkpoint_and_replay_points_at_it() {
+    if skip("the_audit_log_names_each_checkpoint", Need::LandlockSeccomp) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let log = sb.outside().join("audit.jsonl");
+    let policy = sb.policy("recorded.toml", "extends = \"default\"\n");
+    let state = state_dir(&sb);
+    let mut s = StdioServer::start(
+        sb.ws(),
+        &["--policy", &policy, "--audit-log", log.to_str().unwrap()],
+        "",
+        &[("CORDON_STATE_DIR", &state)],
+    );
+    let written = s.call(
+        "write_file",
+        json!({"path": "notes/a.txt", "content": "x\n"}),
+    );
+    let id = checkpoint_of(&written);
+    sh(&mut s, "true");
+    drop(s);
+    let audit = std::fs::read_to_string(&log).unwrap();
+    let records: Vec<Value> = audit
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let of = |tool: &str| {
+        records
+            .iter()
+            .find(|r| r["tool"] == json!(tool))
+            .unwrap_or_else(|| panic!("no {tool} record: {audit}"))
+            .clone()
+    };
+    assert_eq!(of("write_file")["checkpoint"], json!(id), "{audit}");
+    assert_eq!(of("shell_exec").get("checkpoint"), None, "{audit}");
+    // Under a candidate that protects `notes`, the write would be refused: replay says which
+    // checkpoint undoes it.
+    let candidate = sb.policy(
+        "candidate.toml",
+        "extends = \"default\"\n[filesystem]\nprotected = [\".cordon\", \"notes\"]\n",
+    );
+    let out = std::process::Command::new(CORDON)
+        .args(["policy", "replay"])
+        .arg(&log)
+        .args(["--policy", &candidate])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("checkpoint {id}")),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
