@@ -106,7 +106,12 @@ fn open_checkpoints(
         workspace.dir(),
         policy.checkpoints.settings(),
     ) {
-        Ok(checkpoints) => Some(Arc::new(checkpoints)),
+        Ok(mut checkpoints) => {
+            if let Err(why) = checkpoints.watch_changes(workspace.root()) {
+                tracing::info!("checkpoints walk the workspace at every call: {why}");
+            }
+            Some(Arc::new(checkpoints))
+        }
         Err(e) => {
             tracing::warn!("checkpoints are off for this server: {e}");
             None

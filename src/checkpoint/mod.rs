@@ -170,6 +170,62 @@ pub struct Checkpoints {
     /// The newest tree as this process last read or wrote it, with its state number: read
     /// from disk again only when another process recorded since.
     cache: Mutex<Option<(u64, Manifest)>>,
+    /// Where the kernel says what changed (fanotify): a recording with nothing new under the
+    /// workspace since the previous one skips the walk. None: every recording walks.
+    watch: Option<Watch>,
+    /// Walks of the tree so far (what the fast path saves is visible in tests).
+    walks: std::sync::atomic::AtomicU64,
+}
+
+/// The fast path: a fanotify group on the workspace's file system, and the workspace's
+/// canonical path to tell its directories from the rest of the file system's.
+struct Watch {
+    events: crate::confine::fanotify::DirWatch,
+    root: PathBuf,
+}
+
+impl Watch {
+    /// Whether anything may have changed under the workspace since the previous drain: an
+    /// event in a directory of the workspace (cordon's own `.cordon`, `.cordon-home` and
+    /// `.git` aside), a lost event, or a directory that cannot be told (gone, unreadable).
+    fn changed_inside(&self) -> bool {
+        let drained = match self.events.drain() {
+            Ok(d) => d,
+            Err(_) => return true,
+        };
+        if drained.overflow || drained.unreadable {
+            return true;
+        }
+        drained.dirs.iter().any(|(kind, handle, name)| {
+            let Ok(fd) = self.events.open(*kind, handle) else {
+                return true;
+            };
+            let Ok(path) = std::fs::read_link(format!("/proc/self/fd/{}", {
+                use std::os::fd::AsRawFd;
+                fd.as_raw_fd()
+            })) else {
+                return true;
+            };
+            let Ok(rel) = path.strip_prefix(&self.root) else {
+                // Outside the workspace: another directory of the same file system (cordon's
+                // own store among them). A deleted directory reads `… (deleted)`, never the
+                // workspace's prefix unless it was in it, and then it changed.
+                return false;
+            };
+            // An event in the root names the entry: `.cordon` made at the root is cordon's.
+            let rel = if rel.as_os_str().is_empty() {
+                use std::os::unix::ffi::OsStrExt;
+                std::path::PathBuf::from(std::ffi::OsStr::from_bytes(name))
+            } else {
+                rel.to_path_buf()
+            };
+            let first = rel.components().next().map(|c| c.as_os_str().to_owned());
+            !matches!(
+                first.as_deref().and_then(|f| f.to_str()),
+                Some(".git" | ".cordon" | crate::policy::toolchains::WORKSPACE_HOME)
+            )
+        })
+    }
 }
 
 /// Most bytes of one file's versions a diff reads (each side).
@@ -206,7 +262,32 @@ impl Checkpoints {
             coverage: coverage::Coverage::new(&settings.include),
             settings,
             cache: Mutex::new(None),
+            watch: None,
+            walks: std::sync::atomic::AtomicU64::new(0),
         })
+    }
+
+    /// Turns on the fast path (see [`Watch`]) where the kernel allows it (CAP_SYS_ADMIN and
+    /// CAP_DAC_READ_SEARCH); returns why not otherwise, and every recording walks the tree.
+    pub fn watch_changes(&mut self, canonical: &Path) -> Result<(), String> {
+        let events = crate::confine::fanotify::DirWatch::new(self.root.as_fd())
+            .map_err(|e| format!("fanotify on the workspace's file system: {e}"))?;
+        self.watch = Some(Watch {
+            events,
+            root: canonical.to_path_buf(),
+        });
+        Ok(())
+    }
+
+    /// How changes are found, as `list` reports it.
+    pub fn recording(&self) -> &'static str {
+        if self.watch.is_some() {
+            "fanotify: the tree is walked only after the kernel reported a change under the \
+             workspace"
+        } else {
+            "full walk: every call's start and end walks the tree (no fanotify here: cordon \
+             lacks CAP_SYS_ADMIN, or the file system does not report)"
+        }
     }
 
     pub fn store_path(&self) -> &Path {
@@ -219,16 +300,36 @@ impl Checkpoints {
         if !state.has_head {
             return Ok((state, Manifest::new()));
         }
-        let cached = self.cache.lock().ok().and_then(|c| {
-            c.as_ref()
+        // Taken, not cloned (a large tree is costly to copy): [`Checkpoints::remember`] puts
+        // the newest back, and after an error it is read from disk again.
+        let cached = self.cache.lock().ok().and_then(|mut c| {
+            c.take()
                 .filter(|(seq, _)| *seq == state.head_seq)
-                .map(|(_, m)| m.clone())
+                .map(|(_, m)| m)
         });
         let head = match cached {
             Some(head) => head,
             None => self.store.head(lock)?,
         };
         Ok((state, head))
+    }
+
+    /// True when the kernel reported nothing under the workspace since the previous drain
+    /// and this process holds the newest record: nothing changed, no walk needed. Always
+    /// drains, so a walk that follows starts from a queue emptied before it.
+    fn quiet(&self, lock: &Locked) -> Result<bool, CheckpointError> {
+        let Some(watch) = &self.watch else {
+            return Ok(false);
+        };
+        let changed = watch.changed_inside();
+        let state = self.store.state(lock)?;
+        let fresh = state.has_head
+            && self
+                .cache
+                .lock()
+                .ok()
+                .is_some_and(|c| c.as_ref().is_some_and(|(seq, _)| *seq == state.head_seq));
+        Ok(fresh && !changed)
     }
 
     fn remember(&self, seq: u64, head: Manifest) {
@@ -244,7 +345,12 @@ impl Checkpoints {
         lock: &Locked,
         info: &CallInfo,
     ) -> Result<Option<Record>, CheckpointError> {
+        if self.quiet(lock)? {
+            return Ok(None);
+        }
         let (mut state, head) = self.current(lock)?;
+        self.walks
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let scanned = scan::Scan {
             store: &self.store,
             coverage: &self.coverage,
@@ -318,8 +424,9 @@ impl Checkpoints {
     /// The kept checkpoints, newest first, and the budget.
     pub fn list(&self) -> Result<(Vec<Listed>, Budget), CheckpointError> {
         let lock = self.store.lock()?;
-        let (_, head) = self.current(&lock)?;
+        let (state, head) = self.current(&lock)?;
         let budget = self.store.evict(&lock, &head, self.settings.bounds)?;
+        self.remember(state.head_seq, head);
         let mut out = Vec::new();
         for seq in self.store.record_seqs(&lock)?.into_iter().rev() {
             let Some(record) = self.store.record(&lock, seq)? else {
@@ -462,9 +569,10 @@ impl Checkpoints {
         let lock = self.store.lock()?;
         self.record_locked(&lock, &CallInfo::outside())?;
         let records = self.range(&lock, id, None)?;
-        let (_, head) = self.current(&lock)?;
+        let (state, head) = self.current(&lock)?;
         let target = restore::target(&records);
         let (ops, mut skipped) = restore::plan(&target, &head);
+        self.remember(state.head_seq, head);
         skipped.extend(restore::apply(self.root.as_fd(), &self.store, &ops));
         let record = self.record_locked(&lock, info)?;
         Ok(Restored {
@@ -656,5 +764,66 @@ mod tests {
         cps.restore(&id, &call("checkpoint")).unwrap();
         assert!(!ws.path().join("pipe").exists());
         assert!(!ws.path().join("sparse").exists());
+    }
+}
+
+#[cfg(test)]
+mod watch_tests {
+    use super::*;
+    use std::fs;
+
+    #[test]
+    fn with_fanotify_a_quiet_workspace_is_not_walked_and_a_change_is_still_seen() {
+        let ws = tempfile::tempdir().unwrap();
+        let state = tempfile::tempdir().unwrap();
+        let canonical = fs::canonicalize(ws.path()).unwrap();
+        let dir =
+            cap_std::fs::Dir::open_ambient_dir(&canonical, cap_std::ambient_authority()).unwrap();
+        let settings = Settings {
+            bounds: Bounds {
+                max_bytes: 1 << 30,
+                max_count: 100,
+                max_age_secs: 3600,
+            },
+            max_file_bytes: 1 << 20,
+            include: Vec::new(),
+        };
+        let mut cps = Checkpoints::open_in(state.path(), &canonical, &dir, settings).unwrap();
+        if cps.watch_changes(&canonical).is_err() {
+            // No CAP_SYS_ADMIN here: the walk is the only path, tested elsewhere.
+            return;
+        }
+        fs::write(canonical.join("a"), "1").unwrap();
+        let call = CallInfo {
+            call: None,
+            tool: "t".into(),
+            summary: String::new(),
+        };
+        let walks = || cps.walks.load(std::sync::atomic::Ordering::Relaxed);
+        let start = cps.begin().unwrap();
+        let after_first = walks();
+        assert_eq!(after_first, 1, "the first record walks");
+        // A quiet workspace is not walked.
+        assert_eq!(cps.end(start, &call).unwrap(), None);
+        let start = cps.begin().unwrap();
+        assert_eq!(cps.end(start, &call).unwrap(), None);
+        assert_eq!(walks(), after_first);
+        // cordon's own directories are not changes, nor is the file system outside.
+        fs::create_dir_all(canonical.join(".cordon/outputs")).unwrap();
+        fs::write(canonical.join(".cordon/outputs/x"), "spilled").unwrap();
+        fs::write(state.path().join("elsewhere"), "outside").unwrap();
+        let start = cps.begin().unwrap();
+        assert_eq!(cps.end(start, &call).unwrap(), None);
+        assert_eq!(walks(), after_first);
+        // A change deep in the tree is reported by the kernel and recorded.
+        fs::create_dir_all(canonical.join("d/e")).unwrap();
+        let start = cps.begin().unwrap();
+        fs::write(canonical.join("d/e/f"), "new").unwrap();
+        let id = cps.end(start, &call).unwrap().expect("the change is seen");
+        assert!(walks() > after_first);
+        let diffed = cps.diff(&id, None).unwrap();
+        assert_eq!(diffed.files.len(), 1, "{:?}", diffed.files);
+        assert_eq!(diffed.files[0].path, "d/e/f");
+        assert!(cps.recording().starts_with("fanotify"));
     }
 }

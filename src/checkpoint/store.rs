@@ -133,12 +133,17 @@ impl Store {
     /// Waits for the store's lock (another server or the operator's CLI may hold it while it
     /// records or restores), then empties `tmp/` of what an interrupted writer left.
     pub fn lock(&self) -> Result<Locked, CheckpointError> {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(self.root.join("lock"))
-            .map_err(|e| self.io(e))?;
+        // Opened for reading (flock needs no more): closing a file opened for writing is an
+        // event for the fanotify fast path to resolve at every call.
+        let path = self.root.join("lock");
+        let file = match File::open(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                File::create(&path).map_err(|e| self.io(e))?;
+                File::open(&path).map_err(|e| self.io(e))?
+            }
+            Err(e) => return Err(self.io(e)),
+        };
         rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
             .map_err(|e| self.io(e.into()))?;
         if let Ok(entries) = std::fs::read_dir(self.root.join("tmp")) {

@@ -64,6 +64,9 @@ pub struct CheckpointOutput {
     pub checkpoints: Vec<Listed>,
     /// `list`: storage used and bounds.
     pub budget: Option<Budget>,
+    /// `list`: how this server finds what calls changed (fanotify, or a walk of the tree at
+    /// every call's start and end: the weaker, slower level).
+    pub recording: Option<String>,
     /// `diff`: unified diff, cut like long command output.
     pub diff: String,
     /// `diff`: workspace-relative path of the whole diff when it was cut, else null.
@@ -161,6 +164,7 @@ async fn act(
     };
     match args.action {
         Action::List => {
+            let recording = checkpoints.recording().to_owned();
             let (listed, budget) = blocking(move || checkpoints.list()).await?;
             let mut text = format!(
                 "{} checkpoints kept ({} bytes of {} used, {} dropped so far)\n",
@@ -172,9 +176,11 @@ async fn act(
                     l.id, l.created_at, l.tool, l.summary, l.files_changed
                 ));
             }
+            text.push_str(&format!("recording: {recording}\n"));
             let output = CheckpointOutput {
                 checkpoints: listed,
                 budget: Some(budget),
+                recording: Some(recording),
                 ..Default::default()
             };
             Ok(Done::ok(output, text))
