@@ -239,7 +239,7 @@ async fn act(
                 stopped_jobs = ids;
             }
             let info = CallInfo {
-                call: None,
+                call: Some(super::call_label()),
                 tool: "checkpoint".into(),
                 summary: format!("restore to {}", super::echo_arg(&id)),
             };

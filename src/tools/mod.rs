@@ -175,7 +175,7 @@ pub async fn run<T: Tool>(
 pub async fn record_job(ctx: &Session, id: Option<&str>) -> Option<String> {
     let (checkpoints, id) = (ctx.runtime.checkpoints.clone()?, id?);
     let info = crate::checkpoint::CallInfo {
-        call: None,
+        call: Some(call_label()),
         tool: "job".to_owned(),
         summary: format!("job {}", echo_arg(id)),
     };
@@ -190,6 +190,19 @@ pub async fn record_job(ctx: &Session, id: Option<&str>) -> Option<String> {
             None
         }
     }
+}
+
+/// A label for one changing call in the checkpoint list: this server's process id and the
+/// call's number among the changing calls it served (the audit record of the call names the
+/// checkpoint, which ties the two together).
+pub(crate) fn call_label() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static CALLS: AtomicU64 = AtomicU64::new(1);
+    format!(
+        "{}-{}",
+        std::process::id(),
+        CALLS.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// One changing call, watched for the checkpoint that undoes it (`crate::checkpoint`): what
@@ -223,7 +236,7 @@ impl Watch {
     pub async fn end(self, tool: &str, summary: String) -> Option<String> {
         let (checkpoints, start) = self.0?;
         let info = crate::checkpoint::CallInfo {
-            call: None,
+            call: Some(call_label()),
             tool: tool.to_owned(),
             summary,
         };

@@ -337,6 +337,17 @@ fn a_call_that_changes_nothing_has_no_checkpoint() {
         .map(|c| c["tool"].as_str().unwrap())
         .collect();
     assert_eq!(tools, ["outside", "write_file"], "{listed}");
+    let calls: Vec<bool> = structured(&listed)["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["call"].is_string())
+        .collect();
+    assert_eq!(
+        calls,
+        [false, true],
+        "a change between calls has no call: {listed}"
+    );
     // As root, changes are found by fanotify: a call that changes nothing walks nothing.
     let recording = structured(&listed)["recording"].as_str().unwrap();
     if rustix::process::geteuid().is_root() {
