@@ -197,8 +197,13 @@ impl Watch {
             return true;
         }
         drained.dirs.iter().any(|(kind, handle, name)| {
-            let Ok(fd) = self.events.open(*kind, handle) else {
-                return true;
+            let fd = match self.events.open(*kind, handle) {
+                Ok(fd) => fd,
+                // The directory is gone. If it was in the workspace, its removal (or its move
+                // out) is itself an event in a directory that still exists there, up to the
+                // root: that event decides. Every call's own scratch directories end this way.
+                Err(e) if e.raw_os_error() == Some(libc::ESTALE) => return false,
+                Err(_) => return true,
             };
             let Ok(path) = std::fs::read_link(format!("/proc/self/fd/{}", {
                 use std::os::fd::AsRawFd;
@@ -410,8 +415,10 @@ impl Checkpoints {
         self.record_locked(&lock, info)?;
         let state = self.store.state(&lock)?;
         // Kept only if the bounds did not drop it at once.
-        let kept = self.store.record(&lock, start)?.is_some();
-        Ok((state.head_seq > start && kept).then(|| id_of(start)))
+        Ok(
+            (state.head_seq > start && self.store.record(&lock, start)?.is_some())
+                .then(|| id_of(start)),
+        )
     }
 
     /// Records what changed since the previous record, as done by `info` (a job read: what
@@ -815,12 +822,29 @@ mod watch_tests {
         let start = cps.begin().unwrap();
         assert_eq!(cps.end(start, &call).unwrap(), None);
         assert_eq!(walks(), after_first);
+        // A directory made and removed outside (a call's scratch directory) is not walked for,
+        // though its handle no longer opens.
+        let scratch = state.path().join("scratch");
+        fs::create_dir(&scratch).unwrap();
+        fs::write(scratch.join("x"), "scratch").unwrap();
+        fs::remove_dir_all(&scratch).unwrap();
+        let start = cps.begin().unwrap();
+        assert_eq!(cps.end(start, &call).unwrap(), None);
+        assert_eq!(walks(), after_first);
+        // The same inside the workspace: its removal is an event in the root, which is walked.
+        fs::create_dir(canonical.join("gone")).unwrap();
+        fs::write(canonical.join("gone/x"), "gone").unwrap();
+        fs::remove_dir_all(canonical.join("gone")).unwrap();
+        let start = cps.begin().unwrap();
+        assert_eq!(cps.end(start, &call).unwrap(), None);
+        let after_gone = walks();
+        assert!(after_gone > after_first);
         // A change deep in the tree is reported by the kernel and recorded.
         fs::create_dir_all(canonical.join("d/e")).unwrap();
         let start = cps.begin().unwrap();
         fs::write(canonical.join("d/e/f"), "new").unwrap();
         let id = cps.end(start, &call).unwrap().expect("the change is seen");
-        assert!(walks() > after_first);
+        assert!(walks() > after_gone);
         let diffed = cps.diff(&id, None).unwrap();
         assert_eq!(diffed.files.len(), 1, "{:?}", diffed.files);
         assert_eq!(diffed.files[0].path, "d/e/f");
