@@ -301,7 +301,7 @@ impl Checkpoints {
 
     /// The newest tree and the store's state, from the cache when nobody recorded since.
     fn current(&self, lock: &Locked) -> Result<(State, Manifest), CheckpointError> {
-        let state = self.store.state(lock)?;
+        let mut state = self.store.state(lock)?;
         if !state.has_head {
             return Ok((state, Manifest::new()));
         }
@@ -314,7 +314,21 @@ impl Checkpoints {
         });
         let head = match cached {
             Some(head) => head,
-            None => self.store.head(lock)?,
+            None => match self.store.head(lock) {
+                Ok(head) => head,
+                // An unreadable head (cut short by a crash: it is not synced) is recorded
+                // afresh; the checkpoints kept still restore what they changed.
+                Err(CheckpointError::Corrupt(path, why)) => {
+                    tracing::warn!(
+                        "the checkpoint store's {} is unreadable ({why}); recording the \
+                         workspace afresh",
+                        path.display()
+                    );
+                    state.has_head = false;
+                    Manifest::new()
+                }
+                Err(e) => return Err(e),
+            },
         };
         Ok((state, head))
     }
@@ -360,9 +374,8 @@ impl Checkpoints {
             store: &self.store,
             coverage: &self.coverage,
             max_file_bytes: self.settings.max_file_bytes,
-            previous: &head,
         }
-        .run(self.root.as_fd())?;
+        .run(self.root.as_fd(), head)?;
         if !state.has_head {
             // The first record of this workspace: the tree every later change starts from.
             self.store.set_head(lock, &scanned.manifest)?;
@@ -371,10 +384,10 @@ impl Checkpoints {
             self.remember(state.head_seq, scanned.manifest);
             return Ok(None);
         }
-        let changes = entry::changes(&head, &scanned.manifest);
+        let changes = scanned.changes;
         if changes.is_empty() {
             // Same tree; a changed stat cache is kept so the next scan need not read again.
-            if scanned.manifest != head {
+            if scanned.stat_changed {
                 self.store.set_head(lock, &scanned.manifest)?;
             }
             self.remember(state.head_seq, scanned.manifest);

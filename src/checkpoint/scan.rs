@@ -14,7 +14,7 @@
 
 use super::CheckpointError;
 use super::coverage::{Coverage, DirRules, never_recorded};
-use super::entry::{Cached, Entry, Kind, Manifest, StatKey};
+use super::entry::{Cached, Change, Entry, Kind, Manifest, StatKey};
 use super::store::Store;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use sha2::Digest;
@@ -39,14 +39,18 @@ pub struct Scan<'a> {
     pub store: &'a Store,
     pub coverage: &'a Coverage,
     pub max_file_bytes: u64,
-    /// The previous record, as a stat cache.
-    pub previous: &'a Manifest,
 }
 
-/// What a scan found: the tree, and how many bytes of new blobs it stored.
+/// What a scan found: the tree, how many bytes of new blobs it stored, and how it differs
+/// from the previous record.
 pub struct Scanned {
     pub manifest: Manifest,
     pub new_bytes: u64,
+    /// Every path whose entry differs from the previous record's, in path order.
+    pub changes: Vec<Change>,
+    /// Some path's stat key or racy mark changed (the stat cache is worth saving) even
+    /// where no entry did.
+    pub stat_changed: bool,
 }
 
 fn now_ns() -> i128 {
@@ -96,14 +100,23 @@ fn open_file_nofollow(parent: BorrowedFd<'_>, name: &CStr) -> std::io::Result<Ow
 }
 
 impl Scan<'_> {
-    /// Records the tree beneath `root`.
-    pub fn run(&self, root: BorrowedFd<'_>) -> Result<Scanned, CheckpointError> {
+    /// Records the tree beneath `root`, given the previous record (`previous`, taken: its
+    /// entries move into the new tree where nothing changed, so nothing is copied, and what is
+    /// left of it at the end was deleted).
+    pub fn run(
+        &self,
+        root: BorrowedFd<'_>,
+        previous: Manifest,
+    ) -> Result<Scanned, CheckpointError> {
         let started = now_ns();
         let mut walk = Walk {
             scan: self,
             started,
             manifest: Manifest::new(),
             new_bytes: 0,
+            previous,
+            changes: Vec::new(),
+            stat_changed: false,
         };
         let root = rustix::fs::openat(
             root,
@@ -114,9 +127,18 @@ impl Scan<'_> {
         .map_err(|e| CheckpointError::Workspace(e.into()))?;
         let mut stack = Vec::new();
         walk.dir(root.as_fd(), "", &mut stack, false)?;
+        let mut changes = walk.changes;
+        changes.extend(walk.previous.into_iter().map(|(path, old)| Change {
+            path,
+            before: Some(old.entry),
+            after: None,
+        }));
+        changes.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(Scanned {
             manifest: walk.manifest,
             new_bytes: walk.new_bytes,
+            stat_changed: walk.stat_changed || !changes.is_empty(),
+            changes,
         })
     }
 }
@@ -126,9 +148,36 @@ struct Walk<'a, 'b> {
     started: i128,
     manifest: Manifest,
     new_bytes: u64,
+    /// What is left of the previous record: the paths not seen (yet).
+    previous: Manifest,
+    changes: Vec<Change>,
+    stat_changed: bool,
 }
 
 impl Walk<'_, '_> {
+    /// Adds `path` to the new tree, noting how it differs from the previous record.
+    fn keep(&mut self, path: String, cached: Cached) {
+        match self.previous.remove(&path) {
+            Some(old) => {
+                if old.entry != cached.entry {
+                    self.changes.push(Change {
+                        path: path.clone(),
+                        before: Some(old.entry),
+                        after: Some(cached.entry.clone()),
+                    });
+                } else if old.stat != cached.stat || old.racy != cached.racy {
+                    self.stat_changed = true;
+                }
+            }
+            None => self.changes.push(Change {
+                path: path.clone(),
+                before: None,
+                after: Some(cached.entry.clone()),
+            }),
+        }
+        self.manifest.insert(path, cached);
+    }
+
     /// Records the entries of the directory `fd` (at `rel`). `ignored`: the directory itself
     /// is ignored by git, so only `include` brings anything in it back.
     fn dir(
@@ -232,11 +281,13 @@ impl Walk<'_, '_> {
             if !covered {
                 continue;
             }
-            if let Some(old) = self.scan.previous.get(&path)
+            if let Some(old) = self.previous.get(&path)
                 && !old.racy
                 && old.stat == key(&st)
+                && let Some(old) = self.previous.remove(&path)
             {
-                self.manifest.insert(path, old.clone());
+                // Unchanged: moved, not copied.
+                self.manifest.insert(path, old);
                 continue;
             }
             match file_type {
@@ -270,7 +321,7 @@ impl Walk<'_, '_> {
         } else {
             st.st_mode & 0o7777
         };
-        self.manifest.insert(
+        self.keep(
             path,
             Cached {
                 entry: Entry { kind, mode },
@@ -281,7 +332,7 @@ impl Walk<'_, '_> {
     }
 
     fn uncovered(&mut self, path: String, what: &str, size: u64) {
-        self.manifest.insert(
+        self.keep(
             path,
             Cached {
                 entry: Entry {
@@ -330,7 +381,7 @@ impl Walk<'_, '_> {
                 racy: false,
             };
             over.racy = over.stat.ctime_ns + RACY_MARGIN_NS >= self.started;
-            self.manifest.insert(path, over);
+            self.keep(path, over);
             return Ok(());
         }
         for attempt in 1..=READ_ATTEMPTS {

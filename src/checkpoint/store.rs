@@ -91,12 +91,14 @@ fn mkdir_private(path: &Path) -> std::io::Result<()> {
         .create(path)
 }
 
-/// Writes `bytes` to `path` atomically (temporary file beside it, then rename).
+/// Writes `bytes` to `path` atomically (temporary file beside it, then rename). Not synced:
+/// the store is a record of the workspace, not the workspace; after a power loss the newest
+/// record may be missing (or the head unreadable, and the next recording starts afresh),
+/// which is cheaper than an fsync of a many-megabyte tree at every changing call.
 fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
     let mut f = File::create(&tmp)?;
     f.write_all(bytes)?;
-    f.sync_data()?;
     std::fs::rename(&tmp, path)
 }
 
