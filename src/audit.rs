@@ -59,6 +59,10 @@ pub struct AuditRecord<'a> {
     pub outcome: Outcome,
     pub duration_ms: u64,
     pub enforcement: EnforcementLevel,
+    /// The checkpoint that restores the workspace to before this call (`crate::checkpoint`),
+    /// when it changed the workspace.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<String>,
 }
 
 /// What was decided about a call, logged as `allow`, `deny:<rule>` or
@@ -419,6 +423,7 @@ mod tests {
             outcome: Outcome::Other(serde_json::json!({})),
             duration_ms: 1,
             enforcement: EnforcementLevel::Full,
+            checkpoint: None,
         }
     }
 

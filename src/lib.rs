@@ -68,6 +68,7 @@
 
 pub mod audit;
 pub mod breaker;
+pub mod checkpoint;
 pub mod cli;
 pub mod clock;
 // The confinement code is the one place that talks to the kernel directly (fork, mount,

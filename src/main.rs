@@ -112,6 +112,12 @@ enum Command {
         #[command(subcommand)]
         action: PolicyAction,
     },
+    /// List, diff or restore a workspace's checkpoints: what calls changed, kept so that it
+    /// can be taken back (also while a server serves the workspace).
+    Checkpoints {
+        #[command(subcommand)]
+        action: CheckpointsAction,
+    },
     /// List the approval questions waiting for the operator (command, rule, reason, age) on
     /// every running cordon server of this user.
     Approvals {
@@ -154,6 +160,69 @@ enum Command {
     /// The confined parser worker the server starts (frames on stdin/stdout; not for people).
     #[command(hide = true, name = "__parse-worker")]
     ParseWorker,
+}
+
+/// `cordon checkpoints …`.
+#[derive(Subcommand)]
+enum CheckpointsAction {
+    /// The kept checkpoints, newest first, and the storage budget.
+    List {
+        #[command(flatten)]
+        on: CheckpointsOn,
+    },
+    /// A unified diff of what changed since checkpoint ID (to --to, or to now).
+    Diff {
+        /// A checkpoint id, e.g. cp-12.
+        id: String,
+        /// A later checkpoint id: only what changed from ID to it.
+        #[arg(long)]
+        to: Option<String>,
+        #[command(flatten)]
+        on: CheckpointsOn,
+    },
+    /// Put the workspace back as it was before checkpoint ID's call (itself undoable).
+    Restore {
+        /// A checkpoint id, e.g. cp-12.
+        id: String,
+        #[command(flatten)]
+        on: CheckpointsOn,
+    },
+}
+
+/// Which workspace's checkpoints, bounded by which policy.
+#[derive(clap::Args)]
+struct CheckpointsOn {
+    /// Workspace root. Default: the current directory, unless that is `/`, a system
+    /// directory or the home directory itself.
+    #[arg(long)]
+    workspace: Option<PathBuf>,
+    /// Built-in policy name (default, dev, strict) or a policy file: its `[checkpoints]`
+    /// bounds and `include` apply (use the server's).
+    #[arg(long, default_value = "default")]
+    policy: String,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `cordon checkpoints …`: prints what the command did.
+fn checkpoints(action: CheckpointsAction) -> Result<i32> {
+    use cordon::cli::checkpoints::{Action, run};
+    let (on, action) = match &action {
+        CheckpointsAction::List { on } => (on, Action::List),
+        CheckpointsAction::Diff { id, to, on } => (
+            on,
+            Action::Diff {
+                id,
+                to: to.as_deref(),
+            },
+        ),
+        CheckpointsAction::Restore { id, on } => (on, Action::Restore { id }),
+    };
+    let workspace = workspace_or_cwd(on.workspace.clone())?;
+    let policy = Policy::load(&on.policy)?;
+    print!("{}", run(&workspace, &policy, action, on.json)?);
+    Ok(0)
 }
 
 /// `serve --http`: where to listen and where the bearer token is.
@@ -417,6 +486,7 @@ async fn run(command: Command) -> Result<i32> {
             allow_degraded,
         } => lint(files, json, workspace, &policy, allow_degraded).await,
         Command::Policy { action } => policy_action(action).await,
+        Command::Checkpoints { action } => checkpoints(action),
         Command::Approvals { json, watch, dir } => approvals(json, watch, dir),
         Command::Approve { id, dir } => answer_question(id, dir, true),
         Command::Deny { id, dir } => answer_question(id, dir, false),
@@ -676,6 +746,7 @@ async fn start(
         parser_program: Some(cordon::parser::worker_program()?),
         audit: audit_log.map_or(AuditTarget::Policy, AuditTarget::File),
         spill_area: true,
+        checkpoints: true,
         ..RuntimeOptions::default()
     };
     let runtime = Arc::new(Runtime::build(Policy::load(policy)?, options)?);

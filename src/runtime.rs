@@ -91,6 +91,32 @@ pub struct RuntimeOptions {
     pub spill_area: bool,
     /// One command and done (`cordon exec`): no warm slots are kept ready.
     pub one_shot: bool,
+    /// Record checkpoints of the calls (`serve`; `[checkpoints] enabled` decides too).
+    pub checkpoints: bool,
+}
+
+/// The workspace's checkpoint store. A store that cannot be opened (an unwritable state
+/// directory) does not stop the server: it is logged, and results carry no checkpoint.
+fn open_checkpoints(
+    workspace: &Workspace,
+    policy: &Policy,
+) -> Option<Arc<crate::checkpoint::Checkpoints>> {
+    match crate::checkpoint::Checkpoints::open(
+        workspace.root(),
+        workspace.dir(),
+        policy.checkpoints.settings(),
+    ) {
+        Ok(mut checkpoints) => {
+            if let Err(why) = checkpoints.watch_changes(workspace.root()) {
+                tracing::info!("checkpoints walk the workspace at every call: {why}");
+            }
+            Some(Arc::new(checkpoints))
+        }
+        Err(e) => {
+            tracing::warn!("checkpoints are off for this server: {e}");
+            None
+        }
+    }
 }
 
 /// What one policy turns into, shared by every call of every client.
@@ -125,6 +151,9 @@ pub struct Runtime {
     /// What the start found in place of cordon's own directories and moved aside (logged
     /// at start, and each session's first log message).
     pub moved_aside: Vec<crate::workspace::MovedAside>,
+    /// The workspace's checkpoints (`crate::checkpoint`); None when not recorded (not
+    /// serving, `[checkpoints] enabled = false`, or the store could not be opened: logged).
+    pub checkpoints: Option<Arc<crate::checkpoint::Checkpoints>>,
 }
 
 impl Runtime {
@@ -193,7 +222,11 @@ impl Runtime {
         let lint = Linting::new(plans.lint, Some(Arc::clone(&executor)), parser.clone())
             .with_slots(Arc::clone(&slots));
         let audit = open_audit(&policy, &options.audit)?;
+        let checkpoints = (options.checkpoints && policy.checkpoints.enabled)
+            .then(|| open_checkpoints(&workspace, &policy))
+            .flatten();
         Ok(Self {
+            checkpoints,
             slots,
             file_locks: FileLocks::default(),
             shutdown: CancellationToken::new(),
@@ -331,6 +364,19 @@ impl Runtime {
         outcome: crate::audit::Outcome,
         started: Instant,
     ) {
+        self.audit_call(tool, arguments, decision, outcome, started, None);
+    }
+
+    /// [`Runtime::audit`] of a call that names the checkpoint undoing it.
+    pub fn audit_call(
+        &self,
+        tool: &str,
+        arguments: &impl serde::Serialize,
+        decision: &crate::audit::Decision,
+        outcome: crate::audit::Outcome,
+        started: Instant,
+        checkpoint: Option<String>,
+    ) {
         let Some(log) = &self.audit else { return };
         let arguments = serde_json::to_value(arguments).unwrap_or_default();
         log.record(&AuditRecord {
@@ -341,6 +387,7 @@ impl Runtime {
             outcome,
             duration_ms: started.elapsed().as_millis() as u64,
             enforcement: self.enforcement_level(),
+            checkpoint,
         });
     }
 

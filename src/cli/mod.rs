@@ -4,6 +4,7 @@
 //! (or `--json` for scripts); the MCP server itself never uses this module.
 
 pub mod approvals;
+pub mod checkpoints;
 pub mod lint;
 pub mod policy;
 pub mod replay;

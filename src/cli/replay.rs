@@ -73,6 +73,9 @@ pub struct Change {
     pub kind: &'static str,
     /// The rule or field that decides now, and where the policy says so.
     pub because: String,
+    /// The checkpoint the record names (`crate::checkpoint`): the workspace as it was before
+    /// the call, for a call that ran but would now be refused.
+    pub checkpoint: Option<String>,
 }
 
 /// A record the replay cannot judge, and why.
@@ -113,6 +116,13 @@ impl Record {
     }
     fn tool(&self) -> String {
         self.str("tool").to_owned()
+    }
+    /// The checkpoint that undoes the call, when the log names one (a string of a sane size).
+    fn checkpoint(&self) -> Option<String> {
+        self.value["checkpoint"]
+            .as_str()
+            .filter(|c| c.len() <= 64)
+            .map(str::to_owned)
     }
 }
 
@@ -426,6 +436,7 @@ fn judge_command(
     };
     Ok(Some(Change {
         line: record.line,
+        checkpoint: record.checkpoint(),
         time: record.str("time").to_owned(),
         tool: record.tool(),
         argument: command.to_owned(),
@@ -453,6 +464,7 @@ fn judge_job(policy: &Policy, record: &Record) -> Option<Change> {
         .unwrap_or_else(|| format!("policy {}", policy.origin));
     Some(Change {
         line: record.line,
+        checkpoint: record.checkpoint(),
         time: record.str("time").to_owned(),
         tool: record.tool(),
         argument: record.value["arguments"]["command"]
@@ -549,6 +561,7 @@ fn judge_write(policy: &Policy, record: &Record) -> Result<Option<Change>, Strin
     }
     Ok(Some(Change {
         line: record.line,
+        checkpoint: record.checkpoint(),
         time: record.str("time").to_owned(),
         tool: record.tool(),
         argument: path.to_owned(),
@@ -605,6 +618,7 @@ fn judge_egress(
     let new = egress_verdict(policy, host, port);
     let change = |old: &str, new: &str, because: String| Change {
         line: record.line,
+        checkpoint: record.checkpoint(),
         time: record.str("time").to_owned(),
         tool: record.tool(),
         argument: format!("{host}:{port}"),
@@ -833,6 +847,13 @@ pub fn render(report: &Report) -> String {
             c.kind,
             c.because
         );
+        if let Some(checkpoint) = &c.checkpoint {
+            let _ = writeln!(
+                o,
+                "  the call's changes can be undone: checkpoint {checkpoint} (cordon checkpoints \
+                 restore {checkpoint})"
+            );
+        }
     }
     if !report.changed.is_empty() {
         o.push('\n');

@@ -15,6 +15,7 @@ pub mod audit;
 pub mod call_ids;
 mod cgroup;
 mod child;
+pub mod fanotify;
 pub mod kernel;
 pub mod landlock;
 mod plan;

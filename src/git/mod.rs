@@ -23,6 +23,7 @@ mod host;
 mod import;
 pub mod refs;
 mod shadow;
+pub(crate) use shadow::state_dir;
 
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;

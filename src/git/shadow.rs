@@ -53,6 +53,13 @@ fn state_base() -> Option<PathBuf> {
         .map(|h| PathBuf::from(h).join(".local/state/cordon"))
 }
 
+/// cordon's state directory ([`state_base`]), or a per-user one under the temporary
+/// directory where no home is known; shared by the git shadows and the checkpoint stores.
+pub(crate) fn state_dir() -> PathBuf {
+    state_base()
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("cordon-state-{}", current_uid())))
+}
+
 fn mkdir_private(path: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
@@ -67,9 +74,7 @@ impl Shadow {
     pub fn open(workspace: &Path) -> std::io::Result<(Self, bool)> {
         use sha2::Digest;
         use std::os::unix::ffi::OsStrExt;
-        let base = state_base().unwrap_or_else(|| {
-            std::env::temp_dir().join(format!("cordon-state-{}", current_uid()))
-        });
+        let base = state_dir();
         let digest = sha2::Sha256::digest(workspace.as_os_str().as_bytes());
         let id: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
         let root = base.join("git-shadows").join(id);

@@ -10,6 +10,7 @@
 
 pub mod breaker;
 mod call_env;
+pub mod checkpoints;
 pub mod commands;
 pub mod decide;
 pub mod explain;

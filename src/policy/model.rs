@@ -33,6 +33,8 @@ pub struct Policy {
     pub files: FilesPolicy,
     /// Long-lived processes (`shell_exec {background: true}`, the `job` tool).
     pub jobs: jobs::JobsPolicy,
+    /// What calls changed, kept to take it back (`crate::checkpoint`).
+    pub checkpoints: super::checkpoints::CheckpointsPolicy,
     /// When repeated refusals are handed to a person (`crate::breaker`).
     pub breaker: breaker::BreakerPolicy,
     /// The files this policy was read from (itself first, then each file it `extends`),
@@ -264,13 +266,16 @@ pub struct GroupPolicy {
 }
 
 /// The tools whose scope `[server.http.scopes]` sets, with the scope each needs by default.
-pub const DEFAULT_TOOL_SCOPES: [(&str, &str); 6] = [
+pub const DEFAULT_TOOL_SCOPES: [(&str, &str); 7] = [
     ("read_file", "cordon:read"),
     ("write_file", "cordon:write"),
     ("edit_file", "cordon:write"),
     ("shell_exec", "cordon:exec"),
     ("job", "cordon:exec"),
     ("code_interpreter", "cordon:exec"),
+    // Scopes are per tool: `restore` rewrites the workspace, so the whole tool needs the
+    // write scope (its `list` and `diff` show file contents a write token may see anyway).
+    ("checkpoint", "cordon:write"),
 ];
 
 /// An OAuth 2.1 resource server's settings: whose tokens, for which audience, signed by

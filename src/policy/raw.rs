@@ -39,6 +39,8 @@ pub struct RawPolicy {
     #[serde(default)]
     pub jobs: super::jobs::RawJobs,
     #[serde(default)]
+    pub checkpoints: super::checkpoints::RawCheckpoints,
+    #[serde(default)]
     pub breaker: super::breaker::RawBreaker,
 }
 
@@ -459,6 +461,7 @@ impl Overlay for RawPolicy {
             interpreter: self.interpreter.overlay(base.interpreter),
             files: self.files.overlay(base.files),
             jobs: self.jobs.overlay(base.jobs),
+            checkpoints: self.checkpoints.overlay(base.checkpoints),
             breaker: self.breaker.overlay(base.breaker),
         }
     }

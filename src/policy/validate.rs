@@ -96,10 +96,13 @@ pub(super) fn validate(raw: RawPolicy, origin: String) -> Result<Policy, PolicyE
     let jobs =
         jobs::JobsPolicy::validate(raw.jobs).map_err(|e| check.invalid(e.field, e.message))?;
     let files = files(&check, raw.files)?;
+    let checkpoints = super::checkpoints::CheckpointsPolicy::validate(raw.checkpoints)
+        .map_err(|e| check.invalid(e.field, e.message))?;
     let breaker = breaker::BreakerPolicy::validate(raw.breaker)
         .map_err(|e| check.invalid(e.field, e.message))?;
     Ok(Policy {
         breaker,
+        checkpoints,
         files,
         sources: Vec::new(),
         name: raw.name.unwrap_or_else(|| origin.clone()),

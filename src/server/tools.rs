@@ -10,6 +10,7 @@
 use super::{CordonServer, approval, schema, tasks};
 use crate::runtime::Session;
 use crate::tools::CallHooks;
+use crate::tools::checkpoint::{self, CheckpointArgs, CheckpointOutput};
 use crate::tools::code_interpreter::{self, CodeInterpreterArgs, CodeInterpreterOutput};
 use crate::tools::edit_file::{self, EditFileArgs, EditFileOutput};
 use crate::tools::job::{self, JobArgs, JobOutput};
@@ -306,6 +307,45 @@ writing. The result includes a unified diff and lint diagnostics. Example: {\"pa
             }
         };
         Ok(edit_file::run(session, args).await.into_result())
+    }
+
+    #[tool(
+        description = "Take back what calls did to the workspace. Every result of a call that \
+changed the workspace (shell_exec, write_file, edit_file, code_interpreter, a job read) carries \
+`checkpoint`, an id such as \"cp-12\": the workspace as it was before that call. `list`: the \
+kept checkpoints, newest first (call, tool, summary, files changed, time) and the storage budget. \
+`diff` with `id` (and optionally `to`): a unified diff of what changed since. `restore` with \
+`id`: puts every file, symlink, mode and directory the calls since changed back as it was, \
+atomically per file; the result's `checkpoint` undoes the restore itself. Covered: what git does \
+not ignore, plus the policy's `[checkpoints] include`; `.git` is never touched. A restore refuses \
+while a job of this session runs, unless `stop_jobs: true`. Example: {\"action\": \"restore\", \
+\"id\": \"cp-12\"}",
+        annotations(
+            title = "Undo calls: list, diff or restore checkpoints",
+            read_only_hint = false,
+            destructive_hint = true,
+            idempotent_hint = false,
+            open_world_hint = false
+        ),
+        output_schema = output_schema::<CheckpointOutput>()
+    )]
+    async fn checkpoint(
+        &self,
+        Parameters(args): Parameters<CheckpointArgs>,
+        rctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let scope = match self.call_scope(&rctx).await {
+            Ok(scope) => scope,
+            Err(error) => {
+                return Ok(schema::refused_result(
+                    &error,
+                    Some(&output_schema::<CheckpointOutput>()),
+                ));
+            }
+        };
+        Ok(checkpoint::run(Arc::clone(&scope.session), args)
+            .await
+            .into_result())
     }
 }
 

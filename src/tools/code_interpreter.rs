@@ -87,6 +87,9 @@ impl CellError {
 
 #[derive(Debug, Default, Serialize, JsonSchema)]
 pub struct CodeInterpreterOutput {
+    /// The checkpoint that restores the workspace to before this call (`checkpoint` tool),
+    /// or null when the call changed nothing.
+    pub checkpoint: Option<String>,
     pub session: String,
     pub stdout: String,
     pub stderr: String,
@@ -138,11 +141,24 @@ impl Tool for CodeInterpreter {
         error: ToolError,
     ) -> CodeInterpreterOutput {
         CodeInterpreterOutput {
+            checkpoint: None,
             session: args.session.clone(),
             enforcement: ctx.runtime.enforcement_level().as_str().to_owned(),
             error: Some(CellError::cordon("InvalidArgument", error)),
             ..Default::default()
         }
+    }
+
+    fn changes(args: &CodeInterpreterArgs) -> Option<String> {
+        Some(format!(
+            "python ({}): {}",
+            args.session,
+            crate::text::shortened(args.code.lines().next().unwrap_or_default(), 120)
+        ))
+    }
+
+    fn set_checkpoint(output: &mut CodeInterpreterOutput, id: Option<String>) {
+        output.checkpoint = id;
     }
 
     fn audit(output: &CodeInterpreterOutput, _is_error: bool) -> Outcome {
@@ -216,6 +232,7 @@ async fn run_cell(
             error.retriable |= matches!(e, InterpreterError::TooManySessions { .. });
             let text = error.text();
             let output = CodeInterpreterOutput {
+                checkpoint: None,
                 session: args.session.clone(),
                 enforcement,
                 duration_ms: started.elapsed().as_millis() as u64,
@@ -347,6 +364,7 @@ fn shape_outcome(
         .or(stderr.full_output.clone())
         .or(result.as_ref().and_then(|r| r.full_output.clone()));
     let output = CodeInterpreterOutput {
+        checkpoint: None,
         session: session.to_owned(),
         stdout: stdout.text,
         stderr: stderr.text,

@@ -47,6 +47,9 @@ pub struct EditArg {
 
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct EditFileOutput {
+    /// The checkpoint that restores the workspace to before this call (`checkpoint` tool),
+    /// or null when the call changed nothing.
+    pub checkpoint: Option<String>,
     /// Workspace-relative path of the file.
     pub path: String,
     /// Total number of replacements made (or that would be made, on a dry run).
@@ -79,6 +82,7 @@ impl Tool for EditFile {
 
     fn failed(_ctx: &Session, args: &EditFileArgs, error: ToolError) -> EditFileOutput {
         EditFileOutput {
+            checkpoint: None,
             path: super::echo_arg(&args.path),
             replacements: 0,
             diff: String::new(),
@@ -89,6 +93,14 @@ impl Tool for EditFile {
             lint: LintReport::skipped("nothing was changed"),
             error: Some(error),
         }
+    }
+
+    fn changes(args: &EditFileArgs) -> Option<String> {
+        (!args.dry_run).then(|| format!("edit {}", super::echo_arg(&args.path)))
+    }
+
+    fn set_checkpoint(output: &mut EditFileOutput, id: Option<String>) {
+        output.checkpoint = id;
     }
 
     fn audit(output: &EditFileOutput, _is_error: bool) -> Outcome {
@@ -109,6 +121,7 @@ impl Tool for EditFile {
         let error = super::oversized_error(size, what);
         let (lint, lint_omitted) = super::lint_left_out(&output.lint, output.lint_omitted);
         let smaller = EditFileOutput {
+            checkpoint: None,
             path: super::echo_arg(&args.path),
             replacements: output.replacements,
             diff: String::new(),
@@ -184,6 +197,7 @@ async fn edit(ctx: &SharedContext, args: &EditFileArgs) -> Result<EditFileOutput
     } = applied;
     let Some(report) = report else {
         return Ok(EditFileOutput {
+            checkpoint: None,
             path: rel.as_str().to_owned(),
             replacements,
             diff: diff.text,
@@ -198,6 +212,7 @@ async fn edit(ctx: &SharedContext, args: &EditFileArgs) -> Result<EditFileOutput
     let mut lint = rt.lint.check(rel.as_str(), Some(&before), &after).await;
     let lint_omitted = super::fit_lint(&mut lint) as u64;
     Ok(EditFileOutput {
+        checkpoint: None,
         path: rel.as_str().to_owned(),
         replacements,
         diff: diff.text,

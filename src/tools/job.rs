@@ -137,6 +137,9 @@ pub struct JobListing {
 
 #[derive(Debug, Default, Serialize, JsonSchema)]
 pub struct JobOutput {
+    /// The checkpoint that restores the workspace to before what this read reports the
+    /// job changed since the previous record (`checkpoint` tool), or null when it changed nothing.
+    pub checkpoint: Option<String>,
     /// The job read (null when listing).
     pub job: Option<JobInfo>,
     /// Output since the previous read: stdout, or under a pty everything the terminal showed.
@@ -177,9 +180,14 @@ impl Tool for JobTool {
 
     fn failed(_ctx: &Session, _args: &JobArgs, error: ToolError) -> JobOutput {
         JobOutput {
+            checkpoint: None,
             error: Some(error),
             ..Default::default()
         }
+    }
+
+    fn set_checkpoint(output: &mut JobOutput, id: Option<String>) {
+        output.checkpoint = id;
     }
 
     fn audit(output: &JobOutput, _is_error: bool) -> Outcome {
@@ -208,12 +216,14 @@ pub async fn run<A: Approver>(
     let job = args.id.as_deref().and_then(|id| ctx.jobs.get(id));
     let (Some(job), Some(input)) = (job.filter(|j| j.is_running()), args.input.clone()) else {
         let result = act(&ctx, &args, None).await;
-        return Answer::Done(finish::<JobTool>(
+        let checkpoint = super::record_job(&ctx, args.id.as_deref()).await;
+        return Answer::Done(super::finish_with::<JobTool>(
             &ctx,
             &args,
             &Decision::Allow,
             started,
             result,
+            checkpoint,
         ));
     };
     let typed = job.typed().await;
@@ -229,7 +239,10 @@ pub async fn run<A: Approver>(
                 after: typed_after,
             };
             let result = act(&ctx, &args, Some(write)).await;
-            Answer::Done(finish::<JobTool>(&ctx, &args, &decision, started, result))
+            let checkpoint = super::record_job(&ctx, args.id.as_deref()).await;
+            Answer::Done(super::finish_with::<JobTool>(
+                &ctx, &args, &decision, started, result, checkpoint,
+            ))
         }
         Typing::Refused {
             error,
@@ -506,6 +519,7 @@ fn list(ctx: &Session) -> Done<JobTool> {
     let (cleaned, _) = crate::shape::hygiene::strip_controls(&text);
     Done::ok(
         JobOutput {
+            checkpoint: None,
             jobs,
             ..Default::default()
         },
@@ -603,6 +617,7 @@ async fn shown_read(
     }
     let end = read.end.clone();
     let output = JobOutput {
+        checkpoint: None,
         job: Some(info),
         output,
         stderr,

@@ -12,6 +12,7 @@
 //! [`Session`] (and through it the shared `Runtime`); the answer is `shape`'s
 //! [`ToolOutcome`], which only `server` unwraps.
 
+pub mod checkpoint;
 pub mod code_interpreter;
 pub mod edit_file;
 pub mod job;
@@ -75,6 +76,16 @@ pub trait Tool {
     fn refusals(_output: &Self::Output) -> Vec<crate::breaker::Group> {
         Vec::new()
     }
+
+    /// For a tool whose calls may change the workspace: what the checkpoint list says the
+    /// call was (a command, a path), recorded around the call by [`run`]. None: the tool
+    /// changes nothing (or records by itself).
+    fn changes(_args: &Self::Args) -> Option<String> {
+        None
+    }
+
+    /// Puts the checkpoint that undoes the call into its output.
+    fn set_checkpoint(_output: &mut Self::Output, _id: Option<String>) {}
 }
 
 /// What a call produced: its output, the text block for the model, whether it failed, and any
@@ -143,11 +154,104 @@ pub async fn run<T: Tool>(
     work: impl std::future::Future<Output = Result<Done<T>, ToolError>>,
 ) -> ToolOutcome {
     let started = Instant::now();
-    let (decision, result) = match admitted(ctx, &request) {
-        Ok(decision) => (decision, work.await),
-        Err((decision, error)) => (decision, Err(error)),
+    let (decision, result, checkpoint) = match admitted(ctx, &request) {
+        Ok(decision) => match T::changes(args) {
+            Some(summary) => {
+                let watch = Watch::begin(ctx).await;
+                let result = work.await;
+                let checkpoint = watch.end(T::NAME, summary).await;
+                (decision, result, checkpoint)
+            }
+            None => (decision, work.await, None),
+        },
+        Err((decision, error)) => (decision, Err(error), None),
     };
-    finish::<T>(ctx, args, &decision, started, result)
+    finish_with::<T>(ctx, args, &decision, started, result, checkpoint)
+}
+
+/// A `job` read of job `id`: records what changed since the previous record (what the job
+/// did, unless someone else did too) and returns the checkpoint that restores the workspace
+/// to before it. A listing without an id records nothing.
+pub async fn record_job(ctx: &Session, id: Option<&str>) -> Option<String> {
+    let (checkpoints, id) = (ctx.runtime.checkpoints.clone()?, id?);
+    let info = crate::checkpoint::CallInfo {
+        call: Some(call_label()),
+        tool: "job".to_owned(),
+        summary: format!("job {}", echo_arg(id)),
+    };
+    match tokio::task::spawn_blocking(move || checkpoints.record(&info)).await {
+        Ok(Ok(id)) => id,
+        Ok(Err(e)) => {
+            tracing::warn!("recording what a job changed failed: {e}");
+            None
+        }
+        Err(e) => {
+            tracing::warn!("recording what a job changed failed: {e}");
+            None
+        }
+    }
+}
+
+/// A label for one changing call in the checkpoint list: this server's process id and the
+/// call's number among the changing calls it served (the audit record of the call names the
+/// checkpoint, which ties the two together).
+pub(crate) fn call_label() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static CALLS: AtomicU64 = AtomicU64::new(1);
+    format!(
+        "{}-{}",
+        std::process::id(),
+        CALLS.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// One changing call, watched for the checkpoint that undoes it (`crate::checkpoint`): what
+/// changed before it is recorded as someone else's when it starts, and what changed during it
+/// as its own when it ends. Recording failures are logged; the call's result then names no
+/// checkpoint.
+pub struct Watch(Option<(Arc<crate::checkpoint::Checkpoints>, u64)>);
+
+impl Watch {
+    /// Records what changed since the previous record and notes the state the call starts at.
+    pub async fn begin(ctx: &Session) -> Self {
+        let Some(checkpoints) = ctx.runtime.checkpoints.clone() else {
+            return Self(None);
+        };
+        let store = Arc::clone(&checkpoints);
+        match tokio::task::spawn_blocking(move || store.begin()).await {
+            Ok(Ok(start)) => Self(Some((checkpoints, start))),
+            Ok(Err(e)) => {
+                tracing::warn!("recording a checkpoint before a call failed: {e}");
+                Self(None)
+            }
+            Err(e) => {
+                tracing::warn!("recording a checkpoint before a call failed: {e}");
+                Self(None)
+            }
+        }
+    }
+
+    /// Records what the call changed; the checkpoint that restores the workspace to before
+    /// it, or None when nothing changed.
+    pub async fn end(self, tool: &str, summary: String) -> Option<String> {
+        let (checkpoints, start) = self.0?;
+        let info = crate::checkpoint::CallInfo {
+            call: Some(call_label()),
+            tool: tool.to_owned(),
+            summary,
+        };
+        match tokio::task::spawn_blocking(move || checkpoints.end(start, &info)).await {
+            Ok(Ok(id)) => id,
+            Ok(Err(e)) => {
+                tracing::warn!("recording the checkpoint of a call failed: {e}");
+                None
+            }
+            Err(e) => {
+                tracing::warn!("recording the checkpoint of a call failed: {e}");
+                None
+            }
+        }
+    }
 }
 
 /// Turns a file argument into a workspace-relative path (a lexical check, no file-system
@@ -201,7 +305,20 @@ pub fn finish<T: Tool>(
     started: Instant,
     result: Result<Done<T>, ToolError>,
 ) -> ToolOutcome {
-    let done = result.unwrap_or_else(|error| {
+    finish_with::<T>(ctx, args, decision, started, result, None)
+}
+
+/// [`finish`] of a call that changed the workspace: its output and audit record name
+/// `checkpoint`, the id that undoes it.
+pub fn finish_with<T: Tool>(
+    ctx: &Session,
+    args: &T::Args,
+    decision: &Decision,
+    started: Instant,
+    result: Result<Done<T>, ToolError>,
+    checkpoint: Option<String>,
+) -> ToolOutcome {
+    let mut done = result.unwrap_or_else(|error| {
         let text = error.text();
         Done {
             output: T::failed(ctx, args, error),
@@ -210,10 +327,18 @@ pub fn finish<T: Tool>(
             images: Vec::new(),
         }
     });
+    T::set_checkpoint(&mut done.output, checkpoint.clone());
     let audited = T::audit(&done.output, done.is_error);
     report_refusals::<T>(decision, &done, &audited);
     announce_limit(T::NAME, &audited);
-    ctx.runtime.audit(T::NAME, args, decision, audited, started);
+    ctx.runtime.audit_call(
+        T::NAME,
+        args,
+        decision,
+        audited,
+        started,
+        checkpoint.clone(),
+    );
     let refused = matches!(
         decision,
         Decision::Deny { .. }
@@ -243,7 +368,10 @@ pub fn finish<T: Tool>(
         return outcome;
     }
     match T::oversized(args, done.output, size) {
-        Some(smaller) => ToolOutcome::new(&smaller.output, smaller.text, smaller.is_error),
+        Some(mut smaller) => {
+            T::set_checkpoint(&mut smaller.output, checkpoint);
+            ToolOutcome::new(&smaller.output, smaller.text, smaller.is_error)
+        }
         None => outcome,
     }
 }

@@ -87,6 +87,9 @@ fn dot() -> String {
 
 #[derive(Debug, Default, Serialize, JsonSchema)]
 pub struct ShellExecOutput {
+    /// The checkpoint that restores the workspace to before this call (`checkpoint` tool),
+    /// or null when the call changed nothing.
+    pub checkpoint: Option<String>,
     /// Exit status; null when the command was killed by a signal.
     pub exit_code: Option<i32>,
     /// Name of the signal that killed the command (e.g. "SIGKILL"), or null.
@@ -321,6 +324,7 @@ pub async fn decide<A: Approver>(
 /// The output of a call that ran nothing: the error in an otherwise default output.
 fn nothing_ran(ctx: &Session, error: ToolError) -> ShellExecOutput {
     ShellExecOutput {
+        checkpoint: None,
         enforcement: ctx.runtime.enforcement_level().as_str().into(),
         error: Some(error),
         ..Default::default()
@@ -362,6 +366,10 @@ impl Tool for ShellExec {
                     .unwrap_or_default(),
             })
             .collect()
+    }
+
+    fn set_checkpoint(output: &mut ShellExecOutput, id: Option<String>) {
+        output.checkpoint = id;
     }
 
     fn audit(output: &ShellExecOutput, _is_error: bool) -> Outcome {
@@ -524,13 +532,16 @@ async fn run_prepared(
         }
         slot = ctx.runtime.slots.acquire() => slot,
     };
+    let watch = super::Watch::begin(&ctx).await;
     // The slot bounds starting a background job; a running job is bounded by `[jobs]`.
     let result = if args.background {
         background::start_background(&ctx, &args, prepared.request).await
     } else {
         Ok(execute(&ctx, prepared, hooks).await)
     };
-    finish::<ShellExec>(&ctx, &args, decision, started, result)
+    let summary = crate::text::shortened(&args.command, 120).into_owned();
+    let checkpoint = watch.end(ShellExec::NAME, summary).await;
+    super::finish_with::<ShellExec>(&ctx, &args, decision, started, result, checkpoint)
 }
 
 /// Linux's MAX_ARG_STRLEN (32 pages): execve refuses any single argument or environment
@@ -752,6 +763,7 @@ fn shape_outcome(ctx: &Session, outcome: ExecOutcome, cwd: &std::path::Path) -> 
     let controls = stdout.controls_removed + stderr.controls_removed;
     text.extend(crate::shape::controls_note(controls));
     let output = ShellExecOutput {
+        checkpoint: None,
         exit_code: outcome.exit_code,
         signal: outcome.signal_name(),
         timed_out: outcome.timed_out,

@@ -33,6 +33,9 @@ fn yes() -> bool {
 
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct WriteFileOutput {
+    /// The checkpoint that restores the workspace to before this call (`checkpoint` tool),
+    /// or null when the call changed nothing.
+    pub checkpoint: Option<String>,
     /// Workspace-relative path of the file written.
     pub path: String,
     /// Bytes written.
@@ -58,6 +61,7 @@ impl Tool for WriteFile {
 
     fn failed(_ctx: &Session, args: &WriteFileArgs, error: ToolError) -> WriteFileOutput {
         WriteFileOutput {
+            checkpoint: None,
             path: super::echo_arg(&args.path),
             bytes: 0,
             created: false,
@@ -66,6 +70,14 @@ impl Tool for WriteFile {
             lint: LintReport::skipped("nothing was written"),
             error: Some(error),
         }
+    }
+
+    fn changes(args: &WriteFileArgs) -> Option<String> {
+        Some(format!("write {}", super::echo_arg(&args.path)))
+    }
+
+    fn set_checkpoint(output: &mut WriteFileOutput, id: Option<String>) {
+        output.checkpoint = id;
     }
 
     fn audit(output: &WriteFileOutput, _is_error: bool) -> Outcome {
@@ -86,6 +98,7 @@ impl Tool for WriteFile {
         let error = super::oversized_error(size, what);
         let (lint, lint_omitted) = super::lint_left_out(&output.lint, output.lint_omitted);
         let smaller = WriteFileOutput {
+            checkpoint: None,
             path: super::echo_arg(&args.path),
             bytes: output.bytes,
             created: output.created,
@@ -186,6 +199,7 @@ async fn write(ctx: &SharedContext, args: &WriteFileArgs) -> Result<WriteFileOut
         .await;
     let lint_omitted = super::fit_lint(&mut lint) as u64;
     Ok(WriteFileOutput {
+        checkpoint: None,
         path: rel.as_str().to_owned(),
         bytes: report.bytes,
         created: report.created,

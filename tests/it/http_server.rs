@@ -1314,6 +1314,7 @@ fn http_jwt_scopes_decide_which_tools_a_subject_sees_and_calls() {
             json!({"path": "w.txt", "edits": [{"old_string": "x", "new_string": "y"}]}),
         ),
         (5, "code_interpreter", json!({"code": "open('ran', 'w')"})),
+        (20, "checkpoint", json!({"action": "list"})),
     ] {
         let r = server.post(&call_body(id, tool, args), &headers);
         let answer = r.message(id).unwrap();
@@ -1352,7 +1353,7 @@ fn http_jwt_scopes_decide_which_tools_a_subject_sees_and_calls() {
         ("Authorization", all.as_str()),
         ("Mcp-Session-Id", &session),
     ];
-    assert_eq!(tool_names(&server, &headers, 7).len(), 6);
+    assert_eq!(tool_names(&server, &headers, 7).len(), 7);
     let r = server.post(
         &call_body(8, "shell_exec", json!({"command": "echo ok"})),
         &headers,
@@ -1412,7 +1413,7 @@ fn http_token_file_holders_each_have_their_subject_and_scopes() {
     assert_eq!(names, ["read_file"]);
     assert_eq!(call["result"]["isError"], json!(true), "{call}");
     let (names, call) = tools_of(&admin);
-    assert_eq!(names.len(), 6, "{names:?}");
+    assert_eq!(names.len(), 7, "{names:?}");
     assert_eq!(
         call["result"]["structuredContent"]["stdout"],
         json!("hi\n"),

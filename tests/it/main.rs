@@ -9,6 +9,7 @@ mod runner;
 
 mod breaker;
 mod call_isolation;
+mod checkpoints;
 mod common;
 mod confinement;
 mod conformance;

@@ -101,6 +101,7 @@ async fn lists_tools_with_strict_schemas_and_annotations(lifecycle: ClientLifecy
     assert_eq!(
         names,
         [
+            "checkpoint",
             "code_interpreter",
             "edit_file",
             "job",
@@ -110,6 +111,7 @@ async fn lists_tools_with_strict_schemas_and_annotations(lifecycle: ClientLifecy
         ]
     );
     let expected = [
+        ("checkpoint", (false, true, false, false), vec!["action"]),
         (
             "code_interpreter",
             (false, true, false, false),

@@ -91,6 +91,7 @@ fn assert_serves_all_tools(argv: &[String]) {
     assert_eq!(
         tools_of(argv),
         [
+            "checkpoint",
             "code_interpreter",
             "edit_file",
             "job",

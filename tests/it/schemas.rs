@@ -129,7 +129,7 @@ fn check_type(value: &Value, at: &str, output: bool, problems: &mut Vec<String>)
 #[cordon_test::test]
 async fn every_tool_schema_follows_the_strictest_host_converters_rules() {
     let tools = listed_tools().await;
-    assert_eq!(tools.len(), 6, "{tools:?}");
+    assert_eq!(tools.len(), 7, "{tools:?}");
     let mut problems = Vec::new();
     for tool in &tools {
         let input = Value::Object((*tool.input_schema).clone());

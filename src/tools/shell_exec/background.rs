@@ -31,6 +31,7 @@ pub(super) async fn start_background(
         Err(error) => {
             return Ok(Done::error(
                 ShellExecOutput {
+                    checkpoint: None,
                     enforcement: enforcement.clone(),
                     error: Some(error.clone()),
                     ..Default::default()
@@ -79,6 +80,7 @@ pub(super) async fn start_background(
         text = format!("{}\n{text}", e.text());
     }
     let output = ShellExecOutput {
+        checkpoint: None,
         exit_code: end.as_ref().and_then(|e| e.exit_code),
         signal: end
             .as_ref()
