@@ -95,14 +95,14 @@ def err(result):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_http_sdk_negotiates_and_lists_the_five_tools(http_server, mode):
+def test_http_sdk_negotiates_and_lists_every_tool(http_server, mode):
     async def body(c):
         return c.protocol_version, (await c.list_tools()).tools
 
     version, tools = run(http_server, mode, body)
     assert version == {"legacy": "2025-11-25", "2026-07-28": "2026-07-28"}[mode]
     assert {t.name for t in tools} == {"shell_exec", "write_file", "edit_file", "read_file",
-                                       "code_interpreter", "job"}
+                                       "code_interpreter", "job", "checkpoint"}
 
 
 @pytest.mark.parametrize("mode", MODES)
