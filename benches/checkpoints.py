@@ -25,7 +25,6 @@ answer's note: the fanotify fast path or the walk), the load average before and 
 the commit (BENCH_COMMIT, else `git rev-parse HEAD` of the current directory).
 """
 
-import json
 import os
 import shutil
 import statistics
@@ -34,57 +33,16 @@ import sys
 import tempfile
 import time
 
+from mcp_stdio import StdioServer
+
 DIRS, PER_DIR = 100, 1000
 FILES = DIRS * PER_DIR
 CALLS = 20
 
 
-class Server:
-    """`cordon serve` over stdio."""
-
-    def __init__(self, binary, ws, policy, state):
-        env = dict(os.environ, CORDON_STATE_DIR=state)
-        self.p = subprocess.Popen(
-            [binary, "serve", "--workspace", ws, "--policy", policy],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
-        self.next_id = 0
-        self.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
-                                    "clientInfo": {"name": "checkpoints-bench", "version": "1"}})
-        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-
-    def send(self, v):
-        self.p.stdin.write((json.dumps(v) + "\n").encode())
-        self.p.stdin.flush()
-
-    def request(self, method, params):
-        self.next_id += 1
-        i = self.next_id
-        self.send({"jsonrpc": "2.0", "id": i, "method": method, "params": params})
-        while True:
-            line = self.p.stdout.readline()
-            if not line:
-                raise RuntimeError("cordon serve closed its stdout")
-            v = json.loads(line)
-            if v.get("id") == i:
-                return v
-
-    def call(self, tool, args):
-        r = self.request("tools/call", {"name": tool, "arguments": args})
-        if "result" not in r:
-            raise RuntimeError(f"{tool} {args}: {r}")
-        result = r["result"]
-        if result.get("isError"):
-            raise RuntimeError(f"{tool} {args}: {result}")
-        return result.get("structuredContent", {})
-
-    def timed(self, tool, args):
-        t = time.perf_counter()
-        sc = self.call(tool, args)
-        return (time.perf_counter() - t) * 1000, sc
-
-    def close(self):
-        self.p.stdin.close()
-        self.p.wait(timeout=30)
+def server(binary, ws, policy, state):
+    return StdioServer(binary, ws, policy, env=dict(os.environ, CORDON_STATE_DIR=state),
+                       name="checkpoints-bench")
 
 
 def make_workspace(path, dirs):
@@ -127,24 +85,24 @@ def main():
         with open(off_policy, "w") as f:
             f.write('extends = "default"\n[checkpoints]\nenabled = false\n')
         load_before = os.getloadavg()
-        on = Server(binary, recorded, "default", os.path.join(tmp, "state-on"))
-        off = Server(binary, baseline, off_policy, os.path.join(tmp, "state-off"))
+        on = server(binary, recorded, "default", os.path.join(tmp, "state-on"))
+        off = server(binary, baseline, off_policy, os.path.join(tmp, "state-off"))
         for s in (on, off):
             for _ in range(3):
-                s.call("shell_exec", {"command": "true"})
+                s.call("shell_exec", {"command": "true"}, check=True)
         true_on, true_off, sed_on, sed_host, restore = [], [], [], [], []
         for r in range(rounds):
             pair = (on, off) if r % 2 == 0 else (off, on)
             for _ in range(CALLS):
                 for s in pair:
-                    dt, _ = s.timed("shell_exec", {"command": "true"})
+                    dt, _ = s.timed("shell_exec", {"command": "true"}, check=True)
                     (true_on if s is on else true_off).append(dt)
             a, b = ("X", "Y") if r % 2 == 0 else ("Y", "X")
             command = f"sed -i s/{a}/{b}/ d0/*"
             sides = ["cordon", "host"] if r % 2 == 0 else ["host", "cordon"]
             for side in sides:
                 if side == "cordon":
-                    dt, sc = on.timed("shell_exec", {"command": command})
+                    dt, sc = on.timed("shell_exec", {"command": command}, check=True)
                     sed_on.append(dt)
                     checkpoint = sc.get("checkpoint")
                     if not checkpoint:
@@ -153,14 +111,14 @@ def main():
                     t = time.perf_counter()
                     subprocess.run(["sh", "-c", command], cwd=host, check=True)
                     sed_host.append((time.perf_counter() - t) * 1000)
-            dt, sc = on.timed("checkpoint", {"action": "restore", "id": checkpoint})
+            dt, sc = on.timed("checkpoint", {"action": "restore", "id": checkpoint}, check=True)
             if len(sc.get("files", [])) != PER_DIR:
                 raise RuntimeError(f"the restore put back {len(sc.get('files', []))} files")
             restore.append(dt)
             # The restore undid the rewrite: redo it untimed so the next round's sed has
             # something to change back, on both sides alike.
-            on.call("shell_exec", {"command": command})
-        listed = on.call("checkpoint", {"action": "list"})
+            on.call("shell_exec", {"command": command}, check=True)
+        listed = on.call("checkpoint", {"action": "list"}, check=True)
         load_after = os.getloadavg()
         on.close()
         off.close()
