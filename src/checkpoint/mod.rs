@@ -182,9 +182,22 @@ pub struct Checkpoints {
 struct Watch {
     events: crate::confine::fanotify::DirWatch,
     root: PathBuf,
+    /// A drain saw a change under the workspace that no walk has covered yet: kept across
+    /// drains, since the events themselves are gone once read.
+    dirty: std::sync::atomic::AtomicBool,
 }
 
 impl Watch {
+    /// Drains the queue; whether anything under the workspace may have changed since the
+    /// last walk began.
+    fn poll(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        if self.changed_inside() {
+            self.dirty.store(true, Ordering::SeqCst);
+        }
+        self.dirty.load(Ordering::SeqCst)
+    }
+
     /// Whether anything may have changed under the workspace since the previous drain: an
     /// event in a directory of the workspace (cordon's own `.cordon`, `.cordon-home` and
     /// `.git` aside), a lost event, or a directory that cannot be told (gone, unreadable).
@@ -280,6 +293,7 @@ impl Checkpoints {
         self.watch = Some(Watch {
             events,
             root: canonical.to_path_buf(),
+            dirty: std::sync::atomic::AtomicBool::new(true),
         });
         Ok(())
     }
@@ -340,7 +354,7 @@ impl Checkpoints {
         let Some(watch) = &self.watch else {
             return Ok(false);
         };
-        let changed = watch.changed_inside();
+        let changed = watch.poll();
         let state = self.store.state(lock)?;
         let fresh = state.has_head
             && self
@@ -348,7 +362,27 @@ impl Checkpoints {
                 .lock()
                 .ok()
                 .is_some_and(|c| c.as_ref().is_some_and(|(seq, _)| *seq == state.head_seq));
-        Ok(fresh && !changed)
+        if fresh && !changed {
+            return Ok(true);
+        }
+        // A walk follows, and covers everything drained so far (what happens during it is
+        // drained next time). If it fails, the cache is gone and the next recording walks.
+        watch
+            .dirty
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        Ok(false)
+    }
+
+    /// The fast path's answer without the store: the newest state's number when the kernel
+    /// reported nothing under the workspace since this process's last walk, which then still
+    /// describes the tree. (Another process records only changes, and a change is an event
+    /// here, so the state this process holds is still the newest.) None: ask the store.
+    fn quick(&self) -> Option<u64> {
+        let watch = self.watch.as_ref()?;
+        if watch.poll() {
+            return None;
+        }
+        self.cache.lock().ok()?.as_ref().map(|(seq, _)| *seq)
     }
 
     fn remember(&self, seq: u64, head: Manifest) {
@@ -416,6 +450,9 @@ impl Checkpoints {
     /// Before a call: records what changed since the previous record (made by someone else)
     /// and returns the state the call starts from.
     pub fn begin(&self) -> Result<u64, CheckpointError> {
+        if let Some(seq) = self.quick() {
+            return Ok(seq);
+        }
         let lock = self.store.lock()?;
         self.record_locked(&lock, &CallInfo::outside())?;
         Ok(self.store.state(&lock)?.head_seq)
@@ -424,6 +461,9 @@ impl Checkpoints {
     /// After a call that began at state `start`: records what changed during it and returns
     /// the checkpoint that restores the workspace to before it, or None when nothing changed.
     pub fn end(&self, start: u64, info: &CallInfo) -> Result<Option<String>, CheckpointError> {
+        if self.quick().is_some_and(|seq| seq <= start) {
+            return Ok(None);
+        }
         let lock = self.store.lock()?;
         self.record_locked(&lock, info)?;
         let state = self.store.state(&lock)?;

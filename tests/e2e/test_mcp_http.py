@@ -102,7 +102,7 @@ def test_http_sdk_negotiates_and_lists_the_five_tools(http_server, mode):
     version, tools = run(http_server, mode, body)
     assert version == {"legacy": "2025-11-25", "2026-07-28": "2026-07-28"}[mode]
     assert {t.name for t in tools} == {"shell_exec", "write_file", "edit_file", "read_file",
-                                       "code_interpreter", "job"}
+                                       "code_interpreter", "job", "checkpoint"}
 
 
 @pytest.mark.parametrize("mode", MODES)

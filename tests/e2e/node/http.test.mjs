@@ -84,7 +84,7 @@ describe("every tool over HTTP", () => {
   });
   test("the five tools are listed", async () => {
     const names = (await client.listTools()).tools.map((t) => t.name).sort();
-    assert.deepEqual(names, ["code_interpreter", "edit_file", "job", "read_file", "shell_exec", "write_file"]);
+    assert.deepEqual(names, ["checkpoint", "code_interpreter", "edit_file", "job", "read_file", "shell_exec", "write_file"]);
   });
   test("shell_exec", async () => {
     const r = await call(client, "shell_exec", { command: "echo hi" }, null);

@@ -52,7 +52,7 @@ function expectKind(result, kind) {
 describe("Inspector CLI", () => {
   test("tools/list shows every tool with clean schemas", () => {
     const { tools } = inspect("tools/list");
-    assert.equal(tools.length, 6);
+    assert.equal(tools.length, 7);
     for (const tool of tools) assert.ok(tool.outputSchema, tool.name);
   });
 

@@ -76,6 +76,7 @@ async function call(name, args, kind) {
 describe("schemas", () => {
   test("every tool has schemas that compile under strict Ajv without warnings", () => {
     assert.deepEqual(Object.keys(tools).sort(), [
+      "checkpoint",
       "code_interpreter",
       "edit_file",
       "job",
