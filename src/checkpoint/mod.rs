@@ -175,6 +175,9 @@ pub struct Checkpoints {
     watch: Option<Watch>,
     /// Walks of the tree so far (what the fast path saves is visible in tests).
     walks: std::sync::atomic::AtomicU64,
+    /// A walk found a file system mounted inside the workspace, which the watch of the root's
+    /// file system cannot see: every recording walks from then on.
+    watch_blind: std::sync::atomic::AtomicBool,
 }
 
 /// The fast path: a fanotify group on the workspace's file system, and the workspace's
@@ -282,6 +285,7 @@ impl Checkpoints {
             cache: Mutex::new(None),
             watch: None,
             walks: std::sync::atomic::AtomicU64::new(0),
+            watch_blind: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -300,12 +304,13 @@ impl Checkpoints {
 
     /// How changes are found, as `list` reports it.
     pub fn recording(&self) -> &'static str {
-        if self.watch.is_some() {
+        if self.watch().is_some() {
             "fanotify: the tree is walked only after the kernel reported a change under the \
              workspace"
         } else {
             "full walk: every call's start and end walks the tree (no fanotify here: cordon \
-             lacks CAP_SYS_ADMIN, or the file system does not report)"
+             lacks CAP_SYS_ADMIN, the file system does not report, or another file system is \
+             mounted inside the workspace)"
         }
     }
 
@@ -351,7 +356,7 @@ impl Checkpoints {
     /// and this process holds the newest record: nothing changed, no walk needed. Always
     /// drains, so a walk that follows starts from a queue emptied before it.
     fn quiet(&self, lock: &Locked) -> Result<bool, CheckpointError> {
-        let Some(watch) = &self.watch else {
+        let Some(watch) = self.watch() else {
             return Ok(false);
         };
         let changed = watch.poll();
@@ -378,11 +383,18 @@ impl Checkpoints {
     /// describes the tree. (Another process records only changes, and a change is an event
     /// here, so the state this process holds is still the newest.) None: ask the store.
     fn quick(&self) -> Option<u64> {
-        let watch = self.watch.as_ref()?;
+        let watch = self.watch()?;
         if watch.poll() {
             return None;
         }
         self.cache.lock().ok()?.as_ref().map(|(seq, _)| *seq)
+    }
+
+    /// The fast path, unless a mount inside the workspace made it blind.
+    fn watch(&self) -> Option<&Watch> {
+        self.watch
+            .as_ref()
+            .filter(|_| !self.watch_blind.load(std::sync::atomic::Ordering::SeqCst))
     }
 
     fn remember(&self, seq: u64, head: Manifest) {
@@ -410,6 +422,17 @@ impl Checkpoints {
             max_file_bytes: self.settings.max_file_bytes,
         }
         .run(self.root.as_fd(), head)?;
+        if scanned.other_file_system
+            && self.watch.is_some()
+            && !self
+                .watch_blind
+                .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            tracing::info!(
+                "a file system is mounted inside the workspace: checkpoints walk the tree at \
+                 every call"
+            );
+        }
         if !state.has_head {
             // The first record of this workspace: the tree every later change starts from.
             self.store.set_head(lock, &scanned.manifest)?;
