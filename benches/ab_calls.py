@@ -13,12 +13,12 @@ slots and workers, reaped children included). CPU and switches count what a call
 or not the machine is busy, which the medians alone do not show on a noisy 2-core guest.
 """
 
-import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
+
+from mcp_stdio import StdioServer
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -48,35 +48,10 @@ def stat_fields(pid):
     return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
 
 
-class Server:
+class Server(StdioServer):
     def __init__(self, binary, ws, policy):
         self.binary = binary
-        self.p = subprocess.Popen(
-            [binary, "serve", "--workspace", ws, "--policy", policy],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
-        self.next_id = 0
-        self.request(
-            "initialize",
-            {"protocolVersion": "2025-06-18", "capabilities": {},
-             "clientInfo": {"name": "ab", "version": "1"}},
-        )
-        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-
-    def send(self, v):
-        self.p.stdin.write((json.dumps(v) + "\n").encode())
-        self.p.stdin.flush()
-
-    def request(self, method, params):
-        self.next_id += 1
-        i = self.next_id
-        self.send({"jsonrpc": "2.0", "id": i, "method": method, "params": params})
-        while True:
-            v = json.loads(self.p.stdout.readline())
-            if v.get("id") == i:
-                return v
+        super().__init__(binary, ws, policy, name="ab", protocol="2025-06-18")
 
     def call(self, tool, args):
         t = time.perf_counter()

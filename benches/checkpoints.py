@@ -1,104 +1,142 @@
 #!/usr/bin/env python3
-"""Checkpoints (issue 35), measured against a server with `[checkpoints] enabled = false`
-in one interleaved run, on two 100,000-file workspaces (1,000 directories of 100 small files).
+"""Checkpoints (issue 35): what recording costs a call that changes nothing and one that
+rewrites 1,000 files, and how long a restore of those files takes, in one interleaved run.
 
-    python3 benches/checkpoints.py BINARY          (a release build: target/release/cordon)
+    python3 benches/checkpoints.py BINARY [ROUNDS]    (a release build: target/release/cordon;
+                                                     ROUNDS defaults to 10)
 
-N (default 40) rounds of `shell_exec true` and of a one-file write_file, alternating between
-the two servers; then 5 rounds of `sed -i` over 1,000 files: unconfined, confined without and
-with checkpoints, and the restore of those 1,000 files. Files go to /tmp/ckbench.
+Two workspaces of FILES files (100 directories of 1,000 files of 64 bytes each, no `.git`, so
+every path is covered), each served by its own `cordon serve` over stdio: one under the
+default policy (checkpoints recorded), one under the default policy with
+`[checkpoints] enabled = false` (the baseline). Each server keeps its state in a directory of
+its own (CORDON_STATE_DIR). Every round, in alternating order:
+
+* nothing changed: `shell_exec {command: "true"}` CALLS times on each server, one call on one
+  then one on the other; the added cost is the difference of the medians.
+* 1,000 files rewritten: `sed -i s/X/Y/ d0/*` (and back the next round, so each round changes
+  every file) through the recording server, against the same `sed -i` run unconfined on a
+  third copy of those 1,000 files (the target: within 2x of it). Timed by the client from
+  request to answer; the unconfined side from spawn to exit.
+* restore: `checkpoint {action: "restore", id}` of the rewrite's checkpoint, which puts the
+  1,000 files back (checked: 1,000 files in its answer).
+
+Printed: median, p10 and p90 in ms for each row, the ratios, which level records (the `list`
+answer's note: the fanotify fast path or the walk), the load average before and after, and
+the commit (BENCH_COMMIT, else `git rev-parse HEAD` of the current directory).
 """
-import json, os, subprocess, sys, time, shutil, statistics
 
-CORDON = sys.argv[1]
-BASE = "/tmp/ckbench"
-N = int(os.environ.get("N", "40"))
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
 
-def make_ws(path, nfiles=100_000, per_dir=100):
-    if os.path.exists(path):
-        shutil.rmtree(path)
-    os.makedirs(path)
-    for d in range(nfiles // per_dir):
-        dp = os.path.join(path, f"d{d:04}")
-        os.mkdir(dp)
-        for f in range(per_dir):
-            with open(os.path.join(dp, f"f{f:03}.txt"), "w") as fh:
-                fh.write(f"line one of {d}/{f}\nline two\n")
+from mcp_stdio import StdioServer
 
-class Server:
-    def __init__(self, ws, policy, state):
-        env = dict(os.environ, CORDON_STATE_DIR=state)
-        self.p = subprocess.Popen([CORDON, "serve", "--workspace", ws, "--policy", policy],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
-        self.id = 0
-        self.req("initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}})
-        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-    def send(self, msg):
-        self.p.stdin.write((json.dumps(msg) + "\n").encode()); self.p.stdin.flush()
-    def req(self, method, params):
-        self.id += 1
-        self.send({"jsonrpc": "2.0", "id": self.id, "method": method, "params": params})
-        while True:
-            line = self.p.stdout.readline()
-            if not line:
-                raise SystemExit("server ended")
-            msg = json.loads(line)
-            if msg.get("id") == self.id and "method" not in msg:
-                return msg
-    def call(self, tool, args):
-        t = time.perf_counter()
-        r = self.req("tools/call", {"name": tool, "arguments": args})
-        return (time.perf_counter() - t) * 1000, r["result"]
-    def close(self):
-        self.p.stdin.close(); self.p.wait()
+DIRS, PER_DIR = 100, 1000
+FILES = DIRS * PER_DIR
+CALLS = 20
 
-def med(xs):
-    return statistics.median(xs)
+
+def server(binary, ws, policy, state):
+    return StdioServer(binary, ws, policy, env=dict(os.environ, CORDON_STATE_DIR=state),
+                       name="checkpoints-bench")
+
+
+def make_workspace(path, dirs):
+    for d in range(dirs):
+        os.makedirs(os.path.join(path, f"d{d}"))
+        for f in range(PER_DIR):
+            with open(os.path.join(path, f"d{d}", f"f{f}.txt"), "w") as out:
+                out.write(f"X file {d}/{f} of the checkpoint benchmark, 64 bytes long....\n")
+
+
+def summary(xs):
+    xs = sorted(xs)
+    q = statistics.quantiles(xs, n=10)
+    return statistics.median(xs), q[0], q[-1]
+
+
+def line(name, xs):
+    m, lo, hi = summary(xs)
+    return f"{name}: median {m:.2f} ms (p10 {lo:.2f}, p90 {hi:.2f})"
+
+
+def commit():
+    if os.environ.get("BENCH_COMMIT"):
+        return os.environ["BENCH_COMMIT"]
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=False,
+                         capture_output=True, text=True)
+    return out.stdout.strip() + " (of the checkout)"
+
 
 def main():
-    ws_off, ws_on = f"{BASE}/ws-off", f"{BASE}/ws-on"
-    for ws in (ws_off, ws_on):
-        make_ws(ws)
-    pol_off, pol_on = f"{BASE}/off.toml", f"{BASE}/on.toml"
-    open(pol_off, "w").write('extends = "default"\n[checkpoints]\nenabled = false\n')
-    open(pol_on, "w").write('extends = "default"\n')
-    state = f"{BASE}/state"
-    shutil.rmtree(state, ignore_errors=True)
-    off, on = Server(ws_off, pol_off, state), Server(ws_on, pol_on, state)
-    ms, r = on.call("shell_exec", {"command": "true"})
-    print(f"first call with checkpoints (baseline record of 100,000 files): {ms:.0f} ms")
-    ms, r = on.call("checkpoint", {"action": "list"})
-    print("recording:", r["structuredContent"]["recording"])
-    off.call("shell_exec", {"command": "true"})
-    a, b = [], []
-    for i in range(N):
-        a.append(off.call("shell_exec", {"command": "true"})[0])
-        ms, r = on.call("shell_exec", {"command": "true"})
-        assert r["structuredContent"]["checkpoint"] is None, r
-        b.append(ms)
-    print(f"shell_exec true, {N} interleaved rounds: off median {med(a):.2f} ms, on median {med(b):.2f} ms, added {med(b)-med(a):+.2f} ms")
-    a, b = [], []
-    for i in range(N):
-        a.append(off.call("write_file", {"path": "d0000/w.txt", "content": f"v{i}\n"})[0])
-        ms, r = on.call("write_file", {"path": "d0000/w.txt", "content": f"v{i}\n"})
-        assert r["structuredContent"]["checkpoint"], r
-        b.append(ms)
-    print(f"write_file of one file, {N} rounds: off {med(a):.2f} ms, on {med(b):.2f} ms, added {med(b)-med(a):+.2f} ms (on a 100,000-file workspace, the change means one full stat walk)")
-    # 1,000 files rewritten by sed -i
-    cmd = "sed -i 's/line two/LINE TWO {}/' d000[0-9]/f*.txt"
-    a, b, u, rs = [], [], [], []
-    for i in range(5):
-        a.append(off.call("shell_exec", {"command": cmd.format(i), "timeout_secs": 300})[0])
-        ms, r = on.call("shell_exec", {"command": cmd.format(i), "timeout_secs": 300})
-        cp = r["structuredContent"]["checkpoint"]; assert cp, r
-        b.append(ms)
-        t = time.perf_counter()
-        subprocess.run(["sh", "-c", cmd.format(i)], cwd=ws_off, check=True)
-        u.append((time.perf_counter() - t) * 1000)
-        ms, r = on.call("checkpoint", {"action": "restore", "id": cp})
-        assert len(r["structuredContent"]["files"]) == 1000, len(r["structuredContent"]["files"])
-        rs.append(ms)
-    print(f"sed -i over 1,000 files, 5 rounds: unconfined {med(u):.0f} ms, confined off {med(a):.0f} ms, on {med(b):.0f} ms (x{med(b)/med(u):.1f} of unconfined), restore of the 1,000 files {med(rs):.0f} ms")
-    off.close(); on.close()
+    binary = sys.argv[1]
+    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 10
+    tmp = tempfile.mkdtemp(prefix="cordon-bench-checkpoints-")
+    try:
+        recorded, baseline, host = (os.path.join(tmp, n) for n in ("on", "off", "host"))
+        for ws in (recorded, baseline):
+            make_workspace(ws, DIRS)
+        make_workspace(host, 1)
+        off_policy = os.path.join(tmp, "off.toml")
+        with open(off_policy, "w") as f:
+            f.write('extends = "default"\n[checkpoints]\nenabled = false\n')
+        load_before = os.getloadavg()
+        on = server(binary, recorded, "default", os.path.join(tmp, "state-on"))
+        off = server(binary, baseline, off_policy, os.path.join(tmp, "state-off"))
+        for s in (on, off):
+            for _ in range(3):
+                s.call("shell_exec", {"command": "true"}, check=True)
+        true_on, true_off, sed_on, sed_host, restore = [], [], [], [], []
+        for r in range(rounds):
+            pair = (on, off) if r % 2 == 0 else (off, on)
+            for _ in range(CALLS):
+                for s in pair:
+                    dt, _ = s.timed("shell_exec", {"command": "true"}, check=True)
+                    (true_on if s is on else true_off).append(dt)
+            a, b = ("X", "Y") if r % 2 == 0 else ("Y", "X")
+            command = f"sed -i s/{a}/{b}/ d0/*"
+            sides = ["cordon", "host"] if r % 2 == 0 else ["host", "cordon"]
+            for side in sides:
+                if side == "cordon":
+                    dt, sc = on.timed("shell_exec", {"command": command}, check=True)
+                    sed_on.append(dt)
+                    checkpoint = sc.get("checkpoint")
+                    if not checkpoint:
+                        raise RuntimeError(f"the rewrite has no checkpoint: {sc}")
+                else:
+                    t = time.perf_counter()
+                    subprocess.run(["sh", "-c", command], cwd=host, check=True)
+                    sed_host.append((time.perf_counter() - t) * 1000)
+            dt, sc = on.timed("checkpoint", {"action": "restore", "id": checkpoint}, check=True)
+            if len(sc.get("files", [])) != PER_DIR:
+                raise RuntimeError(f"the restore put back {len(sc.get('files', []))} files")
+            restore.append(dt)
+            # The restore undid the rewrite: redo it untimed so the next round's sed has
+            # something to change back, on both sides alike.
+            on.call("shell_exec", {"command": command}, check=True)
+        listed = on.call("checkpoint", {"action": "list"}, check=True)
+        load_after = os.getloadavg()
+        on.close()
+        off.close()
+        m_on, m_off = summary(true_on)[0], summary(true_off)[0]
+        print(f"commit {commit()}; {FILES} files; {rounds} rounds; load "
+              f"{load_before[0]:.2f} -> {load_after[0]:.2f}")
+        print(f"recording level: {listed.get('recording', listed.get('note', '(not said)'))}")
+        print(line("shell_exec true, checkpoints recorded", true_on))
+        print(line("shell_exec true, checkpoints off     ", true_off))
+        print(f"added cost of a call that changes nothing: {m_on - m_off:+.2f} ms "
+              f"(target <= 0.5 ms)")
+        print(line("sed -i over 1,000 files, through cordon (recorded)", sed_on))
+        print(line("sed -i over 1,000 files, unconfined              ", sed_host))
+        print(f"ratio: {summary(sed_on)[0] / summary(sed_host)[0]:.2f}x (target <= 2x)")
+        print(line("restore of those 1,000 files", restore))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
-main()
+
+if __name__ == "__main__":
+    main()

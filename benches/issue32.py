@@ -44,7 +44,6 @@ current directory, said to be of the checkout and not checked against the binary
 """
 
 import fcntl
-import json
 import os
 import re
 import select
@@ -57,6 +56,8 @@ import sys
 import tempfile
 import termios
 import time
+
+from mcp_stdio import StdioServer
 
 COLS, ROWS = 120, 40
 # 42, the line's end (CR LF from the terminal), then the next prompt; GNU readline may put its
@@ -74,45 +75,9 @@ def free_port():
     return port
 
 
-class Server:
+class Server(StdioServer):
     def __init__(self, binary, ws):
-        self.p = subprocess.Popen(
-            [binary, "serve", "--workspace", ws],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
-        self.next_id = 0
-        self.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
-                                    "clientInfo": {"name": "issue32-bench", "version": "1"}})
-        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-
-    def send(self, v):
-        self.p.stdin.write((json.dumps(v) + "\n").encode())
-        self.p.stdin.flush()
-
-    def request(self, method, params):
-        self.next_id += 1
-        i = self.next_id
-        self.send({"jsonrpc": "2.0", "id": i, "method": method, "params": params})
-        while True:
-            line = self.p.stdout.readline()
-            if not line:
-                raise RuntimeError("cordon serve closed its stdout")
-            v = json.loads(line)
-            if v.get("id") == i:
-                return v
-
-    def call(self, tool, args):
-        r = self.request("tools/call", {"name": tool, "arguments": args})
-        if "result" not in r:
-            raise RuntimeError(f"{tool} {args}: {r}")
-        return r["result"].get("structuredContent", {})
-
-    def timed(self, tool, args):
-        t = time.perf_counter()
-        sc = self.call(tool, args)
-        return (time.perf_counter() - t) * 1000, sc
+        super().__init__(binary, ws, name="issue32-bench", protocol="2025-11-25")
 
 
 def sandbox_env(s):

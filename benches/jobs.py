@@ -21,15 +21,15 @@ tree with 0 and with 4 running `sleep` jobs. Printed as medians, p10 and p90 (ms
 the baselines, and the memory per job.
 """
 
-import json
 import os
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+
+from mcp_stdio import StdioServer
 
 
 def free_port():
@@ -40,40 +40,9 @@ def free_port():
     return port
 
 
-class Server:
+class Server(StdioServer):
     def __init__(self, binary, ws, policy):
-        self.p = subprocess.Popen(
-            [binary, "serve", "--workspace", ws, "--policy", policy],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
-        self.next_id = 0
-        self.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                    "clientInfo": {"name": "jobs-bench", "version": "1"}})
-        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-
-    def send(self, v):
-        self.p.stdin.write((json.dumps(v) + "\n").encode())
-        self.p.stdin.flush()
-
-    def request(self, method, params):
-        self.next_id += 1
-        i = self.next_id
-        self.send({"jsonrpc": "2.0", "id": i, "method": method, "params": params})
-        while True:
-            v = json.loads(self.p.stdout.readline())
-            if v.get("id") == i:
-                return v
-
-    def call(self, tool, args):
-        r = self.request("tools/call", {"name": tool, "arguments": args})["result"]
-        return r.get("structuredContent", {})
-
-    def timed(self, tool, args):
-        t = time.perf_counter()
-        sc = self.call(tool, args)
-        return (time.perf_counter() - t) * 1000, sc
+        super().__init__(binary, ws, policy, name="jobs-bench", protocol="2025-06-18")
 
 
 def tree(pid):

@@ -248,6 +248,17 @@ struct HttpArgs {
     /// authentication as /mcp) instead of at /metrics on the --http listener.
     #[arg(long, value_name = "ADDR:PORT", requires = "http")]
     metrics_addr: Option<String>,
+    /// Give each authenticated subject its own workspace, DIR/<subject>, with its own
+    /// sandbox, proxy, home, jobs and audit stream, under the policy its groups select
+    /// (`[[server.http.group_policies]]`). Needs authentication (a token file of holders, or
+    /// `[server.http.oauth]`).
+    #[arg(
+        long,
+        value_name = "DIR",
+        requires = "http",
+        conflicts_with = "workspace"
+    )]
+    workspaces: Option<PathBuf>,
 }
 
 impl HttpArgs {
@@ -273,6 +284,7 @@ impl HttpArgs {
             addr,
             auth,
             metrics_addr,
+            workspaces: None,
         }))
     }
 }
@@ -314,6 +326,27 @@ enum PolicyAction {
         /// Built-in policy name (default, dev, strict) or a policy file.
         #[arg(default_value = "default")]
         policy: String,
+        /// Explain what this subject of `serve --http` may do, named as the audit log names
+        /// it: `bearer`, `bearer:<holder>` or `jwt:<issuer>#<sub>`.
+        #[arg(long, value_name = "SUBJECT")]
+        subject: Option<String>,
+        /// The token file of holders: a `bearer:<holder>` subject's scopes and groups.
+        #[arg(long, value_name = "FILE", requires = "subject")]
+        http_token_file: Option<PathBuf>,
+        /// A JWT subject's `scope` claim (space-separated).
+        #[arg(long, value_name = "SCOPES", requires = "subject")]
+        scopes: Option<String>,
+        /// A JWT subject's groups (comma-separated).
+        #[arg(
+            long,
+            value_name = "GROUPS",
+            requires = "subject",
+            value_delimiter = ','
+        )]
+        groups: Vec<String>,
+        /// The server's `--workspaces` root, if it has one.
+        #[arg(long, value_name = "DIR", requires = "subject")]
+        workspaces: Option<PathBuf>,
     },
     /// Re-decide every call of an audit log under a policy and list the decisions that would
     /// change (exit 1 when one does, 0 when none does).
@@ -326,6 +359,10 @@ enum PolicyAction {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// Replay only this subject's calls, named as the log names it (`bearer:<holder>`,
+        /// `jwt:<issuer>#<sub>`); its last record's policy is the default candidate.
+        #[arg(long, value_name = "SUBJECT")]
+        subject: Option<String>,
     },
 }
 
@@ -523,16 +560,41 @@ async fn policy_action(action: PolicyAction) -> Result<i32> {
             policy::check_examples(&loaded).await?;
             print!("{}", policy::check(&loaded)?);
         }
-        PolicyAction::Explain { policy: name } => {
+        PolicyAction::Explain {
+            policy: name,
+            subject: None,
+            ..
+        } => {
             print!("{}", policy::explain(&Policy::load(&name)?));
+        }
+        PolicyAction::Explain {
+            policy: name,
+            subject: Some(subject),
+            http_token_file,
+            scopes,
+            groups,
+            workspaces,
+        } => {
+            use cordon::cli::subject;
+            let server = Policy::load(&name)?;
+            let query = subject::SubjectQuery::new(
+                &subject,
+                http_token_file.as_deref(),
+                scopes.as_deref(),
+                &groups,
+            )?;
+            let (summary, runs_under) =
+                subject::explain_subject(&server, &query, workspaces.as_deref())?;
+            print!("{summary}\n{}", policy::explain(&runs_under));
         }
         PolicyAction::Replay {
             audit_log,
             policy: candidate,
             json,
+            subject,
         } => {
             use cordon::cli::replay;
-            let report = replay::run(&audit_log, candidate.as_deref()).await?;
+            let report = replay::run(&audit_log, candidate.as_deref(), subject.as_deref()).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
@@ -627,11 +689,17 @@ async fn serve(
         // Over HTTP nobody reads an `initialize` answer on stdin: a failed start is the
         // message on stderr and exit status 2.
         let started = async {
-            let options = http.options()?.expect("--http was given");
-            Ok::<_, anyhow::Error>((
-                start(workspace, policy, audit_log, allow_degraded).await?,
-                options,
-            ))
+            let mut options = http.options()?.expect("--http was given");
+            let server = match &http.workspaces {
+                Some(dir) => {
+                    let (server, workspaces) =
+                        start_per_subject(dir, policy, audit_log, allow_degraded)?;
+                    options.workspaces = Some(workspaces);
+                    server
+                }
+                None => start(workspace, policy, audit_log, allow_degraded).await?,
+            };
+            Ok::<_, anyhow::Error>((server, options))
         };
         let (server, options) = match started.await {
             Ok(started) => started,
@@ -692,6 +760,50 @@ async fn start(
     runtime.start_parser().await?;
     runtime.start_forwarding().await;
     Ok(cordon::server::CordonServer::new(Session::new(runtime)?))
+}
+
+/// `serve --http --workspaces DIR`: the subjects' workspaces, and the server every session
+/// is made from, whose own runtime (over `DIR/.server`, an empty directory no subject's name
+/// can take) runs no call: calls run in their subject's runtime.
+fn start_per_subject(
+    dir: &std::path::Path,
+    policy: &str,
+    audit_log: Option<PathBuf>,
+    allow_degraded: bool,
+) -> Result<(
+    cordon::server::CordonServer,
+    Arc<cordon::server::workspaces::SubjectWorkspaces>,
+)> {
+    let policy = Policy::load(policy)?;
+    let subject_options = RuntimeOptions {
+        allow_degraded,
+        parser_program: Some(cordon::parser::worker_program()?),
+        audit: audit_log.map_or(AuditTarget::Policy, AuditTarget::File),
+        spill_area: true,
+        ..RuntimeOptions::default()
+    };
+    let workspaces = Arc::new(cordon::server::workspaces::SubjectWorkspaces::open(
+        dir,
+        policy.clone(),
+        subject_options,
+    )?);
+    use std::os::unix::fs::DirBuilderExt;
+    let own = workspaces.root().join(".server");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&own)
+        .with_context(|| format!("cannot make {}", own.display()))?;
+    let template = Runtime::build(
+        policy,
+        RuntimeOptions {
+            workspace: own,
+            allow_degraded,
+            ..RuntimeOptions::default()
+        },
+    )?;
+    let server = cordon::server::CordonServer::new(Session::new(Arc::new(template))?);
+    Ok((server, workspaces))
 }
 
 async fn exec(

@@ -8,4 +8,5 @@ pub mod checkpoints;
 pub mod lint;
 pub mod policy;
 pub mod replay;
+pub mod subject;
 pub mod workspace;

@@ -572,6 +572,37 @@ fn explain_http(o: &mut String, policy: &Policy) {
         h.max_body_bytes / 1024,
         h.session_idle.as_secs()
     );
+    let mut by_scope: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    for (tool, scope) in &h.scopes {
+        by_scope.entry(scope).or_default().push(tool);
+    }
+    let _ = writeln!(
+        o,
+        "  Tools by the scope a token needs for them: {}. The single static token has every scope; a token file's holders and JWTs have theirs. `policy explain --subject` says what one subject may do.",
+        by_scope
+            .iter()
+            .map(|(scope, tools)| format!("{scope} → {}", tools.join(", ")))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    let _ = writeln!(
+        o,
+        "  With serve --workspaces DIR: each subject works in its own workspace beneath DIR (its own sandbox, proxy, home, jobs and audit stream), at most {} sessions per subject; a subject's workspace with no session is shut down after {}s idle.",
+        h.max_sessions_per_subject,
+        h.workspace_idle.as_secs()
+    );
+    if !h.group_policies.is_empty() {
+        let _ = writeln!(
+            o,
+            "  Group policies (the `{}` claim, or a token file's group= words; first match): {}; others run under this policy.",
+            h.group_claim,
+            h.group_policies
+                .iter()
+                .map(|g| format!("{} → {}", g.group, g.policy))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     if let Some(oauth) = &h.oauth {
         let _ = writeln!(
             o,

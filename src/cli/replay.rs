@@ -99,6 +99,9 @@ pub struct Report {
     /// Where the candidate's `[breaker]` would have tripped, replaying the candidate's
     /// decisions per session (see [`breaker_trips`]).
     pub breaker: Vec<BreakerTrip>,
+    /// `--subject`: only this subject's records were replayed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
 }
 
 /// One record as read: its line and fields.
@@ -189,9 +192,19 @@ fn shortened(text: &str) -> bool {
 }
 
 /// Re-decides every record of the log at `path` under `candidate` (default: the policy the
-/// log's last record names).
-pub async fn run(path: &Path, candidate: Option<&str>) -> Result<Report, ReplayError> {
-    let (records, mut not_judged) = read_log(path)?;
+/// log's last record names), or with `subject` only that subject's records (named as the log
+/// names it; its last record's policy is then the default).
+pub async fn run(
+    path: &Path,
+    candidate: Option<&str>,
+    subject: Option<&str>,
+) -> Result<Report, ReplayError> {
+    let (mut records, mut not_judged) = read_log(path)?;
+    if let Some(subject) = subject {
+        records.retain(|r| r.str("subject") == subject);
+        // A line that is no record names no subject: it is not this subject's either.
+        not_judged.retain(|n| !n.tool.is_empty());
+    }
     let named = records
         .iter()
         .rev()
@@ -268,6 +281,7 @@ pub async fn run(path: &Path, candidate: Option<&str>) -> Result<Report, ReplayE
         not_judged,
         summary,
         breaker,
+        subject: subject.map(str::to_owned),
     })
 }
 
@@ -846,8 +860,13 @@ pub fn render(report: &Report) -> String {
     }
     let _ = writeln!(
         o,
-        "Replayed {} records under {}: {} would change, {} unchanged, {} not judged.",
+        "Replayed {} records{} under {}: {} would change, {} unchanged, {} not judged.",
         report.records,
+        report
+            .subject
+            .as_ref()
+            .map(|s| format!(" of {s}"))
+            .unwrap_or_default(),
         report.policy,
         report.changed.len(),
         report.unchanged,

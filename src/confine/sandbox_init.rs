@@ -223,6 +223,21 @@ impl SandboxInit {
             .unwrap_or_default()
     }
 
+    /// While a job runs: the same import, and when it imports nothing because the shadow is
+    /// still in a state whose import was refused (another job's or call's tick saw it first),
+    /// that refusal again: every job running while a refused change stands ends, since which
+    /// of them made it cannot be told (see `git::GitShadow::refusal_in_force`).
+    pub fn import_for_job(&self) -> GuardReport {
+        let Some(git) = &self.git else {
+            return GuardReport::default();
+        };
+        let report = git.after_call(self);
+        if report.refused {
+            return report;
+        }
+        git.refusal_in_force().unwrap_or(report)
+    }
+
     /// A newer view replaced this one (kept for the callers; the shadow is shared, nothing of
     /// this view's needs stopping).
     pub fn retire(&self) {}

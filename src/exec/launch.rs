@@ -75,6 +75,18 @@ pub struct Launched {
     pub(super) factory: Option<Arc<SandboxInit>>,
 }
 
+impl Launched {
+    /// Imports what the workspace's calls' git wrote so far into the operator's repository
+    /// (a job, while it runs): the verified import every call's end runs (`crate::git`).
+    /// None without a sandbox init (no shadow gitdir) or when the import could not run.
+    pub async fn import_git_now(&self) -> Option<GuardReport> {
+        let factory = Arc::clone(self.factory.as_ref()?);
+        tokio::task::spawn_blocking(move || factory.import_for_job())
+            .await
+            .ok()
+    }
+}
+
 /// What is known once the tree is dead.
 pub struct Finished {
     pub status: Option<ExitStatus>,

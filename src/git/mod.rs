@@ -98,6 +98,9 @@ struct Agreed {
     shadow_seen: Option<RepoState>,
     /// The operator's whole state after the last sync (None: look again).
     operator_seen: Option<RepoState>,
+    /// The shadow's state whose import was last refused, and what was said: while the
+    /// shadow stays so, [`GitShadow::refusal_in_force`] says it again.
+    refused: Option<(RepoState, Vec<String>)>,
     /// The shadow's index mark when its index last matched the operator's.
     shadow_index: IndexMark,
     /// The operator's index mark then.
@@ -147,6 +150,7 @@ impl GitShadow {
                 head: op.head.clone(),
                 shadow_index: seen.index.clone(),
                 operator_index: op.index.clone(),
+                refused: None,
                 shadow_seen: Some(seen),
                 operator_seen: Some(op.clone()),
             },
@@ -158,6 +162,7 @@ impl GitShadow {
                 head: seen.head.clone(),
                 shadow_index: seen.index.clone(),
                 operator_index: None,
+                refused: None,
                 shadow_seen: None,
                 operator_seen: None,
             },
@@ -230,6 +235,7 @@ impl GitShadow {
         let sh = read_state(self.shadow.dir());
         if agreed.shadow_seen.as_ref() != Some(&sh) {
             import::shadow_to_operator(self, &sh, &mut agreed, confined, &mut report);
+            agreed.refused = report.refused.then(|| (sh.clone(), report.notices.clone()));
             agreed.shadow_seen = Some(sh);
             report.announce();
         }
@@ -239,6 +245,20 @@ impl GitShadow {
             "git import after a call"
         );
         report
+    }
+}
+
+impl GitShadow {
+    /// The refusal of the shadow's current state, when its import was refused and the shadow
+    /// has not changed since (a job's periodic import ends the job on it, whichever job's
+    /// or call's import saw it first).
+    pub fn refusal_in_force(&self) -> Option<GuardReport> {
+        let agreed = self.agreed.lock().ok()?;
+        let (state, notices) = agreed.refused.as_ref()?;
+        (read_state(self.shadow.dir()) == *state).then(|| GuardReport {
+            notices: notices.clone(),
+            refused: true,
+        })
     }
 }
 

@@ -388,6 +388,12 @@ fn idle_warning_at(idle: Duration) -> Duration {
 /// connections (a walk of its descriptors); before its warning and its kill they always are.
 const SERVED_LOOK_EVERY: Duration = Duration::from_secs(5);
 
+/// While a job runs, how often what its git wrote is imported into the operator's repository
+/// (the same verified import as after every call, `crate::git`): the operator sees a long
+/// job's commits within moments, and a change the import refuses ends the job then, not at
+/// its end.
+const GIT_IMPORT_EVERY: Duration = Duration::from_secs(2);
+
 struct Supervision {
     lifetime: Duration,
     idle: Duration,
@@ -420,6 +426,7 @@ async fn supervise(
     tokio::pin!(lifetime);
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut git_imported = Instant::now();
     // A graceful stop under way (SIGTERM): its step and the step's deadline.
     let mut stopping: Option<(Stop, tokio::time::Instant)> = None;
     let mut stop_poll = tokio::time::interval(STOP_POLL);
@@ -480,6 +487,18 @@ async fn supervise(
             }
             _ = tick.tick() => {
                 job.note_usage(&launched);
+                if git_imported.elapsed() >= GIT_IMPORT_EVERY {
+                    git_imported = Instant::now();
+                    if let Some(report) = launched.import_git_now().await
+                        && report.refused
+                    {
+                        break Ending::Killed(format!(
+                            "cordon refused to import the repository's git changes into the \
+                             operator's repository while it ran (they stay in the sandbox's): {}",
+                            report.notices.join(" ")
+                        ));
+                    }
+                }
                 // Often enough that a short `idle_kill_secs` sees a server in use too.
                 if serving_looked.elapsed() >= SERVED_LOOK_EVERY.min(s.idle / 4) {
                     serving_looked = Instant::now();

@@ -227,6 +227,9 @@ pub struct HttpPolicy {
     pub max_body_bytes: usize,
     /// MCP sessions open at once (those begun with `initialize`); one more gets 503.
     pub max_sessions: usize,
+    /// MCP sessions one subject may have open (default: `max_sessions`); one more of its
+    /// `initialize`s gets 503 while other subjects still get theirs.
+    pub max_sessions_per_subject: usize,
     /// Tool calls one session may have running at once; one more is refused.
     pub max_calls_per_session: usize,
     /// A session without any request for this long is ended (its calls and interpreters too).
@@ -238,6 +241,28 @@ pub struct HttpPolicy {
     /// `[server.http.scopes]`: the scope each tool needs (a JWT's `scope` claim decides; the
     /// static token's holder has every scope). Every tool is listed.
     pub scopes: BTreeMap<String, String>,
+    /// With `serve --workspaces DIR`: a subject's workspace runtime (its sandbox init, proxy,
+    /// parser) with no session left is shut down after this long, and started again on its
+    /// next call.
+    #[serde(serialize_with = "secs")]
+    pub workspace_idle: Duration,
+    /// With `serve --workspaces DIR`: subject runtimes running at once; past it, the one
+    /// unused longest is shut down to make room, and a call is refused when every one is in
+    /// use.
+    pub max_workspaces_running: usize,
+    /// The JWT claim (a string or an array of strings) that names a subject's groups.
+    pub group_claim: String,
+    /// `[[server.http.group_policies]]`, in order: the first whose group a subject is in
+    /// names the policy its calls run under (with `--workspaces`); in none, the server's own.
+    pub group_policies: Vec<GroupPolicy>,
+}
+
+/// A group and the policy its members' calls run under.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GroupPolicy {
+    pub group: String,
+    /// A built-in policy name or an absolute policy file.
+    pub policy: String,
 }
 
 /// The tools whose scope `[server.http.scopes]` sets, with the scope each needs by default.

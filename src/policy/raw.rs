@@ -239,6 +239,7 @@ pub struct RawHttp {
     pub allowed_hosts: Option<Vec<String>>,
     pub max_body_kb: Option<u64>,
     pub max_sessions: Option<usize>,
+    pub max_sessions_per_subject: Option<usize>,
     pub max_calls_per_session: Option<usize>,
     pub session_idle_secs: Option<u64>,
     /// Replaced whole by an extending policy (its fields belong together).
@@ -246,6 +247,19 @@ pub struct RawHttp {
     /// Tool → the scope a subject needs to see and call it; merged key by key across
     /// `extends`.
     pub scopes: Option<std::collections::BTreeMap<String, String>>,
+    pub workspace_idle_secs: Option<u64>,
+    pub max_workspaces_running: Option<usize>,
+    pub group_claim: Option<String>,
+    /// Replaced whole by an extending policy (its order is its meaning).
+    pub group_policies: Option<Vec<RawGroupPolicy>>,
+}
+
+/// One `[[server.http.group_policies]]` entry.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawGroupPolicy {
+    pub group: String,
+    pub policy: String,
 }
 
 /// `[server.http.oauth]`: accept JWT access tokens of one authorization server.
@@ -398,10 +412,17 @@ impl Overlay for RawHttp {
             allowed_hosts: self.allowed_hosts.or(base.allowed_hosts),
             max_body_kb: self.max_body_kb.or(base.max_body_kb),
             max_sessions: self.max_sessions.or(base.max_sessions),
+            max_sessions_per_subject: self
+                .max_sessions_per_subject
+                .or(base.max_sessions_per_subject),
             max_calls_per_session: self.max_calls_per_session.or(base.max_calls_per_session),
             session_idle_secs: self.session_idle_secs.or(base.session_idle_secs),
             oauth: self.oauth.or(base.oauth),
             scopes,
+            workspace_idle_secs: self.workspace_idle_secs.or(base.workspace_idle_secs),
+            max_workspaces_running: self.max_workspaces_running.or(base.max_workspaces_running),
+            group_claim: self.group_claim.or(base.group_claim),
+            group_policies: self.group_policies.or(base.group_policies),
         }
     }
 }

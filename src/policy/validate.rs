@@ -615,6 +615,7 @@ fn http(check: &Check, raw: raw::RawHttp) -> Result<HttpPolicy, PolicyError> {
             .positive(field, Some(v.unwrap_or(default) as u64))
             .map(|v| v as usize)
     };
+    let max_sessions = count("server.http.max_sessions", raw.max_sessions, 16)?;
     Ok(HttpPolicy {
         allowed_origins,
         allowed_hosts,
@@ -623,7 +624,12 @@ fn http(check: &Check, raw: raw::RawHttp) -> Result<HttpPolicy, PolicyError> {
             Some(raw.max_body_kb.unwrap_or(4096)),
         )? as usize
             * 1024,
-        max_sessions: count("server.http.max_sessions", raw.max_sessions, 16)?,
+        max_sessions,
+        max_sessions_per_subject: count(
+            "server.http.max_sessions_per_subject",
+            raw.max_sessions_per_subject,
+            max_sessions,
+        )?,
         max_calls_per_session: count(
             "server.http.max_calls_per_session",
             raw.max_calls_per_session,
@@ -635,7 +641,73 @@ fn http(check: &Check, raw: raw::RawHttp) -> Result<HttpPolicy, PolicyError> {
         )?,
         oauth: raw.oauth.map(|o| oauth(check, o)).transpose()?,
         scopes: tool_scopes(check, raw.scopes.unwrap_or_default())?,
+        workspace_idle: check.seconds(
+            "server.http.workspace_idle_secs",
+            Some(raw.workspace_idle_secs.unwrap_or(900)),
+        )?,
+        max_workspaces_running: count(
+            "server.http.max_workspaces_running",
+            raw.max_workspaces_running,
+            16,
+        )?,
+        group_claim: group_claim(check, raw.group_claim)?,
+        group_policies: group_policies(check, raw.group_policies.unwrap_or_default())?,
     })
+}
+
+/// `server.http.group_claim`: a JWT claim name (default `groups`).
+fn group_claim(check: &Check, raw: Option<String>) -> Result<String, PolicyError> {
+    let claim = raw.unwrap_or_else(|| "groups".to_owned());
+    if claim.is_empty() || claim.len() > 128 || claim.chars().any(char::is_control) {
+        return Err(check.invalid(
+            "server.http.group_claim",
+            format!("{claim:?} is not a claim name; write e.g. \"groups\" or \"roles\""),
+        ));
+    }
+    Ok(claim)
+}
+
+/// `[[server.http.group_policies]]`: each group once, each policy a built-in name or an
+/// absolute file (loaded, and its errors reported, when `serve --workspaces` starts).
+fn group_policies(
+    check: &Check,
+    raw: Vec<raw::RawGroupPolicy>,
+) -> Result<Vec<super::GroupPolicy>, PolicyError> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out = Vec::with_capacity(raw.len());
+    for entry in raw {
+        let field = "server.http.group_policies";
+        if entry.group.is_empty() || entry.group.chars().any(char::is_control) {
+            return Err(check.invalid(field, format!("{:?} is not a group name", entry.group)));
+        }
+        if !seen.insert(entry.group.clone()) {
+            return Err(check.invalid(
+                field,
+                format!(
+                    "group `{}` is listed twice; the first entry would always win",
+                    entry.group
+                ),
+            ));
+        }
+        let builtin = super::embedded_names().contains(&entry.policy.as_str());
+        if !builtin && !std::path::Path::new(&entry.policy).is_absolute() {
+            return Err(check.invalid(
+                field,
+                format!(
+                    "the policy of group `{}`, {:?}, is neither a built-in policy ({}) nor an \
+                     absolute policy file",
+                    entry.group,
+                    entry.policy,
+                    super::embedded_names().join(", ")
+                ),
+            ));
+        }
+        out.push(super::GroupPolicy {
+            group: entry.group,
+            policy: entry.policy,
+        });
+    }
+    Ok(out)
 }
 
 /// `[server.http.scopes]`: the defaults, overridden per tool; every key a tool, every value

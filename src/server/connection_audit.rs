@@ -11,7 +11,7 @@ use std::time::Duration;
 /// result) or none: connections without valid credentials are in no call's result, and those
 /// of lint runs in no tool's. Calls list their connections in their own records as well. Over
 /// HTTP the record names the session and subject of the call, as the call's own record does.
-pub(super) fn audit_connections(runtime: &Arc<crate::runtime::Runtime>) {
+pub(crate) fn audit_connections(runtime: &Arc<crate::runtime::Runtime>) {
     if let Some(proxy) = runtime.confinement.egress() {
         proxy.set_audit(Arc::new(ConnectionAuditor {
             runtime: Arc::downgrade(runtime),

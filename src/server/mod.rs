@@ -31,6 +31,7 @@ mod scopes;
 mod stdio;
 mod tasks;
 mod tools;
+pub mod workspaces;
 
 pub use stdio::{ServeError, StopSignals, serve_stdio, startup_line};
 
@@ -72,6 +73,8 @@ struct HttpShared {
     stateless: Arc<scope::StatelessScopes>,
     registry: Arc<scope::SessionRegistry>,
     max_calls_per_session: usize,
+    /// `--workspaces`: each subject's calls run in its own workspace's runtime.
+    workspaces: Option<Arc<workspaces::SubjectWorkspaces>>,
 }
 
 /// What letting a `tools/call` in gave it: over HTTP the session's place for a running call
@@ -116,8 +119,62 @@ impl CordonServer {
             )),
             registry: Arc::default(),
             max_calls_per_session: http.max_calls_per_session,
+            workspaces: None,
         });
         self
+    }
+
+    /// Gives every subject a workspace of its own (`serve --http --workspaces`): calls run
+    /// in their subject's runtime, never in this template's.
+    pub fn with_subject_workspaces(
+        mut self,
+        workspaces: Arc<workspaces::SubjectWorkspaces>,
+    ) -> Self {
+        // The instructions name the caller's workspace, not the template's (no call runs
+        // there); the policy they describe is the server's unless a group selects another.
+        let template_root = format!(
+            "Workspace: {}.",
+            self.ctx.runtime.workspace.root().display()
+        );
+        let mut own = "Workspace: your own, private to your credentials (this server gives each \
+                       authenticated user one)."
+            .to_owned();
+        if !self
+            .ctx
+            .runtime
+            .policy
+            .server
+            .http
+            .group_policies
+            .is_empty()
+        {
+            own.push_str(" Your group may select another policy than the one below.");
+        }
+        self.instructions = Arc::new(self.instructions.replace(&template_root, &own));
+        if let Some(http) = &mut self.http {
+            http.workspaces = Some(workspaces);
+        }
+        self
+    }
+
+    /// The subject workspaces, when the server has them.
+    pub fn subject_workspaces(&self) -> Option<&Arc<workspaces::SubjectWorkspaces>> {
+        self.http.as_ref()?.workspaces.as_ref()
+    }
+
+    /// The session whose workspace this request's calls and resources are in: over HTTP
+    /// its scope's (its subject's workspace with `--workspaces`), on stdio the server's.
+    async fn request_session(
+        &self,
+        rctx: &RequestContext<RoleServer>,
+    ) -> Result<SharedContext, McpError> {
+        if self.http.is_none() {
+            return Ok(Arc::clone(&self.ctx));
+        }
+        self.call_scope(rctx)
+            .await
+            .map(|scope| scope.session)
+            .map_err(|error| McpError::internal_error(error.message, None))
     }
 
     /// A server for a new MCP session: this one's shared parts and an empty scope (made on
@@ -151,13 +208,34 @@ impl CordonServer {
                 .expect("a stdio server's scope is set")
                 .clone());
         };
-        let runtime = &self.ctx.runtime;
         let failed = |e: crate::runtime::RuntimeError| {
             ToolError::new(
                 ErrorKind::Internal,
                 format!("this session's state could not be set up: {e}"),
             )
         };
+        // With `--workspaces`, the subject's own runtime, chosen from the authenticated
+        // request alone (its subject and groups), never from an argument.
+        let subject_runtime =
+            match &shared.workspaces {
+                None => None,
+                Some(workspaces) => {
+                    let subject = http::subject_of(rctx).unwrap_or(http::auth::Subject::Anonymous);
+                    let groups = http::groups_of(rctx);
+                    Some(workspaces.runtime_for(&subject, &groups.0).await.map_err(
+                        |e| match e {
+                            workspaces::WorkspacesError::PolicyChanged { .. } => {
+                                ToolError::new(ErrorKind::Denied, e.to_string())
+                            }
+                            workspaces::WorkspacesError::Full(_) => {
+                                ToolError::new(ErrorKind::ResourceLimit, e.to_string())
+                            }
+                            other => ToolError::new(ErrorKind::Internal, other.to_string()),
+                        },
+                    )?)
+                }
+            };
+        let runtime = subject_runtime.as_ref().unwrap_or(&self.ctx.runtime);
         let is_stateless = rctx
             .protocol_version()
             .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28);
@@ -191,6 +269,16 @@ impl CordonServer {
             })
             .await
             .map_err(failed)?;
+        if let Some(wanted) = &subject_runtime
+            && !Arc::ptr_eq(wanted, &scope.session.runtime)
+        {
+            // Cannot happen while the session holds its runtime (it is never shut down under
+            // it); said rather than run in the wrong workspace.
+            return Err(ToolError::new(
+                ErrorKind::Internal,
+                "this session's workspace was restarted under it; open a new session".to_owned(),
+            ));
+        }
         if let Some(session) = http::session_of(rctx) {
             shared.registry.register(&session, &scope.session);
         }
@@ -379,7 +467,10 @@ impl ServerHandler for CordonServer {
                 running: admitted.running,
                 origin,
                 schema: output_schema,
-                ctx: Arc::clone(&self.ctx),
+                ctx: admitted
+                    .events_scope
+                    .as_ref()
+                    .map_or_else(|| Arc::clone(&self.ctx), |scope| Arc::clone(&scope.session)),
                 events: key,
             };
             return match task.start(run, finish).await {
@@ -398,7 +489,11 @@ impl ServerHandler for CordonServer {
         if let Some(scope) = &admitted.events_scope {
             tools::with_job_events(&mut response, scope.session.jobs.take_events());
         }
-        finish_response(response, output_schema, Arc::clone(&self.ctx)).await
+        let ctx = admitted
+            .events_scope
+            .as_ref()
+            .map_or_else(|| Arc::clone(&self.ctx), |scope| Arc::clone(&scope.session));
+        finish_response(response, output_schema, ctx).await
     }
 
     async fn get_task(
@@ -434,18 +529,18 @@ impl ServerHandler for CordonServer {
     async fn list_resources(
         &self,
         _request: Option<rmcp::model::PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListResourcesResult, McpError> {
-        let ctx = Arc::clone(&self.ctx);
+        let ctx = self.request_session(&context).await?;
         on_blocking_pool(move || Ok(resources::list(&ctx))).await
     }
 
     async fn read_resource(
         &self,
         request: rmcp::model::ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
-        let ctx = Arc::clone(&self.ctx);
+        let ctx = self.request_session(&context).await?;
         on_blocking_pool(move || resources::read(&ctx, &request.uri).map(Into::into)).await
     }
 

@@ -232,10 +232,17 @@ of `cat` in shell_exec. Example: {\"path\": \"src/lib.rs\", \"offset\": 120, \"l
     async fn read_file(
         &self,
         Parameters(args): Parameters<ReadFileArgs>,
+        rctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
-        Ok(read_file::run(Arc::clone(&self.ctx), args)
-            .await
-            .into_result())
+        // Its client's workspace (the subject's, with `--workspaces`).
+        let session = match self.call_scope(&rctx).await {
+            Ok(scope) => scope.session,
+            Err(error) => {
+                let outcome = crate::tools::failed::<read_file::ReadFile>(&self.ctx, &args, error);
+                return Ok(outcome.into_result());
+            }
+        };
+        Ok(read_file::run(session, args).await.into_result())
     }
 
     #[tool(
@@ -256,10 +263,18 @@ write introduced marked. Use edit_file to change part of an existing file. Examp
     async fn write_file(
         &self,
         Parameters(args): Parameters<WriteFileArgs>,
+        rctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
-        Ok(write_file::run(Arc::clone(&self.ctx), args)
-            .await
-            .into_result())
+        // Its client's workspace (the subject's, with `--workspaces`).
+        let session = match self.call_scope(&rctx).await {
+            Ok(scope) => scope.session,
+            Err(error) => {
+                let outcome =
+                    crate::tools::failed::<write_file::WriteFile>(&self.ctx, &args, error);
+                return Ok(outcome.into_result());
+            }
+        };
+        Ok(write_file::run(session, args).await.into_result())
     }
 
     #[tool(
@@ -281,10 +296,17 @@ writing. The result includes a unified diff and lint diagnostics. Example: {\"pa
     async fn edit_file(
         &self,
         Parameters(args): Parameters<EditFileArgs>,
+        rctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
-        Ok(edit_file::run(Arc::clone(&self.ctx), args)
-            .await
-            .into_result())
+        // Its client's workspace (the subject's, with `--workspaces`).
+        let session = match self.call_scope(&rctx).await {
+            Ok(scope) => scope.session,
+            Err(error) => {
+                let outcome = crate::tools::failed::<edit_file::EditFile>(&self.ctx, &args, error);
+                return Ok(outcome.into_result());
+            }
+        };
+        Ok(edit_file::run(session, args).await.into_result())
     }
 
     #[tool(

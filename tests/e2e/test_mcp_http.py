@@ -95,7 +95,7 @@ def err(result):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_http_sdk_negotiates_and_lists_the_five_tools(http_server, mode):
+def test_http_sdk_negotiates_and_lists_every_tool(http_server, mode):
     async def body(c):
         return c.protocol_version, (await c.list_tools()).tools
 

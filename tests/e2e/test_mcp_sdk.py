@@ -22,7 +22,7 @@ ANNOTATIONS = {  # readOnly, destructive, idempotent, openWorld (default policy:
     "shell_exec": (False, True, False, False),
     "code_interpreter": (False, True, False, False),
     "job": (False, True, False, False),  # it can kill
-    "checkpoint": (False, True, False, False),  # restore rewrites the workspace
+    "checkpoint": (False, True, False, False),  # a restore rewrites the workspace
 }
 
 

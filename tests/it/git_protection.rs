@@ -1213,3 +1213,85 @@ async fn a_cell_that_plants_git_config_never_reaches_the_host() {
     );
     client.cancel().await.ok();
 }
+
+/// Issue 29: while a job runs, what its git writes is imported within moments (the operator
+/// sees its commit before it ends), and a change the import refuses ends the job then, not at
+/// its end; the operator's repository keeps no trace of the refused change.
+#[cordon_test::test]
+async fn a_running_jobs_commits_reach_the_operator_and_a_refused_change_ends_it() {
+    if skip(
+        "a_running_jobs_commits_reach_the_operator",
+        Need::Namespaces,
+    ) {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    operator_repo(ws.path());
+    let client = connect(ws.path()).await;
+    let id = background(
+        &client,
+        "git commit -q --allow-empty -m from-the-job && sleep 120",
+    )
+    .await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let log = host_git(ws.path(), &["log", "--format=%s", "-1"]);
+        if String::from_utf8_lossy(&log.stdout).trim() == "from-the-job" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the running job's commit never reached the operator: {log:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let job = |id: &str| {
+        let Value::Object(arguments) = json!({ "id": id }) else {
+            unreachable!()
+        };
+        let client = &client;
+        async move {
+            let result: CallToolResult = client
+                .call_tool(CallToolRequestParams::new("job").with_arguments(arguments))
+                .await
+                .expect("job answers");
+            result.structured_content.expect("structured content")
+        }
+    };
+    assert_eq!(job(&id).await["job"]["state"], "running", "still running");
+
+    let planter = background(
+        &client,
+        "git replace $(git rev-parse HEAD) $(git commit-tree -m x $(git rev-parse HEAD^{tree})) \
+         && sleep 120",
+    )
+    .await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let ended = loop {
+        let read = job(&planter).await;
+        if read["job"]["state"] != "running" {
+            break read;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a job whose git change was refused kept running: {read}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    assert!(ended.to_string().contains("refused"), "{ended}");
+    // Which job made the change cannot be told: every job running while it stands ends.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while job(&id).await["job"]["state"] == "running" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the other job kept running while a refused change stood"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let refs = host_git(ws.path(), &["for-each-ref", "--format=%(refname)"]);
+    assert!(
+        !String::from_utf8_lossy(&refs.stdout).contains("refs/replace"),
+        "{refs:?}"
+    );
+    client.cancel().await.ok();
+}

@@ -33,6 +33,10 @@ pub struct Start<'a> {
     pub policy: Option<&'a str>,
     pub audit_log: Option<&'a Path>,
     pub extra: &'a [&'a str],
+    /// `ws` is `--workspaces` (a workspace per subject beneath it), not `--workspace`.
+    pub workspaces: bool,
+    /// Environment variables set for the server.
+    pub env: &'a [(&'a str, &'a str)],
 }
 
 impl HttpServer {
@@ -50,7 +54,12 @@ impl HttpServer {
     pub fn start(ws: &Path, how: Start<'_>) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let mut cmd = Command::new(CORDON);
-        cmd.args(["serve", "--http", "127.0.0.1:0", "--workspace"])
+        cmd.args(["serve", "--http", "127.0.0.1:0"])
+            .arg(if how.workspaces {
+                "--workspaces"
+            } else {
+                "--workspace"
+            })
             .arg(ws);
         let token = how.token.then(|| {
             let token = format!("t0k-{}-{}", std::process::id(), random_hex());
@@ -70,6 +79,7 @@ impl HttpServer {
             cmd.arg("--audit-log").arg(log);
         }
         cmd.args(how.extra);
+        cmd.envs(how.env.iter().copied());
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -637,7 +637,7 @@ fn http_other_paths_get_404_and_stdio_stays_the_default() {
 const JWT_KEY_DER: &str = "302e020100300506032b657004220420764680f3dc521693994272b5f3a247f186a57bc91c0c1d6666f9ed074bab63b2";
 const JWT_KEY_X: &str = "qTgB9HSbavbEQHGFS2H-9bGmF-loX2WiqgSHXXx2Tgc";
 
-fn jwt(claims: serde_json::Value) -> String {
+pub(crate) fn jwt(claims: serde_json::Value) -> String {
     let der: Vec<u8> = (0..JWT_KEY_DER.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(&JWT_KEY_DER[i..i + 2], 16).unwrap())
@@ -655,7 +655,7 @@ fn jwt(claims: serde_json::Value) -> String {
 /// Writes a JWKS with the test key into `dir` and returns a policy accepting JWTs signed with
 /// it (issuer `https://auth.example`, resource `https://cordon.example/mcp`), plus `extra`
 /// lines of `[server.http.oauth]`.
-fn oauth_policy(dir: &std::path::Path, extra: &str) -> String {
+pub(crate) fn oauth_policy(dir: &std::path::Path, extra: &str) -> String {
     let jwks = dir.join("jwks.json");
     std::fs::write(
         &jwks,
@@ -1205,7 +1205,7 @@ fn http_null_origin_is_served_when_the_policy_lists_it() {
 
 /// Opens an MCP session with `auth` (an `Authorization` value) and acknowledges it; returns its
 /// id.
-fn open_session_as(server: &HttpServer, auth: &str) -> String {
+pub(crate) fn open_session_as(server: &HttpServer, auth: &str) -> String {
     let init = server.post(&init_body(), &[("Authorization", auth)]);
     assert_eq!(init.status, 200, "{init:?}");
     let session = init.header("mcp-session-id").unwrap().to_owned();
@@ -1217,7 +1217,7 @@ fn open_session_as(server: &HttpServer, auth: &str) -> String {
 }
 
 /// The names `tools/list` (request `id`) gives with `headers`.
-fn tool_names(server: &HttpServer, headers: &[(&str, &str)], id: u64) -> Vec<String> {
+pub(crate) fn tool_names(server: &HttpServer, headers: &[(&str, &str)], id: u64) -> Vec<String> {
     let list = server.post(
         &json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"}),
         headers,

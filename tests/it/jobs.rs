@@ -1323,7 +1323,10 @@ fn a_read_after_input_waits_for_the_answer_not_the_echo() {
         read_text(&r).contains("mark-done"),
         "`until` matched the echo of the input: {r}"
     );
-    // Input that ends the program: the read reports the end.
+    // Input that ends the program: the read reports the end. Sent at the prompt, as a user
+    // would: a Ctrl-D that reaches the terminal while Python is still printing (the `until`
+    // above returns before the next prompt) is read by readline as no input at all.
+    job(&mut s, json!({"id": id, "wait_secs": 5, "until": ">>> $"}));
     let r = job(&mut s, json!({"id": id, "input": "\u{4}", "wait_secs": 10}));
     assert_eq!(structured(&r)["job"]["state"], json!("exited"), "{r}");
     assert_eq!(structured(&r)["exit_code"], json!(0), "{r}");

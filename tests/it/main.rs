@@ -26,6 +26,7 @@ mod home;
 mod host_uid;
 mod http_client;
 mod http_server;
+mod http_workspaces;
 mod interpreter;
 mod jobs;
 mod kernel_denials;

@@ -344,3 +344,59 @@ fn lines_typed_into_a_jobs_shell_are_replayed_as_commands() {
     // The job's start (jobs disabled in the candidate) and the two lines typed into it.
     assert_eq!(lines.len(), 3, "{out}");
 }
+
+/// Issue 36: `policy replay --subject` replays one subject's calls only, by default under the
+/// policy its own records name (a subject of a group policy has its own).
+#[cordon_test::test]
+fn one_subjects_calls_are_replayed_under_its_own_policy() {
+    let root = tempfile::tempdir().unwrap();
+    let log = root.path().join("audit.jsonl");
+    let record = |subject: &str, policy: &str, path: &str| {
+        json!({"time": "2026-12-04T20:00:00Z", "tool": "write_file",
+               "arguments": {"path": path}, "decision": "allow", "outcome": {},
+               "policy": policy, "subject": subject})
+        .to_string()
+    };
+    std::fs::write(
+        &log,
+        [
+            record("bearer:alice", "default (builtin:default)", "src/a.rs"),
+            record("bearer:rita", "strict (builtin:strict)", "build/out.txt"),
+            record("bearer:alice", "default (builtin:default)", "src/b.rs"),
+        ]
+        .join("\n")
+            + "\n",
+    )
+    .unwrap();
+    let run = |extra: &[&str]| {
+        let out = Command::new(CORDON)
+            .args(["policy", "replay"])
+            .arg(&log)
+            .args(extra)
+            .arg("--json")
+            .output()
+            .unwrap();
+        let report: serde_json::Value =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+        (out.status.code(), report)
+    };
+    // rita's one call, under strict (her records' policy): a write to build/ is still allowed.
+    let (code, rita) = run(&["--subject", "bearer:rita"]);
+    assert_eq!(code, Some(0), "{rita}");
+    assert_eq!(rita["records"], json!(1), "{rita}");
+    assert_eq!(rita["subject"], json!("bearer:rita"));
+    assert!(
+        rita["policy"].as_str().unwrap().starts_with("strict"),
+        "{rita}"
+    );
+    // alice's two calls under strict: both writes to src/ would be refused.
+    let (code, alice) = run(&["--subject", "bearer:alice", "--policy", "strict"]);
+    assert_eq!(code, Some(1), "{alice}");
+    assert_eq!(alice["records"], json!(2), "{alice}");
+    assert_eq!(alice["changed"].as_array().unwrap().len(), 2, "{alice}");
+    // Everyone's: three records.
+    let (_, all) = run(&["--policy", "strict"]);
+    assert_eq!(all["records"], json!(3), "{all}");
+    let (code, nobody) = run(&["--subject", "bearer:nobody", "--policy", "strict"]);
+    assert_eq!((code, &nobody["records"]), (Some(0), &json!(0)), "{nobody}");
+}

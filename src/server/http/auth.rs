@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use subtle::ConstantTimeEq;
 
-pub use super::subject::{BEARER_SUBJECT, Granted, Subject};
+pub use super::subject::{BEARER_SUBJECT, Granted, Groups, Subject};
 
 /// Where the token comes from.
 #[derive(Debug, Clone)]
@@ -153,16 +153,17 @@ impl Authenticator {
     /// Checks a request's `Authorization` headers (the tests' view: who it is).
     #[cfg(test)]
     pub fn check(&self, headers: &http::HeaderMap) -> Result<Subject, Unauthenticated> {
-        self.authenticate(headers).map(|(subject, _)| subject)
+        self.authenticate(headers).map(|(subject, _, _)| subject)
     }
 
-    /// Checks a request's `Authorization` headers: who it is and what its token grants.
+    /// Checks a request's `Authorization` headers: who it is, what its token grants and
+    /// which groups it names.
     pub fn authenticate(
         &self,
         headers: &http::HeaderMap,
-    ) -> Result<(Subject, Granted), Unauthenticated> {
+    ) -> Result<(Subject, Granted, Groups), Unauthenticated> {
         if !self.is_required() {
-            return Ok((Subject::Anonymous, Granted::Everything));
+            return Ok((Subject::Anonymous, Granted::Everything, Groups::default()));
         }
         let mut values = headers.get_all(http::header::AUTHORIZATION).iter();
         let (Some(value), None) = (values.next(), values.next()) else {
@@ -180,7 +181,7 @@ impl Authenticator {
         if let Some(expected) = &self.digest
             && bool::from(digest.ct_eq(expected))
         {
-            return Ok((Subject::StaticToken, Granted::Everything));
+            return Ok((Subject::StaticToken, Granted::Everything, Groups::default()));
         }
         // Every holder's digest is compared (no early end): which one matched is not timed.
         let mut matched = None;
@@ -194,7 +195,11 @@ impl Authenticator {
                 None => Granted::Everything,
                 Some(scopes) => Granted::Scopes(scopes.clone()),
             };
-            return Ok((Subject::TokenHolder(holder.name.clone()), granted));
+            return Ok((
+                Subject::TokenHolder(holder.name.clone()),
+                granted,
+                Groups(holder.groups.clone()),
+            ));
         }
         self.jwt
             .as_ref()
@@ -203,7 +208,7 @@ impl Authenticator {
                     .ok()
                     .and_then(|t| jwt.verify_granting(t))
             })
-            .map(|(subject, scopes)| (subject, Granted::Scopes(scopes)))
+            .map(|v| (v.subject, Granted::Scopes(v.scopes), Groups(v.groups)))
             .ok_or(Unauthenticated::Invalid)
     }
 
@@ -298,12 +303,12 @@ mod tests {
         )
         .unwrap();
         let auth = Authenticator::load(&TokenSource::File(path.clone())).unwrap();
-        let (who, granted) = auth
+        let (who, granted, _) = auth
             .authenticate(&headers(&["Bearer rita-token-0123456789abcdef0123456789"]))
             .unwrap();
         assert_eq!(who, Subject::TokenHolder("rita".into()));
         assert!(granted.allows("cordon:read") && !granted.allows("cordon:exec"));
-        let (who, granted) = auth
+        let (who, granted, _) = auth
             .authenticate(&headers(&["Bearer ops-token-0123456789abcdef0123456789ab"]))
             .unwrap();
         assert_eq!(who.to_string(), "bearer:ops");

@@ -72,6 +72,14 @@ impl<M> BoundedSessions<M> {
         self.max
     }
 
+    /// How many open sessions `subject` began.
+    pub fn owned_by(&self, subject: &Subject) -> usize {
+        self.lock()
+            .values()
+            .filter(|owner| owner.as_ref() == Some(subject))
+            .count()
+    }
+
     /// Records `subject` as the owner of the session `id` began, unless it has one.
     pub fn claim(&self, id: &str, subject: &Subject) {
         if let Some(owner) = self.lock().get_mut(id)

@@ -61,6 +61,8 @@ pub struct HttpOptions {
     pub auth: auth::Authenticator,
     /// A separate listener for [`METRICS_PATH`] only (loopback addresses only).
     pub metrics_addr: Option<SocketAddr>,
+    /// `--workspaces DIR`: a workspace per authenticated subject.
+    pub workspaces: Option<Arc<crate::server::workspaces::SubjectWorkspaces>>,
 }
 
 /// What a listener serves.
@@ -91,6 +93,12 @@ pub enum HttpError {
         "refusing to serve metrics on {0}: --metrics-addr takes a loopback address (127.0.0.1:PORT or [::1]:PORT); to scrape from elsewhere, use /metrics on the --http listener, which has its authentication"
     )]
     MetricsNotLoopback(SocketAddr),
+    #[error(
+        "--workspaces gives each authenticated subject a workspace, but nothing authenticates \
+         requests here (every client would be one anonymous subject); give --http-token-file \
+         FILE (a file of named holders) or [server.http.oauth]"
+    )]
+    WorkspacesWithoutAuthentication,
 }
 
 /// A non-loopback address needs authentication (a token, or `[server.http.oauth]`).
@@ -122,6 +130,15 @@ pub fn granted_of(rctx: &RequestContext<RoleServer>) -> Option<auth::Granted> {
         .extensions
         .get::<auth::Granted>()
         .cloned()
+}
+
+/// The groups the credentials of a request served over HTTP name (none on stdio).
+pub fn groups_of(rctx: &RequestContext<RoleServer>) -> auth::Groups {
+    rctx.extensions
+        .get::<http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<auth::Groups>())
+        .cloned()
+        .unwrap_or_default()
 }
 
 /// The `Mcp-Session-Id` of a request served over HTTP in a session.
@@ -165,6 +182,8 @@ struct Front {
     origins: origin::OriginPolicy,
     hosts: target::HostPolicy,
     max_body: usize,
+    /// Sessions one subject may have open (`server.http.max_sessions_per_subject`).
+    max_sessions_per_subject: usize,
     policy_origin: String,
     /// Every scope some tool needs (`[server.http.scopes]`): a token granting none of them
     /// may call nothing.
@@ -177,16 +196,23 @@ pub async fn serve(
     mut options: HttpOptions,
     signals: super::StopSignals,
 ) -> Result<(), HttpError> {
-    let template = server.into_http_template();
+    let mut template = server.into_http_template();
+    let workspaces = options.workspaces.take();
+    if let Some(workspaces) = &workspaces {
+        template = template.with_subject_workspaces(Arc::clone(workspaces));
+    }
     let ctx = Arc::clone(template.context());
     let http = ctx.runtime.policy.server.http.clone();
     if let Some(oauth) = &http.oauth {
         let tool_scopes: Vec<String> = http.scopes.values().cloned().collect();
-        options.auth = options
-            .auth
-            .with_jwt(oauth::JwtVerifier::load(oauth, &tool_scopes)?);
+        options.auth = options.auth.with_jwt(
+            oauth::JwtVerifier::load(oauth, &tool_scopes)?.with_group_claim(&http.group_claim),
+        );
     }
     check_options(&options)?;
+    if workspaces.is_some() && !options.auth.is_required() {
+        return Err(HttpError::WorkspacesWithoutAuthentication);
+    }
     let origins = origin::OriginPolicy::new(&http.allowed_origins)?;
     warn_of_loopback_hosts(&options, &http, &ctx.runtime.policy.origin);
     let server_shutdown = ctx.runtime.shutdown.clone();
@@ -213,7 +239,18 @@ pub async fn serve(
             server_shutdown.clone(),
         ));
     }
-    let ready = super::startup_line(&ctx).replace(
+    let mut ready = super::startup_line(&ctx);
+    if let Some(workspaces) = &workspaces {
+        ready = ready.replace(
+            &format!("workspace {}", ctx.runtime.workspace.root().display()),
+            &format!(
+                "a workspace per subject beneath {}",
+                workspaces.root().display()
+            ),
+        );
+        tokio::spawn(Arc::clone(workspaces).shut_idle_until(server_shutdown.clone()));
+    }
+    let ready = ready.replace(
         "waiting for an MCP client on stdin",
         &format!(
             "listening on http://{local_addr}{ENDPOINT} ({})",
@@ -234,6 +271,9 @@ pub async fn serve(
     server_shutdown.cancel();
     if let Some(shared) = &template.http {
         shared.stateless.close_all().await;
+    }
+    if let Some(workspaces) = &workspaces {
+        workspaces.close_all(SHUTDOWN_GRACE).await;
     }
     ctx.runtime.drain(SHUTDOWN_GRACE).await;
     Ok(())
@@ -306,6 +346,7 @@ fn front(
         origins,
         hosts: target::HostPolicy::new(&http.allowed_hosts),
         max_body: http.max_body_bytes,
+        max_sessions_per_subject: http.max_sessions_per_subject,
         policy_origin: ctx.runtime.policy.origin.clone(),
         tool_scopes: http.scopes.values().cloned().collect(),
     }
@@ -507,7 +548,7 @@ impl Front {
             Route::Metrics => true,
             Route::Answer(answer) => return answer,
         };
-        let (subject, granted) = match self.auth.authenticate(request.headers()) {
+        let (subject, granted, groups) = match self.auth.authenticate(request.headers()) {
             Ok(authenticated) => authenticated,
             Err(why) => return unauthorized(&self.auth, why),
         };
@@ -526,6 +567,7 @@ impl Front {
         }
         let mut request = request;
         request.extensions_mut().insert(granted);
+        request.extensions_mut().insert(groups);
         self.mcp_request(request, subject).await
     }
 
@@ -648,6 +690,10 @@ impl Front {
         if initializes && self.sessions.is_full() {
             return self.sessions_full();
         }
+        // One subject cannot take every place: the others' clients still get theirs.
+        if initializes && self.sessions.owned_by(&owner) >= self.max_sessions_per_subject {
+            return self.subject_sessions_full(&owner);
+        }
         let request = Request::from_parts(parts, Full::new(bytes));
         let response = self.mcp.handle(request).await;
         if initializes
@@ -707,6 +753,25 @@ impl Front {
                     plain(StatusCode::BAD_REQUEST, format!("Bad Request: {e}"))
                 }
             })
+    }
+
+    /// The answer to an `initialize` of a subject that has every session it may have open.
+    fn subject_sessions_full(&self, subject: &auth::Subject) -> Response<Body> {
+        tracing::warn!("refused an initialize of {subject}: its sessions are at the bound");
+        let mut response = plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "Service Unavailable: this subject has {} MCP sessions open, the most \
+                 server.http.max_sessions_per_subject allows ({}); end one (DELETE {ENDPOINT}) \
+                 or retry later",
+                self.max_sessions_per_subject, self.policy_origin
+            ),
+        );
+        response.headers_mut().insert(
+            http::header::RETRY_AFTER,
+            http::HeaderValue::from_static("5"),
+        );
+        response
     }
 
     /// The answer to an `initialize` while every session the policy allows is open.

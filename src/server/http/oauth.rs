@@ -37,6 +37,8 @@ pub struct JwtVerifier {
     metadata: String,
     /// Its URL, for `WWW-Authenticate: Bearer resource_metadata="…"`.
     metadata_url: String,
+    /// The claim naming a token's groups (`server.http.group_claim`).
+    group_claim: String,
 }
 
 struct Key {
@@ -65,6 +67,38 @@ struct Claims {
     sub: Option<String>,
     #[serde(default)]
     scope: Option<String>,
+    /// The other claims, for the group claim (`server.http.group_claim`).
+    #[serde(flatten)]
+    rest: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Most groups read from a token, and the longest name kept: a token is the authorization
+/// server's word, but its size is not ours to trust.
+const MAX_GROUPS: usize = 256;
+const MAX_GROUP_NAME: usize = 256;
+
+/// The groups a claim's value names: a string is one group, an array its strings (anything
+/// else, or a name too long, names none).
+fn groups_of(value: Option<&serde_json::Value>) -> std::collections::BTreeSet<String> {
+    let keep = |s: &str| !s.is_empty() && s.len() <= MAX_GROUP_NAME;
+    match value {
+        Some(serde_json::Value::String(s)) if keep(s) => std::iter::once(s.clone()).collect(),
+        Some(serde_json::Value::Array(items)) => items
+            .iter()
+            .filter_map(serde_json::Value::as_str)
+            .filter(|s| keep(s))
+            .take(MAX_GROUPS)
+            .map(str::to_owned)
+            .collect(),
+        _ => Default::default(),
+    }
+}
+
+/// What a valid token says: who, the scopes granted, the groups named.
+pub struct Verified {
+    pub subject: super::subject::Subject,
+    pub scopes: std::collections::BTreeSet<String>,
+    pub groups: std::collections::BTreeSet<String>,
 }
 
 impl JwtVerifier {
@@ -122,20 +156,25 @@ impl JwtVerifier {
             required_scopes: policy.required_scopes.clone(),
             metadata: metadata.to_string(),
             metadata_url,
+            group_claim: "groups".to_owned(),
         })
+    }
+
+    /// Reads a token's groups from `claim` instead of `groups`.
+    pub fn with_group_claim(mut self, claim: &str) -> Self {
+        self.group_claim = claim.to_owned();
+        self
     }
 
     /// The subject (issuer and `sub`) of a valid token, or `None` (the tests' view).
     #[cfg(test)]
     pub fn verify(&self, token: &str) -> Option<super::subject::Subject> {
-        self.verify_granting(token).map(|(subject, _)| subject)
+        self.verify_granting(token).map(|v| v.subject)
     }
 
-    /// The subject of a valid token and the scopes its `scope` claim grants.
-    pub fn verify_granting(
-        &self,
-        token: &str,
-    ) -> Option<(super::subject::Subject, std::collections::BTreeSet<String>)> {
+    /// The subject of a valid token, the scopes its `scope` claim grants and the groups its
+    /// group claim names.
+    pub fn verify_granting(&self, token: &str) -> Option<Verified> {
         let header = jsonwebtoken::decode_header(token).ok()?;
         if !self.validation.algorithms.contains(&header.alg) {
             return None;
@@ -174,13 +213,15 @@ impl JwtVerifier {
         // `iss` was validated to be this issuer.
         let sub = data.claims.sub.filter(|s| !s.is_empty())?;
         let scopes = granted.iter().map(|s| (*s).to_owned()).collect();
-        Some((
-            super::subject::Subject::Jwt {
+        let groups = groups_of(data.claims.rest.get(&self.group_claim));
+        Some(Verified {
+            subject: super::subject::Subject::Jwt {
                 issuer: self.issuer.clone(),
                 sub,
             },
             scopes,
-        ))
+            groups,
+        })
     }
 
     pub fn metadata(&self) -> &str {

@@ -48,6 +48,12 @@ impl Granted {
     }
 }
 
+/// The groups a request's credentials put its subject in (a JWT's group claim, a token
+/// file entry's `group=` words): they select the policy of the subject's workspace
+/// (`server::workspaces`). Put in the request's extensions beside its [`Subject`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Groups(pub std::collections::BTreeSet<String>);
+
 /// How the static token's holder is named in the audit log.
 pub const BEARER_SUBJECT: &str = "bearer";
 

@@ -7,6 +7,10 @@
 //! sha256:d4735e3a265e16eee03f59718b9b5d03019c07d8b6c51f90da3a666eec13ab35  dev    *
 //! ```
 //!
+//! A word `group=<name>` among the scopes puts the holder in a group instead (the group
+//! selects the policy its calls run under, `[[server.http.group_policies]]`):
+//! `sha256:… rita cordon:read group=reviewers`.
+//!
 //! One entry a line; blank lines and `#` comments are skipped. A holder's name is 1 to 64 of
 //! `A-Z a-z 0-9 . _ -`, unique in the file; it is the subject `bearer:<name>` (never equal to
 //! the single token's `bearer`, a JWT's subject, or another holder). A file whose first entry
@@ -28,6 +32,8 @@ pub struct Holder {
     pub name: String,
     /// None: every scope (`*`).
     pub scopes: Option<BTreeSet<String>>,
+    /// The groups its `group=` words name.
+    pub groups: BTreeSet<String>,
 }
 
 /// Whether `text` is a file of entries rather than one token.
@@ -73,7 +79,18 @@ pub fn parse(text: &str) -> Result<Vec<Holder>, String> {
         if holders.iter().any(|h| h.digest == digest) {
             return Err(at("the same token hash is given twice".into()));
         }
-        let words: Vec<&str> = words.collect();
+        let (group_words, words): (Vec<&str>, Vec<&str>) =
+            words.partition(|w| w.starts_with("group="));
+        let mut groups = BTreeSet::new();
+        for word in group_words {
+            let group = &word["group=".len()..];
+            if group.is_empty() || group.len() > MAX_NAME {
+                return Err(at(format!(
+                    "`{word}` names no group: write group=<1 to {MAX_NAME} characters>"
+                )));
+            }
+            groups.insert(group.to_owned());
+        }
         let scopes = match words.as_slice() {
             [] => return Err(at(format!("{name} has no scope (`*` grants every one)"))),
             ["*"] => None,
@@ -86,6 +103,7 @@ pub fn parse(text: &str) -> Result<Vec<Holder>, String> {
             digest,
             name: name.to_owned(),
             scopes,
+            groups,
         });
         if holders.len() > MAX_ENTRIES {
             return Err(at(format!("more than {MAX_ENTRIES} entries")));
@@ -126,6 +144,14 @@ mod tests {
             Some(BTreeSet::from(["cordon:read".to_owned()]))
         );
         assert_eq!(holders[1].scopes, None);
+        assert!(holders[0].groups.is_empty());
+        let grouped = parse(&format!("sha256:{ONE} rita cordon:read group=reviewers\n")).unwrap();
+        assert_eq!(
+            grouped[0].scopes,
+            Some(BTreeSet::from(["cordon:read".to_owned()])),
+            "a group word is not a scope"
+        );
+        assert_eq!(grouped[0].groups, BTreeSet::from(["reviewers".to_owned()]));
         assert!(!is_entries("a-plain-token-0123456789\n"));
     }
 
@@ -139,6 +165,8 @@ mod tests {
             (format!("sha256:{ONE} a x\nsha256:{TWO} a y"), "named twice"),
             (format!("sha256:{ONE} a x\nsha256:{ONE} b y"), "twice"),
             (format!("sha256:{ONE} a x *"), "stands alone"),
+            (format!("sha256:{ONE} a x group="), "names no group"),
+            (format!("sha256:{ONE} a group=g"), "no scope"),
         ] {
             let e = parse(&text).unwrap_err();
             assert!(e.contains(says), "{text}: {e}");
