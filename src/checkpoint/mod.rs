@@ -175,6 +175,9 @@ pub struct Checkpoints {
     watch: Option<Watch>,
     /// Walks of the tree so far (what the fast path saves is visible in tests).
     walks: std::sync::atomic::AtomicU64,
+    /// A walk found a file system mounted inside the workspace, which the watch of the root's
+    /// file system cannot see: every recording walks from then on.
+    watch_blind: std::sync::atomic::AtomicBool,
 }
 
 /// The fast path: a fanotify group on the workspace's file system, and the workspace's
@@ -182,9 +185,22 @@ pub struct Checkpoints {
 struct Watch {
     events: crate::confine::fanotify::DirWatch,
     root: PathBuf,
+    /// A drain saw a change under the workspace that no walk has covered yet: kept across
+    /// drains, since the events themselves are gone once read.
+    dirty: std::sync::atomic::AtomicBool,
 }
 
 impl Watch {
+    /// Drains the queue; whether anything under the workspace may have changed since the
+    /// last walk began.
+    fn poll(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        if self.changed_inside() {
+            self.dirty.store(true, Ordering::SeqCst);
+        }
+        self.dirty.load(Ordering::SeqCst)
+    }
+
     /// Whether anything may have changed under the workspace since the previous drain: an
     /// event in a directory of the workspace (cordon's own `.cordon`, `.cordon-home` and
     /// `.git` aside), a lost event, or a directory that cannot be told (gone, unreadable).
@@ -269,6 +285,7 @@ impl Checkpoints {
             cache: Mutex::new(None),
             watch: None,
             walks: std::sync::atomic::AtomicU64::new(0),
+            watch_blind: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -280,18 +297,20 @@ impl Checkpoints {
         self.watch = Some(Watch {
             events,
             root: canonical.to_path_buf(),
+            dirty: std::sync::atomic::AtomicBool::new(true),
         });
         Ok(())
     }
 
     /// How changes are found, as `list` reports it.
     pub fn recording(&self) -> &'static str {
-        if self.watch.is_some() {
+        if self.watch().is_some() {
             "fanotify: the tree is walked only after the kernel reported a change under the \
              workspace"
         } else {
             "full walk: every call's start and end walks the tree (no fanotify here: cordon \
-             lacks CAP_SYS_ADMIN, or the file system does not report)"
+             lacks CAP_SYS_ADMIN, the file system does not report, or another file system is \
+             mounted inside the workspace)"
         }
     }
 
@@ -337,10 +356,10 @@ impl Checkpoints {
     /// and this process holds the newest record: nothing changed, no walk needed. Always
     /// drains, so a walk that follows starts from a queue emptied before it.
     fn quiet(&self, lock: &Locked) -> Result<bool, CheckpointError> {
-        let Some(watch) = &self.watch else {
+        let Some(watch) = self.watch() else {
             return Ok(false);
         };
-        let changed = watch.changed_inside();
+        let changed = watch.poll();
         let state = self.store.state(lock)?;
         let fresh = state.has_head
             && self
@@ -348,7 +367,34 @@ impl Checkpoints {
                 .lock()
                 .ok()
                 .is_some_and(|c| c.as_ref().is_some_and(|(seq, _)| *seq == state.head_seq));
-        Ok(fresh && !changed)
+        if fresh && !changed {
+            return Ok(true);
+        }
+        // A walk follows, and covers everything drained so far (what happens during it is
+        // drained next time). If it fails, the cache is gone and the next recording walks.
+        watch
+            .dirty
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        Ok(false)
+    }
+
+    /// The fast path's answer without the store: the newest state's number when the kernel
+    /// reported nothing under the workspace since this process's last walk, which then still
+    /// describes the tree. (Another process records only changes, and a change is an event
+    /// here, so the state this process holds is still the newest.) None: ask the store.
+    fn quick(&self) -> Option<u64> {
+        let watch = self.watch()?;
+        if watch.poll() {
+            return None;
+        }
+        self.cache.lock().ok()?.as_ref().map(|(seq, _)| *seq)
+    }
+
+    /// The fast path, unless a mount inside the workspace made it blind.
+    fn watch(&self) -> Option<&Watch> {
+        self.watch
+            .as_ref()
+            .filter(|_| !self.watch_blind.load(std::sync::atomic::Ordering::SeqCst))
     }
 
     fn remember(&self, seq: u64, head: Manifest) {
@@ -376,6 +422,17 @@ impl Checkpoints {
             max_file_bytes: self.settings.max_file_bytes,
         }
         .run(self.root.as_fd(), head)?;
+        if scanned.other_file_system
+            && self.watch.is_some()
+            && !self
+                .watch_blind
+                .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            tracing::info!(
+                "a file system is mounted inside the workspace: checkpoints walk the tree at \
+                 every call"
+            );
+        }
         if !state.has_head {
             // The first record of this workspace: the tree every later change starts from.
             self.store.set_head(lock, &scanned.manifest)?;
@@ -416,6 +473,9 @@ impl Checkpoints {
     /// Before a call: records what changed since the previous record (made by someone else)
     /// and returns the state the call starts from.
     pub fn begin(&self) -> Result<u64, CheckpointError> {
+        if let Some(seq) = self.quick() {
+            return Ok(seq);
+        }
         let lock = self.store.lock()?;
         self.record_locked(&lock, &CallInfo::outside())?;
         Ok(self.store.state(&lock)?.head_seq)
@@ -424,6 +484,9 @@ impl Checkpoints {
     /// After a call that began at state `start`: records what changed during it and returns
     /// the checkpoint that restores the workspace to before it, or None when nothing changed.
     pub fn end(&self, start: u64, info: &CallInfo) -> Result<Option<String>, CheckpointError> {
+        if self.quick().is_some_and(|seq| seq <= start) {
+            return Ok(None);
+        }
         let lock = self.store.lock()?;
         self.record_locked(&lock, info)?;
         let state = self.store.state(&lock)?;

@@ -51,6 +51,9 @@ pub struct Scanned {
     /// Some path's stat key or racy mark changed (the stat cache is worth saving) even
     /// where no entry did.
     pub stat_changed: bool,
+    /// A directory of the tree is on another file system than the root (a mount inside the
+    /// workspace): a watch of the root's file system does not see changes there.
+    pub other_file_system: bool,
 }
 
 fn now_ns() -> i128 {
@@ -117,6 +120,8 @@ impl Scan<'_> {
             previous,
             changes: Vec::new(),
             stat_changed: false,
+            root_dev: None,
+            other_file_system: false,
         };
         let root = rustix::fs::openat(
             root,
@@ -125,6 +130,7 @@ impl Scan<'_> {
             Mode::empty(),
         )
         .map_err(|e| CheckpointError::Workspace(e.into()))?;
+        walk.root_dev = rustix::fs::fstat(&root).ok().map(|st| st.st_dev);
         let mut stack = Vec::new();
         walk.dir(root.as_fd(), "", &mut stack, false)?;
         let mut changes = walk.changes;
@@ -139,6 +145,7 @@ impl Scan<'_> {
             new_bytes: walk.new_bytes,
             stat_changed: walk.stat_changed || !changes.is_empty(),
             changes,
+            other_file_system: walk.other_file_system,
         })
     }
 }
@@ -152,6 +159,8 @@ struct Walk<'a, 'b> {
     previous: Manifest,
     changes: Vec<Change>,
     stat_changed: bool,
+    root_dev: Option<u64>,
+    other_file_system: bool,
 }
 
 impl Walk<'_, '_> {
@@ -270,6 +279,9 @@ impl Walk<'_, '_> {
                 };
                 let st =
                     rustix::fs::fstat(&sub).map_err(|e| CheckpointError::Workspace(e.into()))?;
+                if self.root_dev != Some(st.st_dev) {
+                    self.other_file_system = true;
+                }
                 if covered {
                     self.put(path.clone(), Kind::Dir, &st, false);
                 }
