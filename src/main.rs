@@ -780,6 +780,8 @@ fn start_per_subject(
         parser_program: Some(cordon::parser::worker_program()?),
         audit: audit_log.map_or(AuditTarget::Policy, AuditTarget::File),
         spill_area: true,
+        // Each subject's workspace records its own checkpoints, as `serve`'s one does.
+        checkpoints: true,
         ..RuntimeOptions::default()
     };
     let workspaces = Arc::new(cordon::server::workspaces::SubjectWorkspaces::open(

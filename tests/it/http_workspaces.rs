@@ -151,6 +151,17 @@ fn http_each_subject_works_in_its_own_workspace_under_its_groups_policy() {
     assert!(!is_error(&wrote), "{wrote}");
     let made = alice.shell("echo made-by-shell > shell.txt && pwd && echo $HOME");
     assert!(!is_error(&made), "{made}");
+    // Each subject's workspace records its own checkpoints: alice can undo her call, and
+    // bob's list holds none of hers.
+    let undo = made["structuredContent"]["checkpoint"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a subject's changing call carries a checkpoint: {made}"));
+    let alice_list = alice.call("checkpoint", json!({"action": "list"}));
+    assert!(alice_list.to_string().contains(undo), "{alice_list}");
+    assert!(alice_list.to_string().contains("shell.txt"), "{alice_list}");
+    let bob_list = bob.call("checkpoint", json!({"action": "list"}));
+    assert!(!is_error(&bob_list), "{bob_list}");
+    assert!(!bob_list.to_string().contains("shell.txt"), "{bob_list}");
     let bob_reads = bob.call("read_file", json!({"path": "secret.txt"}));
     assert!(
         is_error(&bob_reads),
