@@ -1277,6 +1277,13 @@ fn a_shells_program_ended_by_sigterm_is_a_stopped_job() {
         &format!("sleep {token} && echo never"),
         json!({"wait_secs": 0}),
     );
+    // The program must be running under the shell before the signal: sent earlier (a busy
+    // machine), it reaches only the shell's group, the shell then starts `sleep` and waits,
+    // and the stop ends the shell itself — a different case.
+    assert!(
+        eventually(REAP_WITHIN, || !processes_with(&token).is_empty()),
+        "the job's sleep never started"
+    );
     let term = job(&mut s, json!({"id": id, "signal": "TERM", "wait_secs": 10}));
     let last = if structured(&term)["job"]["state"] == json!("running") {
         until_ended(&mut s, &id, Duration::from_secs(15))
