@@ -181,15 +181,26 @@ pub async fn record_job(ctx: &Session, id: Option<&str>) -> Option<String> {
     };
     match tokio::task::spawn_blocking(move || checkpoints.record(&info)).await {
         Ok(Ok(id)) => id,
-        Ok(Err(e)) => {
-            tracing::warn!("recording what a job changed failed: {e}");
-            None
-        }
-        Err(e) => {
-            tracing::warn!("recording what a job changed failed: {e}");
-            None
-        }
+        Ok(Err(e)) => recording_failed("what a job changed", e),
+        Err(e) => recording_failed("what a job changed", e),
     }
+}
+
+/// A failed recording: in the server's log, and said to the calling session (a `checkpoint`
+/// event), since its result's null `checkpoint` would otherwise read as "nothing changed".
+fn recording_failed<T>(what: &str, error: impl std::fmt::Display) -> Option<T> {
+    tracing::warn!("recording {what} failed: {error}");
+    crate::events::emit_for_call(
+        crate::events::Level::Warning,
+        "checkpoint",
+        serde_json::json!({
+            "message": format!(
+                "cordon could not record {what} ({error}): this call's result names no \
+                 checkpoint, and what it changed cannot be undone with the checkpoint tool"
+            )
+        }),
+    );
+    None
 }
 
 /// A label for one changing call in the checkpoint list: this server's process id and the
@@ -220,14 +231,8 @@ impl Watch {
         let store = Arc::clone(&checkpoints);
         match tokio::task::spawn_blocking(move || store.begin()).await {
             Ok(Ok(start)) => Self(Some((checkpoints, start))),
-            Ok(Err(e)) => {
-                tracing::warn!("recording a checkpoint before a call failed: {e}");
-                Self(None)
-            }
-            Err(e) => {
-                tracing::warn!("recording a checkpoint before a call failed: {e}");
-                Self(None)
-            }
+            Ok(Err(e)) => Self(recording_failed("a checkpoint before this call", e)),
+            Err(e) => Self(recording_failed("a checkpoint before this call", e)),
         }
     }
 
@@ -242,14 +247,8 @@ impl Watch {
         };
         match tokio::task::spawn_blocking(move || checkpoints.end(start, &info)).await {
             Ok(Ok(id)) => id,
-            Ok(Err(e)) => {
-                tracing::warn!("recording the checkpoint of a call failed: {e}");
-                None
-            }
-            Err(e) => {
-                tracing::warn!("recording the checkpoint of a call failed: {e}");
-                None
-            }
+            Ok(Err(e)) => recording_failed("the checkpoint of this call", e),
+            Err(e) => recording_failed("the checkpoint of this call", e),
         }
     }
 }

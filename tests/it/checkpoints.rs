@@ -546,3 +546,41 @@ fn the_audit_log_names_each_checkpoint_and_replay_points_at_it() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A recording that fails (here the store's blob directory became a file under the server) is
+/// not silent: the call's result names no checkpoint, and the session is told why, so a null
+/// `checkpoint` is not read as "nothing changed".
+#[cordon_test::test]
+fn a_recording_that_fails_is_said_to_the_session() {
+    if skip("a_recording_that_fails_is_said", Need::LandlockSeccomp) {
+        return;
+    }
+    let sb = Sandbox::new();
+    let mut s = server(&sb, "");
+    let id = s.send_request("logging/setLevel", json!({"level": "info"}));
+    s.response(id, std::time::Duration::from_secs(10))
+        .expect("setLevel answered");
+    let first = sh(&mut s, "echo one > a.txt");
+    checkpoint_of(&first);
+    let stores = std::path::Path::new(&state_dir(&sb)).join("checkpoints");
+    let store = std::fs::read_dir(&stores)
+        .unwrap()
+        .next()
+        .expect("the workspace's store")
+        .unwrap()
+        .path();
+    std::fs::remove_dir_all(store.join("blobs")).unwrap();
+    std::fs::write(store.join("blobs"), "not a directory").unwrap();
+    let r = sh(&mut s, "echo two > b.txt");
+    assert_eq!(structured(&r)["checkpoint"], Value::Null, "{r}");
+    let notes = s.notifications("notifications/message", std::time::Duration::from_secs(5));
+    assert!(
+        notes
+            .iter()
+            .any(|n| n["params"]["data"]["event"] == "checkpoint"
+                && n["params"]["data"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("could not record"))),
+        "{notes:?}"
+    );
+}
