@@ -3,7 +3,25 @@
 
 use crate::runtime::Session;
 
+/// The instructions of a server whose calls run in `ctx`'s workspace.
 pub fn render(ctx: &Session) -> String {
+    let workspace = format!("Workspace: {}.", ctx.runtime.workspace.root().display());
+    render_with(ctx, &workspace)
+}
+
+/// The instructions of a server that gives each authenticated subject its own workspace
+/// (`serve --workspaces`): `ctx` is the template's, whose directory no call ever sees.
+pub fn render_per_subject(ctx: &Session) -> String {
+    let mut workspace = "Workspace: your own, private to your credentials (this server gives \
+                         each authenticated user one)."
+        .to_owned();
+    if !ctx.runtime.policy.server.http.group_policies.is_empty() {
+        workspace.push_str(" Your group may select another policy than the one below.");
+    }
+    render_with(ctx, &workspace)
+}
+
+fn render_with(ctx: &Session, workspace: &str) -> String {
     let p = &ctx.runtime.policy;
     let l = &p.limits;
     let network = if let Some(rules) = &p.network.proxy {
@@ -37,7 +55,7 @@ pub fn render(ctx: &Session) -> String {
     };
     format!(
         "cordon runs your commands and file edits in a sandbox.\n\
-         Workspace: {ws}. Every path argument is relative to it (an absolute path inside it is \
+         {workspace} Every path argument is relative to it (an absolute path inside it is \
          accepted); paths leading outside it are refused.\n\
          Policy `{name}` ({enforcement}): workspace {access}, system paths read-only, {network}. \
          Each shell command gets {timeout}s by default (at most {max}s), {mem} MiB of memory, \
@@ -50,7 +68,6 @@ pub fn render(ctx: &Session) -> String {
          code_interpreter keeps Python state per `session` between calls (up to {sessions} \
          sessions, {imem} MiB each, ended after {idle}s unused); a cell past its timeout is \
          interrupted, and if it will not stop the session restarts and its state is lost.",
-        ws = ctx.runtime.workspace.root().display(),
         name = p.name,
         enforcement = ctx.runtime.executor.confinement().enforcement().summary(),
         access = match p.filesystem.workspace {

@@ -33,7 +33,7 @@ mod tasks;
 mod tools;
 pub mod workspaces;
 
-pub use stdio::{ServeError, StopSignals, serve_stdio, startup_line};
+pub use stdio::{ServeError, StopSignals, serve_stdio, startup_line, startup_line_with};
 
 use crate::runtime::Session;
 use crate::shape::{ErrorKind, ToolError};
@@ -131,26 +131,8 @@ impl CordonServer {
         workspaces: Arc<workspaces::SubjectWorkspaces>,
     ) -> Self {
         // The instructions name the caller's workspace, not the template's (no call runs
-        // there); the policy they describe is the server's unless a group selects another.
-        let template_root = format!(
-            "Workspace: {}.",
-            self.ctx.runtime.workspace.root().display()
-        );
-        let mut own = "Workspace: your own, private to your credentials (this server gives each \
-                       authenticated user one)."
-            .to_owned();
-        if !self
-            .ctx
-            .runtime
-            .policy
-            .server
-            .http
-            .group_policies
-            .is_empty()
-        {
-            own.push_str(" Your group may select another policy than the one below.");
-        }
-        self.instructions = Arc::new(self.instructions.replace(&template_root, &own));
+        // there).
+        self.instructions = Arc::new(instructions::render_per_subject(&self.ctx));
         if let Some(http) = &mut self.http {
             http.workspaces = Some(workspaces);
         }

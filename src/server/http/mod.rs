@@ -239,28 +239,25 @@ pub async fn serve(
             server_shutdown.clone(),
         ));
     }
-    let mut ready = super::startup_line(&ctx);
-    if let Some(workspaces) = &workspaces {
-        ready = ready.replace(
-            &format!("workspace {}", ctx.runtime.workspace.root().display()),
-            &format!(
+    let workspace = match &workspaces {
+        Some(workspaces) => {
+            tokio::spawn(Arc::clone(workspaces).shut_idle_until(server_shutdown.clone()));
+            format!(
                 "a workspace per subject beneath {}",
                 workspaces.root().display()
-            ),
-        );
-        tokio::spawn(Arc::clone(workspaces).shut_idle_until(server_shutdown.clone()));
-    }
-    let ready = ready.replace(
-        "waiting for an MCP client on stdin",
-        &format!(
-            "listening on http://{local_addr}{ENDPOINT} ({})",
-            if front.auth.is_required() {
-                "bearer token required"
-            } else {
-                "no authentication: loopback only"
-            }
-        ),
+            )
+        }
+        None => format!("workspace {}", ctx.runtime.workspace.root().display()),
+    };
+    let listening = format!(
+        "listening on http://{local_addr}{ENDPOINT} ({})",
+        if front.auth.is_required() {
+            "bearer token required"
+        } else {
+            "no authentication: loopback only"
+        }
     );
+    let ready = super::startup_line_with(&ctx, &workspace, &listening);
     // Always said: whoever started an HTTP server wants to know where it listens (and the
     // tests read the port from here when they bind port 0).
     eprintln!("{ready}");
@@ -692,7 +689,7 @@ impl Front {
         }
         // One subject cannot take every place: the others' clients still get theirs.
         if initializes && self.sessions.owned_by(&owner) >= self.max_sessions_per_subject {
-            return self.subject_sessions_full(&owner);
+            return self.subject_sessions_full();
         }
         let request = Request::from_parts(parts, Full::new(bytes));
         let response = self.mcp.handle(request).await;
@@ -756,8 +753,8 @@ impl Front {
     }
 
     /// The answer to an `initialize` of a subject that has every session it may have open.
-    fn subject_sessions_full(&self, subject: &auth::Subject) -> Response<Body> {
-        tracing::warn!("refused an initialize of {subject}: its sessions are at the bound");
+    /// Not logged: a client that keeps asking would fill the log (the 503 says it all).
+    fn subject_sessions_full(&self) -> Response<Body> {
         let mut response = plain(
             StatusCode::SERVICE_UNAVAILABLE,
             format!(
