@@ -76,14 +76,15 @@ pub struct Launched {
 }
 
 impl Launched {
-    /// Imports what the workspace's calls' git wrote so far into the operator's repository
-    /// (a job, while it runs): the verified import every call's end runs (`crate::git`).
-    /// None without a sandbox init (no shadow gitdir) or when the import could not run.
-    pub async fn import_git_now(&self) -> Option<GuardReport> {
+    /// Starts importing what the workspace's calls' git wrote so far into the operator's
+    /// repository (a job, while it runs): the verified import every call's end runs
+    /// (`crate::git`), on the blocking pool, so the job's supervisor keeps answering signals
+    /// and stops while a large import runs. None without a sandbox init (no shadow gitdir).
+    pub fn start_git_import(&self) -> Option<tokio::task::JoinHandle<GuardReport>> {
         let factory = Arc::clone(self.factory.as_ref()?);
-        tokio::task::spawn_blocking(move || factory.import_for_job())
-            .await
-            .ok()
+        Some(tokio::task::spawn_blocking(move || {
+            factory.import_for_job()
+        }))
     }
 }
 

@@ -427,6 +427,8 @@ async fn supervise(
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut git_imported = Instant::now();
+    // The periodic git import under way, if any (it runs beside the loop, never inside it).
+    let mut git_import: Option<tokio::task::JoinHandle<crate::git::GuardReport>> = None;
     // A graceful stop under way (SIGTERM): its step and the step's deadline.
     let mut stopping: Option<(Stop, tokio::time::Instant)> = None;
     let mut stop_poll = tokio::time::interval(STOP_POLL);
@@ -485,19 +487,25 @@ async fn supervise(
                     _ => {}
                 }
             }
+            imported = async { git_import.as_mut().expect("guarded").await },
+                if git_import.is_some() =>
+            {
+                git_import = None;
+                if let Ok(report) = imported
+                    && report.refused
+                {
+                    break Ending::Killed(format!(
+                        "cordon refused to import the repository's git changes into the \
+                         operator's repository while it ran (they stay in the sandbox's): {}",
+                        report.notices.join(" ")
+                    ));
+                }
+            }
             _ = tick.tick() => {
                 job.note_usage(&launched);
-                if git_imported.elapsed() >= GIT_IMPORT_EVERY {
+                if git_import.is_none() && git_imported.elapsed() >= GIT_IMPORT_EVERY {
                     git_imported = Instant::now();
-                    if let Some(report) = launched.import_git_now().await
-                        && report.refused
-                    {
-                        break Ending::Killed(format!(
-                            "cordon refused to import the repository's git changes into the \
-                             operator's repository while it ran (they stay in the sandbox's): {}",
-                            report.notices.join(" ")
-                        ));
-                    }
+                    git_import = launched.start_git_import();
                 }
                 // Often enough that a short `idle_kill_secs` sees a server in use too.
                 if serving_looked.elapsed() >= SERVED_LOOK_EVERY.min(s.idle / 4) {
