@@ -125,15 +125,21 @@ pub struct Handed {
     pub proxy: Option<crate::egress::Proxy>,
 }
 
-/// How much of the confinement is in force, named in every result.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+/// How much of the confinement is in force, named in every result: `full` (Landlock,
+/// seccomp, cgroup limits and the sandbox init's namespaces), `reduced` (no cgroup limits or
+/// no namespaces: rlimits and process-group kill only) or `degraded` (Landlock or seccomp
+/// missing, as the operator allowed).
+///
+/// `Default` only lets results derive `Default` for their empty fields; every result sets the
+/// level actually in force.
+// The variants' words live in the enum's doc: a documented variant would make the output
+// schema a `oneOf` of `const`s instead of one `enum`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
 pub enum EnforcementLevel {
-    /// Landlock, seccomp, cgroup limits and the sandbox init's namespaces.
+    #[default]
     Full,
-    /// No cgroup limits or no namespaces (rlimits and process-group kill only).
     Reduced,
-    /// Landlock or seccomp missing (the operator allowed it).
     Degraded,
 }
 

@@ -18,6 +18,7 @@ use crate::exec::launch::{LaunchSpec, Launched};
 use crate::exec::process::Process;
 use crate::exec::{Executor, LimitHit};
 use crate::policy::jobs::JobsPolicy;
+use serde::Serialize;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io::Write;
@@ -67,16 +68,18 @@ pub struct JobSpec {
     pub lifetime: Option<Duration>,
 }
 
-/// Where a job is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where a job is in its life: `running`; `exited` (its main process exited on its own, any
+/// status); `killed` (ended by a signal: one it was sent, or cordon's kill at its lifetime,
+/// idle timeout or its session's end); `limit` (ended by one of its limits: memory, pids,
+/// disk, CPU time, file size).
+// The variants' words live in the enum's doc, not on each variant: a documented variant
+// would make the output schema a `oneOf` of `const`s instead of one `enum`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
 pub enum JobState {
     Running,
-    /// Its main process exited on its own (any status).
     Exited,
-    /// Ended by a signal: one it was sent, or cordon's kill at its lifetime, idle timeout or
-    /// its session's end.
     Killed,
-    /// Ended by one of its limits (memory, pids, disk, CPU time, file size).
     Limit,
 }
 
@@ -88,6 +91,12 @@ impl JobState {
             Self::Killed => "killed",
             Self::Limit => "limit",
         }
+    }
+}
+
+impl std::fmt::Display for JobState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -604,7 +613,7 @@ async fn supervise(
     tracing::info!("job {} ({}) ended: {}", job.id, job.command, end.reason);
     (s.on_end)(JobEvent {
         id: job.id.clone(),
-        state: end.state.as_str().into(),
+        state: super::EventState::at_end(end.state),
         reason: end.reason.clone(),
         command: job.command.clone(),
         git_refused: if end.git_refused {

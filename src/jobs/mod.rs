@@ -40,8 +40,7 @@ const MAX_EVENTS: usize = 64;
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq, Eq)]
 pub struct JobEvent {
     pub id: String,
-    /// `exited`, `killed` or `limit`.
-    pub state: String,
+    pub state: EventState,
     /// Why, in words: "exited with status 0", "killed: ran past jobs.max_lifetime_secs (3600s)".
     pub reason: String,
     pub command: String,
@@ -49,6 +48,33 @@ pub struct JobEvent {
     /// audit record; results say them in the job's notices.
     #[serde(skip)]
     pub git_refused: Vec<String>,
+}
+
+/// The state a `job_events` line names: the job's state at its end (`exited`, `killed`,
+/// `limit`), or `ended` for the line that stands for endings not kept.
+#[derive(Debug, Clone, Copy, Serialize, schemars::JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum EventState {
+    Exited,
+    Killed,
+    Limit,
+    Ended,
+}
+
+impl EventState {
+    /// Every value, in the order the output schema lists them.
+    pub const ALL: [EventState; 4] = [Self::Exited, Self::Killed, Self::Limit, Self::Ended];
+
+    /// The state an ended job is in. A job's end is never `Running`; were it, the event
+    /// would say only that it ended.
+    pub fn at_end(state: JobState) -> Self {
+        match state {
+            JobState::Exited => Self::Exited,
+            JobState::Killed => Self::Killed,
+            JobState::Limit => Self::Limit,
+            JobState::Running => Self::Ended,
+        }
+    }
 }
 
 /// Why a job could not be started.
@@ -220,8 +246,8 @@ impl JobTable {
                 observe(&event);
             }
             if let Some(session) = session {
-                let level = match event.state.as_str() {
-                    "exited" => crate::events::Level::Info,
+                let level = match event.state {
+                    EventState::Exited => crate::events::Level::Info,
                     _ => crate::events::Level::Warning,
                 };
                 // cordon's own words only: the reason names bounds and signals, never the
@@ -305,7 +331,7 @@ impl JobTable {
                 0,
                 JobEvent {
                     id: String::new(),
-                    state: "ended".into(),
+                    state: EventState::Ended,
                     reason: format!("{} earlier job endings were not kept", e.folded),
                     command: String::new(),
                     git_refused: Vec::new(),

@@ -445,7 +445,7 @@ fn declare_job_events(router: &mut ToolRouter<CordonServer>) {
             "type": "object",
             "properties": {
                 "id": {"type": "string"},
-                "state": {"type": "string", "enum": ["exited", "killed", "limit", "ended"]},
+                "state": {"type": "string", "enum": crate::jobs::EventState::ALL},
                 "reason": {"type": "string"},
                 "command": {"type": "string"}
             },

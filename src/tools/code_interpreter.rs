@@ -15,6 +15,7 @@
 
 use super::{Done, SharedContext, Tool};
 use crate::audit::Outcome;
+use crate::confine::EnforcementLevel;
 use crate::exec::{Captured, LimitHit};
 use crate::interpreter::{CellOutcome, CellRequest, InterpreterError};
 use crate::policy::Request;
@@ -118,8 +119,8 @@ pub struct CodeInterpreterOutput {
     /// The idle session that was ended to give this one a slot (every slot was taken), or
     /// null; its next call starts afresh and says so.
     pub evicted_session: Option<String>,
-    /// Enforcement in force: "full", "reduced" or "degraded".
-    pub enforcement: String,
+    /// Enforcement in force.
+    pub enforcement: EnforcementLevel,
     /// Under a proxy-mode policy: the connections the cell made through cordon's egress
     /// proxy, and each refusal in words.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -143,7 +144,7 @@ impl Tool for CodeInterpreter {
         CodeInterpreterOutput {
             checkpoint: None,
             session: args.session.clone(),
-            enforcement: ctx.runtime.enforcement_level().as_str().to_owned(),
+            enforcement: ctx.runtime.enforcement_level(),
             error: Some(CellError::cordon("InvalidArgument", error)),
             ..Default::default()
         }
@@ -207,7 +208,7 @@ async fn run_cell(
         stdout: super::capture_spec(ctx, "interp", "stdout"),
         stderr: super::capture_spec(ctx, "interp", "stderr"),
     };
-    let enforcement = ctx.runtime.enforcement_level().as_str().to_owned();
+    let enforcement = ctx.runtime.enforcement_level();
     match ctx.interpreter.run(&args.session, request).await {
         Ok(outcome) => {
             let done = shape_outcome(ctx, &args.session, outcome, enforcement);
@@ -305,7 +306,7 @@ fn shape_outcome(
     ctx: &Session,
     session: &str,
     outcome: CellOutcome,
-    enforcement: String,
+    enforcement: EnforcementLevel,
 ) -> Done<CodeInterpreter> {
     let open = |stream: &str| {
         ctx.runtime

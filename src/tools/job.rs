@@ -12,7 +12,7 @@ use super::shell_exec::{Answer, Approver};
 use super::{Done, SharedContext, Tool, finish};
 use crate::audit::{Decision, Outcome};
 use crate::exec::LimitHit;
-use crate::jobs::{Job, JobRead};
+use crate::jobs::{Job, JobRead, JobState};
 use crate::runtime::Session;
 use crate::shape::{ErrorKind, ToolError, push_sections, shape_stream};
 use schemars::JsonSchema;
@@ -108,11 +108,10 @@ impl JobSignal {
 }
 
 /// A job as results show it.
-#[derive(Debug, Clone, Default, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct JobInfo {
     pub id: String,
-    /// `running`, `exited`, `killed` or `limit`.
-    pub state: String,
+    pub state: JobState,
     pub command: String,
     /// The main process's pid inside the sandbox (its own PID namespace).
     pub pid_in_sandbox: Option<u32>,
@@ -125,10 +124,10 @@ pub struct JobInfo {
 }
 
 /// One line of the job list.
-#[derive(Debug, Clone, Default, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct JobListing {
     pub id: String,
-    pub state: String,
+    pub state: JobState,
     pub command: String,
     pub started_at: String,
     /// The last line of output, nothing consumed.
@@ -491,7 +490,7 @@ fn list(ctx: &Session) -> Done<JobTool> {
         .iter()
         .map(|j| JobListing {
             id: j.id.clone(),
-            state: j.state().as_str().into(),
+            state: j.state(),
             command: super::echo_arg(&j.command),
             started_at: j.started_at.clone(),
             last_line: crate::text::shortened(&j.last_line(), 200).into_owned(),
@@ -535,7 +534,7 @@ pub async fn info(ctx: &Session, job: &Job) -> JobInfo {
     };
     JobInfo {
         id: job.id.clone(),
-        state: job.state().as_str().into(),
+        state: job.state(),
         command: super::echo_arg(&job.command),
         pid_in_sandbox: job.pid_in_sandbox,
         started_at: job.started_at.clone(),
@@ -585,7 +584,7 @@ async fn shown_read(
         notices.extend(end.notices.iter().cloned());
     }
     let error = read.end.as_ref().and_then(|end| git_refused(job, end));
-    let state = info.state.clone();
+    let state = info.state;
     let mut text = match &read.end {
         None => format!(
             "job {} [{state}] {} (running for {}s)\n",

@@ -9,6 +9,7 @@
 
 use super::{CallHooks, Done, SharedContext, Tool, finish};
 use crate::audit::{Answer as Answer_, AnsweredBy, Decision, Outcome};
+use crate::confine::EnforcementLevel;
 use crate::exec::{ExecOutcome, ExecRequest, LimitHit, LiveStatus};
 use crate::policy::commands::{
     Decision as RuleDecision, ON_ANALYSIS_FAILURE, ON_UNKNOWN, Reason, Verdict,
@@ -105,8 +106,8 @@ pub struct ShellExecOutput {
     pub duration_ms: u64,
     /// The limit that stopped the command, with the evidence, or null.
     pub limit: Option<LimitHit>,
-    /// Enforcement in force for this call: "full", "reduced" or "degraded".
-    pub enforcement: String,
+    /// Enforcement in force for this call.
+    pub enforcement: EnforcementLevel,
     /// Under a proxy-mode policy: every connection the command made through cordon's egress
     /// proxy (host, port, allowed, bytes each way, duration), and each refusal in words.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -325,7 +326,7 @@ pub async fn decide<A: Approver>(
 fn nothing_ran(ctx: &Session, error: ToolError) -> ShellExecOutput {
     ShellExecOutput {
         checkpoint: None,
-        enforcement: ctx.runtime.enforcement_level().as_str().into(),
+        enforcement: ctx.runtime.enforcement_level(),
         error: Some(error),
         ..Default::default()
     }
@@ -703,7 +704,7 @@ async fn execute(ctx: &SharedContext, prepared: Prepared, hooks: CallHooks) -> D
 }
 
 fn shape_outcome(ctx: &Session, outcome: ExecOutcome, cwd: &std::path::Path) -> Done<ShellExec> {
-    let enforcement = outcome.enforcement.level.as_str().to_owned();
+    let enforcement = outcome.enforcement.level;
     let open = |stream: &str| {
         ctx.runtime
             .workspace

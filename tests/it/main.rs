@@ -50,6 +50,7 @@ mod python_e2e;
 mod readme;
 mod schemas;
 mod server_lifetime;
+mod spec;
 mod startup;
 mod stdio_server;
 mod suites;

@@ -39,7 +39,7 @@ const INPUT_KEYWORDS: &[&str] = &[
 const OUTPUT_EXTRA_KEYWORDS: &[&str] = &["anyOf", "oneOf", "const"];
 const TYPES: &[&str] = &["object", "string", "integer", "number", "boolean", "array"];
 
-async fn listed_tools() -> Vec<rmcp::model::Tool> {
+pub(crate) async fn listed_tools() -> Vec<rmcp::model::Tool> {
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_cordon"));
     cmd.arg("serve").arg("--workspace").arg(dir.path());

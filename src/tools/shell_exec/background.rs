@@ -25,14 +25,14 @@ pub(super) async fn start_background(
     args: &ShellExecArgs,
     request: ExecRequest,
 ) -> Result<Done<ShellExec>, ToolError> {
-    let enforcement = ctx.runtime.enforcement_level().as_str().to_owned();
+    let enforcement = ctx.runtime.enforcement_level();
     let job = match start(ctx, args, request).await {
         Ok(job) => job,
         Err(error) => {
             return Ok(Done::error(
                 ShellExecOutput {
                     checkpoint: None,
-                    enforcement: enforcement.clone(),
+                    enforcement,
                     error: Some(error.clone()),
                     ..Default::default()
                 },
