@@ -258,13 +258,7 @@ struct Lab<'a> {
 impl Lab<'_> {
     /// `cordon probe <name> [arg]`: this binary's confined self-test of one operation.
     fn probe(&self, name: &str, arg: Option<String>) -> Vec<OsString> {
-        let mut v = vec![
-            self.self_exe.as_os_str().to_owned(),
-            "probe".into(),
-            name.into(),
-        ];
-        v.extend(arg.map(OsString::from));
-        v
+        isolation::probe_argv(self.self_exe, name, arg)
     }
 
     /// Files: a secret outside, /etc/shadow, writes outside, protected paths, writes inside.

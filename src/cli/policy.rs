@@ -784,17 +784,6 @@ fn check_interception(out: &mut String, rules: &crate::egress::EgressRules) {
 
 /// One credential: what the sandbox sees, where the real value goes, and its source now.
 fn check_credential(out: &mut String, c: &crate::egress::secrets::CredentialRule) {
-    let hosts: Vec<String> = c
-        .hosts
-        .iter()
-        .map(|h| {
-            if h.plain_http {
-                format!("http://{}", h.pattern)
-            } else {
-                h.pattern.to_string()
-            }
-        })
-        .collect();
     let source = credential_source(c);
     let _ = writeln!(
         out,
@@ -804,7 +793,7 @@ fn check_credential(out: &mut String, c: &crate::egress::secrets::CredentialRule
         c.site,
         c.env,
         c.name,
-        hosts.join(", "),
+        c.host_list(),
         c.inject
     );
 }

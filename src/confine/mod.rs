@@ -728,8 +728,6 @@ fn egress_step(
     }
 }
 
-/// Starts the sandbox init when namespaces can be had; otherwise says why not in `notes`.
-#[allow(clippy::too_many_arguments)]
 /// What [`start_factory`] builds the sandbox init's view from.
 struct FactoryInputs<'a> {
     plan: &'a ConfinePlan,

@@ -31,15 +31,17 @@ pub(super) struct Setup<'a> {
     pub self_exe: &'a Path,
 }
 
+/// `cordon probe <name> [arg]`: the argv of this binary's confined self-test of one
+/// operation (`self_exe` is this binary).
+pub(super) fn probe_argv(self_exe: &Path, name: &str, arg: Option<String>) -> Vec<OsString> {
+    let mut v = vec![self_exe.as_os_str().to_owned(), "probe".into(), name.into()];
+    v.extend(arg.map(OsString::from));
+    v
+}
+
 impl Setup<'_> {
     fn probe(&self, name: &str, arg: Option<String>) -> Vec<OsString> {
-        let mut v = vec![
-            self.self_exe.as_os_str().to_owned(),
-            "probe".into(),
-            name.into(),
-        ];
-        v.extend(arg.map(OsString::from));
-        v
+        probe_argv(self.self_exe, name, arg)
     }
 
     /// The `--policy` argument that loads the policy doctor runs under.

@@ -5,7 +5,9 @@
 //! decoding, bounded and strict; the registry of tokens is `proxy`'s.
 
 use super::http::RequestHead;
-use super::proxy::PROXY_USER;
+
+/// The user name in the proxy URL; the password is the call's token.
+pub const PROXY_USER: &str = "cordon";
 
 /// The token from `Proxy-Authorization: Basic base64(cordon:TOKEN)`.
 pub(super) fn token(head: &RequestHead) -> Option<String> {

@@ -126,7 +126,6 @@ pub(super) async fn plain(
 }
 
 /// One intercepted request and its response; a refusal at any step is the outcome's note.
-#[allow(clippy::too_many_arguments)]
 async fn exchange<C, U, F>(
     ctx: &Scope<'_>,
     mut client: C,

@@ -59,8 +59,6 @@ pub const MAX_LISTED: usize = 256;
 /// After a call's processes are dead, how long its connections may take to wind down (their
 /// clients are gone, so the kernel has already closed them) before they are cut.
 const FINISH_GRACE: Duration = Duration::from_millis(200);
-/// The user name in the proxy URL; the password is the call's token.
-pub const PROXY_USER: &str = "cordon";
 /// The hosts confined clients reach without the proxy: the sandbox's own loopback.
 pub const NO_PROXY: &str = "localhost,127.0.0.1,::1";
 
@@ -104,6 +102,21 @@ pub struct ConnectionRecord {
     /// The credential whose placeholder was sent where it is not bound (refused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exfiltration: Option<String>,
+}
+
+impl ConnectionRecord {
+    /// A line of a report's `refused` or `exfiltration` list: `METHOD host:port/path`, then
+    /// `what`, then the note (or `fallback` without one).
+    fn report_line(&self, what: &str, fallback: &str) -> String {
+        format!(
+            "{} {}:{}{}{what}: {}",
+            self.method,
+            self.host,
+            self.port,
+            self.path.as_deref().unwrap_or_default(),
+            self.note.as_deref().unwrap_or(fallback)
+        )
+    }
 }
 
 /// What a call's processes did on the network, for its result.
@@ -408,7 +421,7 @@ impl CallTicket {
 
     /// The proxy URL a confined process of this call uses (its namespace's loopback).
     pub fn url(&self, listen: SocketAddr) -> String {
-        format!("http://{PROXY_USER}:{}@{listen}", self.token)
+        format!("http://{}:{}@{listen}", credentials::PROXY_USER, self.token)
     }
 
     /// The variables that point curl, Python, git and most other clients at the proxy; keep
@@ -463,30 +476,12 @@ impl CallTicket {
         let refused = connections
             .iter()
             .filter(|c| !c.allowed)
-            .map(|c| {
-                format!(
-                    "{} {}:{}{} refused: {}",
-                    c.method,
-                    c.host,
-                    c.port,
-                    c.path.as_deref().unwrap_or_default(),
-                    c.note.as_deref().unwrap_or("refused")
-                )
-            })
+            .map(|c| c.report_line(" refused", "refused"))
             .collect();
         let exfiltration = connections
             .iter()
             .filter(|c| c.exfiltration.is_some())
-            .map(|c| {
-                format!(
-                    "{} {}:{}{}: {}",
-                    c.method,
-                    c.host,
-                    c.port,
-                    c.path.as_deref().unwrap_or_default(),
-                    c.note.as_deref().unwrap_or("exfiltration attempt")
-                )
-            })
+            .map(|c| c.report_line("", "exfiltration attempt"))
             .collect();
         NetworkReport {
             call: self.state.id,

@@ -154,7 +154,9 @@ impl CredentialRule {
         self.hosts.iter().any(|h| h.pattern.matches(target))
     }
 
-    fn host_list(&self) -> String {
+    /// The hosts it is bound to, as a policy writes them (`http://` before a plain-HTTP one),
+    /// comma-separated: for refusals and `cordon policy check`.
+    pub fn host_list(&self) -> String {
         self.hosts
             .iter()
             .map(|h| {

@@ -35,10 +35,10 @@ pub struct Request<'a> {
 
 /// driver → server, once, when it is ready for requests.
 #[derive(Debug, Deserialize)]
+// The driver also sends its `pid`; the server knows the process already and leaves the field
+// unread (serde skips fields a struct does not name).
 pub struct Ready {
     pub ready: bool,
-    #[allow(dead_code)]
-    pub pid: Option<u32>,
     pub python: Option<String>,
 }
 

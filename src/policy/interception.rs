@@ -7,8 +7,8 @@
 //! the compiled rules decide is `egress`'s.
 
 use super::PolicyError;
+use super::check::Check;
 use super::raw::{RawCredential, RawNetwork};
-use super::validate::Check;
 use crate::egress::EgressRules;
 use crate::egress::l7::{GitPolicy, HttpRule};
 use crate::egress::pattern::{HostPattern, Target};
@@ -210,7 +210,7 @@ fn git_policy(
 
 /// One `network.extra_roots` entry: an absolute PEM file (`~/` is the server user's home).
 fn extra_root(root: &str, check: &Check<'_>) -> Result<PathBuf, PolicyError> {
-    let p = super::resolve::expand_home(root.to_owned());
+    let p = super::home::expand_home(root.to_owned());
     if !p.starts_with('/') {
         return Err(check.invalid(
             "network.extra_roots",
@@ -319,7 +319,7 @@ fn secret_source(
     let source = match (&raw.from_env, &raw.from_file) {
         (Some(var), None) if !var.is_empty() => SecretSource::Env(var.clone()),
         (None, Some(path)) => {
-            let path = super::resolve::expand_home(path.clone());
+            let path = super::home::expand_home(path.clone());
             if !path.starts_with('/') {
                 return Err(check.invalid(
                     field,

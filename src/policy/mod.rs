@@ -10,10 +10,12 @@
 
 pub mod breaker;
 mod call_env;
+mod check;
 pub mod checkpoints;
 pub mod commands;
 pub mod decide;
 pub mod explain;
+mod home;
 mod interception;
 pub mod jobs;
 mod load;
@@ -27,10 +29,11 @@ mod validate;
 pub use crate::interpreter::InterpreterPolicy;
 pub use crate::shape::OutputPolicy;
 pub use decide::{Analysed, Request};
+pub use home::server_home;
 pub use load::{PolicyError, embedded_names};
 pub use model::*;
 pub use raw::WorkspaceAccess;
-pub use resolve::{Plans, server_home};
+pub use resolve::Plans;
 
 #[cfg(test)]
 mod tests {

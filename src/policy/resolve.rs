@@ -3,14 +3,15 @@
 //! [`LintPlan`] for `lint`, and the protected set and write rules the workspace enforces for
 //! the file tools. Those modules never see a `Policy`.
 //!
-//! Owns the derivations and the one meaning of "home" ([`server_home`]): `~/` in a policy
-//! path and `{home}` in an environment value are both the home of the user running cordon.
+//! Owns the derivations. `~/` in a policy path and `{home}` in an environment value are both
+//! the home of the user running cordon ([`server_home`], from `home`).
 //! `{workspace_home}` is the calls' own persistent home for this workspace (granted
 //! read-write and created: see `toolchains::workspace_home`), `{toolchains}` the bin
 //! directories of the `filesystem.toolchains` that exist (granted read + execute).
 //! It does not validate the TOML (that is `policy::load` and `policy::validate`) and builds
 //! nothing that runs.
 
+use super::home::server_home;
 use super::{Policy, WorkspaceAccess};
 use crate::confine::{CallLimits, ConfinePlan, RlimitPlan};
 use crate::exec::ExecPlan;
@@ -36,23 +37,6 @@ pub struct Plans {
     /// The calls' persistent home, when the environment names `{workspace_home}`: the runtime
     /// creates it (beneath the workspace, never through a link) before the sandbox is built.
     pub workspace_home: Option<std::path::PathBuf>,
-}
-
-/// The home directory of the user running cordon, when `$HOME` names an absolute path.
-pub fn server_home() -> Option<String> {
-    std::env::var("HOME")
-        .ok()
-        .filter(|home| home.starts_with('/'))
-        .map(|home| home.trim_end_matches('/').to_owned())
-        .map(|home| if home.is_empty() { "/".into() } else { home })
-}
-
-/// `~/x` as the server user's home joined with `x`; any other spelling unchanged.
-pub(super) fn expand_home(path: String) -> String {
-    match (path.strip_prefix("~/"), server_home()) {
-        (Some(rest), Some(home)) => format!("{}/{rest}", home.trim_end_matches('/')),
-        _ => path,
-    }
 }
 
 /// A session manager's settings, from the policy it serves.
@@ -250,6 +234,7 @@ impl Policy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::home::expand_home;
 
     #[test]
     fn home_means_the_same_in_paths_and_in_environment_values() {

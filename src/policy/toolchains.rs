@@ -28,7 +28,7 @@ pub struct Toolchain {
 /// the spelling with the link found nothing and the toolchain silently fell back to the
 /// system's. The layout is still recognised by the name the policy gives (`.pyenv`).
 pub fn present(roots: &[PathBuf]) -> Vec<Toolchain> {
-    let home = super::resolve::server_home().map(PathBuf::from);
+    let home = super::home::server_home().map(PathBuf::from);
     roots
         .iter()
         .filter(|r| r.is_dir())

@@ -2,13 +2,14 @@
 //! (`filesystem`, `network`, `limits`, …), each turning its raw table into its typed section or
 //! the first error, which names the field and says what to write.
 //!
-//! Owns what a valid policy is. Every check goes through one [`Check`], which knows the policy's
-//! origin; `load` adds the file and line afterwards, since only it has the texts. Reading files
+//! Owns what a valid policy is. Every check goes through one [`Check`] (`check`, shared with
+//! `interception`), which knows the policy's origin; `load` adds the file and line afterwards, since only it has the texts. Reading files
 //! and `extends` is `load`'s; the interception fields of `[network]` are `interception`'s;
 //! `[jobs]` validates itself (`jobs`).
 
+use super::check::Check;
+use super::home::expand_home;
 use super::raw::{self, RawPolicy};
-use super::resolve::expand_home;
 use super::{
     ApprovalChannel, DEFAULT_ALLOWED_HOSTS, DEFAULT_ALLOWED_ORIGINS, DEFAULT_APPROVALS,
     DEFAULT_MAX_CONNECTIONS_PER_CALL, DEFAULT_MAX_MB_PER_CONNECTION, DEFAULT_SHM_MB,
@@ -19,58 +20,6 @@ use super::{
 };
 use std::path::PathBuf;
 use std::time::Duration;
-
-/// The checks every section shares, for one policy: an error names `origin` (the policy
-/// being loaded) and the field.
-pub(super) struct Check<'a> {
-    pub origin: &'a str,
-}
-
-impl Check<'_> {
-    pub(super) fn invalid(&self, field: &'static str, message: String) -> PolicyError {
-        PolicyError::Invalid {
-            origin: self.origin.to_owned(),
-            field,
-            message,
-        }
-    }
-
-    fn required<T>(&self, field: &'static str, value: Option<T>) -> Result<T, PolicyError> {
-        value.ok_or_else(|| self.invalid(field, "is required".into()))
-    }
-
-    /// A required number above 0.
-    fn positive(&self, field: &'static str, value: Option<u64>) -> Result<u64, PolicyError> {
-        match self.required(field, value)? {
-            0 => Err(self.invalid(field, "must be greater than 0".into())),
-            v => Ok(v),
-        }
-    }
-
-    /// A required list of absolute paths (`~/` is the server user's home).
-    fn paths(
-        &self,
-        field: &'static str,
-        list: Option<Vec<String>>,
-    ) -> Result<Vec<PathBuf>, PolicyError> {
-        self.required(field, list)?
-            .into_iter()
-            .map(|p| {
-                let p = expand_home(p);
-                if !p.starts_with('/') || p.contains('\0') {
-                    Err(self.invalid(field, format!("`{p}` must be an absolute path")))
-                } else {
-                    Ok(PathBuf::from(p))
-                }
-            })
-            .collect()
-    }
-
-    /// A required number of seconds above 0.
-    fn seconds(&self, field: &'static str, value: Option<u64>) -> Result<Duration, PolicyError> {
-        self.positive(field, value).map(Duration::from_secs)
-    }
-}
 
 fn mib(v: u64) -> u64 {
     v.saturating_mul(1024 * 1024)

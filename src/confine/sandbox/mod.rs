@@ -594,7 +594,8 @@ impl Slot {
         let message = if bytes.len() <= wire::MAX_MESSAGE {
             bytes
         } else {
-            // Too big for one datagram: the job travels in a sealed memfd.
+            // Too big for one datagram: the job travels in a memfd. Not sealed: only this send
+            // holds it, and the slot reads it once.
             let memfd = rustix::fs::memfd_create("cordon-job", rustix::fs::MemfdFlags::CLOEXEC)
                 .map_err(|e| err("memfd", e.into()))?;
             let mut file = std::fs::File::from(memfd);

@@ -3,8 +3,9 @@
 //! Owns only the shapes and the bounded (de)coding: one message is one datagram of a
 //! `SOCK_SEQPACKET` socket, JSON with a version tag, descriptors travel beside it as
 //! `SCM_RIGHTS` (see `fdpass`). Decoding never panics and refuses anything over
-//! [`MAX_MESSAGE`]; a job too large for one datagram travels in a sealed memfd instead. Nothing
-//! here touches the kernel; it is what `fuzz/fuzz_targets/init_protocol.rs` exercises.
+//! [`MAX_MESSAGE`]; a job too large for one datagram travels in a memfd instead (unsealed: the
+//! server writes it once and hands it only to the slot, which reads it once). Nothing here
+//! touches the kernel; it is what `fuzz/fuzz_targets/init_protocol.rs` exercises.
 
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
