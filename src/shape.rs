@@ -171,12 +171,79 @@ pub fn shape_stream(
     stream_name: &str,
     spill: Option<SpillWriter<'_>>,
 ) -> ShapedStream {
+    shape(Stream::from(captured), policy, stream_name, spill)
+}
+
+/// [`shape_stream`] for bytes that are a whole stream (a job's new output, read from its
+/// buffer): nothing was spilled while capturing, and every byte is here.
+pub fn shape_bytes(
+    bytes: &[u8],
+    policy: &OutputPolicy,
+    stream_name: &str,
+    spill: Option<SpillWriter<'_>>,
+) -> ShapedStream {
+    let stream = Stream {
+        head: bytes,
+        tail: &[],
+        total_bytes: bytes.len() as u64,
+        total_lines: bytes.iter().filter(|&&b| b == b'\n').count() as u64,
+        spill_path: None,
+        spill_error: None,
+    };
+    shape(stream, policy, stream_name, spill)
+}
+
+/// What shaping reads of one stream: the bytes kept of it, its counts, and where its whole is
+/// when it was spilled while being captured.
+struct Stream<'a> {
+    head: &'a [u8],
+    tail: &'a [u8],
+    total_bytes: u64,
+    total_lines: u64,
+    spill_path: Option<&'a str>,
+    spill_error: Option<&'a str>,
+}
+
+impl<'a> From<&'a Captured> for Stream<'a> {
+    fn from(c: &'a Captured) -> Self {
+        Stream {
+            head: &c.head,
+            tail: &c.tail,
+            total_bytes: c.total_bytes,
+            total_lines: c.total_lines,
+            spill_path: c.spill_path.as_deref(),
+            spill_error: c.spill_error.as_deref(),
+        }
+    }
+}
+
+impl Stream<'_> {
+    /// The whole stream when head and tail are all of it.
+    fn complete_bytes(&self) -> Option<Vec<u8>> {
+        ((self.head.len() + self.tail.len()) as u64 == self.total_bytes)
+            .then(|| [self.head, self.tail].concat())
+    }
+}
+
+fn shape(
+    captured: Stream<'_>,
+    policy: &OutputPolicy,
+    stream_name: &str,
+    spill: Option<SpillWriter<'_>>,
+) -> ShapedStream {
     let complete = captured.complete_bytes();
     let invalid_utf8 = match &complete {
         Some(bytes) => !utf8_ok(bytes, false, false),
-        None => !utf8_ok(&captured.head, false, true) || !utf8_ok(&captured.tail, true, false),
+        None => !utf8_ok(captured.head, false, true) || !utf8_ok(captured.tail, true, false),
     };
-    let mut shaped = cut_stream(captured, complete, policy, stream_name, spill, invalid_utf8);
+    let mut shaped = cut_stream(
+        &captured,
+        complete,
+        policy,
+        stream_name,
+        spill,
+        invalid_utf8,
+    );
     shaped.invalid_utf8 = invalid_utf8;
     if !policy.keep_control_chars {
         let (clean, removed) = hygiene::strip_controls(&shaped.text);
@@ -212,7 +279,7 @@ pub fn shown_whole(captured: &Captured, policy: &OutputPolicy) -> bool {
     captured.is_complete()
         && captured.tail.is_empty()
         && captured.head.len() <= policy.max_chars
-        && count_lines(captured) <= policy.max_lines as u64
+        && count_lines(&Stream::from(captured)) <= policy.max_lines as u64
         && std::str::from_utf8(&captured.head).is_ok()
 }
 
@@ -253,7 +320,7 @@ fn notes(shaped: &ShapedStream) -> Vec<String> {
 /// Truncation and spill, before hygiene. Invalid UTF-8 is spilled even when short, so the
 /// exact bytes exist somewhere.
 fn cut_stream(
-    captured: &Captured,
+    captured: &Stream<'_>,
     complete: Option<Vec<u8>>,
     policy: &OutputPolicy,
     stream_name: &str,
@@ -279,8 +346,8 @@ fn cut_stream(
             last_lines(all, policy.tail_lines),
         ),
         None => (
-            first_lines(&captured.head, policy.head_lines),
-            last_lines(&captured.tail, policy.tail_lines),
+            first_lines(captured.head, policy.head_lines),
+            last_lines(captured.tail, policy.tail_lines),
         ),
     };
     let (head_text, tail_text) = shown_ends(head, tail, policy);
@@ -351,13 +418,13 @@ fn whole_if_it_fits(
 /// Where the whole stream lives: spilled while capturing, or written now from memory; and
 /// why not, where it is not whole anywhere.
 fn where_it_is_whole(
-    captured: &Captured,
+    captured: &Stream<'_>,
     complete: Option<&[u8]>,
     stream_name: &str,
     spill: Option<SpillWriter<'_>>,
 ) -> (Option<String>, Option<String>) {
-    let mut full_output = captured.spill_path.clone();
-    let mut spill_note = captured.spill_error.clone();
+    let mut full_output = captured.spill_path.map(str::to_owned);
+    let mut spill_note = captured.spill_error.map(str::to_owned);
     if full_output.is_none() {
         match (complete, spill) {
             (Some(bytes), Some(open)) => match open(stream_name).and_then(|(path, mut file)| {
@@ -401,7 +468,7 @@ fn shown_ends(head: &[u8], tail: &[u8], policy: &OutputPolicy) -> (String, Strin
 }
 
 /// Lines as a person counts them: a final line without a newline still counts.
-fn count_lines(c: &Captured) -> u64 {
+fn count_lines(c: &Stream<'_>) -> u64 {
     let last = c.tail.last().or(c.head.last());
     c.total_lines + u64::from(last.is_some_and(|&b| b != b'\n'))
 }

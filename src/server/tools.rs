@@ -72,18 +72,13 @@ Long output is cut to its first and last lines, and the full text is saved under
         InputResponses(responses): InputResponses,
         rctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let scope = match self.call_scope(&rctx).await {
+        let refuse = |e| self.refused_as::<shell_exec::ShellExec>(&args, e);
+        let scope = match self.scope_or(&rctx, refuse).await {
             Ok(scope) => scope,
-            Err(error) => {
-                let outcome =
-                    crate::tools::failed::<shell_exec::ShellExec>(&self.ctx, &args, error);
-                return Ok(outcome.into_result().into());
-            }
+            Err(refused) => return Ok(refused.into()),
         };
-        let ctx = &scope.session;
-        let offer = rctx.extensions.get::<tasks::Offer>().cloned();
         let gate = self.gate(&scope, &rctx, state, responses);
-        let ready = match shell_exec::decide(Arc::clone(ctx), args, gate).await {
+        let ready = match shell_exec::decide(Arc::clone(&scope.session), args, gate).await {
             shell_exec::Decided::Answer(shell_exec::Answer::Done(outcome)) => {
                 return Ok(outcome.into_result().into());
             }
@@ -92,33 +87,9 @@ Long output is cut to its first and last lines, and the full text is saved under
             }
             shell_exec::Decided::Run(ready) => ready,
         };
-        // Admitted and checked: a task's run starts now, with the task's hooks.
-        if let Some(offer) = offer {
-            offer.defer(Box::new(move |hooks| {
-                Box::pin(async move { Ok(ready.run(hooks).await.into_result()) })
-            }));
-            return Ok(CallToolResult::success(Vec::new()).into());
-        }
-        let progress = rctx.meta.get_progress_token().map(|token| {
-            let peer = rctx.peer.clone();
-            Box::new(move |elapsed: Duration, line: String| {
-                let peer = peer.clone();
-                let mut message = format!("running for {}s", elapsed.as_secs());
-                if !line.is_empty() {
-                    message.push_str(&format!("; last output: {line}"));
-                }
-                let param =
-                    ProgressNotificationParam::new(token.clone(), elapsed.as_secs_f64().floor())
-                        .with_message(message);
-                tokio::spawn(async move {
-                    let _ = peer.notify_progress(param).await;
-                });
-            }) as Box<dyn Fn(Duration, String) + Send + Sync>
-        });
-        let cancel = self.call_token(&rctx, ctx);
-        let _ends_with_the_call = cancel.clone().drop_guard();
-        let hooks = CallHooks { cancel, progress };
-        Ok(ready.run(hooks).await.into_result().into())
+        // Admitted and checked: the run starts now, or as a task with the task's hooks.
+        let run = move |hooks| async move { ready.run(hooks).await.into_result() };
+        Ok(self.run_or_defer(&rctx, &scope.session, run).await.into())
     }
 
     #[tool(
@@ -146,30 +117,18 @@ fresh. Example: {\"code\": \"import statistics\\nxs = [3, 1, 4, 1, 5]\\nstatisti
         Parameters(args): Parameters<CodeInterpreterArgs>,
         rctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
-        let scope = match self.call_scope(&rctx).await {
-            Ok(scope) => scope,
-            Err(error) => {
-                return Ok(schema::refused_result(
-                    &error,
-                    Some(&output_schema::<CodeInterpreterOutput>()),
-                ));
-            }
+        let refuse = refused_by_schema::<CodeInterpreterOutput>;
+        let session = match self.scope_or(&rctx, refuse).await {
+            Ok(scope) => scope.session,
+            Err(refused) => return Ok(refused),
         };
-        if let Some(offer) = rctx.extensions.get::<tasks::Offer>() {
-            offer.defer(Box::new(move |hooks| {
-                Box::pin(async move {
-                    Ok(code_interpreter::run(scope.session, args, hooks.cancel)
-                        .await
-                        .into_result())
-                })
-            }));
-            return Ok(CallToolResult::success(Vec::new()));
-        }
-        let cancel = self.call_token(&rctx, &scope.session);
-        let _ends_with_the_call = cancel.clone().drop_guard();
-        Ok(code_interpreter::run(scope.session, args, cancel)
-            .await
-            .into_result())
+        let ctx = Arc::clone(&session);
+        let run = move |hooks: CallHooks| async move {
+            code_interpreter::run(ctx, args, hooks.cancel)
+                .await
+                .into_result()
+        };
+        Ok(self.run_or_defer(&rctx, &session, run).await)
     }
 
     #[tool(
@@ -198,12 +157,9 @@ or when this session ends; every later result says so in `job_events`. Example: 
         InputResponses(responses): InputResponses,
         rctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let scope = match self.call_scope(&rctx).await {
+        let scope = match self.scope_or(&rctx, refused_by_schema::<JobOutput>).await {
             Ok(scope) => scope,
-            Err(error) => {
-                let refused = schema::refused_result(&error, Some(&output_schema::<JobOutput>()));
-                return Ok(refused.into());
-            }
+            Err(refused) => return Ok(refused.into()),
         };
         // Input to a job's shell is judged like a `shell_exec` command, asked about the same way.
         let gate = self.gate(&scope, &rctx, state, responses);
@@ -235,12 +191,10 @@ of `cat` in shell_exec. Example: {\"path\": \"src/lib.rs\", \"offset\": 120, \"l
         rctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         // Its client's workspace (the subject's, with `--workspaces`).
-        let session = match self.call_scope(&rctx).await {
+        let refuse = |e| self.refused_as::<read_file::ReadFile>(&args, e);
+        let session = match self.scope_or(&rctx, refuse).await {
             Ok(scope) => scope.session,
-            Err(error) => {
-                let outcome = crate::tools::failed::<read_file::ReadFile>(&self.ctx, &args, error);
-                return Ok(outcome.into_result());
-            }
+            Err(refused) => return Ok(refused),
         };
         Ok(read_file::run(session, args).await.into_result())
     }
@@ -266,13 +220,10 @@ write introduced marked. Use edit_file to change part of an existing file. Examp
         rctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         // Its client's workspace (the subject's, with `--workspaces`).
-        let session = match self.call_scope(&rctx).await {
+        let refuse = |e| self.refused_as::<write_file::WriteFile>(&args, e);
+        let session = match self.scope_or(&rctx, refuse).await {
             Ok(scope) => scope.session,
-            Err(error) => {
-                let outcome =
-                    crate::tools::failed::<write_file::WriteFile>(&self.ctx, &args, error);
-                return Ok(outcome.into_result());
-            }
+            Err(refused) => return Ok(refused),
         };
         Ok(write_file::run(session, args).await.into_result())
     }
@@ -299,12 +250,10 @@ writing. The result includes a unified diff and lint diagnostics. Example: {\"pa
         rctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         // Its client's workspace (the subject's, with `--workspaces`).
-        let session = match self.call_scope(&rctx).await {
+        let refuse = |e| self.refused_as::<edit_file::EditFile>(&args, e);
+        let session = match self.scope_or(&rctx, refuse).await {
             Ok(scope) => scope.session,
-            Err(error) => {
-                let outcome = crate::tools::failed::<edit_file::EditFile>(&self.ctx, &args, error);
-                return Ok(outcome.into_result());
-            }
+            Err(refused) => return Ok(refused),
         };
         Ok(edit_file::run(session, args).await.into_result())
     }
@@ -334,14 +283,12 @@ while a job of this session runs, unless `stop_jobs: true`. Example: {\"action\"
         Parameters(args): Parameters<CheckpointArgs>,
         rctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
-        let scope = match self.call_scope(&rctx).await {
+        let scope = match self
+            .scope_or(&rctx, refused_by_schema::<CheckpointOutput>)
+            .await
+        {
             Ok(scope) => scope,
-            Err(error) => {
-                return Ok(schema::refused_result(
-                    &error,
-                    Some(&output_schema::<CheckpointOutput>()),
-                ));
-            }
+            Err(refused) => return Ok(refused),
         };
         Ok(checkpoint::run(Arc::clone(&scope.session), args)
             .await
@@ -349,7 +296,56 @@ while a job of this session runs, unless `stop_jobs: true`. Example: {\"action\"
     }
 }
 
+/// The prelude every tool method shares: the caller's scope, or the refusal; a run that may
+/// become a task; the call's cancellation and progress.
 impl CordonServer {
+    /// The caller's scope (its workspace, session, breaker and approvals), or `refuse`'s
+    /// answer when there is none for it (an HTTP subject whose workspace cannot be opened).
+    async fn scope_or(
+        &self,
+        rctx: &RequestContext<RoleServer>,
+        refuse: impl FnOnce(crate::shape::ToolError) -> CallToolResult,
+    ) -> Result<super::scope::Scope, CallToolResult> {
+        self.call_scope(rctx).await.map_err(refuse)
+    }
+
+    /// A call refused before it starts, as the tool's own output with the error.
+    fn refused_as<T: crate::tools::Tool>(
+        &self,
+        args: &T::Args,
+        error: crate::shape::ToolError,
+    ) -> CallToolResult {
+        crate::tools::failed::<T>(&self.ctx, args, error).into_result()
+    }
+
+    /// Runs a call that may become a task: handed to the task the client's offer opens (the
+    /// call is answered at once, empty, and the task's hooks drive the run), or run now with
+    /// this call's cancellation (ended with the call) and progress notifications.
+    async fn run_or_defer<F, Fut>(
+        &self,
+        rctx: &RequestContext<RoleServer>,
+        session: &Session,
+        run: F,
+    ) -> CallToolResult
+    where
+        F: FnOnce(CallHooks) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = CallToolResult> + Send + 'static,
+    {
+        if let Some(offer) = rctx.extensions.get::<tasks::Offer>() {
+            offer.defer(Box::new(move |hooks| {
+                Box::pin(async move { Ok(run(hooks).await) })
+            }));
+            return CallToolResult::success(Vec::new());
+        }
+        let cancel = self.call_token(rctx, session);
+        let _ends_with_the_call = cancel.clone().drop_guard();
+        run(CallHooks {
+            cancel,
+            progress: progress_reporter(rctx),
+        })
+        .await
+    }
+
     /// How a call asks a person: `ask` rules through the approval channels, a tripped
     /// breaker's refusals through the breaker (`shell_exec` commands and input to a job's
     /// shell alike).
@@ -376,6 +372,35 @@ impl CordonServer {
             session,
         }
     }
+}
+
+/// A call refused before it starts, as a result that only carries the error (valid against
+/// the tool's output schema `T`).
+fn refused_by_schema<T: schemars::JsonSchema + 'static>(
+    error: crate::shape::ToolError,
+) -> CallToolResult {
+    schema::refused_result(&error, Some(&output_schema::<T>()))
+}
+
+/// Progress notifications for a call whose client gave a progress token: once a second,
+/// how long it has run and its last line of output.
+fn progress_reporter(
+    rctx: &RequestContext<RoleServer>,
+) -> Option<Box<dyn Fn(Duration, String) + Send + Sync>> {
+    let token = rctx.meta.get_progress_token()?;
+    let peer = rctx.peer.clone();
+    Some(Box::new(move |elapsed: Duration, line: String| {
+        let peer = peer.clone();
+        let mut message = format!("running for {}s", elapsed.as_secs());
+        if !line.is_empty() {
+            message.push_str(&format!("; last output: {line}"));
+        }
+        let param = ProgressNotificationParam::new(token.clone(), elapsed.as_secs_f64().floor())
+            .with_message(message);
+        tokio::spawn(async move {
+            let _ = peer.notify_progress(param).await;
+        });
+    }))
 }
 
 /// Tightens the static schemas with this policy's numbers, so a client can validate before

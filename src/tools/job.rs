@@ -7,6 +7,7 @@
 //! supervision, limits, endings) are `jobs`'; a job is only ever looked up in the calling
 //! client's own table, so another client's ids do not exist here.
 
+use super::job_answer::{self, DEFAULT_MAX_BYTES, JobInfo, compile_until, wait_secs};
 use super::job_input::{self, Typing};
 use super::shell_exec::{Answer, Approver};
 use super::{Done, SharedContext, Tool, finish};
@@ -14,20 +15,14 @@ use crate::audit::{Decision, Outcome};
 use crate::exec::LimitHit;
 use crate::jobs::{Job, JobRead, JobState};
 use crate::runtime::Session;
-use crate::shape::{ErrorKind, ToolError, push_sections, shape_stream};
+use crate::shape::{ErrorKind, ToolError};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Default and largest `max_bytes`.
-pub const DEFAULT_MAX_BYTES: usize = 32 * 1024;
+/// Largest `max_bytes` (the default is [`DEFAULT_MAX_BYTES`]).
 pub const MAX_MAX_BYTES: usize = 1024 * 1024;
-/// Longest `until` pattern, and the most memory its compiled form may take.
-const MAX_UNTIL: usize = 1000;
-const UNTIL_SIZE_LIMIT: usize = 1 << 20;
-/// The longest one call waits for a job.
-const MAX_WAIT_SECS: u64 = 30;
 
 #[derive(Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -105,22 +100,6 @@ impl JobSignal {
             Self::KILL => Signal::KILL,
         }
     }
-}
-
-/// A job as results show it.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct JobInfo {
-    pub id: String,
-    pub state: JobState,
-    pub command: String,
-    /// The main process's pid inside the sandbox (its own PID namespace).
-    pub pid_in_sandbox: Option<u32>,
-    /// RFC 3339, UTC.
-    pub started_at: String,
-    /// Whether it runs under a terminal.
-    pub pty: bool,
-    /// Host URLs (`[jobs] forward`) on which something in the sandbox listens now.
-    pub forwarded: Vec<String>,
 }
 
 /// One line of the job list.
@@ -454,35 +433,6 @@ pub fn settle(given: Option<u64>) -> Result<Duration, ToolError> {
     }
 }
 
-/// `wait_secs` within 0..=30, or the error that says so.
-pub fn wait_secs(given: Option<u64>, default: u64) -> Result<u64, ToolError> {
-    match given {
-        None => Ok(default),
-        Some(w) if w <= MAX_WAIT_SECS => Ok(w),
-        Some(w) => Err(invalid(format!(
-            "`wait_secs` is {w}; pass 0 to {MAX_WAIT_SECS} and call `job` again to wait longer \
-             (the job keeps running between calls)"
-        ))),
-    }
-}
-
-pub(crate) fn compile_until(pattern: &str) -> Result<regex::Regex, ToolError> {
-    if pattern.len() > MAX_UNTIL {
-        return Err(invalid(format!(
-            "`until` is {} characters; keep it under {MAX_UNTIL}",
-            pattern.len()
-        )));
-    }
-    regex::RegexBuilder::new(pattern)
-        .size_limit(UNTIL_SIZE_LIMIT)
-        .build()
-        .map_err(|e| {
-            invalid(format!(
-                "`until` is not a valid regular expression (Rust regex syntax): {e}"
-            ))
-        })
-}
-
 fn list(ctx: &Session) -> Done<JobTool> {
     let jobs: Vec<JobListing> = ctx
         .jobs
@@ -526,120 +476,57 @@ fn list(ctx: &Session) -> Done<JobTool> {
     )
 }
 
-/// The job as a result's `job` field.
-pub async fn info(ctx: &Session, job: &Job) -> JobInfo {
-    let forwarded = match ctx.runtime.forwarder.get() {
-        Some(f) if job.is_running() && !f.listening.is_empty() => f.serving(job.members()).await,
-        _ => Vec::new(),
-    };
-    JobInfo {
-        id: job.id.clone(),
-        state: job.state(),
-        command: super::echo_arg(&job.command),
-        pid_in_sandbox: job.pid_in_sandbox,
-        started_at: job.started_at.clone(),
-        pty: job.pty,
-        forwarded,
-    }
-}
-
-/// One stream's new bytes as shown: control characters removed (unless the policy keeps
-/// them, counted apart from the text), cut to the policy's thresholds; the log file has it all.
-pub(super) struct Shown {
-    pub text: String,
-    pub truncated: bool,
-    pub controls_removed: usize,
-}
-
-pub(super) fn show(ctx: &Session, bytes: Vec<u8>, name: &str) -> Shown {
-    let captured = crate::exec::Captured {
-        total_bytes: bytes.len() as u64,
-        total_lines: bytes.iter().filter(|&&b| b == b'\n').count() as u64,
-        head: bytes,
-        ..Default::default()
-    };
-    let shaped = shape_stream(&captured, &ctx.runtime.policy.output, name, None);
-    Shown {
-        text: shaped.text,
-        truncated: shaped.truncated,
-        controls_removed: shaped.controls_removed,
-    }
-}
-
 async fn shown_read(
     ctx: &Session,
     job: &Arc<Job>,
     read: JobRead,
     mut notices: Vec<String>,
 ) -> Done<JobTool> {
-    let out = show(ctx, read.stdout.bytes, "output");
-    let err = show(ctx, read.stderr.bytes, "stderr");
-    let controls = out.controls_removed + err.controls_removed;
-    let (output, out_cut, stderr, err_cut) = (out.text, out.truncated, err.text, err.truncated);
     let dropped = read.stdout.dropped + read.stderr.dropped;
     let more = read.stdout.more || read.stderr.more;
     note_what_is_not_shown(&mut notices, job, read.log_truncated, more, dropped);
-    let info = info(ctx, job).await;
-    if let Some(end) = &read.end {
-        notices.extend(end.notices.iter().cloned());
-    }
-    let error = read.end.as_ref().and_then(|end| git_refused(job, end));
-    let state = info.state;
-    let mut text = match &read.end {
-        None => format!(
-            "job {} [{state}] {} (running for {}s)\n",
-            job.id,
-            info.command,
-            job.elapsed().as_secs()
-        ),
-        Some(end) => format!(
-            "job {} [{state}] {}: {}\n",
-            job.id, info.command, end.reason
-        ),
+    let first_lines = |info: &JobInfo| {
+        let state = info.state;
+        let mut text = match &read.end {
+            None => format!(
+                "job {} [{state}] {} (running for {}s)\n",
+                job.id,
+                info.command,
+                job.elapsed().as_secs()
+            ),
+            Some(end) => format!(
+                "job {} [{state}] {}: {}\n",
+                job.id, info.command, end.reason
+            ),
+        };
+        for url in &info.forwarded {
+            text.push_str(&format!("[forwarded from the host: {url}]\n"));
+        }
+        text
     };
-    for url in &info.forwarded {
-        text.push_str(&format!("[forwarded from the host: {url}]\n"));
-    }
-    push_sections(
-        &mut text,
-        &[
-            (if job.pty { "terminal" } else { "stdout" }, &output),
-            ("stderr", &stderr),
-        ],
-    );
-    for notice in &notices {
-        text.push_str(&format!("[cordon] {notice}\n"));
-    }
-    text.extend(crate::shape::controls_note(controls));
-    if let Some(e) = &error {
-        text = format!("{}\n{text}", e.text());
-    }
-    let end = read.end.clone();
+    let answer = job_answer::answer(ctx, job, &read, first_lines, notices, |_| None).await;
     let output = JobOutput {
         checkpoint: None,
-        job: Some(info),
-        output,
-        stderr,
+        job: Some(answer.info),
+        output: answer.stdout,
+        stderr: answer.stderr,
         cursor: read.cursor,
         dropped_bytes: dropped,
-        truncated: more || out_cut || err_cut,
+        truncated: answer.truncated,
         full_output: job.log_path.clone(),
-        exit_code: end.as_ref().and_then(|e| e.exit_code),
-        signal: end
-            .as_ref()
-            .and_then(|e| e.signal)
-            .map(crate::exec::signal_name),
-        limit: end.as_ref().and_then(|e| e.limit.clone()),
+        exit_code: answer.exit_code,
+        signal: answer.signal,
+        limit: answer.limit,
         cpu_ms: read.cpu.map(|d| d.as_millis() as u64),
         peak_memory_bytes: read.peak_memory,
-        control_chars_removed: controls as u64,
+        control_chars_removed: answer.controls_removed,
         jobs: Vec::new(),
-        error,
+        error: answer.error,
     };
     let is_error = output.error.is_some();
     Done {
         output,
-        text,
+        text: answer.text,
         is_error,
         images: Vec::new(),
     }
@@ -673,26 +560,6 @@ fn note_what_is_not_shown(
                 .into(),
         );
     }
-}
-
-/// A job that ended with a git change cordon refused: the read's error (also the background
-/// start's, when the job ends before that call returns).
-pub(crate) fn git_refused(job: &Job, end: &crate::jobs::JobEnd) -> Option<ToolError> {
-    end.git_refused.then(|| {
-        ToolError::new(
-            ErrorKind::Denied,
-            format!(
-                "job {} ended ({}), and cordon refused a git change it left: {}. Do not \
-                 retry it in another form; ask the operator to make the change on the host",
-                job.id,
-                end.reason,
-                end.notices
-                    .first()
-                    .map(String::as_str)
-                    .unwrap_or("see stderr")
-            ),
-        )
-    })
 }
 
 #[cfg(test)]

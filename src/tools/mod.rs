@@ -16,6 +16,7 @@ pub mod checkpoint;
 pub mod code_interpreter;
 pub mod edit_file;
 pub mod job;
+pub mod job_answer;
 pub mod job_input;
 pub mod read_file;
 pub mod shell_exec;

@@ -1,16 +1,14 @@
 //! `shell_exec {background: true}`: the job started, its first output waited for, and the
 //! answer `shell_exec` gives, with the `job` the `job` tool reads and drives from then on.
 //!
-//! The job itself (launch, supervision, limits, endings) is `jobs`'; how its output is shown
-//! is the `job` tool's, shared here so both answers read alike.
+//! The job itself (launch, supervision, limits, endings) is `jobs`'; the answer about it is
+//! `job_answer`'s, the same the `job` tool gives.
 
 use super::{ShellExec, ShellExecArgs, ShellExecOutput};
 use crate::exec::ExecRequest;
 use crate::jobs::{Job, JobEnd, JobSpec, JobState};
-use crate::shape::{ErrorKind, ToolError, push_sections};
-use crate::tools::job::{
-    DEFAULT_MAX_BYTES, JobInfo, compile_until, git_refused, info, show, wait_secs,
-};
+use crate::shape::{ErrorKind, ToolError};
+use crate::tools::job_answer::{self, DEFAULT_MAX_BYTES, JobInfo, compile_until, wait_secs};
 use crate::tools::{Done, SharedContext};
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,61 +49,34 @@ pub(super) async fn start_background(
     job.wait_for_news(wait, &wanted).await;
     job.touch();
     let read = job.read(DEFAULT_MAX_BYTES);
-    let out = show(ctx, read.stdout.bytes, "stdout");
-    let err = show(ctx, read.stderr.bytes, "stderr");
-    let controls = out.controls_removed + err.controls_removed;
-    let (stdout, out_cut, stderr, err_cut) = (out.text, out.truncated, err.text, err.truncated);
-    let info = info(ctx, &job).await;
-    let mut text = started_lines(ctx, &job, &info, read.end.as_ref());
-    push_sections(
-        &mut text,
-        &[
-            (if job.pty { "terminal" } else { "stdout" }, &stdout),
-            ("stderr", &stderr),
-        ],
-    );
-    let end = read.end.clone();
-    // A job that ended within the wait: what its end's git check found is said here, as the
-    // job tool's read would say it (a refused git change is this call's error).
-    if let Some(end) = &end {
-        for notice in &end.notices {
-            text.push_str(&format!("[cordon] {notice}\n"));
-        }
-    }
-    text.extend(crate::shape::controls_note(controls));
-    let error = end
-        .as_ref()
-        .and_then(|e| git_refused(&job, e).or_else(|| ended_too_soon(e)));
-    if let Some(e) = &error {
-        text = format!("{}\n{text}", e.text());
-    }
+    let first_lines = |info: &JobInfo| started_lines(ctx, &job, info, read.end.as_ref());
+    let answer =
+        job_answer::answer(ctx, &job, &read, first_lines, Vec::new(), ended_too_soon).await;
+    let end = read.end.as_ref();
     let output = ShellExecOutput {
         checkpoint: None,
-        exit_code: end.as_ref().and_then(|e| e.exit_code),
-        signal: end
-            .as_ref()
-            .and_then(|e| e.signal)
-            .map(crate::exec::signal_name),
+        exit_code: answer.exit_code,
+        signal: answer.signal,
         timed_out: false,
-        stdout,
-        stderr,
-        truncated: out_cut || err_cut || read.stdout.more || read.stderr.more,
+        stdout: answer.stdout,
+        stderr: answer.stderr,
+        truncated: answer.truncated,
         full_output: job.log_path.clone(),
         duration_ms: job.elapsed().as_millis() as u64,
-        limit: end.as_ref().and_then(|e| e.limit.clone()),
+        limit: answer.limit,
         enforcement,
-        network: end.as_ref().and_then(|e| e.network.clone()),
-        job: Some(info),
+        network: end.and_then(|e| e.network.clone()),
+        job: Some(answer.info),
         denials: Vec::new(),
-        error,
-        control_chars_removed: controls as u64,
+        error: answer.error,
+        control_chars_removed: answer.controls_removed,
         // A job that ended within its start: its refusals are in its ending's audit record.
         git_refusals: Vec::new(),
     };
     let is_error = output.error.is_some();
     Ok(Done {
         output,
-        text,
+        text: answer.text,
         is_error,
         images: Vec::new(),
     })
