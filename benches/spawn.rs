@@ -62,7 +62,7 @@
 
 use cordon::confine::{ChildSetup, Confinement, confine_on_spawn};
 use cordon::exec::process::{Process, SlotSpawn, spawn_in_slot};
-use cordon::exec::{CaptureSpec, ExecRequest, Executor};
+use cordon::exec::{CaptureSpec, ExecRequest, Executor, Program};
 use cordon::policy::Policy;
 use cordon::runtime::{Runtime, RuntimeOptions};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -162,8 +162,8 @@ async fn run(
     // The first call would otherwise make its slot on demand.
     let warm = Arc::clone(&sandboxed);
     tokio::task::spawn_blocking(move || {
-        if let Some(Ok(factory)) = warm.sandbox_init() {
-            warm.refill_call_slots(&factory);
+        if let Some(Ok(sandbox_init)) = warm.sandbox_init() {
+            warm.refill_call_slots(&sandbox_init);
         }
     })
     .await
@@ -370,18 +370,12 @@ impl Bench<'_> {
                     self.per_child_executor
                 };
                 let outcome = executor
-                    .run(ExecRequest {
-                        argv: vec![PROGRAM.into()],
-                        cwd: None,
-                        env: Default::default(),
-                        stdin: None,
-                        timeout: Duration::from_secs(30),
-                        stdout: capture(),
-                        stderr: capture(),
-                        cancel: None,
-                        live: None,
-                        pty: None,
-                    })
+                    .run(ExecRequest::new(
+                        Program::new([PROGRAM]),
+                        Duration::from_secs(30),
+                        capture(),
+                        capture(),
+                    ))
                     .await
                     .expect("confined /bin/true");
                 assert_eq!(outcome.exit_code, Some(0), "confined /bin/true failed");
@@ -390,11 +384,11 @@ impl Bench<'_> {
             Variant::SlotMake => {
                 let c = Arc::clone(self.sandboxed);
                 let warm = tokio::task::spawn_blocking(move || {
-                    let factory = c
+                    let sandbox_init = c
                         .sandbox_init()
                         .expect("a sandbox init")
                         .expect("sandbox init alive");
-                    c.make_call_slot(&factory)
+                    c.make_call_slot(&sandbox_init)
                 })
                 .await
                 .expect("make slot")
@@ -428,33 +422,32 @@ impl Bench<'_> {
     /// A warm slot's spawn and nothing else (what `Executor::run` adds is the difference to
     /// `confined`). Refills the pool afterwards off the runtime threads, as `run` does.
     async fn slot_only(&self) {
-        let factory = self
+        let sandbox_init = self
             .sandboxed
             .current_sandbox_init()
             .expect("a live, current sandbox init");
-        let warm = match factory.pop_warm() {
+        let warm = match sandbox_init.pop_warm() {
             Some(w) => w,
             None => {
                 POOL_MISSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let (c, f) = (Arc::clone(self.sandboxed), Arc::clone(&factory));
+                let (c, f) = (Arc::clone(self.sandboxed), Arc::clone(&sandbox_init));
                 tokio::task::spawn_blocking(move || c.make_call_slot(&f))
                     .await
                     .expect("make slot")
                     .expect("make slot")
             }
         };
-        let argv = [std::ffi::OsString::from(PROGRAM)];
+        let program = Program::new([PROGRAM]);
         let env = Default::default();
         let (mut child, pipes) = spawn_in_slot(
             warm.slot,
             SlotSpawn {
-                argv: &argv,
+                program: &program,
                 env: &env,
                 cwd: ".".into(),
                 piped_stdin: false,
                 rlimits: self.sandboxed.job_rlimits(),
                 extra_fds: Vec::new(),
-                pty: None,
             },
         )
         .expect("slot spawn");
@@ -475,7 +468,7 @@ impl Bench<'_> {
         let c = Arc::clone(self.sandboxed);
         tokio::task::spawn_blocking(move || {
             drop(warm.cgroup);
-            c.refill_call_slots(&factory);
+            c.refill_call_slots(&sandbox_init);
         });
     }
 }

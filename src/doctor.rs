@@ -10,7 +10,7 @@ mod isolation;
 mod toolchains;
 
 use crate::confine::KernelSupport;
-use crate::exec::{CaptureSpec, ExecOutcome, ExecRequest, Executor, LimitKind};
+use crate::exec::{CaptureSpec, ExecOutcome, ExecRequest, Executor, LimitKind, Program};
 use crate::policy::Policy;
 use crate::runtime::{Runtime, RuntimeOptions};
 use serde::Serialize;
@@ -619,24 +619,15 @@ async fn run_one(
     argv: Vec<OsString>,
     timeout_secs: u64,
 ) -> Option<ExecOutcome> {
-    let spec = || CaptureSpec {
-        memory_cap: 64 * 1024,
-        spill: None,
-        tee: None,
-    };
+    let spec = || CaptureSpec::in_memory(64 * 1024);
+    let timeout = Duration::from_secs(timeout_secs);
     executor
-        .run(ExecRequest {
-            argv,
-            cwd: None,
-            env: Default::default(),
-            stdin: None,
-            timeout: Duration::from_secs(timeout_secs),
-            stdout: spec(),
-            stderr: spec(),
-            cancel: None,
-            live: None,
-            pty: None,
-        })
+        .run(ExecRequest::new(
+            Program::new(argv),
+            timeout,
+            spec(),
+            spec(),
+        ))
         .await
         .ok()
 }

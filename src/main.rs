@@ -4,7 +4,7 @@
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use cordon::exec::{CaptureSpec, ExecRequest};
+use cordon::exec::{CaptureSpec, ExecRequest, Program};
 use cordon::policy::{Policy, TimeoutError, timeout_within};
 use cordon::runtime::{AuditTarget, Runtime, RuntimeOptions, Session};
 use std::path::PathBuf;
@@ -371,10 +371,10 @@ fn main() {
     // no threads) because it forks.
     if std::env::args_os().nth(1).as_deref()
         == Some(std::ffi::OsStr::new(
-            cordon::confine::sandbox::init::INIT_ARG,
+            cordon::confine::sandbox_init::init::INIT_ARG,
         ))
     {
-        cordon::confine::sandbox::init::main();
+        cordon::confine::sandbox_init::init::main();
     }
     mark_inherited_descriptors_cloexec();
     let cli = Cli::parse();
@@ -842,20 +842,14 @@ async fn exec(
         spill: None,
         tee: Some(tee),
     };
-    let outcome = executor
-        .run(ExecRequest {
-            argv: command,
-            cwd,
-            env: Default::default(),
-            stdin,
-            timeout,
-            stdout: passthrough(Box::pin(tokio::io::stdout())),
-            stderr: passthrough(Box::pin(tokio::io::stderr())),
-            cancel: None,
-            live: None,
-            pty: None,
-        })
-        .await;
+    let request = ExecRequest::new(
+        Program::new(command).in_dir(cwd),
+        timeout,
+        passthrough(Box::pin(tokio::io::stdout())),
+        passthrough(Box::pin(tokio::io::stderr())),
+    )
+    .with_stdin(stdin);
+    let outcome = executor.run(request).await;
     let outcome = match outcome {
         Ok(o) => o,
         Err(e) if e.is_not_found() => {

@@ -4,7 +4,7 @@
 //! that decode to the same message.
 #![no_main]
 
-use cordon::confine::sandbox::wire::{
+use cordon::confine::sandbox_init::wire::{
     FromInit, FromSlot, MAX_FDS, MAX_MESSAGE, ToInit, ToSlot, decode, encode,
 };
 use libfuzzer_sys::fuzz_target;
@@ -23,9 +23,9 @@ fuzz_target!(|data: &[u8]| {
     let _ = round_trip::<ToInit>(data);
     let _ = round_trip::<FromInit>(data);
     let _ = round_trip::<FromSlot>(data);
-    if let Some(ToSlot::Job(job)) = round_trip::<ToSlot>(data) {
+    if let Some(ToSlot::Exec(exec)) = round_trip::<ToSlot>(data) {
         for received in 0..=MAX_FDS + 1 {
-            let _ = job.validate(received);
+            let _ = exec.validate(received);
         }
     }
 });

@@ -3,7 +3,7 @@
 //! Never host uid 0: a call that is host root shares every per-user kernel limit with the
 //! host's root (one call taking every inotify instance broke editors and other servers' file
 //! watchers), and owns every root-owned file its view shows. So, where cordon is root, each
-//! slot of the sandbox init maps its own root to an unprivileged host uid (`sandbox::idmap`):
+//! slot of the sandbox init maps its own root to an unprivileged host uid (`sandbox_init::idmap`):
 //! - the policy's `[sandbox] uid` (and `uid_count`) when it names one;
 //! - otherwise the workspace owner's uid when that is not root (one id: the call is then the
 //!   user whose files these are, as if that user ran cordon);
@@ -14,7 +14,7 @@
 //! uid (the sandbox init's user namespace maps it to itself), and each slot's namespace maps
 //! the same: only its per-namespace limits are new.
 
-use super::sandbox::plan::CallIds;
+use super::sandbox_init::plan::CallIds;
 use cap_std::fs::MetadataExt;
 
 /// The first host uid (and gid) of the default range: 2,000,000,000, far above the ids

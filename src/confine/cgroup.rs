@@ -172,8 +172,8 @@ impl Cgroups {
 
     /// The hierarchies a slot mounts at `/sys/fs/cgroup` under a cgroup namespace rooted at
     /// its call's groups: the v2 tree where it carries the limits, else the v1 controllers'.
-    pub fn view_mounts(&self) -> Vec<crate::confine::sandbox::plan::CgroupMount> {
-        use crate::confine::sandbox::plan::CgroupMount;
+    pub fn view_mounts(&self) -> Vec<crate::confine::sandbox_init::plan::CgroupMount> {
+        use crate::confine::sandbox_init::plan::CgroupMount;
         match self.mode() {
             CgroupMode::V2 => vec![CgroupMount {
                 fstype: "cgroup2".into(),

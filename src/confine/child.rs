@@ -1,6 +1,6 @@
 //! The code that runs in a child the server forks itself (the per-child path, where the
 //! sandbox init cannot be had) between `fork` and `exec`, applying its confinement. With the
-//! sandbox init, PID 1 and its slots apply theirs (`sandbox::init`); both take their layers
+//! sandbox init, PID 1 and its slots apply theirs (`sandbox_init::init`); both take their layers
 //! from the same plan.
 //!
 //! Everything here must be async-signal-safe: no allocation, no locks, raw syscalls on data

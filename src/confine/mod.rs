@@ -20,8 +20,7 @@ pub mod kernel;
 pub mod landlock;
 mod plan;
 mod rlimits;
-pub mod sandbox;
-mod sandbox_init;
+pub mod sandbox_init;
 pub mod scratch;
 pub mod seccomp;
 pub mod selftest;
@@ -32,7 +31,7 @@ pub use cgroup::{CallCgroup, CallLimits, CgroupMode, LimitHits};
 pub use child::ChildSetup;
 pub use kernel::{KernelSupport, REQUIRED_LANDLOCK_ABI};
 pub use plan::{ConfinePlan, RlimitPlan};
-pub use sandbox::{SandboxChild, Slot};
+pub use sandbox_init::{SandboxChild, Slot};
 pub use sandbox_init::{SandboxInit, WarmSlot};
 
 use seccompiler::BpfProgram;
@@ -62,7 +61,7 @@ pub enum ConfineError {
     #[error("cannot prepare the call's cgroup: {0}")]
     Cgroup(#[from] cgroup::CgroupError),
     #[error(transparent)]
-    Sandbox(#[from] sandbox::SandboxError),
+    SandboxInit(#[from] sandbox_init::SandboxInitError),
     #[error("the task preparing the sandbox did not finish: {0}")]
     Task(String),
     #[error("cannot start the egress proxy: {0}")]
@@ -263,7 +262,7 @@ pub struct Confinement {
     spare: std::sync::Mutex<Option<CallCgroup>>,
     /// The sandbox init and its warm slots; None where namespaces cannot be had. Declared
     /// before `cgroups` so the slots' cgroups go before their parents.
-    factory: std::sync::RwLock<Option<Arc<sandbox_init::SandboxInit>>>,
+    sandbox_init: std::sync::RwLock<Option<Arc<sandbox_init::SandboxInit>>>,
     cgroups: cgroup::Cgroups,
     call_limits: CallLimits,
     enforcement: Enforcement,
@@ -338,22 +337,22 @@ impl Confinement {
         // theirs: gone in the background while this one starts.
         scratch::sweep_stale_in_background();
         let tmp_root = scratch::ScratchDir::new("tmp").map_err(ConfineError::TempDir)?;
-        // The calls' writable copy of the toolchains' shims, made once (`sandbox::shims`).
-        sandbox::shims::prepare(tmp_root.path(), &plan.writable_shims);
+        // The calls' writable copy of the toolchains' shims, made once (`sandbox_init::shims`).
+        sandbox_init::shims::prepare(tmp_root.path(), &plan.writable_shims);
         let private_root = scratch::ScratchDir::new("private").map_err(ConfineError::TempDir)?;
 
         let landlock_inputs = landlock_step(plan, options, &kernel, &mut notes)?;
         let tracing = tracing_step(plan, landlock_inputs.is_some(), &mut notes);
         let seccomp = seccomp_step(plan, options, &kernel, tracing, &mut notes)?;
         let cgroups = cgroups_step(&kernel, &mut notes);
-        let factory_seccomp = private_netns_seccomp(plan, &seccomp, tracing)?;
-        let factory = start_factory(
-            FactoryInputs {
+        let sandbox_init_seccomp = private_netns_seccomp(plan, &seccomp, tracing)?;
+        let sandbox_init = start_sandbox_init(
+            SandboxInitInputs {
                 plan,
                 options,
                 kernel: &kernel,
                 landlock: landlock_inputs.as_ref(),
-                seccomp: factory_seccomp.as_deref().unwrap_or(&seccomp),
+                seccomp: sandbox_init_seccomp.as_deref().unwrap_or(&seccomp),
                 calls_tmp: tmp_root.path(),
                 private_root: private_root.path(),
                 cgroup_mounts: cgroups.view_mounts(),
@@ -363,7 +362,7 @@ impl Confinement {
         )?;
         let (egress, landlock_inputs) = egress_step(
             plan,
-            factory.as_ref(),
+            sandbox_init.as_ref(),
             handed.proxy,
             landlock_inputs,
             &mut notes,
@@ -371,14 +370,14 @@ impl Confinement {
         let seccomp = per_child_seccomp(
             plan,
             &kernel,
-            (factory.is_some(), tracing),
+            (sandbox_init.is_some(), tracing),
             seccomp,
             &mut notes,
         )?;
         // The parent-built ruleset serves only the per-child path; with the sandbox init, PID 1
         // builds its own inside the view (paths resolve there), so building it here too would
         // only cost start-up time.
-        let landlock_fd = match &factory {
+        let landlock_fd = match &sandbox_init {
             Some(_) => None,
             None => landlock_inputs
                 .as_ref()
@@ -390,7 +389,7 @@ impl Confinement {
             landlock_inputs.as_ref(),
             &seccomp,
             &cgroups,
-            factory.as_ref(),
+            sandbox_init.as_ref(),
             notes,
         );
         Ok(Self {
@@ -404,7 +403,7 @@ impl Confinement {
             drop_capabilities: kernel.is_root,
             call_limits: plan.call_limits,
             spare: std::sync::Mutex::new(None),
-            factory: std::sync::RwLock::new(factory.map(Arc::new)),
+            sandbox_init: std::sync::RwLock::new(sandbox_init.map(Arc::new)),
             cgroups,
             enforcement,
             tmp_root,
@@ -432,7 +431,7 @@ impl Confinement {
     /// The sandbox init if it is alive and its view up to date; None otherwise (then
     /// [`Self::sandbox_init`] rebuilds it). A few `lstat` calls.
     pub fn current_sandbox_init(&self) -> Option<Arc<sandbox_init::SandboxInit>> {
-        self.factory
+        self.sandbox_init
             .read()
             .ok()?
             .as_ref()
@@ -443,7 +442,7 @@ impl Confinement {
     /// The sandbox init in force, without checking that its view is up to date (no file-system
     /// call): for what does not depend on the view, such as its network namespace.
     pub fn installed_sandbox_init(&self) -> Option<Arc<sandbox_init::SandboxInit>> {
-        self.factory.read().ok()?.as_ref().cloned()
+        self.sandbox_init.read().ok()?.as_ref().cloned()
     }
 
     /// The sandbox init children come from, if there is one; None: one fork per child. The
@@ -454,11 +453,11 @@ impl Confinement {
     /// built (`git init` in the workspace, a new `.git/hooks`), a new init is started first,
     /// so its view binds the paths as they are now. That is blocking (tens of ms, once).
     pub fn sandbox_init(&self) -> Option<Result<Arc<sandbox_init::SandboxInit>, ConfineError>> {
-        let current = self.factory.read().ok()?.as_ref().cloned()?;
+        let current = self.sandbox_init.read().ok()?.as_ref().cloned()?;
         if current.is_alive() && current.is_current() {
             return Some(Ok(current));
         }
-        let Ok(mut slot) = self.factory.write() else {
+        let Ok(mut slot) = self.sandbox_init.write() else {
             return Some(Ok(current));
         };
         if let Some(f) = slot.as_ref().filter(|f| f.is_current() && f.is_alive()) {
@@ -520,30 +519,30 @@ impl Confinement {
     /// true if the init later dies: it is then restarted, never silently replaced by the
     /// per-child path.
     pub fn uses_sandbox_init(&self) -> bool {
-        self.factory.read().ok().is_some_and(|f| f.is_some())
+        self.sandbox_init.read().ok().is_some_and(|f| f.is_some())
     }
 
-    /// Tops up the warm slots of `factory`. Blocking: run it off the async threads.
-    pub fn refill_call_slots(&self, factory: &sandbox_init::SandboxInit) {
-        factory.refill(&self.cgroups, &self.call_limits);
+    /// Tops up the warm slots of `sandbox_init`. Blocking: run it off the async threads.
+    pub fn refill_call_slots(&self, sandbox_init: &sandbox_init::SandboxInit) {
+        sandbox_init.refill(&self.cgroups, &self.call_limits);
     }
 
     /// A slot for one call made now (no warm one was left). Blocking.
     pub fn make_call_slot(
         &self,
-        factory: &sandbox_init::SandboxInit,
+        sandbox_init: &sandbox_init::SandboxInit,
     ) -> Result<WarmSlot, ConfineError> {
-        factory.make_call_slot(&self.cgroups, &self.call_limits)
+        sandbox_init.make_call_slot(&self.cgroups, &self.call_limits)
     }
 
     /// A slot for a long-lived worker with its own limits and private directory. Blocking.
     pub fn make_worker_slot(
         &self,
-        factory: &sandbox_init::SandboxInit,
+        sandbox_init: &sandbox_init::SandboxInit,
         limits: &CallLimits,
         private_dir: &Path,
     ) -> Result<WarmSlot, ConfineError> {
-        factory.make_worker_slot(&self.cgroups, limits, private_dir)
+        sandbox_init.make_worker_slot(&self.cgroups, limits, private_dir)
     }
 
     /// The rlimits a job sets before exec, as (resource number, value).
@@ -674,7 +673,7 @@ fn private_netns_seccomp(
 /// any remote host on that port. That path therefore gets no TCP at all, and says so.
 fn egress_step(
     plan: &ConfinePlan,
-    factory: Option<&sandbox_init::SandboxInit>,
+    sandbox_init: Option<&sandbox_init::SandboxInit>,
     proxy: Option<crate::egress::Proxy>,
     mut landlock: Option<LandlockInputs>,
     notes: &mut Vec<String>,
@@ -695,12 +694,12 @@ fn egress_step(
             }
         }
     }
-    match factory {
-        Some(factory) => {
+    match sandbox_init {
+        Some(sandbox_init) => {
             let proxy = proxy.ok_or_else(|| {
                 ConfineError::Egress("the plan routes the network through the egress proxy, but none was started for it".into())
             })?;
-            factory
+            sandbox_init
                 .attach_proxy(&proxy)
                 .map_err(|e| ConfineError::Egress(e.to_string()))?;
             Ok((Some(Arc::new(proxy)), landlock))
@@ -728,8 +727,8 @@ fn egress_step(
     }
 }
 
-/// What [`start_factory`] builds the sandbox init's view from.
-struct FactoryInputs<'a> {
+/// What [`start_sandbox_init`] builds the sandbox init's view from.
+struct SandboxInitInputs<'a> {
     plan: &'a ConfinePlan,
     options: &'a ConfineOptions,
     kernel: &'a KernelSupport,
@@ -737,7 +736,7 @@ struct FactoryInputs<'a> {
     seccomp: &'a [BpfProgram],
     calls_tmp: &'a Path,
     private_root: &'a Path,
-    cgroup_mounts: Vec<sandbox::plan::CgroupMount>,
+    cgroup_mounts: Vec<sandbox_init::plan::CgroupMount>,
     workspace: &'a cap_std::fs::Dir,
 }
 
@@ -872,7 +871,7 @@ fn in_force(
     landlock_inputs: Option<&LandlockInputs>,
     seccomp: &[BpfProgram],
     cgroups: &cgroup::Cgroups,
-    factory: Option<&sandbox_init::SandboxInit>,
+    sandbox_init: Option<&sandbox_init::SandboxInit>,
     mut notes: Vec<String>,
 ) -> Enforcement {
     let landlock = match landlock_inputs {
@@ -884,10 +883,10 @@ fn in_force(
             abi: kernel.landlock_abi,
         },
     };
-    let calls_uid = calls_uid(kernel, factory, &mut notes);
+    let calls_uid = calls_uid(kernel, sandbox_init, &mut notes);
     let level = match (
         matches!(landlock, LandlockStatus::Full { .. }) && !seccomp.is_empty(),
-        cgroups.has_limits() && factory.is_some(),
+        cgroups.has_limits() && sandbox_init.is_some(),
     ) {
         (true, true) => EnforcementLevel::Full,
         (true, false) => EnforcementLevel::Reduced,
@@ -898,11 +897,11 @@ fn in_force(
         landlock,
         seccomp: !seccomp.is_empty(),
         cgroups: cgroups.mode(),
-        namespaces: factory.is_some(),
-        network_namespace: factory.is_some_and(|f| f.namespaces().network),
-        user_namespace: factory.is_some_and(|f| f.namespaces().user),
+        namespaces: sandbox_init.is_some(),
+        network_namespace: sandbox_init.is_some_and(|f| f.namespaces().network),
+        user_namespace: sandbox_init.is_some_and(|f| f.namespaces().user),
         calls_uid,
-        capabilities_dropped: kernel.is_root || factory.is_some(),
+        capabilities_dropped: kernel.is_root || sandbox_init.is_some(),
         notes,
     }
 }
@@ -911,13 +910,13 @@ fn in_force(
 /// is (the per-child path, or a workspace filesystem that cannot be idmapped).
 fn calls_uid(
     kernel: &KernelSupport,
-    factory: Option<&sandbox_init::SandboxInit>,
+    sandbox_init: Option<&sandbox_init::SandboxInit>,
     notes: &mut Vec<String>,
 ) -> u32 {
     if !kernel.is_root {
         return rustix::process::getuid().as_raw();
     }
-    let namespaces = factory.map(sandbox_init::SandboxInit::namespaces);
+    let namespaces = sandbox_init.map(sandbox_init::SandboxInit::namespaces);
     match namespaces.as_ref().and_then(|n| n.calls_uid) {
         Some(uid) => uid,
         None => {
@@ -940,7 +939,7 @@ fn calls_uid(
 fn default_init_program() -> Option<PathBuf> {
     use std::os::unix::fs::MetadataExt;
     let me = std::env::current_exe().ok()?;
-    let sibling = me.with_file_name(sandbox::init::INIT_PROGRAM);
+    let sibling = me.with_file_name(sandbox_init::init::INIT_PROGRAM);
     let trusted = match (std::fs::metadata(&me), std::fs::symlink_metadata(&sibling)) {
         (Ok(mine), Ok(theirs)) => {
             theirs.file_type().is_file()
@@ -955,11 +954,11 @@ fn default_init_program() -> Option<PathBuf> {
 
 /// Step 4: the sandbox init (namespaces, view, warm slots), or None with the reason in
 /// `notes` where namespaces cannot be had.
-fn start_factory(
-    inputs: FactoryInputs<'_>,
+fn start_sandbox_init(
+    inputs: SandboxInitInputs<'_>,
     notes: &mut Vec<String>,
 ) -> Result<Option<sandbox_init::SandboxInit>, ConfineError> {
-    let FactoryInputs {
+    let SandboxInitInputs {
         plan,
         options,
         kernel,
@@ -1050,9 +1049,9 @@ fn start_factory(
 
 /// The init's own words when it could not build the view because of a path in the workspace
 /// (its `view` stage names the path it failed on); None for any other failure.
-fn workspace_view_failure(e: &sandbox::SandboxError, workspace: &Path) -> Option<String> {
+fn workspace_view_failure(e: &sandbox_init::SandboxInitError, workspace: &Path) -> Option<String> {
     match e {
-        sandbox::SandboxError::Init { stage, error }
+        sandbox_init::SandboxInitError::Init { stage, error }
             if stage == "view"
                 && error.contains(workspace.as_os_str().to_string_lossy().as_ref()) =>
         {
@@ -1069,7 +1068,7 @@ mod workspace_view_tests {
     #[test]
     fn only_a_view_failure_on_a_workspace_path_is_the_workspaces_to_fix() {
         let ws = Path::new("/w/project");
-        let on = |stage: &str, error: &str| sandbox::SandboxError::Init {
+        let on = |stage: &str, error: &str| sandbox_init::SandboxInitError::Init {
             stage: stage.into(),
             error: error.into(),
         };
@@ -1082,7 +1081,7 @@ mod workspace_view_tests {
         );
         assert!(workspace_view_failure(&on("view", "mount /proc: EPERM"), ws).is_none());
         assert!(workspace_view_failure(&on("unshare", "/w/project: EPERM"), ws).is_none());
-        let gone = sandbox::SandboxError::Gone;
+        let gone = sandbox_init::SandboxInitError::Gone;
         assert!(workspace_view_failure(&gone, ws).is_none());
     }
 }

@@ -37,7 +37,7 @@ pub struct ConfinePlan {
     /// Without namespaces, allow `socket(AF_UNIX, …)` anyway.
     pub fallback_unix_sockets: bool,
     /// Granted toolchains' shim directories (`~/.pyenv/shims`): each call writes a copy of its
-    /// own there (see `sandbox::shims`).
+    /// own there (see `sandbox_init::shims`).
     pub writable_shims: Vec<PathBuf>,
     /// Processes of one call may trace each other (`[sandbox] ptrace = "call"`): the built-in
     /// seccomp profiles then leave `ptrace` and `process_vm_*` to Landlock's scoping, where

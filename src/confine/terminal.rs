@@ -3,7 +3,7 @@
 //! Owns the one registration (Tokio's `AsyncFd::register` is `unsafe`: the descriptor must stay
 //! open and the same for the registration's life), reading it as a stream (the end of the
 //! output is EIO: no process has the terminal open any more) and writing input to it. The
-//! terminal itself is opened by the slot in its own devpts (`sandbox::init`) or, on the
+//! terminal itself is opened by the slot in its own devpts (`sandbox_init::init`) or, on the
 //! per-child path, by `exec::launch`.
 
 use std::io;

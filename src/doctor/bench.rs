@@ -9,7 +9,7 @@
 //! cgroup v2 `favordynmods`, CPUs, load). It judges nothing: the numbers are the user's.
 
 use super::DoctorError;
-use crate::exec::{CaptureSpec, ExecRequest};
+use crate::exec::{CaptureSpec, ExecRequest, Program};
 use crate::policy::Policy;
 use crate::runtime::{Runtime, RuntimeOptions, Session};
 use serde::Serialize;
@@ -167,26 +167,17 @@ fn bare_spawn() -> Result<Duration, DoctorError> {
 }
 
 async fn confined_spawn(runtime: &Runtime) -> Result<Duration, DoctorError> {
-    let spec = || CaptureSpec {
-        memory_cap: 4096,
-        spill: None,
-        tee: None,
-    };
+    let spec = || CaptureSpec::in_memory(4096);
     let started = Instant::now();
+    let request = ExecRequest::new(
+        Program::new(["/bin/true"]),
+        Duration::from_secs(30),
+        spec(),
+        spec(),
+    );
     let outcome = runtime
         .executor
-        .run(ExecRequest {
-            argv: vec!["/bin/true".into()],
-            cwd: None,
-            env: Default::default(),
-            stdin: None,
-            timeout: Duration::from_secs(30),
-            stdout: spec(),
-            stderr: spec(),
-            cancel: None,
-            live: None,
-            pty: None,
-        })
+        .run(request)
         .await
         .map_err(|e| bench_failed(&format!("the confined /bin/true did not start: {e}")))?;
     let took = started.elapsed();

@@ -26,6 +26,17 @@ pub struct CaptureSpec {
     pub tee: Option<Pin<Box<dyn AsyncWrite + Send>>>,
 }
 
+impl CaptureSpec {
+    /// At most `memory_cap` bytes kept (head and tail), no spill file, no pass-through.
+    pub fn in_memory(memory_cap: usize) -> Self {
+        Self {
+            memory_cap,
+            spill: None,
+            tee: None,
+        }
+    }
+}
+
 /// The most written to one spill file (owned by the spill area, `workspace::spill`).
 pub use crate::workspace::SPILL_LIMIT;
 

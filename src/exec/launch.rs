@@ -13,12 +13,13 @@
 //! or how a result is shown.
 
 use super::process::{self, Pipes, Process};
-use super::{ExecError, Executor, kill_tree, open_workspace_root, relative_cwd, spawn_confined};
-use crate::confine::sandbox::wire::PtySize;
+use super::{
+    ExecError, Executor, Program, kill_tree, open_workspace_root, relative_cwd, spawn_confined,
+};
+use crate::confine::sandbox_init::wire::PtySize;
 use crate::confine::{CallCgroup, CallLimits, LimitHits, SandboxInit, WarmSlot};
 use crate::workspace::GuardReport;
 use std::collections::BTreeMap;
-use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
@@ -27,16 +28,9 @@ use std::time::Instant;
 
 /// What to start.
 pub struct LaunchSpec {
-    /// Program and arguments; a program without `/` is looked up in the child's PATH.
-    pub argv: Vec<OsString>,
-    /// Directory to start in (resolved beneath the workspace); None = the workspace root.
-    pub cwd: Option<OwnedFd>,
-    /// Overrides merged over the policy's scrubbed environment.
-    pub env: BTreeMap<String, String>,
+    pub program: Program,
     /// A pipe to the process's stdin (else /dev/null).
     pub piped_stdin: bool,
-    /// Run under a new terminal of this size instead of pipes.
-    pub pty: Option<PtySize>,
     /// RLIMIT_CPU in seconds instead of the policy's per-call value (a job lives far longer
     /// than one command).
     pub cpu_seconds: Option<u64>,
@@ -72,7 +66,7 @@ pub struct Launched {
     /// The call's TMPDIR (None for a worker, whose home is in its private directory).
     tmp: Option<crate::confine::scratch::RemovedOnDrop>,
     /// The init the process was born in, kept up for its life (declared last).
-    pub(super) factory: Option<Arc<SandboxInit>>,
+    pub(super) sandbox_init: Option<Arc<SandboxInit>>,
 }
 
 impl Launched {
@@ -81,9 +75,9 @@ impl Launched {
     /// (`crate::git`), on the blocking pool, so the job's supervisor keeps answering signals
     /// and stops while a large import runs. None without a sandbox init (no shadow gitdir).
     pub fn start_git_import(&self) -> Option<tokio::task::JoinHandle<GuardReport>> {
-        let factory = Arc::clone(self.factory.as_ref()?);
+        let sandbox_init = Arc::clone(self.sandbox_init.as_ref()?);
         Some(tokio::task::spawn_blocking(move || {
-            factory.import_for_job()
+            sandbox_init.import_for_job()
         }))
     }
 }
@@ -114,12 +108,12 @@ impl Executor {
         let started = Instant::now();
         let disk = self.watch_disk();
         // Held for the process's life: a replaced init stays up until its last process is done.
-        let factory = self.sandbox_init().await.transpose()?;
-        let warm = match &factory {
-            Some(factory) => Some(self.call_slot(factory).await?),
+        let sandbox_init = self.sandbox_init().await.transpose()?;
+        let warm = match &sandbox_init {
+            Some(sandbox_init) => Some(self.call_slot(sandbox_init).await?),
             None => None,
         };
-        let mut launched = self.start_launched(spec, factory, warm)?;
+        let mut launched = self.start_launched(spec, sandbox_init, warm)?;
         if let Some(watch) = &disk {
             watch.held_by(launched.holders());
         }
@@ -138,8 +132,8 @@ impl Executor {
             // Before its slot is made: the slot's Landlock layer opens the directory.
             std::fs::create_dir_all(private_dir.join("home")).map_err(ExecError::TempDir)?;
         }
-        let factory = conf.sandbox_init().transpose()?;
-        let warm = match (&factory, &spec.kind) {
+        let sandbox_init = conf.sandbox_init().transpose()?;
+        let warm = match (&sandbox_init, &spec.kind) {
             (
                 Some(f),
                 LaunchKind::Worker {
@@ -151,7 +145,7 @@ impl Executor {
             (Some(f), LaunchKind::Call) => Some(conf.make_call_slot(f)?),
             (None, _) => None,
         };
-        self.start_launched(spec, factory, warm)
+        self.start_launched(spec, sandbox_init, warm)
     }
 
     /// The launch itself, once the slot (if any) is there: the process's directory, its
@@ -159,14 +153,14 @@ impl Executor {
     fn start_launched(
         &self,
         mut spec: LaunchSpec,
-        factory: Option<Arc<SandboxInit>>,
+        sandbox_init: Option<Arc<SandboxInit>>,
         mut warm: Option<WarmSlot>,
     ) -> Result<Launched, ExecError> {
         let conf = &self.confinement;
         // What the operator committed or checked out on the host since the last call is in
         // the shadow gitdir before this process starts (a few `lstat`s when nothing moved;
         // what could not be brought over is announced as a server event).
-        if let Some(f) = &factory {
+        if let Some(f) = &sandbox_init {
             let _ = f.before_call();
         }
         let (tmp, mut env) = match &spec.kind {
@@ -184,16 +178,16 @@ impl Executor {
                             .map_err(ExecError::TempDir)?,
                     ),
                 };
-                let env = self.plan.env.build(tmp.path(), &spec.env);
+                let env = self.plan.env.build(tmp.path(), &spec.program.env);
                 (Some(tmp), env)
             }
             LaunchKind::Worker { private_dir, .. } => {
                 // Made before the slot was (`launch_blocking`).
                 let home = private_dir.join("home");
-                let mut env = self.plan.env.build(&home, &spec.env);
+                let mut env = self.plan.env.build(&home, &spec.program.env);
                 // A worker's HOME is its own private one, whatever the policy gives commands
                 // (the workspace's shared home): no other session or command sees it.
-                if !spec.env.contains_key("HOME") {
+                if !spec.program.env.contains_key("HOME") {
                     env.insert("HOME".into(), home.to_string_lossy().into_owned());
                 }
                 (None, env)
@@ -209,7 +203,11 @@ impl Executor {
             Some(warm) => {
                 let (cwd, extra_fds, piped_stdin) = match &mut spec.kind {
                     LaunchKind::Call => (
-                        relative_cwd(spec.cwd.as_ref(), conf.workspace(), &spec.argv)?,
+                        relative_cwd(
+                            spec.program.cwd.as_ref(),
+                            conf.workspace(),
+                            &spec.program.argv,
+                        )?,
                         Vec::new(),
                         spec.piped_stdin,
                     ),
@@ -218,20 +216,19 @@ impl Executor {
                     }
                 };
                 let slot_spec = process::SlotSpawn {
-                    argv: &spec.argv,
+                    program: &spec.program,
                     env: &env,
                     cwd,
                     piped_stdin,
                     rlimits: with_cpu_seconds(conf.job_rlimits(), spec.cpu_seconds),
                     extra_fds,
-                    pty: spec.pty,
                 };
                 let (child, pipes) = process::spawn_in_slot(warm.slot, slot_spec)?;
                 (child, pipes, warm.cgroup)
             }
             None => self.fork_confined(&mut spec, &env)?,
         };
-        drop(spec.cwd);
+        drop(spec.program.cwd);
         let pgid = child.id();
         Ok(Launched {
             child,
@@ -242,7 +239,7 @@ impl Executor {
             started: Instant::now(),
             pgid,
             tmp,
-            factory,
+            sandbox_init,
         })
     }
 
@@ -269,11 +266,12 @@ impl Executor {
         };
         // The workspace root is the default cwd; an fd keeps it from being swapped
         // underneath, and a missing root is an error, not the server's cwd.
-        let root_fd = match spec.cwd {
+        let root_fd = match spec.program.cwd {
             Some(_) => None,
             None => Some(open_workspace_root(conf.workspace())?),
         };
         let cwd_fd = spec
+            .program
             .cwd
             .as_ref()
             .or(root_fd.as_ref())
@@ -297,13 +295,14 @@ impl Executor {
         }
         let spawn_err = |source| ExecError::Spawn {
             program: spec
+                .program
                 .argv
                 .first()
                 .map(|a| a.to_string_lossy().into_owned())
                 .unwrap_or_default(),
             source,
         };
-        let (stdio, master) = match spec.pty {
+        let (stdio, master) = match spec.program.pty {
             Some(size) => {
                 let (master, terminal) = host_terminal(size).map_err(spawn_err)?;
                 setup.controlling_tty = true;
@@ -326,7 +325,7 @@ impl Executor {
                 None,
             ),
         };
-        let mut child = spawn_confined(&spec.argv, env, stdio, setup)?;
+        let mut child = spawn_confined(&spec.program.argv, env, stdio, setup)?;
         // The ruleset, cwd and passed descriptors were only needed until exec.
         drop((root_fd, ruleset, passed));
         let mut pipes = Pipes::of_child(&mut child);
@@ -438,7 +437,7 @@ impl Launched {
         // The tree is dead: what its git wrote in the shadow gitdir is imported into the
         // operator's repository now, verified (`crate::git`). Git and file-system work: off
         // the async threads.
-        let guard = match &self.factory {
+        let guard = match &self.sandbox_init {
             Some(f) => {
                 let f = Arc::clone(f);
                 tokio::task::spawn_blocking(move || f.after_call())
@@ -456,12 +455,12 @@ impl Launched {
         // Removing the directories and preparing the next call's cgroup need not delay the
         // answer.
         let confinement = Arc::clone(&executor.confinement);
-        let (tmp, factory) = (self.tmp, self.factory);
+        let (tmp, sandbox_init) = (self.tmp, self.sandbox_init);
         tokio::task::spawn_blocking(move || {
             drop(cgroup);
             drop(tmp);
-            match factory {
-                Some(factory) => confinement.refill_call_slots(&factory),
+            match sandbox_init {
+                Some(sandbox_init) => confinement.refill_call_slots(&sandbox_init),
                 None => confinement.prepare_spare_cgroup(),
             }
         });

@@ -20,10 +20,12 @@ pub mod env;
 pub mod launch;
 mod outcome;
 pub mod process;
+mod program;
 pub mod worker;
 
 pub use capture::{CaptureSpec, Captured, LiveStatus, SpillOpener};
 pub use outcome::{ExecOutcome, LimitHit, LimitKind, classify_limit, kernel_limit, signal_name};
+pub use program::Program;
 pub use worker::{ConfinedWorker, WorkerEnd, WorkerSpec};
 
 use crate::confine::{CallCgroup, ConfineError, Confinement, SandboxInit, WarmSlot};
@@ -103,24 +105,44 @@ impl ExecError {
     }
 }
 
-/// One command to run.
+/// One command to run: the [`Program`], its input, its bound and how its output is kept.
 pub struct ExecRequest {
-    /// Program and arguments; a program without `/` is looked up in the child's PATH.
-    pub argv: Vec<OsString>,
-    /// Directory to start in (an open directory fd, so it cannot be swapped for a symlink
-    /// between resolution and use); None = the workspace root.
-    pub cwd: Option<OwnedFd>,
-    /// Overrides merged over the policy's scrubbed environment.
-    pub env: BTreeMap<String, String>,
+    /// Under a terminal (`program.pty`), the output is one stream (stdout) and `stdin` is
+    /// typed into it.
+    pub program: Program,
     pub stdin: Option<Vec<u8>>,
     pub timeout: Duration,
     pub stdout: CaptureSpec,
     pub stderr: CaptureSpec,
     pub cancel: Option<CancellationToken>,
     pub live: Option<Arc<LiveStatus>>,
-    /// Run under a new terminal of this size: its output is one stream (stdout), and `stdin`
-    /// is typed into it.
-    pub pty: Option<crate::confine::sandbox::wire::PtySize>,
+}
+
+impl ExecRequest {
+    /// `program` for at most `timeout`, its streams kept as `stdout` and `stderr` say, with no
+    /// input, no cancellation but the timeout's, and no live status.
+    pub fn new(
+        program: Program,
+        timeout: Duration,
+        stdout: CaptureSpec,
+        stderr: CaptureSpec,
+    ) -> Self {
+        Self {
+            program,
+            stdin: None,
+            timeout,
+            stdout,
+            stderr,
+            cancel: None,
+            live: None,
+        }
+    }
+
+    /// With these bytes written to its input (then closed); None: no input.
+    pub fn with_stdin(mut self, stdin: Option<Vec<u8>>) -> Self {
+        self.stdin = stdin;
+        self
+    }
 }
 
 /// What an executor needs besides the confinement, resolved from the policy.
@@ -147,10 +169,10 @@ impl Executor {
             let _ = std::thread::Builder::new()
                 .name("cordon-warm-slots".into())
                 .spawn(move || {
-                    if let Some(factory) = warm.current_sandbox_init()
-                        && factory.keeps_warm_slots()
+                    if let Some(sandbox_init) = warm.current_sandbox_init()
+                        && sandbox_init.keeps_warm_slots()
                     {
-                        warm.refill_call_slots(&factory);
+                        warm.refill_call_slots(&sandbox_init);
                     }
                 });
         }
@@ -180,11 +202,8 @@ impl Executor {
     pub async fn run(&self, req: ExecRequest) -> Result<ExecOutcome, ExecError> {
         let mut launched = self
             .launch(launch::LaunchSpec {
-                argv: req.argv,
-                cwd: req.cwd,
-                env: req.env,
                 piped_stdin: req.stdin.is_some(),
-                pty: req.pty,
+                program: req.program,
                 cpu_seconds: None,
                 kind: launch::LaunchKind::Call,
             })
@@ -432,16 +451,17 @@ impl Executor {
     }
 
     /// A slot for this call: a warm one, else one made now off the async threads.
-    async fn call_slot(&self, factory: &Arc<SandboxInit>) -> Result<WarmSlot, ConfineError> {
-        if let Some(warm) = factory.pop_warm() {
+    async fn call_slot(&self, sandbox_init: &Arc<SandboxInit>) -> Result<WarmSlot, ConfineError> {
+        if let Some(warm) = sandbox_init.pop_warm() {
             // Top the pool up while this call runs: the next one finds a warm slot.
-            let (confinement, factory) = (Arc::clone(&self.confinement), Arc::clone(factory));
-            tokio::task::spawn_blocking(move || confinement.refill_call_slots(&factory));
+            let (confinement, sandbox_init) =
+                (Arc::clone(&self.confinement), Arc::clone(sandbox_init));
+            tokio::task::spawn_blocking(move || confinement.refill_call_slots(&sandbox_init));
             return Ok(warm);
         }
         crate::metrics::warm_slot_miss();
-        let (confinement, factory) = (Arc::clone(&self.confinement), Arc::clone(factory));
-        tokio::task::spawn_blocking(move || confinement.make_call_slot(&factory))
+        let (confinement, sandbox_init) = (Arc::clone(&self.confinement), Arc::clone(sandbox_init));
+        tokio::task::spawn_blocking(move || confinement.make_call_slot(&sandbox_init))
             .await
             .map_err(|e| ConfineError::Task(e.to_string()))?
     }

@@ -5,10 +5,9 @@
 //! Owns the uniform handle (pid, wait, signal, kill on drop) and the pipe ends; it does not
 //! own timeouts, capture or tree kills (`super`).
 
-use crate::confine::sandbox::wire::{Arg, Job};
+use crate::confine::sandbox_init::wire::{self, Arg, Exec};
 use crate::confine::{SandboxChild, Slot};
 use std::collections::BTreeMap;
-use std::ffi::OsString;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
@@ -114,18 +113,19 @@ fn input_pipe() -> std::io::Result<(pipe::Sender, OwnedFd)> {
     Ok((pipe::Sender::from_owned_fd(write)?, read))
 }
 
-/// What a slot runs: everything `exec` decided, in the slot's terms.
+/// What a slot runs: everything `exec` decided, in the slot's terms. The program's argv and
+/// terminal are its own; its environment and directory as the slot takes them are here.
 pub struct SlotSpawn<'a> {
-    pub argv: &'a [OsString],
+    pub program: &'a super::Program,
+    /// The whole environment: the policy's template with the program's overrides (and the
+    /// call's own TMPDIR, HOME and proxy URL) merged in.
     pub env: &'a BTreeMap<String, String>,
-    /// Working directory relative to the workspace root.
+    /// The program's directory, relative to the workspace root.
     pub cwd: PathBuf,
     pub piped_stdin: bool,
     pub rlimits: Vec<(i32, u64)>,
     /// Extra descriptors placed at the given numbers (3 and up).
     pub extra_fds: Vec<(i32, OwnedFd)>,
-    /// Run under a terminal of this size instead of pipes.
-    pub pty: Option<crate::confine::sandbox::wire::PtySize>,
 }
 
 /// Starts `spec` in `slot`, returning the running process and the server's pipe ends.
@@ -133,12 +133,12 @@ pub fn spawn_in_slot(
     slot: Slot,
     mut spec: SlotSpawn<'_>,
 ) -> Result<(Process, Pipes), super::ExecError> {
-    let program = spec.argv.first().cloned().unwrap_or_default();
+    let program = spec.program.name();
     let spawn_err = |source: std::io::Error| super::ExecError::Spawn {
-        program: program.to_string_lossy().into_owned(),
+        program: program.clone(),
         source,
     };
-    if spec.pty.is_some() {
+    if spec.program.pty.is_some() {
         return spawn_under_terminal(slot, spec).map_err(spawn_err);
     }
     let (stdout, stdout_w) = output_pipe().map_err(spawn_err)?;
@@ -171,22 +171,25 @@ pub fn spawn_in_slot(
     ))
 }
 
-fn job_of(spec: &SlotSpawn<'_>, fds: Vec<i32>) -> Job {
-    Job {
-        argv: spec
-            .argv
-            .iter()
-            .map(|a| Arg::from_bytes(a.as_bytes()))
-            .collect(),
-        env: spec
-            .env
-            .iter()
-            .map(|(k, v)| Arg::Text(format!("{k}={v}")))
-            .collect(),
-        cwd: spec.cwd.clone(),
+fn job_of(spec: &SlotSpawn<'_>, fds: Vec<i32>) -> Exec {
+    Exec {
+        program: wire::Program {
+            argv: spec
+                .program
+                .argv
+                .iter()
+                .map(|a| Arg::from_bytes(a.as_bytes()))
+                .collect(),
+            env: spec
+                .env
+                .iter()
+                .map(|(k, v)| Arg::Text(format!("{k}={v}")))
+                .collect(),
+            cwd: spec.cwd.clone(),
+            pty: spec.program.pty,
+        },
         fds,
         rlimits: spec.rlimits.clone(),
-        pty: spec.pty,
     }
 }
 

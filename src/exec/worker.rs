@@ -10,8 +10,6 @@
 use super::process::{Pipes, Process};
 use super::{ExecError, Executor, KILL_WAIT, kill_tree};
 use crate::confine::{CallCgroup, CallLimits, LimitHits};
-use std::collections::BTreeMap;
-use std::ffi::OsString;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::process::ExitStatus;
@@ -21,10 +19,8 @@ use tokio::net::unix::pipe;
 
 /// One worker to start.
 pub struct WorkerSpec {
-    /// Program and arguments; a program without `/` is looked up in the child's PATH.
-    pub argv: Vec<OsString>,
-    /// Overrides merged over the policy's scrubbed environment.
-    pub env: BTreeMap<String, String>,
+    /// What to run (in the workspace root unless `program.cwd` says otherwise).
+    pub program: super::Program,
     /// The worker's own directory, its only read-write grant besides the workspace (and the
     /// policy's `read_write` list). `home` below it becomes HOME and TMPDIR. Must lie below
     /// `Confinement::private_root()`, which is what the sandbox's view holds.
@@ -53,7 +49,7 @@ pub struct ConfinedWorker {
     egress: Option<crate::egress::CallTicket>,
     /// The init the worker was born in, kept up for the worker's life (declared last: the
     /// worker's process and cgroup go first).
-    factory: Option<Arc<crate::confine::SandboxInit>>,
+    sandbox_init: Option<Arc<crate::confine::SandboxInit>>,
 }
 
 /// How a worker ended.
@@ -72,11 +68,8 @@ impl Executor {
     /// to the thread that forks, and blocking-pool threads exit when idle.
     pub fn spawn_worker(&self, spec: WorkerSpec) -> Result<ConfinedWorker, ExecError> {
         let launched = self.launch_blocking(super::launch::LaunchSpec {
-            argv: spec.argv,
-            cwd: None,
-            env: spec.env,
+            program: spec.program,
             piped_stdin: true,
-            pty: None,
             cpu_seconds: spec.cpu_seconds,
             kind: super::launch::LaunchKind::Worker {
                 private_dir: spec.private_dir,
@@ -86,7 +79,7 @@ impl Executor {
         })?;
         let mut worker = ConfinedWorker::new(launched.child, launched.pipes, launched.cgroup);
         worker.egress = launched.egress;
-        worker.factory = launched.factory;
+        worker.sandbox_init = launched.sandbox_init;
         Ok(worker)
     }
 }
@@ -101,7 +94,7 @@ impl ConfinedWorker {
             child,
             cgroup,
             egress: None,
-            factory: None,
+            sandbox_init: None,
         }
     }
 
@@ -159,7 +152,7 @@ impl ConfinedWorker {
                 None => process_group_members(main),
             }
             .into_iter()
-            .filter(|&p| p != main && !crate::confine::sandbox::is_job_main(p, main))
+            .filter(|&p| p != main && !crate::confine::sandbox_init::is_job_main(p, main))
             .collect();
             // Done when the killed ones are gone too (exited processes are not listed), so
             // none of them still writes when the caller reads the request's output.

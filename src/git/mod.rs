@@ -15,7 +15,7 @@
 //! it was.
 //!
 //! Owns the shadow's lifetime, the record of what both sides last agreed on, and the reports.
-//! Does not own building the view (`confine::sandbox::view`) or running confined processes
+//! Does not own building the view (`confine::sandbox_init::view`) or running confined processes
 //! (`confine::sandbox_init` implements [`ConfinedGit`]).
 
 pub mod bound;

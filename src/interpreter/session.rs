@@ -13,7 +13,7 @@ use super::protocol::{self, PyException, Ready, Reply, Request};
 use super::{Death, InterpreterError, Shared, boot};
 use crate::confine::{CallLimits, LimitHits};
 use crate::exec::{
-    CaptureSpec, Captured, ConfinedWorker, LimitHit, LimitKind, WorkerSpec, kernel_limit,
+    CaptureSpec, Captured, ConfinedWorker, LimitHit, LimitKind, Program, WorkerSpec, kernel_limit,
     signal_name,
 };
 use std::collections::BTreeMap;
@@ -537,13 +537,13 @@ fn worker_spec(
             .map_err(InterpreterError::Output)?,
     ));
     let spec = WorkerSpec {
-        argv: vec![
+        program: Program::new([
             policy.python.clone().into(),
-            "-c".into(),
+            std::ffi::OsString::from("-c"),
             boot::bootstrap().into(),
             shared.max_repr.to_string().into(),
-        ],
-        env,
+        ])
+        .with_env(env),
         private_dir: dir.to_path_buf(),
         limits: CallLimits {
             memory_bytes: policy.memory_bytes,

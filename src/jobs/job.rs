@@ -13,16 +13,12 @@
 
 use super::JobEvent;
 use super::ring::{Chunk, Ring};
-use crate::confine::sandbox::wire::PtySize;
 use crate::exec::launch::{LaunchSpec, Launched};
 use crate::exec::process::Process;
-use crate::exec::{Executor, LimitHit};
+use crate::exec::{Executor, LimitHit, Program};
 use crate::policy::jobs::JobsPolicy;
 use serde::Serialize;
-use std::collections::BTreeMap;
-use std::ffi::OsString;
 use std::io::Write;
-use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -56,12 +52,9 @@ pub const DEFAULT_SETTLE: Duration = Duration::from_millis(200);
 pub struct JobSpec {
     /// The command line as the caller gave it (for listings and events).
     pub command: String,
-    pub argv: Vec<OsString>,
-    pub cwd: Option<OwnedFd>,
-    pub env: BTreeMap<String, String>,
+    pub program: Program,
     /// Written to the job's input first.
     pub stdin: Option<Vec<u8>>,
-    pub pty: Option<PtySize>,
     /// The job's log file in the spill area: (workspace-relative path, file).
     pub log: Option<(String, std::fs::File)>,
     /// A shorter life than `[jobs] max_lifetime_secs` (the caller's `timeout_secs`).
@@ -143,11 +136,8 @@ struct Echo {
 
 /// What a command line needs to run again (`job {restart: true}`).
 pub struct Relaunch {
-    pub argv: Vec<OsString>,
-    pub cwd: Option<OwnedFd>,
-    pub env: BTreeMap<String, String>,
+    pub program: Program,
     pub stdin: Option<Vec<u8>>,
-    pub pty: Option<PtySize>,
     pub lifetime: Option<Duration>,
 }
 
@@ -240,20 +230,14 @@ pub(super) async fn start(
     hooks: Hooks,
 ) -> Result<Arc<Job>, super::StartError> {
     let relaunch = Relaunch {
-        argv: spec.argv.clone(),
-        cwd: spec.cwd.as_ref().and_then(|fd| fd.try_clone().ok()),
-        env: spec.env.clone(),
+        program: spec.program.try_clone(),
         stdin: spec.stdin.clone(),
-        pty: spec.pty,
         lifetime: spec.lifetime,
     };
     let mut launched = executor
         .launch(LaunchSpec {
-            argv: spec.argv,
-            cwd: spec.cwd,
-            env: spec.env,
+            program: spec.program,
             piped_stdin: true,
-            pty: spec.pty,
             // RLIMIT_CPU bounds one process's CPU seconds: a dev server may use a core for a
             // while over its life, which its lifetime bounds anyway.
             cpu_seconds: Some(policy.max_lifetime.as_secs().max(1)),
@@ -951,11 +935,8 @@ impl Job {
     pub fn relaunch(&self) -> Relaunch {
         let r = &self.relaunch;
         Relaunch {
-            argv: r.argv.clone(),
-            cwd: r.cwd.as_ref().and_then(|fd| fd.try_clone().ok()),
-            env: r.env.clone(),
+            program: r.program.try_clone(),
             stdin: r.stdin.clone(),
-            pty: r.pty,
             lifetime: r.lifetime,
         }
     }

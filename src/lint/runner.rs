@@ -14,7 +14,7 @@ use super::diagnostic::{Diagnostic, LintReport, SkippedCheck};
 use super::formats::{CompiledLinter, LinterConfig};
 use super::introduced::mark_introduced;
 use super::syntax::{self, SYNTAX_SOURCE};
-use crate::exec::{CaptureSpec, ExecRequest, Executor};
+use crate::exec::{CaptureSpec, ExecRequest, Executor, Program};
 use crate::parser::ParserClient;
 use crate::parser::protocol::SyntaxOutcome;
 use crate::parser::syntax::{Language, detect_language};
@@ -423,24 +423,11 @@ impl Linting {
         };
         let mut argv = vec![command.as_os_str().to_owned()];
         argv.extend(config.command_args(path).into_iter().map(Into::into));
-        let spec = || CaptureSpec {
-            memory_cap: LINTER_OUTPUT_CAP,
-            spill: None,
-            tee: None,
-        };
+        let spec = || CaptureSpec::in_memory(LINTER_OUTPUT_CAP);
+        let request = ExecRequest::new(Program::new(argv), self.policy.timeout, spec(), spec())
+            .with_stdin(config.stdin.then(|| content.as_bytes().to_vec()));
         let outcome = executor
-            .run(ExecRequest {
-                argv,
-                cwd: None,
-                env: Default::default(),
-                stdin: config.stdin.then(|| content.as_bytes().to_vec()),
-                timeout: self.policy.timeout,
-                stdout: spec(),
-                stderr: spec(),
-                cancel: None,
-                live: None,
-                pty: None,
-            })
+            .run(request)
             .await
             .map_err(|e| format!("{}: could not start: {e}", config.name))?;
         if outcome.timed_out {

@@ -16,7 +16,7 @@ use super::bash::Analysis;
 use super::protocol::{self, MAX_LINES, MAX_TEXT, ProtocolError, Request, Response, SyntaxOutcome};
 use super::syntax::Language;
 use crate::confine::CallLimits;
-use crate::exec::{ConfinedWorker, Executor, WorkerSpec, signal_name};
+use crate::exec::{ConfinedWorker, Executor, Program, WorkerSpec, signal_name};
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -303,11 +303,11 @@ impl ParserClient {
             .private_root()
             .join(format!("parser-{generation}"));
         let spec = WorkerSpec {
-            argv: vec![
+            program: Program::new([
                 self.program.clone().into_os_string(),
                 OsString::from(WORKER_SUBCOMMAND),
-            ],
-            env: self.env.clone(),
+            ])
+            .with_env(self.env.clone()),
             private_dir: dir.clone(),
             limits: CallLimits {
                 memory_bytes: self.config.memory_bytes,

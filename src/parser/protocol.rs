@@ -16,8 +16,8 @@ use std::io::{Read, Write};
 
 /// Bumped whenever a message changes shape; both sides refuse a frame of another version.
 /// 2: a syntax check answers the parser's own [`SyntaxError`]s (`errors`), not lint
-/// diagnostics.
-pub const VERSION: u8 = 2;
+/// diagnostics. 3: a simple command's words are `words` (were `argv`).
+pub const VERSION: u8 = 3;
 
 /// Bytes of the frame header: version and body length.
 pub const HEADER_LEN: usize = 5;

@@ -255,10 +255,10 @@ async fn run_cell(
 /// with what cordon undid or moved). The session's interpreter keeps running, so the timer of
 /// the workspace's git guard also watches it between cells.
 async fn with_git_check(ctx: &Session, mut done: Done<CodeInterpreter>) -> Done<CodeInterpreter> {
-    let Some(Ok(factory)) = ctx.runtime.executor.sandbox_init().await else {
+    let Some(Ok(sandbox_init)) = ctx.runtime.executor.sandbox_init().await else {
         return done;
     };
-    let report = match tokio::task::spawn_blocking(move || factory.after_call()).await {
+    let report = match tokio::task::spawn_blocking(move || sandbox_init.after_call()).await {
         Ok(report) => report,
         Err(_) => return done,
     };

@@ -29,8 +29,10 @@ impl Word {
 /// One simple command that the command line would run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SimpleCommand {
-    /// `argv[0]` is the program as written (a path or a name), after wrappers were removed.
-    pub argv: Vec<Word>,
+    /// The command's words: `words[0]` is the program as written (a path or a name), after
+    /// wrappers were removed. (Words of a command line as written, not what cordon runs:
+    /// that is `exec::Program`.)
+    pub words: Vec<Word>,
     /// Wrappers peeled off to get here, outermost first (`sudo env rm` → `["sudo", "env"]`).
     pub wrappers: Vec<String>,
     /// Programs that read this command's output: later stages of its pipeline, and the
@@ -47,12 +49,12 @@ pub struct SimpleCommand {
 impl SimpleCommand {
     /// The program's name: the last path component of `argv[0]`.
     pub fn program(&self) -> &str {
-        program_name(&self.argv[0].text)
+        program_name(&self.words[0].text)
     }
 
     /// The command as it reads after unwrapping, for messages.
     pub fn display(&self) -> String {
-        let words: Vec<&str> = self.argv.iter().map(|w| w.text.as_str()).collect();
+        let words: Vec<&str> = self.words.iter().map(|w| w.text.as_str()).collect();
         words.join(" ")
     }
 }

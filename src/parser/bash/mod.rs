@@ -84,7 +84,7 @@ mod tests {
         has("/bin/rm -rf ~", "/bin/rm -rf ~");
         has("rm a\\ b", "rm a b");
         let a = analyze("rm \"$HOME\"");
-        assert!(a.commands[0].argv[1].dynamic);
+        assert!(a.commands[0].words[1].dynamic);
     }
 
     #[test]

@@ -271,7 +271,7 @@ impl TreeWalk<'_, '_, '_> {
             }
         }
         self.w.out.commands.push(SimpleCommand {
-            argv,
+            words: argv,
             wrappers,
             feeds_into: ctx.feeds_into.clone(),
             in_function: ctx.in_function.clone(),

@@ -401,7 +401,7 @@ impl Pattern {
     pub fn matches(&self, command: &SimpleCommand) -> bool {
         let program = command.program();
         let (options, operands) = split_args(command);
-        let all_args = || command.argv[1..].iter().map(|w| w.text.as_str());
+        let all_args = || command.words[1..].iter().map(|w| w.text.as_str());
         if let Some(programs) = &self.program
             && !programs.iter().any(|p| crate::glob::matches(p, program))
         {
@@ -457,7 +457,7 @@ fn split_args(command: &SimpleCommand) -> (Vec<&str>, Vec<&str>) {
     let mut options = Vec::new();
     let mut operands = Vec::new();
     let mut after_dashdash = false;
-    for w in &command.argv[1..] {
+    for w in &command.words[1..] {
         let t = w.text.as_str();
         if !after_dashdash && t == "--" {
             after_dashdash = true;

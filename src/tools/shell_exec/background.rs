@@ -98,18 +98,17 @@ async fn start(
     ctx.jobs.check_room().map_err(refused)?;
     let log = new_log(ctx).await;
     let lifetime = args.timeout_secs.map(|_| request.timeout);
-    let mut env = request.env;
+    let mut program = request.program;
     // A job's output is read while it runs: Python's block buffering on a pipe would hold
     // back a server's "Serving on …" until 8 KiB had accumulated.
-    env.entry("PYTHONUNBUFFERED".into())
+    program
+        .env
+        .entry("PYTHONUNBUFFERED".into())
         .or_insert_with(|| "1".into());
     let spec = JobSpec {
         command: args.command.clone(),
-        argv: request.argv,
-        cwd: request.cwd,
-        env,
+        program,
         stdin: request.stdin,
-        pty: request.pty,
         log,
         lifetime,
     };
@@ -131,11 +130,8 @@ pub(crate) async fn respec(ctx: &SharedContext, job: &Job) -> JobSpec {
     let again = job.relaunch();
     JobSpec {
         command: job.command.clone(),
-        argv: again.argv,
-        cwd: again.cwd,
-        env: again.env,
+        program: again.program,
         stdin: again.stdin,
-        pty: again.pty,
         log: new_log(ctx).await,
         lifetime: again.lifetime,
     }

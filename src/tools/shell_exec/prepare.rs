@@ -4,7 +4,7 @@
 //! (opened here). The result is the [`ExecRequest`] to run.
 
 use super::{DEFAULT_COLS, DEFAULT_ROWS, ShellExecArgs};
-use crate::exec::{ExecRequest, LiveStatus};
+use crate::exec::{ExecRequest, LiveStatus, Program};
 use crate::shape::{ErrorKind, ToolError};
 use crate::tools::SharedContext;
 use std::sync::Arc;
@@ -106,19 +106,23 @@ pub(super) async fn prepare(
     let live = Arc::new(LiveStatus::default());
     Ok(Prepared {
         request: ExecRequest {
-            argv: vec!["/bin/sh".into(), "-c".into(), args.command.clone().into()],
-            cwd: Some(std::os::fd::OwnedFd::from(dir.into_std_file())),
-            env,
-            stdin: args.stdin.clone().map(String::into_bytes),
-            timeout,
-            stdout: crate::tools::capture_spec(ctx, "shell", "stdout"),
-            stderr: crate::tools::capture_spec(ctx, "shell", "stderr"),
-            cancel: None,
             live: Some(Arc::clone(&live)),
-            pty: args.pty.then(|| crate::confine::sandbox::wire::PtySize {
-                cols: args.cols.unwrap_or(DEFAULT_COLS),
-                rows: args.rows.unwrap_or(DEFAULT_ROWS),
-            }),
+            ..ExecRequest::new(
+                Program::shell(&args.command)
+                    .with_env(env)
+                    .in_dir(Some(std::os::fd::OwnedFd::from(dir.into_std_file())))
+                    .with_pty(
+                        args.pty
+                            .then(|| crate::confine::sandbox_init::wire::PtySize {
+                                cols: args.cols.unwrap_or(DEFAULT_COLS),
+                                rows: args.rows.unwrap_or(DEFAULT_ROWS),
+                            }),
+                    ),
+                timeout,
+                crate::tools::capture_spec(ctx, "shell", "stdout"),
+                crate::tools::capture_spec(ctx, "shell", "stderr"),
+            )
+            .with_stdin(args.stdin.clone().map(String::into_bytes))
         },
         live,
         cwd: cwd_path,

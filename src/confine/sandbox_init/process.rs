@@ -1,26 +1,21 @@
-//! The sandbox init, seen from the server: starting it, asking it for slots, handing a slot a
-//! job, and learning how the job's main process ended.
+//! The sandbox init's process, seen from the server ([`InitProcess`]): starting it, asking it
+//! for slots, handing a slot what to run, and learning how the program's main process ended.
 //!
 //! ```text
-//! server ──control socket──▶ init (PID 1 of its namespaces; view, Landlock, seccomp applied once)
-//!    │                          ├─ slot: forked, joined its cgroups, waiting   ◀── job (SCM_RIGHTS)
-//!    └──────── slot socket ─────┘
+//! server ──control socket──▶ init (PID 1 of its namespaces: builds the view once, then stays
+//!    │                          │  unconfined: no Landlock, no seccomp, its capabilities kept)
+//!    │                          └─ slot: forked, joined its cgroups, mounted its own /proc,
+//!    │                             /tmp, devpts, then confined ITSELF (capabilities dropped,
+//!    │                             no_new_privs, Landlock, seccomp); waiting  ◀── Exec (SCM_RIGHTS)
+//!    └──────── slot socket ────────┘
 //! ```
 //! Owns the server's ends of those sockets and a dispatcher thread reading the control socket
 //! (slot replies, exit reports). It does not decide what a job is (that is `exec`) nor which
-//! cgroups a slot joins (the caller passes them). Dropping the [`Sandbox`] closes the control
+//! cgroups a slot joins (the caller passes them). Dropping the [`InitProcess`] closes the control
 //! socket: the init exits and the kernel kills everything left in its PID namespace.
 
-pub mod fdpass;
-pub mod idmap;
-pub mod init;
-mod mount_attr;
-pub mod plan;
-pub mod shims;
-mod slot_mounts;
-pub mod view;
-pub mod wire;
-
+use super::wire::{self, Exec, FromInit, FromSlot, SlotLayer, ToInit, ToSlot};
+use super::{fdpass, init, plan};
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -31,7 +26,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 use tokio::sync::watch;
-use wire::{FromInit, FromSlot, Job, SlotLayer, ToInit, ToSlot};
 
 /// How long the init may take to build its view and report ready.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -44,7 +38,7 @@ const EXEC_TIMEOUT: Duration = Duration::from_secs(10);
 const EXIT_REPORT_WAIT: Duration = Duration::from_millis(500);
 
 #[derive(Debug, thiserror::Error)]
-pub enum SandboxError {
+pub enum SandboxInitError {
     #[error("cannot start the sandbox init: {0}")]
     Start(io::Error),
     #[error("the sandbox init failed at `{stage}`: {error}")]
@@ -89,7 +83,7 @@ struct Shared {
 }
 
 /// A running sandbox init. Cheap to share behind an `Arc`.
-pub struct Sandbox {
+pub struct InitProcess {
     shared: Arc<Shared>,
     next_id: AtomicU64,
     namespaces: Namespaces,
@@ -98,13 +92,13 @@ pub struct Sandbox {
     /// The init's own network namespace, when it has one (job forwarding connects into it).
     netns: Option<Arc<OwnedFd>>,
     /// The empty directory the init mounted its root on; removed when we go.
-    _new_root: super::scratch::ScratchDir,
+    _new_root: crate::confine::scratch::ScratchDir,
 }
 
 /// Status reported when the init died under a process (the kernel killed it): SIGKILL.
 const KILLED_STATUS: i32 = libc::SIGKILL;
 
-impl Sandbox {
+impl InitProcess {
     /// Starts the init for `plan` (its `new_root` is replaced by a fresh empty directory) and
     /// waits until it has built its view and applied its confinement.
     /// `join`: the network namespace of an init this one replaces (its `netns`), to join
@@ -113,13 +107,14 @@ impl Sandbox {
         mut plan: plan::InitPlan,
         program: PathBuf,
         join: Option<Arc<OwnedFd>>,
-    ) -> Result<Self, SandboxError> {
-        let new_root = super::scratch::ScratchDir::new("view").map_err(SandboxError::Start)?;
+    ) -> Result<Self, SandboxInitError> {
+        let new_root =
+            crate::confine::scratch::ScratchDir::new("view").map_err(SandboxInitError::Start)?;
         plan.new_root = new_root.path().to_path_buf();
         plan.version = wire::PROTOCOL_VERSION;
-        let (server_end, init_end) = fdpass::seqpacket_pair().map_err(SandboxError::Start)?;
+        let (server_end, init_end) = fdpass::seqpacket_pair().map_err(SandboxInitError::Start)?;
         let plan_json =
-            serde_json::to_vec(&plan).map_err(|e| SandboxError::Start(io::Error::other(e)))?;
+            serde_json::to_vec(&plan).map_err(|e| SandboxInitError::Start(io::Error::other(e)))?;
         let shared = Arc::new(Shared {
             control: server_end,
             pending: Mutex::new(HashMap::new()),
@@ -133,16 +128,16 @@ impl Sandbox {
         std::thread::Builder::new()
             .name("cordon-sandbox".into())
             .spawn(move || run_init(thread_shared, program, init_end, join, plan_json, ready_tx))
-            .map_err(SandboxError::Start)?;
+            .map_err(SandboxInitError::Start)?;
         let InitReady {
             namespaces: ready,
             listener,
             netns,
         } = ready_rx
             .recv_timeout(START_TIMEOUT)
-            .map_err(|_| SandboxError::StartTimeout(START_TIMEOUT))??;
+            .map_err(|_| SandboxInitError::StartTimeout(START_TIMEOUT))??;
         if plan.proxy_listener.is_some() && listener.is_none() {
-            return Err(SandboxError::Init {
+            return Err(SandboxInitError::Init {
                 stage: "proxy listener".into(),
                 error: "the init reported ready without the proxy's listening socket".into(),
             });
@@ -183,7 +178,7 @@ impl Sandbox {
         &self,
         layer: SlotLayer,
         cgroup_procs: &[OwnedFd],
-    ) -> Result<Slot, SandboxError> {
+    ) -> Result<Slot, SandboxInitError> {
         self.request_slot(layer, cgroup_procs)?.wait()
     }
 
@@ -193,9 +188,9 @@ impl Sandbox {
         &self,
         layer: SlotLayer,
         cgroup_procs: &[OwnedFd],
-    ) -> Result<PendingSlot<'_>, SandboxError> {
+    ) -> Result<PendingSlot<'_>, SandboxInitError> {
         if !self.is_alive() {
-            return Err(SandboxError::Gone);
+            return Err(SandboxInitError::Gone);
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (exit_tx, exit_rx) = watch::channel(None);
@@ -221,7 +216,7 @@ impl Sandbox {
 /// A slot asked for and not yet ready. Dropped unwaited, it is forgotten (the slot exits when
 /// its socket closes).
 pub struct PendingSlot<'a> {
-    sandbox: &'a Sandbox,
+    sandbox: &'a InitProcess,
     id: u64,
     reply: mpsc::Receiver<SlotReply>,
     exit: Option<watch::Receiver<Option<ExitReport>>>,
@@ -238,32 +233,34 @@ impl Drop for PendingSlot<'_> {
 
 impl PendingSlot<'_> {
     /// Waits until the slot is forked, in its cgroups and ready.
-    pub fn wait(mut self) -> Result<Slot, SandboxError> {
+    pub fn wait(mut self) -> Result<Slot, SandboxInitError> {
         let socket = match self.reply.recv_timeout(SLOT_TIMEOUT) {
             Ok(Ok(fd)) => fd,
-            Ok(Err(e)) => return Err(SandboxError::Slot(e)),
-            Err(_) => return Err(SandboxError::Slot("no answer from the init".into())),
+            Ok(Err(e)) => return Err(SandboxInitError::Slot(e)),
+            Err(_) => return Err(SandboxInitError::Slot("no answer from the init".into())),
         };
         // From here the exit report arrives on its own; only the ready message is awaited.
         if !poll_readable(&socket, SLOT_TIMEOUT)? {
-            return Err(SandboxError::Slot("the slot did not report ready".into()));
+            return Err(SandboxInitError::Slot(
+                "the slot did not report ready".into(),
+            ));
         }
         let received = fdpass::recv(socket.as_fd())?;
         if received.eof {
-            return Err(SandboxError::Slot(
+            return Err(SandboxInitError::Slot(
                 "the slot ended before it was ready".into(),
             ));
         }
         match wire::decode::<FromSlot>(&received.data, wire::MAX_MESSAGE)? {
             FromSlot::Ready => {}
             FromSlot::Failed { stage, errno } => {
-                return Err(SandboxError::Slot(format!(
+                return Err(SandboxInitError::Slot(format!(
                     "{stage}: {}",
                     io::Error::from_raw_os_error(errno)
                 )));
             }
             FromSlot::Pty => {
-                return Err(SandboxError::Slot(
+                return Err(SandboxInitError::Slot(
                     "the slot sent a terminal before it had a job".into(),
                 ));
             }
@@ -271,7 +268,7 @@ impl PendingSlot<'_> {
         let mut fds = received.fds.into_iter();
         let pidfd = fds
             .next()
-            .ok_or_else(|| SandboxError::Slot("ready without a pidfd".into()))?;
+            .ok_or_else(|| SandboxInitError::Slot("ready without a pidfd".into()))?;
         Ok(Slot {
             pid: pid_of(&pidfd),
             pidfd,
@@ -282,7 +279,7 @@ impl PendingSlot<'_> {
     }
 }
 
-impl Drop for Sandbox {
+impl Drop for InitProcess {
     fn drop(&mut self) {
         // The dispatcher thread holds the other reference; shutting the socket down wakes it
         // and tells the init to exit (which kills its whole PID namespace).
@@ -379,13 +376,13 @@ fn run_init(
     init_end: OwnedFd,
     join: Option<Arc<OwnedFd>>,
     plan_json: Vec<u8>,
-    ready: mpsc::Sender<Result<InitReady, SandboxError>>,
+    ready: mpsc::Sender<Result<InitReady, SandboxInitError>>,
 ) {
     use std::io::Write;
     let mut child = match spawn_launcher(&program, &init_end, join) {
         Ok(c) => c,
         Err(e) => {
-            let _ = ready.send(Err(SandboxError::Start(e)));
+            let _ = ready.send(Err(SandboxInitError::Start(e)));
             return;
         }
     };
@@ -407,7 +404,7 @@ fn run_init(
     // The init is gone, and with it every process of its namespace.
     shared.alive.store(false, Ordering::Release);
     if let Some(tx) = ready.take() {
-        let _ = tx.send(Err(SandboxError::Init {
+        let _ = tx.send(Err(SandboxInitError::Init {
             stage: "start".into(),
             error: "the init exited before it was ready (see the lines above on stderr)".into(),
         }));
@@ -477,7 +474,7 @@ fn spawn_launcher(
 /// a slot's socket (or its failure) to whoever asked for it, an exit status to its watcher.
 fn route(
     shared: &Shared,
-    ready: &mut Option<mpsc::Sender<Result<InitReady, SandboxError>>>,
+    ready: &mut Option<mpsc::Sender<Result<InitReady, SandboxInitError>>>,
     message: FromInit,
     fds: Vec<OwnedFd>,
 ) {
@@ -508,7 +505,7 @@ fn route(
         }
         FromInit::Failed { stage, error } => {
             if let Some(tx) = ready.take() {
-                let _ = tx.send(Err(SandboxError::Init { stage, error }));
+                let _ = tx.send(Err(SandboxInitError::Init { stage, error }));
             }
         }
         FromInit::Slot { id } => {
@@ -579,15 +576,15 @@ pub struct StartError {
 impl Slot {
     /// Hands the slot its job with `fds` (placed at `job.fds`) and waits until the program is
     /// running (the slot's socket closes at exec) or failed to start.
-    pub fn start(self, job: Job, fds: Vec<OwnedFd>) -> Result<SandboxChild, StartError> {
+    pub fn start(self, job: Exec, fds: Vec<OwnedFd>) -> Result<SandboxChild, StartError> {
         let err = |stage: &str, source: io::Error| StartError {
             stage: stage.into(),
             source,
         };
-        let job_wants_pty = job.pty.is_some();
+        let job_wants_pty = job.program.pty.is_some();
         let bytes =
-            wire::encode(&ToSlot::Job(job)).map_err(|e| err("encode", io::Error::other(e)))?;
-        if bytes.len() > wire::MAX_JOB {
+            wire::encode(&ToSlot::Exec(job)).map_err(|e| err("encode", io::Error::other(e)))?;
+        if bytes.len() > wire::MAX_EXEC {
             return Err(err("exec", io::Error::from_raw_os_error(libc::E2BIG)));
         }
         let mut attached: Vec<OwnedFd> = Vec::new();
@@ -603,7 +600,7 @@ impl Slot {
             std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(0))
                 .map_err(|e| err("memfd", e))?;
             attached.push(OwnedFd::from(file));
-            wire::encode(&ToSlot::JobInMemfd { len: bytes.len() })
+            wire::encode(&ToSlot::ExecInMemfd { len: bytes.len() })
                 .map_err(|e| err("encode", io::Error::other(e)))?
         };
         attached.extend(fds);

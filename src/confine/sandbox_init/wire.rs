@@ -3,7 +3,7 @@
 //! Owns only the shapes and the bounded (de)coding: one message is one datagram of a
 //! `SOCK_SEQPACKET` socket, JSON with a version tag, descriptors travel beside it as
 //! `SCM_RIGHTS` (see `fdpass`). Decoding never panics and refuses anything over
-//! [`MAX_MESSAGE`]; a job too large for one datagram travels in a memfd instead (unsealed: the
+//! [`MAX_MESSAGE`]; an exec message too large for one datagram travels in a memfd instead (unsealed: the
 //! server writes it once and hands it only to the slot, which reads it once). Nothing here
 //! touches the kernel; it is what `fuzz/fuzz_targets/init_protocol.rs` exercises.
 
@@ -12,15 +12,15 @@ use std::path::PathBuf;
 
 /// Bumped whenever a message changes shape; the init refuses a plan of another version, so a
 /// server and an init from different builds never misread each other.
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;
 
 /// Largest datagram either side sends or accepts. Jobs above it go through a memfd
-/// ([`ToSlot::JobInMemfd`]), bounded by [`MAX_JOB`].
+/// ([`ToSlot::ExecInMemfd`]), bounded by [`MAX_EXEC`].
 pub const MAX_MESSAGE: usize = 48 * 1024;
 
-/// Largest encoded job (argv + env). Well above what exec accepts (a quarter of the stack
+/// Largest encoded exec message (argv + env). Well above what exec accepts (a quarter of the stack
 /// limit), so an oversized command still reaches execve and fails there with E2BIG.
-pub const MAX_JOB: usize = 64 * 1024 * 1024;
+pub const MAX_EXEC: usize = 64 * 1024 * 1024;
 
 /// Most descriptors one message carries (stdio, cwd-less jobs, a few extra fds).
 pub const MAX_FDS: usize = 16;
@@ -124,11 +124,11 @@ pub enum FromInit {
 /// Server → slot, on the slot's own socket.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ToSlot {
-    /// Descriptors: one per entry of `job.fds`, in order.
-    Job(Job),
-    /// The job is in the attached memfd (first descriptor, `len` bytes), then the job's own
-    /// descriptors follow.
-    JobInMemfd { len: usize },
+    /// Descriptors: one per entry of `exec.fds`, in order.
+    Exec(Exec),
+    /// The exec message is in the attached memfd (first descriptor, `len` bytes), then its
+    /// own descriptors follow.
+    ExecInMemfd { len: usize },
 }
 
 /// Slot → server.
@@ -150,19 +150,26 @@ pub struct PtySize {
     pub rows: u16,
 }
 
-/// One program to run in a slot.
+/// What a slot runs ([`ToSlot::Exec`]): the program, and where its descriptors and limits go.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Job {
+pub struct Exec {
+    pub program: Program,
+    /// Where each received descriptor goes in the new program (0, 1, 2, then extra ones).
+    pub fds: Vec<i32>,
+    /// `(resource, value)`: soft and hard limit alike.
+    pub rlimits: Vec<(i32, u64)>,
+}
+
+/// `exec::Program` in the slot's terms: bytes for the arguments, the whole environment, and a
+/// path for the directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Program {
     /// Program and arguments (not necessarily UTF-8).
     pub argv: Vec<Arg>,
     /// `NAME=value` entries, the whole environment.
     pub env: Vec<Arg>,
     /// Working directory relative to the workspace root, resolved inside the view beneath it.
     pub cwd: PathBuf,
-    /// Where each received descriptor goes in the new program (0, 1, 2, then extra ones).
-    pub fds: Vec<i32>,
-    /// `(resource, value)`: soft and hard limit alike.
-    pub rlimits: Vec<(i32, u64)>,
     /// Run under a new terminal of the slot's devpts (its controlling terminal, on 0, 1 and
     /// 2, whatever `fds` places there); the master goes back to the server ([`FromSlot::Pty`]).
     #[serde(default)]
@@ -199,17 +206,23 @@ struct Versioned<T> {
     m: T,
 }
 
-impl Job {
+impl Exec {
     /// The checks a slot makes before it acts on a job: something to run, no NUL inside an
     /// argument (exec would cut it silently), descriptors in range and not duplicated.
     pub fn validate(&self, received_fds: usize) -> Result<(), WireError> {
-        if self.argv.first().is_none_or(|a| a.as_bytes().is_empty()) {
+        if self
+            .program
+            .argv
+            .first()
+            .is_none_or(|a| a.as_bytes().is_empty())
+        {
             return Err(WireError::Malformed("empty argv".into()));
         }
         if self
+            .program
             .argv
             .iter()
-            .chain(&self.env)
+            .chain(&self.program.env)
             .any(|a| a.as_bytes().contains(&0))
         {
             return Err(WireError::Malformed(
@@ -233,8 +246,9 @@ impl Job {
                 "descriptor targets out of range or repeated".into(),
             ));
         }
-        if self.cwd.is_absolute()
+        if self.program.cwd.is_absolute()
             || self
+                .program
                 .cwd
                 .components()
                 .any(|c| matches!(c, std::path::Component::ParentDir))
@@ -251,20 +265,22 @@ impl Job {
 mod tests {
     use super::*;
 
-    fn job() -> Job {
-        Job {
-            argv: vec![Arg::from_bytes(b"/bin/true"), Arg::from_bytes(b"\xff")],
-            env: vec![Arg::from_bytes(b"PATH=/bin")],
-            cwd: PathBuf::from("."),
+    fn job() -> Exec {
+        Exec {
+            program: Program {
+                argv: vec![Arg::from_bytes(b"/bin/true"), Arg::from_bytes(b"\xff")],
+                env: vec![Arg::from_bytes(b"PATH=/bin")],
+                cwd: PathBuf::from("."),
+                pty: Some(PtySize { cols: 80, rows: 24 }),
+            },
             fds: vec![0, 1, 2],
             rlimits: vec![(1, 10)],
-            pty: Some(PtySize { cols: 80, rows: 24 }),
         }
     }
 
     #[test]
     fn round_trip_keeps_every_field() {
-        let msg = ToSlot::Job(job());
+        let msg = ToSlot::Exec(job());
         let bytes = encode(&msg).unwrap();
         assert_eq!(decode::<ToSlot>(&bytes, MAX_MESSAGE).unwrap(), msg);
     }
@@ -288,15 +304,15 @@ mod tests {
         let mut j = job();
         assert!(j.validate(3).is_ok());
         assert!(j.validate(2).is_err());
-        j.cwd = PathBuf::from("../x");
+        j.program.cwd = PathBuf::from("../x");
         assert!(j.validate(3).is_err());
-        j.cwd = PathBuf::from("/abs");
+        j.program.cwd = PathBuf::from("/abs");
         assert!(j.validate(3).is_err());
         let mut j = job();
         j.fds = vec![0, 0, 2];
         assert!(j.validate(3).is_err());
         let mut j = job();
-        j.argv = vec![Arg::from_bytes(b"a\0b")];
+        j.program.argv = vec![Arg::from_bytes(b"a\0b")];
         assert!(j.validate(3).is_err());
     }
 }

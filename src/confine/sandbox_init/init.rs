@@ -22,7 +22,7 @@
 //! single-threaded, so forking is safe and the slot may allocate.
 
 use super::plan::{CallIds, InitPlan, LandlockPlan};
-use super::wire::{self, FromInit, FromSlot, Job, SlotLayer, ToInit, ToSlot};
+use super::wire::{self, Exec, FromInit, FromSlot, SlotLayer, ToInit, ToSlot};
 use super::{fdpass, view};
 use crate::confine::landlock::OpenedGrant;
 use std::collections::HashMap;
@@ -965,13 +965,13 @@ fn leftovers(proc_dir: Option<&OwnedFd>) -> u32 {
     others
 }
 
-fn read_job(received: fdpass::Received) -> io::Result<(Job, Vec<OwnedFd>)> {
+fn read_job(received: fdpass::Received) -> io::Result<(Exec, Vec<OwnedFd>)> {
     let bad = |e: wire::WireError| io::Error::new(io::ErrorKind::InvalidData, e.to_string());
     let mut fds = received.fds;
     let job = match wire::decode::<ToSlot>(&received.data, wire::MAX_MESSAGE).map_err(bad)? {
-        ToSlot::Job(job) => job,
-        ToSlot::JobInMemfd { len } => {
-            if fds.is_empty() || len > wire::MAX_JOB {
+        ToSlot::Exec(job) => job,
+        ToSlot::ExecInMemfd { len } => {
+            if fds.is_empty() || len > wire::MAX_EXEC {
                 return Err(io::Error::from_raw_os_error(libc::EINVAL));
             }
             let memfd = fds.remove(0);
@@ -979,9 +979,9 @@ fn read_job(received: fdpass::Received) -> io::Result<(Job, Vec<OwnedFd>)> {
             std::fs::File::from(memfd)
                 .take(len as u64)
                 .read_to_end(&mut bytes)?;
-            match wire::decode::<ToSlot>(&bytes, wire::MAX_JOB).map_err(bad)? {
-                ToSlot::Job(job) => job,
-                ToSlot::JobInMemfd { .. } => {
+            match wire::decode::<ToSlot>(&bytes, wire::MAX_EXEC).map_err(bad)? {
+                ToSlot::Exec(job) => job,
+                ToSlot::ExecInMemfd { .. } => {
                     return Err(io::Error::from_raw_os_error(libc::EINVAL));
                 }
             }
@@ -998,7 +998,7 @@ fn read_job(received: fdpass::Received) -> io::Result<(Job, Vec<OwnedFd>)> {
 fn run_job(
     plan: &InitPlan,
     sock: &OwnedFd,
-    job: &Job,
+    job: &Exec,
     fds: Vec<OwnedFd>,
 ) -> Result<(), (&'static str, io::Error)> {
     let e = |stage: &'static str| move |err: rustix::io::Errno| (stage, io::Error::from(err));
@@ -1013,10 +1013,10 @@ fn run_job(
     .map_err(e("open workspace"))?;
     let cwd = rustix::fs::openat2(
         &root,
-        if job.cwd.as_os_str().is_empty() {
+        if job.program.cwd.as_os_str().is_empty() {
             Path::new(".")
         } else {
-            job.cwd.as_path()
+            job.program.cwd.as_path()
         },
         rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
         rustix::fs::Mode::empty(),
@@ -1040,7 +1040,7 @@ fn run_job(
         }
     }
     drop(moved);
-    if let Some(size) = job.pty {
+    if let Some(size) = job.program.pty {
         under_terminal(sock, size)?;
     }
     // Everything else this process holds (its socket included) closes at exec.
@@ -1062,7 +1062,7 @@ fn run_job(
             return Err(("setrlimit", io::Error::last_os_error()));
         }
     }
-    Err(("exec", exec(job)))
+    Err(("exec", exec(&job.program)))
 }
 
 /// Puts this process under a new terminal of the slot's own devpts: opens a master, sends it
@@ -1138,14 +1138,14 @@ fn unblock_signals() {
 }
 
 /// execve with a PATH search for a bare program name, like execvpe.
-fn exec(job: &Job) -> io::Error {
+fn exec(program: &wire::Program) -> io::Error {
     use std::ffi::CString;
-    let argv: Vec<CString> = job
+    let argv: Vec<CString> = program
         .argv
         .iter()
         .filter_map(|a| CString::new(a.as_bytes()).ok())
         .collect();
-    let envp: Vec<CString> = job
+    let envp: Vec<CString> = program
         .env
         .iter()
         .filter_map(|a| CString::new(a.as_bytes()).ok())
@@ -1154,11 +1154,11 @@ fn exec(job: &Job) -> io::Error {
     argv_ptrs.push(std::ptr::null());
     let mut env_ptrs: Vec<*const libc::c_char> = envp.iter().map(|a| a.as_ptr()).collect();
     env_ptrs.push(std::ptr::null());
-    let program = job.argv[0].as_bytes();
-    let candidates: Vec<CString> = if program.contains(&b'/') {
+    let name = program.argv[0].as_bytes();
+    let candidates: Vec<CString> = if name.contains(&b'/') {
         vec![argv[0].clone()]
     } else {
-        let path = job
+        let path = program
             .env
             .iter()
             .find_map(|v| v.as_bytes().strip_prefix(b"PATH="))
@@ -1171,7 +1171,7 @@ fn exec(job: &Job) -> io::Error {
                     dir.to_vec()
                 };
                 full.push(b'/');
-                full.extend_from_slice(program);
+                full.extend_from_slice(name);
                 full
             })
             .filter_map(|p| CString::new(p).ok())

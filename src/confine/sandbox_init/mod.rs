@@ -12,17 +12,32 @@
 
 use super::cgroup::{CallCgroup, CallLimits, Cgroups};
 use super::landlock::TcpPorts;
-use super::sandbox::plan::GitShadowPlan;
-use super::sandbox::plan::{InitPlan, LandlockPlan};
-use super::sandbox::wire::SlotLayer;
-use super::sandbox::{Namespaces, Sandbox, SandboxError, Slot};
 use super::{ConfineError, LandlockInputs};
 use crate::git::{ConfinedGit, GitShadow, GuardReport};
+use plan::GitShadowPlan;
+use plan::{InitPlan, LandlockPlan};
 use seccompiler::BpfProgram;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use wire::SlotLayer;
+
+pub mod fdpass;
+pub mod idmap;
+pub mod init;
+mod mount_attr;
+pub mod plan;
+mod process;
+pub mod shims;
+mod slot_mounts;
+pub mod view;
+pub mod wire;
+
+pub use process::{
+    ExitReport, InitProcess, Namespaces, PendingSlot, SandboxChild, SandboxInitError, Slot,
+    StartError, is_job_main,
+};
 
 /// Slots kept ready for calls: an agent's sequential calls plus a little overlap (a
 /// back-to-back series ran dry with two); more would only hold memory and cgroup directories.
@@ -45,7 +60,7 @@ pub struct SandboxInit {
     refilling: AtomicBool,
     /// The egress proxy's accept loop on this init's listener; stops when the init goes.
     proxy: Mutex<Option<crate::egress::proxy::ListenerGuard>>,
-    sandbox: Sandbox,
+    sandbox: InitProcess,
     /// What the init was started with, to start a new one when the protected set changes.
     plan: InitPlan,
     program: PathBuf,
@@ -83,9 +98,9 @@ pub(crate) struct ViewInputs<'a> {
     pub devices: &'a [PathBuf],
     pub is_root: bool,
     /// Where cordon is root: the host ids calls run as (`confine::call_ids`).
-    pub calls_ids: Option<super::sandbox::plan::CallIds>,
+    pub calls_ids: Option<super::sandbox_init::plan::CallIds>,
     pub shm_bytes: u64,
-    pub cgroup_mounts: Vec<super::sandbox::plan::CgroupMount>,
+    pub cgroup_mounts: Vec<super::sandbox_init::plan::CgroupMount>,
     pub writable_shims: &'a [PathBuf],
 }
 
@@ -103,14 +118,14 @@ impl SandboxInit {
         program: PathBuf,
         workspace: cap_std::fs::Dir,
         one_shot: bool,
-    ) -> Result<Self, SandboxError> {
+    ) -> Result<Self, SandboxInitError> {
         let warm_target = if one_shot { 0 } else { WARM_SLOTS };
         let plan = plan(inputs);
         let patterns = inputs.protected.to_vec();
         let git = if inputs.read_only_workspace {
             None
         } else {
-            let root = workspace.try_clone().map_err(SandboxError::Start)?;
+            let root = workspace.try_clone().map_err(SandboxInitError::Start)?;
             match GitShadow::open(inputs.workspace, root) {
                 Ok(g) => Some(Arc::new(g)),
                 Err(e) => {
@@ -143,7 +158,7 @@ impl SandboxInit {
         patterns: Vec<String>,
         git: Option<Arc<GitShadow>>,
         join_network: Option<Arc<std::os::fd::OwnedFd>>,
-    ) -> Result<Self, SandboxError> {
+    ) -> Result<Self, SandboxInitError> {
         let (entries, signature) = crate::git::bound::take(&workspace, &patterns, git.is_some());
         plan.protected.clear();
         plan.pinned.clear();
@@ -180,7 +195,7 @@ impl SandboxInit {
                 operator_at: paths.operator_at,
             }
         });
-        let sandbox = Sandbox::start(plan.clone(), program.clone(), join_network)?;
+        let sandbox = InitProcess::start(plan.clone(), program.clone(), join_network)?;
         Ok(Self {
             pool: Mutex::new(Vec::new()),
             warm_target: WARM_SLOTS,
@@ -249,7 +264,7 @@ impl SandboxInit {
     /// reachable from the new init's calls, and the proxy's listener (handed over here) keeps
     /// serving both. Elsewhere entering the namespace needs a capability the server lacks, and
     /// the new init has a namespace of its own, as before.
-    pub fn rebuilt(&self) -> Result<Self, SandboxError> {
+    pub fn rebuilt(&self) -> Result<Self, SandboxInitError> {
         let mut plan = self.plan.clone();
         let join = self
             .sandbox
@@ -270,7 +285,9 @@ impl SandboxInit {
         let fresh = Self::start_plan(
             plan,
             self.program.clone(),
-            self.workspace.try_clone().map_err(SandboxError::Start)?,
+            self.workspace
+                .try_clone()
+                .map_err(SandboxInitError::Start)?,
             self.patterns.clone(),
             self.git.clone(),
             join,
@@ -510,7 +527,7 @@ impl ConfinedGit for SandboxInit {
         stdout: OwnedFd,
         side: OwnedFd,
     ) -> Result<i32, String> {
-        use super::sandbox::wire::{Arg, Job};
+        use super::sandbox_init::wire::{Arg, Exec, Program};
         use std::io::{Seek, Write};
         let tmp = self.call_tmp().map_err(|e| e.to_string())?;
         let slot = self
@@ -523,20 +540,22 @@ impl ConfinedGit for SandboxInit {
         let stderr = tempfile::tempfile().map_err(|e| e.to_string())?;
         let err_copy = stderr.try_clone().map_err(|e| e.to_string())?;
         let text = |s: &str| Arg::Text(s.to_owned());
-        let job = Job {
-            argv: vec![text("/bin/sh"), text("-c"), text(script)],
-            env: vec![
-                text("PATH=/usr/local/bin:/usr/bin:/bin"),
-                text("HOME=/nonexistent"),
-                text("LC_ALL=C"),
-                text("GIT_CONFIG_NOSYSTEM=1"),
-                text("GIT_CONFIG_GLOBAL=/dev/null"),
-                text("GIT_TERMINAL_PROMPT=0"),
-            ],
-            cwd: PathBuf::new(),
+        let job = Exec {
+            program: Program {
+                argv: vec![text("/bin/sh"), text("-c"), text(script)],
+                env: vec![
+                    text("PATH=/usr/local/bin:/usr/bin:/bin"),
+                    text("HOME=/nonexistent"),
+                    text("LC_ALL=C"),
+                    text("GIT_CONFIG_NOSYSTEM=1"),
+                    text("GIT_CONFIG_GLOBAL=/dev/null"),
+                    text("GIT_TERMINAL_PROMPT=0"),
+                ],
+                cwd: PathBuf::new(),
+                pty: None,
+            },
             fds: vec![0, 1, 2, 3],
             rlimits: vec![(libc::RLIMIT_CPU as i32, EXPORT_CPU_SECONDS)],
-            pty: None,
         };
         let fds = vec![OwnedFd::from(stdin), stdout, OwnedFd::from(stderr), side];
         let mut child = slot.start(job, fds).map_err(|e| e.to_string())?;
