@@ -321,9 +321,8 @@ impl Watch {
             .collect();
         // At the root the entry's name says whose it is: `.cordon` made at the root is
         // cordon's; deeper, the directory's first component does.
-        let own = |first: &str| {
-            matches!(first, ".cordon" | crate::policy::toolchains::WORKSPACE_HOME)
-        };
+        let own =
+            |first: &str| matches!(first, ".cordon" | crate::policy::toolchains::WORKSPACE_HOME);
         if rel.is_empty() {
             if names.contains(&".gitignore") {
                 pending.everything = true;
@@ -351,12 +350,10 @@ impl Watch {
                 let Ok(name) = std::ffi::CString::new(name.as_bytes()) else {
                     continue;
                 };
-                if let Ok(st) = rustix::fs::statat(
-                    &fd,
-                    name.as_c_str(),
-                    rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-                ) && rustix::fs::FileType::from_raw_mode(st.st_mode)
-                    != rustix::fs::FileType::Directory
+                if let Ok(st) =
+                    rustix::fs::statat(&fd, name.as_c_str(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                    && rustix::fs::FileType::from_raw_mode(st.st_mode)
+                        != rustix::fs::FileType::Directory
                     && st.st_nlink > 1
                 {
                     pending.everything = true;
@@ -575,7 +572,8 @@ impl Checkpoints {
         if !state.has_head {
             // The first record of this workspace: the tree every later change starts from.
             state.has_head = true;
-            self.store.save_head(lock, &mut state, &scanned.manifest, true)?;
+            self.store
+                .save_head(lock, &mut state, &scanned.manifest, true)?;
             self.store.set_state(lock, &state)?;
             self.remember(state.head_seq, scanned.manifest);
             return Ok(None);
@@ -1133,9 +1131,16 @@ mod watch_tests {
         fs::create_dir_all(w(".cordon-home")).unwrap();
         cps.begin().unwrap();
         let partial = || cps.partial_walks.load(std::sync::atomic::Ordering::Relaxed);
-        let steps: Vec<(&str, Box<dyn Fn()>)> = vec![
-            ("a file written deep", Box::new(|| fs::write(w("a/b/c/f"), "changed").unwrap())),
-            ("a tree removed", Box::new(|| fs::remove_dir_all(w("gone")).unwrap())),
+        type Step<'a> = (&'a str, Box<dyn Fn() + 'a>);
+        let steps: Vec<Step> = vec![
+            (
+                "a file written deep",
+                Box::new(|| fs::write(w("a/b/c/f"), "changed").unwrap()),
+            ),
+            (
+                "a tree removed",
+                Box::new(|| fs::remove_dir_all(w("gone")).unwrap()),
+            ),
             (
                 "a directory removed and made again, empty, under its old name",
                 Box::new(|| {
@@ -1143,7 +1148,10 @@ mod watch_tests {
                     fs::create_dir(w("a/b")).unwrap();
                 }),
             ),
-            ("a directory renamed", Box::new(|| fs::rename(w("moved"), w("renamed")).unwrap())),
+            (
+                "a directory renamed",
+                Box::new(|| fs::rename(w("moved"), w("renamed")).unwrap()),
+            ),
             (
                 "a directory replaced by a file, and a file by a directory",
                 Box::new(|| {

@@ -477,10 +477,7 @@ impl Store {
             if !(too_many || too_big || too_old) {
                 break;
             }
-            if state
-                .head_file_seq
-                .is_some_and(|file_seq| *seq >= file_seq)
-            {
+            if state.head_file_seq.is_some_and(|file_seq| *seq >= file_seq) {
                 // `head.json` needs this record to roll forward: it is written whole first.
                 self.write_head(lock, &mut state, head)?;
                 self.set_state(lock, &state)?;
