@@ -378,6 +378,15 @@ fn main() {
     }
     mark_inherited_descriptors_cloexec();
     let cli = Cli::parse();
+    if let Command::Serve {
+        no_kernel_denials, ..
+    } = &cli.command
+    {
+        serve_logging();
+        if !no_kernel_denials {
+            start_kernel_denials();
+        }
+    }
     let code = match cli.command {
         Command::Probe { name, arg } => cordon::confine::selftest::run(&name, arg.as_deref()),
         Command::ParseWorker => cordon::parser::worker::run(),
@@ -396,6 +405,27 @@ fn main() {
         },
     };
     std::process::exit(code);
+}
+
+/// `serve`'s log: stderr, filtered by `CORDON_LOG` (default `warn`).
+fn serve_logging() {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("CORDON_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+}
+
+/// Starts the kernel-denials reader while this process has one thread: where cordon manages
+/// the host's audit, it gives itself a login uid of its own (`confine::audit::host`), which
+/// the kernel sets for the calling thread only, and every thread and process made afterwards
+/// inherits it. Threads made before (the async runtime's) would start processes the audit
+/// rule leaves without records.
+fn start_kernel_denials() {
+    let _ = cordon::confine::audit::start();
 }
 
 /// Descriptors this process inherited (an `exec 7>/outside/f` in the shell that started us)
@@ -453,7 +483,7 @@ async fn run(command: Command) -> Result<i32> {
             no_kernel_denials,
             http,
         } => {
-            serve(
+            let served = serve(
                 workspace,
                 &policy,
                 audit_log,
@@ -461,7 +491,11 @@ async fn run(command: Command) -> Result<i32> {
                 no_kernel_denials,
                 &http,
             )
-            .await
+            .await;
+            // Whatever the end, audit goes back off when this server turned it on and is the
+            // last cordon server reading it.
+            cordon::confine::audit::release();
+            served
         }
         Command::Exec {
             workspace,
@@ -666,18 +700,11 @@ async fn serve(
     no_kernel_denials: bool,
     http: &HttpArgs,
 ) -> Result<i32> {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("CORDON_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
     let signals =
         cordon::server::StopSignals::listen().context("cannot listen for SIGTERM and SIGINT")?;
     // Before the sandbox init's plan is made (in `start`): its Landlock layers log denials
-    // only once the reader runs.
+    // only once the reader runs. Started already (`start_kernel_denials`, before any thread);
+    // this only says how it went.
     if no_kernel_denials {
         tracing::info!("kernel-reported denials off (--no-kernel-denials)");
     } else if let cordon::confine::audit::Availability::Unavailable { reason } =

@@ -77,6 +77,25 @@ pub struct Cached {
     pub racy: bool,
 }
 
+impl Cached {
+    /// An entry known from a record but not from a scan: no stat key matches it, so the next
+    /// scan reads the path again.
+    pub fn unknown_stat(entry: Entry) -> Self {
+        Self {
+            entry,
+            stat: StatKey {
+                dev: 0,
+                ino: 0,
+                size: 0,
+                mtime_ns: 0,
+                ctime_ns: 0,
+                mode: 0,
+            },
+            racy: true,
+        }
+    }
+}
+
 /// A whole recorded tree: workspace-relative path (`/`-separated, no leading `/`) → entry.
 pub type Manifest = BTreeMap<String, Cached>;
 

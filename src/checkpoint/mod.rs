@@ -175,6 +175,8 @@ pub struct Checkpoints {
     watch: Option<Watch>,
     /// Walks of the tree so far (what the fast path saves is visible in tests).
     walks: std::sync::atomic::AtomicU64,
+    /// Of those, the walks of only the directories the kernel named.
+    partial_walks: std::sync::atomic::AtomicU64,
     /// A walk found a file system mounted inside the workspace, which the watch of the root's
     /// file system cannot see: every recording walks from then on.
     watch_blind: std::sync::atomic::AtomicBool,
@@ -185,67 +187,185 @@ pub struct Checkpoints {
 struct Watch {
     events: crate::confine::fanotify::DirWatch,
     root: PathBuf,
-    /// A drain saw a change under the workspace that no walk has covered yet: kept across
-    /// drains, since the events themselves are gone once read.
-    dirty: std::sync::atomic::AtomicBool,
+    /// What drains found that no walk has covered yet: kept across drains, since the events
+    /// themselves are gone once read.
+    pending: Mutex<Pending>,
+}
+
+/// What the kernel reported under the workspace since the last walk began.
+#[derive(Debug, Default)]
+struct Pending {
+    /// Anything may have changed (events lost or unreadable, a directory that cannot be told,
+    /// an ignore file changed, which moves coverage beneath it): the next recording walks the
+    /// whole tree.
+    everything: bool,
+    /// The workspace-relative directories (`""`: the root) in which an entry was created,
+    /// deleted, renamed, written or changed its attributes.
+    dirs: std::collections::BTreeSet<String>,
+}
+
+impl Pending {
+    fn is_empty(&self) -> bool {
+        !self.everything && self.dirs.is_empty()
+    }
+}
+
+/// How the next recording reads the tree.
+enum Plan {
+    /// Nothing changed since the record this process holds: no walk.
+    Quiet,
+    /// Only these directories changed (see [`Pending::dirs`]): read them, and walk whole
+    /// only the directories that are new there.
+    Dirs(std::collections::BTreeSet<String>),
+    /// Walk the whole tree.
+    Everything,
+}
+
+/// The first component of a workspace-relative path.
+fn first_component(rel: &str) -> &str {
+    rel.split('/').next().unwrap_or_default()
 }
 
 impl Watch {
-    /// Drains the queue; whether anything under the workspace may have changed since the
-    /// last walk began.
+    /// Drains the queue into [`Watch::pending`]; whether anything under the workspace may
+    /// have changed since the last walk began.
     fn poll(&self) -> bool {
-        use std::sync::atomic::Ordering;
-        if self.changed_inside() {
-            self.dirty.store(true, Ordering::SeqCst);
-        }
-        self.dirty.load(Ordering::SeqCst)
+        let Ok(mut pending) = self.pending.lock() else {
+            return true;
+        };
+        self.drain_into(&mut pending);
+        !pending.is_empty()
     }
 
-    /// Whether anything may have changed under the workspace since the previous drain: an
-    /// event in a directory of the workspace (cordon's own `.cordon`, `.cordon-home` and
-    /// `.git` aside), a lost event, or a directory that cannot be told (gone, unreadable).
-    fn changed_inside(&self) -> bool {
+    /// Takes what is pending (a walk follows and covers it; what happens during the walk is
+    /// drained next time).
+    fn take(&self) -> Pending {
+        match self.pending.lock() {
+            Ok(mut pending) => {
+                self.drain_into(&mut pending);
+                std::mem::take(&mut *pending)
+            }
+            Err(_) => Pending {
+                everything: true,
+                dirs: Default::default(),
+            },
+        }
+    }
+
+    /// Adds what the queue holds to `pending`: each event's directory, when it lies in the
+    /// workspace (cordon's own `.cordon`, `.cordon-home` and `.git` aside), or `everything`
+    /// for a lost or unreadable event and a directory that cannot be told.
+    fn drain_into(&self, pending: &mut Pending) {
         let drained = match self.events.drain() {
             Ok(d) => d,
-            Err(_) => return true,
+            Err(_) => {
+                pending.everything = true;
+                return;
+            }
         };
         if drained.overflow || drained.unreadable {
-            return true;
+            pending.everything = true;
         }
-        drained.dirs.iter().any(|(kind, handle, name)| {
-            let fd = match self.events.open(*kind, handle) {
-                Ok(fd) => fd,
-                // The directory is gone. If it was in the workspace, its removal (or its move
-                // out) is itself an event in a directory that still exists there, up to the
-                // root: that event decides. Every call's own scratch directories end this way.
-                Err(e) if e.raw_os_error() == Some(libc::ESTALE) => return false,
-                Err(_) => return true,
-            };
-            let Ok(path) = std::fs::read_link(format!("/proc/self/fd/{}", {
-                use std::os::fd::AsRawFd;
-                fd.as_raw_fd()
-            })) else {
-                return true;
-            };
-            let Ok(rel) = path.strip_prefix(&self.root) else {
-                // Outside the workspace: another directory of the same file system (cordon's
-                // own store among them). A deleted directory reads `… (deleted)`, never the
-                // workspace's prefix unless it was in it, and then it changed.
-                return false;
-            };
-            // An event in the root names the entry: `.cordon` made at the root is cordon's.
-            let rel = if rel.as_os_str().is_empty() {
-                use std::os::unix::ffi::OsStrExt;
-                std::path::PathBuf::from(std::ffi::OsStr::from_bytes(name))
-            } else {
-                rel.to_path_buf()
-            };
-            let first = rel.components().next().map(|c| c.as_os_str().to_owned());
-            !matches!(
-                first.as_deref().and_then(|f| f.to_str()),
-                Some(".git" | ".cordon" | crate::policy::toolchains::WORKSPACE_HOME)
-            )
-        })
+        // Events come per entry; a directory is resolved once however many of its entries
+        // changed (a build writes thousands into one directory).
+        let mut by_dir: std::collections::BTreeMap<(i32, &[u8]), Vec<&[u8]>> = Default::default();
+        for (kind, handle, name) in &drained.dirs {
+            by_dir
+                .entry((*kind, handle.as_slice()))
+                .or_default()
+                .push(name.as_slice());
+        }
+        for ((kind, handle), names) in by_dir {
+            if pending.everything {
+                return;
+            }
+            self.classify(kind, handle, &names, pending);
+        }
+    }
+
+    /// Adds one directory's events to `pending`.
+    fn classify(&self, kind: i32, handle: &[u8], names: &[&[u8]], pending: &mut Pending) {
+        let fd = match self.events.open(kind, handle) {
+            Ok(fd) => fd,
+            // The directory is gone. If it was in the workspace, its removal (or its move
+            // out) is itself an event in a directory that still exists there, up to the
+            // root: that event decides. Every call's own scratch directories end this way.
+            Err(e) if e.raw_os_error() == Some(libc::ESTALE) => return,
+            Err(_) => {
+                pending.everything = true;
+                return;
+            }
+        };
+        let Ok(path) = std::fs::read_link(format!("/proc/self/fd/{}", {
+            use std::os::fd::AsRawFd;
+            fd.as_raw_fd()
+        })) else {
+            pending.everything = true;
+            return;
+        };
+        let Ok(rel) = path.strip_prefix(&self.root) else {
+            // Outside the workspace: another directory of the same file system (cordon's
+            // own store among them). A deleted directory reads `… (deleted)`, never the
+            // workspace's prefix unless it was in it, and then it changed.
+            return;
+        };
+        let Some(rel) = rel.to_str() else {
+            // A directory whose name cannot be recorded by path: let a whole walk list it.
+            pending.everything = true;
+            return;
+        };
+        let names: Vec<&str> = names
+            .iter()
+            .map(|n| std::str::from_utf8(n).unwrap_or("\u{fffd}"))
+            .filter(|n| !n.is_empty() && *n != ".")
+            .collect();
+        // At the root the entry's name says whose it is: `.cordon` made at the root is
+        // cordon's; deeper, the directory's first component does.
+        let own =
+            |first: &str| matches!(first, ".cordon" | crate::policy::toolchains::WORKSPACE_HOME);
+        if rel.is_empty() {
+            if names.contains(&".gitignore") {
+                pending.everything = true;
+            } else if names.is_empty() || names.iter().any(|n| !own(n) && *n != ".git") {
+                pending.dirs.insert(String::new());
+            }
+            return;
+        }
+        if rel.split('/').any(|c| c == ".git") {
+            // A `.git` is never recorded (the operator's is bound read-only for calls); the
+            // root's `info/exclude` decides coverage like a `.gitignore`.
+            if rel == ".git/info"
+                || rel.starts_with(".git/info/")
+                || (rel == ".git" && names.contains(&"info"))
+            {
+                pending.everything = true;
+            }
+            return;
+        }
+        if own(first_component(rel)) {
+            // cordon's own directories are never recorded, but a hard link there to a
+            // workspace file writes that file: a file with more than one link seen there
+            // makes the next recording walk everything.
+            for name in &names {
+                let Ok(name) = std::ffi::CString::new(name.as_bytes()) else {
+                    continue;
+                };
+                if let Ok(st) =
+                    rustix::fs::statat(&fd, name.as_c_str(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                    && rustix::fs::FileType::from_raw_mode(st.st_mode)
+                        != rustix::fs::FileType::Directory
+                    && st.st_nlink > 1
+                {
+                    pending.everything = true;
+                }
+            }
+            return;
+        }
+        if names.contains(&".gitignore") {
+            pending.everything = true;
+            return;
+        }
+        pending.dirs.insert(rel.to_owned());
     }
 }
 
@@ -285,6 +405,7 @@ impl Checkpoints {
             cache: Mutex::new(None),
             watch: None,
             walks: std::sync::atomic::AtomicU64::new(0),
+            partial_walks: std::sync::atomic::AtomicU64::new(0),
             watch_blind: std::sync::atomic::AtomicBool::new(false),
         })
     }
@@ -297,7 +418,10 @@ impl Checkpoints {
         self.watch = Some(Watch {
             events,
             root: canonical.to_path_buf(),
-            dirty: std::sync::atomic::AtomicBool::new(true),
+            pending: Mutex::new(Pending {
+                everything: true,
+                dirs: Default::default(),
+            }),
         });
         Ok(())
     }
@@ -333,7 +457,7 @@ impl Checkpoints {
         });
         let head = match cached {
             Some(head) => head,
-            None => match self.store.head(lock) {
+            None => match self.store.head(lock, &state) {
                 Ok(head) => head,
                 // An unreadable head (cut short by a crash: it is not synced) is recorded
                 // afresh; the checkpoints kept still restore what they changed.
@@ -352,12 +476,15 @@ impl Checkpoints {
         Ok((state, head))
     }
 
-    /// True when the kernel reported nothing under the workspace since the previous drain
-    /// and this process holds the newest record: nothing changed, no walk needed. Always
-    /// drains, so a walk that follows starts from a queue emptied before it.
-    fn quiet(&self, lock: &Locked) -> Result<bool, CheckpointError> {
+    /// How the next recording reads the tree: not at all when the kernel reported nothing
+    /// under the workspace since the previous walk and this process holds the newest record;
+    /// only the directories it reported when that record is this process's; otherwise all
+    /// of it. Takes what was pending, so a walk that follows starts from a queue emptied
+    /// before it (what happens during the walk is drained next time); if the walk fails, the
+    /// cache is gone and the next recording walks everything.
+    fn plan(&self, lock: &Locked) -> Result<Plan, CheckpointError> {
         let Some(watch) = self.watch() else {
-            return Ok(false);
+            return Ok(Plan::Everything);
         };
         let changed = watch.poll();
         let state = self.store.state(lock)?;
@@ -368,14 +495,14 @@ impl Checkpoints {
                 .ok()
                 .is_some_and(|c| c.as_ref().is_some_and(|(seq, _)| *seq == state.head_seq));
         if fresh && !changed {
-            return Ok(true);
+            return Ok(Plan::Quiet);
         }
-        // A walk follows, and covers everything drained so far (what happens during it is
-        // drained next time). If it fails, the cache is gone and the next recording walks.
-        watch
-            .dirty
-            .store(false, std::sync::atomic::Ordering::SeqCst);
-        Ok(false)
+        let pending = watch.take();
+        Ok(if fresh && !pending.everything {
+            Plan::Dirs(pending.dirs)
+        } else {
+            Plan::Everything
+        })
     }
 
     /// The fast path's answer without the store: the newest state's number when the kernel
@@ -410,18 +537,27 @@ impl Checkpoints {
         lock: &Locked,
         info: &CallInfo,
     ) -> Result<Option<Record>, CheckpointError> {
-        if self.quiet(lock)? {
-            return Ok(None);
-        }
+        let dirs = match self.plan(lock)? {
+            Plan::Quiet => return Ok(None),
+            Plan::Dirs(dirs) => Some(dirs),
+            Plan::Everything => None,
+        };
         let (mut state, head) = self.current(lock)?;
         self.walks
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let scanned = scan::Scan {
+        let scan = scan::Scan {
             store: &self.store,
             coverage: &self.coverage,
             max_file_bytes: self.settings.max_file_bytes,
-        }
-        .run(self.root.as_fd(), head)?;
+        };
+        let scanned = match dirs {
+            Some(dirs) if state.has_head => {
+                self.partial_walks
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                scan.run_dirs(self.root.as_fd(), head, &dirs)?
+            }
+            _ => scan.run(self.root.as_fd(), head)?,
+        };
         if scanned.other_file_system
             && self.watch.is_some()
             && !self
@@ -435,18 +571,17 @@ impl Checkpoints {
         }
         if !state.has_head {
             // The first record of this workspace: the tree every later change starts from.
-            self.store.set_head(lock, &scanned.manifest)?;
             state.has_head = true;
+            self.store
+                .save_head(lock, &mut state, &scanned.manifest, true)?;
             self.store.set_state(lock, &state)?;
             self.remember(state.head_seq, scanned.manifest);
             return Ok(None);
         }
         let changes = scanned.changes;
         if changes.is_empty() {
-            // Same tree; a changed stat cache is kept so the next scan need not read again.
-            if scanned.stat_changed {
-                self.store.set_head(lock, &scanned.manifest)?;
-            }
+            // Same tree. A changed stat cache stays in this process's memory: on disk the
+            // older one only makes another process read those files again.
             self.remember(state.head_seq, scanned.manifest);
             return Ok(None);
         }
@@ -461,11 +596,12 @@ impl Checkpoints {
             changes,
         };
         self.store.add_record(lock, &record)?;
-        self.store.set_head(lock, &scanned.manifest)?;
         state.head_seq += 1;
+        self.store
+            .save_head(lock, &mut state, &scanned.manifest, false)?;
         self.store.set_state(lock, &state)?;
         self.store
-            .evict(lock, &scanned.manifest, self.settings.bounds)?;
+            .evict_if_over(lock, &scanned.manifest, self.settings.bounds)?;
         self.remember(state.head_seq, scanned.manifest);
         Ok(Some(record))
     }
@@ -675,7 +811,7 @@ mod tests {
     use std::fs;
     use std::os::unix::fs::PermissionsExt;
 
-    fn settings(max_count: u64) -> Settings {
+    pub(super) fn settings(max_count: u64) -> Settings {
         Settings {
             bounds: Bounds {
                 max_bytes: 1 << 30,
@@ -687,12 +823,12 @@ mod tests {
         }
     }
 
-    fn open(ws: &Path, state: &Path, max_count: u64) -> Checkpoints {
+    pub(super) fn open(ws: &Path, state: &Path, max_count: u64) -> Checkpoints {
         let dir = cap_std::fs::Dir::open_ambient_dir(ws, cap_std::ambient_authority()).unwrap();
         Checkpoints::open_in(state, ws, &dir, settings(max_count)).unwrap()
     }
 
-    fn call(tool: &str) -> CallInfo {
+    pub(super) fn call(tool: &str) -> CallInfo {
         CallInfo {
             call: None,
             tool: tool.into(),
@@ -816,6 +952,21 @@ mod tests {
             .unwrap();
         assert!(err.is_invalid_argument(), "{err}");
         assert!(matches!(parse_id("12"), Err(CheckpointError::BadId(_))));
+        // The head on disk lagged behind the records the bound dropped: it was written whole
+        // before they went, so another process still reads the newest tree.
+        let other = open(ws.path(), state.path(), 2);
+        let lock = other.store.lock().unwrap();
+        let (state_now, head) = other.current(&lock).unwrap();
+        assert_eq!(state_now.head_seq, 4);
+        let f = head.get("f").expect("f is recorded");
+        let want: String = <sha2::Sha256 as sha2::Digest>::digest(b"3")
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert!(
+            matches!(&f.entry.kind, Kind::File { sha256, .. } if *sha256 == want),
+            "{f:?}"
+        );
     }
 
     #[test]
@@ -852,8 +1003,10 @@ mod tests {
 
 #[cfg(test)]
 mod watch_tests {
+    use super::tests::{call, open, settings};
     use super::*;
     use std::fs;
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn with_fanotify_a_quiet_workspace_is_not_walked_and_a_change_is_still_seen() {
@@ -925,5 +1078,134 @@ mod watch_tests {
         assert_eq!(diffed.files.len(), 1, "{:?}", diffed.files);
         assert_eq!(diffed.files[0].path, "d/e/f");
         assert!(cps.recording().starts_with("fanotify"));
+    }
+
+    /// The entries of the tree a `Checkpoints` holds as newest.
+    fn held(cps: &Checkpoints) -> std::collections::BTreeMap<String, entry::Entry> {
+        let cache = cps.cache.lock().unwrap();
+        let (_, manifest) = cache.as_ref().expect("a record is held");
+        manifest
+            .iter()
+            .map(|(path, cached)| (path.clone(), cached.entry.clone()))
+            .collect()
+    }
+
+    /// What a whole walk of `ws` records, from a store of its own.
+    fn walked_afresh(ws: &Path) -> std::collections::BTreeMap<String, entry::Entry> {
+        let state = tempfile::tempdir().unwrap();
+        let cps = open(ws, state.path(), 100);
+        cps.begin().unwrap();
+        held(&cps)
+    }
+
+    #[test]
+    fn a_walk_of_the_directories_the_kernel_named_records_what_a_whole_walk_would() {
+        let ws = tempfile::tempdir().unwrap();
+        let state = tempfile::tempdir().unwrap();
+        let canonical = fs::canonicalize(ws.path()).unwrap();
+        let dir =
+            cap_std::fs::Dir::open_ambient_dir(&canonical, cap_std::ambient_authority()).unwrap();
+        let mut cps = Checkpoints::open_in(state.path(), &canonical, &dir, settings(100)).unwrap();
+        if let Err(why) = cps.watch_changes(&canonical) {
+            // CI runs as root, where fanotify must work: a missing fast path is a failure
+            // there, and a skip only on a developer's unprivileged machine.
+            assert!(std::env::var_os("CI").is_none(), "no fanotify in CI: {why}");
+            eprintln!("skipped: no fanotify here ({why})");
+            return;
+        }
+        let w = |rel: &str| canonical.join(rel);
+        for d in ["a/b/c", "a/keep", "gone/deep/er", "moved/x", "swap", "mode"] {
+            fs::create_dir_all(w(d)).unwrap();
+        }
+        for f in [
+            "top",
+            "a/b/c/f",
+            "a/keep/k",
+            "gone/deep/er/g",
+            "moved/x/m",
+            "swap/s",
+            "mode/m",
+        ] {
+            fs::write(w(f), f).unwrap();
+        }
+        fs::create_dir_all(w(".cordon-home")).unwrap();
+        cps.begin().unwrap();
+        let partial = || cps.partial_walks.load(std::sync::atomic::Ordering::Relaxed);
+        type Step<'a> = (&'a str, Box<dyn Fn() + 'a>);
+        let steps: Vec<Step> = vec![
+            (
+                "a file written deep",
+                Box::new(|| fs::write(w("a/b/c/f"), "changed").unwrap()),
+            ),
+            (
+                "a tree removed",
+                Box::new(|| fs::remove_dir_all(w("gone")).unwrap()),
+            ),
+            (
+                "a directory removed and made again, empty, under its old name",
+                Box::new(|| {
+                    fs::remove_dir_all(w("a/b")).unwrap();
+                    fs::create_dir(w("a/b")).unwrap();
+                }),
+            ),
+            (
+                "a directory renamed",
+                Box::new(|| fs::rename(w("moved"), w("renamed")).unwrap()),
+            ),
+            (
+                "a directory replaced by a file, and a file by a directory",
+                Box::new(|| {
+                    fs::remove_dir_all(w("swap")).unwrap();
+                    fs::write(w("swap"), "now a file").unwrap();
+                    fs::remove_file(w("top")).unwrap();
+                    fs::create_dir_all(w("top/inner")).unwrap();
+                    fs::write(w("top/inner/t"), "t").unwrap();
+                }),
+            ),
+            (
+                "a directory's mode",
+                Box::new(|| {
+                    fs::set_permissions(w("mode"), fs::Permissions::from_mode(0o700)).unwrap()
+                }),
+            ),
+            (
+                "a directory replaced by a symlink out of the workspace",
+                Box::new(|| {
+                    fs::remove_dir_all(w("a/keep")).unwrap();
+                    std::os::unix::fs::symlink("/etc", w("a/keep")).unwrap();
+                }),
+            ),
+        ];
+        for (what, step) in &steps {
+            let before = partial();
+            step();
+            cps.record(&call(what)).unwrap();
+            assert_eq!(partial(), before + 1, "{what}: recorded by a partial walk");
+            assert_eq!(held(&cps), walked_afresh(&canonical), "{what}");
+        }
+        // A file written through a hard link in cordon's own home directory (never recorded
+        // itself) is still seen: that drain asks for a whole walk.
+        fs::hard_link(w("mode/m"), w(".cordon-home/m")).unwrap();
+        cps.record(&call("link")).unwrap();
+        let before = partial();
+        let walks = cps.walks.load(std::sync::atomic::Ordering::Relaxed);
+        fs::write(w(".cordon-home/m"), "through the link").unwrap();
+        cps.record(&call("through a link")).unwrap();
+        assert_eq!(partial(), before, "a hard link makes the walk whole");
+        assert!(cps.walks.load(std::sync::atomic::Ordering::Relaxed) > walks);
+        assert_eq!(held(&cps), walked_afresh(&canonical));
+        // A new ignore file changes coverage beneath it: a whole walk.
+        fs::write(w("a/.gitignore"), "b/\n").unwrap();
+        cps.record(&call("ignore")).unwrap();
+        assert_eq!(partial(), before);
+        assert_eq!(held(&cps), walked_afresh(&canonical));
+        assert!(!held(&cps).contains_key("a/b"), "ignored now");
+        // And the head kept on disk, rolled forward by the records, is the same tree.
+        let again = Checkpoints::open_in(state.path(), &canonical, &dir, settings(100)).unwrap();
+        let lock = again.store.lock().unwrap();
+        let (_, head) = again.current(&lock).unwrap();
+        let head: std::collections::BTreeMap<_, _> =
+            head.into_iter().map(|(p, c)| (p, c.entry)).collect();
+        assert_eq!(head, held(&cps));
     }
 }

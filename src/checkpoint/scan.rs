@@ -122,6 +122,7 @@ impl Scan<'_> {
             stat_changed: false,
             root_dev: None,
             other_file_system: false,
+            base: None,
         };
         let root = rustix::fs::openat(
             root,
@@ -150,13 +151,118 @@ impl Scan<'_> {
     }
 }
 
+/// The part of the previous record a walk of named directories has not looked at, and
+/// the directories it walked whole.
+impl Scan<'_> {
+    /// Records the tree beneath `root` reading only the directories `dirs` (workspace-
+    /// relative, `""` the root), where the kernel reported every change since `previous` was
+    /// recorded: each one's entries are read again, a directory found there that is new (or
+    /// another directory under an old name) is walked whole, and what the previous record
+    /// held beneath a name that is gone is deleted. The rest of `previous` is kept as it is.
+    pub fn run_dirs(
+        &self,
+        root: BorrowedFd<'_>,
+        previous: Manifest,
+        dirs: &std::collections::BTreeSet<String>,
+    ) -> Result<Scanned, CheckpointError> {
+        let root = rustix::fs::openat(
+            root,
+            c".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| CheckpointError::Workspace(e.into()))?;
+        let mut walk = Walk {
+            scan: self,
+            started: now_ns(),
+            manifest: Manifest::new(),
+            new_bytes: 0,
+            previous: Manifest::new(),
+            changes: Vec::new(),
+            stat_changed: false,
+            root_dev: rustix::fs::fstat(&root).ok().map(|st| st.st_dev),
+            other_file_system: false,
+            base: Some(Base {
+                rest: previous,
+                walked: Vec::new(),
+            }),
+        };
+        // In path order, a directory comes before what is beneath it, so a directory walked
+        // whole is known before its subdirectories come up.
+        for dir in dirs {
+            let covered_already = walk
+                .base
+                .as_ref()
+                .is_some_and(|b| b.walked.iter().any(|w| within(dir, w)));
+            if !covered_already {
+                walk.named_dir(root.as_fd(), dir)?;
+            }
+        }
+        // A directory that was there and is gone takes what was beneath it along.
+        let gone: Vec<String> = walk
+            .previous
+            .iter()
+            .filter(|(_, old)| old.entry.is_dir())
+            .map(|(path, _)| path.clone())
+            .collect();
+        for dir in gone {
+            walk.take_subtree(&dir);
+        }
+        let base = walk.base.take().map(|b| b.rest).unwrap_or_default();
+        let mut changes = walk.changes;
+        changes.extend(walk.previous.into_iter().map(|(path, old)| Change {
+            path,
+            before: Some(old.entry),
+            after: None,
+        }));
+        changes.sort_by(|a, b| a.path.cmp(&b.path));
+        let mut manifest = base;
+        manifest.extend(walk.manifest);
+        Ok(Scanned {
+            manifest,
+            new_bytes: walk.new_bytes,
+            stat_changed: walk.stat_changed || !changes.is_empty(),
+            changes,
+            other_file_system: walk.other_file_system,
+        })
+    }
+}
+
+struct Base {
+    rest: Manifest,
+    walked: Vec<String>,
+}
+
+/// Whether `path` is `dir` or beneath it.
+fn within(path: &str, dir: &str) -> bool {
+    path.strip_prefix(dir)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
+/// The paths of `manifest` strictly beneath `dir` (`""`: every path).
+fn beneath<'m>(manifest: &'m Manifest, dir: &str) -> impl Iterator<Item = &'m String> + 'm {
+    let prefix = if dir.is_empty() {
+        String::new()
+    } else {
+        format!("{dir}/")
+    };
+    manifest
+        .range::<String, _>(prefix.clone()..)
+        .map(|(path, _)| path)
+        .take_while(move |path| path.starts_with(&prefix))
+}
+
 struct Walk<'a, 'b> {
     scan: &'a Scan<'b>,
     started: i128,
     manifest: Manifest,
     new_bytes: u64,
-    /// What is left of the previous record: the paths not seen (yet).
+    /// What is left of the previous record: the paths not seen (yet). In a walk of named
+    /// directories, only the part of it those directories hold (moved in from `base`).
     previous: Manifest,
+    /// A walk of named directories: the rest of the previous record, kept as it is unless a
+    /// directory read shows that part of it moved into `previous` must be looked at.
+    base: Option<Base>,
     changes: Vec<Change>,
     stat_changed: bool,
     root_dev: Option<u64>,
@@ -164,10 +270,99 @@ struct Walk<'a, 'b> {
 }
 
 impl Walk<'_, '_> {
+    /// Moves what the previous record held beneath `dir` from the untouched rest into what
+    /// this walk compares against (a walk of named directories only).
+    fn take_subtree(&mut self, dir: &str) {
+        let Some(base) = self.base.as_mut() else {
+            return;
+        };
+        let paths: Vec<String> = beneath(&base.rest, dir).cloned().collect();
+        for path in paths {
+            if let Some(old) = base.rest.remove(&path) {
+                self.previous.insert(path, old);
+            }
+        }
+        base.walked.push(dir.to_owned());
+    }
+
+    /// Reads one directory the kernel named: opened one component at a time from the root
+    /// without following a link, with the ignore rules of every directory above it; its own
+    /// entry and its entries are recorded again. Gone or no longer a directory: left to its
+    /// parent's read (its removal was an event there).
+    fn named_dir(&mut self, root: BorrowedFd<'_>, dir: &str) -> Result<(), CheckpointError> {
+        let coverage = self.scan.coverage;
+        let mut stack = vec![self.rules(root, "")];
+        let mut fd: Option<OwnedFd> = None;
+        let mut rel = String::new();
+        let mut ignored = false;
+        let mut covered = true;
+        let mut own_stat = None;
+        for name in dir.split('/').filter(|c| !c.is_empty()) {
+            let parent_rel = rel.clone();
+            rel = join(&parent_rel, name);
+            if never_recorded(parent_rel.is_empty(), name) {
+                return Ok(());
+            }
+            ignored = ignored || Coverage::ignored(&stack, &rel, true);
+            covered = !ignored || coverage.included(&rel, true);
+            if !covered && !coverage.may_include_beneath(&rel) {
+                return Ok(());
+            }
+            let Ok(cname) = std::ffi::CString::new(name) else {
+                return Ok(());
+            };
+            let parent = fd.as_ref().map_or(root, |f| f.as_fd());
+            let Ok(sub) = open_dir_nofollow(parent, &cname) else {
+                return Ok(());
+            };
+            own_stat = rustix::fs::fstat(&sub).ok();
+            let rules = if ignored {
+                None
+            } else {
+                self.rules(sub.as_fd(), &rel)
+            };
+            stack.push(rules);
+            fd = Some(sub);
+        }
+        let here = fd.as_ref().map_or(root, |f| f.as_fd());
+        if let Some(st) = own_stat {
+            if self.root_dev != Some(st.st_dev) {
+                self.other_file_system = true;
+            }
+            // Its own entry (a mode change is reported in the directory itself), unless its
+            // parent's read already recorded it.
+            if covered && !self.manifest.contains_key(&rel) {
+                if let Some(old) = self.base.as_mut().and_then(|b| b.rest.remove(&rel)) {
+                    self.previous.insert(rel.clone(), old);
+                }
+                self.put(rel.clone(), Kind::Dir, &st, false);
+            }
+        }
+        // Its entries, against what the previous record held directly in it.
+        if let Some(base) = self.base.as_mut() {
+            let children: Vec<String> = beneath(&base.rest, &rel)
+                .filter(|p| !p[rel.len()..].trim_start_matches('/').contains('/'))
+                .cloned()
+                .collect();
+            for path in children {
+                if let Some(old) = base.rest.remove(&path) {
+                    self.previous.insert(path, old);
+                }
+            }
+        }
+        // The root's rules are the first on the stack; `entries` expects those of `dir`
+        // last, which they are.
+        self.entries(here, &rel, &mut stack, ignored, true)
+    }
+
     /// Adds `path` to the new tree, noting how it differs from the previous record.
     fn keep(&mut self, path: String, cached: Cached) {
         match self.previous.remove(&path) {
             Some(old) => {
+                if old.entry.is_dir() && !cached.entry.is_dir() {
+                    // A directory replaced by something else: what was beneath it is gone.
+                    self.take_subtree(&path);
+                }
                 if old.entry != cached.entry {
                     self.changes.push(Change {
                         path: path.clone(),
@@ -198,7 +393,7 @@ impl Walk<'_, '_> {
     ) -> Result<(), CheckpointError> {
         let rules = if ignored { None } else { self.rules(fd, rel) };
         stack.push(rules);
-        let result = self.entries(fd, rel, stack, ignored);
+        let result = self.entries(fd, rel, stack, ignored, false);
         stack.pop();
         result
     }
@@ -227,12 +422,16 @@ impl Walk<'_, '_> {
         DirRules::new(rel, &texts)
     }
 
+    /// Records the entries of the directory `fd` (at `rel`, whose rules are on `stack`), and
+    /// walks its subdirectories whole, unless `shallow`: then a subdirectory that is the same
+    /// directory as before (same device and inode) is recorded by its own entry only.
     fn entries(
         &mut self,
         fd: BorrowedFd<'_>,
         rel: &str,
         stack: &mut Vec<Option<DirRules>>,
         ignored: bool,
+        shallow: bool,
     ) -> Result<(), CheckpointError> {
         let coverage = self.scan.coverage;
         let mut names = Vec::new();
@@ -281,6 +480,18 @@ impl Walk<'_, '_> {
                     rustix::fs::fstat(&sub).map_err(|e| CheckpointError::Workspace(e.into()))?;
                 if self.root_dev != Some(st.st_dev) {
                     self.other_file_system = true;
+                }
+                if shallow {
+                    let same = self.previous.get(&path).is_some_and(|old| {
+                        old.entry.is_dir() && old.stat.dev == st.st_dev && old.stat.ino == st.st_ino
+                    });
+                    if same && covered {
+                        self.put(path, Kind::Dir, &st, false);
+                        continue;
+                    }
+                    // New here, or another directory under the old name: walked whole,
+                    // against what the previous record held beneath that name.
+                    self.take_subtree(&path);
                 }
                 if covered {
                     self.put(path.clone(), Kind::Dir, &st, false);

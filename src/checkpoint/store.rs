@@ -6,7 +6,8 @@
 //! <state>/checkpoints/<sha256(workspace)[..16]>/
 //!   lock          flock'd by whoever records or restores (server and `cordon checkpoints`)
 //!   state.json    the newest state's number, how many checkpoints were dropped
-//!   head.json     the newest recorded tree (manifest + stat cache)
+//!   head.json     a recorded tree (manifest + stat cache): the newest, or an older one
+//!                 that the records after it roll forward (state.json says which)
 //!   records/N.json  checkpoint N: what changed from state N to state N+1, and by which call
 //!   blobs/ab/cdef…  file contents by sha256, shared by every record and the head
 //!   tmp/          blobs being written (emptied when the store opens)
@@ -48,11 +49,51 @@ pub struct State {
     pub dropped: u64,
     /// Whether `head.json` holds a recorded tree yet.
     pub has_head: bool,
+    /// The state `head.json` holds, when it is older than `head_seq`: the records from it
+    /// up to `head_seq` roll it forward (their `after` entries), so a changing call need not
+    /// rewrite the whole tree. None: `head.json` is at `head_seq` (every store before this
+    /// field was written so).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_file_seq: Option<u64>,
 }
+
+/// How many records `head.json` may lag behind the newest state before it is written whole
+/// again: reading the store afresh (another process, a restart) replays at most these.
+const HEAD_LAG_RECORDS: u64 = 32;
 
 /// The store's directory (its files are cordon's alone: mode 0700).
 pub struct Store {
     root: PathBuf,
+    /// What the bounds need of each record, by its number, read once: a record's file is
+    /// never changed after it is written (a number written again after a crash goes through
+    /// [`Store::add_record`], which replaces it here too).
+    summaries: std::sync::Mutex<HashMap<u64, Summary>>,
+}
+
+/// What [`Store::evict`] needs of one record without reading it again.
+#[derive(Debug, Clone)]
+struct Summary {
+    created_unix: u64,
+    /// The blobs its entries name (before and after), with their sizes.
+    blobs: Vec<(String, u64)>,
+}
+
+impl Summary {
+    fn of(record: &Record) -> Self {
+        let blobs = record
+            .changes
+            .iter()
+            .flat_map(|c| c.before.iter().chain(c.after.iter()))
+            .filter_map(|entry| match &entry.kind {
+                super::entry::Kind::File { sha256, size } => Some((sha256.clone(), *size)),
+                _ => None,
+            })
+            .collect();
+        Self {
+            created_unix: record.created_unix,
+            blobs,
+        }
+    }
 }
 
 /// An exclusive hold on a store, across processes; released when dropped.
@@ -121,7 +162,10 @@ impl Store {
         for sub in ["records", "blobs", "tmp"] {
             mkdir_private(&root.join(sub)).map_err(io)?;
         }
-        Ok(Self { root })
+        Ok(Self {
+            root,
+            summaries: Default::default(),
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -170,15 +214,69 @@ impl Store {
         write_atomic(&self.root.join("state.json"), &bytes).map_err(|e| self.io(e))
     }
 
-    pub fn head(&self, _: &Locked) -> Result<Manifest, CheckpointError> {
+    /// The newest recorded tree: `head.json`, rolled forward by the records after it. A
+    /// path a record changed comes without a stat cache (the next scan reads it again).
+    pub fn head(&self, lock: &Locked, state: &State) -> Result<Manifest, CheckpointError> {
         let path = self.root.join("head.json");
         let bytes = std::fs::read(&path).map_err(|e| self.io(e))?;
-        serde_json::from_slice(&bytes).map_err(|e| CheckpointError::Corrupt(path, e.to_string()))
+        let mut head: Manifest = serde_json::from_slice(&bytes)
+            .map_err(|e| CheckpointError::Corrupt(path.clone(), e.to_string()))?;
+        let from = state.head_file_seq.unwrap_or(state.head_seq);
+        for seq in from..state.head_seq {
+            let record = self.record(lock, seq)?.ok_or_else(|| {
+                CheckpointError::Corrupt(
+                    path.clone(),
+                    format!("the record of state {seq} that rolls it forward is missing"),
+                )
+            })?;
+            for change in record.changes {
+                match change.after {
+                    Some(entry) => {
+                        head.insert(change.path, super::entry::Cached::unknown_stat(entry));
+                    }
+                    None => {
+                        head.remove(&change.path);
+                    }
+                }
+            }
+        }
+        Ok(head)
     }
 
-    pub fn set_head(&self, _: &Locked, head: &Manifest) -> Result<(), CheckpointError> {
+    /// Keeps `head` (the tree at `state.head_seq`, whose record is already written) as the
+    /// newest tree: written whole when `whole`, when `head.json` lags too far behind, or
+    /// when it is missing; otherwise the records roll the older `head.json` forward.
+    pub fn save_head(
+        &self,
+        lock: &Locked,
+        state: &mut State,
+        head: &Manifest,
+        whole: bool,
+    ) -> Result<(), CheckpointError> {
+        let file_seq = state.head_file_seq.unwrap_or(state.head_seq);
+        let lag = state.head_seq.saturating_sub(file_seq);
+        let present = self.root.join("head.json").exists();
+        if whole || lag >= HEAD_LAG_RECORDS || !present {
+            self.write_head(lock, state, head)?;
+        } else {
+            state.head_file_seq = Some(file_seq);
+        }
+        Ok(())
+    }
+
+    /// Writes `head` whole as the tree at `state.head_seq`, and says so in `state` (the
+    /// caller writes it: until then the older `head_file_seq` rolls this newer file forward
+    /// again, which changes nothing, since records set absolute entries).
+    fn write_head(
+        &self,
+        _: &Locked,
+        state: &mut State,
+        head: &Manifest,
+    ) -> Result<(), CheckpointError> {
         let bytes = serde_json::to_vec(head).expect("manifest serializes");
-        write_atomic(&self.root.join("head.json"), &bytes).map_err(|e| self.io(e))
+        write_atomic(&self.root.join("head.json"), &bytes).map_err(|e| self.io(e))?;
+        state.head_file_seq = None;
+        Ok(())
     }
 
     fn record_path(&self, seq: u64) -> PathBuf {
@@ -187,7 +285,76 @@ impl Store {
 
     pub fn add_record(&self, _: &Locked, record: &Record) -> Result<(), CheckpointError> {
         let bytes = serde_json::to_vec(record).expect("record serializes");
-        write_atomic(&self.record_path(record.seq), &bytes).map_err(|e| self.io(e))
+        write_atomic(&self.record_path(record.seq), &bytes).map_err(|e| self.io(e))?;
+        if let Ok(mut summaries) = self.summaries.lock() {
+            summaries.insert(record.seq, Summary::of(record));
+        }
+        Ok(())
+    }
+
+    /// What the bounds need of the records `seqs`, read from disk only for those this
+    /// process has not seen yet (None: gone since listed).
+    fn summaries(
+        &self,
+        lock: &Locked,
+        seqs: &[u64],
+    ) -> Result<Vec<(u64, Summary)>, CheckpointError> {
+        let mut out = Vec::with_capacity(seqs.len());
+        for &seq in seqs {
+            let known = self
+                .summaries
+                .lock()
+                .ok()
+                .and_then(|s| s.get(&seq).cloned());
+            let summary = match known {
+                Some(s) => s,
+                None => {
+                    let Some(record) = self.record(lock, seq)? else {
+                        continue;
+                    };
+                    let s = Summary::of(&record);
+                    if let Ok(mut summaries) = self.summaries.lock() {
+                        summaries.insert(seq, s.clone());
+                    }
+                    s
+                }
+            };
+            out.push((seq, summary));
+        }
+        if let Ok(mut summaries) = self.summaries.lock() {
+            summaries.retain(|seq, _| seqs.binary_search(seq).is_ok());
+        }
+        Ok(out)
+    }
+
+    /// [`Store::evict`] when a bound may be exceeded, judged without the head: more records
+    /// than `max_count`, the oldest past `max_age_secs`, or the records' blobs together
+    /// (counting those the head still holds, so never less than what is charged) over
+    /// `max_bytes`. What a changing call pays instead of a whole accounting.
+    pub fn evict_if_over(
+        &self,
+        lock: &Locked,
+        head: &Manifest,
+        bounds: Bounds,
+    ) -> Result<(), CheckpointError> {
+        let seqs = self.record_seqs(lock)?;
+        let summaries = self.summaries(lock, &seqs)?;
+        let now = now_unix();
+        let too_many = summaries.len() as u64 > bounds.max_count;
+        let too_old = summaries
+            .first()
+            .is_some_and(|(_, s)| now.saturating_sub(s.created_unix) > bounds.max_age_secs);
+        let mut seen = std::collections::HashSet::new();
+        let upper: u64 = summaries
+            .iter()
+            .flat_map(|(_, s)| s.blobs.iter())
+            .filter(|(sha, _)| seen.insert(sha.as_str()))
+            .map(|(_, size)| size)
+            .sum();
+        if too_many || too_old || upper > bounds.max_bytes {
+            self.evict(lock, head, bounds)?;
+        }
+        Ok(())
     }
 
     /// The numbers of the records kept, oldest first.
@@ -287,21 +454,10 @@ impl Store {
                 slot.2 = true;
             }
         }
-        let mut records = Vec::new();
-        for seq in seqs {
-            if let Some(record) = self.record(lock, seq)? {
-                for entry in record
-                    .changes
-                    .iter()
-                    .flat_map(|c| c.before.iter().chain(c.after.iter()))
-                {
-                    if let (Some(sha), super::entry::Kind::File { size, .. }) =
-                        (entry.blob(), &entry.kind)
-                    {
-                        refs.entry(sha.to_owned()).or_insert((*size, 0, false)).1 += 1;
-                    }
-                }
-                records.push(record);
+        let records = self.summaries(lock, &seqs)?;
+        for (_, summary) in &records {
+            for (sha, size) in &summary.blobs {
+                refs.entry(sha.clone()).or_insert((*size, 0, false)).1 += 1;
             }
         }
         let history = |refs: &HashMap<String, (u64, u64, bool)>| -> u64 {
@@ -314,28 +470,27 @@ impl Store {
         let now = now_unix();
         let mut dropped_any = false;
         let mut kept = records.len() as u64;
-        for record in &records {
+        for (seq, summary) in &records {
             let too_many = kept > bounds.max_count;
             let too_big = bytes_used > bounds.max_bytes;
-            let too_old = now.saturating_sub(record.created_unix) > bounds.max_age_secs;
+            let too_old = now.saturating_sub(summary.created_unix) > bounds.max_age_secs;
             if !(too_many || too_big || too_old) {
                 break;
             }
-            for entry in record
-                .changes
-                .iter()
-                .flat_map(|c| c.before.iter().chain(c.after.iter()))
-            {
-                if let Some(sha) = entry.blob()
-                    && let Some(slot) = refs.get_mut(sha)
-                {
+            if state.head_file_seq.is_some_and(|file_seq| *seq >= file_seq) {
+                // `head.json` needs this record to roll forward: it is written whole first.
+                self.write_head(lock, &mut state, head)?;
+                self.set_state(lock, &state)?;
+            }
+            for (sha, _) in &summary.blobs {
+                if let Some(slot) = refs.get_mut(sha) {
                     slot.1 = slot.1.saturating_sub(1);
                     if slot.1 == 0 && !slot.2 {
                         bytes_used = bytes_used.saturating_sub(slot.0);
                     }
                 }
             }
-            std::fs::remove_file(self.record_path(record.seq)).map_err(|e| self.io(e))?;
+            std::fs::remove_file(self.record_path(*seq)).map_err(|e| self.io(e))?;
             state.dropped += 1;
             kept -= 1;
             dropped_any = true;

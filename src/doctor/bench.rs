@@ -35,6 +35,18 @@ pub struct BenchReport {
     pub series: Vec<Series>,
     /// Each series' median over the bare spawn's.
     pub ratio_to_bare_spawn: BTreeMap<String, f64>,
+    /// The confined series' critical path, step by step (`crate::exec::steps`).
+    pub steps: Vec<Step>,
+}
+
+/// One step of the confined call's path over the rounds.
+#[derive(Debug, Serialize)]
+pub struct Step {
+    pub name: &'static str,
+    pub median_ms: f64,
+    pub p90_ms: f64,
+    /// The step's median over the confined call's median, in percent.
+    pub share_percent: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -88,9 +100,14 @@ pub async fn run(policy: &Policy, options: BenchOptions) -> Result<BenchReport, 
         client.shell_true().await?;
     }
     let (mut bare, mut confined, mut round_trip) = (Vec::new(), Vec::new(), Vec::new());
+    let mut per_step: Vec<Vec<Duration>> = vec![Vec::new(); crate::exec::steps::STEP_NAMES.len()];
     for _ in 0..n {
         bare.push(bare_spawn()?);
-        confined.push(confined_spawn(&runtime).await?);
+        let (took, steps) = confined_spawn(&runtime).await?;
+        confined.push(took);
+        for (samples, d) in per_step.iter_mut().zip(steps.as_array()) {
+            samples.push(d);
+        }
         if let Some(client) = mcp.as_mut() {
             round_trip.push(client.shell_true().await?);
         }
@@ -105,6 +122,20 @@ pub async fn run(policy: &Policy, options: BenchOptions) -> Result<BenchReport, 
             round_trip,
         ));
     }
+    let whole = series[1].median_ms.max(f64::MIN_POSITIVE);
+    let steps = crate::exec::steps::STEP_NAMES
+        .iter()
+        .zip(per_step)
+        .map(|(name, samples)| {
+            let s = summarise(name, samples);
+            Step {
+                name,
+                median_ms: s.median_ms,
+                p90_ms: s.p90_ms,
+                share_percent: 100.0 * s.median_ms / whole,
+            }
+        })
+        .collect();
     let base = series[0].median_ms.max(f64::MIN_POSITIVE);
     let ratio_to_bare_spawn = series
         .iter()
@@ -116,6 +147,7 @@ pub async fn run(policy: &Policy, options: BenchOptions) -> Result<BenchReport, 
         rounds: n,
         series,
         ratio_to_bare_spawn,
+        steps,
     })
 }
 
@@ -166,7 +198,10 @@ fn bare_spawn() -> Result<Duration, DoctorError> {
     Ok(started.elapsed())
 }
 
-async fn confined_spawn(runtime: &Runtime) -> Result<Duration, DoctorError> {
+/// One confined `/bin/true` through the executor: how long it took, and its steps.
+async fn confined_spawn(
+    runtime: &Runtime,
+) -> Result<(Duration, crate::exec::steps::CallSteps), DoctorError> {
     let spec = || CaptureSpec::in_memory(4096);
     let started = Instant::now();
     let request = ExecRequest::new(
@@ -187,7 +222,7 @@ async fn confined_spawn(runtime: &Runtime) -> Result<Duration, DoctorError> {
             outcome.reason()
         )));
     }
-    Ok(took)
+    Ok((took, outcome.steps))
 }
 
 fn bench_failed(message: &str) -> DoctorError {
@@ -305,6 +340,13 @@ impl BenchReport {
                 out.push_str(&format!("  {r:5.2}x bare"));
             }
             out.push('\n');
+        }
+        out.push_str("The confined call's path, step by step (medians; they need not add up):\n");
+        for step in &self.steps {
+            out.push_str(&format!(
+                "  {:<54} median {:7.3} ms  p90 {:7.3} ms  {:5.1}%\n",
+                step.name, step.median_ms, step.p90_ms, step.share_percent
+            ));
         }
         out.push_str(
             "Compare with BENCHMARKS.md (medians on a noisy machine vary; ratios in one run do \

@@ -61,6 +61,8 @@ pub struct Launched {
     /// The per-call disk budget's watch, when the filesystems can be measured.
     pub disk: Option<Arc<super::disk::DiskWatch>>,
     pub started: Instant,
+    /// When the slot was in hand and when the program ran (see `super::steps`).
+    pub marks: super::steps::Marks,
     /// The process group (and pid) in the server's namespace, while it runs.
     pub pgid: Option<u32>,
     /// The call's TMPDIR (None for a worker, whose home is in its private directory).
@@ -113,7 +115,13 @@ impl Executor {
             Some(sandbox_init) => Some(self.call_slot(sandbox_init).await?),
             None => None,
         };
+        let slot_taken = Instant::now();
         let mut launched = self.start_launched(spec, sandbox_init, warm)?;
+        launched.marks = super::steps::Marks {
+            started,
+            slot_taken,
+            running: Instant::now(),
+        };
         if let Some(watch) = &disk {
             watch.held_by(launched.holders());
         }
@@ -237,6 +245,7 @@ impl Executor {
             egress,
             disk: None,
             started: Instant::now(),
+            marks: super::steps::Marks::new(Instant::now()),
             pgid,
             tmp,
             sandbox_init,

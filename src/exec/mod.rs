@@ -21,6 +21,7 @@ pub mod launch;
 mod outcome;
 pub mod process;
 mod program;
+pub mod steps;
 pub mod worker;
 
 pub use capture::{CaptureSpec, Captured, LiveStatus, SpillOpener};
@@ -34,7 +35,7 @@ use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::Stdio;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
 
@@ -225,8 +226,11 @@ impl Executor {
             flood.as_deref(),
         )
         .await;
+        let exited = Instant::now();
+        let marks = launched.marks;
         // Whatever happened, the tree dies now: background jobs, double forks, setsid daemons.
         let finished = launched.finish(self, ended.status).await;
+        let tree_ended = Instant::now();
         let (stdout, stderr, output_cut_short) =
             collect_output(&io.stop_reading, io.stdout, io.stderr).await;
         use std::os::unix::process::ExitStatusExt;
@@ -253,7 +257,9 @@ impl Executor {
         if !killed && signal == Some(libc::SIGSYS) {
             crate::metrics::denials(crate::metrics::Layer::Seccomp, 1);
         }
+        let steps = marks.steps(exited, tree_ended, Instant::now());
         Ok(ExecOutcome {
+            steps,
             exit_code: if killed { None } else { exit_code },
             signal: if killed { Some(libc::SIGKILL) } else { signal },
             timed_out: ended.timed_out,

@@ -72,6 +72,8 @@ pub struct ExecOutcome {
     /// Processes the command left running when it ended by itself (`cmd &`, a daemon), which
     /// ended with the call (where the sandbox init counts them; 0 elsewhere).
     pub leftovers_ended: u32,
+    /// How long each step of the call's path took (`cordon doctor --bench` reports them).
+    pub steps: super::steps::CallSteps,
 }
 
 impl ExecOutcome {

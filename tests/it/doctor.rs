@@ -134,6 +134,20 @@ fn doctor_bench_reports_interleaved_series_with_ratios_and_the_machine() {
         assert!(report["machine"][key].is_string(), "{key}: {report}");
     }
     assert!(report["machine"]["cpus"].as_u64().is_some_and(|c| c >= 1));
+    // The confined call's path, step by step, in path order; together no longer than the
+    // call (each median is at most the whole call's p90).
+    let steps = report["steps"].as_array().unwrap();
+    let names: Vec<_> = steps.iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(names, cordon::exec::steps::STEP_NAMES, "{report}");
+    let whole_p90 = series[1]["p90_ms"].as_f64().unwrap();
+    for step in steps {
+        let median = step["median_ms"].as_f64().unwrap();
+        assert!((0.0..=whole_p90).contains(&median), "{step} vs {whole_p90}");
+    }
+    assert!(
+        steps[2]["median_ms"].as_f64().unwrap() > 0.0,
+        "the program's own run takes time: {report}"
+    );
     // Text mode says the same in lines a person reads.
     let text = std::process::Command::new(crate::common::CORDON)
         .args(["doctor", "--bench", "--n", "3"])
@@ -141,7 +155,9 @@ fn doctor_bench_reports_interleaved_series_with_ratios_and_the_machine() {
         .unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(
-        text.contains("bare spawn of /bin/true") && text.contains("x bare"),
+        text.contains("bare spawn of /bin/true")
+            && text.contains("x bare")
+            && text.contains("take a ready slot"),
         "{text}"
     );
 }

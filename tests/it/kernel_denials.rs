@@ -387,3 +387,37 @@ fn a_job_flooding_the_audit_log_is_ended_with_the_audit_limit() {
     assert_eq!(ended["job"]["state"], "limit", "{ended:#}");
     assert_eq!(ended["limit"]["kind"], "audit", "{ended:#}");
 }
+
+/// Where cordon is the one that turned the kernel's audit on, only its own processes pay for
+/// audit contexts: the server carries cordon's login uid (so its calls' denials are still
+/// recorded) and the kernel holds the task rule that leaves every other task without one.
+/// Where audit was on before any cordon server (an operator's auditd), cordon changes
+/// neither.
+#[cordon_test::test]
+fn only_cordons_processes_pay_for_the_audit_it_turned_on() {
+    if skip_without_audit("only_cordons_processes_pay_for_the_audit_it_turned_on") {
+        return;
+    }
+    use cordon::confine::audit::host::{CORDON_LOGINUID, STATE_DIR};
+    let sb = Sandbox::new();
+    let mut server = StdioServer::start(sb.ws(), &[], "", &[]);
+    let _ = server.call("shell_exec", json!({ "command": "true" }));
+    let loginuid = std::fs::read_to_string(format!("/proc/{}/loginuid", server.pid()))
+        .expect("the server's login uid");
+    let managed = std::path::Path::new(STATE_DIR)
+        .join("enabled-by-cordon")
+        .exists();
+    if managed {
+        assert_eq!(loginuid.trim(), CORDON_LOGINUID.to_string());
+        assert!(
+            cordon::confine::audit::rule_in_force(),
+            "the rule `never,task -F auid!={CORDON_LOGINUID}` is in the kernel"
+        );
+    } else {
+        assert_ne!(
+            loginuid.trim(),
+            CORDON_LOGINUID.to_string(),
+            "audit that was on before cordon is left as the operator set it"
+        );
+    }
+}

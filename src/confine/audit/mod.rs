@@ -12,6 +12,7 @@
 //! Owns the reader thread, the attribution and the bounds; what a denial means under the
 //! policy is `policy::explain`'s job. Nothing here runs in a child.
 
+pub mod host;
 mod netlink;
 pub mod record;
 
@@ -101,6 +102,55 @@ pub fn start() -> Availability {
             reason: reason.clone(),
         },
     }
+}
+
+/// Gives this process cordon's login uid and makes sure the rule that leaves every other task
+/// without an audit context is in force (see `host`). A failure leaves audit as wide as the
+/// kernel makes it, said in the log.
+fn narrow_to_cordon(control: &netlink::AuditSocket) {
+    let narrowed = host::take_loginuid()
+        .map_err(|e| format!("cannot set cordon's login uid: {e}"))
+        .and_then(|()| {
+            control
+                .add_never_unless_loginuid(host::CORDON_LOGINUID)
+                .map_err(|e| format!("cannot add the audit rule: {e}"))
+        });
+    if let Err(why) = narrowed {
+        tracing::warn!(
+            "audit stays host-wide ({why}): every process on the host pays for an audit \
+             context while it is on"
+        );
+    }
+}
+
+/// At the server's exit: lets go of the host's shared audit state, and turns audit off when
+/// cordon turned it on and no other cordon server still reads it.
+pub fn release() {
+    let Some(Ok(reader)) = READER.get() else {
+        return;
+    };
+    let Some(share) = reader.share.lock().ok().and_then(|mut s| s.take()) else {
+        return;
+    };
+    let turn_off = || match reader.control.lock() {
+        Ok(control) => control.set_enabled(false),
+        Err(_) => Err(std::io::Error::other(
+            "the audit control socket is poisoned",
+        )),
+    };
+    match host::release(share, turn_off) {
+        Ok(true) => tracing::info!("turned the kernel's audit off again (cordon turned it on)"),
+        Ok(false) => {}
+        Err(e) => tracing::warn!("cannot turn the kernel's audit off again: {e}"),
+    }
+}
+
+/// Whether the rule that leaves every task but cordon's without an audit context is in the
+/// kernel (for `doctor` and the tests).
+pub fn rule_in_force() -> bool {
+    netlink::AuditSocket::control()
+        .and_then(|c| c.has_never_unless_loginuid(host::CORDON_LOGINUID))
+        .unwrap_or(false)
 }
 
 /// What `doctor` says: the reader's state when it runs, else whether it could (without
@@ -235,6 +285,8 @@ struct Reader {
     next_barrier: AtomicU64,
     next_watch: AtomicU64,
     enabled_audit: bool,
+    /// This server's hold on the host's shared audit state (see `host`), let go at exit.
+    share: Mutex<Option<host::Share>>,
     /// The reader thread runs (it stops only on a socket error it cannot recover from).
     alive: std::sync::atomic::AtomicBool,
 }
@@ -442,17 +494,44 @@ impl Reader {
         let reader = netlink::AuditSocket::reader().map_err(|e| {
             format!("cannot join the audit log's multicast group (CAP_AUDIT_READ): {e}")
         })?;
+        let share = match host::join(std::path::Path::new(host::STATE_DIR)) {
+            Ok(share) => Some(share),
+            Err(e) => {
+                tracing::warn!(
+                    "cannot share the audit state with other cordon servers in {} ({e}): \
+                     audit is not narrowed to cordon's processes nor turned off at exit",
+                    host::STATE_DIR
+                );
+                None
+            }
+        };
+        // The status again, now that no server leaving can turn audit off under us.
+        let status = control.status().unwrap_or(status);
         let mut enabled_audit = false;
         if status.enabled == 0 {
-            // Landlock writes no record while audit is off.
-            control.enable().map_err(|e| {
+            // Landlock writes no record while audit is off. Narrowed first, so that no task
+            // forked once it is on gets an audit context it does not need.
+            if share.is_some() {
+                narrow_to_cordon(&control);
+            }
+            control.set_enabled(true).map_err(|e| {
                 format!("audit is off and cannot be turned on (CAP_AUDIT_CONTROL): {e}")
             })?;
             enabled_audit = true;
+            if let Some(share) = &share
+                && let Err(e) = share.mark_enabled()
+            {
+                tracing::warn!("cannot note that cordon turned audit on: {e}");
+            }
             tracing::warn!(
-                "turned the kernel's audit on (it was off) to read Landlock denials; this is \
-                 host-wide (see SECURITY.md, \"Kernel-reported denials\")"
+                "turned the kernel's audit on (it was off) to read Landlock denials; only \
+                 cordon's processes get audit contexts, and the last cordon server to exit \
+                 turns it off again (see SECURITY.md, \"Kernel-reported denials\")"
             );
+        } else if share.as_ref().is_some_and(host::Share::enabled_by_cordon) {
+            // Another server turned it on and narrowed it: this one's processes must be
+            // cordon's too, or their denials go unrecorded.
+            narrow_to_cordon(&control);
         }
         if status.backlog_limit != 0 && status.backlog_limit < BACKLOG_LIMIT {
             match control.set_backlog_limit(BACKLOG_LIMIT) {
@@ -472,6 +551,7 @@ impl Reader {
             next_watch: AtomicU64::new(1),
             enabled_audit,
             alive: std::sync::atomic::AtomicBool::new(true),
+            share: Mutex::new(share),
         });
         let shared = Arc::clone(&me);
         std::thread::Builder::new()

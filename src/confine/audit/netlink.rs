@@ -16,6 +16,20 @@ pub const AUDIT_GET: u16 = 1000;
 const AUDIT_SET: u16 = 1001;
 /// "Trusted app msg - freestyle text": what the barrier is sent as.
 pub const AUDIT_TRUSTED_APP: u16 = 1121;
+const AUDIT_ADD_RULE: u16 = 1011;
+const AUDIT_LIST_RULES: u16 = 1013;
+const NLMSG_DONE: u16 = 3;
+const NLM_F_DUMP: u16 = 0x300;
+/// `AUDIT_FILTER_TASK`: rules judged once per task, when it is forked.
+const AUDIT_FILTER_TASK: u32 = 0x01;
+/// `AUDIT_NEVER`: a task a rule matches gets no audit context.
+const AUDIT_NEVER: u32 = 0;
+/// `AUDIT_LOGINUID` (a field) and `AUDIT_NOT_EQUAL` (its operator).
+const AUDIT_LOGINUID: u32 = 9;
+const AUDIT_NOT_EQUAL: u32 = 0x3000_0000;
+/// `struct audit_rule_data` without its trailing buffer: flags, action, field_count, then
+/// `mask`, `fields`, `values` and `fieldflags` of 64 words each, then `buflen`.
+const RULE_DATA_LEN: usize = 4 * (3 + 64 * 4 + 1);
 const AUDIT_STATUS_ENABLED: u32 = 0x0001;
 const AUDIT_STATUS_BACKLOG_LIMIT: u32 = 0x0010;
 const NLMSG_ERROR: u16 = 2;
@@ -242,14 +256,50 @@ impl AuditSocket {
         Err(io::Error::other("no audit status in the kernel's answer"))
     }
 
-    /// Turns audit on (`AUDIT_SET` with only the `enabled` field).
-    pub fn enable(&self) -> io::Result<()> {
+    /// Turns audit on or off (`AUDIT_SET` with only the `enabled` field).
+    pub fn set_enabled(&self, on: bool) -> io::Result<()> {
         // struct audit_status: mask, enabled, then fields the mask leaves alone.
         let mut payload = [0u8; 44];
         payload[0..4].copy_from_slice(&AUDIT_STATUS_ENABLED.to_ne_bytes());
-        payload[4..8].copy_from_slice(&1u32.to_ne_bytes());
+        payload[4..8].copy_from_slice(&u32::from(on).to_ne_bytes());
         self.send(AUDIT_SET, NLM_F_REQUEST | NLM_F_ACK, &payload)?;
         self.await_ack()
+    }
+
+    /// Adds the task rule `never,task -F auid!=<loginuid>`: a task forked from then on gets no
+    /// audit context (and so no per-syscall audit work) unless its login uid is `loginuid`.
+    /// A rule already there is not an error.
+    pub fn add_never_unless_loginuid(&self, loginuid: u32) -> io::Result<()> {
+        self.send(
+            AUDIT_ADD_RULE,
+            NLM_F_REQUEST | NLM_F_ACK,
+            &never_unless(loginuid),
+        )?;
+        match self.await_ack() {
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Whether the kernel holds the rule [`AuditSocket::add_never_unless_loginuid`] adds.
+    pub fn has_never_unless_loginuid(&self, loginuid: u32) -> io::Result<bool> {
+        self.send(AUDIT_LIST_RULES, NLM_F_REQUEST | NLM_F_DUMP, &[])?;
+        let want = never_unless(loginuid);
+        let mut found = false;
+        for _ in 0..4096 {
+            let Some(msg) = self.recv(1000)? else {
+                return Err(io::Error::from(io::ErrorKind::TimedOut));
+            };
+            match msg.kind {
+                NLMSG_DONE => return Ok(found),
+                NLMSG_ERROR => check_ack(&msg.payload)?,
+                AUDIT_LIST_RULES => {
+                    found |= msg.payload.get(..RULE_DATA_LEN) == Some(&want[..]);
+                }
+                _ => {}
+            }
+        }
+        Err(io::Error::other("the kernel's rule list did not end"))
     }
 
     /// Sets the kernel's audit backlog limit (`AUDIT_SET` with only `backlog_limit`): how many
@@ -282,6 +332,20 @@ impl AuditSocket {
         }
         Err(io::Error::other("no acknowledgement from the kernel"))
     }
+}
+
+/// The `struct audit_rule_data` of `never,task -F auid!=<loginuid>`, as the kernel also lists
+/// it back (the syscall mask of a task rule is left empty, and so it stays).
+fn never_unless(loginuid: u32) -> Vec<u8> {
+    let mut words = vec![0u32; RULE_DATA_LEN / 4];
+    words[0] = AUDIT_FILTER_TASK;
+    words[1] = AUDIT_NEVER;
+    words[2] = 1;
+    let (fields, values, fieldflags) = (3 + 64, 3 + 128, 3 + 192);
+    words[fields] = AUDIT_LOGINUID;
+    words[values] = loginuid;
+    words[fieldflags] = AUDIT_NOT_EQUAL;
+    words.iter().flat_map(|w| w.to_ne_bytes()).collect()
 }
 
 /// An `NLMSG_ERROR` payload: errno 0 is the acknowledgement.
