@@ -280,7 +280,7 @@ fn tls_request(s: &TlsSetup, mode: Tls, path: &str) -> u64 {
         ),
     };
     if mode == Tls::InterceptCold {
-        cordon::egress::tls::Authority::global().forget_leaves();
+        cordon::testing::egress::tls::Authority::global().forget_leaves();
     }
     let mut tcp = match mode {
         Tls::Direct => TcpStream::connect(("127.0.0.1", s.port)).unwrap(),
@@ -344,7 +344,7 @@ fn interception(n: usize, mb: usize, rounds: usize) {
     let secret = dir.path().join("token");
     std::fs::write(&secret, "ghp_0123456789abcdefghijklmnopqrstuvwxyzAB\n").unwrap();
     std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
-    let policy = cordon::policy::Policy::from_toml(
+    let policy = cordon::testing::policy::Policy::from_toml(
         &format!(
             "extends = \"dev\"\n[network]\nproxy = true\nallow_hosts = [\"localhost:*\", \
              \"127.0.0.1:*\"]\nallow_private = [\"127.0.0.0/8\"]\nmax_connections_per_call = \
@@ -359,7 +359,8 @@ fn interception(n: usize, mb: usize, rounds: usize) {
     )
     .expect("bench interception policy");
     let proxy =
-        cordon::egress::Proxy::start(policy.network.proxy.clone().expect("proxy mode")).unwrap();
+        cordon::testing::egress::Proxy::start(policy.network.proxy.clone().expect("proxy mode"))
+            .unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let _guard = proxy.serve_std(listener).unwrap();
@@ -369,7 +370,7 @@ fn interception(n: usize, mb: usize, rounds: usize) {
     let mut roots_store = rustls::RootCertStore::empty();
     for pem in [
         ca_pem.as_str(),
-        cordon::egress::tls::Authority::global().cert_pem(),
+        cordon::testing::egress::tls::Authority::global().cert_pem(),
     ] {
         use rustls::pki_types::pem::PemObject;
         roots_store
@@ -386,7 +387,7 @@ fn interception(n: usize, mb: usize, rounds: usize) {
         proxy: addr,
         auth: format!(
             "Proxy-Authorization: {}\r\n",
-            cordon::egress::credentials::basic_authorization(cred)
+            cordon::testing::egress::credentials::basic_authorization(cred)
         ),
         client: Arc::new(client),
     };
@@ -498,7 +499,7 @@ fn main() {
     let mb = env_usize("BENCH_MB", 100);
     let rounds = env_usize("BENCH_ROUNDS", 5);
     let port = origin();
-    let policy = cordon::policy::Policy::from_toml(
+    let policy = cordon::testing::policy::Policy::from_toml(
         "extends = \"dev\"\n[network]\nproxy = true\nallow_hosts = [\"localhost:*\"]\n\
          allow_private = [\"127.0.0.0/8\"]\nmax_connections_per_call = 1000000\n\
          max_mb_per_connection = 4096\n",
@@ -506,7 +507,8 @@ fn main() {
     )
     .expect("bench policy");
     let proxy =
-        cordon::egress::Proxy::start(policy.network.proxy.clone().expect("proxy mode")).unwrap();
+        cordon::testing::egress::Proxy::start(policy.network.proxy.clone().expect("proxy mode"))
+            .unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let _guard = proxy.serve_std(listener).unwrap();
@@ -518,7 +520,7 @@ fn main() {
         proxy: addr,
         auth: format!(
             "Proxy-Authorization: {}\r\n",
-            cordon::egress::credentials::basic_authorization(cred)
+            cordon::testing::egress::credentials::basic_authorization(cred)
         ),
     };
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();

@@ -2,11 +2,11 @@
 //! where a cold start goes. `cargo bench --bench interpreter` (needs python3 on the sandbox PATH
 //! and a kernel that enforces the default policy). Prints a Markdown table for BENCHMARKS.md.
 
-use cordon::confine::CallLimits;
-use cordon::exec::CaptureSpec;
-use cordon::interpreter::{CellRequest, SessionManager};
-use cordon::policy::Policy;
-use cordon::runtime::{Runtime, RuntimeOptions};
+use cordon::testing::confine::CallLimits;
+use cordon::testing::exec::CaptureSpec;
+use cordon::testing::interpreter::{CellRequest, SessionManager};
+use cordon::testing::policy::Policy;
+use cordon::testing::runtime::{Runtime, RuntimeOptions};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -147,8 +147,8 @@ async fn main() {
             .spawn()
             .unwrap();
         let mut out = child.stdout.take().unwrap();
-        let _ready: cordon::interpreter::protocol::Ready =
-            cordon::interpreter::protocol::read_frame(&mut out)
+        let _ready: cordon::testing::interpreter::protocol::Ready =
+            cordon::testing::interpreter::protocol::read_frame(&mut out)
                 .await
                 .unwrap();
         driver_unconfined.push(t.elapsed());

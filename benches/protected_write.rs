@@ -4,8 +4,8 @@
 //! three directories deep. Medians of interleaved rounds, in microseconds. Run:
 //! `cargo bench --bench protected_write`.
 
-use cordon::workspace::protect::IdentitySnapshot;
-use cordon::workspace::{GIT_CONTROL_PATHS, Workspace, WriteRules, existing_protected};
+use cordon::testing::workspace::protect::IdentitySnapshot;
+use cordon::testing::workspace::{GIT_CONTROL_PATHS, Workspace, WriteRules, existing_protected};
 use std::time::Instant;
 
 const ROUNDS: usize = 2000;

@@ -6,9 +6,9 @@
 //! 1 MiB log that is cut to head and tail. Prints the median of many runs per case, and the
 //! same shaping with `keep_control_chars = true` as the baseline without hygiene.
 
-use cordon::exec::Captured;
-use cordon::policy::OutputPolicy;
-use cordon::shape::shape_stream;
+use cordon::testing::exec::Captured;
+use cordon::testing::policy::OutputPolicy;
+use cordon::testing::shape::shape_stream;
 use std::time::{Duration, Instant};
 
 fn policy(keep: bool) -> OutputPolicy {

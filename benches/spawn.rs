@@ -60,11 +60,11 @@
 //! confinement names the release `cordon` binary Cargo built beside it (or
 //! `BENCH_INIT_PROGRAM`, to measure another build's init).
 
-use cordon::confine::{ChildSetup, Confinement, confine_on_spawn};
-use cordon::exec::process::{Process, SlotSpawn, spawn_in_slot};
-use cordon::exec::{CaptureSpec, ExecRequest, Executor, Program};
-use cordon::policy::Policy;
-use cordon::runtime::{Runtime, RuntimeOptions};
+use cordon::testing::confine::{ChildSetup, Confinement, confine_on_spawn};
+use cordon::testing::exec::process::{Process, SlotSpawn, spawn_in_slot};
+use cordon::testing::exec::{CaptureSpec, ExecRequest, Executor, Program};
+use cordon::testing::policy::Policy;
+use cordon::testing::runtime::{Runtime, RuntimeOptions};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -489,7 +489,7 @@ static POOL_MISSES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUs
 thread_local! {
     /// The group made by the last `CgroupCreate` sample, for `CgroupDrop` to time. The round
     /// runs inside `block_on` on one thread, so a thread-local is enough.
-    static PENDING_DROP: std::cell::RefCell<Option<Option<cordon::confine::CallCgroup>>> =
+    static PENDING_DROP: std::cell::RefCell<Option<Option<cordon::testing::confine::CallCgroup>>> =
         const { std::cell::RefCell::new(None) };
 }
 

@@ -4,8 +4,8 @@
 //! worker, the answer back), fresh and as an incremental one-line edit. Run with
 //! `cargo bench --bench syntax`.
 
-use cordon::lint::{Diagnostic, Severity, mark_introduced};
-use cordon::parser::syntax::{Language as SyntaxLanguage, check as check_syntax};
+use cordon::testing::lint::{Diagnostic, Severity, mark_introduced};
+use cordon::testing::parser::syntax::{Language as SyntaxLanguage, check as check_syntax};
 use std::time::{Duration, Instant};
 
 /// A realistic-looking Python module of exactly `lines` lines.
@@ -154,22 +154,22 @@ fn main() {
 
 /// The syntax check as the server runs it: through the confined parser worker.
 fn through_the_worker(py: &str) {
-    use cordon::parser::protocol::SyntaxOutcome;
-    use cordon::parser::{ParserClient, ParserConfig};
+    use cordon::testing::parser::protocol::SyntaxOutcome;
+    use cordon::testing::parser::{ParserClient, ParserConfig};
     use std::sync::Arc;
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let ws = tempfile::tempdir().expect("workspace");
     let root = ws.path().canonicalize().expect("workspace path");
     let program = std::path::PathBuf::from(env!("CARGO_BIN_EXE_cordon"));
-    let policy = cordon::policy::Policy::builtin_default();
-    let options = cordon::runtime::RuntimeOptions {
+    let policy = cordon::testing::policy::Policy::builtin_default();
+    let options = cordon::testing::runtime::RuntimeOptions {
         workspace: root,
         allow_degraded: true,
         parser_program: Some(program.clone()),
         init_program: Some(program.clone()),
         ..Default::default()
     };
-    let Ok(built) = cordon::runtime::Runtime::build(policy, options) else {
+    let Ok(built) = cordon::testing::runtime::Runtime::build(policy, options) else {
         println!("parser worker series skipped: no confinement on this machine");
         return;
     };

@@ -331,7 +331,7 @@ fn open_append(path: &Path) -> std::io::Result<std::fs::File> {
 
 /// The arguments as logged: unless `keep_values`, each `env` value and `stdin` replaced by
 /// its size (names kept); then long strings shortened.
-pub fn loggable(arguments: &Value, keep_values: bool) -> Value {
+pub(crate) fn loggable(arguments: &Value, keep_values: bool) -> Value {
     let mut value = arguments.clone();
     if !keep_values && let Value::Object(map) = &mut value {
         let redact = |v: &mut Value| {
@@ -355,7 +355,7 @@ pub fn loggable(arguments: &Value, keep_values: bool) -> Value {
 }
 
 /// The arguments with every long string shortened.
-pub fn shorten(value: &Value) -> Value {
+pub(crate) fn shorten(value: &Value) -> Value {
     match value {
         Value::String(s) => {
             Value::String(crate::text::shortened(s, MAX_LOGGED_STRING).into_owned())
@@ -369,7 +369,7 @@ pub fn shorten(value: &Value) -> Value {
 }
 
 /// Now as RFC 3339 UTC with milliseconds.
-pub fn now_rfc3339() -> String {
+pub(crate) fn now_rfc3339() -> String {
     crate::clock::Utc::now().rfc3339_millis()
 }
 

@@ -24,7 +24,7 @@ use crate::policy::breaker::BreakerPolicy;
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 /// Groups tracked per session at most; the one refused longest ago is forgotten first.
 const MAX_GROUPS: usize = 256;
@@ -33,7 +33,7 @@ const MAX_WINDOW_KEPT: usize = 10_000;
 
 /// What refused a call: the unit the breaker counts.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Group {
+pub(crate) enum Group {
     /// A command rule (`deny`, or an `ask` nobody could answer), by name.
     Rule(String),
     /// A path argument that leaves the workspace.
@@ -54,7 +54,7 @@ pub enum Group {
 
 impl Group {
     /// The group as results, audit records and `policy replay` name it.
-    pub fn key(&self) -> String {
+    pub(crate) fn key(&self) -> String {
         match self {
             Group::Rule(rule) => format!("rule:{rule}"),
             Group::PathEscape => "path_escape".into(),
@@ -69,7 +69,7 @@ impl Group {
 
     /// The group as log messages name it: without what the agent chose (a host, a path),
     /// since events carry no argument values.
-    pub fn public_key(&self) -> String {
+    pub(crate) fn public_key(&self) -> String {
         match self {
             Group::Host(_) => "host".into(),
             Group::Kernel { field, .. } => format!("kernel:{field}"),
@@ -78,7 +78,7 @@ impl Group {
     }
 
     /// What was refused, in words, for the breaker's message.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Group::Rule(rule) => format!("the command rule `{rule}`"),
             Group::PathEscape => "a path outside the workspace".into(),
@@ -98,21 +98,22 @@ impl Group {
     /// Whether a person's "allow" can take effect: only a command rule is a decision cordon
     /// makes before anything runs. Everything else is enforced by construction (the
     /// workspace capability, the view, Landlock, the proxy) and only a policy change lifts it.
-    pub fn can_be_allowed(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn can_be_allowed(&self) -> bool {
         matches!(self, Group::Rule(_))
     }
 }
 
 /// One refusal a call made, reported by the tool that refused it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refused {
+pub(crate) struct Refused {
     pub tool: &'static str,
     pub group: Group,
 }
 
 /// What one call reported: its refusals, and whether it succeeded.
 #[derive(Debug, Default)]
-pub struct Seen {
+pub(crate) struct Seen {
     pub refused: Vec<Refused>,
     /// The tool of a call that ended without an error.
     pub succeeded: Option<&'static str>,
@@ -123,7 +124,7 @@ tokio::task_local! {
 }
 
 /// Runs `call` collecting what it reports through [`report`] and [`succeeded`].
-pub async fn collect<F: std::future::Future>(call: F) -> (F::Output, Seen) {
+pub(crate) async fn collect<F: std::future::Future>(call: F) -> (F::Output, Seen) {
     CALL.scope(RefCell::new(Seen::default()), async move {
         let out = call.await;
         let seen = CALL.with(|c| std::mem::take(&mut *c.borrow_mut()));
@@ -134,7 +135,7 @@ pub async fn collect<F: std::future::Future>(call: F) -> (F::Output, Seen) {
 
 /// A refusal of the running call (nothing happens outside a [`collect`] scope: the CLI,
 /// tests, a task's deferred run). A group reported twice in one call counts once.
-pub fn report(tool: &'static str, group: Group) {
+pub(crate) fn report(tool: &'static str, group: Group) {
     let _ = CALL.try_with(|c| {
         let mut seen = c.borrow_mut();
         if !seen.refused.iter().any(|r| r.group == group) {
@@ -145,12 +146,12 @@ pub fn report(tool: &'static str, group: Group) {
 
 /// A refusal by a stage that does not know which tool it serves (the workspace's write
 /// rules); the tool's end claims it ([`claim`]).
-pub fn report_write(group: Group) {
+pub(crate) fn report_write(group: Group) {
     report("", group);
 }
 
 /// Names `tool` as the refuser of every refusal of the running call reported without one.
-pub fn claim(tool: &'static str) {
+pub(crate) fn claim(tool: &'static str) {
     let _ = CALL.try_with(|c| {
         for r in &mut c.borrow_mut().refused {
             if r.tool.is_empty() {
@@ -161,19 +162,19 @@ pub fn claim(tool: &'static str) {
 }
 
 /// Whether the running call has reported a refusal already.
-pub fn reported() -> bool {
+pub(crate) fn reported() -> bool {
     CALL.try_with(|c| !c.borrow().refused.is_empty())
         .unwrap_or(false)
 }
 
 /// The running call ended without an error.
-pub fn succeeded(tool: &'static str) {
+pub(crate) fn succeeded(tool: &'static str) {
     let _ = CALL.try_with(|c| c.borrow_mut().succeeded = Some(tool));
 }
 
 /// Why the breaker is tripped for a group.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Cause {
+pub(crate) enum Cause {
     /// `consecutive` refusals of this group in a row.
     Consecutive,
     /// `window_refusals` refusals of any group within the window.
@@ -184,7 +185,7 @@ pub enum Cause {
 
 /// A tripped breaker, as a result's `breaker` field says it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Trip {
+pub(crate) struct Trip {
     pub group: Group,
     /// Refusals of the run (or of the window, when the window tripped it), this one included
     /// once it is recorded.
@@ -196,7 +197,7 @@ pub struct Trip {
 
 /// What recording one refusal came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Recorded {
+pub(crate) struct Recorded {
     /// The breaker was already tripped for the group: this refusal is not answered plainly.
     pub tripped: Option<Trip>,
     /// This refusal tripped it (for the log, the audit record and the metric).
@@ -205,14 +206,14 @@ pub struct Recorded {
 
 /// A person's answer to a tripped breaker's question.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Choice {
+pub(crate) enum Choice {
     AllowOnce,
     AllowSession,
     KeepRefusing,
 }
 
 impl Choice {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Choice::AllowOnce => "allow_once",
             Choice::AllowSession => "allow_session",
@@ -224,6 +225,8 @@ impl Choice {
 struct Run {
     count: u32,
     since: SystemTime,
+    /// When the run began; only tests read it (`run_age`).
+    #[cfg(test)]
     first: Instant,
     last: Instant,
     /// The tools this group was refused in: a success of one of them ends the run.
@@ -240,20 +243,20 @@ struct State {
 }
 
 /// One client session's breaker.
-pub struct Breaker {
+pub(crate) struct Breaker {
     policy: BreakerPolicy,
     state: Mutex<State>,
 }
 
 impl Breaker {
-    pub fn new(policy: BreakerPolicy) -> Self {
+    pub(crate) fn new(policy: BreakerPolicy) -> Self {
         Self {
             policy,
             state: Mutex::default(),
         }
     }
 
-    pub fn policy(&self) -> &BreakerPolicy {
+    pub(crate) fn policy(&self) -> &BreakerPolicy {
         &self.policy
     }
 
@@ -262,19 +265,19 @@ impl Breaker {
     }
 
     /// Whether a refusal of `group` now would meet a tripped breaker (before it is recorded).
-    pub fn tripped(&self, group: &Group, now: Instant) -> Option<Trip> {
+    pub(crate) fn tripped(&self, group: &Group, now: Instant) -> Option<Trip> {
         let mut state = self.state();
         self.expire(&mut state, now);
         self.trip_of(&state, group)
     }
 
     /// Who allowed `group` for the rest of the session, if someone did.
-    pub fn allowed_for_session(&self, group: &Group) -> Option<AnsweredBy> {
+    pub(crate) fn allowed_for_session(&self, group: &Group) -> Option<AnsweredBy> {
         self.state().allowed.get(group).cloned()
     }
 
     /// Records a refusal of `group` by `tool` at `now`.
-    pub fn record(&self, tool: &'static str, group: &Group, now: Instant) -> Recorded {
+    pub(crate) fn record(&self, tool: &'static str, group: &Group, now: Instant) -> Recorded {
         let mut state = self.state();
         self.expire(&mut state, now);
         let before = self.trip_of(&state, group);
@@ -299,6 +302,7 @@ impl Breaker {
         let run = state.runs.entry(group.clone()).or_insert(Run {
             count: 0,
             since: wall,
+            #[cfg(test)]
             first: now,
             last: now,
             tools: Vec::new(),
@@ -332,7 +336,7 @@ impl Breaker {
     }
 
     /// A call of `tool` succeeded: the runs of groups refused in it end.
-    pub fn succeeded(&self, tool: &'static str) {
+    pub(crate) fn succeeded(&self, tool: &'static str) {
         self.state()
             .runs
             .retain(|_, run| !run.tools.contains(&tool));
@@ -340,7 +344,7 @@ impl Breaker {
 
     /// A person answered the tripped breaker about `group`: its run and the window start
     /// again; "keep refusing" and "allow for this session" hold for the session.
-    pub fn answered(&self, group: &Group, choice: Choice, by: AnsweredBy) {
+    pub(crate) fn answered(&self, group: &Group, choice: Choice, by: AnsweredBy) {
         let mut state = self.state();
         state.runs.remove(group);
         state.window.clear();
@@ -404,8 +408,9 @@ impl Breaker {
         None
     }
 
-    /// How long the run of `group` has lasted (for tests and messages).
-    pub fn run_age(&self, group: &Group, now: Instant) -> Option<Duration> {
+    /// How long the run of `group` has lasted (for tests).
+    #[cfg(test)]
+    pub(crate) fn run_age(&self, group: &Group, now: Instant) -> Option<std::time::Duration> {
         self.state()
             .runs
             .get(group)
@@ -417,6 +422,7 @@ impl Breaker {
 mod tests {
     use super::*;
     use crate::policy::breaker::RawBreaker;
+    use std::time::Duration;
 
     fn breaker(consecutive: u64, window: u64, secs: u64) -> Breaker {
         Breaker::new(

@@ -5,7 +5,7 @@
 //! child, and compares what happened with what the policy promises. Owns the probe list and
 //! the report; the forbidden operations themselves live in `confine::selftest`.
 
-pub mod bench;
+pub(crate) mod bench;
 mod isolation;
 mod toolchains;
 
@@ -734,6 +734,6 @@ fn pids_with_args(args: &[&str]) -> Vec<i32> {
 }
 
 /// Counts live processes whose argv is exactly `args` (used to find survivors).
-pub fn processes_with_args(args: &[&str]) -> usize {
+pub(crate) fn processes_with_args(args: &[&str]) -> usize {
     pids_with_args(args).len()
 }

@@ -19,14 +19,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Events queued per session before newer ones are dropped (and counted).
-pub const QUEUE: usize = 64;
+pub(crate) const QUEUE: usize = 64;
 /// Sessions subscribed at once; a further `logging/setLevel` is refused.
-pub const MAX_SUBSCRIBERS: usize = 1024;
+pub(crate) const MAX_SUBSCRIBERS: usize = 1024;
 
 /// The syslog severities MCP logging uses (RFC 5424), least severe first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Level {
+pub(crate) enum Level {
     Debug,
     Info,
     Notice,
@@ -40,7 +40,7 @@ pub enum Level {
 /// One event: how severe, what kind (a stable name clients can filter on, e.g.
 /// `git`), and its data (a JSON object; see the module note on secrets).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Event {
+pub(crate) struct Event {
     pub level: Level,
     pub kind: &'static str,
     pub data: Value,
@@ -48,18 +48,18 @@ pub struct Event {
 
 /// Names one client session for the bus (an MCP session, or the one stdio client).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct SessionKey(u64);
+pub(crate) struct SessionKey(u64);
 
 impl SessionKey {
     /// A key no other session of this process has.
-    pub fn fresh() -> Self {
+    pub(crate) fn fresh() -> Self {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         Self(NEXT.fetch_add(1, Ordering::Relaxed))
     }
 
     /// The session whose call this task serves, if it serves one (see [`in_session`]).
     /// Work that outlives the call (a background job) captures it when it starts.
-    pub fn current() -> Option<Self> {
+    pub(crate) fn current() -> Option<Self> {
         CURRENT.try_with(|k| *k).ok()
     }
 }
@@ -69,7 +69,7 @@ tokio::task_local! {
 }
 
 /// Runs `work` as a call of `session`: [`emit_for_call`] inside it reaches that session.
-pub async fn in_session<F: std::future::Future>(session: SessionKey, work: F) -> F::Output {
+pub(crate) async fn in_session<F: std::future::Future>(session: SessionKey, work: F) -> F::Output {
     CURRENT.scope(session, work).await
 }
 
@@ -89,7 +89,7 @@ struct Subscriber {
 
 /// A session's queue: the events that passed its level, and how many were lost to a full
 /// queue since the last look.
-pub struct Subscription {
+pub(crate) struct Subscription {
     pub events: tokio::sync::mpsc::Receiver<Event>,
     pub dropped: Arc<AtomicU64>,
 }
@@ -100,17 +100,17 @@ pub struct Subscription {
     "{MAX_SUBSCRIBERS} sessions already receive log messages from this server; close one, or \
      leave the level unset"
 )]
-pub struct TooManySubscribers;
+pub(crate) struct TooManySubscribers;
 
 /// The bus. One per process ([`Events::global`]); tests make their own.
 #[derive(Default)]
-pub struct Events {
+pub(crate) struct Events {
     subscribers: Mutex<Vec<Subscriber>>,
 }
 
 impl Events {
     /// The process's bus, which [`emit`], [`emit_to`] and [`emit_for_call`] use.
-    pub fn global() -> &'static Events {
+    pub(crate) fn global() -> &'static Events {
         static GLOBAL: OnceLock<Events> = OnceLock::new();
         GLOBAL.get_or_init(Events::default)
     }
@@ -118,7 +118,7 @@ impl Events {
     /// Sets `session`'s level: from now on it gets events at `level` or above. The first
     /// call returns the session's queue (the caller forwards it to the client, and drops it
     /// when the session ends, which unsubscribes it); later calls only change the level.
-    pub fn subscribe(
+    pub(crate) fn subscribe(
         &self,
         session: SessionKey,
         level: Level,
@@ -146,7 +146,7 @@ impl Events {
     }
 
     /// Ends `session`'s subscription (its queue closes).
-    pub fn unsubscribe(&self, session: SessionKey) {
+    pub(crate) fn unsubscribe(&self, session: SessionKey) {
         if let Ok(mut subs) = self.subscribers.lock() {
             subs.retain(|s| s.key != session);
         }
@@ -173,29 +173,35 @@ impl Events {
 
     /// An event for every subscribed session (server-wide news: the view, the parser worker,
     /// the shared workspace).
-    pub fn emit(&self, level: Level, kind: &'static str, data: Value) {
+    pub(crate) fn emit(&self, level: Level, kind: &'static str, data: Value) {
         self.send(Audience::Everyone, Event { level, kind, data });
     }
 
     /// An event for one session only (its call, its job).
-    pub fn emit_to(&self, session: SessionKey, level: Level, kind: &'static str, data: Value) {
+    pub(crate) fn emit_to(
+        &self,
+        session: SessionKey,
+        level: Level,
+        kind: &'static str,
+        data: Value,
+    ) {
         self.send(Audience::Session(session), Event { level, kind, data });
     }
 }
 
 /// [`Events::emit`] on the process's bus.
-pub fn emit(level: Level, kind: &'static str, data: Value) {
+pub(crate) fn emit(level: Level, kind: &'static str, data: Value) {
     Events::global().emit(level, kind, data);
 }
 
 /// [`Events::emit_to`] on the process's bus.
-pub fn emit_to(session: SessionKey, level: Level, kind: &'static str, data: Value) {
+pub(crate) fn emit_to(session: SessionKey, level: Level, kind: &'static str, data: Value) {
     Events::global().emit_to(session, level, kind, data);
 }
 
 /// An event for the session whose call this task serves; outside a call (`cordon exec`, a
 /// timer) there is nobody it concerns, and it goes nowhere.
-pub fn emit_for_call(level: Level, kind: &'static str, data: Value) {
+pub(crate) fn emit_for_call(level: Level, kind: &'static str, data: Value) {
     if let Some(session) = SessionKey::current() {
         emit_to(session, level, kind, data);
     }

@@ -65,33 +65,40 @@
 //! * [`cli`]: the non-serving subcommands' logic (`lint`, `policy`, the workspace default).
 
 #![deny(unsafe_code)]
+// Everything is crate-private unless `app` or `testing` re-exports it.
+#![deny(unreachable_pub)]
 
-pub mod audit;
-pub mod breaker;
-pub mod checkpoint;
-pub mod cli;
-pub mod clock;
+pub(crate) mod audit;
+pub(crate) mod breaker;
+pub(crate) mod checkpoint;
+pub(crate) mod cli;
+pub(crate) mod clock;
 // The confinement code is the one place that talks to the kernel directly (fork, mount,
 // prctl, seccomp); every block there carries a SAFETY note.
 #[allow(unsafe_code)]
-pub mod confine;
-pub mod doctor;
-pub mod egress;
-pub mod error_kind;
-pub mod events;
-pub mod exec;
-pub mod files;
-pub mod git;
-pub mod glob;
-pub mod interpreter;
-pub mod jobs;
-pub mod lint;
-pub mod metrics;
-pub mod parser;
-pub mod policy;
-pub mod runtime;
-pub mod server;
-pub mod shape;
-pub mod text;
-pub mod tools;
-pub mod workspace;
+pub(crate) mod confine;
+pub(crate) mod doctor;
+pub(crate) mod egress;
+pub(crate) mod error_kind;
+pub(crate) mod events;
+pub(crate) mod exec;
+pub(crate) mod files;
+pub(crate) mod git;
+pub(crate) mod glob;
+pub(crate) mod interpreter;
+pub(crate) mod jobs;
+pub(crate) mod lint;
+pub(crate) mod metrics;
+pub(crate) mod parser;
+pub(crate) mod policy;
+pub(crate) mod runtime;
+pub(crate) mod server;
+pub(crate) mod shape;
+pub(crate) mod text;
+pub(crate) mod tools;
+pub(crate) mod workspace;
+
+#[doc(hidden)]
+pub mod app;
+#[doc(hidden)]
+pub mod testing;

@@ -4,9 +4,9 @@
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use cordon::exec::{CaptureSpec, ExecRequest, Program};
-use cordon::policy::{Policy, TimeoutError, timeout_within};
-use cordon::runtime::{AuditTarget, Runtime, RuntimeOptions, Session};
+use cordon::app::exec::{CaptureSpec, ExecRequest, Program};
+use cordon::app::policy::{Policy, TimeoutError, timeout_within};
+use cordon::app::runtime::{AuditTarget, Runtime, RuntimeOptions, Session};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -207,7 +207,7 @@ struct CheckpointsOn {
 
 /// `cordon checkpoints …`: prints what the command did.
 fn checkpoints(action: CheckpointsAction) -> Result<i32> {
-    use cordon::cli::checkpoints::{Action, run};
+    use cordon::app::cli::checkpoints::{Action, run};
     let (on, action) = match &action {
         CheckpointsAction::List { on } => (on, Action::List),
         CheckpointsAction::Diff { id, to, on } => (
@@ -263,8 +263,8 @@ struct HttpArgs {
 
 impl HttpArgs {
     /// The listen address and authenticator, or why they cannot be had.
-    fn options(&self) -> Result<Option<cordon::server::http::HttpOptions>> {
-        use cordon::server::http::auth::{Authenticator, TokenSource};
+    fn options(&self) -> Result<Option<cordon::app::server::http::HttpOptions>> {
+        use cordon::app::server::http::auth::{Authenticator, TokenSource};
         let Some(spec) = &self.http else {
             return Ok(None);
         };
@@ -280,7 +280,7 @@ impl HttpArgs {
             .as_deref()
             .map(parse_listen_addr)
             .transpose()?;
-        Ok(Some(cordon::server::http::HttpOptions {
+        Ok(Some(cordon::app::server::http::HttpOptions {
             addr,
             auth,
             metrics_addr,
@@ -371,10 +371,10 @@ fn main() {
     // no threads) because it forks.
     if std::env::args_os().nth(1).as_deref()
         == Some(std::ffi::OsStr::new(
-            cordon::confine::sandbox_init::init::INIT_ARG,
+            cordon::app::confine::sandbox_init::init::INIT_ARG,
         ))
     {
-        cordon::confine::sandbox_init::init::main();
+        cordon::app::confine::sandbox_init::init::main();
     }
     mark_inherited_descriptors_cloexec();
     let cli = Cli::parse();
@@ -388,8 +388,8 @@ fn main() {
         }
     }
     let code = match cli.command {
-        Command::Probe { name, arg } => cordon::confine::selftest::run(&name, arg.as_deref()),
-        Command::ParseWorker => cordon::parser::worker::run(),
+        Command::Probe { name, arg } => cordon::app::confine::selftest::run(&name, arg.as_deref()),
+        Command::ParseWorker => cordon::app::parser::worker::run(),
         command => match runtime().and_then(|rt| {
             let result = rt.block_on(run(command));
             // rmcp reads stdin on a blocking thread; after SIGTERM that read never ends, and
@@ -425,14 +425,14 @@ fn serve_logging() {
 /// inherits it. Threads made before (the async runtime's) would start processes the audit
 /// rule leaves without records.
 fn start_kernel_denials() {
-    let _ = cordon::confine::audit::start();
+    let _ = cordon::app::confine::audit::start();
 }
 
 /// Descriptors this process inherited (an `exec 7>/outside/f` in the shell that started us)
 /// must never reach a confined child: every one above stderr is made close-on-exec before
 /// anything else runs.
 fn mark_inherited_descriptors_cloexec() {
-    if let Err(e) = cordon::confine::mark_inherited_descriptors_cloexec() {
+    if let Err(e) = cordon::app::confine::mark_inherited_descriptors_cloexec() {
         eprintln!("cordon: cannot mark inherited descriptors close-on-exec: {e}");
         std::process::exit(2);
     }
@@ -494,7 +494,7 @@ async fn run(command: Command) -> Result<i32> {
             .await;
             // Whatever the end, audit goes back off when this server turned it on and is the
             // last cordon server reading it.
-            cordon::confine::audit::release();
+            cordon::app::confine::audit::release();
             served
         }
         Command::Exec {
@@ -533,8 +533,8 @@ async fn run(command: Command) -> Result<i32> {
 /// `cordon doctor --bench`: the spawn benchmark, as a table or JSON.
 async fn bench(json: bool, policy: &str, n: usize, mcp: bool) -> Result<i32> {
     let policy = Policy::load(policy)?;
-    let options = cordon::doctor::bench::BenchOptions { n, mcp };
-    let report = cordon::doctor::bench::run(&policy, options).await?;
+    let options = cordon::app::doctor::bench::BenchOptions { n, mcp };
+    let report = cordon::app::doctor::bench::run(&policy, options).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -546,7 +546,7 @@ async fn bench(json: bool, policy: &str, n: usize, mcp: bool) -> Result<i32> {
 /// `cordon doctor`: every probe; exit 1 unless all pass.
 async fn doctor(json: bool, policy: &str) -> Result<i32> {
     let policy = Policy::load(policy)?;
-    let report = cordon::doctor::run(&policy).await?;
+    let report = cordon::app::doctor::run(&policy).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -569,19 +569,19 @@ async fn lint(
         allow_degraded,
         ..RuntimeOptions::default()
     };
-    let runtime = cordon::cli::lint::runtime(Policy::load(policy)?, options)?;
-    let reports = cordon::cli::lint::run(&runtime, &files).await?;
+    let runtime = cordon::app::cli::lint::runtime(Policy::load(policy)?, options)?;
+    let reports = cordon::app::cli::lint::run(&runtime, &files).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&reports)?);
     } else {
-        print!("{}", cordon::cli::lint::render(&reports));
+        print!("{}", cordon::app::cli::lint::render(&reports));
     }
-    Ok(cordon::cli::lint::exit_code(&reports))
+    Ok(cordon::app::cli::lint::exit_code(&reports))
 }
 
 /// `cordon policy show|check|explain|replay`.
 async fn policy_action(action: PolicyAction) -> Result<i32> {
-    use cordon::cli::policy;
+    use cordon::app::cli::policy;
     match action {
         PolicyAction::Show { policy: name, json } => {
             print!("{}", policy::show(&Policy::load(&name)?, json)?);
@@ -609,7 +609,7 @@ async fn policy_action(action: PolicyAction) -> Result<i32> {
             groups,
             workspaces,
         } => {
-            use cordon::cli::subject;
+            use cordon::app::cli::subject;
             let server = Policy::load(&name)?;
             let query = subject::SubjectQuery::new(
                 &subject,
@@ -627,7 +627,7 @@ async fn policy_action(action: PolicyAction) -> Result<i32> {
             json,
             subject,
         } => {
-            use cordon::cli::replay;
+            use cordon::app::cli::replay;
             let report = replay::run(&audit_log, candidate.as_deref(), subject.as_deref()).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
@@ -642,7 +642,7 @@ async fn policy_action(action: PolicyAction) -> Result<i32> {
 
 /// `cordon approvals`: the questions waiting for the operator.
 fn approvals(json: bool, watch: bool, dir: Option<PathBuf>) -> Result<i32> {
-    use cordon::cli::approvals;
+    use cordon::app::cli::approvals;
     let dir = approvals::dir_or_default(dir);
     if watch {
         approvals::watch(&dir, |listing| {
@@ -651,7 +651,7 @@ fn approvals(json: bool, watch: bool, dir: Option<PathBuf>) -> Result<i32> {
             } else {
                 println!(
                     "--- {}",
-                    cordon::clock::Utc::of(std::time::SystemTime::now()).compact()
+                    cordon::app::clock::Utc::of(std::time::SystemTime::now()).compact()
                 );
                 print!("{}", approvals::render(listing, &dir));
             }
@@ -671,7 +671,7 @@ fn approvals(json: bool, watch: bool, dir: Option<PathBuf>) -> Result<i32> {
 
 /// `cordon approve ID` / `cordon deny ID`.
 fn answer_question(id: String, dir: Option<PathBuf>, approve: bool) -> Result<i32> {
-    use cordon::cli::approvals;
+    use cordon::app::cli::approvals;
     let dir = approvals::dir_or_default(dir);
     let answered = approvals::answer(&dir, &id, approve)?;
     println!(
@@ -689,7 +689,7 @@ fn answer_question(id: String, dir: Option<PathBuf>, approve: bool) -> Result<i3
 }
 
 fn workspace_or_cwd(workspace: Option<PathBuf>) -> Result<PathBuf> {
-    Ok(cordon::cli::workspace::resolve_from_env(workspace)?)
+    Ok(cordon::app::cli::workspace::resolve_from_env(workspace)?)
 }
 
 async fn serve(
@@ -700,15 +700,15 @@ async fn serve(
     no_kernel_denials: bool,
     http: &HttpArgs,
 ) -> Result<i32> {
-    let signals =
-        cordon::server::StopSignals::listen().context("cannot listen for SIGTERM and SIGINT")?;
+    let signals = cordon::app::server::StopSignals::listen()
+        .context("cannot listen for SIGTERM and SIGINT")?;
     // Before the sandbox init's plan is made (in `start`): its Landlock layers log denials
     // only once the reader runs. Started already (`start_kernel_denials`, before any thread);
     // this only says how it went.
     if no_kernel_denials {
         tracing::info!("kernel-reported denials off (--no-kernel-denials)");
-    } else if let cordon::confine::audit::Availability::Unavailable { reason } =
-        cordon::confine::audit::start()
+    } else if let cordon::app::confine::audit::Availability::Unavailable { reason } =
+        cordon::app::confine::audit::start()
     {
         tracing::info!("kernel-reported denials unavailable: {reason}");
     }
@@ -735,7 +735,7 @@ async fn serve(
                 return Ok(2);
             }
         };
-        cordon::server::http::serve(server, options, signals).await?;
+        cordon::app::server::http::serve(server, options, signals).await?;
         return Ok(0);
     }
     let server = match start(workspace, policy, audit_log, allow_degraded).await {
@@ -745,32 +745,32 @@ async fn serve(
             let reason = one_line(&error_chain(&e));
             eprintln!("cordon: cannot start: {reason}");
             if !std::io::IsTerminal::is_terminal(&std::io::stdin()) {
-                cordon::server::failed_start::answer_first_request(
+                cordon::app::server::failed_start::answer_first_request(
                     &reason,
-                    cordon::server::failed_start::WAIT_FOR_REQUEST,
+                    cordon::app::server::failed_start::WAIT_FOR_REQUEST,
                 )
                 .await;
             }
             return Ok(2);
         }
     };
-    cordon::server::serve_stdio(server, signals).await?;
+    cordon::app::server::serve_stdio(server, signals).await?;
     Ok(0)
 }
 
 /// Everything `serve` needs before it reads its first message; any failure here is a start
-/// failure (see `cordon::server::failed_start`).
+/// failure (see `cordon::app::server::failed_start`).
 async fn start(
     workspace: Option<PathBuf>,
     policy: &str,
     audit_log: Option<PathBuf>,
     allow_degraded: bool,
-) -> Result<cordon::server::CordonServer> {
+) -> Result<cordon::app::server::CordonServer> {
     let options = RuntimeOptions {
         workspace: workspace_or_cwd(workspace)?,
         allow_degraded,
         // The parser worker is this binary: children must be able to execute it.
-        parser_program: Some(cordon::parser::worker_program()?),
+        parser_program: Some(cordon::app::parser::worker_program()?),
         audit: audit_log.map_or(AuditTarget::Policy, AuditTarget::File),
         spill_area: true,
         checkpoints: true,
@@ -786,7 +786,9 @@ async fn start(
     }
     runtime.start_parser().await?;
     runtime.start_forwarding().await;
-    Ok(cordon::server::CordonServer::new(Session::new(runtime)?))
+    Ok(cordon::app::server::CordonServer::new(Session::new(
+        runtime,
+    )?))
 }
 
 /// `serve --http --workspaces DIR`: the subjects' workspaces, and the server every session
@@ -798,20 +800,20 @@ fn start_per_subject(
     audit_log: Option<PathBuf>,
     allow_degraded: bool,
 ) -> Result<(
-    cordon::server::CordonServer,
-    Arc<cordon::server::workspaces::SubjectWorkspaces>,
+    cordon::app::server::CordonServer,
+    Arc<cordon::app::server::workspaces::SubjectWorkspaces>,
 )> {
     let policy = Policy::load(policy)?;
     let subject_options = RuntimeOptions {
         allow_degraded,
-        parser_program: Some(cordon::parser::worker_program()?),
+        parser_program: Some(cordon::app::parser::worker_program()?),
         audit: audit_log.map_or(AuditTarget::Policy, AuditTarget::File),
         spill_area: true,
         // Each subject's workspace records its own checkpoints, as `serve`'s one does.
         checkpoints: true,
         ..RuntimeOptions::default()
     };
-    let workspaces = Arc::new(cordon::server::workspaces::SubjectWorkspaces::open(
+    let workspaces = Arc::new(cordon::app::server::workspaces::SubjectWorkspaces::open(
         dir,
         policy.clone(),
         subject_options,
@@ -831,7 +833,7 @@ fn start_per_subject(
             ..RuntimeOptions::default()
         },
     )?;
-    let server = cordon::server::CordonServer::new(Session::new(Arc::new(template))?);
+    let server = cordon::app::server::CordonServer::new(Session::new(Arc::new(template))?);
     Ok((server, workspaces))
 }
 

@@ -20,7 +20,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 /// What the exposition is served as (prometheus-client writes OpenMetrics text).
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CallLabels {
@@ -55,7 +55,7 @@ struct DirectionLabels {
 
 /// How a call ended, as the `outcome` label says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CallOutcome {
+pub(crate) enum CallOutcome {
     Ok,
     /// An error result (a failed command, a bad argument, a limit).
     Error,
@@ -65,7 +65,7 @@ pub enum CallOutcome {
 
 /// Which layer refused something.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Layer {
+pub(crate) enum Layer {
     /// The policy's command rules (`deny`, a declined `ask`).
     Rule,
     /// Landlock, as the kernel's audit records report it (`confine::audit`).
@@ -184,7 +184,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
 });
 
 /// A tool call ended (every call passes `tools::finish`).
-pub fn call_finished(tool: &'static str, outcome: CallOutcome, took: Duration) {
+pub(crate) fn call_finished(tool: &'static str, outcome: CallOutcome, took: Duration) {
     let outcome = match outcome {
         CallOutcome::Ok => "ok",
         CallOutcome::Error => "error",
@@ -201,7 +201,7 @@ pub fn call_finished(tool: &'static str, outcome: CallOutcome, took: Duration) {
 }
 
 /// `n` refusals by `layer`.
-pub fn denials(layer: Layer, n: u64) {
+pub(crate) fn denials(layer: Layer, n: u64) {
     if n == 0 {
         return;
     }
@@ -218,20 +218,20 @@ pub fn denials(layer: Layer, n: u64) {
 }
 
 /// The number of MCP sessions open now.
-pub fn set_sessions(n: usize) {
+pub(crate) fn set_sessions(n: usize) {
     METRICS.sessions.set(i64::try_from(n).unwrap_or(i64::MAX));
 }
 
 /// Counts one running background job until the guard is dropped.
 #[must_use = "the job counts as running while the guard lives"]
-pub fn job_started() -> JobGuard {
+pub(crate) fn job_started() -> JobGuard {
     METRICS.jobs.inc();
     JobGuard(())
 }
 
 /// See [`job_started`].
 #[derive(Debug)]
-pub struct JobGuard(());
+pub(crate) struct JobGuard(());
 
 impl Drop for JobGuard {
     fn drop(&mut self) {
@@ -240,17 +240,17 @@ impl Drop for JobGuard {
 }
 
 /// A call found no warm slot.
-pub fn warm_slot_miss() {
+pub(crate) fn warm_slot_miss() {
     METRICS.warm_slot_misses.inc();
 }
 
 /// A sandbox view was rebuilt.
-pub fn view_rebuilt() {
+pub(crate) fn view_rebuilt() {
     METRICS.view_rebuilds.inc();
 }
 
 /// One connection through the egress proxy ended.
-pub fn egress_connection(sent: u64, received: u64, refused: bool) {
+pub(crate) fn egress_connection(sent: u64, received: u64, refused: bool) {
     for (direction, n) in [("sent", sent), ("received", received)] {
         if n > 0 {
             METRICS
@@ -266,12 +266,12 @@ pub fn egress_connection(sent: u64, received: u64, refused: bool) {
 }
 
 /// The parser worker was replaced.
-pub fn parser_worker_restarted() {
+pub(crate) fn parser_worker_restarted() {
     METRICS.parser_restarts.inc();
 }
 
 /// The circuit breaker tripped; `cause` is `consecutive`, `window` or `kept`.
-pub fn breaker_tripped(cause: &'static str) {
+pub(crate) fn breaker_tripped(cause: &'static str) {
     METRICS
         .breaker_trips
         .get_or_create(&CauseLabels { cause })
@@ -279,12 +279,12 @@ pub fn breaker_tripped(cause: &'static str) {
 }
 
 /// A refusal was answered with the circuit breaker's message.
-pub fn breaker_refusal() {
+pub(crate) fn breaker_refusal() {
     METRICS.breaker_refusals.inc();
 }
 
 /// A person answered a tripped breaker: `allow_once`, `allow_session` or `keep_refusing`.
-pub fn breaker_answered(answer: &'static str) {
+pub(crate) fn breaker_answered(answer: &'static str) {
     METRICS
         .breaker_answers
         .get_or_create(&AnswerLabels { answer })
@@ -292,7 +292,7 @@ pub fn breaker_answered(answer: &'static str) {
 }
 
 /// The exposition text.
-pub fn render() -> String {
+pub(crate) fn render() -> String {
     let mut out = String::new();
     if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &METRICS.registry) {
         tracing::warn!("cannot encode the metrics: {e}");

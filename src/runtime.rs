@@ -528,13 +528,13 @@ impl Session {
 /// racing edits of the same file, never corrupt it (every write is a rename of a complete
 /// temporary file), which is what the lock exists to prevent for ordinary use.
 #[derive(Default)]
-pub struct FileLocks {
+pub(crate) struct FileLocks {
     held: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
 }
 
 impl FileLocks {
     /// Waits for `path`'s lock; it is released when the guard drops.
-    pub async fn lock(&self, path: &str) -> tokio::sync::OwnedMutexGuard<()> {
+    pub(crate) async fn lock(&self, path: &str) -> tokio::sync::OwnedMutexGuard<()> {
         let lock = {
             let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
             match held.get(path).and_then(Weak::upgrade) {

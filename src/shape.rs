@@ -11,14 +11,14 @@
 //! Owns presentation only. It never decides whether something is an error (tools do) and
 //! never touches processes; it writes a spill file only through the opener it is given.
 
-pub mod hygiene;
+pub(crate) mod hygiene;
 
 use crate::exec::Captured;
 use rmcp::model::{CallToolResult, ContentBlock};
 use schemars::JsonSchema;
 use serde::Serialize;
 
-pub use crate::error_kind::ErrorKind;
+pub(crate) use crate::error_kind::ErrorKind;
 
 /// `structuredContent.error` of every `isError` result.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
@@ -120,7 +120,7 @@ impl ToolOutcome {
 
 /// Appends `--- name ---` sections to a result's text block, one per non-empty stream, each
 /// ending in a newline.
-pub fn push_sections(text: &mut String, sections: &[(&str, &str)]) {
+pub(crate) fn push_sections(text: &mut String, sections: &[(&str, &str)]) {
     for (name, body) in sections {
         if !body.is_empty() {
             text.push_str(&format!("--- {name} ---\n{body}"));
@@ -161,7 +161,7 @@ pub struct ShapedStream {
 }
 
 /// Opens a spill file for a stream that was cut but fit in memory: (display path, file).
-pub type SpillWriter<'a> = &'a dyn Fn(&str) -> std::io::Result<(String, std::fs::File)>;
+pub(crate) type SpillWriter<'a> = &'a dyn Fn(&str) -> std::io::Result<(String, std::fs::File)>;
 
 /// Cuts a long stream to its first and last lines with a marker saying exactly what was left
 /// out and where the whole of it is. Output within the thresholds is returned whole.
@@ -176,7 +176,7 @@ pub fn shape_stream(
 
 /// [`shape_stream`] for bytes that are a whole stream (a job's new output, read from its
 /// buffer): nothing was spilled while capturing, and every byte is here.
-pub fn shape_bytes(
+pub(crate) fn shape_bytes(
     bytes: &[u8],
     policy: &OutputPolicy,
     stream_name: &str,
@@ -264,7 +264,7 @@ fn shape(
 
 /// The human-readable line saying how many escape sequences or control characters were
 /// removed from a result's streams (none when nothing was), for its text block only.
-pub fn controls_note(removed: usize) -> Option<String> {
+pub(crate) fn controls_note(removed: usize) -> Option<String> {
     (removed > 0).then(|| {
         format!(
             "[cordon] {removed} terminal escape sequences or control characters removed (count in `control_chars_removed`)\n"
@@ -275,7 +275,7 @@ pub fn controls_note(removed: usize) -> Option<String> {
 /// Whether [`shape_stream`] shows `captured` whole and so writes no spill file: it is all in
 /// memory, valid UTF-8, and within the line and character thresholds. A caller may then
 /// shape it without moving to the blocking pool.
-pub fn shown_whole(captured: &Captured, policy: &OutputPolicy) -> bool {
+pub(crate) fn shown_whole(captured: &Captured, policy: &OutputPolicy) -> bool {
     captured.is_complete()
         && captured.tail.is_empty()
         && captured.head.len() <= policy.max_chars

@@ -12,7 +12,7 @@ use std::borrow::Cow;
 
 /// Number of characters in `text[start..end]`, tolerant of indices that are past the end or
 /// not on a character boundary (a tool's output must never make us panic).
-pub fn chars_between(text: &str, start: usize, end: usize) -> usize {
+pub(crate) fn chars_between(text: &str, start: usize, end: usize) -> usize {
     let end = end.min(text.len());
     let start = start.min(end);
     let mut lo = start;
@@ -28,12 +28,12 @@ pub fn chars_between(text: &str, start: usize, end: usize) -> usize {
 
 /// Saturating conversion for positions: a file with more than 4 billion lines is not a case
 /// worth an error path.
-pub fn to_u32(n: usize) -> u32 {
+pub(crate) fn to_u32(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 /// The first `max` characters of `text`, or all of it when it is no longer.
-pub fn at_most_chars(text: &str, max: usize) -> &str {
+pub(crate) fn at_most_chars(text: &str, max: usize) -> &str {
     match text.char_indices().nth(max) {
         Some((cut, _)) => &text[..cut],
         None => text,
@@ -41,7 +41,7 @@ pub fn at_most_chars(text: &str, max: usize) -> &str {
 }
 
 /// `text`, or its first `max` characters followed by `…` when it is longer.
-pub fn ellipsized(text: &str, max: usize) -> Cow<'_, str> {
+pub(crate) fn ellipsized(text: &str, max: usize) -> Cow<'_, str> {
     let kept = at_most_chars(text, max);
     if kept.len() == text.len() {
         Cow::Borrowed(text)
@@ -52,7 +52,7 @@ pub fn ellipsized(text: &str, max: usize) -> Cow<'_, str> {
 
 /// `text`, or its first `max` characters followed by `…(N chars)`, N being its full length:
 /// for an argument repeated back, where the model should see how much it sent.
-pub fn shortened(text: &str, max: usize) -> Cow<'_, str> {
+pub(crate) fn shortened(text: &str, max: usize) -> Cow<'_, str> {
     let kept = at_most_chars(text, max);
     if kept.len() == text.len() {
         Cow::Borrowed(text)

@@ -2,7 +2,7 @@
 #![no_main]
 
 use arbitrary::Arbitrary;
-use cordon::files::{Edit, apply_edits};
+use cordon::testing::files::{Edit, apply_edits};
 use libfuzzer_sys::fuzz_target;
 
 #[derive(Arbitrary, Debug)]

@@ -5,8 +5,8 @@
 //! parses, and only sets allowed keys.
 #![no_main]
 
-use cordon::workspace::gitconfig::{parse, vet};
-use cordon::workspace::gitlinks::{MAX_GITLINKS, gitlinks};
+use cordon::testing::workspace::gitconfig::{parse, vet};
+use cordon::testing::workspace::gitlinks::{MAX_GITLINKS, gitlinks};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -4,7 +4,7 @@
 //! that decode to the same message.
 #![no_main]
 
-use cordon::confine::sandbox_init::wire::{
+use cordon::testing::confine::sandbox_init::wire::{
     FromInit, FromSlot, MAX_FDS, MAX_MESSAGE, ToInit, ToSlot, decode, encode,
 };
 use libfuzzer_sys::fuzz_target;

@@ -15,12 +15,12 @@
 //! debug form).
 #![no_main]
 
-use cordon::egress::canon;
-use cordon::egress::pattern::{HostPattern, Target};
-use cordon::egress::upstream;
-use cordon::egress::pktline;
-use cordon::egress::rules::Site;
-use cordon::egress::secrets::{
+use cordon::testing::egress::canon;
+use cordon::testing::egress::pattern::{HostPattern, Target};
+use cordon::testing::egress::upstream;
+use cordon::testing::egress::pktline;
+use cordon::testing::egress::rules::Site;
+use cordon::testing::egress::secrets::{
     BoundHost, CredentialRule, Detector, Inject, Secret, SecretSource, Vault,
 };
 use libfuzzer_sys::fuzz_target;

@@ -4,7 +4,7 @@
 //! re-encodes to a frame that decodes to the same message.
 #![no_main]
 
-use cordon::parser::protocol::{
+use cordon::testing::parser::protocol::{
     MAX_FRAME, Request, Response, decode_body, decode_frame, encode, read_body,
 };
 use libfuzzer_sys::fuzz_target;

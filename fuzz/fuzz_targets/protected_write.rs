@@ -9,8 +9,8 @@
 #![no_main]
 
 use arbitrary::Arbitrary;
-use cordon::workspace::protect::protected_entry;
-use cordon::workspace::{GIT_CONTROL_PATHS, Workspace, WriteRules};
+use cordon::testing::workspace::protect::protected_entry;
+use cordon::testing::workspace::{GIT_CONTROL_PATHS, Workspace, WriteRules};
 use libfuzzer_sys::fuzz_target;
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -6,8 +6,8 @@
 //! pattern's own "allowed" example matches it.
 #![no_main]
 
-use cordon::egress::http::{self, ChunkedEnd, MAX_HEAD, MAX_HEADERS, Request};
-use cordon::egress::pattern::{HostPattern, Target};
+use cordon::testing::egress::http::{self, ChunkedEnd, MAX_HEAD, MAX_HEADERS, Request};
+use cordon::testing::egress::pattern::{HostPattern, Target};
 use libfuzzer_sys::fuzz_target;
 
 fn check_target(t: &Target) {

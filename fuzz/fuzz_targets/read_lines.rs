@@ -1,7 +1,7 @@
 //! Fuzzes line paging: windows are consistent and binary input is refused, never mangled.
 #![no_main]
 
-use cordon::files::read_lines;
+use cordon::testing::files::read_lines;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|input: (Vec<u8>, u16, u16)| {

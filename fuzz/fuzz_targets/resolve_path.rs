@@ -1,7 +1,7 @@
 //! Fuzzes path rooting: whatever the spelling, a tool path never reaches outside the workspace.
 #![no_main]
 
-use cordon::workspace::Workspace;
+use cordon::testing::workspace::Workspace;
 use libfuzzer_sys::fuzz_target;
 use std::sync::OnceLock;
 

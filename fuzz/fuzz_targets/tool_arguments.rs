@@ -2,10 +2,10 @@
 //! fields are always rejected (the schemas promise `additionalProperties: false`).
 #![no_main]
 
-use cordon::tools::edit_file::EditFileArgs;
-use cordon::tools::read_file::ReadFileArgs;
-use cordon::tools::shell_exec::ShellExecArgs;
-use cordon::tools::write_file::WriteFileArgs;
+use cordon::testing::tools::edit_file::EditFileArgs;
+use cordon::testing::tools::read_file::ReadFileArgs;
+use cordon::testing::tools::shell_exec::ShellExecArgs;
+use cordon::testing::tools::write_file::WriteFileArgs;
 use libfuzzer_sys::fuzz_target;
 
 fn check<T: serde::de::DeserializeOwned>(v: &serde_json::Value) {

@@ -1,6 +1,6 @@
 //! `cordon-init`: the sandbox init as a program of its own (launcher, PID 1, warm slots).
 //!
-//! The same code as `cordon __sandbox-init` (`cordon::confine::sandbox_init::init`), linked alone:
+//! The same code as `cordon __sandbox-init` (`cordon::app::confine::sandbox_init::init`), linked alone:
 //! none of the server (MCP, TLS, grammars, the policy loader) is mapped into the processes
 //! that wait in the sandbox, so every one of them costs its own few pages instead of a share
 //! of the 100+ MB server binary, and the launcher's exec is that much shorter. The server
@@ -14,11 +14,11 @@ fn main() {
     // binary dispatches on); anything else is a person running it by hand.
     if std::env::args_os().nth(1).as_deref()
         != Some(std::ffi::OsStr::new(
-            cordon::confine::sandbox_init::init::INIT_ARG,
+            cordon::app::confine::sandbox_init::init::INIT_ARG,
         ))
     {
         eprintln!("cordon-init is started by `cordon serve` and `cordon exec`; run those instead");
         std::process::exit(2);
     }
-    cordon::confine::sandbox_init::init::main();
+    cordon::app::confine::sandbox_init::init::main();
 }

@@ -16,7 +16,7 @@ use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use std::path::{Path, PathBuf};
 
 /// The rules of one directory: its `.gitignore` lines, rooted there.
-pub struct DirRules(Gitignore);
+pub(crate) struct DirRules(Gitignore);
 
 /// A path's virtual absolute spelling: matching happens on `/`-rooted paths so that each
 /// directory's rules see the path relative to that directory.
@@ -27,7 +27,7 @@ fn rooted(rel: &str) -> PathBuf {
 impl DirRules {
     /// The rules of directory `dir_rel` (workspace-relative, "" for the root) from the texts
     /// of its ignore files. Lines git could not parse are skipped, as git skips them.
-    pub fn new(dir_rel: &str, texts: &[&str]) -> Option<Self> {
+    pub(crate) fn new(dir_rel: &str, texts: &[&str]) -> Option<Self> {
         let mut builder = GitignoreBuilder::new(rooted(dir_rel));
         let mut any = false;
         for text in texts {
@@ -43,7 +43,7 @@ impl DirRules {
 
 /// The policy's side of coverage: `include` patterns (gitignore syntax, rooted at the
 /// workspace) that bring ignored paths back.
-pub struct Coverage {
+pub(crate) struct Coverage {
     include: Option<Gitignore>,
     /// Anchored `include` patterns as written (without a leading `/`), to tell which ignored
     /// directories may hold an included path.
@@ -55,7 +55,7 @@ pub struct Coverage {
 
 impl Coverage {
     /// Coverage with `include` patterns (already validated by the policy).
-    pub fn new(include: &[String]) -> Self {
+    pub(crate) fn new(include: &[String]) -> Self {
         let mut builder = GitignoreBuilder::new("/");
         let mut anchored = Vec::new();
         let mut anywhere = false;
@@ -82,7 +82,7 @@ impl Coverage {
 
     /// Whether `pattern` is a pattern `include` accepts: gitignore syntax, no negation (it
     /// would mean nothing here), not empty.
-    pub fn check_pattern(pattern: &str) -> Result<(), String> {
+    pub(crate) fn check_pattern(pattern: &str) -> Result<(), String> {
         if pattern.trim().is_empty() || pattern.starts_with('#') {
             return Err("an empty pattern or a comment includes nothing".into());
         }
@@ -101,7 +101,7 @@ impl Coverage {
 
     /// Whether git ignores `rel` under the rules of the directories above it (`stack`, the
     /// root's first): the deepest directory whose rules say anything decides.
-    pub fn ignored(stack: &[Option<DirRules>], rel: &str, is_dir: bool) -> bool {
+    pub(crate) fn ignored(stack: &[Option<DirRules>], rel: &str, is_dir: bool) -> bool {
         let path = rooted(rel);
         for rules in stack.iter().rev().flatten() {
             let m = rules.0.matched(&path, is_dir);
@@ -117,7 +117,7 @@ impl Coverage {
 
     /// Whether an ignored `rel` is brought back by `include` (a pattern naming it or a
     /// directory above it).
-    pub fn included(&self, rel: &str, is_dir: bool) -> bool {
+    pub(crate) fn included(&self, rel: &str, is_dir: bool) -> bool {
         self.include.as_ref().is_some_and(|g| {
             g.matched_path_or_any_parents(rooted(rel), is_dir)
                 .is_ignore()
@@ -126,7 +126,7 @@ impl Coverage {
 
     /// Whether the ignored directory `rel` (not itself included) may hold an included path,
     /// so the scan must walk it.
-    pub fn may_include_beneath(&self, rel: &str) -> bool {
+    pub(crate) fn may_include_beneath(&self, rel: &str) -> bool {
         if self.anywhere {
             return true;
         }
@@ -141,7 +141,7 @@ impl Coverage {
 /// belongs to git and to cordon's git import, never to a checkpoint), and at the root
 /// cordon's own directories (spilled outputs, the calls' home), which the server makes and
 /// prunes itself: a restore must not take them away nor bring old outputs back.
-pub fn never_recorded(at_root: bool, name: &str) -> bool {
+pub(crate) fn never_recorded(at_root: bool, name: &str) -> bool {
     name == ".git"
         || (at_root && (name == ".cordon" || name == crate::policy::toolchains::WORKSPACE_HOME))
 }

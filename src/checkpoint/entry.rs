@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 /// What a recorded path was.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Kind {
+pub(crate) enum Kind {
     /// A regular file whose bytes are the blob `sha256` (hex) of the store.
     File { sha256: String, size: u64 },
     /// A symbolic link and the target it held (never followed).
@@ -28,7 +28,7 @@ pub enum Kind {
 
 /// A path as recorded: its kind and permission bits (`mode & 0o7777`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Entry {
+pub(crate) struct Entry {
     #[serde(flatten)]
     pub kind: Kind,
     pub mode: u32,
@@ -36,18 +36,18 @@ pub struct Entry {
 
 impl Entry {
     /// The blob this entry needs kept, if any.
-    pub fn blob(&self) -> Option<&str> {
+    pub(crate) fn blob(&self) -> Option<&str> {
         match &self.kind {
             Kind::File { sha256, .. } => Some(sha256),
             _ => None,
         }
     }
 
-    pub fn is_dir(&self) -> bool {
+    pub(crate) fn is_dir(&self) -> bool {
         matches!(self.kind, Kind::Dir)
     }
 
-    pub fn is_uncovered(&self) -> bool {
+    pub(crate) fn is_uncovered(&self) -> bool {
         matches!(self.kind, Kind::Uncovered { .. })
     }
 }
@@ -58,7 +58,7 @@ impl Entry {
 /// `utimes` moves it to now), so an unchanged key means unchanged bytes, unless the file was
 /// still being written while it was read: that entry is kept `racy` and read again next time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StatKey {
+pub(crate) struct StatKey {
     pub dev: u64,
     pub ino: u64,
     pub size: u64,
@@ -69,7 +69,7 @@ pub struct StatKey {
 
 /// One path of the newest recorded tree, with what lets the next scan skip it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Cached {
+pub(crate) struct Cached {
     pub entry: Entry,
     pub stat: StatKey,
     /// Changed too recently to trust `stat` next time (see [`StatKey`]).
@@ -80,7 +80,7 @@ pub struct Cached {
 impl Cached {
     /// An entry known from a record but not from a scan: no stat key matches it, so the next
     /// scan reads the path again.
-    pub fn unknown_stat(entry: Entry) -> Self {
+    pub(crate) fn unknown_stat(entry: Entry) -> Self {
         Self {
             entry,
             stat: StatKey {
@@ -97,11 +97,11 @@ impl Cached {
 }
 
 /// A whole recorded tree: workspace-relative path (`/`-separated, no leading `/`) → entry.
-pub type Manifest = BTreeMap<String, Cached>;
+pub(crate) type Manifest = BTreeMap<String, Cached>;
 
 /// One path that differs between two recorded trees. `None` is "absent".
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Change {
+pub(crate) struct Change {
     pub path: String,
     pub before: Option<Entry>,
     pub after: Option<Entry>,
@@ -110,7 +110,7 @@ pub struct Change {
 impl Change {
     /// The SPEC's name for what happened to the path: created, modified, deleted, mode (only
     /// the permission bits) or symlink (a link's target, or a link replaced or replacing).
-    pub fn label(&self) -> &'static str {
+    pub(crate) fn label(&self) -> &'static str {
         match (&self.before, &self.after) {
             (None, _) => "created",
             (_, None) => "deleted",

@@ -19,11 +19,11 @@
 //! Does not own: when a call records (the tools), nor which jobs must stop before a restore
 //! (the `checkpoint` tool asks the session).
 
-pub mod coverage;
-pub mod entry;
-pub mod restore;
-pub mod scan;
-pub mod store;
+pub(crate) mod coverage;
+pub(crate) mod entry;
+pub(crate) mod restore;
+pub(crate) mod scan;
+pub(crate) mod store;
 
 use entry::{Change, Kind, Manifest};
 use serde::Serialize;
@@ -89,12 +89,12 @@ impl CallInfo {
 }
 
 /// The id of the checkpoint that restores state `seq`.
-pub fn id_of(seq: u64) -> String {
+pub(crate) fn id_of(seq: u64) -> String {
     format!("cp-{seq}")
 }
 
 /// The state an id names.
-pub fn parse_id(id: &str) -> Result<u64, CheckpointError> {
+pub(crate) fn parse_id(id: &str) -> Result<u64, CheckpointError> {
     id.strip_prefix("cp-")
         .and_then(|n| n.parse().ok())
         .ok_or_else(|| CheckpointError::BadId(crate::text::shortened(id, 60).into_owned()))

@@ -24,11 +24,11 @@ use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 /// What the target state has at each path the restore touches (None: nothing).
-pub type Target = BTreeMap<String, Option<Entry>>;
+pub(crate) type Target = BTreeMap<String, Option<Entry>>;
 
 /// The target of restoring to before `records[0]`: `records` are the checkpoints from the
 /// chosen one to the newest, oldest first. The oldest record naming a path says what it was.
-pub fn target(records: &[Record]) -> Target {
+pub(crate) fn target(records: &[Record]) -> Target {
     let mut target = Target::new();
     for record in records.iter().rev() {
         for change in &record.changes {
@@ -40,7 +40,7 @@ pub fn target(records: &[Record]) -> Target {
 
 /// One step of a restore.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Op {
+pub(crate) enum Op {
     /// Remove what is at the path (a directory with everything beneath it).
     Remove(String),
     /// Make the path hold this entry (a directory's mode is set by [`Op::DirMode`]).
@@ -51,7 +51,7 @@ pub enum Op {
 
 /// The steps from `head` (the tree as it is, just recorded) to `target`, and the paths the
 /// restore cannot put back (not covered when recorded), with why.
-pub fn plan(target: &Target, head: &Manifest) -> (Vec<Op>, Vec<(String, String)>) {
+pub(crate) fn plan(target: &Target, head: &Manifest) -> (Vec<Op>, Vec<(String, String)>) {
     let mut removals = Vec::new();
     let mut puts = Vec::new();
     let mut modes = Vec::new();
@@ -99,7 +99,7 @@ pub fn plan(target: &Target, head: &Manifest) -> (Vec<Op>, Vec<(String, String)>
 }
 
 /// Carries out `ops` beneath `root`; returns the paths it could not put back, with why.
-pub fn apply(root: BorrowedFd<'_>, store: &Store, ops: &[Op]) -> Vec<(String, String)> {
+pub(crate) fn apply(root: BorrowedFd<'_>, store: &Store, ops: &[Op]) -> Vec<(String, String)> {
     let owner = rustix::fs::fstat(root)
         .ok()
         .filter(|_| rustix::process::geteuid().is_root())

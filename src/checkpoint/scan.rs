@@ -35,7 +35,7 @@ const READ_ATTEMPTS: usize = 3;
 const MAX_IGNORE_FILE_BYTES: u64 = 1024 * 1024;
 
 /// What one scan needs besides the tree.
-pub struct Scan<'a> {
+pub(crate) struct Scan<'a> {
     pub store: &'a Store,
     pub coverage: &'a Coverage,
     pub max_file_bytes: u64,
@@ -43,14 +43,11 @@ pub struct Scan<'a> {
 
 /// What a scan found: the tree, how many bytes of new blobs it stored, and how it differs
 /// from the previous record.
-pub struct Scanned {
+pub(crate) struct Scanned {
     pub manifest: Manifest,
     pub new_bytes: u64,
     /// Every path whose entry differs from the previous record's, in path order.
     pub changes: Vec<Change>,
-    /// Some path's stat key or racy mark changed (the stat cache is worth saving) even
-    /// where no entry did.
-    pub stat_changed: bool,
     /// A directory of the tree is on another file system than the root (a mount inside the
     /// workspace): a watch of the root's file system does not see changes there.
     pub other_file_system: bool,
@@ -106,7 +103,7 @@ impl Scan<'_> {
     /// Records the tree beneath `root`, given the previous record (`previous`, taken: its
     /// entries move into the new tree where nothing changed, so nothing is copied, and what is
     /// left of it at the end was deleted).
-    pub fn run(
+    pub(crate) fn run(
         &self,
         root: BorrowedFd<'_>,
         previous: Manifest,
@@ -119,7 +116,6 @@ impl Scan<'_> {
             new_bytes: 0,
             previous,
             changes: Vec::new(),
-            stat_changed: false,
             root_dev: None,
             other_file_system: false,
             base: None,
@@ -144,7 +140,6 @@ impl Scan<'_> {
         Ok(Scanned {
             manifest: walk.manifest,
             new_bytes: walk.new_bytes,
-            stat_changed: walk.stat_changed || !changes.is_empty(),
             changes,
             other_file_system: walk.other_file_system,
         })
@@ -159,7 +154,7 @@ impl Scan<'_> {
     /// recorded: each one's entries are read again, a directory found there that is new (or
     /// another directory under an old name) is walked whole, and what the previous record
     /// held beneath a name that is gone is deleted. The rest of `previous` is kept as it is.
-    pub fn run_dirs(
+    pub(crate) fn run_dirs(
         &self,
         root: BorrowedFd<'_>,
         previous: Manifest,
@@ -179,7 +174,6 @@ impl Scan<'_> {
             new_bytes: 0,
             previous: Manifest::new(),
             changes: Vec::new(),
-            stat_changed: false,
             root_dev: rustix::fs::fstat(&root).ok().map(|st| st.st_dev),
             other_file_system: false,
             base: Some(Base {
@@ -221,7 +215,6 @@ impl Scan<'_> {
         Ok(Scanned {
             manifest,
             new_bytes: walk.new_bytes,
-            stat_changed: walk.stat_changed || !changes.is_empty(),
             changes,
             other_file_system: walk.other_file_system,
         })
@@ -264,7 +257,6 @@ struct Walk<'a, 'b> {
     /// directory read shows that part of it moved into `previous` must be looked at.
     base: Option<Base>,
     changes: Vec<Change>,
-    stat_changed: bool,
     root_dev: Option<u64>,
     other_file_system: bool,
 }
@@ -369,8 +361,6 @@ impl Walk<'_, '_> {
                         before: Some(old.entry),
                         after: Some(cached.entry.clone()),
                     });
-                } else if old.stat != cached.stat || old.racy != cached.racy {
-                    self.stat_changed = true;
                 }
             }
             None => self.changes.push(Change {

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 
 /// One checkpoint as stored: the changes from the state it names to the next one.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Record {
+pub(crate) struct Record {
     /// The state this checkpoint restores (its id is `cp-<seq>`).
     pub seq: u64,
     /// The call that made the changes (null: made between calls, by the operator or a job).
@@ -42,7 +42,7 @@ pub struct Record {
 
 /// `state.json`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct State {
+pub(crate) struct State {
     /// The newest recorded state's number (the next record's `seq`).
     pub head_seq: u64,
     /// Checkpoints dropped by the bounds so far.
@@ -62,7 +62,7 @@ pub struct State {
 const HEAD_LAG_RECORDS: u64 = 32;
 
 /// The store's directory (its files are cordon's alone: mode 0700).
-pub struct Store {
+pub(crate) struct Store {
     root: PathBuf,
     /// What the bounds need of each record, by its number, read once: a record's file is
     /// never changed after it is written (a number written again after a crash goes through
@@ -97,7 +97,7 @@ impl Summary {
 }
 
 /// An exclusive hold on a store, across processes; released when dropped.
-pub struct Locked {
+pub(crate) struct Locked {
     _file: File,
 }
 
@@ -143,7 +143,7 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
-pub fn now_unix() -> u64 {
+pub(crate) fn now_unix() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
@@ -152,7 +152,7 @@ pub fn now_unix() -> u64 {
 impl Store {
     /// The store of the workspace at `canonical` under `base` (cordon's state directory),
     /// made when missing.
-    pub fn open(base: &Path, canonical: &Path) -> Result<Self, CheckpointError> {
+    pub(crate) fn open(base: &Path, canonical: &Path) -> Result<Self, CheckpointError> {
         use sha2::Digest;
         use std::os::unix::ffi::OsStrExt;
         let digest = sha2::Sha256::digest(canonical.as_os_str().as_bytes());
@@ -168,7 +168,7 @@ impl Store {
         })
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.root
     }
 
@@ -178,7 +178,7 @@ impl Store {
 
     /// Waits for the store's lock (another server or the operator's CLI may hold it while it
     /// records or restores), then empties `tmp/` of what an interrupted writer left.
-    pub fn lock(&self) -> Result<Locked, CheckpointError> {
+    pub(crate) fn lock(&self) -> Result<Locked, CheckpointError> {
         // Opened for reading (flock needs no more): closing a file opened for writing is an
         // event for the fanotify fast path to resolve at every call.
         let path = self.root.join("lock");
@@ -200,7 +200,7 @@ impl Store {
         Ok(Locked { _file: file })
     }
 
-    pub fn state(&self, _: &Locked) -> Result<State, CheckpointError> {
+    pub(crate) fn state(&self, _: &Locked) -> Result<State, CheckpointError> {
         match std::fs::read(self.root.join("state.json")) {
             Ok(bytes) => serde_json::from_slice(&bytes)
                 .map_err(|e| CheckpointError::Corrupt(self.root.join("state.json"), e.to_string())),
@@ -209,14 +209,14 @@ impl Store {
         }
     }
 
-    pub fn set_state(&self, _: &Locked, state: &State) -> Result<(), CheckpointError> {
+    pub(crate) fn set_state(&self, _: &Locked, state: &State) -> Result<(), CheckpointError> {
         let bytes = serde_json::to_vec(state).expect("state serializes");
         write_atomic(&self.root.join("state.json"), &bytes).map_err(|e| self.io(e))
     }
 
     /// The newest recorded tree: `head.json`, rolled forward by the records after it. A
     /// path a record changed comes without a stat cache (the next scan reads it again).
-    pub fn head(&self, lock: &Locked, state: &State) -> Result<Manifest, CheckpointError> {
+    pub(crate) fn head(&self, lock: &Locked, state: &State) -> Result<Manifest, CheckpointError> {
         let path = self.root.join("head.json");
         let bytes = std::fs::read(&path).map_err(|e| self.io(e))?;
         let mut head: Manifest = serde_json::from_slice(&bytes)
@@ -246,7 +246,7 @@ impl Store {
     /// Keeps `head` (the tree at `state.head_seq`, whose record is already written) as the
     /// newest tree: written whole when `whole`, when `head.json` lags too far behind, or
     /// when it is missing; otherwise the records roll the older `head.json` forward.
-    pub fn save_head(
+    pub(crate) fn save_head(
         &self,
         lock: &Locked,
         state: &mut State,
@@ -283,7 +283,7 @@ impl Store {
         self.root.join("records").join(format!("{seq}.json"))
     }
 
-    pub fn add_record(&self, _: &Locked, record: &Record) -> Result<(), CheckpointError> {
+    pub(crate) fn add_record(&self, _: &Locked, record: &Record) -> Result<(), CheckpointError> {
         let bytes = serde_json::to_vec(record).expect("record serializes");
         write_atomic(&self.record_path(record.seq), &bytes).map_err(|e| self.io(e))?;
         if let Ok(mut summaries) = self.summaries.lock() {
@@ -331,7 +331,7 @@ impl Store {
     /// than `max_count`, the oldest past `max_age_secs`, or the records' blobs together
     /// (counting those the head still holds, so never less than what is charged) over
     /// `max_bytes`. What a changing call pays instead of a whole accounting.
-    pub fn evict_if_over(
+    pub(crate) fn evict_if_over(
         &self,
         lock: &Locked,
         head: &Manifest,
@@ -358,7 +358,7 @@ impl Store {
     }
 
     /// The numbers of the records kept, oldest first.
-    pub fn record_seqs(&self, _: &Locked) -> Result<Vec<u64>, CheckpointError> {
+    pub(crate) fn record_seqs(&self, _: &Locked) -> Result<Vec<u64>, CheckpointError> {
         let mut seqs: Vec<u64> = std::fs::read_dir(self.root.join("records"))
             .map_err(|e| self.io(e))?
             .flatten()
@@ -368,7 +368,7 @@ impl Store {
         Ok(seqs)
     }
 
-    pub fn record(&self, _: &Locked, seq: u64) -> Result<Option<Record>, CheckpointError> {
+    pub(crate) fn record(&self, _: &Locked, seq: u64) -> Result<Option<Record>, CheckpointError> {
         let path = self.record_path(seq);
         match std::fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes)
@@ -385,7 +385,7 @@ impl Store {
     }
 
     /// A new file in `tmp/` to write a blob into before its name (its hash) is known.
-    pub fn blob_writer(&self) -> Result<(PathBuf, File), CheckpointError> {
+    pub(crate) fn blob_writer(&self) -> Result<(PathBuf, File), CheckpointError> {
         use std::sync::atomic::{AtomicU64, Ordering};
         static N: AtomicU64 = AtomicU64::new(0);
         let path = self.root.join("tmp").join(format!(
@@ -398,7 +398,7 @@ impl Store {
     }
 
     /// Files the blob written at `tmp` under its hash; returns whether it was new.
-    pub fn adopt_blob(&self, tmp: &Path, sha: &str) -> Result<bool, CheckpointError> {
+    pub(crate) fn adopt_blob(&self, tmp: &Path, sha: &str) -> Result<bool, CheckpointError> {
         let to = self.blob_path(sha);
         if to.exists() {
             let _ = std::fs::remove_file(tmp);
@@ -411,12 +411,8 @@ impl Store {
         Ok(true)
     }
 
-    pub fn has_blob(&self, sha: &str) -> bool {
-        self.blob_path(sha).exists()
-    }
-
     /// The bytes of a blob, at most `limit` of them (the caller bounds what it shows).
-    pub fn read_blob(&self, sha: &str, limit: u64) -> Result<Vec<u8>, CheckpointError> {
+    pub(crate) fn read_blob(&self, sha: &str, limit: u64) -> Result<Vec<u8>, CheckpointError> {
         let file = File::open(self.blob_path(sha)).map_err(|e| self.io(e))?;
         let mut out = Vec::new();
         file.take(limit)
@@ -425,14 +421,14 @@ impl Store {
         Ok(out)
     }
 
-    pub fn open_blob(&self, sha: &str) -> Result<File, CheckpointError> {
+    pub(crate) fn open_blob(&self, sha: &str) -> Result<File, CheckpointError> {
         File::open(self.blob_path(sha)).map_err(|e| self.io(e))
     }
 
     /// Drops the oldest records until `bounds` hold, deletes the blobs nothing needs any
     /// more, and returns the budget after it. The head's blobs are always kept: a restore
     /// of any kept checkpoint starts from the tree as it is.
-    pub fn evict(
+    pub(crate) fn evict(
         &self,
         lock: &Locked,
         head: &Manifest,

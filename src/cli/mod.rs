@@ -3,10 +3,10 @@
 //! `deny`, and the choice of workspace every command makes. They print for people
 //! (or `--json` for scripts); the MCP server itself never uses this module.
 
-pub mod approvals;
-pub mod checkpoints;
-pub mod lint;
-pub mod policy;
-pub mod replay;
-pub mod subject;
-pub mod workspace;
+pub(crate) mod approvals;
+pub(crate) mod checkpoints;
+pub(crate) mod lint;
+pub(crate) mod policy;
+pub(crate) mod replay;
+pub(crate) mod subject;
+pub(crate) mod workspace;

@@ -65,7 +65,7 @@ pub fn show(policy: &Policy, json: bool) -> Result<String, PolicyCliError> {
 }
 
 /// What `[sandbox] ptrace` lets a confined process trace, in one line.
-pub fn ptrace_summary(scope: crate::policy::PtraceScope) -> &'static str {
+pub(crate) fn ptrace_summary(scope: crate::policy::PtraceScope) -> &'static str {
     match scope {
         crate::policy::PtraceScope::Call => {
             "processes of the same call may trace each other (gdb, strace, LeakSanitizer); \
@@ -196,7 +196,7 @@ fn check_jobs(out: &mut String, j: &crate::policy::jobs::JobsPolicy) {
 }
 
 /// Who answers an `ask` rule under `policy` (`server.approvals`), in words.
-pub fn approval_channels(policy: &Policy) -> String {
+pub(crate) fn approval_channels(policy: &Policy) -> String {
     use crate::policy::ApprovalChannel;
     let said: Vec<String> = policy
         .server

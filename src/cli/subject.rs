@@ -104,7 +104,7 @@ impl SubjectQuery {
 }
 
 /// `bearer`, `bearer:<holder>` or `jwt:<issuer>#<sub>` (with the log's `%XX` escapes).
-pub fn parse_subject(name: &str) -> Result<Subject, SubjectError> {
+pub(crate) fn parse_subject(name: &str) -> Result<Subject, SubjectError> {
     let malformed = || SubjectError::Malformed(name.to_owned());
     if name == "bearer" {
         return Ok(Subject::StaticToken);

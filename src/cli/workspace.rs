@@ -42,7 +42,7 @@ pub enum WorkspaceError {
 
 /// The canonical workspace root: `explicit` if given (any directory), else `cwd` unless it is
 /// refused (see the module docs). `home` is the user's home directory, if known.
-pub fn resolve(
+pub(crate) fn resolve(
     explicit: Option<PathBuf>,
     cwd: impl FnOnce() -> std::io::Result<PathBuf>,
     home: Option<&Path>,

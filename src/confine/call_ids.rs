@@ -20,9 +20,9 @@ use cap_std::fs::MetadataExt;
 /// The first host uid (and gid) of the default range: 2,000,000,000, far above the ids
 /// distributions hand to accounts (below 65,536) and the subordinate ranges `useradd` gives
 /// for rootless containers (from 100,000 up, 65,536 each).
-pub const DEFAULT_UID: u32 = 2_000_000_000;
+pub(crate) const DEFAULT_UID: u32 = 2_000_000_000;
 /// How many ids the default range maps: all that an ordinary system's files carry.
-pub const DEFAULT_COUNT: u32 = 65_536;
+pub(crate) const DEFAULT_COUNT: u32 = 65_536;
 
 /// The policy's `[sandbox] uid`/`uid_count`, as resolved.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -33,7 +33,7 @@ pub struct CallIdsPolicy {
 
 /// The ids calls run as in their slots' own user namespaces. Where cordon is not root, the
 /// server's own (the init's namespace maps them already; the slot's adds its own limits).
-pub fn decide(
+pub(crate) fn decide(
     is_root: bool,
     policy: CallIdsPolicy,
     workspace: &cap_std::fs::Dir,

@@ -40,7 +40,7 @@ pub struct ChildSetup {
 /// # Safety
 /// Call only in a forked child before exec (e.g. from `Command::pre_exec`), with every fd in
 /// `setup` open.
-pub unsafe fn enter(setup: &ChildSetup) -> io::Result<()> {
+pub(crate) unsafe fn enter(setup: &ChildSetup) -> io::Result<()> {
     // Own session and process group, so a process-group kill reaches the whole tree even
     // without cgroups, and the child has no controlling terminal to inject input into.
     rustix::process::setsid()?;

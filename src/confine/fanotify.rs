@@ -11,7 +11,7 @@
 //! without them [`DirWatch::new`] fails and the recorder walks the whole tree instead.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 /// `struct fanotify_event_metadata`: event_len u32, vers u8, reserved u8, metadata_len u16,
 /// mask u64, fd i32, pid i32.
@@ -19,7 +19,7 @@ const METADATA_LEN: usize = 24;
 
 /// What one drain of the queue found.
 #[derive(Debug, Default)]
-pub struct Drained {
+pub(crate) struct Drained {
     /// The kernel dropped events (its queue was full): anything may have changed.
     pub overflow: bool,
     /// An event came without a directory handle this parser understands.
@@ -30,7 +30,7 @@ pub struct Drained {
 }
 
 /// A fanotify group watching one file system for changes to directory entries and files.
-pub struct DirWatch {
+pub(crate) struct DirWatch {
     group: OwnedFd,
     /// A descriptor on the watched file system, for `open_by_handle_at`.
     mount: OwnedFd,
@@ -39,7 +39,7 @@ pub struct DirWatch {
 impl DirWatch {
     /// Watches the file system that holds `root`: creations, deletions, renames, writes and
     /// attribute changes of files and directories anywhere on it.
-    pub fn new(root: BorrowedFd<'_>) -> io::Result<Self> {
+    pub(crate) fn new(root: BorrowedFd<'_>) -> io::Result<Self> {
         let flags = libc::FAN_CLASS_NOTIF
             | libc::FAN_CLOEXEC
             | libc::FAN_NONBLOCK
@@ -91,7 +91,7 @@ impl DirWatch {
     }
 
     /// Reads every event queued so far (never blocks).
-    pub fn drain(&self) -> io::Result<Drained> {
+    pub(crate) fn drain(&self) -> io::Result<Drained> {
         let mut out = Drained::default();
         let mut buf = vec![0u8; 64 * 1024];
         loop {
@@ -110,7 +110,7 @@ impl DirWatch {
 
     /// Opens the directory a handle names (`O_PATH`: nothing is read through it), or the
     /// error when it is gone (`ESTALE`).
-    pub fn open(&self, handle_type: i32, handle: &[u8]) -> io::Result<OwnedFd> {
+    pub(crate) fn open(&self, handle_type: i32, handle: &[u8]) -> io::Result<OwnedFd> {
         // `struct file_handle`: handle_bytes u32, handle_type i32, then the bytes, built in
         // an 8-aligned buffer.
         let mut raw = vec![0u64; (8 + handle.len()).div_ceil(8)];
@@ -134,10 +134,6 @@ impl DirWatch {
         // SAFETY: `fd` is a descriptor open_by_handle_at just returned to us.
         Ok(unsafe { OwnedFd::from_raw_fd(fd) })
     }
-
-    pub fn as_fd(&self) -> BorrowedFd<'_> {
-        self.group.as_fd()
-    }
 }
 
 /// The bytes of a `u64` buffer, to build a `struct file_handle` in aligned memory.
@@ -160,7 +156,7 @@ fn u64_at(b: &[u8], at: usize) -> Option<u64> {
 
 /// Parses a buffer of events into `out`. Anything malformed marks the drain unreadable (the
 /// caller then treats it as "anything may have changed").
-pub fn parse(buf: &[u8], out: &mut Drained) {
+pub(crate) fn parse(buf: &[u8], out: &mut Drained) {
     let mut at = 0;
     while at + METADATA_LEN <= buf.len() {
         let (Some(event_len), Some(meta_len), Some(mask)) =

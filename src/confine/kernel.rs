@@ -7,7 +7,7 @@ use serde::Serialize;
 
 /// Landlock ABI needed for everything the policies ask for: filesystem rights incl. truncate
 /// and ioctl (V3, V5), TCP rules (V4) and the signal / abstract-socket scopes (V6).
-pub const REQUIRED_LANDLOCK_ABI: u32 = 6;
+pub(crate) const REQUIRED_LANDLOCK_ABI: u32 = 6;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct KernelSupport {
@@ -20,7 +20,7 @@ pub struct KernelSupport {
 }
 
 /// Whether `feature` is named in [`SIMULATE_MISSING_ENV`].
-pub fn simulated_missing(feature: &str) -> bool {
+pub(crate) fn simulated_missing(feature: &str) -> bool {
     std::env::var(SIMULATE_MISSING_ENV).is_ok_and(|v| v.split(',').any(|f| f.trim() == feature))
 }
 
@@ -28,7 +28,7 @@ pub fn simulated_missing(feature: &str) -> bool {
 /// `landlock-abi-5` caps the Landlock ABI at 5, below the required one), so the
 /// fail-closed and degraded paths can be tested on a kernel that has everything. It can only
 /// take features away, never add them.
-pub const SIMULATE_MISSING_ENV: &str = "CORDON_SIMULATE_MISSING";
+pub(crate) const SIMULATE_MISSING_ENV: &str = "CORDON_SIMULATE_MISSING";
 
 impl KernelSupport {
     pub fn detect() -> Self {

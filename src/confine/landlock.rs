@@ -97,7 +97,10 @@ pub enum GrantKind {
 
 /// Builds the ruleset. `best_effort` is the operator's explicit degraded mode: rights this
 /// kernel lacks are dropped instead of failing.
-pub fn build_ruleset(spec: &LandlockSpec<'_>, best_effort: bool) -> Result<OwnedFd, LandlockError> {
+pub(crate) fn build_ruleset(
+    spec: &LandlockSpec<'_>,
+    best_effort: bool,
+) -> Result<OwnedFd, LandlockError> {
     ruleset_of_grants(
         &expand_grants(spec),
         spec.tcp_connect,
@@ -108,7 +111,7 @@ pub fn build_ruleset(spec: &LandlockSpec<'_>, best_effort: bool) -> Result<Owned
 
 /// Builds a ruleset from grants already expanded (the sandbox init expands the policy's once
 /// and each slot opens them anew inside its own mount namespace, plus its own directories).
-pub fn ruleset_of_grants(
+pub(crate) fn ruleset_of_grants(
     grants: &[Grant],
     tcp_connect: &TcpPorts,
     tcp_bind: &TcpPorts,
@@ -123,7 +126,7 @@ pub fn ruleset_of_grants(
 /// serves every ruleset built from it (the sandbox init opens the policy's grants once and each
 /// slot reuses them, opening anew only what its own mounts replace).
 #[derive(Debug)]
-pub struct OpenedGrant {
+pub(crate) struct OpenedGrant {
     pub path: PathBuf,
     pub access: GrantKind,
     pub is_dir: bool,
@@ -131,7 +134,7 @@ pub struct OpenedGrant {
 }
 
 /// Opens each grant's path (`O_PATH`, close-on-exec, following links as a rule does).
-pub fn open_grants(grants: &[Grant]) -> Result<Vec<OpenedGrant>, LandlockError> {
+pub(crate) fn open_grants(grants: &[Grant]) -> Result<Vec<OpenedGrant>, LandlockError> {
     use rustix::fs::{Mode, OFlags, fstat, open};
     grants
         .iter()
@@ -155,7 +158,7 @@ pub fn open_grants(grants: &[Grant]) -> Result<Vec<OpenedGrant>, LandlockError> 
 }
 
 /// Builds a ruleset from grants already open (see [`OpenedGrant`]).
-pub fn ruleset_of_opened(
+pub(crate) fn ruleset_of_opened(
     grants: &[&OpenedGrant],
     tcp_connect: &TcpPorts,
     tcp_bind: &TcpPorts,
@@ -216,7 +219,7 @@ pub fn ruleset_of_opened(
 /// A ruleset that restricts no file access and only scopes signals and abstract Unix sockets
 /// to its own domain: put on a job's main process by its slot, it keeps the job from signalling
 /// the slot (its PID 1) or reaching its abstract sockets, which share the slot's domain otherwise.
-pub fn scope_only_ruleset(best_effort: bool) -> Result<OwnedFd, LandlockError> {
+pub(crate) fn scope_only_ruleset(best_effort: bool) -> Result<OwnedFd, LandlockError> {
     let level = if best_effort {
         CompatLevel::BestEffort
     } else {
@@ -240,7 +243,7 @@ pub fn scope_only_ruleset(best_effort: bool) -> Result<OwnedFd, LandlockError> {
 
 /// The grants after carving denied paths out of granted directories. Paths that do not exist
 /// on this machine are skipped (a policy lists /lib32 for the machines that have it).
-pub fn expand_grants(spec: &LandlockSpec<'_>) -> Vec<Grant> {
+pub(crate) fn expand_grants(spec: &LandlockSpec<'_>) -> Vec<Grant> {
     let deny: Vec<DenyPattern> = spec.deny.iter().map(|p| DenyPattern::new(p)).collect();
     let mut out = Vec::new();
     for path in spec.read_exec.iter().chain(spec.read_only) {

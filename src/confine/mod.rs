@@ -11,28 +11,28 @@
 //! of a call itself (`exec::launch` asks it for a slot or a `ChildSetup`), and knows nothing
 //! of MCP.
 
-pub mod audit;
-pub mod call_ids;
-mod cgroup;
-mod child;
-pub mod fanotify;
-pub mod kernel;
-pub mod landlock;
+pub(crate) mod audit;
+pub(crate) mod call_ids;
+pub(crate) mod cgroup;
+pub(crate) mod child;
+pub(crate) mod fanotify;
+pub(crate) mod kernel;
+pub(crate) mod landlock;
 mod plan;
 mod rlimits;
-pub mod sandbox_init;
-pub mod scratch;
-pub mod seccomp;
-pub mod selftest;
-pub mod terminal;
+pub(crate) mod sandbox_init;
+pub(crate) mod scratch;
+pub(crate) mod seccomp;
+pub(crate) mod selftest;
+pub(crate) mod terminal;
 
-pub use call_ids::CallIdsPolicy;
-pub use cgroup::{CallCgroup, CallLimits, CgroupMode, LimitHits};
-pub use child::ChildSetup;
-pub use kernel::{KernelSupport, REQUIRED_LANDLOCK_ABI};
-pub use plan::{ConfinePlan, RlimitPlan};
-pub use sandbox_init::{SandboxChild, Slot};
-pub use sandbox_init::{SandboxInit, WarmSlot};
+pub(crate) use call_ids::CallIdsPolicy;
+pub(crate) use cgroup::{CallCgroup, CallLimits, CgroupMode, LimitHits};
+pub(crate) use child::ChildSetup;
+pub(crate) use kernel::{KernelSupport, REQUIRED_LANDLOCK_ABI};
+pub(crate) use plan::{ConfinePlan, RlimitPlan};
+pub(crate) use sandbox_init::{SandboxChild, Slot};
+pub(crate) use sandbox_init::{SandboxInit, WarmSlot};
 
 use seccompiler::BpfProgram;
 use serde::Serialize;
@@ -82,7 +82,7 @@ pub fn mark_inherited_descriptors_cloexec() -> std::io::Result<()> {
 
 /// What cgroup support this process would get, with the reasons for anything missing. Creates
 /// and removes its probe directories.
-pub fn probe_cgroups() -> (CgroupMode, Vec<String>) {
+pub(crate) fn probe_cgroups() -> (CgroupMode, Vec<String>) {
     let cgroups = cgroup::Cgroups::setup();
     (cgroups.mode(), cgroups.notes.clone())
 }

@@ -16,7 +16,11 @@ use rustix::process::{Resource, getrlimit};
 /// `no_cgroup_limits`: there is no cgroup to bound memory and pids, so RLIMIT_AS takes the
 /// memory limit (per process: the weaker substitute) and, for non-root users, RLIMIT_NPROC the
 /// pids limit (the kernel ignores it for root).
-pub fn plan(limits: &RlimitPlan, no_cgroup_limits: bool, is_root: bool) -> Vec<(Resource, u64)> {
+pub(super) fn plan(
+    limits: &RlimitPlan,
+    no_cgroup_limits: bool,
+    is_root: bool,
+) -> Vec<(Resource, u64)> {
     let mut plan = vec![
         (Resource::Fsize, limits.file_size_bytes),
         (Resource::Nofile, limits.open_files),

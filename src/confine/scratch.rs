@@ -41,14 +41,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 
 /// The kinds of scratch directory, as they appear in names (`cordon-<kind>-<tag>-…`).
-pub const KINDS: [&str; 3] = ["tmp", "private", "view"];
+pub(crate) const KINDS: [&str; 3] = ["tmp", "private", "view"];
 
 const OWNER_PREFIX: &str = "cordon-owner-";
 
 /// A scratch directory of this process: removed when dropped, and by a later process's
 /// [`sweep_stale`] if this one dies first.
 #[derive(Debug)]
-pub struct ScratchDir {
+pub(crate) struct ScratchDir {
     // Field order is drop order: the directory goes before its owner's lock is let go.
     dir: RemovedOnDrop,
     _owner: Arc<Owner>,
@@ -56,7 +56,7 @@ pub struct ScratchDir {
 
 impl ScratchDir {
     /// Makes `cordon-<kind>-<tag>-<random>` in the temp dir, owned by this process.
-    pub fn new(kind: &'static str) -> io::Result<Self> {
+    pub(crate) fn new(kind: &'static str) -> io::Result<Self> {
         debug_assert!(KINDS.contains(&kind));
         let tmp = std::env::temp_dir();
         let owner = process_owner(&tmp)?;
@@ -73,7 +73,7 @@ impl ScratchDir {
         })
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.dir.path()
     }
 }
@@ -120,7 +120,7 @@ struct Level {
 /// from the directory just emptied, checked against the device and inode seen on the way
 /// down, so a directory moved meanwhile stops the removal instead of steering it outside
 /// `path`. A missing `path` is not an error; a `path` that is not a directory is.
-pub fn remove_tree(path: &Path) -> io::Result<()> {
+pub(crate) fn remove_tree(path: &Path) -> io::Result<()> {
     let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let mut cur = match rustix::fs::open(path, dir_flags, Mode::empty()) {
         Ok(fd) => fd,
@@ -305,7 +305,7 @@ fn process_owner(tmp: &Path) -> io::Result<Arc<Owner>> {
 
 /// What a sweep did.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Swept {
+pub(crate) struct Swept {
     /// Dead owners whose directories were removed.
     pub owners: usize,
     /// Directories removed.
@@ -313,13 +313,13 @@ pub struct Swept {
 }
 
 /// Removes the scratch directories of dead cordon processes from the temp dir.
-pub fn sweep_stale() -> Swept {
+pub(crate) fn sweep_stale() -> Swept {
     sweep_stale_in(&std::env::temp_dir())
 }
 
 /// [`sweep_stale`] on a thread of its own, so a start-up is not slowed by a large leftover
 /// tree; says what it removed at `info`.
-pub fn sweep_stale_in_background() {
+pub(crate) fn sweep_stale_in_background() {
     let spawned = std::thread::Builder::new()
         .name("cordon-sweep".into())
         .spawn(|| {
@@ -339,7 +339,7 @@ pub fn sweep_stale_in_background() {
 }
 
 /// [`sweep_stale`] in `tmp`.
-pub fn sweep_stale_in(tmp: &Path) -> Swept {
+pub(crate) fn sweep_stale_in(tmp: &Path) -> Swept {
     let mut swept = Swept::default();
     let Ok(entries) = fs::read_dir(tmp) else {
         return swept;

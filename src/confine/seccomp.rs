@@ -25,7 +25,7 @@ const EMBEDDED: &[(&str, &str)] = &[
 
 /// The profile the sandbox init's calls get instead of a built-in one when the sandbox has
 /// its own network namespace (see `confine::private_netns_seccomp`); never named by a policy.
-pub const PRIVATE_NETNS: &str = "builtin:private_netns";
+pub(crate) const PRIVATE_NETNS: &str = "builtin:private_netns";
 const PRIVATE_NETNS_TEXT: &str = include_str!("../../sandbox-profiles/private_netns.json");
 
 #[derive(Debug, thiserror::Error)]
@@ -50,7 +50,7 @@ pub enum SeccompError {
 
 /// Extra programs for the per-child path (no namespaces): System V IPC refused, and Unix
 /// sockets unless `allow_unix_sockets` (the policy's `sandbox.fallback_unix_sockets`).
-pub fn fallback_programs(allow_unix_sockets: bool) -> Result<Vec<BpfProgram>, SeccompError> {
+pub(crate) fn fallback_programs(allow_unix_sockets: bool) -> Result<Vec<BpfProgram>, SeccompError> {
     let mut sources = vec![(
         "builtin:fallback_sysv",
         include_str!("../../sandbox-profiles/fallback_sysv.json"),
@@ -74,7 +74,7 @@ pub fn fallback_programs(allow_unix_sockets: bool) -> Result<Vec<BpfProgram>, Se
     Ok(out)
 }
 
-pub fn embedded_profile_names() -> Vec<&'static str> {
+pub(crate) fn embedded_profile_names() -> Vec<&'static str> {
     EMBEDDED.iter().map(|(n, _)| *n).collect()
 }
 
@@ -82,11 +82,11 @@ pub fn embedded_profile_names() -> Vec<&'static str> {
 /// processes may trace each other ([`Tracing::OwnCall`]) they are left to Landlock, which lets
 /// a process trace only processes of its own domain or one nested in it: the call's own tree,
 /// never its reaper, another call, the sandbox init or the server.
-pub const TRACE_SYSCALLS: &[&str] = &["ptrace", "process_vm_readv", "process_vm_writev"];
+pub(crate) const TRACE_SYSCALLS: &[&str] = &["ptrace", "process_vm_readv", "process_vm_writev"];
 
 /// Whether a built-in profile keeps refusing [`TRACE_SYSCALLS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Tracing {
+pub(crate) enum Tracing {
     /// Refused (the profile as written).
     Refused,
     /// Left to Landlock's scoping: only ever chosen where Landlock is in force.
@@ -96,7 +96,7 @@ pub enum Tracing {
 /// Compiles a profile (embedded name or JSON file) into the programs to install, in a stable
 /// order, the first carrying the x32/clone3 prologue. `tracing` applies to the built-in
 /// profiles; an operator's profile file is used as written.
-pub fn compile_profile(
+pub(crate) fn compile_profile(
     name_or_path: &str,
     tracing: Tracing,
 ) -> Result<Vec<BpfProgram>, SeccompError> {

@@ -6,14 +6,14 @@
 //! killed by seccomp instead (int 0x80), which callers see as SIGSYS. Raw syscalls are needed
 //! because libc wrappers and std would hide or avoid exactly the paths we want to test.
 
-mod isolation;
+pub(crate) mod isolation;
 
-pub use isolation::HostSysvObjects;
+pub(crate) use isolation::HostSysvObjects;
 
 use std::io::Error;
 use std::net::{Ipv4Addr, SocketAddrV4, TcpStream, UdpSocket};
 
-pub const PROBES: &[&str] = &[
+pub(crate) const PROBES: &[&str] = &[
     "ptrace",
     "mount",
     "unshare",

@@ -16,11 +16,11 @@ use tokio::io::{AsyncRead, ReadBuf};
 
 /// A terminal's master side, shared by its reader and its writers.
 #[derive(Clone)]
-pub struct Terminal(Arc<AsyncFd<OwnedFd>>);
+pub(crate) struct Terminal(Arc<AsyncFd<OwnedFd>>);
 
 impl Terminal {
     /// `master`, non-blocking, ready for async reads and writes. Call inside a Tokio runtime.
-    pub fn new(master: OwnedFd) -> io::Result<Self> {
+    pub(crate) fn new(master: OwnedFd) -> io::Result<Self> {
         let flags = rustix::fs::fcntl_getfl(&master)?;
         rustix::fs::fcntl_setfl(&master, flags | rustix::fs::OFlags::NONBLOCK)?;
         // SAFETY: an `OwnedFd` is open for as long as it lives, and `as_raw_fd` always returns
@@ -31,7 +31,7 @@ impl Terminal {
     }
 
     /// Writes all of `data` to the terminal's input, waiting while its input queue is full.
-    pub async fn write_all(&self, mut data: &[u8]) -> io::Result<()> {
+    pub(crate) async fn write_all(&self, mut data: &[u8]) -> io::Result<()> {
         while !data.is_empty() {
             let mut ready = self.0.writable().await?;
             match ready.try_io(|fd| rustix::io::write(fd.get_ref(), data).map_err(Into::into)) {
@@ -46,7 +46,7 @@ impl Terminal {
 
     /// The terminal's foreground process group (as the server's PID namespace numbers it),
     /// when it has one: whose programs read what is typed now.
-    pub fn foreground_group(&self) -> Option<u32> {
+    pub(crate) fn foreground_group(&self) -> Option<u32> {
         // On a pty master, TIOCGPGRP answers for the slave side: the job's terminal.
         rustix::termios::tcgetpgrp(self.0.get_ref())
             .ok()
@@ -55,7 +55,7 @@ impl Terminal {
 
     /// Sends `signal` to the terminal's foreground process group, as the line discipline does
     /// for Ctrl-C: whatever the job's shell runs in the foreground gets it, not only the shell.
-    pub fn signal_foreground(&self, signal: rustix::process::Signal) -> io::Result<()> {
+    pub(crate) fn signal_foreground(&self, signal: rustix::process::Signal) -> io::Result<()> {
         // SAFETY: TIOCSIG takes the signal number as its plain integer argument; the
         // descriptor is the live master this value owns.
         let r = unsafe {
@@ -73,7 +73,7 @@ impl Terminal {
     }
 
     /// Sets the terminal's size; the kernel sends SIGWINCH to its foreground process group.
-    pub fn resize(&self, cols: u16, rows: u16) -> io::Result<()> {
+    pub(crate) fn resize(&self, cols: u16, rows: u16) -> io::Result<()> {
         let size = libc::winsize {
             ws_row: rows,
             ws_col: cols,

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 /// One sentence per directory of `path_var` (the server's PATH) that holds programs but is
 /// not readable by confined processes under `policy`, saying which field would grant it.
-pub fn invisible_on_path(policy: &Policy, path_var: &str) -> Vec<String> {
+pub(super) fn invisible_on_path(policy: &Policy, path_var: &str) -> Vec<String> {
     let fs = &policy.filesystem;
     let grants: Vec<PathBuf> = fs
         .read_exec

@@ -33,7 +33,7 @@ pub const MAX_ESTABLISHED: usize = 512;
 pub const MAX_ESTABLISHED_PER_CALL: usize = 64;
 /// Connections past their head, over all calls and jobs of one MCP session: a quarter of
 /// the proxy's, so it takes four sessions at their bound to fill it (and two calls' worth).
-pub const MAX_ESTABLISHED_PER_SESSION: usize = 128;
+pub(crate) const MAX_ESTABLISHED_PER_SESSION: usize = 128;
 const _: () = assert!(
     MAX_ESTABLISHED_PER_SESSION * 4 == MAX_ESTABLISHED
         && MAX_ESTABLISHED_PER_SESSION == 2 * MAX_ESTABLISHED_PER_CALL
@@ -41,12 +41,12 @@ const _: () = assert!(
 /// Connections whose credentials are not known yet, over all calls (oldest evicted). Large
 /// enough that a flood of sockets must open this many more between a client's `connect` and
 /// its first write to evict it; small beside the established bound.
-pub const MAX_ANONYMOUS_HEADS: usize = 128;
+pub(crate) const MAX_ANONYMOUS_HEADS: usize = 128;
 /// Connections of one call still sending their head.
-pub const MAX_HEADS_PER_CALL: usize = 16;
+pub(crate) const MAX_HEADS_PER_CALL: usize = 16;
 /// How long a connection has to send its credentials (the whole head has the proxy's
 /// head timeout).
-pub const ANONYMOUS_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const ANONYMOUS_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The bounds, all positive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,7 +74,7 @@ impl Default for Limits {
 
 /// Why a connection was not admitted to the next stage; the words go to the call's report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Crowded {
+pub(crate) enum Crowded {
     /// The call already has this many connections still sending their head.
     CallHeads(usize),
     /// The call already has this many connections open through the proxy.
@@ -87,7 +87,7 @@ pub enum Crowded {
 
 impl Crowded {
     /// The HTTP status the client is answered with.
-    pub fn status(self) -> (u16, &'static str) {
+    pub(crate) fn status(self) -> (u16, &'static str) {
         match self {
             Self::CallHeads(_) | Self::CallEstablished(_) | Self::Session(_) => {
                 (429, "Too Many Requests")
@@ -148,7 +148,7 @@ struct Anonymous {
 }
 
 impl Admission {
-    pub fn new(limits: Limits) -> Arc<Self> {
+    pub(super) fn new(limits: Limits) -> Arc<Self> {
         Arc::new(Self {
             limits: Limits {
                 established: limits.established.max(1),
@@ -163,13 +163,13 @@ impl Admission {
         })
     }
 
-    pub fn limits(&self) -> &Limits {
+    pub(super) fn limits(&self) -> &Limits {
         &self.limits
     }
 
     /// A slot for a connection just accepted. Never refuses: when the pool is full, the
     /// oldest waiting connection is evicted instead (its token is cancelled).
-    pub fn anonymous(self: &Arc<Self>) -> AnonymousSlot {
+    pub(super) fn anonymous(self: &Arc<Self>) -> AnonymousSlot {
         let mut pool = lock(&self.anonymous);
         while pool.waiting.len() >= self.limits.anonymous_heads {
             match pool.waiting.pop_first() {
@@ -189,7 +189,7 @@ impl Admission {
     }
 
     /// A slot among the call's connections still sending their head.
-    pub fn head_of_call(&self, counts: &Arc<CallCounts>) -> Result<CallSlot, Crowded> {
+    pub(super) fn head_of_call(&self, counts: &Arc<CallCounts>) -> Result<CallSlot, Crowded> {
         let max = self.limits.heads_per_call;
         take(&counts.heads, max).ok_or(Crowded::CallHeads(max))?;
         Ok(CallSlot {
@@ -200,7 +200,7 @@ impl Admission {
 
     /// A slot among the call's, its session's (when it has one) and the proxy's established
     /// connections.
-    pub fn establish(
+    pub(super) fn establish(
         &self,
         counts: &Arc<CallCounts>,
         session: Option<&Arc<CallCounts>>,
@@ -242,7 +242,7 @@ pub(super) struct AnonymousSlot {
 
 impl AnonymousSlot {
     /// Cancelled when a newer connection took this one's place.
-    pub fn evicted(&self) -> &CancellationToken {
+    pub(super) fn evicted(&self) -> &CancellationToken {
         &self.evicted
     }
 }

@@ -7,7 +7,7 @@
 use super::http::RequestHead;
 
 /// The user name in the proxy URL; the password is the call's token.
-pub const PROXY_USER: &str = "cordon";
+pub(crate) const PROXY_USER: &str = "cordon";
 
 /// The token from `Proxy-Authorization: Basic base64(cordon:TOKEN)`.
 pub(super) fn token(head: &RequestHead) -> Option<String> {

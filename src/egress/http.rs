@@ -187,7 +187,7 @@ fn push_field(out: &mut Vec<u8>, name: &str, value: &str) {
 }
 
 /// Every value of header `name` among `headers` (case-insensitive).
-pub fn values_in<'a>(
+pub(crate) fn values_in<'a>(
     headers: &'a [(String, String)],
     name: &'a str,
 ) -> impl Iterator<Item = &'a str> + 'a {
@@ -198,7 +198,7 @@ pub fn values_in<'a>(
 }
 
 /// The one value of `name` among `headers`; an error when it is repeated.
-pub fn single_in<'a>(
+pub(crate) fn single_in<'a>(
     headers: &'a [(String, String)],
     name: &'a str,
 ) -> Result<Option<&'a str>, HeadError> {
@@ -213,7 +213,7 @@ pub fn single_in<'a>(
 }
 
 /// How a request body is framed by `headers` (a request without either field has none).
-pub fn body_in(headers: &[(String, String)]) -> Result<Body, HeadError> {
+pub(crate) fn body_in(headers: &[(String, String)]) -> Result<Body, HeadError> {
     let te: Vec<&str> = values_in(headers, "transfer-encoding").collect();
     let cl = single_in(headers, "content-length")?;
     match (te.as_slice(), cl) {
@@ -237,7 +237,7 @@ pub fn body_in(headers: &[(String, String)]) -> Result<Body, HeadError> {
 /// A request in origin form (`GET /path HTTP/1.1`), as a client sends it to the server itself:
 /// what the proxy reads inside a tunnel it intercepts (see `intercept`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OriginHead {
+pub(crate) struct OriginHead {
     pub method: String,
     /// The origin-form target (`/path?query`), or `*` for `OPTIONS *`.
     pub path: String,
@@ -249,7 +249,7 @@ pub struct OriginHead {
 
 impl OriginHead {
     /// The head as bytes, with its fields as they are now.
-    pub fn to_bytes(&self) -> Vec<u8> {
+    pub(crate) fn to_bytes(&self) -> Vec<u8> {
         let mut out = format!(
             "{} {} HTTP/1.{}\r\n",
             self.method, self.path, self.minor_version
@@ -263,13 +263,13 @@ impl OriginHead {
     }
 
     /// The path without its query: what rules match and the audit records.
-    pub fn path_only(&self) -> &str {
+    pub(crate) fn path_only(&self) -> &str {
         self.path.split('?').next().unwrap_or_default()
     }
 }
 
 /// Parses an origin-form request head at the start of `buf` (`Ok(None)`: not complete yet).
-pub fn parse_origin_head(buf: &[u8]) -> Result<Option<OriginHead>, HeadError> {
+pub(crate) fn parse_origin_head(buf: &[u8]) -> Result<Option<OriginHead>, HeadError> {
     let Some((line, headers, len)) = split_head(buf)? else {
         return Ok(None);
     };
@@ -320,7 +320,7 @@ impl ResponseHead {
 
 /// Parses a response head at the start of `buf` (`Ok(None)`: not complete yet). Its error
 /// holds no byte of the response (see [`Malformed`]).
-pub fn parse_response_head(buf: &[u8]) -> Result<Option<ResponseHead>, Malformed> {
+pub(crate) fn parse_response_head(buf: &[u8]) -> Result<Option<ResponseHead>, Malformed> {
     let Some((line, headers, len)) = split_head(buf)? else {
         return Ok(None);
     };

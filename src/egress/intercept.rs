@@ -403,21 +403,13 @@ async fn relay_response<C, U>(
             let interim = (100..200).contains(&head.status) && head.status != 101;
             let mut body = ResponseBody::Raw;
             if !interim {
-                let has_body = !head_only && !matches!(head.status, 204 | 304);
-                match response_framing(&head.headers, carried && has_body) {
+                match final_head(&mut head, carried, head_only) {
                     Ok(b) => body = b,
                     Err(fault) => {
                         let _ = client.write_all(&fail(outcome, fault)).await;
                         return;
                     }
                 }
-                head.headers.retain(|(n, _)| {
-                    !matches!(
-                        n.to_ascii_lowercase().as_str(),
-                        "connection" | "keep-alive" | "trailer"
-                    )
-                });
-                head.headers.push(("Connection".into(), "close".into()));
             }
             outcome.status = Some(head.status);
             let bytes = scrub_head(&head, ctx.vault);
@@ -489,6 +481,26 @@ async fn relay_response<C, U>(
     if client.write_all(&out).await.is_ok() {
         outcome.received += out.len() as u64;
     }
+}
+
+/// The final (not 1xx) response head made ready to pass on: how its body is relayed (see
+/// [`response_framing`]; a body answering a request that carried a credential must be
+/// unencoded) and `Connection: close` in place of the hop-by-hop fields.
+fn final_head(
+    head: &mut super::http::ResponseHead,
+    carried: bool,
+    head_only: bool,
+) -> Result<ResponseBody, Fault> {
+    let has_body = !head_only && !matches!(head.status, 204 | 304);
+    let body = response_framing(&head.headers, carried && has_body)?;
+    head.headers.retain(|(n, _)| {
+        !matches!(
+            n.to_ascii_lowercase().as_str(),
+            "connection" | "keep-alive" | "trailer"
+        )
+    });
+    head.headers.push(("Connection".into(), "close".into()));
+    Ok(body)
 }
 
 /// The host and port an outcome's request went to, for the proxy's words (the client's own

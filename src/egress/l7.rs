@@ -52,13 +52,13 @@ fn all_as_text<S: serde::Serializer, T: fmt::Display>(v: &[T], s: S) -> Result<S
 }
 
 /// Which rule let a request through (for the audit record).
-pub fn rule_label(rule: &HttpRule) -> String {
+pub(crate) fn rule_label(rule: &HttpRule) -> String {
     format!("network.rules[{}] ({})", rule.index, rule.site)
 }
 
 /// Why a request was refused by the rules of its host.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RuleRefusal {
+pub(crate) enum RuleRefusal {
     /// The path could be read two ways.
     AmbiguousPath {
         path: String,
@@ -76,6 +76,10 @@ pub enum RuleRefusal {
         method: String,
         /// Where the method was written when not on the request line (an override); boxed,
         /// as it is rare and the refusal travels in every `Result`.
+        #[expect(
+            clippy::box_collection,
+            reason = "one pointer wide: a Box<str> is two, and the refusal travels in every Result"
+        )]
         via: Option<Box<String>>,
         path: String,
         /// Each rule of the host, as "rule N (site): methods …, paths …".
@@ -156,7 +160,7 @@ impl HttpRule {
 }
 
 /// The rules naming `target`'s host.
-pub fn rules_for<'a>(
+pub(crate) fn rules_for<'a>(
     rules: &'a [HttpRule],
     target: &'a Target,
 ) -> impl Iterator<Item = &'a HttpRule> {
@@ -165,7 +169,7 @@ pub fn rules_for<'a>(
 
 /// Judges `method path` (the query already dropped) against the rules of its host: Ok(None)
 /// when the host has none, Ok(Some(rule)) for the rule that allows it.
-pub fn judge<'a>(
+pub(crate) fn judge<'a>(
     rules: &'a [HttpRule],
     target: &Target,
     method: &str,
@@ -190,7 +194,7 @@ pub fn judge<'a>(
 
 /// Header fields a framework may honour in place of the request method (Rails, Laravel,
 /// Symfony, Express's method-override, ASP.NET, Google APIs).
-pub const OVERRIDE_HEADERS: [&str; 3] = [
+pub(crate) const OVERRIDE_HEADERS: [&str; 3] = [
     "X-HTTP-Method-Override",
     "X-HTTP-Method",
     "X-Method-Override",
@@ -198,7 +202,7 @@ pub const OVERRIDE_HEADERS: [&str; 3] = [
 
 /// Every method a request may be read as: its own, then each override (a field of
 /// [`OVERRIDE_HEADERS`], or `_method` in the query), with where the override was written.
-pub fn methods_read(
+pub(crate) fn methods_read(
     method: &str,
     headers: &[(String, String)],
     query: Option<&str>,
@@ -258,7 +262,7 @@ fn percent_decoded(text: &str) -> String {
 
 /// [`judge`] for every method the request may be read as ([`methods_read`]): all must be
 /// allowed; the rule that allowed the request's own method is the one recorded.
-pub fn judge_request<'a>(
+pub(crate) fn judge_request<'a>(
     rules: &'a [HttpRule],
     target: &Target,
     methods: &[(String, Option<String>)],
@@ -292,7 +296,7 @@ pub fn judge_request<'a>(
 
 /// Refuses a path that has no one reading, or whose reading differs from its spelling (see
 /// `canon`); `site` is the policy line that made the host judged.
-pub fn spelled_once(path: &str, site: &Site) -> Result<(), RuleRefusal> {
+pub(crate) fn spelled_once(path: &str, site: &Site) -> Result<(), RuleRefusal> {
     match super::canon::canonical(path) {
         Err(fault) => Err(RuleRefusal::AmbiguousPath {
             path: path.to_owned(),

@@ -24,30 +24,30 @@
 //! How the listener gets into the namespace, and what confines the process (Landlock's
 //! connect rule narrowed to the proxy port, seccomp without UDP) is `confine`'s job.
 
-pub mod admission;
-pub mod canon;
-pub mod credentials;
-pub mod http;
+pub(crate) mod admission;
+pub(crate) mod canon;
+pub(crate) mod credentials;
+pub(crate) mod http;
 mod intercept;
-pub mod l7;
-pub mod pattern;
-pub mod pktline;
-pub mod proxy;
+pub(crate) mod l7;
+pub(crate) mod pattern;
+pub(crate) mod pktline;
+pub(crate) mod proxy;
 mod relay;
-pub mod rules;
-pub mod secrets;
-mod site;
-pub mod tls;
-pub mod upstream;
+pub(crate) mod rules;
+pub(crate) mod secrets;
+pub(crate) mod site;
+pub(crate) mod tls;
+pub(crate) mod upstream;
 
-pub use proxy::{CallTicket, ConnectionRecord, NetworkReport, Proxy};
-pub use rules::EgressRules;
+pub(crate) use proxy::{CallTicket, ConnectionRecord, NetworkReport, Proxy};
+pub(crate) use rules::EgressRules;
 
 /// The proxy's port on the loopback of a sandbox's network namespace. Fixed (the namespace
 /// is private, so nothing else can hold it); a policy's `tcp_bind` may not name it.
-pub const PROXY_PORT: u16 = 3128;
+pub(crate) const PROXY_PORT: u16 = 3128;
 
 /// Where confined processes reach the proxy, inside their namespace.
-pub fn listen_addr() -> std::net::SocketAddr {
+pub(crate) fn listen_addr() -> std::net::SocketAddr {
     std::net::SocketAddr::from(([127, 0, 0, 1], PROXY_PORT))
 }

@@ -235,7 +235,7 @@ impl HostPattern {
 }
 
 /// IPv4-mapped IPv6 addresses are their IPv4 address (one address, one spelling).
-pub fn canonical_ip(ip: IpAddr) -> IpAddr {
+pub(crate) fn canonical_ip(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
             Some(v4) => IpAddr::V4(v4),
@@ -383,7 +383,7 @@ impl Cidr {
 
 /// Why an address is not on the public internet, or None when it is. Checked on every
 /// resolved address before a connection (the proxy connects to the address it checked).
-pub fn non_public(ip: IpAddr) -> Option<&'static str> {
+pub(crate) fn non_public(ip: IpAddr) -> Option<&'static str> {
     match canonical_ip(ip) {
         IpAddr::V4(a) => {
             let o = a.octets();

@@ -9,7 +9,7 @@
 //! command it skipped would be a ref update nobody judged.
 
 /// Most bytes of a command list read before it must have ended.
-pub const MAX_COMMANDS: usize = 1024 * 1024;
+pub(crate) const MAX_COMMANDS: usize = 1024 * 1024;
 
 /// One ref update a push asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -157,7 +157,7 @@ fn command(line: &str) -> Result<RefUpdate, PktError> {
 }
 
 /// One pkt-line around `payload`.
-pub fn pkt(payload: &[u8]) -> Vec<u8> {
+pub(crate) fn pkt(payload: &[u8]) -> Vec<u8> {
     let mut out = format!("{:04x}", payload.len() + 4).into_bytes();
     out.extend_from_slice(payload);
     out

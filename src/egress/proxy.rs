@@ -55,12 +55,12 @@ const KEEP_UNATTRIBUTED: usize = 256;
 const IDLE_AUDITS_PER_SECOND: u32 = 50;
 /// Connections listed per call (or per interpreter cell); more are counted, not listed, so a
 /// loop of refused attempts cannot grow the server's memory or the result without bound.
-pub const MAX_LISTED: usize = 256;
+pub(crate) const MAX_LISTED: usize = 256;
 /// After a call's processes are dead, how long its connections may take to wind down (their
 /// clients are gone, so the kernel has already closed them) before they are cut.
 const FINISH_GRACE: Duration = Duration::from_millis(200);
 /// The hosts confined clients reach without the proxy: the sandbox's own loopback.
-pub const NO_PROXY: &str = "localhost,127.0.0.1,::1";
+pub(crate) const NO_PROXY: &str = "localhost,127.0.0.1,::1";
 
 /// One connection a confined process made (or tried to make) through the proxy.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
@@ -146,7 +146,7 @@ pub trait Resolve: Send + Sync + 'static {
 }
 
 /// `getaddrinfo`, through tokio's blocking pool.
-pub struct SystemResolver;
+pub(crate) struct SystemResolver;
 
 impl Resolve for SystemResolver {
     fn resolve(
@@ -180,7 +180,7 @@ pub trait ConnectionAudit: Send + Sync {
 }
 
 /// What a [`ConnectionAudit`] keeps about a call, opaque to the proxy.
-pub type CallContext = Arc<dyn std::any::Any + Send + Sync>;
+pub(crate) type CallContext = Arc<dyn std::any::Any + Send + Sync>;
 
 struct CallState {
     id: u64,

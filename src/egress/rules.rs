@@ -7,7 +7,7 @@
 //! does not read policy files (`policy` builds it and tells it where each list was written).
 
 use super::pattern::{Cidr, Host, HostPattern, PortMatch, Target, non_public};
-pub use super::site::Site;
+pub(crate) use super::site::Site;
 use serde::Serialize;
 use std::fmt;
 use std::net::IpAddr;
@@ -290,7 +290,7 @@ impl EgressRules {
 }
 
 /// What a loopback entry means, for `policy check` and `policy explain`: one warning line.
-pub fn loopback_warning(place: &str, pattern: &str) -> String {
+pub(crate) fn loopback_warning(place: &str, pattern: &str) -> String {
     format!(
         "warning: {place} names `{pattern}`, a loopback host: inside a call `localhost`, \
          127.0.0.1 and ::1 are the call's own loopback (clients skip the proxy for them, \

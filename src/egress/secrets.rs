@@ -23,7 +23,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 /// Longest real value accepted (a header value has to carry it).
-pub const MAX_SECRET: usize = 4096;
+pub(crate) const MAX_SECRET: usize = 4096;
 /// Longest `Authorization: Basic` value decoded to look for a placeholder inside.
 const MAX_BASIC: usize = 16 * 1024;
 /// Random characters of a placeholder at least (more when the real value is longer, so that

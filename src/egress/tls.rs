@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 /// one plus cordon's interception CA, bound over the distribution's path by the view) when a
 /// proxy-mode policy intercepts any host: OpenSSL and Python's `ssl` (`SSL_CERT_FILE`),
 /// requests, curl, Node (in addition to its own store), git and pip.
-pub const CA_BUNDLE_VARIABLES: &[&str] = &[
+pub(crate) const CA_BUNDLE_VARIABLES: &[&str] = &[
     "SSL_CERT_FILE",
     "REQUESTS_CA_BUNDLE",
     "CURL_CA_BUNDLE",
@@ -42,7 +42,7 @@ use super::pattern::Host;
 /// The CA bundle paths of the common distributions (Debian/Ubuntu/Alpine, Fedora/RHEL,
 /// openSUSE, and `cert.pem`); the view binds the sandbox's bundle over each that is a regular
 /// file, and the variables name the first.
-pub const BUNDLE_PATHS: &[&str] = &[
+pub(crate) const BUNDLE_PATHS: &[&str] = &[
     "/etc/ssl/certs/ca-certificates.crt",
     "/etc/pki/tls/certs/ca-bundle.crt",
     "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
@@ -166,7 +166,9 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 }
 
 /// The upstream side: the system roots plus `extra_roots` (PEM files), ALPN `http/1.1`.
-pub fn client_config(extra_roots: &[PathBuf]) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+pub(crate) fn client_config(
+    extra_roots: &[PathBuf],
+) -> Result<Arc<rustls::ClientConfig>, TlsError> {
     let mut roots = rustls::RootCertStore::empty();
     let native = rustls_native_certs::load_native_certs();
     let (added, _ignored) = roots.add_parsable_certificates(native.certs);
@@ -201,7 +203,7 @@ pub fn client_config(extra_roots: &[PathBuf]) -> Result<Arc<rustls::ClientConfig
 }
 
 /// The name the upstream certificate must carry.
-pub fn server_name(host: &Host) -> Result<ServerName<'static>, TlsError> {
+pub(crate) fn server_name(host: &Host) -> Result<ServerName<'static>, TlsError> {
     match host {
         Host::Ip(ip) => Ok(ServerName::IpAddress((*ip).into())),
         Host::Name(n) => {
@@ -212,7 +214,7 @@ pub fn server_name(host: &Host) -> Result<ServerName<'static>, TlsError> {
 
 /// The bundle the sandbox trusts: the host's system bundle (the first of [`BUNDLE_PATHS`]
 /// that is a file) followed by the authority's certificate.
-pub fn sandbox_bundle() -> String {
+pub(crate) fn sandbox_bundle() -> String {
     use std::io::Read;
     let mut text = String::new();
     if let Some(path) = host_bundle() {
@@ -229,7 +231,7 @@ pub fn sandbox_bundle() -> String {
 
 /// The first distribution bundle that is a regular file on this host: where the sandbox's
 /// bundle is bound, and what the CA variables name.
-pub fn host_bundle() -> Option<&'static Path> {
+pub(crate) fn host_bundle() -> Option<&'static Path> {
     BUNDLE_PATHS
         .iter()
         .map(Path::new)

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Opens the spill file on first need: returns its display path and the file.
-pub type SpillOpener = Box<dyn FnOnce() -> io::Result<(String, std::fs::File)> + Send>;
+pub(crate) type SpillOpener = Box<dyn FnOnce() -> io::Result<(String, std::fs::File)> + Send>;
 
 /// How one stream is captured.
 pub struct CaptureSpec {
@@ -38,7 +38,7 @@ impl CaptureSpec {
 }
 
 /// The most written to one spill file (owned by the spill area, `workspace::spill`).
-pub use crate::workspace::SPILL_LIMIT;
+pub(crate) use crate::workspace::SPILL_LIMIT;
 
 /// Bytes this process has written to spill files, ever. The disk budget (`disk`) credits a
 /// call with what the server spilled while it ran: output the server saves is bounded by the
@@ -46,7 +46,7 @@ pub use crate::workspace::SPILL_LIMIT;
 static SPILLED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// See [`SPILLED`].
-pub fn spilled_total() -> u64 {
+pub(crate) fn spilled_total() -> u64 {
     SPILLED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
@@ -112,7 +112,7 @@ impl LiveStatus {
 }
 
 /// Reads `pipe` to EOF according to `spec`.
-pub async fn drain(
+pub(crate) async fn drain(
     pipe: impl AsyncRead + Unpin,
     spec: CaptureSpec,
     live: Option<Arc<LiveStatus>>,

@@ -43,7 +43,7 @@ use super::outcome::{LimitHit, LimitKind};
 /// How often free space is re-read while a call runs: a few times a second bounds the
 /// overshoot to what a call can write in this long, at the cost of one `fstatvfs` per
 /// filesystem per tick.
-pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
+pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(200);
 
 /// Workspace-relative directory the walk leaves out: the server's spill files.
 const SPILL_DIR: &str = ".cordon/outputs";
@@ -279,7 +279,7 @@ impl DiskWatch {
 
 /// [`DiskWatch::overrun`] of an optional watch: pends for ever without one, so a `select!`
 /// arm can take it unconditionally.
-pub async fn overrun(watch: Option<&std::sync::Arc<DiskWatch>>) -> DiskOverrun {
+pub(crate) async fn overrun(watch: Option<&std::sync::Arc<DiskWatch>>) -> DiskOverrun {
     match watch {
         Some(w) => w.overrun().await,
         None => std::future::pending().await,

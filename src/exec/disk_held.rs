@@ -19,7 +19,7 @@ use super::disk_scan::Incomplete;
 
 /// Most descriptors and mappings one look stats, over all processes: a call's `open_files`
 /// and `pids` limits bound it far below this; past it the caller falls back to free space.
-pub const MAX_HANDLES: u64 = 200_000;
+pub(crate) const MAX_HANDLES: u64 = 200_000;
 
 /// Whose open files count: the call's cgroups (every process in them), or, without cgroups,
 /// its main process.
@@ -73,7 +73,11 @@ fn read_bounded(path: &Path) -> Option<String> {
 
 /// Bytes allocated to unnamed regular files on the filesystems `devs` that the call's
 /// processes hold open or mapped.
-pub fn held_bytes(holders: &Holders, devs: &[u64], max_handles: u64) -> Result<u64, Incomplete> {
+pub(crate) fn held_bytes(
+    holders: &Holders,
+    devs: &[u64],
+    max_handles: u64,
+) -> Result<u64, Incomplete> {
     let mut seen: HashSet<(u64, u64)> = HashSet::new();
     let mut handles = 0u64;
     let mut total = 0u64;

@@ -24,16 +24,16 @@ use std::path::{Path, PathBuf};
 /// Most entries one walk reads (over all roots). A `node_modules` of a large project holds a
 /// few hundred thousand; statx costs a microsecond or two each, so a full walk stays around a
 /// second of one core, and it runs only when free space fell by more than the budget.
-pub const MAX_ENTRIES: u64 = 1_000_000;
+pub(super) const MAX_ENTRIES: u64 = 1_000_000;
 
 /// The walk could not see everything: the caller must not trust its sum.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Incomplete(pub String);
+pub(crate) struct Incomplete(pub String);
 
 /// Bytes allocated to entries beneath `roots` whose ctime is at or after `since` (seconds since
 /// the epoch), each inode once. `skip` names root-relative directories not walked (the
 /// server's own output spill, which has its own bound).
-pub fn changed_bytes(
+pub(super) fn changed_bytes(
     roots: &[PathBuf],
     since: i64,
     skip: &[PathBuf],

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// The variables that point clients at a CA bundle (owned by the proxy that intercepts).
-pub use crate::egress::tls::CA_BUNDLE_VARIABLES;
+pub(crate) use crate::egress::tls::CA_BUNDLE_VARIABLES;
 
 /// The environment every child starts from, resolved for one workspace.
 #[derive(Debug, Clone, Default)]
@@ -45,7 +45,7 @@ impl EnvTemplate {
 }
 
 /// Checks a caller-supplied variable; the message says how to fix it.
-pub fn validate_override(name: &str, value: &str) -> Result<(), String> {
+pub(crate) fn validate_override(name: &str, value: &str) -> Result<(), String> {
     if name.is_empty() || name.contains('=') || name.contains('\0') {
         return Err(format!(
             "environment variable name `{}` is invalid: names must be non-empty and contain no `=` or NUL",

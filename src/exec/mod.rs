@@ -12,22 +12,24 @@
 //! end it, and `spawn_worker` hands back a live, confined worker whose tree dies when it is
 //! terminated or dropped.
 
-pub mod capture;
-pub mod disk;
-pub mod disk_held;
+pub(crate) mod capture;
+pub(crate) mod disk;
+pub(crate) mod disk_held;
 mod disk_scan;
-pub mod env;
-pub mod launch;
-mod outcome;
-pub mod process;
-mod program;
-pub mod steps;
-pub mod worker;
+pub(crate) mod env;
+pub(crate) mod launch;
+pub(crate) mod outcome;
+pub(crate) mod process;
+pub(crate) mod program;
+pub(crate) mod steps;
+pub(crate) mod worker;
 
-pub use capture::{CaptureSpec, Captured, LiveStatus, SpillOpener};
-pub use outcome::{ExecOutcome, LimitHit, LimitKind, classify_limit, kernel_limit, signal_name};
-pub use program::Program;
-pub use worker::{ConfinedWorker, WorkerEnd, WorkerSpec};
+pub(crate) use capture::{CaptureSpec, Captured, LiveStatus};
+pub(crate) use outcome::{
+    ExecOutcome, LimitHit, LimitKind, classify_limit, kernel_limit, signal_name,
+};
+pub(crate) use program::Program;
+pub(crate) use worker::{ConfinedWorker, WorkerSpec};
 
 use crate::confine::{CallCgroup, ConfineError, Confinement, SandboxInit, WarmSlot};
 use std::collections::BTreeMap;
@@ -396,7 +398,7 @@ async fn wait_for_end(
 }
 
 /// Resolves when the call floods the kernel's audit log; pends for ever without a watch.
-pub async fn audit_flood(flood: Option<&crate::confine::audit::Flood>) {
+pub(crate) async fn audit_flood(flood: Option<&crate::confine::audit::Flood>) {
     match flood {
         Some(f) => f.tripped().await,
         None => std::future::pending().await,
@@ -404,7 +406,7 @@ pub async fn audit_flood(flood: Option<&crate::confine::audit::Flood>) {
 }
 
 /// The limit an audit flood is reported as.
-pub fn audit_limit_hit() -> LimitHit {
+pub(crate) fn audit_limit_hit() -> LimitHit {
     LimitHit {
         kind: LimitKind::Audit,
         evidence: format!(

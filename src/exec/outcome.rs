@@ -135,7 +135,7 @@ const SIGXFSZ: i32 = libc::SIGXFSZ;
 /// The limit the kernel's own evidence names, if any: the cgroup's counters (`hits`) first,
 /// then the signals the rlimits deliver (`killed_by(signal)`: whether the process died of it).
 /// Memory, pids, CPU time or file size; callers word the evidence with their own numbers.
-pub fn kernel_limit(
+pub(crate) fn kernel_limit(
     hits: Option<&LimitHits>,
     killed_by: impl Fn(i32) -> bool,
 ) -> Option<LimitKind> {
@@ -159,7 +159,7 @@ pub fn kernel_limit(
 /// Works out which limit stopped the call. Counters from the kernel first; then signals the
 /// rlimits deliver; then, for limits the kernel does not count (open files), the standard
 /// error message the C library prints for the errno, said to be inferred.
-pub fn classify_limit(
+pub(crate) fn classify_limit(
     timed_out: bool,
     hits: Option<LimitHits>,
     exit_code: Option<i32>,
@@ -219,7 +219,7 @@ pub fn classify_limit(
     None
 }
 
-pub fn signal_name(sig: i32) -> String {
+pub(crate) fn signal_name(sig: i32) -> String {
     let name = match sig {
         libc::SIGHUP => "SIGHUP",
         libc::SIGINT => "SIGINT",

@@ -16,7 +16,7 @@ use similar::udiff::UnifiedHunkHeader;
 use similar::{Algorithm, DiffOp, DiffTag, capture_diff_slices_deadline, group_diff_ops};
 
 /// Lines of unchanged context around each change, as `diff -u` does.
-pub const CONTEXT_LINES: usize = 3;
+pub(crate) const CONTEXT_LINES: usize = 3;
 
 /// Past this, Myers gives up on the minimal diff and returns a correct but coarser one, so a
 /// pathological file cannot stall a call.
@@ -32,7 +32,7 @@ pub fn unified_diff(path: &str, old: &str, new: &str) -> String {
 
 /// [`unified_diff`] rendered into any writer, so a caller can keep only part of a huge diff in
 /// memory and stream the rest elsewhere.
-pub fn write_unified_diff(out: &mut dyn Write, path: &str, old: &str, new: &str) {
+pub(crate) fn write_unified_diff(out: &mut dyn Write, path: &str, old: &str, new: &str) {
     let old_lines: Vec<&str> = old.split_inclusive('\n').collect();
     let new_lines: Vec<&str> = new.split_inclusive('\n').collect();
     let deadline = Instant::now() + DIFF_TIME_BUDGET;

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::nearest::{mismatch_hint, nearest_lines};
 use super::text::{NotText, as_text};
 
-pub use super::nearest::Candidate;
+pub(crate) use super::nearest::Candidate;
 
 /// How many candidate lines a miss reports.
 const MAX_CANDIDATES: usize = 3;
@@ -125,7 +125,7 @@ pub fn apply_edits(original: &[u8], edits: &[Edit]) -> Result<EditOutcome, EditE
 /// [`apply_edits`] with a bound on the content: an edit whose result would exceed `max_bytes`
 /// is refused before its result is built (the size is computed from the match count), so one
 /// call holds at most about twice `max_bytes` however many edits chain.
-pub fn apply_edits_within(
+pub(crate) fn apply_edits_within(
     original: &[u8],
     edits: &[Edit],
     max_bytes: usize,

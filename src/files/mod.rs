@@ -6,13 +6,12 @@
 //! argument or result types, or lint. Every function here takes and returns plain values, so
 //! it can be tested without a disk.
 
-pub mod diff;
-pub mod edit;
+pub(crate) mod diff;
+pub(crate) mod edit;
 mod nearest;
-pub mod read;
-pub mod text;
+pub(crate) mod read;
+pub(crate) mod text;
 
-pub use diff::{unified_diff, write_unified_diff};
-pub use edit::{Candidate, Edit, EditError, EditOutcome, apply_edits, apply_edits_within};
-pub use read::{ReadError, ReadLimits, ReadOutcome, read_lines, read_lines_with};
-pub use text::{NotText, as_text};
+pub(crate) use diff::{unified_diff, write_unified_diff};
+pub(crate) use edit::{Edit, apply_edits_within};
+pub(crate) use read::{ReadLimits, read_lines_with};

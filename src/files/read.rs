@@ -15,11 +15,11 @@ use serde::Serialize;
 use super::text::{NotText, as_text};
 
 /// Default number of lines per call (SPEC `limit` default).
-pub const DEFAULT_LIMIT: usize = 2000;
+pub(crate) const DEFAULT_LIMIT: usize = 2000;
 
 /// Caps that keep one response small enough for a model's context.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReadLimits {
+pub(crate) struct ReadLimits {
     /// Characters kept from a single line; a minified file can have megabyte-long lines.
     pub max_line_chars: usize,
     /// Bytes of `content` per call; reading stops at the line that would exceed it.
@@ -32,11 +32,11 @@ pub struct ReadLimits {
 
 /// read_file's default byte budget (policy `files.read_budget_kb`), well under what hosts
 /// accept in one tool result (Claude Code cuts at 25,000 tokens).
-pub const DEFAULT_BUDGET_BYTES: usize = 48 * 1024;
+pub(crate) const DEFAULT_BUDGET_BYTES: usize = 48 * 1024;
 
 /// The escaped-size bound: with the content in the structured result and the text block, two
 /// of these plus framing stay under the 1 MiB a result may take.
-pub const MAX_ESCAPED_BYTES: usize = 384 * 1024;
+pub(crate) const MAX_ESCAPED_BYTES: usize = 384 * 1024;
 
 impl Default for ReadLimits {
     fn default() -> Self {
@@ -49,7 +49,7 @@ impl Default for ReadLimits {
 }
 
 /// Bytes `text` takes as the inside of a JSON string (serde_json's escaping).
-pub fn json_escaped_len(text: &str) -> usize {
+pub(crate) fn json_escaped_len(text: &str) -> usize {
     text.bytes()
         .map(|b| match b {
             b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
@@ -118,7 +118,7 @@ pub fn read_lines(bytes: &[u8], offset: usize, limit: usize) -> Result<ReadOutco
 }
 
 /// Returns up to `limit` lines starting at 1-based line `offset`.
-pub fn read_lines_with(
+pub(crate) fn read_lines_with(
     bytes: &[u8],
     offset: usize,
     limit: usize,

@@ -5,7 +5,7 @@
 
 /// How far to look for a NUL byte: the same heuristic as git and grep use, cheap and reliable
 /// for real binaries (executables, images, archives all have NULs in their headers).
-pub const BINARY_SNIFF_BYTES: usize = 8 * 1024;
+pub(crate) const BINARY_SNIFF_BYTES: usize = 8 * 1024;
 
 /// Why content is not treated as text. `Display` explains it in a clause that fits after
 /// "the file is not text: ".
@@ -22,7 +22,7 @@ pub enum NotText {
 
 /// Returns the content as `&str` if it is text, byte for byte (no BOM stripping, no line-ending
 /// or Unicode normalisation).
-pub fn as_text(bytes: &[u8]) -> Result<&str, NotText> {
+pub(crate) fn as_text(bytes: &[u8]) -> Result<&str, NotText> {
     let head = &bytes[..bytes.len().min(BINARY_SNIFF_BYTES)];
     if let Some(offset) = head.iter().position(|&b| b == 0) {
         return Err(NotText::NulByte { offset });

@@ -20,7 +20,7 @@ use crate::workspace::{EntryKind, existing_protected, gitlinks};
 /// (device, inode, is a directory) of each bound entry, and whether the operator has a
 /// repository: a difference means the view is out of date.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Signature {
+pub(crate) struct Signature {
     entries: BTreeMap<PathBuf, (u64, u64, bool)>,
     operator_repository: Option<(u64, u64)>,
 }
@@ -31,7 +31,7 @@ static GITLINKS: Mutex<Option<(PathBuf, IndexMark, Vec<PathBuf>)>> = Mutex::new(
 
 /// The workspace-relative entries the view binds read-only over themselves, and the
 /// signature. `shadowed`: the shadow replaces `.git` in the view.
-pub fn take(root: &Dir, patterns: &[String], shadowed: bool) -> (Vec<PathBuf>, Signature) {
+pub(crate) fn take(root: &Dir, patterns: &[String], shadowed: bool) -> (Vec<PathBuf>, Signature) {
     let mut paths: Vec<PathBuf> = Vec::new();
     let git = Path::new(".git");
     for entry in existing_protected(root, patterns) {

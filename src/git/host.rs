@@ -13,21 +13,21 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// How long one host git command may take before it is killed and the import refused.
-pub const HOST_GIT_TIMEOUT: Duration = Duration::from_secs(120);
+pub(super) const HOST_GIT_TIMEOUT: Duration = Duration::from_secs(120);
 /// Most bytes of a command's stdout or stderr kept.
 const MAX_OUTPUT: u64 = 16 << 20;
 
 /// A host git command failed: which, and what it said.
 #[derive(Debug, thiserror::Error)]
 #[error("host `git {what}` failed: {detail}")]
-pub struct HostGitError {
+pub(super) struct HostGitError {
     pub what: String,
     pub detail: String,
 }
 
 /// `git` for the operator's gitdir `gitdir` with work tree `worktree`, with the hardened
 /// environment and `-c` flags; the caller adds the subcommand.
-pub fn command(gitdir: &Path, worktree: &Path) -> Command {
+pub(super) fn command(gitdir: &Path, worktree: &Path) -> Command {
     let mut cmd = Command::new("git");
     cmd.env_clear()
         .env(
@@ -66,7 +66,11 @@ pub fn command(gitdir: &Path, worktree: &Path) -> Command {
 
 /// Runs `cmd` with `input` on stdin (when given), within [`HOST_GIT_TIMEOUT`]; its stdout
 /// when it exits 0, else an error with the start of its stderr.
-pub fn run(mut cmd: Command, what: &str, input: Option<&[u8]>) -> Result<Vec<u8>, HostGitError> {
+pub(super) fn run(
+    mut cmd: Command,
+    what: &str,
+    input: Option<&[u8]>,
+) -> Result<Vec<u8>, HostGitError> {
     let fail = |detail: String| HostGitError {
         what: what.to_owned(),
         detail,
@@ -85,7 +89,7 @@ pub fn run(mut cmd: Command, what: &str, input: Option<&[u8]>) -> Result<Vec<u8>
 }
 
 /// Collects a started child's output and status within [`HOST_GIT_TIMEOUT`] (killed after).
-pub fn wait(mut child: std::process::Child, what: &str) -> Result<Vec<u8>, HostGitError> {
+pub(super) fn wait(mut child: std::process::Child, what: &str) -> Result<Vec<u8>, HostGitError> {
     let fail = |detail: String| HostGitError {
         what: what.to_owned(),
         detail,

@@ -18,10 +18,10 @@
 //! Does not own building the view (`confine::sandbox_init::view`) or running confined processes
 //! (`confine::sandbox_init` implements [`ConfinedGit`]).
 
-pub mod bound;
+pub(crate) mod bound;
 mod host;
 mod import;
-pub mod refs;
+pub(crate) mod refs;
 mod shadow;
 pub(crate) use shadow::state_dir;
 
@@ -77,7 +77,7 @@ impl GuardReport {
 }
 
 /// Runs a shell script confined, in a view that binds the shadow at `<workspace>/.git`.
-pub trait ConfinedGit {
+pub(crate) trait ConfinedGit {
     /// `sh -c script` in the workspace root with `input` on stdin, stdout on `stdout` and
     /// `side` on descriptor 3; waits for it. Its exit code, or why it could not run.
     fn run_confined(
@@ -108,7 +108,7 @@ struct Agreed {
 }
 
 /// One workspace's shadow gitdir and its sync with the operator's repository.
-pub struct GitShadow {
+pub(crate) struct GitShadow {
     workspace: PathBuf,
     root: Dir,
     shadow: Shadow,
@@ -117,7 +117,7 @@ pub struct GitShadow {
 
 /// The host paths the view needs to bind the shadow.
 #[derive(Debug, Clone)]
-pub struct ShadowPaths {
+pub(crate) struct ShadowPaths {
     pub shadow: PathBuf,
     /// Where the view binds it: `<workspace>/.git`.
     pub at: PathBuf,
@@ -129,7 +129,7 @@ pub struct ShadowPaths {
 impl GitShadow {
     /// The shadow of `workspace` (canonical; `root` its handle), made and seeded from the
     /// operator's repository when new.
-    pub fn open(workspace: &Path, root: Dir) -> std::io::Result<Self> {
+    pub(crate) fn open(workspace: &Path, root: Dir) -> std::io::Result<Self> {
         let (shadow, fresh) = Shadow::open(workspace)?;
         let operator_dir = operator_gitdir(&root);
         let operator = operator_dir.as_ref().map(read_state);
@@ -176,7 +176,7 @@ impl GitShadow {
     }
 
     /// What the view binds (see [`ShadowPaths`]).
-    pub fn paths(&self) -> ShadowPaths {
+    pub(crate) fn paths(&self) -> ShadowPaths {
         let operator = self.workspace.join(".git");
         ShadowPaths {
             shadow: self.shadow.gitdir.clone(),
@@ -188,18 +188,18 @@ impl GitShadow {
 
     /// Points the shadow's alternate at the operator's objects (after the import made the
     /// operator's repository, for the next view, which binds it).
-    pub fn refresh_alternates(&self) -> std::io::Result<()> {
+    pub(crate) fn refresh_alternates(&self) -> std::io::Result<()> {
         self.shadow.write_alternates()
     }
 
     /// Whether the operator has a repository (a `.git` directory with a `HEAD`).
-    pub fn operator_has_repository(&self) -> bool {
+    pub(crate) fn operator_has_repository(&self) -> bool {
         operator_gitdir(&self.root).is_some()
     }
 
     /// Before a call: what the operator moved on the host since the last agreement goes into
     /// the shadow (refs, `HEAD`, the index), unless the shadow moved it too (reported).
-    pub fn before_call(&self) -> GuardReport {
+    pub(crate) fn before_call(&self) -> GuardReport {
         let mut report = GuardReport::default();
         let Some(dir) = operator_gitdir(&self.root) else {
             return report;
@@ -225,7 +225,7 @@ impl GitShadow {
 
     /// After a call or job: imports what the shadow holds that the operator's repository does
     /// not (see the module note). `confined` runs the export.
-    pub fn after_call(&self, confined: &dyn ConfinedGit) -> GuardReport {
+    pub(crate) fn after_call(&self, confined: &dyn ConfinedGit) -> GuardReport {
         let started = std::time::Instant::now();
         let mut report = GuardReport::default();
         let Ok(mut agreed) = self.agreed.lock() else {
@@ -252,7 +252,7 @@ impl GitShadow {
     /// The refusal of the shadow's current state, when its import was refused and the shadow
     /// has not changed since (a job's periodic import ends the job on it, whichever job's
     /// or call's import saw it first).
-    pub fn refusal_in_force(&self) -> Option<GuardReport> {
+    pub(crate) fn refusal_in_force(&self) -> Option<GuardReport> {
         let agreed = self.agreed.lock().ok()?;
         let (state, notices) = agreed.refused.as_ref()?;
         (read_state(self.shadow.dir()) == *state).then(|| GuardReport {

@@ -26,11 +26,11 @@ const MAX_DEPTH: usize = 16;
 const TRAILER: usize = 32;
 
 /// An object name: 40 (SHA-1) or 64 (SHA-256) lowercase hex digits.
-pub type Oid = String;
+pub(crate) type Oid = String;
 
 /// Where `HEAD` points.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum Head {
+pub(crate) enum Head {
     /// No `HEAD`: not a repository (yet).
     #[default]
     Absent,
@@ -42,11 +42,11 @@ pub enum Head {
 
 /// The index's size and trailing checksum: what changes whenever git rewrites it. Decides
 /// only whether to look further, never what is imported (the entries come from a tree).
-pub type IndexMark = Option<(u64, Vec<u8>)>;
+pub(crate) type IndexMark = Option<(u64, Vec<u8>)>;
 
 /// One side's refs at one moment.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct RepoState {
+pub(crate) struct RepoState {
     pub head: Head,
     /// Full names (`refs/heads/main`, `refs/tags/v1`) to their object names.
     pub refs: BTreeMap<String, Oid>,
@@ -58,7 +58,7 @@ pub struct RepoState {
 }
 
 /// Whether `text` is an object name as git writes it.
-pub fn is_oid(text: &str) -> bool {
+pub(crate) fn is_oid(text: &str) -> bool {
     (text.len() == 40 || text.len() == 64)
         && text
             .bytes()
@@ -68,7 +68,7 @@ pub fn is_oid(text: &str) -> bool {
 /// Whether `name` is a branch or tag name git itself would write (`git check-ref-format`'s
 /// rules, narrowed to printable ASCII): the import passes it to `git update-ref` as an
 /// argument and never as a path.
-pub fn is_importable_ref(name: &str) -> bool {
+pub(crate) fn is_importable_ref(name: &str) -> bool {
     let Some(rest) = name
         .strip_prefix("refs/heads/")
         .or_else(|| name.strip_prefix("refs/tags/"))
@@ -88,7 +88,7 @@ pub fn is_importable_ref(name: &str) -> bool {
 }
 
 /// Reads `HEAD`, the refs and the index mark of the gitdir `dir`.
-pub fn read_state(dir: &Dir) -> RepoState {
+pub(crate) fn read_state(dir: &Dir) -> RepoState {
     let mut state = RepoState::default();
     match read_small(dir, "HEAD", MAX_REF_FILE) {
         Ok(Some(text)) => state.head = parse_head(&text, &mut state.unreadable),
@@ -236,7 +236,7 @@ fn read_small(dir: &Dir, path: &str, limit: u64) -> Result<Option<String>, Strin
 }
 
 /// The index's size and last bytes, or None when there is no regular index.
-pub fn index_mark(dir: &Dir) -> IndexMark {
+pub(crate) fn index_mark(dir: &Dir) -> IndexMark {
     let mut options = OpenOptions::new();
     options.read(true).follow(FollowSymlinks::No);
     let mut file = dir.open_with("index", &options).ok()?;

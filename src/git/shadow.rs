@@ -30,7 +30,7 @@ const DEFAULT_CONFIG: &str = "[core]\n\trepositoryformatversion = 0\n\tfilemode 
 
 /// One workspace's shadow: its host paths and a handle on the gitdir.
 #[derive(Debug)]
-pub struct Shadow {
+pub(super) struct Shadow {
     /// The gitdir the view binds at `<workspace>/.git` (read-write).
     pub gitdir: PathBuf,
     /// An empty directory the view binds the operator's gitdir on, read-only: the shadow's
@@ -71,7 +71,7 @@ fn mkdir_private(path: &Path) -> std::io::Result<()> {
 impl Shadow {
     /// The shadow of `workspace` (canonical), made when missing. `fresh` is true when it was
     /// just made (nothing confined has seen it yet).
-    pub fn open(workspace: &Path) -> std::io::Result<(Self, bool)> {
+    pub(super) fn open(workspace: &Path) -> std::io::Result<(Self, bool)> {
         use sha2::Digest;
         use std::os::unix::ffi::OsStrExt;
         let base = state_dir();
@@ -106,14 +106,14 @@ impl Shadow {
         ))
     }
 
-    pub fn dir(&self) -> &Dir {
+    pub(super) fn dir(&self) -> &Dir {
         &self.dir
     }
 
     /// Makes a new shadow a repository like the operator's: its config (the operator's own,
     /// read only by confined git), `HEAD`, and the directories git expects. Refs and the
     /// index follow with the first sync.
-    pub fn seed(&self, operator: &Dir, head: &Head) -> std::io::Result<()> {
+    pub(super) fn seed(&self, operator: &Dir, head: &Head) -> std::io::Result<()> {
         for d in [
             "objects/info",
             "objects/pack",
@@ -132,7 +132,7 @@ impl Shadow {
     }
 
     /// Points the shadow's objects at the operator's (as the view shows them).
-    pub fn write_alternates(&self) -> std::io::Result<()> {
+    pub(super) fn write_alternates(&self) -> std::io::Result<()> {
         self.dir.create_dir_all("objects/info")?;
         let mut line = self
             .operator_at
@@ -144,7 +144,7 @@ impl Shadow {
     }
 
     /// Writes `HEAD` (a branch or a commit; nothing for [`Head::Absent`]).
-    pub fn set_head(&self, head: &Head) -> std::io::Result<()> {
+    pub(super) fn set_head(&self, head: &Head) -> std::io::Result<()> {
         match head {
             Head::Absent => Ok(()),
             Head::Branch(name) => self.write("HEAD", format!("ref: {name}\n").as_bytes()),
@@ -154,7 +154,7 @@ impl Shadow {
 
     /// Sets (or, with None, deletes) the ref `name` (validated by the caller): a loose file,
     /// and out of `packed-refs` when deleted.
-    pub fn set_ref(&self, name: &str, oid: Option<&Oid>) -> std::io::Result<()> {
+    pub(super) fn set_ref(&self, name: &str, oid: Option<&Oid>) -> std::io::Result<()> {
         match oid {
             Some(oid) => {
                 if let Some(parent) = Path::new(name).parent() {
@@ -194,7 +194,7 @@ impl Shadow {
     }
 
     /// Copies the operator's index into the shadow (its stat data is the work tree's).
-    pub fn copy_index(&self, operator: &Dir) -> std::io::Result<()> {
+    pub(super) fn copy_index(&self, operator: &Dir) -> std::io::Result<()> {
         match read_bounded(operator, "index", MAX_INDEX)? {
             Some(bytes) => self.write("index", &bytes),
             None => Ok(()),
@@ -220,7 +220,7 @@ impl Shadow {
 
 /// The whole of a regular file beneath `dir` (None: absent), not through a link, at most
 /// `limit` bytes (more is an error).
-pub fn read_bounded(dir: &Dir, rel: &str, limit: u64) -> std::io::Result<Option<Vec<u8>>> {
+pub(super) fn read_bounded(dir: &Dir, rel: &str, limit: u64) -> std::io::Result<Option<Vec<u8>>> {
     let mut options = OpenOptions::new();
     options.read(true).follow(FollowSymlinks::No);
     let file = match dir.open_with(rel, &options) {

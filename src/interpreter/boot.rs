@@ -13,14 +13,14 @@ use std::os::fd::OwnedFd;
 const DRIVER: &str = include_str!("driver.py");
 
 /// Where the worker finds the cell-output files the driver moves to its fds 1 and 2.
-pub const STDOUT_FD: i32 = 3;
-pub const STDERR_FD: i32 = 4;
+pub(super) const STDOUT_FD: i32 = 3;
+pub(super) const STDERR_FD: i32 = 4;
 /// Where the worker finds the driver script.
-pub const DRIVER_FD: i32 = 5;
+pub(super) const DRIVER_FD: i32 = 5;
 
 /// The `python -c` program: read the driver from its descriptor, close it, run it. The code
 /// object is named `<cordon-driver>` so tracebacks can drop the driver's frames.
-pub fn bootstrap() -> String {
+pub(super) fn bootstrap() -> String {
     format!(
         "import os;d=os.pread({DRIVER_FD},os.fstat({DRIVER_FD}).st_size,0);os.close({DRIVER_FD});\
          exec(compile(d,'<cordon-driver>','exec'))"
@@ -28,10 +28,10 @@ pub fn bootstrap() -> String {
 }
 
 /// The sealed memory file holding the driver.
-pub struct DriverImage(OwnedFd);
+pub(super) struct DriverImage(OwnedFd);
 
 impl DriverImage {
-    pub fn new() -> io::Result<Self> {
+    pub(super) fn new() -> io::Result<Self> {
         use rustix::fs::{MemfdFlags, SealFlags};
         let fd = rustix::fs::memfd_create(
             "cordon-driver",
@@ -48,7 +48,7 @@ impl DriverImage {
     }
 
     /// A descriptor of the image for one worker (the image itself is read-only for everyone).
-    pub fn for_worker(&self) -> io::Result<OwnedFd> {
+    pub(super) fn for_worker(&self) -> io::Result<OwnedFd> {
         self.0.try_clone()
     }
 }

@@ -16,10 +16,10 @@
 
 mod boot;
 mod output;
-pub mod protocol;
-mod session;
+pub(crate) mod protocol;
+pub(crate) mod session;
 
-pub use session::{CellOutcome, CellRequest};
+pub(crate) use session::{CellOutcome, CellRequest};
 
 use crate::exec::{ExecError, Executor};
 use session::{Session, Worker};

@@ -21,16 +21,16 @@ use tokio::io::{AsyncRead, ReadBuf};
 use tokio_util::sync::CancellationToken;
 
 /// The most read of one stream of one cell, like a spill file of a command.
-pub const READ_LIMIT: u64 = capture::SPILL_LIMIT;
+pub(super) const READ_LIMIT: u64 = capture::SPILL_LIMIT;
 
 /// The two output files of one worker.
-pub struct CellFiles {
+pub(super) struct CellFiles {
     stdout: File,
     stderr: File,
 }
 
 impl CellFiles {
-    pub fn new() -> io::Result<Self> {
+    pub(super) fn new() -> io::Result<Self> {
         Ok(Self {
             stdout: memory_file("cordon-cell-stdout")?,
             stderr: memory_file("cordon-cell-stderr")?,
@@ -38,7 +38,7 @@ impl CellFiles {
     }
 
     /// Descriptors for the worker, each at the number the driver expects.
-    pub fn for_worker(&self) -> io::Result<Vec<(i32, OwnedFd)>> {
+    pub(super) fn for_worker(&self) -> io::Result<Vec<(i32, OwnedFd)>> {
         Ok(vec![
             (super::boot::STDOUT_FD, self.stdout.try_clone()?.into()),
             (super::boot::STDERR_FD, self.stderr.try_clone()?.into()),
@@ -46,13 +46,17 @@ impl CellFiles {
     }
 
     /// Empties both files before a cell.
-    pub fn clear(&self) -> io::Result<()> {
+    pub(super) fn clear(&self) -> io::Result<()> {
         self.stdout.set_len(0)?;
         self.stderr.set_len(0)
     }
 
     /// Reads what the cell wrote, each stream shaped by its spec.
-    pub async fn read(&self, stdout: CaptureSpec, stderr: CaptureSpec) -> (Captured, Captured) {
+    pub(super) async fn read(
+        &self,
+        stdout: CaptureSpec,
+        stderr: CaptureSpec,
+    ) -> (Captured, Captured) {
         (
             read_one(&self.stdout, stdout).await,
             read_one(&self.stderr, stderr).await,

@@ -11,7 +11,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Largest frame accepted from a driver. Replies carry figures as base64 PNG; anything larger
 /// than this is a misbehaving session, not output.
-pub const MAX_FRAME: usize = 64 << 20;
+pub(crate) const MAX_FRAME: usize = 64 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProtocolError {
@@ -27,7 +27,7 @@ pub enum ProtocolError {
 
 /// server → driver.
 #[derive(Debug, Serialize)]
-pub struct Request<'a> {
+pub(crate) struct Request<'a> {
     pub op: &'static str,
     pub id: u64,
     pub code: &'a str,
@@ -44,7 +44,7 @@ pub struct Ready {
 
 /// driver → server, one per request.
 #[derive(Debug, Default, Deserialize)]
-pub struct Reply {
+pub(crate) struct Reply {
     pub id: Option<u64>,
     /// repr() of the cell's final expression, when it had one whose value is not None.
     pub result: Option<String>,
@@ -68,7 +68,7 @@ pub struct PyException {
     pub traceback: String,
 }
 
-pub async fn write_frame(
+pub(crate) async fn write_frame(
     pipe: &mut (impl AsyncWrite + Unpin),
     message: &impl Serialize,
 ) -> Result<(), ProtocolError> {

@@ -71,7 +71,7 @@ pub struct CellOutcome {
 }
 
 /// A session: one worker at a time, one cell at a time.
-pub struct Session {
+pub(crate) struct Session {
     pub name: String,
     state: tokio::sync::Mutex<State>,
     last_used: std::sync::Mutex<Instant>,
@@ -117,16 +117,16 @@ enum Waited {
 pub(super) struct Idle<'a>(tokio::sync::MutexGuard<'a, State>);
 
 impl Idle<'_> {
-    pub fn generation(&self) -> u64 {
+    pub(super) fn generation(&self) -> u64 {
         self.0.generation
     }
 
-    pub fn has_worker(&self) -> bool {
+    pub(super) fn has_worker(&self) -> bool {
         self.0.worker.is_some()
     }
 
     /// How the worker ended, when its main process has exited by itself.
-    pub fn exited(&mut self, policy: &InterpreterPolicy) -> Option<String> {
+    pub(super) fn exited(&mut self, policy: &InterpreterPolicy) -> Option<String> {
         let worker = self.0.worker.as_mut()?;
         let status = worker.proc.try_status()?;
         Some(describe_death(
@@ -138,13 +138,13 @@ impl Idle<'_> {
 
     /// Takes out the worker (to be ended with [`end_worker`]) and what the session still had
     /// to tell its next call.
-    pub fn take(mut self) -> (Option<Worker>, Option<String>) {
+    pub(super) fn take(mut self) -> (Option<Worker>, Option<String>) {
         (self.0.worker.take(), self.0.pending_lost.take())
     }
 }
 
 impl Session {
-    pub fn new(name: String, pending_lost: Option<String>) -> Self {
+    pub(crate) fn new(name: String, pending_lost: Option<String>) -> Self {
         Self {
             name,
             state: tokio::sync::Mutex::new(State {
@@ -156,13 +156,13 @@ impl Session {
         }
     }
 
-    pub fn touch(&self) {
+    pub(crate) fn touch(&self) {
         if let Ok(mut t) = self.last_used.lock() {
             *t = Instant::now();
         }
     }
 
-    pub fn idle_for(&self) -> Duration {
+    pub(crate) fn idle_for(&self) -> Duration {
         self.last_used
             .lock()
             .map(|t| t.elapsed())
@@ -175,7 +175,7 @@ impl Session {
     }
 
     /// Runs one cell. Calls on one session queue here, one at a time.
-    pub async fn run(
+    pub(crate) async fn run(
         &self,
         shared: &Shared,
         req: CellRequest,
@@ -334,12 +334,12 @@ impl Session {
     }
 
     /// Makes a running cell end at once, killing its worker (shutdown).
-    pub fn abort(&self) {
+    pub(crate) fn abort(&self) {
         self.kill.cancel();
     }
 
     /// Kills whatever runs now (shutdown), then ends the worker.
-    pub async fn end(&self) {
+    pub(crate) async fn end(&self) {
         self.kill.cancel();
         let mut state = self.state.lock().await;
         if let Some(w) = state.worker.take() {

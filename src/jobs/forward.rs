@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 const MAX_CONNECTIONS: usize = 128;
 
 /// The network namespace of the sandbox init in force (it changes when the view is rebuilt).
-pub type NamespaceSource = Box<dyn Fn() -> Option<Arc<OwnedFd>> + Send + Sync>;
+pub(crate) type NamespaceSource = Box<dyn Fn() -> Option<Arc<OwnedFd>> + Send + Sync>;
 
 /// The host side of the forwarded ports.
 pub struct Forwarder {

@@ -31,13 +31,13 @@ const TICK: Duration = Duration::from_millis(500);
 /// After the tree is dead, how long the readers may take to reach the end of the output.
 const DRAIN_BOUND: Duration = Duration::from_millis(500);
 /// Largest input one `job` call may write.
-pub const MAX_INPUT: usize = 64 * 1024;
+pub(crate) const MAX_INPUT: usize = 64 * 1024;
 /// How long a write to a job's input may wait for the job to read (a full terminal queue).
 const INPUT_WAIT: Duration = Duration::from_secs(5);
 /// How long a job's process group has after SIGTERM, at each of its two steps (the programs
 /// its shell runs, then its main process), before the next step: SIGTERM to the main process,
 /// then the kill of the whole tree.
-pub const TERM_GRACE: Duration = Duration::from_secs(3);
+pub(crate) const TERM_GRACE: Duration = Duration::from_secs(3);
 /// How long a job's main process (a shell) has to end by itself once the programs it ran
 /// ended by SIGTERM, before it is sent SIGTERM too: under load a shell takes a few
 /// milliseconds to reap them and run what follows, and telling it at once would end a shell
@@ -46,7 +46,7 @@ const SHELL_SETTLE: Duration = Duration::from_millis(500);
 /// How often a stopping job is looked at (has its group gone?).
 const STOP_POLL: Duration = Duration::from_millis(50);
 /// A read without `until` returns once the output has been quiet this long (`settle_ms`).
-pub const DEFAULT_SETTLE: Duration = Duration::from_millis(200);
+pub(crate) const DEFAULT_SETTLE: Duration = Duration::from_millis(200);
 
 /// What to run as a job.
 pub struct JobSpec {
@@ -110,7 +110,7 @@ pub struct JobEnd {
 
 /// A message to a job's supervisor.
 #[derive(Debug, Clone)]
-pub enum Control {
+pub(crate) enum Control {
     /// A signal for the job's process group (SIGTERM: a graceful stop, see [`TERM_GRACE`]).
     Signal(rustix::process::Signal),
     /// End the job now, whole tree, for this reason (a restart).
@@ -220,6 +220,30 @@ pub struct JobRead {
     pub log_truncated: bool,
 }
 
+/// The job's terminal (under a pty) and where its input goes: the terminal, its stdin pipe,
+/// or nowhere.
+fn terminal_and_input(
+    pipes: &mut crate::exec::process::Pipes,
+) -> Result<(Option<crate::confine::terminal::Terminal>, Input), super::StartError> {
+    let terminal = match pipes.pty.take() {
+        Some(master) => Some(crate::confine::terminal::Terminal::new(master).map_err(
+            |source| {
+                super::StartError::Exec(crate::exec::ExecError::Spawn {
+                    program: "the job's terminal".into(),
+                    source,
+                })
+            },
+        )?),
+        None => None,
+    };
+    let input = match (&terminal, pipes.stdin.take()) {
+        (Some(master), _) => Input::Pty(master.clone()),
+        (None, Some(stdin)) => Input::Pipe(stdin),
+        (None, None) => Input::Closed,
+    };
+    Ok((terminal, input))
+}
+
 /// Starts the job: launched like a call, then supervised until it ends.
 pub(super) async fn start(
     executor: Arc<Executor>,
@@ -248,7 +272,7 @@ pub(super) async fn start(
         Process::Slot(_) => Some(2),
         Process::Forked(child) => child.id(),
     };
-    let pipes = std::mem::take(&mut launched.pipes);
+    let mut pipes = std::mem::take(&mut launched.pipes);
     let members = super::sockets::Members {
         cgroup: launched
             .cgroup
@@ -263,22 +287,7 @@ pub(super) async fn start(
     };
     let (control, control_rx) = mpsc::channel(16);
     let (ended_tx, ended) = watch::channel(false);
-    let terminal = match pipes.pty {
-        Some(master) => Some(crate::confine::terminal::Terminal::new(master).map_err(
-            |source| {
-                super::StartError::Exec(crate::exec::ExecError::Spawn {
-                    program: "the job's terminal".into(),
-                    source,
-                })
-            },
-        )?),
-        None => None,
-    };
-    let input = match (&terminal, pipes.stdin) {
-        (Some(master), _) => Input::Pty(master.clone()),
-        (None, Some(stdin)) => Input::Pipe(stdin),
-        (None, None) => Input::Closed,
-    };
+    let (terminal, input) = terminal_and_input(&mut pipes)?;
     let ring = policy.ring_bytes;
     let job = Arc::new(Job {
         id,
@@ -363,9 +372,9 @@ pub(super) async fn start(
 /// Who hears of a job's life besides its readers.
 pub(super) struct Hooks {
     /// Its end, once.
-    pub on_end: Box<dyn FnOnce(JobEvent) + Send>,
+    pub on_end: Box<dyn FnOnce(JobEvent) + Send + Sync>,
     /// It is about to be ended as idle: the words to say so (its session's log).
-    pub on_idle: Box<dyn Fn(String) + Send>,
+    pub on_idle: Box<dyn Fn(String) + Send + Sync>,
     /// Connections relayed from the host to its servers (`[jobs] forward`).
     pub served: Option<super::Served>,
 }
@@ -394,8 +403,8 @@ struct Supervision {
     control: mpsc::Receiver<Control>,
     readers: Vec<tokio::task::JoinHandle<()>>,
     ended: watch::Sender<bool>,
-    on_end: Box<dyn FnOnce(JobEvent) + Send>,
-    on_idle: Box<dyn Fn(String) + Send>,
+    on_end: Box<dyn FnOnce(JobEvent) + Send + Sync>,
+    on_idle: Box<dyn Fn(String) + Send + Sync>,
     served: Option<super::Served>,
 }
 
@@ -426,13 +435,7 @@ async fn supervise(
     let mut stopping: Option<(Stop, tokio::time::Instant)> = None;
     let mut stop_poll = tokio::time::interval(STOP_POLL);
     let terminal = job.terminal.clone();
-    let warn_at = idle_warning_at(s.idle);
-    // This idle stretch was warned of; when its sockets were last looked up.
-    let (mut warned, mut looked) = (false, None::<Instant>);
-    // Connections made to its servers from inside the sandbox (`serving`), looked at now and
-    // then: the namespace's count is cumulative, so nothing is missed between looks.
-    let (mut serving, mut serving_looked) =
-        (super::serving::ServingLook::default(), Instant::now());
+    let mut idle = IdleWatch::new(s.idle);
     let ending = loop {
         tokio::select! {
             status = launched.child.wait() => break match stopping {
@@ -500,68 +503,115 @@ async fn supervise(
                     git_imported = Instant::now();
                     git_import = launched.start_git_import();
                 }
-                // Often enough that a short `idle_kill_secs` sees a server in use too.
-                if serving_looked.elapsed() >= SERVED_LOOK_EVERY.min(s.idle / 4) {
-                    serving_looked = Instant::now();
-                    let members = job.members();
-                    let mut look = std::mem::take(&mut serving);
-                    let served = tokio::task::spawn_blocking(move || {
-                        let served = look.served_since(&members);
-                        (look, served)
-                    })
-                    .await;
-                    if let Ok((look, served)) = served {
-                        serving = look;
-                        if served {
-                            job.touch();
-                        }
-                    }
-                }
-                let idle = job.idle_for();
-                if idle >= warn_at
-                    && let Some(served) = &s.served
-                    && (idle >= s.idle
-                        || !warned
-                        || looked.is_none_or(|at| at.elapsed() >= SERVED_LOOK_EVERY))
-                {
-                    // A server answering forwarded connections is in use, output or not.
-                    looked = Some(Instant::now());
-                    let members = job.members();
-                    let inodes = tokio::task::spawn_blocking(move || members.socket_inodes())
-                        .await
-                        .unwrap_or_default();
-                    if let Some(at) = served(&inodes) {
-                        job.touch_since(at);
-                    }
-                }
-                let idle = job.idle_for();
-                // Never killed unwarned: a tick that skipped the warning's window (a short
-                // `idle_kill_secs`) warns now and kills at the next.
-                if idle >= s.idle && warned {
-                    break Ending::Killed(format!(
-                        "nobody read its output, sent it input or connected to its servers \
-                         (forwarded ports or from inside the sandbox), and it wrote no output, \
-                         for `[jobs] idle_kill_secs` ({}s)",
-                        s.idle.as_secs()
-                    ));
-                }
-                if idle < warn_at {
-                    warned = false;
-                } else if !warned {
-                    warned = true;
-                    (s.on_idle)(format!(
-                        "job {} has been idle for {}s: it will be killed with its whole tree in \
-                         about {}s (`[jobs] idle_kill_secs` = {}) unless its output is read, it is \
-                         sent input, it writes output or a server of it is connected to",
-                        job.id,
-                        idle.as_secs(),
-                        s.idle.saturating_sub(idle).as_secs().max(1),
-                        s.idle.as_secs()
-                    ));
+                if let Some(ending) = idle.on_tick(&job, &s).await {
+                    break ending;
                 }
             }
         }
     };
+    bury(&job, &executor, launched, s, ending).await;
+}
+
+/// The idle kill's state: whether this idle stretch was warned of, when the job's sockets
+/// were last looked up for forwarded connections, and the look at connections made to its
+/// servers from inside the sandbox (`serving`; the namespace's count is cumulative, so
+/// nothing is missed between looks).
+struct IdleWatch {
+    warn_at: Duration,
+    warned: bool,
+    looked: Option<Instant>,
+    serving: super::serving::ServingLook,
+    serving_looked: Instant,
+}
+
+impl IdleWatch {
+    fn new(idle: Duration) -> Self {
+        Self {
+            warn_at: idle_warning_at(idle),
+            warned: false,
+            looked: None,
+            serving: super::serving::ServingLook::default(),
+            serving_looked: Instant::now(),
+        }
+    }
+
+    /// At a tick: notes use (connections served from inside or forwarded), warns once the job
+    /// nears its idle kill, and ends it at the kill (never unwarned).
+    async fn on_tick(&mut self, job: &Job, s: &Supervision) -> Option<Ending> {
+        // Often enough that a short `idle_kill_secs` sees a server in use too.
+        if self.serving_looked.elapsed() >= SERVED_LOOK_EVERY.min(s.idle / 4) {
+            self.serving_looked = Instant::now();
+            let members = job.members();
+            let mut look = std::mem::take(&mut self.serving);
+            let served = tokio::task::spawn_blocking(move || {
+                let served = look.served_since(&members);
+                (look, served)
+            })
+            .await;
+            if let Ok((look, served)) = served {
+                self.serving = look;
+                if served {
+                    job.touch();
+                }
+            }
+        }
+        let idle = job.idle_for();
+        if idle >= self.warn_at
+            && let Some(served) = &s.served
+            && (idle >= s.idle
+                || !self.warned
+                || self
+                    .looked
+                    .is_none_or(|at| at.elapsed() >= SERVED_LOOK_EVERY))
+        {
+            // A server answering forwarded connections is in use, output or not.
+            self.looked = Some(Instant::now());
+            let members = job.members();
+            let inodes = tokio::task::spawn_blocking(move || members.socket_inodes())
+                .await
+                .unwrap_or_default();
+            if let Some(at) = served(&inodes) {
+                job.touch_since(at);
+            }
+        }
+        let idle = job.idle_for();
+        // Never killed unwarned: a tick that skipped the warning's window (a short
+        // `idle_kill_secs`) warns now and kills at the next.
+        if idle >= s.idle && self.warned {
+            return Some(Ending::Killed(format!(
+                "nobody read its output, sent it input or connected to its servers \
+                     (forwarded ports or from inside the sandbox), and it wrote no output, \
+                     for `[jobs] idle_kill_secs` ({}s)",
+                s.idle.as_secs()
+            )));
+        }
+        if idle < self.warn_at {
+            self.warned = false;
+        } else if !self.warned {
+            self.warned = true;
+            (s.on_idle)(format!(
+                "job {} has been idle for {}s: it will be killed with its whole tree in \
+                     about {}s (`[jobs] idle_kill_secs` = {}) unless its output is read, it is \
+                     sent input, it writes output or a server of it is connected to",
+                job.id,
+                idle.as_secs(),
+                s.idle.saturating_sub(idle).as_secs().max(1),
+                s.idle.as_secs()
+            ));
+        }
+        None
+    }
+}
+
+/// The job's end, once its loop has decided it: the tree buried, the readers drained, the
+/// end recorded and said (event, log).
+async fn bury(
+    job: &Job,
+    executor: &Executor,
+    launched: Launched,
+    mut s: Supervision,
+    ending: Ending,
+) {
     // Reads waiting for an answer now wait for the end instead, which follows within moments.
     job.lock().ending = true;
     job.changed.notify_waiters();
@@ -572,7 +622,7 @@ async fn supervise(
         Ending::Exited(status) | Ending::Stopped(status) => *status,
         _ => None,
     };
-    let finished = launched.finish(&executor, status).await;
+    let finished = launched.finish(executor, status).await;
     // The tree is dead: the readers reach the end of what it wrote, within a bound (only a
     // process outside the cgroup could still hold a pipe).
     let drain = async {
@@ -585,7 +635,7 @@ async fn supervise(
             reader.abort();
         }
     }
-    let end = judge(ending, &finished, &job);
+    let end = judge(ending, &finished, job);
     {
         let mut inner = job.lock();
         inner.log = None;

@@ -13,15 +13,15 @@
 //! Owns the per-session table (how many, which ids, what ended), not the MCP contract
 //! (`tools::job`, `tools::shell_exec`) nor the launch (`exec`).
 
-pub mod forward;
-pub mod job;
-pub mod readers;
-pub mod ring;
-pub mod serving;
-pub mod signal;
-pub mod sockets;
+pub(crate) mod forward;
+pub(crate) mod job;
+pub(crate) mod readers;
+pub(crate) mod ring;
+pub(crate) mod serving;
+pub(crate) mod signal;
+pub(crate) mod sockets;
 
-pub use job::{Control, Job, JobEnd, JobRead, JobSpec, JobState, Relaunch, Wanted};
+pub(crate) use job::{Job, JobEnd, JobRead, JobSpec, JobState, Wanted};
 
 use crate::exec::Executor;
 use crate::policy::jobs::JobsPolicy;
@@ -131,11 +131,11 @@ pub struct JobTable {
 
 /// When a connection relayed from the host last reached one of these listening sockets (by
 /// inode): serving them is activity, as output and reads are.
-pub type Served =
+pub(crate) type Served =
     Arc<dyn Fn(&std::collections::HashSet<u64>) -> Option<std::time::Instant> + Send + Sync>;
 
 /// Who hears of a job's end as it happens, besides the session's next result.
-pub type Observer = Arc<dyn Fn(&JobEvent) + Send + Sync>;
+pub(crate) type Observer = Arc<dyn Fn(&JobEvent) + Send + Sync>;
 
 #[derive(Default)]
 struct Events {
@@ -271,7 +271,7 @@ impl JobTable {
             e.queue.push_back(event);
         });
         let warned_id = id.clone();
-        let on_idle: Box<dyn Fn(String) + Send> = Box::new(move |message: String| {
+        let on_idle: Box<dyn Fn(String) + Send + Sync> = Box::new(move |message: String| {
             if let Some(session) = session {
                 crate::events::emit_to(
                     session,

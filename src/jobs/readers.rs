@@ -19,7 +19,7 @@ use std::collections::HashMap;
 
 /// The programs (executable names) of the job's foreground group `group` that have no child
 /// in it; empty when none of the job's processes is in that group (or none could be read).
-pub fn readers(members: &Members, group: u32) -> Vec<String> {
+pub(crate) fn readers(members: &Members, group: u32) -> Vec<String> {
     // pid → parent, for the members of the group.
     let mut in_group: HashMap<u32, u32> = HashMap::new();
     for pid in members.pids() {
@@ -49,7 +49,7 @@ const SHELLS: &[&str] = &[
 const MAX_CMDLINE: u64 = 64 * 1024;
 
 /// Whether `program` (a name or path) is a shell.
-pub fn is_shell(program: &str) -> bool {
+pub(crate) fn is_shell(program: &str) -> bool {
     let name = program.rsplit('/').next().unwrap_or(program);
     SHELLS.contains(&name.trim_start_matches('-'))
 }
@@ -57,7 +57,7 @@ pub fn is_shell(program: &str) -> bool {
 /// Whether a shell given `args` (the words after its name) reads its commands from its input:
 /// no `-c`, no script operand and no `<` redirection (`-s` reads its input whatever follows).
 /// The words may be a command line's (then a redirection is a word) or a process's argv.
-pub fn shell_args_read_input<'a>(args: impl IntoIterator<Item = &'a str>) -> bool {
+pub(crate) fn shell_args_read_input<'a>(args: impl IntoIterator<Item = &'a str>) -> bool {
     let mut skip_next = false;
     for word in args {
         if std::mem::take(&mut skip_next) {
@@ -89,7 +89,7 @@ pub fn shell_args_read_input<'a>(args: impl IntoIterator<Item = &'a str>) -> boo
 
 /// Whether any of the job's processes is a shell reading its commands from its input; None
 /// when none of them could be read.
-pub fn a_shell_reads_input(members: &Members) -> Option<bool> {
+pub(crate) fn a_shell_reads_input(members: &Members) -> Option<bool> {
     let pids = members.pids();
     let mut read_any = false;
     for pid in pids {

@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 const LAST_LINE_MAX: usize = 200;
 
 #[derive(Debug)]
-pub struct Ring {
+pub(crate) struct Ring {
     buf: VecDeque<u8>,
     capacity: usize,
     /// Absolute offset (bytes ever written) of `buf[0]`.
@@ -34,7 +34,7 @@ pub struct Chunk {
 }
 
 impl Ring {
-    pub fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize) -> Self {
         Self {
             buf: VecDeque::new(),
             capacity: capacity.max(1),
@@ -46,7 +46,7 @@ impl Ring {
     }
 
     /// Appends `data`, dropping the oldest bytes beyond the capacity.
-    pub fn push(&mut self, data: &[u8]) {
+    pub(crate) fn push(&mut self, data: &[u8]) {
         self.note_lines(data);
         let data = if data.len() > self.capacity {
             // Only the newest `capacity` bytes can stay; the rest is dropped at once.
@@ -84,21 +84,21 @@ impl Ring {
     }
 
     /// Bytes ever written.
-    pub fn total(&self) -> u64 {
+    pub(crate) fn total(&self) -> u64 {
         self.start + self.buf.len() as u64
     }
 
     /// Absolute offset read so far.
-    pub fn cursor(&self) -> u64 {
+    pub(crate) fn cursor(&self) -> u64 {
         self.read
     }
 
-    pub fn has_unread(&self) -> bool {
+    pub(crate) fn has_unread(&self) -> bool {
         self.read < self.total()
     }
 
     /// The unread output without consuming it (for `until`), newest `max` bytes at most.
-    pub fn peek_unread(&self, max: usize) -> Vec<u8> {
+    pub(crate) fn peek_unread(&self, max: usize) -> Vec<u8> {
         let from = self.read.max(self.start) - self.start;
         let from = (from as usize).max(self.buf.len().saturating_sub(max));
         self.buf.range(from..).copied().collect()
@@ -106,7 +106,7 @@ impl Ring {
 
     /// The unread output from absolute offset `from` on (what is older, or already read, is
     /// left out), oldest first, at most `max` bytes.
-    pub fn peek_since(&self, from: u64, max: usize) -> Vec<u8> {
+    pub(crate) fn peek_since(&self, from: u64, max: usize) -> Vec<u8> {
         let from = from.max(self.read).max(self.start) - self.start;
         let from = (from as usize).min(self.buf.len());
         let to = from.saturating_add(max).min(self.buf.len());
@@ -114,7 +114,7 @@ impl Ring {
     }
 
     /// Consumes at most `max` unread bytes, oldest first.
-    pub fn take_unread(&mut self, max: usize) -> Chunk {
+    pub(crate) fn take_unread(&mut self, max: usize) -> Chunk {
         let dropped = self.start.saturating_sub(self.read);
         self.read = self.read.max(self.start);
         let from = (self.read - self.start) as usize;
@@ -129,7 +129,7 @@ impl Ring {
     }
 
     /// The last complete, non-blank line written (or the line being written).
-    pub fn last_line(&self) -> String {
+    pub(crate) fn last_line(&self) -> String {
         if self.last_line.is_empty() {
             String::from_utf8_lossy(&self.partial).into_owned()
         } else {

@@ -20,14 +20,14 @@ const MAX_SNMP: u64 = 64 * 1024;
 
 /// What the last look saw, to tell whether the namespace accepted connections since.
 #[derive(Debug, Default)]
-pub struct ServingLook {
+pub(crate) struct ServingLook {
     passive_opens: Option<u64>,
 }
 
 impl ServingLook {
     /// Whether the job's namespace accepted a connection since the previous look while the
     /// job listens (see the module note). The first look only sets the baseline.
-    pub fn served_since(&mut self, members: &Members) -> bool {
+    pub(crate) fn served_since(&mut self, members: &Members) -> bool {
         let now = passive_opens(members);
         let before = std::mem::replace(&mut self.passive_opens, now);
         match (before, now) {

@@ -19,7 +19,7 @@ use std::os::fd::OwnedFd;
 
 /// Who a signal is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Whom {
+pub(crate) enum Whom {
     /// The whole process group (the foreground group under a pty).
     Group,
     /// The group without its main process (a graceful stop's first step: the programs the
@@ -37,7 +37,7 @@ struct Member {
 
 /// Sends `signal` to `whom`; the number of processes it reached (at least one when the main
 /// process alone was meant and it is alive).
-pub fn send(
+pub(crate) fn send(
     launched: &Launched,
     terminal: Option<&crate::confine::terminal::Terminal>,
     signal: Signal,
@@ -72,7 +72,7 @@ pub fn send(
 }
 
 /// Whether the group still has members other than its main process.
-pub fn others_remain(launched: &Launched) -> bool {
+pub(crate) fn others_remain(launched: &Launched) -> bool {
     group_members(launched).is_some_and(|m| m.iter().any(|m| !m.main))
 }
 

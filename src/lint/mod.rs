@@ -10,15 +10,13 @@
 //! policy: `policy::resolve` hands it the plan, and the policy embeds the linter entries
 //! ([`LinterConfig`]) defined here.
 
-pub mod diagnostic;
-pub mod formats;
-pub mod introduced;
-pub mod position;
+pub(crate) mod diagnostic;
+pub(crate) mod formats;
+pub(crate) mod introduced;
+pub(crate) mod position;
 mod runner;
-pub mod syntax;
+pub(crate) mod syntax;
 
-pub use diagnostic::{Diagnostic, LintReport, LintStatus, Severity};
-pub use formats::{CompiledLinter, LinterConfig, OutputFormat, ParseError, parse_builtin};
-pub use introduced::mark_introduced;
-pub use position::ColumnUnit;
-pub use runner::{LintPlan, Linting};
+pub(crate) use diagnostic::{LintReport, LintStatus};
+pub(crate) use formats::{CompiledLinter, LinterConfig};
+pub(crate) use runner::{LintPlan, Linting};

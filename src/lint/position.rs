@@ -22,25 +22,25 @@ pub enum ColumnUnit {
     Utf16,
 }
 
-pub use crate::text::{chars_between, to_u32};
+pub(crate) use crate::text::{chars_between, to_u32};
 
 /// Byte offsets of line starts, so a (line, column-in-some-unit) pair can be turned into a
 /// character column without rescanning the file for each diagnostic.
 #[derive(Debug, Clone)]
-pub struct LineIndex<'a> {
+pub(crate) struct LineIndex<'a> {
     text: &'a str,
     starts: Vec<usize>,
 }
 
 impl<'a> LineIndex<'a> {
-    pub fn new(text: &'a str) -> Self {
+    pub(crate) fn new(text: &'a str) -> Self {
         let mut starts = vec![0];
         starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
         LineIndex { text, starts }
     }
 
     /// The text of 1-based `line` without its terminator; `None` past the last line.
-    pub fn line_text(&self, line: u32) -> Option<&'a str> {
+    pub(crate) fn line_text(&self, line: u32) -> Option<&'a str> {
         let idx = usize::try_from(line).ok()?.checked_sub(1)?;
         let start = *self.starts.get(idx)?;
         let end = self
@@ -54,7 +54,7 @@ impl<'a> LineIndex<'a> {
     /// Converts a 1-based `column` counted in `unit` on 1-based `line` into a 1-based character
     /// column. Columns past the end of the line (tools point one past the last character for
     /// "end of line") keep their overshoot, so a zero-width end-of-line span stays valid.
-    pub fn char_column(&self, line: u32, column: u32, unit: ColumnUnit) -> u32 {
+    pub(crate) fn char_column(&self, line: u32, column: u32, unit: ColumnUnit) -> u32 {
         if unit == ColumnUnit::Char || column <= 1 {
             return column.max(1);
         }
@@ -80,7 +80,7 @@ impl<'a> LineIndex<'a> {
     }
 
     /// 1-based (line, character column) of a byte offset into the whole text.
-    pub fn position_of_byte_offset(&self, offset: usize) -> (u32, u32) {
+    pub(crate) fn position_of_byte_offset(&self, offset: usize) -> (u32, u32) {
         let offset = offset.min(self.text.len());
         // `starts[0] == 0`, so the partition point is at least 1.
         let line_idx = self

@@ -9,10 +9,10 @@ use crate::lint::diagnostic::{Diagnostic, Severity};
 use crate::parser::syntax::{ErrorKind, SyntaxError};
 
 /// `source` of every diagnostic of the syntax check.
-pub const SYNTAX_SOURCE: &str = "syntax";
+pub(crate) const SYNTAX_SOURCE: &str = "syntax";
 
 /// The diagnostic `code` of a kind of syntax error.
-pub fn code(kind: ErrorKind) -> &'static str {
+pub(crate) fn code(kind: ErrorKind) -> &'static str {
     match kind {
         ErrorKind::Unexpected => "syntax-error",
         ErrorKind::Missing => "missing-token",
@@ -20,7 +20,7 @@ pub fn code(kind: ErrorKind) -> &'static str {
 }
 
 /// One syntax error as a diagnostic (not `introduced`: `mark_introduced` decides that).
-pub fn diagnostic(error: SyntaxError) -> Diagnostic {
+pub(crate) fn diagnostic(error: SyntaxError) -> Diagnostic {
     Diagnostic {
         line: error.line,
         column: error.column,

@@ -27,11 +27,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::pipe::{Receiver as ChildStdout, Sender as ChildStdin};
 
 /// The hidden subcommand that runs `worker::run`.
-pub const WORKER_SUBCOMMAND: &str = "__parse-worker";
+pub(crate) const WORKER_SUBCOMMAND: &str = "__parse-worker";
 
 /// At most this many worker starts within [`STORM_WINDOW`].
 pub const MAX_STARTS: usize = 8;
-pub const STORM_WINDOW: Duration = Duration::from_secs(60);
+pub(crate) const STORM_WINDOW: Duration = Duration::from_secs(60);
 
 /// Bytes of the worker's stderr kept for error messages.
 const STDERR_TAIL: usize = 4096;

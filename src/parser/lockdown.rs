@@ -17,7 +17,7 @@ use seccompiler::{
 use std::collections::BTreeMap;
 
 #[derive(Debug, thiserror::Error)]
-pub enum LockdownError {
+pub(crate) enum LockdownError {
     #[error("Landlock: {0}")]
     Landlock(#[from] landlock::RulesetError),
     #[error("seccomp: {0}")]
@@ -54,7 +54,7 @@ const ALLOWED: &[libc::c_long] = &[
 ];
 
 /// Applies both layers to the calling process.
-pub fn apply() -> Result<(), LockdownError> {
+pub(crate) fn apply() -> Result<(), LockdownError> {
     // Best effort on older kernels (the crate's default): an access this kernel cannot
     // restrict was never available through the executor's ruleset either.
     Ruleset::default()

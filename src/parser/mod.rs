@@ -16,14 +16,14 @@
 //! means for a call: lint reports `unavailable`, the command rules apply
 //! `commands.on_analysis_failure`.
 
-pub mod bash;
-pub mod client;
-pub mod lockdown;
-pub mod protocol;
-pub mod syntax;
-pub mod worker;
+pub(crate) mod bash;
+pub(crate) mod client;
+pub(crate) mod lockdown;
+pub(crate) mod protocol;
+pub(crate) mod syntax;
+pub(crate) mod worker;
 
-pub use client::{ParserClient, ParserConfig, ParserError, WORKER_SUBCOMMAND};
+pub(crate) use client::{ParserClient, ParserConfig, ParserError};
 
 /// The program a worker runs: this very binary, under [`WORKER_SUBCOMMAND`]. The confinement
 /// must let children read and execute it (`RuntimeOptions::parser_program` grants it).

@@ -17,14 +17,14 @@ use std::io::{Read, Write};
 /// Bumped whenever a message changes shape; both sides refuse a frame of another version.
 /// 2: a syntax check answers the parser's own [`SyntaxError`]s (`errors`), not lint
 /// diagnostics. 3: a simple command's words are `words` (were `argv`).
-pub const VERSION: u8 = 3;
+pub(crate) const VERSION: u8 = 3;
 
 /// Bytes of the frame header: version and body length.
-pub const HEADER_LEN: usize = 5;
+pub(crate) const HEADER_LEN: usize = 5;
 
 /// Largest text the server sends for one check (the syntax check of a file, or all the
 /// command lines of one analysis). Larger texts are not sent at all.
-pub const MAX_TEXT: usize = 16 << 20;
+pub(crate) const MAX_TEXT: usize = 16 << 20;
 
 /// Largest frame body either side accepts: a maximal text plus its JSON escaping headroom.
 /// Anything longer is refused from its header alone, before it is read.
@@ -32,7 +32,7 @@ pub const MAX_FRAME: usize = MAX_TEXT * 2 + 4096;
 
 /// Most command lines in one analysis request (the policy's rule examples are the largest
 /// batch: a few hundred).
-pub const MAX_LINES: usize = 4096;
+pub(crate) const MAX_LINES: usize = 4096;
 
 /// What the server asks the worker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -174,7 +174,7 @@ fn header(len: usize) -> Result<[u8; HEADER_LEN], ProtocolError> {
 }
 
 /// Body length named by a header, after checking its version and bound.
-pub fn parse_header(h: &[u8; HEADER_LEN]) -> Result<usize, ProtocolError> {
+pub(crate) fn parse_header(h: &[u8; HEADER_LEN]) -> Result<usize, ProtocolError> {
     if h[0] != VERSION {
         return Err(ProtocolError::Version { found: h[0] });
     }
@@ -242,14 +242,17 @@ pub fn read_body(r: &mut impl Read) -> Result<Option<Vec<u8>>, ProtocolError> {
 }
 
 /// Writes one message as a frame to a blocking stream (the worker's stdout) and flushes it.
-pub fn write_message<T: Serialize>(w: &mut impl Write, message: &T) -> Result<(), ProtocolError> {
+pub(crate) fn write_message<T: Serialize>(
+    w: &mut impl Write,
+    message: &T,
+) -> Result<(), ProtocolError> {
     w.write_all(&encode(message)?)?;
     w.flush()?;
     Ok(())
 }
 
 /// Reads one frame's body from an async stream (the server's end of the worker's stdout).
-pub async fn read_body_async(
+pub(crate) async fn read_body_async(
     r: &mut (impl tokio::io::AsyncRead + Unpin),
 ) -> Result<Vec<u8>, ProtocolError> {
     use tokio::io::AsyncReadExt;

@@ -24,7 +24,7 @@ use tree_sitter::{InputEdit, Node, ParseOptions, Parser, Point, Tree};
 
 /// Default parse budget. A 1,000-line file parses in about a millisecond, so this only trips
 /// on pathological input (megabytes of minified code, grammar blow-ups).
-pub const DEFAULT_BUDGET: Duration = Duration::from_millis(250);
+pub(crate) const DEFAULT_BUDGET: Duration = Duration::from_millis(250);
 
 /// More than this many syntax errors means the file is not the language we think (or is
 /// garbage); listing them all would only cost the agent context.
@@ -234,13 +234,13 @@ pub fn check_with_budget(
 /// A parse kept for the next check of the same file: re-parsing an edited text from it only
 /// re-reads the changed region.
 #[derive(Clone)]
-pub struct ParsedSource {
+pub(crate) struct ParsedSource {
     lang: Language,
     tree: Tree,
 }
 
 /// Like [`check`], also returning the parse for [`check_edited`].
-pub fn check_keeping_tree(
+pub(crate) fn check_keeping_tree(
     lang: Language,
     source: &str,
 ) -> Result<(Vec<SyntaxError>, ParsedSource), CheckError> {
@@ -251,7 +251,7 @@ pub fn check_keeping_tree(
 /// Checks `new_source`, an edited version of `old_source` whose parse is `old`, re-parsing
 /// incrementally (tree-sitter reuses every subtree outside the changed byte range). The
 /// errors are exactly those of a fresh parse.
-pub fn check_edited(
+pub(crate) fn check_edited(
     old: &ParsedSource,
     old_source: &str,
     new_source: &str,
@@ -276,7 +276,7 @@ pub fn check_edited(
 }
 
 impl ParsedSource {
-    pub fn language(&self) -> Language {
+    pub(crate) fn language(&self) -> Language {
         self.lang
     }
 }

@@ -19,7 +19,7 @@ use std::io::{BufReader, BufWriter};
 /// Fault injection for the tests of the client's timeout path: when the server was started
 /// with this variable set, it passes it on, and a request whose text contains its value makes
 /// the worker stop answering (it sleeps, as a grammar stuck in a loop would stop answering).
-pub const HANG_ON_ENV: &str = "CORDON_PARSER_WORKER_HANG_ON";
+pub(crate) const HANG_ON_ENV: &str = "CORDON_PARSER_WORKER_HANG_ON";
 
 /// How many texts' trees are kept, and how many bytes of text at most: trees cost several
 /// times their text, and the worker's memory limit is small.

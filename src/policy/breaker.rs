@@ -55,9 +55,9 @@ fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
 }
 
 /// Defaults, as `policies/default.toml` writes them.
-pub const DEFAULT_CONSECUTIVE: u64 = 3;
-pub const DEFAULT_WINDOW_REFUSALS: u64 = 10;
-pub const DEFAULT_WINDOW_SECS: u64 = 300;
+pub(crate) const DEFAULT_CONSECUTIVE: u64 = 3;
+pub(crate) const DEFAULT_WINDOW_REFUSALS: u64 = 10;
+pub(crate) const DEFAULT_WINDOW_SECS: u64 = 300;
 
 /// Largest `consecutive`: past this the breaker would never stop a loop in practice.
 const MAX_CONSECUTIVE: u64 = 100;

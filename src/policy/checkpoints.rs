@@ -50,10 +50,10 @@ pub struct CheckpointsPolicy {
 }
 
 /// Defaults, as `policies/default.toml` writes them.
-pub const DEFAULT_MAX_BYTES: u64 = 1024 * 1024 * 1024;
-pub const DEFAULT_MAX_COUNT: u64 = 200;
-pub const DEFAULT_MAX_AGE_SECS: u64 = 7 * 24 * 3600;
-pub const DEFAULT_MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_BYTES: u64 = 1024 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_COUNT: u64 = 200;
+pub(crate) const DEFAULT_MAX_AGE_SECS: u64 = 7 * 24 * 3600;
+pub(crate) const DEFAULT_MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
 
 /// Largest `max_file_bytes` (1 GiB): every file up to it is copied whole into cordon's state.
 const MAX_FILE_BYTES: u64 = 1024 * 1024 * 1024;

@@ -19,7 +19,7 @@ const MAX_FINDINGS: usize = 3;
 
 /// What the command was doing to a path, as far as the message tells.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Operation {
+pub(crate) enum Operation {
     Read,
     Write,
     Execute,
@@ -28,13 +28,13 @@ pub enum Operation {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NetOperation {
+pub(crate) enum NetOperation {
     Connect,
     Bind,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Finding {
+pub(crate) enum Finding {
     /// A path as written in the message (may be relative to the command's directory).
     Path {
         path: String,
@@ -51,7 +51,7 @@ pub enum Finding {
 
 /// Where the command ran: absolute workspace root and working directory.
 #[derive(Debug, Clone, Copy)]
-pub struct Scene<'a> {
+pub(crate) struct Scene<'a> {
     pub policy: &'a Policy,
     pub workspace: &'a Path,
     pub cwd: &'a Path,
@@ -73,7 +73,7 @@ static PORT: LazyLock<Regex> = LazyLock::new(|| {
 });
 
 /// The paths and ports a failed command's stderr names in permission and network errors.
-pub fn findings(stderr: &str) -> Vec<Finding> {
+pub(crate) fn findings(stderr: &str) -> Vec<Finding> {
     let mut out: Vec<Finding> = Vec::new();
     for line in stderr.lines() {
         if out.len() >= MAX_FINDINGS {
@@ -267,7 +267,7 @@ const NOT_SANDBOX: &str = "so the sandbox's file rules allow it and the error co
 
 /// What the policy says about `op` on `path` (as written in the message; relative paths are
 /// taken from the command's directory).
-pub fn explain_path(scene: &Scene<'_>, path: &str, op: Operation) -> String {
+pub(crate) fn explain_path(scene: &Scene<'_>, path: &str, op: Operation) -> String {
     let fs = &scene.policy.filesystem;
     let origin = &scene.policy.origin;
     let abs = lexical(&scene.cwd.join(path));
@@ -421,7 +421,7 @@ fn access(w: WorkspaceAccess) -> &'static str {
 }
 
 /// What the policy says about a TCP connect to / bind of `port`.
-pub fn explain_port(policy: &Policy, port: u16, op: NetOperation) -> String {
+pub(crate) fn explain_port(policy: &Policy, port: u16, op: NetOperation) -> String {
     let origin = &policy.origin;
     let (field, doing, granted) = match op {
         NetOperation::Connect => ("tcp_connect", "connecting to", &policy.network.tcp_connect),
@@ -495,7 +495,7 @@ fn is_granted(scene: &Scene<'_>, path: &str) -> bool {
 
 /// The explanation for a failed command's stderr, labeled as derived from the policy, or None
 /// when it names no path or port in a permission or network error.
-pub fn explain_stderr(scene: &Scene<'_>, stderr: &str) -> Option<String> {
+pub(crate) fn explain_stderr(scene: &Scene<'_>, stderr: &str) -> Option<String> {
     let found = findings(stderr);
     if found.is_empty() {
         return None;
@@ -527,7 +527,7 @@ pub fn explain_stderr(scene: &Scene<'_>, stderr: &str) -> Option<String> {
 /// A tracer's failure (gdb, strace, LeakSanitizer: their own words name `ptrace`) explained by
 /// `[sandbox] ptrace`: what the policy lets a call trace and how to opt in; None when the
 /// output shows no refused tracing.
-pub fn explain_tracing(policy: &Policy, stderr: &str) -> Option<String> {
+pub(crate) fn explain_tracing(policy: &Policy, stderr: &str) -> Option<String> {
     let lower = stderr.to_lowercase();
     let tracing = lower.contains("ptrace") || lower.contains("leaksanitizer has encountered");
     let refused = [
@@ -560,7 +560,7 @@ pub fn explain_tracing(policy: &Policy, stderr: &str) -> Option<String> {
 /// Where a denial's explanation comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum DenialSource {
+pub(crate) enum DenialSource {
     /// The kernel's Landlock audit record for this call: the exact right and object.
     Kernel,
     /// Derived from the policy by reading the command's error message (no kernel record was
@@ -570,7 +570,7 @@ pub enum DenialSource {
 
 /// One denial of a call and the policy field that governs it (the `denials` of a result).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
-pub struct Denial {
+pub(crate) struct Denial {
     /// "kernel" (from the kernel's Landlock audit record) or "error_message" (derived from
     /// the policy by reading stderr).
     pub source: DenialSource,
@@ -594,10 +594,10 @@ pub struct Denial {
 }
 
 /// Most denials listed in one result; the first ones are the likely cause.
-pub const MAX_DENIALS_SHOWN: usize = 8;
+pub(crate) const MAX_DENIALS_SHOWN: usize = 8;
 
 /// Explains each kernel-reported denial (in the order the kernel reported them).
-pub fn explain_kernel(
+pub(crate) fn explain_kernel(
     scene: &Scene<'_>,
     denials: &[crate::confine::audit::KernelDenial],
 ) -> Vec<Denial> {
@@ -806,7 +806,7 @@ fn kernel_workspace(scene: &Scene<'_>, f: &FileDenial, rel: &Path) -> String {
 }
 
 /// The error-message explanations as denials (the fallback where no kernel record exists).
-pub fn message_denials(scene: &Scene<'_>, stderr: &str) -> Vec<Denial> {
+pub(crate) fn message_denials(scene: &Scene<'_>, stderr: &str) -> Vec<Denial> {
     findings(stderr)
         .into_iter()
         .filter_map(|f| match f {
@@ -883,7 +883,7 @@ fn message_field(explanation: &str) -> String {
 /// What to tell a file tool whose write the policy's write rules refused (a protected path,
 /// or a read-only workspace): which setting of which policy to change. None for any other
 /// failure, which says enough by itself.
-pub fn write_refusal(policy: &Policy, e: &crate::workspace::PathError) -> Option<String> {
+pub(crate) fn write_refusal(policy: &Policy, e: &crate::workspace::PathError) -> Option<String> {
     use crate::workspace::PathError;
     let fs = &policy.filesystem;
     match e {

@@ -6,7 +6,7 @@
 //! import another for it.
 
 /// The home directory of the user running cordon, when `$HOME` names an absolute path.
-pub fn server_home() -> Option<String> {
+pub(crate) fn server_home() -> Option<String> {
     std::env::var("HOME")
         .ok()
         .filter(|home| home.starts_with('/'))

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 /// Most host ports `[jobs] forward` may name in all: each is a listening socket of the server.
-pub const MAX_FORWARDED_PORTS: usize = 64;
+pub(crate) const MAX_FORWARDED_PORTS: usize = 64;
 
 /// `[jobs]` as written.
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -66,10 +66,10 @@ fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
 }
 
 /// Defaults, as `policies/default.toml` writes them.
-pub const DEFAULT_MAX_PER_SESSION: u64 = 4;
-pub const DEFAULT_MAX_LIFETIME_SECS: u64 = 3600;
-pub const DEFAULT_IDLE_KILL_SECS: u64 = 900;
-pub const DEFAULT_RING_KB: u64 = 1024;
+pub(crate) const DEFAULT_MAX_PER_SESSION: u64 = 4;
+pub(crate) const DEFAULT_MAX_LIFETIME_SECS: u64 = 3600;
+pub(crate) const DEFAULT_IDLE_KILL_SECS: u64 = 900;
+pub(crate) const DEFAULT_RING_KB: u64 = 1024;
 
 /// Largest `ring_kb`: four jobs a session at this size is already 256 MiB of server memory.
 const MAX_RING_KB: u64 = 64 * 1024;

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 /// The login variables of a call.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Login {
+pub(super) struct Login {
     /// The name of the call's uid; None when `/etc/passwd` has no entry for it.
     pub user: Option<String>,
     /// The user's login shell when the call can run it, else `/bin/bash`, else `/bin/sh`.
@@ -24,7 +24,7 @@ pub struct Login {
 
 /// The login of a call whose uid is this process's, where `runnable` says whether a path is
 /// executable inside the sandbox (granted and present).
-pub fn of_calls(runnable: impl Fn(&Path) -> bool) -> Login {
+pub(super) fn of_calls(runnable: impl Fn(&Path) -> bool) -> Login {
     let uid = rustix::process::getuid().as_raw();
     let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
     from_passwd(&passwd, uid, runnable)

@@ -8,32 +8,32 @@
 //! saying what a denial means ([`explain`]). How a policy is *enforced* belongs to `confine`,
 //! `exec` and `workspace`, which never see a `Policy`.
 
-pub mod breaker;
+pub(crate) mod breaker;
 mod call_env;
 mod check;
-pub mod checkpoints;
-pub mod commands;
-pub mod decide;
-pub mod explain;
+pub(crate) mod checkpoints;
+pub(crate) mod commands;
+pub(crate) mod decide;
+pub(crate) mod explain;
 mod home;
 mod interception;
-pub mod jobs;
-mod load;
+pub(crate) mod jobs;
+pub(crate) mod load;
 mod login;
-mod model;
+pub(crate) mod model;
 mod raw;
-pub mod resolve;
-pub mod toolchains;
+pub(crate) mod resolve;
+pub(crate) mod toolchains;
 mod validate;
 
-pub use crate::interpreter::InterpreterPolicy;
-pub use crate::shape::OutputPolicy;
-pub use decide::{Analysed, Request};
-pub use home::server_home;
-pub use load::{PolicyError, embedded_names};
-pub use model::*;
-pub use raw::WorkspaceAccess;
-pub use resolve::Plans;
+pub(crate) use crate::interpreter::InterpreterPolicy;
+pub(crate) use crate::shape::OutputPolicy;
+pub(crate) use decide::{Analysed, Request};
+pub(crate) use home::server_home;
+pub(crate) use load::{PolicyError, embedded_names};
+pub(crate) use model::*;
+pub(crate) use raw::WorkspaceAccess;
+pub(crate) use resolve::Plans;
 
 #[cfg(test)]
 mod tests {

@@ -52,7 +52,7 @@ pub struct FilesPolicy {
 
 /// The largest `files.read_budget_kb`: with the content in both the structured result and
 /// the text block, a larger one could not stay under the 1 MiB a result may take on the wire.
-pub const MAX_READ_BUDGET_KB: u64 = 256;
+pub(crate) const MAX_READ_BUDGET_KB: u64 = 256;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct LintPolicy {
@@ -106,9 +106,9 @@ impl NetworkPolicy {
 }
 
 /// Default `network.max_connections_per_call`.
-pub const DEFAULT_MAX_CONNECTIONS_PER_CALL: u64 = 256;
+pub(crate) const DEFAULT_MAX_CONNECTIONS_PER_CALL: u64 = 256;
 /// Default `network.max_mb_per_connection`.
-pub const DEFAULT_MAX_MB_PER_CONNECTION: u64 = 1024;
+pub(crate) const DEFAULT_MAX_MB_PER_CONNECTION: u64 = 1024;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Limits {
@@ -131,7 +131,7 @@ pub struct Limits {
 }
 
 /// Default `limits.shm_mb`: room for multiprocessing queues, Chromium and test databases.
-pub const DEFAULT_SHM_MB: u64 = 256;
+pub(crate) const DEFAULT_SHM_MB: u64 = 256;
 
 fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_u64(d.as_secs())
@@ -211,7 +211,7 @@ impl ApprovalChannel {
 
 /// `server.approvals` when the policy names none: the client's user where it can be asked,
 /// else the operator.
-pub const DEFAULT_APPROVALS: [ApprovalChannel; 2] =
+pub(crate) const DEFAULT_APPROVALS: [ApprovalChannel; 2] =
     [ApprovalChannel::Elicitation, ApprovalChannel::Operator];
 
 /// `[server.http]`: who may talk to `serve --http` and how much. The bind address and the
@@ -266,7 +266,7 @@ pub struct GroupPolicy {
 }
 
 /// The tools whose scope `[server.http.scopes]` sets, with the scope each needs by default.
-pub const DEFAULT_TOOL_SCOPES: [(&str, &str); 7] = [
+pub(crate) const DEFAULT_TOOL_SCOPES: [(&str, &str); 7] = [
     ("read_file", "cordon:read"),
     ("write_file", "cordon:write"),
     ("edit_file", "cordon:write"),
@@ -298,14 +298,14 @@ pub struct OAuthPolicy {
 }
 
 /// Origins served when the policy names none: pages served from this machine only.
-pub const DEFAULT_ALLOWED_ORIGINS: [&str; 3] =
+pub(crate) const DEFAULT_ALLOWED_ORIGINS: [&str; 3] =
     ["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"];
 /// Hosts accepted when the policy names none: the loopback names.
-pub const DEFAULT_ALLOWED_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+pub(crate) const DEFAULT_ALLOWED_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
 
 /// Algorithms `[server.http.oauth]` may name: the asymmetric ones. HS* would make the JWKS
 /// file a shared secret (and a public key usable as an HMAC key), `none` no signature at all.
-pub const OAUTH_ALGORITHMS: [&str; 9] = [
+pub(crate) const OAUTH_ALGORITHMS: [&str; 9] = [
     "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA",
 ];
 

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawPolicy {
+pub(super) struct RawPolicy {
     pub name: Option<String>,
     pub description: Option<String>,
     pub extends: Option<String>,
@@ -47,13 +47,13 @@ pub struct RawPolicy {
 /// `[files]`: bounds of the file tools' answers.
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawFiles {
+pub(super) struct RawFiles {
     pub read_budget_kb: Option<u64>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawCommands {
+pub(super) struct RawCommands {
     pub on_unknown: Option<super::commands::Decision>,
     pub on_analysis_failure: Option<super::commands::Decision>,
     pub rules: Option<Vec<super::commands::RawRule>>,
@@ -61,7 +61,7 @@ pub struct RawCommands {
 
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawInterpreter {
+pub(super) struct RawInterpreter {
     pub python: Option<String>,
     pub memory_mb: Option<u64>,
     pub pids: Option<u64>,
@@ -78,7 +78,7 @@ pub struct RawInterpreter {
 
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawLint {
+pub(super) struct RawLint {
     pub enabled: Option<bool>,
     pub syntax: Option<bool>,
     pub timeout_secs: Option<u64>,
@@ -88,7 +88,7 @@ pub struct RawLint {
 
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawFilesystem {
+pub(super) struct RawFilesystem {
     pub read_exec: Option<Vec<String>>,
     pub read_write: Option<Vec<String>>,
     pub deny: Option<Vec<String>>,
@@ -108,7 +108,7 @@ pub enum WorkspaceAccess {
 
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawNetwork {
+pub(super) struct RawNetwork {
     pub tcp_connect: Option<Vec<u16>>,
     pub tcp_bind: Option<Vec<u16>>,
     /// Route connections through cordon's egress proxy (hosts by name, see `egress`).
@@ -132,7 +132,7 @@ pub struct RawNetwork {
 /// One `[[network.credentials]]` entry.
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawCredential {
+pub(super) struct RawCredential {
     pub name: Option<String>,
     pub hosts: Option<Vec<String>>,
     pub env: Option<String>,
@@ -144,7 +144,7 @@ pub struct RawCredential {
 /// One `[[network.rules]]` entry.
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawHttpRule {
+pub(super) struct RawHttpRule {
     pub host: Option<String>,
     pub methods: Option<Vec<String>>,
     pub paths: Option<Vec<String>>,
@@ -153,7 +153,7 @@ pub struct RawHttpRule {
 /// `[network.git]`.
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawGit {
+pub(super) struct RawGit {
     pub hosts: Option<Vec<String>>,
     pub push_refs: Option<Vec<String>>,
     pub allow_delete: Option<bool>,
@@ -162,7 +162,7 @@ pub struct RawGit {
 /// Targets the host patterns must allow and refuse, checked when the policy is loaded.
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawHostExamples {
+pub(super) struct RawHostExamples {
     #[serde(default)]
     pub allowed: Vec<String>,
     #[serde(default)]
@@ -171,7 +171,7 @@ pub struct RawHostExamples {
 
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawLimits {
+pub(super) struct RawLimits {
     pub timeout_secs: Option<u64>,
     pub max_timeout_secs: Option<u64>,
     pub memory_mb: Option<u64>,
@@ -187,7 +187,7 @@ pub struct RawLimits {
 
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawEnvironment {
+pub(super) struct RawEnvironment {
     pub pass: Option<Vec<String>>,
     /// Merged across `extends` key by key (see the `Overlay` impl below).
     pub set: Option<BTreeMap<String, String>>,
@@ -197,7 +197,7 @@ pub struct RawEnvironment {
 
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawSandbox {
+pub(super) struct RawSandbox {
     pub seccomp_profile: Option<String>,
     pub fallback_unix_sockets: Option<bool>,
     pub ptrace: Option<String>,
@@ -207,7 +207,7 @@ pub struct RawSandbox {
 
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawOutput {
+pub(super) struct RawOutput {
     pub max_lines: Option<usize>,
     pub max_chars: Option<usize>,
     pub head_lines: Option<usize>,
@@ -219,7 +219,7 @@ pub struct RawOutput {
 
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawServer {
+pub(super) struct RawServer {
     pub max_concurrent_calls: Option<usize>,
     pub audit_log: Option<String>,
     pub audit_log_max_kb: Option<u64>,
@@ -234,7 +234,7 @@ pub struct RawServer {
 /// `[server.http]`: what `serve --http` accepts and how much of it.
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawHttp {
+pub(super) struct RawHttp {
     pub allowed_origins: Option<Vec<String>>,
     pub allowed_hosts: Option<Vec<String>>,
     pub max_body_kb: Option<u64>,
@@ -257,7 +257,7 @@ pub struct RawHttp {
 /// One `[[server.http.group_policies]]` entry.
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawGroupPolicy {
+pub(super) struct RawGroupPolicy {
     pub group: String,
     pub policy: String,
 }
@@ -265,7 +265,7 @@ pub struct RawGroupPolicy {
 /// `[server.http.oauth]`: accept JWT access tokens of one authorization server.
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawOAuth {
+pub(super) struct RawOAuth {
     pub issuer: Option<String>,
     pub audience: Option<String>,
     pub jwks_file: Option<String>,
@@ -276,7 +276,7 @@ pub struct RawOAuth {
 
 /// Field-by-field overlay: what `self` (the extending policy) sets wins, the rest comes from
 /// `base`. Lists replace rather than append, so a policy can remove a grant it inherited.
-pub trait Overlay {
+pub(super) trait Overlay {
     fn overlay(self, base: Self) -> Self;
 }
 

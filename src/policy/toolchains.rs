@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 /// One toolchain root that exists on this machine.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Toolchain {
+pub(crate) struct Toolchain {
     pub root: PathBuf,
     /// Directories put on the sandbox PATH, in order (existing ones only).
     pub path_dirs: Vec<PathBuf>,
@@ -27,7 +27,7 @@ pub struct Toolchain {
 /// and the link itself lies in a home the view does not show, so granting or putting on PATH
 /// the spelling with the link found nothing and the toolchain silently fell back to the
 /// system's. The layout is still recognised by the name the policy gives (`.pyenv`).
-pub fn present(roots: &[PathBuf]) -> Vec<Toolchain> {
+pub(crate) fn present(roots: &[PathBuf]) -> Vec<Toolchain> {
     let home = super::home::server_home().map(PathBuf::from);
     roots
         .iter()
@@ -98,10 +98,10 @@ fn newest_node(nvm: &Path) -> Option<PathBuf> {
 /// Where the calls' persistent home lives, relative to the workspace: inside it, so it goes
 /// when the workspace goes and two workspaces never share one; git-ignored (its own
 /// `.gitignore`, written by the server) so git and the tools that follow it leave it alone.
-pub const WORKSPACE_HOME: &str = ".cordon-home";
+pub(crate) const WORKSPACE_HOME: &str = ".cordon-home";
 
 /// The persistent home of the calls in `workspace` (see [`WORKSPACE_HOME`]).
-pub fn workspace_home(workspace: &Path) -> PathBuf {
+pub(crate) fn workspace_home(workspace: &Path) -> PathBuf {
     workspace.join(WORKSPACE_HOME)
 }
 

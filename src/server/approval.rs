@@ -41,7 +41,7 @@ const MAX_PENDING: usize = 64;
 
 /// The form the user fills in: one checkbox.
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
-pub struct ApproveCommand {
+pub(super) struct ApproveCommand {
     /// true to run the command, false to refuse it.
     pub approve: bool,
 }
@@ -49,10 +49,10 @@ rmcp::elicit_safe!(ApproveCommand);
 
 /// The user's answer; `Pending` (2026-07-28) is returned to the client, whose retry carries
 /// the answer.
-pub type Approval = shell_exec::Approval<InputRequiredResult>;
+pub(super) type Approval = shell_exec::Approval<InputRequiredResult>;
 
 /// How `shell_exec` asks the user, for one call: through this session's open questions.
-pub struct Asker<'a> {
+pub(super) struct Asker<'a> {
     pub approvals: &'a Approvals,
     pub rctx: &'a RequestContext<RoleServer>,
     pub state: Option<String>,
@@ -137,6 +137,45 @@ impl shell_exec::Approver for Asker<'_> {
     }
 }
 
+/// Nobody watches the operator channel: the question is parked for the call's retry (it
+/// stays open until its deadline, under the same id) and this call is refused, saying how the
+/// operator answers it.
+fn park_for_retry(
+    ticket: Ticket,
+    arguments: String,
+    reason: &Reason,
+    approvals: &Approvals,
+) -> Approval {
+    let id = ticket.id().to_owned();
+    let left = ticket.deadline_in().as_secs().max(1);
+    ticket.park();
+    approvals.park(arguments, reason.rule.clone(), ticket);
+    crate::events::emit_for_call(
+        crate::events::Level::Notice,
+        "approval_waiting",
+        serde_json::json!({
+            "id": id,
+            "rule": reason.rule,
+            "channel": "operator",
+            "watching": false,
+            "message": format!(
+                "no operator watches the approval channel: question {id} waits {left}s \
+                 for `cordon approve {id}` on the host, then the same call runs"
+            ),
+        }),
+    );
+    Approval::Refused(
+        Refusal::Unavailable(format!(
+            "no operator is watching the approval channel on the host now (nobody runs \
+             `cordon approvals --watch`), so nobody could answer within this call. The \
+             question stays open for {left}s as {id}: the operator approves it with \
+             `cordon approve {id}` on the host, and this same call (the same arguments), \
+             made again after that, runs"
+        )),
+        None,
+    )
+}
+
 /// The operator on the host. With an operator watching, the question is listed on the
 /// approvals socket and the call waits until someone answers, the timeout passes or the call
 /// is cancelled; the client hears, as progress (when it asked for progress) and as a log
@@ -181,33 +220,7 @@ async fn ask_operator(
     let id = ticket.id().to_owned();
     let watchers = operator.watchers();
     if watchers.is_empty() {
-        let left = ticket.deadline_in().as_secs().max(1);
-        ticket.park();
-        approvals.park(arguments, reason.rule.clone(), ticket);
-        crate::events::emit_for_call(
-            crate::events::Level::Notice,
-            "approval_waiting",
-            serde_json::json!({
-                "id": id,
-                "rule": reason.rule,
-                "channel": "operator",
-                "watching": false,
-                "message": format!(
-                    "no operator watches the approval channel: question {id} waits {left}s \
-                     for `cordon approve {id}` on the host, then the same call runs"
-                ),
-            }),
-        );
-        return Approval::Refused(
-            Refusal::Unavailable(format!(
-                "no operator is watching the approval channel on the host now (nobody runs \
-                 `cordon approvals --watch`), so nobody could answer within this call. The \
-                 question stays open for {left}s as {id}: the operator approves it with \
-                 `cordon approve {id}` on the host, and this same call (the same arguments), \
-                 made again after that, runs"
-            )),
-            None,
-        );
+        return park_for_retry(ticket, arguments, reason, approvals);
     }
     let asked_of = format!(
         "asked of the operator watching on the host: {}",
@@ -320,7 +333,7 @@ struct Parked {
 
 /// The open questions, and how long any question waits for its answer (the policy's
 /// `server.approval_timeout_secs`, in both protocol generations).
-pub struct Approvals {
+pub(crate) struct Approvals {
     pending: Mutex<HashMap<String, Pending>>,
     /// Operator questions awaiting their call's retry, oldest first; at most [`MAX_PENDING`].
     parked: Mutex<Vec<Parked>>,
@@ -336,7 +349,7 @@ fn question(args: &ShellExecArgs, reason: &Reason) -> String {
 }
 
 impl Approvals {
-    pub fn new(timeout: Duration) -> Self {
+    pub(crate) fn new(timeout: Duration) -> Self {
         Self {
             pending: Mutex::default(),
             parked: Mutex::default(),

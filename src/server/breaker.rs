@@ -40,7 +40,7 @@ use std::time::Instant;
 
 /// The form a person fills in when the breaker asks.
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
-pub struct BreakerAnswer {
+pub(super) struct BreakerAnswer {
     /// allow_once: run this command now; allow_session: run it and every later call this rule
     /// refuses in this session; keep_refusing: refuse it for the rest of the session.
     pub decision: BreakerDecision,
@@ -51,7 +51,7 @@ rmcp::elicit_safe!(BreakerAnswer);
 #[derive(Debug, Clone, Copy, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 #[schemars(inline)]
-pub enum BreakerDecision {
+pub(crate) enum BreakerDecision {
     AllowOnce,
     AllowSession,
     KeepRefusing,
@@ -69,7 +69,7 @@ impl From<BreakerDecision> for Choice {
 
 /// How `shell_exec` asks, for one call: `ask` rules through `approval` as always; a `deny`
 /// rule's refusal through the breaker.
-pub struct Gate<'a> {
+pub(super) struct Gate<'a> {
     pub asker: approval::Asker<'a>,
     pub breaker: &'a Breaker,
     pub session: &'a Session,
@@ -238,7 +238,7 @@ fn client_user(rctx: &rmcp::service::RequestContext<rmcp::RoleServer>) -> Answer
 
 /// After a call: records what it refused (or that it succeeded) in the session's breaker,
 /// announces a trip, and answers a refusal that met a tripped breaker with its message.
-pub fn observe(
+pub(super) fn observe(
     breaker: &Breaker,
     session: &Session,
     seen: Seen,

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 /// JSON-RPC "server error" code used for "this server could not start".
-pub const START_FAILED: i64 = -32001;
+pub(crate) const START_FAILED: i64 = -32001;
 
 /// How long to wait for a client's first request before exiting anyway.
 pub const WAIT_FOR_REQUEST: Duration = Duration::from_secs(10);

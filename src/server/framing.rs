@@ -13,13 +13,13 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWrite
 use tokio::sync::mpsc;
 
 /// The longest input line forwarded to rmcp (its own limit).
-pub const MAX_LINE: usize = 16 * 1024 * 1024;
+pub(super) const MAX_LINE: usize = 16 * 1024 * 1024;
 
 /// Buffer between this layer and rmcp in each direction.
 const PIPE: usize = 1 << 20;
 
 /// Starts the framing tasks over `input`/`output` and returns the ends rmcp should use.
-pub fn frame<I, O>(input: I, output: O) -> (tokio::io::DuplexStream, tokio::io::DuplexStream)
+pub(super) fn frame<I, O>(input: I, output: O) -> (tokio::io::DuplexStream, tokio::io::DuplexStream)
 where
     I: AsyncRead + Unpin + Send + 'static,
     O: AsyncWrite + Unpin + Send + 'static,

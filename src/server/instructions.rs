@@ -4,14 +4,14 @@
 use crate::runtime::Session;
 
 /// The instructions of a server whose calls run in `ctx`'s workspace.
-pub fn render(ctx: &Session) -> String {
+pub(super) fn render(ctx: &Session) -> String {
     let workspace = format!("Workspace: {}.", ctx.runtime.workspace.root().display());
     render_with(ctx, &workspace)
 }
 
 /// The instructions of a server that gives each authenticated subject its own workspace
 /// (`serve --workspaces`): `ctx` is the template's, whose directory no call ever sees.
-pub fn render_per_subject(ctx: &Session) -> String {
+pub(super) fn render_per_subject(ctx: &Session) -> String {
     let mut workspace = "Workspace: your own, private to your credentials (this server gives \
                          each authenticated user one)."
         .to_owned();

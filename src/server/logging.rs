@@ -21,7 +21,7 @@ use std::sync::Mutex;
 use std::sync::atomic::Ordering;
 
 /// One client session's logging.
-pub struct Logging {
+pub(super) struct Logging {
     key: SessionKey,
     forwarder: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
@@ -37,7 +37,7 @@ impl Default for Logging {
 
 impl Logging {
     /// This session's name on the bus: calls run inside `events::in_session(key, …)`.
-    pub fn key(&self) -> SessionKey {
+    pub(super) fn key(&self) -> SessionKey {
         self.key
     }
 
@@ -45,7 +45,7 @@ impl Logging {
     /// first one starts forwarding to `peer`, sends `start_notices` (what the start had to
     /// repair, first) and reports enforcement below full; `notes` are the enforcement's own
     /// sentences (cordon's words, no secrets).
-    pub fn set_level(
+    pub(super) fn set_level(
         &self,
         level: LoggingLevel,
         peer: Peer<RoleServer>,
@@ -114,14 +114,14 @@ impl Logging {
 /// `logging/setLevel` and no session): the events of its own call, and the server-wide ones
 /// emitted meanwhile, go to the request's peer while it runs. Run the call under
 /// [`Self::key`], then [`Self::finish`] it so the last events go out before the answer.
-pub struct RequestLogging {
+pub(super) struct RequestLogging {
     key: SessionKey,
     forwarder: tokio::task::JoinHandle<()>,
 }
 
 impl RequestLogging {
     /// For a 2026-07-28 request that names a level in `_meta`; None for any other.
-    pub fn for_request(context: &rmcp::service::RequestContext<RoleServer>) -> Option<Self> {
+    pub(super) fn for_request(context: &rmcp::service::RequestContext<RoleServer>) -> Option<Self> {
         let modern = context
             .protocol_version()
             .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28);
@@ -132,7 +132,7 @@ impl RequestLogging {
     }
 
     /// Starts forwarding for one request whose `_meta` names `level`.
-    pub fn start(level: Option<LoggingLevel>, peer: Peer<RoleServer>) -> Option<Self> {
+    pub(super) fn start(level: Option<LoggingLevel>, peer: Peer<RoleServer>) -> Option<Self> {
         let key = SessionKey::fresh();
         let mut queue = events::Events::global()
             .subscribe(key, from_mcp(level?))
@@ -147,12 +147,12 @@ impl RequestLogging {
         Some(Self { key, forwarder })
     }
 
-    pub fn key(&self) -> SessionKey {
+    pub(super) fn key(&self) -> SessionKey {
         self.key
     }
 
     /// Ends the subscription and waits (briefly) until what was queued has been sent.
-    pub async fn finish(self) {
+    pub(super) async fn finish(self) {
         events::Events::global().unsubscribe(self.key);
         let _ = tokio::time::timeout(std::time::Duration::from_secs(2), self.forwarder).await;
     }

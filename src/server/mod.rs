@@ -18,22 +18,22 @@
 mod approval;
 mod breaker;
 mod connection_audit;
-pub mod failed_start;
+pub(crate) mod failed_start;
 mod framing;
-pub mod http;
+pub(crate) mod http;
 mod instructions;
 mod logging;
-pub mod operator;
+pub(crate) mod operator;
 mod resources;
-pub mod schema;
-pub mod scope;
+pub(crate) mod schema;
+pub(crate) mod scope;
 mod scopes;
-mod stdio;
+pub(crate) mod stdio;
 mod tasks;
 mod tools;
-pub mod workspaces;
+pub(crate) mod workspaces;
 
-pub use stdio::{ServeError, StopSignals, serve_stdio, startup_line, startup_line_with};
+pub(crate) use stdio::{StopSignals, startup_line_with};
 
 use crate::runtime::Session;
 use crate::shape::{ErrorKind, ToolError};

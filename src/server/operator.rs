@@ -38,16 +38,16 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 
 /// Largest request line; a longer one is refused.
-pub const MAX_REQUEST: usize = 8 * 1024;
+pub(crate) const MAX_REQUEST: usize = 8 * 1024;
 /// How long one connection may take to send its request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// Connections served at once; more wait in the kernel's backlog.
 const MAX_CONNECTIONS: usize = 16;
 /// Questions waiting at once; one more is not asked (the call is refused, saying why).
-pub const MAX_PENDING: usize = 64;
+pub(crate) const MAX_PENDING: usize = 64;
 /// Watch connections at once; one more is refused, so watchers cannot take every
 /// connection slot from `cordon approve`.
-pub const MAX_WATCHERS: usize = 4;
+pub(crate) const MAX_WATCHERS: usize = 4;
 /// How often a watcher is sent the list even when nothing changed (fresh ages; a peer that
 /// went away without closing is found out by the failed write).
 const WATCH_REFRESH: Duration = Duration::from_secs(10);
@@ -56,13 +56,13 @@ const WATCH_REFRESH: Duration = Duration::from_secs(10);
 const WATCH_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The approvals directory of a server running as root: `/run` is root's alone, so nobody
 /// else can make the directory first (as anyone can in `/tmp`).
-pub const ROOT_CHANNEL_DIR: &str = "/run/cordon";
+pub(crate) const ROOT_CHANNEL_DIR: &str = "/run/cordon";
 /// Points servers and the CLI at another approvals directory (tests, or an operator who
 /// keeps several apart); judged like any other.
-pub const DIR_ENV: &str = "CORDON_APPROVALS_DIR";
+pub(crate) const DIR_ENV: &str = "CORDON_APPROVALS_DIR";
 
 #[derive(Debug, thiserror::Error)]
-pub enum OperatorError {
+pub(crate) enum OperatorError {
     #[error("cannot prepare the approvals directory {}: {source}", path.display())]
     Dir {
         path: PathBuf,
@@ -92,7 +92,7 @@ pub enum OperatorError {
 /// (and absolute); as root [`ROOT_CHANNEL_DIR`] (root's `XDG_RUNTIME_DIR` is not used: under
 /// `sudo -E` it is another user's directory); else `$XDG_RUNTIME_DIR/cordon` when that is
 /// set (and absolute), else `/tmp/cordon-<uid>` (the host's `/tmp`, never a call's).
-pub fn channel_dir() -> PathBuf {
+pub(crate) fn channel_dir() -> PathBuf {
     let env = |name| {
         std::env::var_os(name)
             .map(PathBuf::from)
@@ -114,7 +114,7 @@ fn channel_dir_for(uid: u32, explicit: Option<PathBuf>, xdg: Option<PathBuf>) ->
 
 /// Starts the operator channel when `server.approvals` names it; otherwise, or when it cannot
 /// start (said on stderr), the reason it is not running.
-pub fn start_for(ctx: &crate::runtime::Session) -> Result<OperatorChannel, String> {
+pub(crate) fn start_for(ctx: &crate::runtime::Session) -> Result<OperatorChannel, String> {
     let runtime = &ctx.runtime;
     if !runtime
         .policy
@@ -152,7 +152,7 @@ pub fn start_for(ctx: &crate::runtime::Session) -> Result<OperatorChannel, Strin
 /// A request to a server's channel (one JSON line).
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
-pub enum Request {
+pub(crate) enum Request {
     List {
         token: String,
     },
@@ -182,7 +182,7 @@ pub struct PendingView {
 /// A server's answer (one JSON line).
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Response {
+pub(crate) enum Response {
     Pending {
         workspace: String,
         pid: u32,
@@ -202,14 +202,14 @@ pub enum Response {
 
 /// The operator's verdict and who gave it (`uid N, pid P` from the kernel).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Verdict {
+pub(crate) struct Verdict {
     pub approve: bool,
     pub by: String,
 }
 
 /// How waiting for the operator ended.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Waited {
+pub(crate) enum Waited {
     Answered(Verdict),
     Expired,
     Cancelled,
@@ -245,7 +245,7 @@ impl Shared {
 
 /// One question opened on the channel: listed until it is answered, its deadline passes or
 /// the ticket is dropped.
-pub struct Ticket {
+pub(crate) struct Ticket {
     shared: Arc<Shared>,
     id: String,
     since: Instant,
@@ -255,32 +255,32 @@ pub struct Ticket {
 
 impl Ticket {
     /// The id the operator types (`cordon approve ID`).
-    pub fn id(&self) -> &str {
+    pub(crate) fn id(&self) -> &str {
         &self.id
     }
 
     /// Whether the question can no longer be answered.
-    pub fn expired(&self) -> bool {
+    pub(crate) fn expired(&self) -> bool {
         Instant::now() >= self.deadline
     }
 
     /// When it was opened.
-    pub fn since(&self) -> Instant {
+    pub(crate) fn since(&self) -> Instant {
         self.since
     }
 
     /// How long it can still be answered.
-    pub fn deadline_in(&self) -> Duration {
+    pub(crate) fn deadline_in(&self) -> Duration {
         self.deadline.saturating_duration_since(Instant::now())
     }
 
     /// The answer, if the operator gave one already.
-    pub fn answered(&mut self) -> Option<Verdict> {
+    pub(crate) fn answered(&mut self) -> Option<Verdict> {
         self.answer.try_recv().ok()
     }
 
     /// Marks the question as one whose call returned: an answer is for its retry.
-    pub fn park(&self) {
+    pub(crate) fn park(&self) {
         if let Ok(mut q) = self.shared.questions.lock()
             && let Some(q) = q.get_mut(&self.id)
         {
@@ -289,7 +289,7 @@ impl Ticket {
     }
 
     /// Waits for the answer, the question's deadline or `cancel`.
-    pub async fn wait(&mut self, cancel: &tokio_util::sync::CancellationToken) -> Waited {
+    pub(crate) async fn wait(&mut self, cancel: &tokio_util::sync::CancellationToken) -> Waited {
         let left = self.deadline.saturating_duration_since(Instant::now());
         if let Ok(mut q) = self.shared.questions.lock()
             && let Some(q) = q.get_mut(&self.id)
@@ -319,7 +319,7 @@ impl Drop for Ticket {
 }
 
 /// This server's channel; dropping it closes the socket and removes its files.
-pub struct OperatorChannel {
+pub(crate) struct OperatorChannel {
     shared: Arc<Shared>,
     socket: PathBuf,
     token_file: PathBuf,
@@ -330,11 +330,11 @@ impl OperatorChannel {
     /// Opens the socket in [`channel_dir`] and starts answering on it. `granted` are the
     /// paths confined processes may read (the workspace first): the directory must lie
     /// beneath none of them.
-    pub fn start(workspace: &Path, granted: &[PathBuf]) -> Result<Self, OperatorError> {
+    pub(crate) fn start(workspace: &Path, granted: &[PathBuf]) -> Result<Self, OperatorError> {
         Self::start_in(&channel_dir(), workspace, granted)
     }
 
-    pub fn start_in(
+    pub(crate) fn start_in(
         dir: &Path,
         workspace: &Path,
         granted: &[PathBuf],
@@ -405,13 +405,9 @@ impl OperatorChannel {
         })
     }
 
-    pub fn socket(&self) -> &Path {
-        &self.socket
-    }
-
     /// Puts a question to the operator and waits for the answer, the timeout or `cancel`.
     /// `on_open` is called once with the question's id when it is listed.
-    pub async fn ask(
+    pub(crate) async fn ask(
         &self,
         command: &str,
         rule: &str,
@@ -429,7 +425,7 @@ impl OperatorChannel {
 
     /// Lists a question for `open_for` (or until the ticket is dropped) without waiting
     /// for it. None when [`MAX_PENDING`] questions are open already.
-    pub fn open(
+    pub(crate) fn open(
         &self,
         command: &str,
         rule: &str,
@@ -475,7 +471,7 @@ impl OperatorChannel {
 
     /// The operators watching this server's questions now (`cordon approvals --watch`),
     /// each as the kernel names its process (`uid N, pid P`); empty when nobody watches.
-    pub fn watchers(&self) -> Vec<String> {
+    pub(crate) fn watchers(&self) -> Vec<String> {
         let mut who: Vec<String> = self
             .shared
             .watchers

@@ -17,13 +17,13 @@ use rmcp::model::{
 const SPILL_REL: &str = ".cordon/outputs";
 
 /// The largest spill file `resources/read` returns; larger ones are for read_file or grep.
-pub const MAX_RESOURCE_BYTES: u64 = 8 * 1024 * 1024;
+pub(super) const MAX_RESOURCE_BYTES: u64 = 8 * 1024 * 1024;
 
 /// Files listed by `resources/list` at most (the spill area keeps 100).
 const MAX_LISTED: usize = 100;
 
 /// The `file://` URI of a spill file named `name`.
-pub fn spill_uri(ctx: &Session, name: &str) -> String {
+pub(super) fn spill_uri(ctx: &Session, name: &str) -> String {
     let root = ctx.runtime.workspace.root().to_string_lossy();
     format!("file://{}/{SPILL_REL}/{name}", percent_encode(&root))
 }
@@ -43,7 +43,7 @@ fn percent_encode(path: &str) -> String {
 
 /// The spill file a result's `full_output` names (its name in the spill area), if any. Pure:
 /// most results name none, and they need no file-system call at all.
-pub fn spilled_file(response: &CallToolResponse) -> Option<String> {
+pub(super) fn spilled_file(response: &CallToolResponse) -> Option<String> {
     let CallToolResponse::Complete(result) = response else {
         return None;
     };
@@ -60,7 +60,11 @@ pub fn spilled_file(response: &CallToolResponse) -> Option<String> {
 /// Adds a `resource_link` block for spill file `name` (from [`spilled_file`]), so a client can
 /// fetch the whole output through `resources/read`. Stats the file for its size: blocking
 /// file-system work.
-pub fn link_spilled(response: CallToolResponse, name: &str, ctx: &Session) -> CallToolResponse {
+pub(super) fn link_spilled(
+    response: CallToolResponse,
+    name: &str,
+    ctx: &Session,
+) -> CallToolResponse {
     let CallToolResponse::Complete(mut result) = response else {
         return response;
     };
@@ -79,7 +83,7 @@ pub fn link_spilled(response: CallToolResponse, name: &str, ctx: &Session) -> Ca
 }
 
 /// `resources/list`: the spill files, newest first.
-pub fn list(ctx: &Session) -> ListResourcesResult {
+pub(super) fn list(ctx: &Session) -> ListResourcesResult {
     let resources = ctx
         .runtime
         .workspace
@@ -97,7 +101,7 @@ pub fn list(ctx: &Session) -> ListResourcesResult {
 }
 
 /// `resources/read` of one spill file: text when it is UTF-8, else its exact bytes as a blob.
-pub fn read(ctx: &Session, uri: &str) -> Result<ReadResourceResult, McpError> {
+pub(super) fn read(ctx: &Session, uri: &str) -> Result<ReadResourceResult, McpError> {
     let prefix = spill_uri(ctx, "");
     let Some(name) = uri.strip_prefix(&prefix) else {
         return Err(McpError::resource_not_found(

@@ -46,7 +46,7 @@ const STANDARD_FORMATS: &[&str] = &[
 const MAX_DEPTH: usize = 32;
 
 /// An input schema rewritten for the strictest hosts (see the module docs).
-pub fn portable_input(schema: &Map<String, Value>) -> Map<String, Value> {
+pub(crate) fn portable_input(schema: &Map<String, Value>) -> Map<String, Value> {
     let defs = definitions(schema);
     let mut out = inline(&Value::Object(schema.clone()), &defs, 0);
     if let Value::Object(map) = &mut out {
@@ -58,7 +58,7 @@ pub fn portable_input(schema: &Map<String, Value>) -> Map<String, Value> {
 
 /// An output schema, self-contained and with standard formats only; nullable types stay
 /// (results do carry `null`).
-pub fn portable_output(schema: &Map<String, Value>) -> Map<String, Value> {
+pub(crate) fn portable_output(schema: &Map<String, Value>) -> Map<String, Value> {
     let defs = definitions(schema);
     let mut out = inline(&Value::Object(schema.clone()), &defs, 0);
     if let Value::Object(map) = &mut out {
@@ -174,7 +174,7 @@ fn drop_nullability(value: &mut Value) {
 /// A value of `schema` with every required field as empty as the schema allows: `null` where
 /// null is allowed, else "", 0 (or `minimum`), false, [] or an object of its own required
 /// fields; an enum takes its first value.
-pub fn placeholder(schema: &Value) -> Value {
+pub(crate) fn placeholder(schema: &Value) -> Value {
     placeholder_at(schema, 0)
 }
 
@@ -235,7 +235,7 @@ fn placeholder_at(schema: &Value, depth: usize) -> Value {
 }
 
 /// The names an object schema lists as `required`.
-pub fn required(schema: &Map<String, Value>) -> impl Iterator<Item = &str> {
+pub(crate) fn required(schema: &Map<String, Value>) -> impl Iterator<Item = &str> {
     schema
         .get("required")
         .and_then(Value::as_array)
@@ -245,12 +245,12 @@ pub fn required(schema: &Map<String, Value>) -> impl Iterator<Item = &str> {
 }
 
 /// The schema of property `name` of an object schema.
-pub fn property<'a>(schema: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
+pub(crate) fn property<'a>(schema: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
     schema.get("properties")?.get(name)
 }
 
 /// The non-null alternative of a nullable property schema (`anyOf: [S, {type: null}]`).
-pub fn non_null(schema: &Value) -> &Value {
+pub(crate) fn non_null(schema: &Value) -> &Value {
     if let Some(Value::Array(alternatives)) = schema.get("anyOf")
         && let Some(s) = alternatives
             .iter()
@@ -268,7 +268,7 @@ pub fn non_null(schema: &Value) -> &Value {
 /// to carry `structuredContent.error`, and clients that validate error results (the TypeScript
 /// SDK, the Inspector) want every required field too, so such a result gets the schema's
 /// placeholder with the error in it. Required fields a tool left out are filled the same way.
-pub fn fits_output_schema(
+pub(crate) fn fits_output_schema(
     response: CallToolResponse,
     schema: Option<&JsonObject>,
 ) -> CallToolResponse {
@@ -306,7 +306,7 @@ pub fn fits_output_schema(
 
 /// A call refused before its tool ran (a session bound, a scope that could not be made):
 /// the error in the tool's result shape.
-pub fn refused_result(error: &ToolError, schema: Option<&JsonObject>) -> CallToolResult {
+pub(crate) fn refused_result(error: &ToolError, schema: Option<&JsonObject>) -> CallToolResult {
     let mut result = CallToolResult::error(vec![ContentBlock::text(error.text())]);
     result.structured_content = schema.map(|schema| error_placeholder(schema, error));
     result

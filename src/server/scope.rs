@@ -27,7 +27,7 @@ const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 /// One client's state, cheap to clone (everything in it is shared).
 #[derive(Clone)]
-pub struct Scope {
+pub(crate) struct Scope {
     pub session: SharedContext,
     pub approvals: Arc<Approvals>,
     /// Its circuit breaker: refusals are counted per client, like its questions.
@@ -40,7 +40,7 @@ pub struct Scope {
 }
 
 impl Scope {
-    pub fn new(
+    pub(crate) fn new(
         session: SharedContext,
         approvals: Arc<Approvals>,
         max_calls: Option<usize>,
@@ -60,7 +60,10 @@ impl Scope {
 
     /// A fresh scope over `runtime`: a new session (its own interpreters and cancellation)
     /// and no open questions.
-    pub fn fresh(runtime: &Arc<Runtime>, max_calls: Option<usize>) -> Result<Self, RuntimeError> {
+    pub(crate) fn fresh(
+        runtime: &Arc<Runtime>,
+        max_calls: Option<usize>,
+    ) -> Result<Self, RuntimeError> {
         let session = Arc::new(Session::new(Arc::clone(runtime))?);
         let approvals = Arc::new(Approvals::new(runtime.policy.server.approval_timeout));
         Ok(Self::new(session, approvals, max_calls))
@@ -68,7 +71,7 @@ impl Scope {
 
     /// A place for one more running call, or `Err(limit)` when the session has as many as
     /// `server.http.max_calls_per_session` allows. Unbounded on stdio.
-    pub fn begin_call(&self) -> Result<Option<OwnedSemaphorePermit>, usize> {
+    pub(crate) fn begin_call(&self) -> Result<Option<OwnedSemaphorePermit>, usize> {
         match &self.calls {
             None => Ok(None),
             Some(calls) => Arc::clone(calls)
@@ -91,13 +94,13 @@ impl Scope {
 /// (DELETE, idle expiry) ends its session at once: rmcp drops a session's service only when
 /// the last of its request tasks lets go of it.
 #[derive(Default)]
-pub struct SessionRegistry {
+pub(crate) struct SessionRegistry {
     sessions: Mutex<HashMap<String, Weak<Session>>>,
 }
 
 impl SessionRegistry {
     /// Notes that `session` serves MCP session `id` (idempotent).
-    pub fn register(&self, id: &str, session: &SharedContext) {
+    pub(crate) fn register(&self, id: &str, session: &SharedContext) {
         let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
         if !sessions.contains_key(id) {
             sessions.retain(|_, weak| weak.strong_count() > 0);
@@ -107,7 +110,7 @@ impl SessionRegistry {
 
     /// Ends the session of MCP session `id`, if it made one: its calls are cancelled (their
     /// trees killed) and its interpreters stopped.
-    pub async fn end(&self, id: &str) {
+    pub(crate) async fn end(&self, id: &str) {
         let session = {
             let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
             sessions.remove(id).and_then(|weak| weak.upgrade())
@@ -120,21 +123,21 @@ impl SessionRegistry {
 
 /// The scopes of stateless (2026-07-28) requests over HTTP, one per authenticated subject,
 /// at most `max` of them: past that, the one unused longest with no call running is ended.
-pub struct StatelessScopes {
+pub(crate) struct StatelessScopes {
     scopes: Mutex<HashMap<Subject, (Scope, Instant)>>,
     max: usize,
     max_calls: usize,
 }
 
 /// Why no stateless scope could be had.
-pub enum NoScope {
+pub(crate) enum NoScope {
     /// Every one of the `max` scopes has a call running.
     Full(usize),
     Failed(RuntimeError),
 }
 
 impl StatelessScopes {
-    pub fn new(max: usize, max_calls: usize) -> Self {
+    pub(crate) fn new(max: usize, max_calls: usize) -> Self {
         Self {
             scopes: Mutex::new(HashMap::new()),
             max,
@@ -143,7 +146,11 @@ impl StatelessScopes {
     }
 
     /// The scope of `subject`, made on its first stateless request.
-    pub fn for_subject(&self, subject: &Subject, runtime: &Arc<Runtime>) -> Result<Scope, NoScope> {
+    pub(crate) fn for_subject(
+        &self,
+        subject: &Subject,
+        runtime: &Arc<Runtime>,
+    ) -> Result<Scope, NoScope> {
         let mut scopes = self.scopes.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((scope, used)) = scopes.get_mut(subject) {
             *used = Instant::now();
@@ -166,7 +173,7 @@ impl StatelessScopes {
     }
 
     /// Ends every scope (shutdown): their calls are cancelled and interpreters killed.
-    pub async fn close_all(&self) {
+    pub(crate) async fn close_all(&self) {
         let all: Vec<Scope> = {
             let mut scopes = self.scopes.lock().unwrap_or_else(|e| e.into_inner());
             scopes.drain().map(|(_, (scope, _))| scope).collect()

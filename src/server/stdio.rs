@@ -75,14 +75,14 @@ pub async fn serve_stdio(server: CordonServer, mut signals: StopSignals) -> Resu
 
 /// The one line that says the server is up: workspace, policy, enforcement, and what it
 /// waits for.
-pub fn startup_line(ctx: &Session) -> String {
+pub(crate) fn startup_line(ctx: &Session) -> String {
     let workspace = format!("workspace {}", ctx.runtime.workspace.root().display());
     startup_line_with(ctx, &workspace, "waiting for an MCP client on stdin")
 }
 
 /// The startup line with what serves (`workspace`: the workspace, or where the subjects'
 /// workspaces are) and where it waits for clients (`waiting`).
-pub fn startup_line_with(ctx: &Session, workspace: &str, waiting: &str) -> String {
+pub(crate) fn startup_line_with(ctx: &Session, workspace: &str, waiting: &str) -> String {
     let enforcement = ctx.runtime.executor.confinement().enforcement();
     format!(
         "cordon {}: {workspace}, policy `{}` ({}), enforcement {}; {waiting}",

@@ -37,29 +37,29 @@ use tokio_util::sync::CancellationToken;
 
 /// The tools whose calls may become tasks: the ones that run processes for as long as the
 /// policy's timeout allows. The file tools answer in milliseconds and stay plain calls.
-pub const TASK_TOOLS: [&str; 2] = ["shell_exec", "code_interpreter"];
+pub(super) const TASK_TOOLS: [&str; 2] = ["shell_exec", "code_interpreter"];
 
 /// Tasks of one scope that may be running (or waiting for a slot) at once.
-pub const MAX_RUNNING: usize = 8;
+pub(super) const MAX_RUNNING: usize = 8;
 
 /// Finished results one scope keeps; past it the oldest is dropped (each result is at most
 /// `tools::MAX_RESULT_BYTES`, so this bounds a scope's memory whatever the client does).
-pub const MAX_KEPT: usize = 16;
+pub(super) const MAX_KEPT: usize = 16;
 
 /// How long a finished result is kept for `tasks/get`.
-pub const KEEP_FINISHED: Duration = Duration::from_secs(600);
+pub(super) const KEEP_FINISHED: Duration = Duration::from_secs(600);
 
 /// The polling interval suggested to clients.
-pub const POLL_INTERVAL_MS: u64 = 1000;
+pub(super) const POLL_INTERVAL_MS: u64 = 1000;
 
 /// A call that ends within this is answered directly, as for any other client; only a call
 /// still running then becomes a task (a client honouring `pollIntervalMs` would otherwise
 /// wait a second for an `echo`).
-pub const ANSWER_DIRECTLY_WITHIN: Duration = Duration::from_millis(300);
+pub(super) const ANSWER_DIRECTLY_WITHIN: Duration = Duration::from_millis(300);
 
 /// How a call offered as a task went: answered directly (it ended within
 /// [`ANSWER_DIRECTLY_WITHIN`]), or a task's handle.
-pub enum Started {
+pub(crate) enum Started {
     Direct(Result<CallToolResult, McpError>),
     Task(CreateTaskResult),
 }
@@ -69,7 +69,7 @@ const END_MARGIN: Duration = Duration::from_secs(30);
 
 /// The run a tool hands to its task: given the task's hooks, the call's finished result (or
 /// the JSON-RPC error it ended with).
-pub type Run = Box<
+pub(super) type Run = Box<
     dyn FnOnce(CallHooks) -> Pin<Box<dyn Future<Output = Result<CallToolResult, McpError>> + Send>>
         + Send,
 >;
@@ -77,26 +77,26 @@ pub type Run = Box<
 /// Put in a task-capable call's request extensions by the server when the call may become
 /// a task: a tool that decides to run hands its run over here instead of awaiting it.
 #[derive(Clone, Default)]
-pub struct Offer {
+pub(super) struct Offer {
     run: Arc<Mutex<Option<Run>>>,
 }
 
 impl Offer {
     /// Hands the call's run over; the server starts it as a task.
-    pub fn defer(&self, run: Run) {
+    pub(super) fn defer(&self, run: Run) {
         *lock(&self.run) = Some(run);
     }
 
     /// The run a tool handed over, if it did (it answers at once otherwise: refused,
     /// invalid, waiting for approval).
-    pub fn take(&self) -> Option<Run> {
+    pub(super) fn take(&self) -> Option<Run> {
         lock(&self.run).take()
     }
 }
 
 /// Why no task could be reserved.
 #[derive(Debug, thiserror::Error)]
-pub enum NoTask {
+pub(crate) enum NoTask {
     #[error(
         "this session already has {MAX_RUNNING} tasks running, the most cordon allows; wait \
          for one to finish (tasks/get) or cancel one (tasks/cancel), then call again"
@@ -109,7 +109,7 @@ pub enum NoTask {
 
 /// One scope's tasks.
 #[derive(Default)]
-pub struct Tasks {
+pub(crate) struct Tasks {
     inner: Mutex<Inner>,
 }
 
@@ -198,7 +198,7 @@ impl Entry {
 impl Tasks {
     /// A place for one more running task, or why there is none. Taken before the tool
     /// decides (and perhaps asks the user), so the limit holds for concurrent calls too.
-    pub fn reserve(self: &Arc<Self>) -> Result<Reservation, NoTask> {
+    pub(crate) fn reserve(self: &Arc<Self>) -> Result<Reservation, NoTask> {
         let id = random_id().ok_or(NoTask::NoEntropy)?;
         let mut inner = lock(&self.inner);
         inner.sweep();
@@ -215,7 +215,7 @@ impl Tasks {
 
     /// `tasks/get`: the task's state; once finished, its result (`completed`), the JSON-RPC
     /// error it ended with (`failed`), or `cancelled`.
-    pub fn get(&self, id: &str) -> Result<GetTaskResult, McpError> {
+    pub(crate) fn get(&self, id: &str) -> Result<GetTaskResult, McpError> {
         let mut inner = lock(&self.inner);
         inner.sweep();
         let entry = inner.entries.get(id).ok_or_else(|| unknown(id))?;
@@ -226,7 +226,7 @@ impl Tasks {
     /// killed); the task reads `cancelled` once the call has ended. A finished task stays as
     /// it was, and the answer says so (`-32602`, as the extension requires for a task in a
     /// terminal state): a plain success would read as if the cancel had stopped something.
-    pub fn cancel(&self, id: &str) -> Result<(), McpError> {
+    pub(crate) fn cancel(&self, id: &str) -> Result<(), McpError> {
         let mut inner = lock(&self.inner);
         inner.sweep();
         let entry = inner.entries.get_mut(id).ok_or_else(|| unknown(id))?;
@@ -256,7 +256,7 @@ impl Tasks {
     /// `tasks/update`: acknowledged for a known task. cordon's tasks never ask for input
     /// (approvals are settled before the task exists), so every response is for a key that
     /// is not outstanding, which the extension says to ignore.
-    pub fn update(&self, id: &str) -> Result<(), McpError> {
+    pub(crate) fn update(&self, id: &str) -> Result<(), McpError> {
         let mut inner = lock(&self.inner);
         inner.sweep();
         inner.entries.get(id).map(|_| ()).ok_or_else(|| unknown(id))
@@ -345,7 +345,7 @@ impl Drop for Tasks {
 }
 
 /// A place for one task, held while the tool decides; released if it answers without one.
-pub struct Reservation {
+pub(crate) struct Reservation {
     tasks: Arc<Tasks>,
     id: String,
     /// Still a reservation (not yet a task's entry).
@@ -358,7 +358,7 @@ impl Reservation {
     /// is the longest the call may run (the policy's maximum timeout); the advertised
     /// `ttlMs` covers it and the time the result is kept. The task is visible to `tasks/get`
     /// before this returns, as the extension requires.
-    pub async fn start(
+    pub(crate) async fn start(
         mut self,
         tool: &'static str,
         max_run: Duration,
@@ -484,7 +484,7 @@ fn client_declared(context: &RequestContext<RoleServer>) -> bool {
 
 /// A call that may become a task: its place reserved, and the [`Offer`] its tool hands its
 /// run to.
-pub struct TaskOffer {
+pub(super) struct TaskOffer {
     tool: &'static str,
     /// The longest the call may run (the policy's maximum timeout for the tool).
     max_run: Duration,
@@ -497,7 +497,7 @@ pub struct TaskOffer {
 /// Whether this call may become a task, and its reserved place if so: a task tool
 /// ([`TASK_TOOLS`]) called by a client that declared the extension. `Err` is the session's
 /// task bound, answered as the tool's error.
-pub async fn offer(
+pub(super) async fn offer(
     server: &CordonServer,
     name: &str,
     context: &RequestContext<RoleServer>,
@@ -535,7 +535,7 @@ pub async fn offer(
 }
 
 /// What a task's result goes through after its run, as a plain call's does in `call_tool`.
-pub struct Finish {
+pub(super) struct Finish {
     /// Over HTTP: the session's place for a running call, held until the task ends.
     pub running: Option<tokio::sync::OwnedSemaphorePermit>,
     /// Over HTTP: who called, for the audit record the call writes.
@@ -550,7 +550,7 @@ pub struct Finish {
 impl TaskOffer {
     /// Starts the run the tool handed over: its result when it ends within
     /// [`ANSWER_DIRECTLY_WITHIN`], else a task of the caller's scope and its handle.
-    pub async fn start(self, run: Run, finish: Finish) -> Started {
+    pub(super) async fn start(self, run: Run, finish: Finish) -> Started {
         let Finish {
             running,
             origin,

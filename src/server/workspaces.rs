@@ -373,7 +373,7 @@ pub enum WorkspacesOpenError {
 }
 
 /// The first `[[server.http.group_policies]]` entry whose group is among `groups`.
-pub fn selected_group<'a>(
+pub(crate) fn selected_group<'a>(
     entries: &'a [GroupPolicy],
     groups: &BTreeSet<String>,
 ) -> Option<&'a GroupPolicy> {
@@ -386,7 +386,7 @@ fn policy_label(policy: &Policy) -> String {
 }
 
 /// The directory name of `subject`'s workspace: its printable part and a hash of the whole.
-pub fn directory_name(subject: &Subject) -> String {
+pub(crate) fn directory_name(subject: &Subject) -> String {
     let display = subject.to_string();
     let mut prefix: String = display
         .chars()
@@ -421,7 +421,7 @@ fn subject_audit(target: &AuditTarget, policy: &Policy, name: &str) -> AuditTarg
 }
 
 /// `dir/audit.jsonl` → `dir/audit.<name>.jsonl` (no extension: `dir/audit.<name>`).
-pub fn subject_audit_path(path: &Path, name: &str) -> PathBuf {
+pub(crate) fn subject_audit_path(path: &Path, name: &str) -> PathBuf {
     let stem = path
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())

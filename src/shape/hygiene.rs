@@ -9,7 +9,7 @@
 
 /// `text` without escape sequences and control characters other than `\n` and `\t`, and how
 /// many sequences or characters were removed.
-pub fn strip_controls(text: &str) -> (String, usize) {
+pub(crate) fn strip_controls(text: &str) -> (String, usize) {
     if !text.chars().any(is_removed_control) {
         return (text.to_owned(), 0);
     }

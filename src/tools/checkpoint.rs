@@ -20,7 +20,7 @@ use std::time::Instant;
 #[serde(rename_all = "lowercase")]
 // No doc comments on the variants: they would turn the schema's plain `enum` into a `oneOf`
 // of `const`s, which some hosts' schema converters reject (tests/it/schemas.rs).
-pub enum Action {
+pub(crate) enum Action {
     List,
     Diff,
     Restore,
@@ -28,7 +28,7 @@ pub enum Action {
 
 #[derive(Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CheckpointArgs {
+pub(crate) struct CheckpointArgs {
     /// `list`: the kept checkpoints, newest first, and the storage budget. `diff`: what changed
     /// since checkpoint `id` (or from `id` to `to`), as a unified diff. `restore`: put the
     /// workspace back as it was before checkpoint `id`'s call.
@@ -53,13 +53,13 @@ pub struct CheckpointArgs {
 
 /// A path a restore could not put back, and why.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct NotRestored {
+pub(crate) struct NotRestored {
     pub path: String,
     pub reason: String,
 }
 
 #[derive(Debug, Default, Serialize, JsonSchema)]
-pub struct CheckpointOutput {
+pub(crate) struct CheckpointOutput {
     /// `list`: the kept checkpoints, newest first.
     pub checkpoints: Vec<Listed>,
     /// `list`: storage used and bounds.
@@ -84,7 +84,7 @@ pub struct CheckpointOutput {
     pub error: Option<ToolError>,
 }
 
-pub struct CheckpointTool;
+pub(crate) struct CheckpointTool;
 
 impl Tool for CheckpointTool {
     const NAME: &'static str = "checkpoint";
@@ -120,7 +120,7 @@ fn store_error(e: CheckpointError) -> ToolError {
     }
 }
 
-pub async fn run(ctx: SharedContext, args: CheckpointArgs) -> ToolOutcome {
+pub(crate) async fn run(ctx: SharedContext, args: CheckpointArgs) -> ToolOutcome {
     let started = Instant::now();
     let result = act(&ctx, &args).await;
     let checkpoint = result

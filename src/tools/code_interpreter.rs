@@ -55,7 +55,7 @@ fn default_session() -> String {
 /// The Python exception of the cell, which is also SPEC's `{kind, message, retriable}` error
 /// when the call failed (see the module docs).
 #[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct CellError {
+pub(crate) struct CellError {
     /// Exception class, or `cordon.*` for failures that are not Python exceptions.
     #[serde(rename = "type")]
     pub type_name: String,
@@ -87,7 +87,7 @@ impl CellError {
 }
 
 #[derive(Debug, Default, Serialize, JsonSchema)]
-pub struct CodeInterpreterOutput {
+pub(crate) struct CodeInterpreterOutput {
     /// The checkpoint that restores the workspace to before this call (`checkpoint` tool),
     /// or null when the call changed nothing.
     pub checkpoint: Option<String>,
@@ -128,7 +128,7 @@ pub struct CodeInterpreterOutput {
 }
 
 /// The tool as the shared skeleton sees it.
-pub struct CodeInterpreter;
+pub(crate) struct CodeInterpreter;
 
 impl Tool for CodeInterpreter {
     const NAME: &'static str = "code_interpreter";

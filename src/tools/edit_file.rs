@@ -46,7 +46,7 @@ pub struct EditArg {
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct EditFileOutput {
+pub(crate) struct EditFileOutput {
     /// The checkpoint that restores the workspace to before this call (`checkpoint` tool),
     /// or null when the call changed nothing.
     pub checkpoint: Option<String>,
@@ -73,7 +73,7 @@ pub struct EditFileOutput {
 
 const MAX_EDITS: usize = 100;
 
-pub struct EditFile;
+pub(crate) struct EditFile;
 
 impl Tool for EditFile {
     const NAME: &'static str = "edit_file";
@@ -136,7 +136,7 @@ impl Tool for EditFile {
     }
 }
 
-pub async fn run(ctx: SharedContext, args: EditFileArgs) -> ToolOutcome {
+pub(crate) async fn run(ctx: SharedContext, args: EditFileArgs) -> ToolOutcome {
     let work = async {
         let output = edit(&ctx, &args).await?;
         let verb = if output.applied {

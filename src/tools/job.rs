@@ -22,11 +22,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Largest `max_bytes` (the default is [`DEFAULT_MAX_BYTES`]).
-pub const MAX_MAX_BYTES: usize = 1024 * 1024;
+pub(crate) const MAX_MAX_BYTES: usize = 1024 * 1024;
 
 #[derive(Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct JobArgs {
+pub(crate) struct JobArgs {
     /// The job to read or drive (from `shell_exec`'s `job.id`); leave it out to list this
     /// session's jobs.
     #[serde(default)]
@@ -83,28 +83,41 @@ pub struct JobArgs {
 const MAX_SETTLE_MS: u64 = 10_000;
 
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
-pub enum JobSignal {
-    INT,
-    TERM,
-    HUP,
-    KILL,
+#[serde(rename_all = "UPPERCASE")]
+pub(crate) enum JobSignal {
+    Int,
+    Term,
+    Hup,
+    Kill,
+}
+
+impl std::fmt::Display for JobSignal {
+    /// The name as the argument spells it (`INT`), which notices prefix with `SIG`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Int => "INT",
+            Self::Term => "TERM",
+            Self::Hup => "HUP",
+            Self::Kill => "KILL",
+        })
+    }
 }
 
 impl JobSignal {
     fn signal(self) -> rustix::process::Signal {
         use rustix::process::Signal;
         match self {
-            Self::INT => Signal::INT,
-            Self::TERM => Signal::TERM,
-            Self::HUP => Signal::HUP,
-            Self::KILL => Signal::KILL,
+            Self::Int => Signal::INT,
+            Self::Term => Signal::TERM,
+            Self::Hup => Signal::HUP,
+            Self::Kill => Signal::KILL,
         }
     }
 }
 
 /// One line of the job list.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct JobListing {
+pub(crate) struct JobListing {
     pub id: String,
     pub state: JobState,
     pub command: String,
@@ -114,7 +127,7 @@ pub struct JobListing {
 }
 
 #[derive(Debug, Default, Serialize, JsonSchema)]
-pub struct JobOutput {
+pub(crate) struct JobOutput {
     /// The checkpoint that restores the workspace to before what this read reports the
     /// job changed since the previous record (`checkpoint` tool), or null when it changed nothing.
     pub checkpoint: Option<String>,
@@ -149,7 +162,7 @@ pub struct JobOutput {
     pub error: Option<ToolError>,
 }
 
-pub struct JobTool;
+pub(crate) struct JobTool;
 
 impl Tool for JobTool {
     const NAME: &'static str = "job";
@@ -185,7 +198,7 @@ fn invalid(message: String) -> ToolError {
 
 /// The `job` tool: list, or read and drive one job. Input to a job's shell is judged by the
 /// command rules first (`job_input`), asking through `approver` where a rule asks.
-pub async fn run<A: Approver>(
+pub(crate) async fn run<A: Approver>(
     ctx: SharedContext,
     mut args: JobArgs,
     approver: A,
@@ -308,37 +321,13 @@ async fn act(
             }
         )));
     };
-    let wait = Duration::from_secs(wait_secs(args.wait_secs, 0)?);
-    let max_bytes = match args.max_bytes {
-        None => DEFAULT_MAX_BYTES,
-        Some(m) if (1..=MAX_MAX_BYTES as u64).contains(&m) => m as usize,
-        Some(m) => {
-            return Err(invalid(format!(
-                "`max_bytes` is {m}; pass 1 to {MAX_MAX_BYTES} (the rest of the output waits for \
-                 the next read, and all of it is in `full_output`)"
-            )));
-        }
-    };
-    let until = match &args.until {
-        None => None,
-        Some(pattern) => Some(compile_until(pattern)?),
-    };
-    let settle = settle(args.settle_ms)?;
-    let size = match (args.cols, args.rows) {
-        (None, None) => None,
-        (Some(c), Some(r)) => Some((c, r)),
-        _ => {
-            return Err(invalid(
-                "pass `cols` and `rows` together to resize the job's terminal".into(),
-            ));
-        }
-    };
-    if args.restart && (args.input.is_some() || args.signal.is_some()) {
-        return Err(invalid(
-            "`restart` starts the job's command afresh: send `input` or `signal` in a later call"
-                .into(),
-        ));
-    }
+    let ReadBounds {
+        wait,
+        max_bytes,
+        until,
+        settle,
+        size,
+    } = ReadBounds::of(args)?;
     let mut notices = Vec::new();
     let job = if args.restart {
         let spec = crate::tools::shell_exec::background::respec(ctx, &job).await;
@@ -377,52 +366,111 @@ async fn act(
             write.written();
         }
     }
-    if let Some(signal) = args.signal {
-        let whom = if job.pty {
-            "the terminal's foreground process group"
-        } else {
-            "the job's process group"
-        };
-        if job.signal(signal.signal()) {
-            notices.push(format!("sent SIG{signal:?} to {whom}"));
-        } else {
-            notices.push(format!("SIG{signal:?} not sent: the job has already ended"));
+    match args.signal {
+        Some(signal) => notices.extend(signal_and_wait(&job, signal, wait).await),
+        None => {
+            let wanted = crate::jobs::Wanted {
+                until: until.as_ref(),
+                settle,
+                after_input: args.input.is_some(),
+            };
+            job.wait_for_news(wait, &wanted).await;
         }
-    }
-    if let Some(signal) = args.signal {
-        // What a signal is usually for is the job's end: wait for that (the output read below
-        // is what it printed on the way), at least a moment for an immediate end to be
-        // recorded, or for the answer to settle (a REPL's Ctrl-C).
-        let ended = tokio::time::timeout(wait.max(Duration::from_millis(200)), job.ended());
-        let _ = ended.await;
-        if job.is_running() {
-            notices.push(match signal {
-                JobSignal::TERM => format!(
-                    "the job's main process outlived SIGTERM so far; it is killed with its \
-                     whole tree if it is still running {}s after SIGTERM reaches it",
-                    crate::jobs::job::TERM_GRACE.as_secs()
-                ),
-                _ => format!(
-                    "the job's main process outlived SIG{signal:?} and is still running; send \
-                     TERM or KILL to end it"
-                ),
-            });
-        }
-    } else {
-        let wanted = crate::jobs::Wanted {
-            until: until.as_ref(),
-            settle,
-            after_input: args.input.is_some(),
-        };
-        job.wait_for_news(wait, &wanted).await;
     }
     job.touch();
     let read = job.read(max_bytes);
     Ok(shown_read(ctx, &job, read, notices).await)
 }
 
+/// A read's bounds, checked: how long to wait, how much to return, what to wait for, and a
+/// new terminal size.
+struct ReadBounds {
+    wait: Duration,
+    max_bytes: usize,
+    until: Option<regex::Regex>,
+    settle: Duration,
+    size: Option<(u16, u16)>,
+}
+
+impl ReadBounds {
+    fn of(args: &JobArgs) -> Result<Self, ToolError> {
+        let wait = Duration::from_secs(wait_secs(args.wait_secs, 0)?);
+        let max_bytes = match args.max_bytes {
+            None => DEFAULT_MAX_BYTES,
+            Some(m) if (1..=MAX_MAX_BYTES as u64).contains(&m) => m as usize,
+            Some(m) => {
+                return Err(invalid(format!(
+                    "`max_bytes` is {m}; pass 1 to {MAX_MAX_BYTES} (the rest of the output waits for \
+                     the next read, and all of it is in `full_output`)"
+                )));
+            }
+        };
+        let until = match &args.until {
+            None => None,
+            Some(pattern) => Some(compile_until(pattern)?),
+        };
+        let settle = settle(args.settle_ms)?;
+        let size = match (args.cols, args.rows) {
+            (None, None) => None,
+            (Some(c), Some(r)) => Some((c, r)),
+            _ => {
+                return Err(invalid(
+                    "pass `cols` and `rows` together to resize the job's terminal".into(),
+                ));
+            }
+        };
+        if args.restart && (args.input.is_some() || args.signal.is_some()) {
+            return Err(invalid(
+                "`restart` starts the job's command afresh: send `input` or `signal` in a later call"
+                    .into(),
+            ));
+        }
+        Ok(Self {
+            wait,
+            max_bytes,
+            until,
+            settle,
+            size,
+        })
+    }
+}
+
+/// Sends `signal` to the job's process group (the terminal's foreground group under a pty),
+/// then waits for what a signal is usually for: the job's end. Returns the notices.
+async fn signal_and_wait(job: &Job, signal: JobSignal, wait: Duration) -> Vec<String> {
+    let mut notices = Vec::new();
+    let whom = if job.pty {
+        "the terminal's foreground process group"
+    } else {
+        "the job's process group"
+    };
+    if job.signal(signal.signal()) {
+        notices.push(format!("sent SIG{signal} to {whom}"));
+    } else {
+        notices.push(format!("SIG{signal} not sent: the job has already ended"));
+    }
+    // The output read after this is what it printed on the way; wait at least a moment for
+    // an immediate end to be recorded, or for the answer to settle (a REPL's Ctrl-C).
+    let ended = tokio::time::timeout(wait.max(Duration::from_millis(200)), job.ended());
+    let _ = ended.await;
+    if job.is_running() {
+        notices.push(match signal {
+            JobSignal::Term => format!(
+                "the job's main process outlived SIGTERM so far; it is killed with its whole \
+                 tree if it is still running {}s after SIGTERM reaches it",
+                crate::jobs::job::TERM_GRACE.as_secs()
+            ),
+            _ => format!(
+                "the job's main process outlived SIG{signal} and is still running; send TERM or \
+                 KILL to end it"
+            ),
+        });
+    }
+    notices
+}
+
 /// `settle_ms` within bounds (default [`crate::jobs::job::DEFAULT_SETTLE`]).
-pub fn settle(given: Option<u64>) -> Result<Duration, ToolError> {
+pub(crate) fn settle(given: Option<u64>) -> Result<Duration, ToolError> {
     match given {
         None => Ok(crate::jobs::job::DEFAULT_SETTLE),
         Some(ms) if ms <= MAX_SETTLE_MS => Ok(Duration::from_millis(ms)),

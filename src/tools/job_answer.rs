@@ -14,7 +14,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 
 /// Default `max_bytes` of one read.
-pub const DEFAULT_MAX_BYTES: usize = 32 * 1024;
+pub(crate) const DEFAULT_MAX_BYTES: usize = 32 * 1024;
 /// Longest `until` pattern, and the most memory its compiled form may take.
 const MAX_UNTIL: usize = 1000;
 const UNTIL_SIZE_LIMIT: usize = 1 << 20;
@@ -23,7 +23,7 @@ const MAX_WAIT_SECS: u64 = 30;
 
 /// A job as results show it.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct JobInfo {
+pub(crate) struct JobInfo {
     pub id: String,
     pub state: JobState,
     pub command: String,
@@ -38,7 +38,7 @@ pub struct JobInfo {
 }
 
 /// The job as a result's `job` field.
-pub async fn info(ctx: &Session, job: &Job) -> JobInfo {
+pub(crate) async fn info(ctx: &Session, job: &Job) -> JobInfo {
     let forwarded = match ctx.runtime.forwarder.get() {
         Some(f) if job.is_running() && !f.listening.is_empty() => f.serving(job.members()).await,
         _ => Vec::new(),
@@ -142,7 +142,7 @@ pub(crate) fn git_refused(job: &Job, end: &crate::jobs::JobEnd) -> Option<ToolEr
 }
 
 /// `wait_secs` within 0..=30, or the error that says so.
-pub fn wait_secs(given: Option<u64>, default: u64) -> Result<u64, ToolError> {
+pub(crate) fn wait_secs(given: Option<u64>, default: u64) -> Result<u64, ToolError> {
     match given {
         None => Ok(default),
         Some(w) if w <= MAX_WAIT_SECS => Ok(w),

@@ -41,7 +41,7 @@ use crate::runtime::Session;
 use crate::shape::{ErrorKind, ToolError};
 
 /// The most unfinished text kept for judging with the next input.
-pub const MAX_TYPED: usize = 16 * 1024;
+pub(crate) const MAX_TYPED: usize = 16 * 1024;
 /// Keys a terminal turns into signals or an end of input: sent alone under a pty, they are
 /// not text.
 const KEYS: &[char] = &['\u{3}', '\u{4}', '\u{1a}', '\u{1c}'];
@@ -51,7 +51,7 @@ const KEYS: &[char] = &['\u{3}', '\u{4}', '\u{1a}', '\u{1c}'];
 /// `-c`, no script operand and no `<` redirection (`bash`, `bash -i --norc`, `exec zsh -l`,
 /// `cat cmds | sh -s`). A reading of the words, not a parse: it covers the moments before
 /// that shell runs (and a job whose processes cannot be read).
-pub fn starts_a_shell(command: &str) -> bool {
+pub(crate) fn starts_a_shell(command: &str) -> bool {
     command
         .split(['|', ';', '&', '\n', '(', ')', '{', '}'])
         .any(reads_its_input)
@@ -75,7 +75,7 @@ fn reads_its_input(segment: &str) -> bool {
 
 /// Whether a shell may run what is typed into `job` as a command: one of its processes is a
 /// shell reading its input, or its command starts one (see the module note).
-pub fn reads_commands(job: &Job) -> bool {
+pub(crate) fn reads_commands(job: &Job) -> bool {
     job.a_shell_reads_input() == Some(true) || starts_a_shell(&job.command)
 }
 
@@ -103,7 +103,7 @@ fn reader(job: &Job) -> Reader {
 }
 
 /// What typing one input into a job comes to.
-pub enum Typing<P> {
+pub(crate) enum Typing<P> {
     /// It may be written. `decision` is the call's (for the audit log); `command` the text
     /// judged, when some was; `typed_after` what the job's `typed` becomes once the input is
     /// written (None: unchanged).
@@ -127,7 +127,7 @@ pub enum Typing<P> {
 }
 
 /// Judges `input` for `job`, whose shell has been typed `typed` since its last whole command.
-pub async fn judge<A: Approver>(
+pub(crate) async fn judge<A: Approver>(
     ctx: &Session,
     job: &Job,
     typed: &str,

@@ -12,15 +12,15 @@
 //! [`Session`] (and through it the shared `Runtime`); the answer is `shape`'s
 //! [`ToolOutcome`], which only `server` unwraps.
 
-pub mod checkpoint;
-pub mod code_interpreter;
-pub mod edit_file;
-pub mod job;
-pub mod job_answer;
-pub mod job_input;
-pub mod read_file;
-pub mod shell_exec;
-pub mod write_file;
+pub(crate) mod checkpoint;
+pub(crate) mod code_interpreter;
+pub(crate) mod edit_file;
+pub(crate) mod job;
+pub(crate) mod job_answer;
+pub(crate) mod job_input;
+pub(crate) mod read_file;
+pub(crate) mod shell_exec;
+pub(crate) mod write_file;
 
 use crate::audit::{Decision, Outcome};
 use crate::exec::CaptureSpec;
@@ -36,25 +36,17 @@ use tokio_util::sync::CancellationToken;
 pub type SharedContext = Arc<Session>;
 
 /// What the server hands a call besides its arguments.
-pub struct CallHooks {
+pub(crate) struct CallHooks {
     /// Cancelled when the client cancels the call, disconnects, or the server shuts down.
     pub cancel: CancellationToken,
     /// Called about once a second while a command runs: (elapsed, latest output line).
     pub progress: Option<Box<dyn Fn(Duration, String) + Send + Sync>>,
 }
 
-impl CallHooks {
-    /// Hooks that nobody cancels and nobody watches (the CLI, tests).
-    pub fn none() -> Self {
-        Self {
-            cancel: CancellationToken::new(),
-            progress: None,
-        }
-    }
-}
+impl CallHooks {}
 
 /// One tool, as the shared skeleton [`finish`] sees it.
-pub trait Tool {
+pub(crate) trait Tool {
     /// The tool's name, as registered and audited.
     const NAME: &'static str;
     type Args: Serialize;
@@ -91,7 +83,7 @@ pub trait Tool {
 
 /// What a call produced: its output, the text block for the model, whether it failed, and any
 /// figures (base64 PNG).
-pub struct Done<T: Tool + ?Sized> {
+pub(crate) struct Done<T: Tool + ?Sized> {
     pub output: T::Output,
     pub text: String,
     pub is_error: bool,
@@ -99,7 +91,7 @@ pub struct Done<T: Tool + ?Sized> {
 }
 
 impl<T: Tool + ?Sized> Done<T> {
-    pub fn ok(output: T::Output, text: String) -> Self {
+    pub(crate) fn ok(output: T::Output, text: String) -> Self {
         Self {
             output,
             text,
@@ -109,7 +101,7 @@ impl<T: Tool + ?Sized> Done<T> {
     }
 
     /// A failed call's output, with the error's own text block.
-    pub fn error(output: T::Output, error: &ToolError) -> Self {
+    pub(crate) fn error(output: T::Output, error: &ToolError) -> Self {
         Self {
             output,
             text: error.text(),
@@ -122,7 +114,7 @@ impl<T: Tool + ?Sized> Done<T> {
 /// The policy's answer to a file or interpreter call (`policy::decide`), as the audit log's
 /// decision, or the `denied` error. These tools cannot ask the user, so a rule that asks
 /// refuses here.
-pub fn admitted(
+pub(crate) fn admitted(
     ctx: &Session,
     request: &crate::policy::Request<'_>,
 ) -> Result<Decision, (Decision, ToolError)> {
@@ -148,7 +140,7 @@ pub fn admitted(
 
 /// A file or interpreter call from start to end: the policy's answer to `request` first
 /// ([`admitted`]), then `work` (not started when the policy refuses), then [`finish`].
-pub async fn run<T: Tool>(
+pub(crate) async fn run<T: Tool>(
     ctx: &Session,
     args: &T::Args,
     request: crate::policy::Request<'_>,
@@ -173,7 +165,7 @@ pub async fn run<T: Tool>(
 /// A `job` read of job `id`: records what changed since the previous record (what the job
 /// did, unless someone else did too) and returns the checkpoint that restores the workspace
 /// to before it. A listing without an id records nothing.
-pub async fn record_job(ctx: &Session, id: Option<&str>) -> Option<String> {
+pub(crate) async fn record_job(ctx: &Session, id: Option<&str>) -> Option<String> {
     let (checkpoints, id) = (ctx.runtime.checkpoints.clone()?, id?);
     let info = crate::checkpoint::CallInfo {
         call: Some(call_label()),
@@ -221,11 +213,11 @@ pub(crate) fn call_label() -> String {
 /// changed before it is recorded as someone else's when it starts, and what changed during it
 /// as its own when it ends. Recording failures are logged; the call's result then names no
 /// checkpoint.
-pub struct Watch(Option<(Arc<crate::checkpoint::Checkpoints>, u64)>);
+pub(crate) struct Watch(Option<(Arc<crate::checkpoint::Checkpoints>, u64)>);
 
 impl Watch {
     /// Records what changed since the previous record and notes the state the call starts at.
-    pub async fn begin(ctx: &Session) -> Self {
+    pub(crate) async fn begin(ctx: &Session) -> Self {
         let Some(checkpoints) = ctx.runtime.checkpoints.clone() else {
             return Self(None);
         };
@@ -239,7 +231,7 @@ impl Watch {
 
     /// Records what the call changed; the checkpoint that restores the workspace to before
     /// it, or None when nothing changed.
-    pub async fn end(self, tool: &str, summary: String) -> Option<String> {
+    pub(crate) async fn end(self, tool: &str, summary: String) -> Option<String> {
         let (checkpoints, start) = self.0?;
         let info = crate::checkpoint::CallInfo {
             call: Some(call_label()),
@@ -256,7 +248,7 @@ impl Watch {
 
 /// Turns a file argument into a workspace-relative path (a lexical check, no file-system
 /// call) and waits for that file's lock, held by the caller until it has written and linted.
-pub async fn resolve_and_lock(
+pub(crate) async fn resolve_and_lock(
     ctx: &Session,
     path: &str,
 ) -> Result<(RelPath, tokio::sync::OwnedMutexGuard<()>), ToolError> {
@@ -270,7 +262,7 @@ pub async fn resolve_and_lock(
 }
 
 /// The set-id bits of the old file a write did not keep, by name.
-pub fn dropped_bits(report: &WriteReport) -> Vec<String> {
+pub(crate) fn dropped_bits(report: &WriteReport) -> Vec<String> {
     report
         .dropped_bits
         .iter()
@@ -280,7 +272,7 @@ pub fn dropped_bits(report: &WriteReport) -> Vec<String> {
 
 /// The lint part of an answer that was too large: the report left out, and how many
 /// diagnostics that leaves unsaid.
-pub fn lint_left_out(
+pub(crate) fn lint_left_out(
     lint: &crate::lint::LintReport,
     omitted: u64,
 ) -> (crate::lint::LintReport, u64) {
@@ -292,13 +284,13 @@ pub fn lint_left_out(
 
 /// The answer to a call refused before its tool could start (the server could not set up the
 /// client's session): the tool's default output with `error`, audited like any call.
-pub fn failed<T: Tool>(ctx: &Session, args: &T::Args, error: ToolError) -> ToolOutcome {
+pub(crate) fn failed<T: Tool>(ctx: &Session, args: &T::Args, error: ToolError) -> ToolOutcome {
     finish::<T>(ctx, args, &Decision::Allow, Instant::now(), Err(error))
 }
 
 /// The end every call goes through: the default output for an early failure, the audit
 /// record, the shaped answer, and its bound.
-pub fn finish<T: Tool>(
+pub(crate) fn finish<T: Tool>(
     ctx: &Session,
     args: &T::Args,
     decision: &Decision,
@@ -310,7 +302,7 @@ pub fn finish<T: Tool>(
 
 /// [`finish`] of a call that changed the workspace: its output and audit record name
 /// `checkpoint`, the id that undoes it.
-pub fn finish_with<T: Tool>(
+pub(crate) fn finish_with<T: Tool>(
     ctx: &Session,
     args: &T::Args,
     decision: &Decision,
@@ -457,7 +449,7 @@ fn announce_limit(tool: &'static str, outcome: &crate::audit::Outcome) {
 
 /// How a tool captures one output stream: the policy's memory cap, then a spill file named
 /// `<prefix>-<stream>` in `.cordon/outputs/`.
-pub fn capture_spec(
+pub(crate) fn capture_spec(
     ctx: &SharedContext,
     prefix: &'static str,
     stream: &'static str,
@@ -476,14 +468,14 @@ pub fn capture_spec(
 
 /// An argument repeated back in an error result, cut so a huge bad argument is not sent back
 /// to the model whole.
-pub fn echo_arg(arg: &str) -> String {
+pub(crate) fn echo_arg(arg: &str) -> String {
     crate::text::shortened(arg, 200).into_owned()
 }
 
 /// No tool result may take more than this on the wire (JSON-RPC framing included), whatever
 /// the file or the linters produced: hosts cut or reject far smaller answers, and building a
 /// bigger one costs the server memory on behalf of a call.
-pub const MAX_RESULT_BYTES: usize = 1024 * 1024;
+pub(crate) const MAX_RESULT_BYTES: usize = 1024 * 1024;
 
 /// How much of a result's budget the lint diagnostics may take; the rest is for the diff or
 /// content, the text block and the framing.
@@ -495,7 +487,7 @@ const MAX_DIAGNOSTIC_CHARS: usize = 1000;
 /// Keeps a lint report within [`LINT_BUDGET_BYTES`] when serialized: long messages are cut and
 /// diagnostics past the budget dropped (they are sorted most relevant first). Returns how many
 /// were dropped, for the caller to say.
-pub fn fit_lint(lint: &mut crate::lint::LintReport) -> usize {
+pub(crate) fn fit_lint(lint: &mut crate::lint::LintReport) -> usize {
     let mut used = 0usize;
     let mut kept = 0usize;
     for d in &mut lint.diagnostics {
@@ -518,7 +510,7 @@ pub fn fit_lint(lint: &mut crate::lint::LintReport) -> usize {
 
 /// The error for a result that would still exceed [`MAX_RESULT_BYTES`]; `what_happened` says
 /// what the call did (a write may already have landed).
-pub fn oversized_error(size: usize, what_happened: &str) -> ToolError {
+pub(crate) fn oversized_error(size: usize, what_happened: &str) -> ToolError {
     ToolError::new(
         ErrorKind::ResourceLimit,
         format!(
@@ -531,7 +523,8 @@ pub fn oversized_error(size: usize, what_happened: &str) -> ToolError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lint::{Diagnostic, LintReport, Severity};
+    use crate::lint::LintReport;
+    use crate::lint::diagnostic::{Diagnostic, Severity};
 
     #[test]
     fn lint_reports_are_cut_to_their_budget() {

@@ -37,7 +37,7 @@ fn default_limit() -> u64 {
 }
 
 #[derive(Debug, Default, Serialize, JsonSchema)]
-pub struct ReadFileOutput {
+pub(crate) struct ReadFileOutput {
     /// Workspace-relative path of the file.
     pub path: String,
     /// The lines, byte for byte (line endings included); usable as edit_file old_string.
@@ -54,7 +54,7 @@ pub struct ReadFileOutput {
     pub error: Option<ToolError>,
 }
 
-pub struct ReadFile;
+pub(crate) struct ReadFile;
 
 impl Tool for ReadFile {
     const NAME: &'static str = "read_file";
@@ -88,7 +88,7 @@ impl Tool for ReadFile {
     }
 }
 
-pub async fn run(ctx: SharedContext, args: ReadFileArgs) -> ToolOutcome {
+pub(crate) async fn run(ctx: SharedContext, args: ReadFileArgs) -> ToolOutcome {
     let (path, offset, limit) = (args.path.clone(), args.offset, args.limit);
     // Opening and reading the file is blocking work: it goes to the blocking pool.
     let work = async {

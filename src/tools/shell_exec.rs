@@ -24,8 +24,8 @@ mod failure;
 mod prepare;
 mod run;
 
-pub use decide::{
-    Answer, Approval, Approver, Decided, Overrule, Ready, Refusal, assess, decide, refusal_error,
+pub(crate) use decide::{
+    Answer, Approval, Approver, Decided, Overrule, Refusal, decide, refusal_error,
 };
 
 #[derive(Debug, Deserialize, Serialize, JsonSchema)]
@@ -81,15 +81,15 @@ pub struct ShellExecArgs {
 }
 
 /// Default terminal size of `pty`.
-pub const DEFAULT_COLS: u16 = 120;
-pub const DEFAULT_ROWS: u16 = 40;
+pub(crate) const DEFAULT_COLS: u16 = 120;
+pub(crate) const DEFAULT_ROWS: u16 = 40;
 
 fn dot() -> String {
     ".".into()
 }
 
 #[derive(Debug, Default, Serialize, JsonSchema)]
-pub struct ShellExecOutput {
+pub(crate) struct ShellExecOutput {
     /// The checkpoint that restores the workspace to before this call (`checkpoint` tool),
     /// or null when the call changed nothing.
     pub checkpoint: Option<String>,
@@ -145,7 +145,7 @@ fn nothing_ran(ctx: &Session, error: ToolError) -> ShellExecOutput {
 }
 
 /// The tool as the shared skeleton sees it.
-pub struct ShellExec;
+pub(crate) struct ShellExec;
 
 impl Tool for ShellExec {
     const NAME: &'static str = "shell_exec";

@@ -32,7 +32,7 @@ fn yes() -> bool {
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct WriteFileOutput {
+pub(crate) struct WriteFileOutput {
     /// The checkpoint that restores the workspace to before this call (`checkpoint` tool),
     /// or null when the call changed nothing.
     pub checkpoint: Option<String>,
@@ -52,7 +52,7 @@ pub struct WriteFileOutput {
     pub error: Option<ToolError>,
 }
 
-pub struct WriteFile;
+pub(crate) struct WriteFile;
 
 impl Tool for WriteFile {
     const NAME: &'static str = "write_file";
@@ -111,7 +111,7 @@ impl Tool for WriteFile {
     }
 }
 
-pub async fn run(ctx: SharedContext, args: WriteFileArgs) -> ToolOutcome {
+pub(crate) async fn run(ctx: SharedContext, args: WriteFileArgs) -> ToolOutcome {
     let work = async {
         let output = write(&ctx, &args).await?;
         let text = format!(

@@ -13,11 +13,11 @@ use super::RelPath;
 /// Linux errno values we tell apart. Written out instead of pulling in `libc` for five constants;
 /// they are part of the stable Linux ABI.
 mod errno {
-    pub const EACCES: i32 = 13;
-    pub const EPERM: i32 = 1;
-    pub const ENOTDIR: i32 = 20;
-    pub const EISDIR: i32 = 21;
-    pub const ELOOP: i32 = 40;
+    pub(super) const EACCES: i32 = 13;
+    pub(super) const EPERM: i32 = 1;
+    pub(super) const ENOTDIR: i32 = 20;
+    pub(super) const EISDIR: i32 = 21;
+    pub(super) const ELOOP: i32 = 40;
 }
 
 /// Why a workspace path could not be used.

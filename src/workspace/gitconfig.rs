@@ -11,13 +11,13 @@
 //! Reading the file (bounded, no symlink) and moving it are the caller's business.
 
 /// Largest config file vetted; a larger one is refused whole (git would read it).
-pub const MAX_CONFIG_BYTES: usize = 1 << 20;
+pub(crate) const MAX_CONFIG_BYTES: usize = 1 << 20;
 
 /// Keys a config cordon did not see at start may set: none of them names a program, a
 /// script, a hook directory, another file to include or a filter, so a config made only of
 /// them runs nothing when git reads it. `*` stands for one subsection (a remote, branch or
 /// submodule name). Documented in SECURITY.md; extend only with keys that run nothing.
-pub const ALLOWED: &[&str] = &[
+pub(crate) const ALLOWED: &[&str] = &[
     "core.repositoryformatversion",
     "core.filemode",
     "core.bare",
@@ -294,7 +294,10 @@ pub fn vet(bytes: &[u8]) -> Result<(), ConfigRefusal> {
 /// `~/.gitconfig`; a later file wins). Never by running git, and never from the workspace:
 /// calls get it as `GIT_AUTHOR_*`/`GIT_COMMITTER_*`, so `git commit` works confined. Includes
 /// are not followed; a file that does not parse is skipped.
-pub fn operator_identity(
+/// (The call environment composes `operator_configs` and `identity_of` itself; this is their
+/// composition for the tests.)
+#[cfg(test)]
+pub(crate) fn operator_identity(
     home: Option<&std::path::Path>,
     xdg_config_home: Option<&std::path::Path>,
     global: Option<&std::path::Path>,
@@ -304,7 +307,7 @@ pub fn operator_identity(
 }
 
 /// `user.name` and `user.email` of configs in git's order (a later value wins).
-pub fn identity_of(configs: &[Vec<Entry>]) -> (Option<String>, Option<String>) {
+pub(crate) fn identity_of(configs: &[Vec<Entry>]) -> (Option<String>, Option<String>) {
     let (mut name, mut email) = (None, None);
     for entries in configs {
         for e in entries.iter().cloned() {
@@ -325,7 +328,7 @@ pub fn identity_of(configs: &[Vec<Entry>]) -> (Option<String>, Option<String>) {
 /// wins): `/etc/gitconfig` (when `system`), `$XDG_CONFIG_HOME/git/config` or
 /// `~/.config/git/config`, then `$GIT_CONFIG_GLOBAL` or `~/.gitconfig`. Includes are not
 /// followed; a file that is missing, too large or does not parse is skipped.
-pub fn operator_configs(
+pub(crate) fn operator_configs(
     home: Option<&std::path::Path>,
     xdg_config_home: Option<&std::path::Path>,
     global: Option<&std::path::Path>,

@@ -37,7 +37,7 @@ pub fn gitlinks(index: &[u8]) -> Result<Vec<PathBuf>, IndexError> {
 
 /// The same, read from a stream: only the header and the entries are read (extensions and
 /// the checksum after them are not), so its memory is bounded by the gitlinks found.
-pub fn read_gitlinks(mut input: impl Read) -> Result<Vec<PathBuf>, IndexError> {
+pub(crate) fn read_gitlinks(mut input: impl Read) -> Result<Vec<PathBuf>, IndexError> {
     use std::os::unix::ffi::OsStrExt;
     let eof = |e: std::io::Error| match e.kind() {
         std::io::ErrorKind::UnexpectedEof => IndexError::Format("truncated"),

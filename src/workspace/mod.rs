@@ -16,19 +16,19 @@
 //! Does not own: what the tools do with the bytes (see `crate::files`), MCP types, policy, or the
 //! confinement of child processes (they get the root's host path and are confined separately).
 
-mod error;
-pub mod gitconfig;
-pub mod gitlinks;
+pub(crate) mod error;
+pub(crate) mod gitconfig;
+pub(crate) mod gitlinks;
 mod home;
-pub mod operator_git;
-pub mod protect;
+pub(crate) mod operator_git;
+pub(crate) mod protect;
 mod reclaim;
-pub use reclaim::MovedAside;
-mod relpath;
+pub(crate) use reclaim::MovedAside;
+pub(crate) mod relpath;
 mod resolve;
-mod spill;
-pub use spill::SPILL_LIMIT;
-mod write;
+pub(crate) mod spill;
+pub(crate) use spill::SPILL_LIMIT;
+pub(crate) mod write;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -37,16 +37,16 @@ use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt, OpenOptionsSyncExt};
 use cap_std::ambient_authority;
 use cap_std::fs::{Dir, File, FileType, Metadata, OpenOptions};
 
-pub use crate::git::GuardReport;
-pub use error::PathError;
-pub use protect::{EntryKind, GIT_CONTROL_PATHS, ProtectedEntry, existing_protected};
-pub use relpath::RelPath;
-pub use write::{WriteReport, WriteRules};
+pub(crate) use crate::git::GuardReport;
+pub(crate) use error::PathError;
+pub(crate) use protect::{EntryKind, existing_protected};
+pub(crate) use relpath::RelPath;
+pub(crate) use write::{WriteReport, WriteRules};
 
 /// Files larger than this are not loaded by [`Workspace::read_bytes`]; the model is pointed to
 /// shell tools instead. Large enough for any source file, small enough to keep the server's
 /// memory bounded when a call names a log or a database.
-pub const MAX_READ_BYTES: u64 = 32 * 1024 * 1024;
+pub(crate) const MAX_READ_BYTES: u64 = 32 * 1024 * 1024;
 
 /// The workspace: one open directory handle plus how to name it.
 #[derive(Debug)]

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 /// Keys (lowercased, as git compares them) passed as the operator set them. Each takes a
 /// boolean, a name, a number or a mode, never a command or a path. Documented in SECURITY.md
 /// ("Git") and policies/README.md ("[environment]"); extend only with keys of that kind.
-pub const PASSED_KEYS: &[&str] = &[
+pub(crate) const PASSED_KEYS: &[&str] = &[
     "init.defaultbranch",
     "pull.rebase",
     "pull.ff",
@@ -55,7 +55,7 @@ pub const PASSED_KEYS: &[&str] = &[
 ];
 
 /// Whether `entry` may reach calls (see the module docs).
-pub fn is_passed(entry: &Entry) -> bool {
+pub(crate) fn is_passed(entry: &Entry) -> bool {
     match (entry.section.as_str(), &entry.subsection) {
         // `[color] ui`, `[color "diff"] meta`: colours and switches only.
         ("color", _) => true,
@@ -78,7 +78,7 @@ pub fn is_passed(entry: &Entry) -> bool {
 
 /// The operator's passed keys, a later file's value winning (`configs` in git's order), as
 /// the `GIT_CONFIG_*` variables that give them to git: empty when there are none.
-pub fn as_environment(configs: &[Vec<Entry>]) -> BTreeMap<String, String> {
+pub(crate) fn as_environment(configs: &[Vec<Entry>]) -> BTreeMap<String, String> {
     let mut chosen: BTreeMap<String, String> = BTreeMap::new();
     for entry in configs.iter().flatten().filter(|e| is_passed(e)) {
         // A bare key (`[color] ui`) is git's `true`.

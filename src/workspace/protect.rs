@@ -53,10 +53,10 @@ pub const GIT_CONTROL_PATHS: &[&str] = &[
 /// repository is, so writing one points git at a repository (and its config) of the writer's
 /// choosing. Refused at any depth and whatever the policy lists; a `.git` *directory* is never
 /// written by the file tools anyway (it is a directory).
-pub const GITFILE_NAME: &str = ".git";
+pub(crate) const GITFILE_NAME: &str = ".git";
 
 /// `(device, inode)`: what a file *is*, whatever it is called.
-pub type FileId = (u64, u64);
+pub(crate) type FileId = (u64, u64);
 
 /// The segments of a pattern or path that matter: empty and `.` segments are noise.
 fn segments(p: &str) -> impl Iterator<Item = &str> {
@@ -65,7 +65,7 @@ fn segments(p: &str) -> impl Iterator<Item = &str> {
 
 /// Whether `name` (one path component) matches one pattern segment, where `*` matches any
 /// run of characters: patterns are split into segments first, so a star never crosses `/`.
-pub fn segment_matches(pattern: &str, name: &str) -> bool {
+pub(crate) fn segment_matches(pattern: &str, name: &str) -> bool {
     crate::glob::matches(pattern, name)
 }
 
@@ -82,7 +82,10 @@ pub fn protected_entry<'a, S: AsRef<str>>(patterns: &'a [String], path: &[S]) ->
 
 /// Whether the resolved directory `dir` lies in (or is) a protected entry, so that nothing
 /// may be created in it: any directory inside a `.git` is (see [`protected_entry`]).
-pub fn inside_protected<'a, S: AsRef<str>>(patterns: &'a [String], dir: &[S]) -> Option<&'a str> {
+pub(crate) fn inside_protected<'a, S: AsRef<str>>(
+    patterns: &'a [String],
+    dir: &[S],
+) -> Option<&'a str> {
     let dir = clean(dir);
     // `.git` itself is judged with the entry made in it ([`protected_entry`] names the pattern
     // that protects it, or `.git`); anything deeper is refused here.

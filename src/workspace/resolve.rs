@@ -55,7 +55,7 @@ pub(crate) struct Resolved {
 
 impl Resolved {
     /// `path` as text for pattern matching and messages (non-UTF-8 bytes shown as U+FFFD).
-    pub fn names(&self) -> Vec<String> {
+    pub(super) fn names(&self) -> Vec<String> {
         self.path
             .iter()
             .map(|n| n.to_string_lossy().into_owned())
@@ -63,7 +63,7 @@ impl Resolved {
     }
 
     /// `path` as a workspace-relative path (`.` for the root).
-    pub fn rel(&self) -> PathBuf {
+    pub(super) fn rel(&self) -> PathBuf {
         if self.path.is_empty() {
             PathBuf::from(".")
         } else {

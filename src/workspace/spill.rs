@@ -39,7 +39,7 @@ static SPILL_COUNTER: AtomicU64 = AtomicU64::new(0);
 const KEEP_SPILL_FILES: usize = 100;
 
 /// The total size cap when the policy sets none (`output.spill_total_mb` of the default policy).
-pub const DEFAULT_SPILL_TOTAL: u64 = 2048 << 20;
+pub(crate) const DEFAULT_SPILL_TOTAL: u64 = 2048 << 20;
 
 /// How many names to try before giving up (only reached if another process floods the area).
 const MAX_NAME_ATTEMPTS: usize = 1000;

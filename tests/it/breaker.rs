@@ -692,8 +692,8 @@ fn breaker_counts_kernel_denials_of_one_path_whatever_reads_it() {
     if skip(test, Need::LandlockSeccomp) {
         return;
     }
-    use cordon::confine::audit::Availability;
-    if let Availability::Unavailable { reason } = cordon::confine::audit::probe() {
+    use cordon::testing::confine::audit::Availability;
+    if let Availability::Unavailable { reason } = cordon::testing::confine::audit::probe() {
         if std::env::var("CI").is_ok_and(|v| v == "true") {
             panic!("{test} cannot run in CI: kernel-reported denials unavailable: {reason}");
         }

@@ -138,7 +138,7 @@ fn doctor_bench_reports_interleaved_series_with_ratios_and_the_machine() {
     // call (each median is at most the whole call's p90).
     let steps = report["steps"].as_array().unwrap();
     let names: Vec<_> = steps.iter().map(|s| s["name"].as_str().unwrap()).collect();
-    assert_eq!(names, cordon::exec::steps::STEP_NAMES, "{report}");
+    assert_eq!(names, cordon::testing::exec::steps::STEP_NAMES, "{report}");
     let whole_p90 = series[1]["p90_ms"].as_f64().unwrap();
     for step in steps {
         let median = step["median_ms"].as_f64().unwrap();

@@ -15,8 +15,8 @@
 use crate::common::{Need, Sandbox, skip};
 use crate::http_client::{HttpServer, Start};
 use crate::stdio_server::{StdioServer, structured, text};
-use cordon::egress::admission::{self, Limits};
-use cordon::egress::proxy::{HEAD_TIMEOUT, ProxyOptions, Resolve};
+use cordon::testing::egress::admission::{self, Limits};
+use cordon::testing::egress::proxy::{HEAD_TIMEOUT, ProxyOptions, Resolve};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, TcpListener, TcpStream};
@@ -866,8 +866,8 @@ impl Resolve for FixedResolver {
 }
 
 struct InProcess {
-    proxy: cordon::egress::Proxy,
-    _guard: cordon::egress::proxy::ListenerGuard,
+    proxy: cordon::testing::egress::Proxy,
+    _guard: cordon::testing::egress::proxy::ListenerGuard,
     addr: std::net::SocketAddr,
     asked: Arc<AtomicUsize>,
 }
@@ -882,14 +882,14 @@ fn in_process_with(
     head_timeout: Duration,
     limits: Limits,
 ) -> InProcess {
-    let policy = cordon::policy::Policy::from_toml(
+    let policy = cordon::testing::policy::Policy::from_toml(
         &format!("extends = \"dev\"\n[network]\nproxy = true\n{network}\n"),
         "test.toml",
     )
     .expect("policy");
     let rules = policy.network.proxy.clone().expect("proxy mode");
     let asked = Arc::new(AtomicUsize::new(0));
-    let proxy = cordon::egress::Proxy::with_options(
+    let proxy = cordon::testing::egress::Proxy::with_options(
         rules,
         ProxyOptions {
             resolver: Arc::new(FixedResolver {
@@ -913,7 +913,7 @@ fn in_process_with(
 }
 
 /// The `Proxy-Authorization` field (with its CRLF) of the call's credentials.
-fn auth_field(p: &InProcess, ticket: &cordon::egress::CallTicket) -> String {
+fn auth_field(p: &InProcess, ticket: &cordon::testing::egress::CallTicket) -> String {
     let url = ticket.url(p.addr);
     let cred = url
         .trim_start_matches("http://")
@@ -923,19 +923,19 @@ fn auth_field(p: &InProcess, ticket: &cordon::egress::CallTicket) -> String {
         .to_owned();
     format!(
         "Proxy-Authorization: {}\r\n",
-        cordon::egress::credentials::basic_authorization(&cred)
+        cordon::testing::egress::credentials::basic_authorization(&cred)
     )
 }
 
 /// Sends `request` (with `{auth}` replaced by the call's credentials) and returns the reply.
-fn exchange(p: &InProcess, ticket: &cordon::egress::CallTicket, request: &str) -> String {
+fn exchange(p: &InProcess, ticket: &cordon::testing::egress::CallTicket, request: &str) -> String {
     exchange_within(p, ticket, request, Duration::from_secs(20))
 }
 
 /// [`exchange`], waiting at most `wait` for each read.
 fn exchange_within(
     p: &InProcess,
-    ticket: &cordon::egress::CallTicket,
+    ticket: &cordon::testing::egress::CallTicket,
     request: &str,
     wait: Duration,
 ) -> String {
@@ -1393,7 +1393,7 @@ fn a_call_over_its_connection_bounds_is_refused_in_its_own_report_only() {
     assert_eq!(count("HTTP/1.1 408"), limits.heads_per_call, "{answers:#?}");
     drop(heads);
     let report = block_on(greedy.settled());
-    let refusals = |r: &cordon::egress::NetworkReport, needle: &str| {
+    let refusals = |r: &cordon::testing::egress::NetworkReport, needle: &str| {
         r.refused.iter().filter(|l| l.contains(needle)).count()
     };
     assert_eq!(
@@ -1661,14 +1661,14 @@ fn anonymous_sockets_are_evicted_oldest_first_and_timed_out_early() {
 // ---------------------------------------------------------------------------------------
 
 /// Registers a call as the server does for a call of HTTP session `session`.
-fn open_call_of(p: &InProcess, session: &str) -> cordon::egress::CallTicket {
-    let origin = cordon::audit::CallOrigin {
+fn open_call_of(p: &InProcess, session: &str) -> cordon::testing::egress::CallTicket {
+    let origin = cordon::testing::audit::CallOrigin {
         session: Some(session.to_owned()),
         subject: None,
         scope: None,
         client: None,
     };
-    cordon::audit::CALL_ORIGIN.sync_scope(origin, || p.proxy.open_call())
+    cordon::testing::audit::CALL_ORIGIN.sync_scope(origin, || p.proxy.open_call())
 }
 
 /// Calls (and jobs) of one session together hold at most the per-session share of the
@@ -1687,7 +1687,7 @@ fn one_session_cannot_take_the_proxy_from_another() {
     let per_call = admission::MAX_ESTABLISHED_PER_CALL;
     assert!(share < admission::MAX_ESTABLISHED && share > per_call);
     let connect = format!("CONNECT a.test:{echo} HTTP/1.1\r\n");
-    let open = |ticket: &cordon::egress::CallTicket| {
+    let open = |ticket: &cordon::testing::egress::CallTicket| {
         let mut s = TcpStream::connect(p.addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         s.write_all(format!("{connect}{}\r\n", auth_field(&p, ticket)).as_bytes())

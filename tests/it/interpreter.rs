@@ -9,10 +9,10 @@
 //! can enforce the default policy (Landlock ABI 6+, seccomp); the image test also needs
 //! matplotlib importable by that Python.
 
-use cordon::exec::{CaptureSpec, Executor, LimitKind};
-use cordon::interpreter::{CellOutcome, CellRequest, InterpreterError, SessionManager};
-use cordon::policy::Policy;
-use cordon::runtime::{Runtime, RuntimeOptions, Session};
+use cordon::testing::exec::{CaptureSpec, Executor, LimitKind};
+use cordon::testing::interpreter::{CellOutcome, CellRequest, InterpreterError, SessionManager};
+use cordon::testing::policy::Policy;
+use cordon::testing::runtime::{Runtime, RuntimeOptions, Session};
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -125,7 +125,7 @@ async fn run(m: &SessionManager, session: &str, code: &str) -> CellOutcome {
     m.run(session, cell(code, 20)).await.unwrap()
 }
 
-fn text(c: &cordon::exec::Captured) -> String {
+fn text(c: &cordon::testing::exec::Captured) -> String {
     String::from_utf8_lossy(&[c.head.as_slice(), c.tail.as_slice()].concat()).into_owned()
 }
 
@@ -793,11 +793,11 @@ async fn figures_come_back_as_png_images_and_are_closed() {
 
 // --- Through the tool: the SPEC result shape ---------------------------------------------
 
-fn tool_ctx(s: &Shared) -> cordon::tools::SharedContext {
+fn tool_ctx(s: &Shared) -> cordon::testing::tools::SharedContext {
     tool_ctx_with(s, s.policy.clone())
 }
 
-fn tool_ctx_with(s: &Shared, policy: Policy) -> cordon::tools::SharedContext {
+fn tool_ctx_with(s: &Shared, policy: Policy) -> cordon::testing::tools::SharedContext {
     // The shared runtime (one confinement per test process), with this policy's interpreter
     // settings; the parser worker is started only if a call needs it (these only run cells).
     Arc::new(Session::with_interpreter(
@@ -807,13 +807,17 @@ fn tool_ctx_with(s: &Shared, policy: Policy) -> cordon::tools::SharedContext {
 }
 
 async fn call(
-    ctx: &cordon::tools::SharedContext,
+    ctx: &cordon::testing::tools::SharedContext,
     args: serde_json::Value,
 ) -> (bool, serde_json::Value, Vec<rmcp::model::ContentBlock>) {
     let args = serde_json::from_value(args).unwrap();
-    let r = cordon::tools::code_interpreter::run(Arc::clone(ctx), args, CancellationToken::new())
-        .await
-        .into_result();
+    let r = cordon::testing::tools::code_interpreter::run(
+        Arc::clone(ctx),
+        args,
+        CancellationToken::new(),
+    )
+    .await
+    .into_result();
     (
         r.is_error == Some(true),
         r.structured_content.unwrap(),
@@ -1315,7 +1319,7 @@ async fn cell_background_child_is_killed() {
     assert_eq!(pids.len(), 2, "{}", show(&o));
     let with_cgroup = !matches!(
         s.executor.confinement().enforcement().cgroups,
-        cordon::confine::CgroupMode::None
+        cordon::testing::confine::CgroupMode::None
     );
     // The child it kept a handle on, and (where a cgroup tracks it) a setsid daemon.
     let expected = if with_cgroup { 2 } else { 1 };

@@ -15,8 +15,8 @@ fn skip_without_audit(test: &str) -> bool {
     if skip(test, Need::LandlockSeccomp) {
         return true;
     }
-    use cordon::confine::audit::Availability;
-    let why = match cordon::confine::audit::probe() {
+    use cordon::testing::confine::audit::Availability;
+    let why = match cordon::testing::confine::audit::probe() {
         Availability::Available { .. } | Availability::Possible { .. } => return false,
         Availability::Unavailable { reason } => reason,
     };
@@ -398,7 +398,7 @@ fn only_cordons_processes_pay_for_the_audit_it_turned_on() {
     if skip_without_audit("only_cordons_processes_pay_for_the_audit_it_turned_on") {
         return;
     }
-    use cordon::confine::audit::host::{CORDON_LOGINUID, STATE_DIR};
+    use cordon::testing::confine::audit::host::{CORDON_LOGINUID, STATE_DIR};
     let sb = Sandbox::new();
     let mut server = StdioServer::start(sb.ws(), &[], "", &[]);
     let _ = server.call("shell_exec", json!({ "command": "true" }));
@@ -410,7 +410,7 @@ fn only_cordons_processes_pay_for_the_audit_it_turned_on() {
     if managed {
         assert_eq!(loginuid.trim(), CORDON_LOGINUID.to_string());
         assert!(
-            cordon::confine::audit::rule_in_force(),
+            cordon::testing::confine::audit::rule_in_force(),
             "the rule `never,task -F auid!={CORDON_LOGINUID}` is in the kernel"
         );
     } else {

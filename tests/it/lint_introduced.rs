@@ -1,12 +1,12 @@
 //! `introduced` end to end: the embedded syntax check run on old and new content.
 
-use cordon::lint::{Diagnostic, LintReport, mark_introduced};
-use cordon::parser::syntax::{Language, check};
+use cordon::testing::lint::{Diagnostic, LintReport, mark_introduced};
+use cordon::testing::parser::syntax::{Language, check};
 
 /// The syntax check in process, as lint reports it.
 fn check_syntax(lang: Language, source: &str) -> Result<Vec<Diagnostic>, String> {
     let errors = check(lang, source).map_err(|e| e.to_string())?;
-    Ok(cordon::lint::syntax::diagnostics(errors))
+    Ok(cordon::testing::lint::syntax::diagnostics(errors))
 }
 
 fn lint(source: &str) -> Vec<Diagnostic> {

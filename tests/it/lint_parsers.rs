@@ -1,7 +1,7 @@
 //! External linter output → diagnostics, on real captured output (tests/fixtures/lint/).
 
-use cordon::lint::formats::{LinterConfig, OutputFormat, ParseError, parse_builtin};
-use cordon::lint::{Diagnostic, Severity};
+use cordon::testing::lint::formats::{LinterConfig, OutputFormat, ParseError, parse_builtin};
+use cordon::testing::lint::{Diagnostic, Severity};
 use std::path::PathBuf;
 
 fn fixture(name: &str) -> String {

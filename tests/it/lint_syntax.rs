@@ -1,7 +1,7 @@
 //! Embedded syntax check: a clean and a broken sample for every grammar, with exact positions.
 
-use cordon::lint::{Diagnostic, Severity};
-use cordon::parser::syntax::{
+use cordon::testing::lint::{Diagnostic, Severity};
+use cordon::testing::parser::syntax::{
     CheckError, Language, check, check_with_budget, detect_language, language_for_path,
     language_for_shebang,
 };
@@ -10,7 +10,7 @@ use std::time::Duration;
 
 /// The syntax check in process, as lint reports it.
 fn errors(lang: Language, source: &str) -> Vec<Diagnostic> {
-    cordon::lint::syntax::diagnostics(check(lang, source).expect("syntax check ran"))
+    cordon::testing::lint::syntax::diagnostics(check(lang, source).expect("syntax check ran"))
 }
 
 /// (line, column, message) of each diagnostic, for compact assertions.
@@ -289,7 +289,7 @@ fn garbage_is_capped() {
     let source = "}{ ) (\n".repeat(500);
     let diags = errors(Language::Rust, &source);
     assert!(!diags.is_empty());
-    assert!(diags.len() <= cordon::parser::syntax::MAX_SYNTAX_ERRORS);
+    assert!(diags.len() <= cordon::testing::parser::syntax::MAX_SYNTAX_ERRORS);
 }
 
 #[cordon_test::test]
@@ -391,8 +391,8 @@ fn shebang_script_is_checked_as_bash() {
 #[cordon_test::test]
 async fn parser_worker_answers_equal_the_in_process_check_for_every_grammar() {
     use crate::common::{Need, skip};
-    use cordon::parser::protocol::SyntaxOutcome;
-    use cordon::parser::{ParserClient, ParserConfig};
+    use cordon::testing::parser::protocol::SyntaxOutcome;
+    use cordon::testing::parser::{ParserClient, ParserConfig};
     use std::sync::Arc;
     if skip(
         "parser_worker_answers_equal_the_in_process_check_for_every_grammar",
@@ -400,17 +400,17 @@ async fn parser_worker_answers_equal_the_in_process_check_for_every_grammar() {
     ) {
         return;
     }
-    let policy = cordon::policy::Policy::builtin_default();
+    let policy = cordon::testing::policy::Policy::builtin_default();
     let ws = tempfile::tempdir().unwrap();
     let root = ws.path().canonicalize().unwrap();
     let program = std::path::PathBuf::from(env!("CARGO_BIN_EXE_cordon"));
-    let options = cordon::runtime::RuntimeOptions {
+    let options = cordon::testing::runtime::RuntimeOptions {
         workspace: root,
         parser_program: Some(program.clone()),
         init_program: Some(program.clone()),
         ..Default::default()
     };
-    let runtime = cordon::runtime::Runtime::build(policy, options).unwrap();
+    let runtime = cordon::testing::runtime::Runtime::build(policy, options).unwrap();
     let client = ParserClient::new(
         Arc::clone(&runtime.executor),
         program,
@@ -437,7 +437,7 @@ async fn parser_worker_answers_equal_the_in_process_check_for_every_grammar() {
                     errors,
                     incremental,
                 }) => {
-                    let diagnostics = cordon::lint::syntax::diagnostics(errors);
+                    let diagnostics = cordon::testing::lint::syntax::diagnostics(errors);
                     assert_eq!(diagnostics, expected, "{} {text:?}", lang.name());
                     assert_eq!(incremental, previous.is_some(), "{}", lang.name());
                 }

@@ -112,8 +112,8 @@ fn metrics_need_the_token_and_count_calls_denials_and_sessions() {
     assert_eq!(sample(text, durations), 5.0, "{text}");
     // Landlock's refusals are counted from the kernel's records, where the server reads them.
     if !matches!(
-        cordon::confine::audit::probe(),
-        cordon::confine::audit::Availability::Unavailable { .. }
+        cordon::testing::confine::audit::probe(),
+        cordon::testing::confine::audit::Availability::Unavailable { .. }
     ) {
         let landlock = "cordon_denials_total{layer=\"landlock\"}";
         assert!(sample(text, landlock) >= 1.0, "{text}");

@@ -14,7 +14,7 @@ use crate::common::{
     unique_token,
 };
 use crate::stdio_server::{StdioServer, structured, text};
-use cordon::confine::selftest::HostSysvObjects;
+use cordon::testing::confine::selftest::HostSysvObjects;
 use serde_json::json;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

@@ -409,17 +409,17 @@ install_hint = "pip install ruff"
 /// `MAX_STARTS` starts within the window, requests fail at once with a reason that says so.
 #[cordon_test::test]
 async fn parser_restart_storm_is_bounded() {
-    use cordon::parser::client::MAX_STARTS;
-    use cordon::parser::{ParserClient, ParserConfig, ParserError};
+    use cordon::testing::parser::client::MAX_STARTS;
+    use cordon::testing::parser::{ParserClient, ParserConfig, ParserError};
     if skip("parser_restart_storm_is_bounded", Need::LandlockSeccomp) {
         return;
     }
-    let policy = cordon::policy::Policy::builtin_default();
+    let policy = cordon::testing::policy::Policy::builtin_default();
     let ws = tempfile::tempdir().unwrap();
     let root = ws.path().canonicalize().unwrap();
-    let runtime = cordon::runtime::Runtime::build(
+    let runtime = cordon::testing::runtime::Runtime::build(
         policy,
-        cordon::runtime::RuntimeOptions {
+        cordon::testing::runtime::RuntimeOptions {
             workspace: root,
             ..Default::default()
         },

@@ -221,7 +221,7 @@ fn every_builtin_policys_rule_examples_pass_in_the_parser_worker() {
     ) {
         return;
     }
-    for name in cordon::policy::embedded_names() {
+    for name in cordon::testing::policy::embedded_names() {
         let mut cmd = Command::new(CORDON);
         cmd.args(["policy", "check", name]);
         let run = run_guarded(cmd, HANG_GUARD);

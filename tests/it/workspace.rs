@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::Duration;
 
-use cordon::files::{self, Edit, EditError, ReadError};
-use cordon::workspace::{PathError, RelPath, Workspace};
+use cordon::testing::files::{self, Edit, EditError, ReadError};
+use cordon::testing::workspace::{PathError, RelPath, Workspace};
 
 /// A workspace directory with an `outside` sibling that must never be written.
 struct Fixture {
@@ -642,15 +642,18 @@ fn spill_area_refuses_a_symlinked_cordon_dir() {
 // ---------------------------------------------------------------- protected targets
 
 fn protected() -> Vec<String> {
-    cordon::workspace::GIT_CONTROL_PATHS
+    cordon::testing::workspace::GIT_CONTROL_PATHS
         .iter()
         .map(|s| (*s).to_owned())
         .collect()
 }
 
-fn write_protected(f: &Fixture, arg: &str) -> Result<cordon::workspace::WriteReport, PathError> {
+fn write_protected(
+    f: &Fixture,
+    arg: &str,
+) -> Result<cordon::testing::workspace::WriteReport, PathError> {
     let patterns = protected();
-    let rules = cordon::workspace::WriteRules {
+    let rules = cordon::testing::workspace::WriteRules {
         protected: &patterns,
         writable_only: None,
     };
@@ -724,7 +727,7 @@ fn rename_race_never_lets_a_protected_write_through() {
         })
     };
     let patterns = protected();
-    let rules = cordon::workspace::WriteRules {
+    let rules = cordon::testing::workspace::WriteRules {
         protected: &patterns,
         writable_only: None,
     };
@@ -763,7 +766,7 @@ fn read_only_workspace_judges_writable_dirs_on_the_resolved_path() {
     fs::create_dir_all(f.root.join("src")).unwrap();
     symlink("../src", f.root.join("out/back")).unwrap();
     let writable = vec!["out".to_owned()];
-    let rules = cordon::workspace::WriteRules {
+    let rules = cordon::testing::workspace::WriteRules {
         protected: &[],
         writable_only: Some(&writable),
     };

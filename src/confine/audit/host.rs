@@ -38,14 +38,14 @@ const MARKER: &str = "enabled-by-cordon";
 /// A server's hold on the shared audit state: released by [`release`] at exit, or by the
 /// kernel when the process ends.
 #[derive(Debug)]
-pub struct Share {
+pub(crate) struct Share {
     lock: File,
     dir: PathBuf,
 }
 
 /// Takes a shared hold on the audit state in `dir` (made 0700 when missing). Blocks while
 /// a server that is leaving decides whether to turn audit off.
-pub fn join(dir: &Path) -> io::Result<Share> {
+pub(crate) fn join(dir: &Path) -> io::Result<Share> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -65,26 +65,26 @@ pub fn join(dir: &Path) -> io::Result<Share> {
 
 impl Share {
     /// Whether a cordon server turned audit on (and it has not been turned off since).
-    pub fn enabled_by_cordon(&self) -> bool {
+    pub(crate) fn enabled_by_cordon(&self) -> bool {
         self.dir.join(MARKER).exists()
     }
 
     /// Notes that this server turned audit on.
-    pub fn mark_enabled(&self) -> io::Result<()> {
+    pub(crate) fn mark_enabled(&self) -> io::Result<()> {
         std::fs::write(self.dir.join(MARKER), std::process::id().to_string())
     }
 }
 
 /// Gives this process (and everything it starts from now on) cordon's login uid, so that
 /// the rule leaves its tasks their audit context.
-pub fn take_loginuid() -> io::Result<()> {
+pub(crate) fn take_loginuid() -> io::Result<()> {
     std::fs::write("/proc/self/loginuid", CORDON_LOGINUID.to_string())
 }
 
 /// Lets go of `share`; when no other server holds the state and cordon turned audit on,
 /// calls `turn_off` and, if it worked, removes the marker. Returns whether audit was turned
 /// off.
-pub fn release(share: Share, turn_off: impl FnOnce() -> io::Result<()>) -> io::Result<bool> {
+pub(crate) fn release(share: Share, turn_off: impl FnOnce() -> io::Result<()>) -> io::Result<bool> {
     let Share { lock, dir } = share;
     // A second description of the same file: ours must be gone before an exclusive lock can
     // be granted, and one that is granted is never shared with a newcomer (who waits in

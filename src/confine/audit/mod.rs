@@ -12,9 +12,9 @@
 //! Owns the reader thread, the attribution and the bounds; what a denial means under the
 //! policy is `policy::explain`'s job. Nothing here runs in a child.
 
-pub mod host;
+pub(crate) mod host;
 mod netlink;
-pub mod record;
+pub(crate) mod record;
 
 use record::{Access, Domain, Record};
 use serde::Serialize;
@@ -24,15 +24,15 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// The text of cordon's barrier message, followed by `PID-NUMBER`.
-pub const BARRIER_PREFIX: &str = "cordon-barrier ";
+pub(crate) const BARRIER_PREFIX: &str = "cordon-barrier ";
 /// `LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON`: log denials after the creator's `execve` too
 /// (every call's program is exec'd after its domain is made; the kernel's default is silence).
-pub const LOG_NEW_EXEC_ON: u32 = 1 << 1;
+pub(crate) const LOG_NEW_EXEC_ON: u32 = 1 << 1;
 /// Landlock ABI that knows the logging flags.
 const LOGGING_ABI: u32 = 7;
 /// Distinct denials (right + path or port) kept per call; further records only count. A
 /// noisy call (a loop over denied files) costs this much and no more.
-pub const MAX_DENIALS_PER_CALL: usize = 32;
+pub(crate) const MAX_DENIALS_PER_CALL: usize = 32;
 /// Domains of one call (its slot's layer, the job's scope layer, any the program made).
 const MAX_DOMAINS_PER_CALL: usize = 16;
 /// Domains seen before their call registered (the record raced the registration), kept
@@ -51,8 +51,8 @@ const BARRIER_WAIT: Duration = Duration::from_secs(1);
 /// the queue holds about four records per one delivered when the bound trips. At 1024 that
 /// is ~4k queued, well inside [`BACKLOG_LIMIT`]; at 4096 it was ~16k, and the kernel dropped
 /// other calls' records in 2 of 5 runs of the flood test beside other servers (0 of 6 at 1024).
-pub const MAX_RECORDS_PER_WINDOW: u64 = 1024;
-pub const FLOOD_WINDOW: Duration = Duration::from_secs(1);
+pub(crate) const MAX_RECORDS_PER_WINDOW: u64 = 1024;
+pub(crate) const FLOOD_WINDOW: Duration = Duration::from_secs(1);
 /// The audit backlog cordon asks for where the host's is smaller: room for the records
 /// written between a flooding call's trip and its end (it is killed within milliseconds), so
 /// that other calls' records are not dropped meanwhile. A few MiB of kernel memory at most.
@@ -83,7 +83,7 @@ pub enum Availability {
 }
 
 /// The restrict flags for a Landlock layer of a confined process (`RESTRICT_FLAGS`).
-pub fn restrict_flags() -> u32 {
+pub(crate) fn restrict_flags() -> u32 {
     RESTRICT_FLAGS.load(Ordering::Relaxed)
 }
 
@@ -201,7 +201,7 @@ fn preconditions() -> Result<netlink::Status, String> {
 
 /// Watches the Landlock domains `pid` creates (a call's slot, or its forked child) until
 /// [`CallWatch::finish`]; None when kernel-reported denials are unavailable.
-pub fn watch(pid: u32) -> Option<CallWatch> {
+pub(crate) fn watch(pid: u32) -> Option<CallWatch> {
     let reader = Arc::clone(READER.get()?.as_ref().ok()?);
     if !reader.alive.load(Ordering::Acquire) {
         return None;
@@ -233,14 +233,14 @@ pub struct KernelDenials {
 }
 
 /// A registered call; dropping it unregisters.
-pub struct CallWatch {
+pub(crate) struct CallWatch {
     reader: Arc<Reader>,
     id: u64,
 }
 
 impl CallWatch {
     /// Trips when the call's records come faster than the rate bound (see [`Flood`]).
-    pub fn flood(&self) -> Arc<Flood> {
+    pub(crate) fn flood(&self) -> Arc<Flood> {
         self.reader
             .state
             .lock()
@@ -252,7 +252,7 @@ impl CallWatch {
     /// The call's denials. With `sync` (the call's processes are all gone), first waits until
     /// the kernel's audit queue has passed a barrier sent now, so every record of the call
     /// has been read; blocks for at most `BARRIER_WAIT` (1 s). Without, what has arrived so far.
-    pub fn finish(self, sync: bool) -> KernelDenials {
+    pub(crate) fn finish(self, sync: bool) -> KernelDenials {
         let complete = sync && self.reader.barrier();
         let Ok(mut state) = self.reader.state.lock() else {
             return KernelDenials::default();
@@ -326,21 +326,17 @@ struct Collected {
 /// A call's records came faster than [`MAX_RECORDS_PER_WINDOW`] a [`FLOOD_WINDOW`]: whoever
 /// waits for the call ends it (limit `audit`).
 #[derive(Debug, Default)]
-pub struct Flood {
+pub(crate) struct Flood {
     tripped: std::sync::atomic::AtomicBool,
     notify: tokio::sync::Notify,
 }
 
 impl Flood {
     /// Resolves once the call has flooded the audit log (never otherwise).
-    pub async fn tripped(&self) {
+    pub(crate) async fn tripped(&self) {
         while !self.tripped.load(Ordering::Acquire) {
             self.notify.notified().await;
         }
-    }
-
-    pub fn is_tripped(&self) -> bool {
-        self.tripped.load(Ordering::Acquire)
     }
 
     fn trip(&self) {

@@ -12,10 +12,10 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 const NETLINK_AUDIT: libc::c_int = 9;
 /// Multicast group of read-only log listeners (`AUDIT_NLGRP_READLOG`), as a group bit.
 const AUDIT_NLGRP_READLOG_BIT: u32 = 1;
-pub const AUDIT_GET: u16 = 1000;
+pub(super) const AUDIT_GET: u16 = 1000;
 const AUDIT_SET: u16 = 1001;
 /// "Trusted app msg - freestyle text": what the barrier is sent as.
-pub const AUDIT_TRUSTED_APP: u16 = 1121;
+pub(super) const AUDIT_TRUSTED_APP: u16 = 1121;
 const AUDIT_ADD_RULE: u16 = 1011;
 const AUDIT_LIST_RULES: u16 = 1013;
 const NLMSG_DONE: u16 = 3;
@@ -37,7 +37,7 @@ const NLM_F_REQUEST: u16 = 1;
 const NLM_F_ACK: u16 = 4;
 /// The biggest record the kernel sends (`MAX_AUDIT_MESSAGE_LENGTH` is 8970); one page more
 /// than that is plenty and bounds what one `recv` may hand us.
-pub const MAX_RECORD: usize = 16 * 1024;
+pub(super) const MAX_RECORD: usize = 16 * 1024;
 /// Receive buffer asked for the multicast socket: a noisy call's burst waits here while the
 /// reader thread catches up (as root, `SO_RCVBUFFORCE` goes past `rmem_max`). 16 MiB holds
 /// about as many records as the backlog cordon asks the kernel for (a record takes about a
@@ -47,7 +47,7 @@ const RECEIVE_BUFFER: libc::c_int = 16 << 20;
 
 /// The part of `struct audit_status` cordon reads (the kernel's first eight `u32`s).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Status {
+pub(super) struct Status {
     /// 0 off, 1 on, 2 on and locked until reboot.
     pub enabled: u32,
     /// 0 silent, 1 printk, 2 panic: what the kernel does when it loses a record.
@@ -58,12 +58,12 @@ pub struct Status {
 }
 
 /// One message read from the socket: its type and payload (header removed).
-pub struct Message {
+pub(super) struct Message {
     pub kind: u16,
     pub payload: Vec<u8>,
 }
 
-pub struct AuditSocket {
+pub(super) struct AuditSocket {
     fd: OwnedFd,
 }
 
@@ -81,12 +81,12 @@ const HDR: usize = std::mem::size_of::<NlMsgHdr>();
 
 impl AuditSocket {
     /// A socket bound to nothing (requests only).
-    pub fn control() -> io::Result<Self> {
+    pub(super) fn control() -> io::Result<Self> {
         Self::open(0)
     }
 
     /// A socket in the read-only log group: every record the kernel emits arrives here.
-    pub fn reader() -> io::Result<Self> {
+    pub(super) fn reader() -> io::Result<Self> {
         let sock = Self::open(AUDIT_NLGRP_READLOG_BIT)?;
         for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
             // SAFETY: setsockopt reads one c_int from a live local for its size.
@@ -177,7 +177,7 @@ impl AuditSocket {
 
     /// Receives one message; `Ok(None)` when `timeout_ms` passed first (negative: wait).
     /// A multicast socket that overflowed reports `ENOBUFS` once: records were lost.
-    pub fn recv(&self, timeout_ms: i32) -> io::Result<Option<Message>> {
+    pub(super) fn recv(&self, timeout_ms: i32) -> io::Result<Option<Message>> {
         let mut pfd = libc::pollfd {
             fd: self.fd.as_raw_fd(),
             events: libc::POLLIN,
@@ -229,7 +229,7 @@ impl AuditSocket {
     }
 
     /// The kernel's audit status (`AUDIT_GET`).
-    pub fn status(&self) -> io::Result<Status> {
+    pub(super) fn status(&self) -> io::Result<Status> {
         self.send(AUDIT_GET, NLM_F_REQUEST | NLM_F_ACK, &[])?;
         for _ in 0..8 {
             let Some(msg) = self.recv(1000)? else {
@@ -257,7 +257,7 @@ impl AuditSocket {
     }
 
     /// Turns audit on or off (`AUDIT_SET` with only the `enabled` field).
-    pub fn set_enabled(&self, on: bool) -> io::Result<()> {
+    pub(super) fn set_enabled(&self, on: bool) -> io::Result<()> {
         // struct audit_status: mask, enabled, then fields the mask leaves alone.
         let mut payload = [0u8; 44];
         payload[0..4].copy_from_slice(&AUDIT_STATUS_ENABLED.to_ne_bytes());
@@ -269,7 +269,7 @@ impl AuditSocket {
     /// Adds the task rule `never,task -F auid!=<loginuid>`: a task forked from then on gets no
     /// audit context (and so no per-syscall audit work) unless its login uid is `loginuid`.
     /// A rule already there is not an error.
-    pub fn add_never_unless_loginuid(&self, loginuid: u32) -> io::Result<()> {
+    pub(super) fn add_never_unless_loginuid(&self, loginuid: u32) -> io::Result<()> {
         self.send(
             AUDIT_ADD_RULE,
             NLM_F_REQUEST | NLM_F_ACK,
@@ -282,7 +282,7 @@ impl AuditSocket {
     }
 
     /// Whether the kernel holds the rule [`AuditSocket::add_never_unless_loginuid`] adds.
-    pub fn has_never_unless_loginuid(&self, loginuid: u32) -> io::Result<bool> {
+    pub(super) fn has_never_unless_loginuid(&self, loginuid: u32) -> io::Result<bool> {
         self.send(AUDIT_LIST_RULES, NLM_F_REQUEST | NLM_F_DUMP, &[])?;
         let want = never_unless(loginuid);
         let mut found = false;
@@ -304,7 +304,7 @@ impl AuditSocket {
 
     /// Sets the kernel's audit backlog limit (`AUDIT_SET` with only `backlog_limit`): how many
     /// records may wait for the readers before the kernel drops new ones.
-    pub fn set_backlog_limit(&self, limit: u32) -> io::Result<()> {
+    pub(super) fn set_backlog_limit(&self, limit: u32) -> io::Result<()> {
         let mut payload = [0u8; 44];
         payload[0..4].copy_from_slice(&AUDIT_STATUS_BACKLOG_LIMIT.to_ne_bytes());
         payload[20..24].copy_from_slice(&limit.to_ne_bytes());
@@ -314,7 +314,7 @@ impl AuditSocket {
 
     /// Sends a user message; the kernel queues it behind every record already queued, so
     /// the reader seeing it means it saw those too.
-    pub fn send_user_message(&self, text: &str) -> io::Result<()> {
+    pub(super) fn send_user_message(&self, text: &str) -> io::Result<()> {
         let mut payload = text.as_bytes().to_vec();
         payload.push(0);
         self.send(AUDIT_TRUSTED_APP, NLM_F_REQUEST | NLM_F_ACK, &payload)?;

@@ -6,8 +6,8 @@
 //! when it is plain and hex-encoded otherwise, so a file name cannot smuggle in a field of its
 //! own; values are still bounded here, because the names are the confined process's choice.
 
-pub const AUDIT_LANDLOCK_ACCESS: u16 = 1423;
-pub const AUDIT_LANDLOCK_DOMAIN: u16 = 1424;
+pub(crate) const AUDIT_LANDLOCK_ACCESS: u16 = 1423;
+pub(crate) const AUDIT_LANDLOCK_DOMAIN: u16 = 1424;
 
 /// Longest path kept from a record (the kernel's own `PATH_MAX`).
 const MAX_PATH: usize = 4096;
@@ -16,7 +16,7 @@ const MAX_BLOCKERS: usize = 24;
 
 /// A denied access, as the kernel recorded it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Access {
+pub(crate) struct Access {
     pub serial: u64,
     pub domain: u64,
     /// The rights missing, as the kernel names them (`fs.read_file`, `net.connect_tcp`,
@@ -33,14 +33,14 @@ pub struct Access {
 
 /// What a domain record says: the process that created the domain, or that it is gone.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Domain {
+pub(crate) enum Domain {
     Allocated { serial: u64, domain: u64, pid: u32 },
     Deallocated { domain: u64 },
 }
 
 /// One record of interest.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Record {
+pub(crate) enum Record {
     Access(Access),
     Domain(Domain),
     /// cordon's own barrier message (see `super::CallWatch::finish`): the sending
@@ -55,7 +55,7 @@ pub enum Record {
 /// kernel writes `domain=` as the first field after the header, in hex. For the reader's
 /// fast path, which drops the records of domains it keeps nothing more of (another
 /// server's call flooding the log reaches every server's reader) before the full parse.
-pub fn access_domain(payload: &[u8]) -> Option<u64> {
+pub(crate) fn access_domain(payload: &[u8]) -> Option<u64> {
     let start = payload.windows(3).position(|w| w == b"): ")? + 3;
     let rest = payload.get(start..)?.strip_prefix(b"domain=")?;
     let hex = rest
@@ -69,7 +69,7 @@ pub fn access_domain(payload: &[u8]) -> Option<u64> {
 }
 
 /// Parses the payload of a message of type `kind`; None for any other record.
-pub fn parse(kind: u16, payload: &[u8]) -> Option<Record> {
+pub(crate) fn parse(kind: u16, payload: &[u8]) -> Option<Record> {
     let text = std::str::from_utf8(payload.split(|&b| b == 0).next()?).ok()?;
     let (serial, body) = header(text)?;
     match kind {

@@ -15,7 +15,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use super::wire::{MAX_FDS, MAX_MESSAGE};
 
 /// A connected pair of `SOCK_SEQPACKET` Unix sockets, both close-on-exec.
-pub fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+pub(crate) fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(rustix::net::socketpair(
         AddressFamily::UNIX,
         SocketType::SEQPACKET,
@@ -25,7 +25,7 @@ pub fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
 }
 
 /// Sends `data` as one datagram with `fds` attached. Blocks while the peer's queue is full.
-pub fn send(socket: BorrowedFd<'_>, data: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+pub(crate) fn send(socket: BorrowedFd<'_>, data: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = SendAncillaryBuffer::new(&mut space);
     if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
@@ -51,7 +51,7 @@ pub fn send(socket: BorrowedFd<'_>, data: &[u8], fds: &[BorrowedFd<'_>]) -> io::
 
 /// One received datagram. `data` empty with `eof` set: the peer closed its end.
 #[derive(Debug, Default)]
-pub struct Received {
+pub(crate) struct Received {
     pub data: Vec<u8>,
     pub fds: Vec<OwnedFd>,
     pub eof: bool,
@@ -60,7 +60,7 @@ pub struct Received {
 /// Receives one datagram (blocking unless `socket` is non-blocking). A datagram larger than
 /// [`MAX_MESSAGE`] or carrying more than [`MAX_FDS`] descriptors is an error; its descriptors
 /// are closed.
-pub fn recv(socket: BorrowedFd<'_>) -> io::Result<Received> {
+pub(crate) fn recv(socket: BorrowedFd<'_>) -> io::Result<Received> {
     let mut buf = vec![0u8; MAX_MESSAGE];
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
@@ -103,6 +103,6 @@ pub fn recv(socket: BorrowedFd<'_>) -> io::Result<Received> {
 }
 
 /// Borrows a list of owned descriptors for [`send`].
-pub fn borrow_all(fds: &[OwnedFd]) -> Vec<BorrowedFd<'_>> {
+pub(crate) fn borrow_all(fds: &[OwnedFd]) -> Vec<BorrowedFd<'_>> {
     fds.iter().map(AsFd::as_fd).collect()
 }

@@ -40,7 +40,7 @@ const NAMESPACE_LIMITS: &[(&str, u64)] = &[
 /// which uses it to drop the supplementary groups it inherited from PID 1. `proc` is a
 /// procfs of the PID namespace `pid` is a number of (PID 1's own: the host's `/proc` would
 /// name another process).
-pub fn write_maps(proc: &Path, pid: i32, ids: &CallIds) -> io::Result<()> {
+pub(crate) fn write_maps(proc: &Path, pid: i32, ids: &CallIds) -> io::Result<()> {
     let dir = proc.join(pid.to_string());
     std::fs::write(
         dir.join("uid_map"),
@@ -55,7 +55,7 @@ pub fn write_maps(proc: &Path, pid: i32, ids: &CallIds) -> io::Result<()> {
 /// A user namespace with `ids`' mapping that nothing runs in: what an idmapped mount refers
 /// to. A child is cloned into a new namespace, its maps written, the namespace opened, and
 /// the child let go. `proc` as for [`write_maps`].
-pub fn namespace_for(ids: &CallIds, proc: &Path) -> io::Result<OwnedFd> {
+pub(crate) fn namespace_for(ids: &CallIds, proc: &Path) -> io::Result<OwnedFd> {
     let (hold, release) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
     // SAFETY: clone without CLONE_VM and with a null stack is fork(2) with a flag; the caller
     // (PID 1 building the view) is single-threaded, and the child only reads a pipe and exits.
@@ -106,7 +106,7 @@ fn c_path(path: &Path) -> io::Result<std::ffi::CString> {
 /// A detached copy of the mount tree at `src` (submounts included), idmapped through
 /// `userns`, nosuid and nodev: ready to be moved into the view with [`attach`]. Fails
 /// (EINVAL) where a filesystem of the tree cannot be idmapped (NFS, some FUSE).
-pub fn idmapped_tree(src: &Path, userns: &OwnedFd) -> io::Result<OwnedFd> {
+pub(crate) fn idmapped_tree(src: &Path, userns: &OwnedFd) -> io::Result<OwnedFd> {
     let path = c_path(src)?;
     // SAFETY: open_tree reads the NUL-terminated path and returns a new descriptor or -1.
     let fd = unsafe {
@@ -135,7 +135,7 @@ pub fn idmapped_tree(src: &Path, userns: &OwnedFd) -> io::Result<OwnedFd> {
 }
 
 /// Moves a detached tree from [`idmapped_tree`] onto `dst` (an existing mount point).
-pub fn attach(tree: &OwnedFd, dst: &Path) -> io::Result<()> {
+pub(crate) fn attach(tree: &OwnedFd, dst: &Path) -> io::Result<()> {
     let to = c_path(dst)?;
     // SAFETY: move_mount reads the two NUL-terminated paths; the descriptor is ours.
     let ret = unsafe {
@@ -159,7 +159,7 @@ pub fn attach(tree: &OwnedFd, dst: &Path) -> io::Result<()> {
 /// unmapped), and where cordon is root the supplementary groups it inherited from PID 1 (the
 /// host's root group) are dropped, so no group permission of the host's root reaches a call.
 /// (Without root the init's namespace denies `setgroups`, and the groups are the user's own.)
-pub fn become_mapped(ids: &CallIds) -> io::Result<()> {
+pub(crate) fn become_mapped(ids: &CallIds) -> io::Result<()> {
     let id = ids.inside;
     // SAFETY: setgroups with a zero count reads no memory; setresgid/setresuid take integers.
     unsafe {
@@ -175,7 +175,7 @@ pub fn become_mapped(ids: &CallIds) -> io::Result<()> {
 
 /// Lowers this namespace's per-user limits ([`NAMESPACE_LIMITS`]) through the slot's own
 /// `/proc` (mounted by then); a user namespace's limits apply on top of its parent's.
-pub fn limit_namespace() -> io::Result<()> {
+pub(crate) fn limit_namespace() -> io::Result<()> {
     for (name, value) in NAMESPACE_LIMITS {
         let path = format!("/proc/sys/user/{name}");
         if Path::new(&path).exists() {
@@ -183,12 +183,4 @@ pub fn limit_namespace() -> io::Result<()> {
         }
     }
     Ok(())
-}
-
-/// The inotify instances one call may hold (what `cordon doctor` checks a call stops at).
-pub fn inotify_instances_per_call() -> u64 {
-    NAMESPACE_LIMITS
-        .iter()
-        .find(|(name, _)| *name == "max_inotify_instances")
-        .map_or(0, |(_, v)| *v)
 }

@@ -23,20 +23,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use wire::SlotLayer;
 
-pub mod fdpass;
-pub mod idmap;
-pub mod init;
+pub(crate) mod fdpass;
+pub(crate) mod idmap;
+pub(crate) mod init;
 mod mount_attr;
-pub mod plan;
+pub(crate) mod plan;
 mod process;
-pub mod shims;
+pub(crate) mod shims;
 mod slot_mounts;
-pub mod view;
-pub mod wire;
+pub(crate) mod view;
+pub(crate) mod wire;
 
-pub use process::{
-    ExitReport, InitProcess, Namespaces, PendingSlot, SandboxChild, SandboxInitError, Slot,
-    StartError, is_job_main,
+pub(crate) use process::{
+    InitProcess, Namespaces, SandboxChild, SandboxInitError, Slot, is_job_main,
 };
 
 /// Slots kept ready for calls: an agent's sequential calls plus a little overlap (a

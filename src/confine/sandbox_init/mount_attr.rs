@@ -6,10 +6,10 @@ use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 
-pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
-pub const MOUNT_ATTR_NOSUID: u64 = 0x2;
-pub const MOUNT_ATTR_NODEV: u64 = 0x4;
-pub const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
+pub(super) const MOUNT_ATTR_RDONLY: u64 = 0x1;
+pub(super) const MOUNT_ATTR_NOSUID: u64 = 0x2;
+pub(super) const MOUNT_ATTR_NODEV: u64 = 0x4;
+pub(super) const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
 
 /// `struct mount_attr` (linux/mount.h, the first version's size).
 #[repr(C)]
@@ -22,14 +22,18 @@ struct MountAttr {
 
 /// Where the tree to change is: a path (resolved from the current directory, never
 /// following its last component), or a detached tree's descriptor.
-pub enum Target<'a> {
+pub(super) enum Target<'a> {
     Path(&'a CStr),
     Tree(BorrowedFd<'a>),
 }
 
 /// Sets `attr_set` on every mount of the tree at `target` (`AT_RECURSIVE`); `userns` is the
 /// user namespace of `MOUNT_ATTR_IDMAP`.
-pub fn set(target: Target<'_>, attr_set: u64, userns: Option<BorrowedFd<'_>>) -> io::Result<()> {
+pub(super) fn set(
+    target: Target<'_>,
+    attr_set: u64,
+    userns: Option<BorrowedFd<'_>>,
+) -> io::Result<()> {
     let attr = MountAttr {
         attr_set,
         attr_clr: 0,

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct InitPlan {
+pub(crate) struct InitPlan {
     pub version: u32,
     /// An empty directory the init mounts its new root on (made and removed by the server).
     pub new_root: PathBuf,
@@ -92,7 +92,7 @@ pub struct InitPlan {
 
 /// Where the view binds the shadow gitdir and the operator's gitdir.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct GitShadowPlan {
+pub(crate) struct GitShadowPlan {
     /// The shadow (host path, in cordon's private state), bound read-write at `at`.
     pub shadow: PathBuf,
     /// `<workspace>/.git`.
@@ -106,7 +106,7 @@ pub struct GitShadowPlan {
 /// The ids a confined process runs as: ids `inside..inside + count` of each slot's own user
 /// namespace are `uid..uid + count` and `gid..gid + count` of the init's namespace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CallIds {
+pub(crate) struct CallIds {
     /// 0 where cordon is root (the call is its namespace's root, as it was before), the
     /// server's own uid where it is not (the mapping is the identity, as the init's is).
     pub inside: u32,
@@ -135,7 +135,7 @@ pub struct CgroupMount {
 /// `InitPlan::private_root`) are never granted
 /// as wholes.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct LandlockPlan {
+pub(crate) struct LandlockPlan {
     pub read_exec: Vec<PathBuf>,
     pub read_write: Vec<PathBuf>,
     pub read_only: Vec<PathBuf>,
@@ -158,12 +158,12 @@ mod path_bytes {
     use std::os::unix::ffi::{OsStrExt, OsStringExt};
     use std::path::PathBuf;
 
-    pub fn serialize<S: Serializer>(paths: &[PathBuf], s: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: Serializer>(paths: &[PathBuf], s: S) -> Result<S::Ok, S::Error> {
         let bytes: Vec<&[u8]> = paths.iter().map(|p| p.as_os_str().as_bytes()).collect();
         bytes.serialize(s)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<PathBuf>, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<PathBuf>, D::Error> {
         let bytes: Vec<Vec<u8>> = Vec::deserialize(d)?;
         Ok(bytes
             .into_iter()

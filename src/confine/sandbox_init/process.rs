@@ -83,7 +83,7 @@ struct Shared {
 }
 
 /// A running sandbox init. Cheap to share behind an `Arc`.
-pub struct InitProcess {
+pub(crate) struct InitProcess {
     shared: Arc<Shared>,
     next_id: AtomicU64,
     namespaces: Namespaces,
@@ -103,7 +103,7 @@ impl InitProcess {
     /// waits until it has built its view and applied its confinement.
     /// `join`: the network namespace of an init this one replaces (its `netns`), to join
     /// instead of making a new one; honoured only with `plan.join_network`.
-    pub fn start(
+    pub(crate) fn start(
         mut plan: plan::InitPlan,
         program: PathBuf,
         join: Option<Arc<OwnedFd>>,
@@ -152,29 +152,29 @@ impl InitProcess {
         })
     }
 
-    pub fn namespaces(&self) -> Namespaces {
+    pub(crate) fn namespaces(&self) -> Namespaces {
         self.namespaces.clone()
     }
 
     /// The egress proxy's listening socket in the init's network namespace (once).
-    pub fn take_proxy_listener(&self) -> Option<OwnedFd> {
+    pub(crate) fn take_proxy_listener(&self) -> Option<OwnedFd> {
         lock(&self.proxy_listener).take()
     }
 
     /// The init's private network namespace, if it has one: a socket made by a thread that
     /// entered it reaches the sandbox's loopback.
-    pub fn network_namespace(&self) -> Option<Arc<OwnedFd>> {
+    pub(crate) fn network_namespace(&self) -> Option<Arc<OwnedFd>> {
         self.netns.clone()
     }
 
-    pub fn is_alive(&self) -> bool {
+    pub(crate) fn is_alive(&self) -> bool {
         self.shared.alive.load(Ordering::Acquire)
     }
 
     /// Asks the init for a slot that joins the cgroups whose `cgroup.procs` are `cgroup_procs`
     /// and puts `layer` on itself, and waits until it is ready. Blocking: call it off the
     /// async threads (the warm pool does, ahead of need).
-    pub fn make_slot(
+    pub(crate) fn make_slot(
         &self,
         layer: SlotLayer,
         cgroup_procs: &[OwnedFd],
@@ -184,7 +184,7 @@ impl InitProcess {
 
     /// Asks for a slot without waiting for it: several requests made first and waited for
     /// after overlap their forks and cgroup migrations (which can share one RCU grace period).
-    pub fn request_slot(
+    pub(crate) fn request_slot(
         &self,
         layer: SlotLayer,
         cgroup_procs: &[OwnedFd],
@@ -215,7 +215,7 @@ impl InitProcess {
 
 /// A slot asked for and not yet ready. Dropped unwaited, it is forgotten (the slot exits when
 /// its socket closes).
-pub struct PendingSlot<'a> {
+pub(crate) struct PendingSlot<'a> {
     sandbox: &'a InitProcess,
     id: u64,
     reply: mpsc::Receiver<SlotReply>,
@@ -233,7 +233,7 @@ impl Drop for PendingSlot<'_> {
 
 impl PendingSlot<'_> {
     /// Waits until the slot is forked, in its cgroups and ready.
-    pub fn wait(mut self) -> Result<Slot, SandboxInitError> {
+    pub(crate) fn wait(mut self) -> Result<Slot, SandboxInitError> {
         let socket = match self.reply.recv_timeout(SLOT_TIMEOUT) {
             Ok(Ok(fd)) => fd,
             Ok(Err(e)) => return Err(SandboxInitError::Slot(e)),
@@ -309,7 +309,7 @@ fn poll_readable(fd: &OwnedFd, timeout: Duration) -> io::Result<bool> {
 /// Whether `pid` is the main process of the job whose slot (its PID namespace's reaper) is
 /// `reaper`: the reaper's first child, pid 2 of that namespace (pids there are never reused
 /// below 300 once they wrap). Read from /proc, which the kernel writes.
-pub fn is_job_main(pid: i32, reaper: i32) -> bool {
+pub(crate) fn is_job_main(pid: i32, reaper: i32) -> bool {
     let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
         return false;
     };
@@ -536,7 +536,7 @@ fn route(
 
 /// What the slot's reaper reported of its job's end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ExitReport {
+pub(crate) struct ExitReport {
     /// The main process's wait status.
     status: i32,
     /// Processes the job had started that still ran when its main process ended (the

@@ -24,9 +24,9 @@ use std::path::{Path, PathBuf};
 const COPIES: &str = ".cordon-shims";
 /// Most entries copied from one shim directory (pyenv makes one per program: ~130 for three
 /// Python versions).
-pub const MAX_ENTRIES: usize = 4096;
+pub(crate) const MAX_ENTRIES: usize = 4096;
 /// Largest shim copied (they are scripts of a few hundred bytes).
-pub const MAX_FILE: u64 = 1 << 20;
+pub(crate) const MAX_FILE: u64 = 1 << 20;
 
 /// The copy of the `n`-th shim directory in `dir`.
 fn copy_of(dir: &Path, n: usize) -> PathBuf {
@@ -35,7 +35,7 @@ fn copy_of(dir: &Path, n: usize) -> PathBuf {
 
 /// Server side, on the host path of the calls' temporary root: copies each of `shims` into it.
 /// A shim directory that cannot be copied is left out (its calls find it read-only, as before).
-pub fn prepare(dir: &Path, shims: &[PathBuf]) {
+pub(crate) fn prepare(dir: &Path, shims: &[PathBuf]) {
     for (n, shim) in shims.iter().enumerate() {
         let copy = copy_of(dir, n);
         if let Err(e) = copy_dir(shim, &copy) {
@@ -69,7 +69,7 @@ fn copy_dir(from: &Path, to: &Path) -> io::Result<()> {
 /// Slot side, in its own mount namespace, with the calls' temporary root `dir` still in view:
 /// binds each copy over its shim directory and returns the grants that make it writable. A
 /// missing copy or a failed bind leaves that directory read-only.
-pub fn bind(dir: &Path, shims: &[PathBuf]) -> Vec<Grant> {
+pub(crate) fn bind(dir: &Path, shims: &[PathBuf]) -> Vec<Grant> {
     let mut grants = Vec::new();
     for (n, shim) in shims.iter().enumerate() {
         let copy = copy_of(dir, n);

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 /// A mount step that failed, with the kernel's error.
 #[derive(Debug)]
-pub struct MountError {
+pub(super) struct MountError {
     pub step: &'static str,
     pub source: io::Error,
 }
@@ -36,7 +36,11 @@ fn grant(path: &str, access: GrantKind) -> Grant {
 /// Mounts the slot's own filesystems and returns what its Landlock layer must grant besides
 /// the policy: `dir` (the call's TMPDIR or a worker's private directory) and the mounts made.
 /// `joined_cgroups`: the slot is in cgroups of its own, which a cgroup namespace can root.
-pub fn build(plan: &InitPlan, dir: &Path, joined_cgroups: bool) -> Result<Vec<Grant>, MountError> {
+pub(super) fn build(
+    plan: &InitPlan,
+    dir: &Path,
+    joined_cgroups: bool,
+) -> Result<Vec<Grant>, MountError> {
     // Nothing mounted here may reach the init's namespace (or another slot's).
     step(
         "make mounts private",

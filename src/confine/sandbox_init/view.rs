@@ -23,7 +23,7 @@ const BASE_DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tt
 
 #[derive(Debug, thiserror::Error)]
 #[error("{step} {path}: {source}")]
-pub struct ViewError {
+pub(crate) struct ViewError {
     pub step: &'static str,
     pub path: PathBuf,
     pub source: io::Error,
@@ -120,7 +120,7 @@ fn bind(
 
 /// What building the view decided about the ids of confined processes.
 #[derive(Debug, Default)]
-pub struct Built {
+pub(crate) struct Built {
     /// The plan's ids are in force: the read-write binds are idmapped to them and every slot
     /// is to map its root to them.
     pub calls_ids: Option<super::plan::CallIds>,
@@ -204,7 +204,7 @@ fn idmapped_trees(
 
 /// Builds the view under `plan.new_root` and switches to it. Afterwards `/` is the read-only
 /// tmpfs and the host's tree is unreachable.
-pub fn build(plan: &InitPlan) -> Result<Built, ViewError> {
+pub(crate) fn build(plan: &InitPlan) -> Result<Built, ViewError> {
     let root = plan.new_root.as_path();
     // Nothing we mount may propagate back to the host's namespace.
     at(

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 /// Bumped whenever a message changes shape; the init refuses a plan of another version, so a
 /// server and an init from different builds never misread each other.
-pub const PROTOCOL_VERSION: u32 = 7;
+pub(crate) const PROTOCOL_VERSION: u32 = 7;
 
 /// Largest datagram either side sends or accepts. Jobs above it go through a memfd
 /// ([`ToSlot::ExecInMemfd`]), bounded by [`MAX_EXEC`].
@@ -20,7 +20,7 @@ pub const MAX_MESSAGE: usize = 48 * 1024;
 
 /// Largest encoded exec message (argv + env). Well above what exec accepts (a quarter of the stack
 /// limit), so an oversized command still reaches execve and fails there with E2BIG.
-pub const MAX_EXEC: usize = 64 * 1024 * 1024;
+pub(crate) const MAX_EXEC: usize = 64 * 1024 * 1024;
 
 /// Most descriptors one message carries (stdio, cwd-less jobs, a few extra fds).
 pub const MAX_FDS: usize = 16;

@@ -12,7 +12,7 @@ use std::io::Error;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-pub const PROBES: &[&str] = &[
+pub(crate) const PROBES: &[&str] = &[
     "unix-connect",
     "metadata",
     "setuid-chmod",
@@ -26,7 +26,10 @@ pub const PROBES: &[&str] = &[
 
 /// `Some(result)` when `name` is one of this module's probes; `Err` carries usage text when
 /// the argument is missing or malformed.
-pub fn run(name: &str, arg: Option<&str>) -> Option<Result<Result<(), Error>, &'static str>> {
+pub(crate) fn run(
+    name: &str,
+    arg: Option<&str>,
+) -> Option<Result<Result<(), Error>, &'static str>> {
     let needs = |usage: &'static str| arg.ok_or(usage);
     let outcome = match name {
         "unix-connect" => needs("unix-connect PATH|@ABSTRACT").map(unix_connect),

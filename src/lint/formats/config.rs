@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Placeholder in `args` replaced by the workspace-relative path of the file being linted.
-pub const PATH_PLACEHOLDER: &str = "{path}";
+pub(crate) const PATH_PLACEHOLDER: &str = "{path}";
 
 /// How the linter's stdout is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]

@@ -45,14 +45,14 @@ pub(crate) struct ParseContext<'a> {
 }
 
 impl ParseContext<'_> {
-    pub fn shape_error(&self, detail: impl Into<String>) -> ParseError {
+    pub(crate) fn shape_error(&self, detail: impl Into<String>) -> ParseError {
         ParseError::UnexpectedShape {
             linter: self.name.to_string(),
             detail: detail.into(),
         }
     }
 
-    pub fn json<T: serde::de::DeserializeOwned>(
+    pub(crate) fn json<T: serde::de::DeserializeOwned>(
         &self,
         stdout: &str,
         expected: &'static str,

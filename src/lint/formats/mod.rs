@@ -10,15 +10,14 @@
 //! decide `introduced`. The rule everywhere: output we cannot fully understand is a
 //! [`ParseError`], never an empty (and so falsely "clean") result.
 
-pub mod compiled;
-pub mod config;
-mod context;
+pub(crate) mod compiled;
+pub(crate) mod config;
+pub(crate) mod context;
 mod eslint;
 mod generic;
 mod oxlint;
 mod ruff;
 mod shellcheck;
 
-pub use compiled::{CompiledLinter, parse_builtin};
-pub use config::{JsonMapping, LinterConfig, OutputFormat, PATH_PLACEHOLDER, RegexMapping};
-pub use context::ParseError;
+pub(crate) use compiled::CompiledLinter;
+pub(crate) use config::LinterConfig;

@@ -80,6 +80,6 @@ pub struct Analysis {
 }
 
 /// The last path component of a program as written (`/usr/bin/rm` → `rm`).
-pub fn program_name(path: &str) -> &str {
+pub(crate) fn program_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }

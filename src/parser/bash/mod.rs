@@ -36,16 +36,17 @@
 //! * `walk`: the walk over the syntax tree;
 //! * `wrappers`: how each wrapper names the command it runs.
 
-pub mod analysis;
+pub(crate) mod analysis;
 mod walk;
 mod wrappers;
 
-pub use analysis::{Analysis, SimpleCommand, Unknown, Word, program_name};
-pub use walk::{MAX_DEPTH, analyze};
+pub(crate) use analysis::{Analysis, SimpleCommand, program_name};
+pub(crate) use walk::analyze;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use walk::MAX_DEPTH;
 
     fn argvs(script: &str) -> Vec<String> {
         analyze(script)

@@ -11,10 +11,10 @@ use super::wrappers::{find_exec_segments, shell_script, unwrap};
 use tree_sitter::{Node, Parser};
 
 /// How many `sh -c` / `eval` levels are parsed again before the rest is called unknown.
-pub const MAX_DEPTH: usize = 4;
+pub(crate) const MAX_DEPTH: usize = 4;
 
 /// Reads `script` as bash and lists the simple commands it runs.
-pub fn analyze(script: &str) -> Analysis {
+pub(crate) fn analyze(script: &str) -> Analysis {
     let mut out = Analysis::default();
     let ctx = Ctx::default();
     Walker { out: &mut out }.script(script, &ctx, 0, "the command line");

@@ -20,7 +20,7 @@ pub enum ExampleCheckError {
 }
 
 /// Runs every rule example through the worker and checks each behaves as listed.
-pub async fn check_examples(
+pub(crate) async fn check_examples(
     client: &ParserClient,
     rules: &CommandRules,
 ) -> Result<(), ExampleCheckError> {

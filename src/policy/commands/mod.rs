@@ -7,11 +7,11 @@
 //! confining what runs is `confine`'s. The rules are a courtesy layer in front of the kernel
 //! confinement, never instead of it.
 
-pub mod examples;
-pub mod rules;
+pub(crate) mod examples;
+pub(crate) mod rules;
 
-pub use examples::{ExampleCheckError, check_examples};
-pub use rules::{
+pub(crate) use examples::{ExampleCheckError, check_examples};
+pub(crate) use rules::{
     CommandRules, DEFAULT_ON_ANALYSIS_FAILURE, Decision, ON_ANALYSIS_FAILURE, ON_UNKNOWN, RawRule,
     Reason, Verdict,
 };

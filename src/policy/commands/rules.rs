@@ -159,15 +159,15 @@ pub struct Verdict {
 }
 
 /// Name under which `on_unknown` decisions are reported and audited.
-pub const ON_UNKNOWN: &str = "on_unknown";
+pub(crate) const ON_UNKNOWN: &str = "on_unknown";
 
 /// Name under which `on_analysis_failure` decisions are reported and audited.
-pub const ON_ANALYSIS_FAILURE: &str = "on_analysis_failure";
+pub(crate) const ON_ANALYSIS_FAILURE: &str = "on_analysis_failure";
 
 /// The default of `commands.on_analysis_failure`. Not `allow`: a line crafted to crash the
 /// analysis would otherwise slip past every deny rule; not `deny`: an honest command that
 /// trips a grammar bug should not be lost for good when someone can be asked.
-pub const DEFAULT_ON_ANALYSIS_FAILURE: Decision = Decision::Ask;
+pub(crate) const DEFAULT_ON_ANALYSIS_FAILURE: Decision = Decision::Ask;
 
 impl CommandRules {
     /// Validates raw rules: names unique, justification and match non-empty, examples present

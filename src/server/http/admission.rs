@@ -34,15 +34,15 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_util::sync::CancellationToken;
 
 /// How long a connection may take from accept to a complete, authenticated request head.
-pub const UNAUTHENTICATED_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const UNAUTHENTICATED_TIMEOUT: Duration = Duration::from_secs(2);
 /// Unauthenticated connections kept at once; the oldest goes when another arrives.
-pub const MAX_UNAUTHENTICATED: usize = 256;
+pub(crate) const MAX_UNAUTHENTICATED: usize = 256;
 /// Unauthenticated connections kept from one source (IPv4 address, IPv6 /64).
-pub const MAX_UNAUTHENTICATED_PER_SOURCE: usize = 64;
+pub(crate) const MAX_UNAUTHENTICATED_PER_SOURCE: usize = 64;
 /// Authenticated connections served at once (each holds a task and buffers).
-pub const MAX_AUTHENTICATED: usize = 512;
+pub(crate) const MAX_AUTHENTICATED: usize = 512;
 /// Younger than this and not yet stalled, a connection is evicted only if every other is too.
-pub const FRESH: Duration = Duration::from_millis(20);
+pub(crate) const FRESH: Duration = Duration::from_millis(20);
 /// Evictions are logged at most this often (an attack would otherwise flood the log).
 const EVICTION_LOG_EVERY: Duration = Duration::from_secs(10);
 
@@ -68,7 +68,7 @@ impl Source {
 
 /// The bounds in force (the constants above, smaller in unit tests).
 #[derive(Debug, Clone, Copy)]
-pub struct Bounds {
+pub(crate) struct Bounds {
     pub unauthenticated: usize,
     pub per_source: usize,
     pub authenticated: usize,
@@ -84,7 +84,7 @@ impl Default for Bounds {
     }
 }
 
-pub struct Admission {
+pub(crate) struct Admission {
     bounds: Bounds,
     state: Mutex<State>,
 }
@@ -120,7 +120,7 @@ impl Waiting {
 
 /// Why a connection's request may not be served as authenticated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refused {
+pub(crate) enum Refused {
     /// It was closed to make room (its task is closing it).
     Evicted,
     /// [`MAX_AUTHENTICATED`] authenticated connections are open.
@@ -128,7 +128,7 @@ pub enum Refused {
 }
 
 /// One connection's place; dropping it (the connection ended) frees the place.
-pub struct Ticket {
+pub(crate) struct Ticket {
     admission: Arc<Admission>,
     id: u64,
     evicted: CancellationToken,
@@ -138,7 +138,7 @@ pub struct Ticket {
 }
 
 impl Admission {
-    pub fn new(bounds: Bounds) -> Arc<Self> {
+    pub(crate) fn new(bounds: Bounds) -> Arc<Self> {
         Arc::new(Self {
             bounds,
             state: Mutex::new(State::default()),
@@ -148,7 +148,7 @@ impl Admission {
     /// A place for a connection just accepted from `peer`, unauthenticated; the oldest
     /// unauthenticated connection of its source (or of all, if every place is taken) is
     /// evicted first when its bound is full.
-    pub fn admit(self: &Arc<Self>, peer: &SocketAddr) -> Ticket {
+    pub(crate) fn admit(self: &Arc<Self>, peer: &SocketAddr) -> Ticket {
         let source = Source::of(peer);
         let evict = CancellationToken::new();
         let stalled = Arc::new(AtomicBool::new(false));
@@ -207,17 +207,15 @@ impl Admission {
     }
 
     /// Unauthenticated connections kept now.
-    pub fn unauthenticated(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn unauthenticated(&self) -> usize {
         self.lock().unauthenticated.len()
     }
 
     /// Authenticated connections open now.
-    pub fn authenticated(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn authenticated(&self) -> usize {
         self.lock().authenticated
-    }
-
-    pub fn bounds(&self) -> Bounds {
-        self.bounds
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -251,17 +249,17 @@ impl State {
 
 impl Ticket {
     /// Fires when this connection was evicted: its task closes it.
-    pub fn evicted(&self) -> &CancellationToken {
+    pub(crate) fn evicted(&self) -> &CancellationToken {
         &self.evicted
     }
 
     /// Completes once the connection's task first tried to read (whatever it found); a
     /// waiter that comes later still sees it.
-    pub async fn first_read(&self) {
+    pub(crate) async fn first_read(&self) {
         self.first_read.notified().await;
     }
 
-    pub fn is_authenticated(&self) -> bool {
+    pub(crate) fn is_authenticated(&self) -> bool {
         self.authenticated.load(Ordering::Acquire)
     }
 
@@ -275,7 +273,7 @@ impl Ticket {
 
     /// This connection just sent a complete head that authenticated: it leaves the
     /// unauthenticated bounds (and their timeout) for the authenticated one. Idempotent.
-    pub fn authenticate(&self) -> Result<(), Refused> {
+    pub(crate) fn authenticate(&self) -> Result<(), Refused> {
         if self.is_authenticated() {
             return Ok(());
         }
@@ -297,7 +295,7 @@ impl Ticket {
 /// nothing more to read (the client sent all it had, and it did not authenticate): from then
 /// on it is a candidate for eviction. A read that finds nothing before any byte came says
 /// nothing: the head may be on its way.
-pub struct Watched<S> {
+pub(crate) struct Watched<S> {
     inner: S,
     ticket: Arc<Ticket>,
     got_bytes: bool,
@@ -305,7 +303,7 @@ pub struct Watched<S> {
 }
 
 impl<S> Watched<S> {
-    pub fn new(inner: S, ticket: Arc<Ticket>) -> Self {
+    pub(crate) fn new(inner: S, ticket: Arc<Ticket>) -> Self {
         Self {
             inner,
             ticket,

@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use subtle::ConstantTimeEq;
 
-pub use super::subject::{BEARER_SUBJECT, Granted, Groups, Subject};
+pub(crate) use super::subject::{Granted, Groups, Subject};
 
 /// Where the token comes from.
 #[derive(Debug, Clone)]

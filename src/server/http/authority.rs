@@ -9,13 +9,13 @@ use std::net::Ipv6Addr;
 
 /// A parsed authority.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Authority {
+pub(crate) struct Authority {
     pub host: String,
     pub port: Option<u16>,
 }
 
 /// `host[:port]`, or `None` when the text is anything else.
-pub fn parse(text: &str) -> Option<Authority> {
+pub(crate) fn parse(text: &str) -> Option<Authority> {
     let (host, rest) = if let Some(inner) = text.strip_prefix('[') {
         let (v6, rest) = inner.split_once(']')?;
         let addr: Ipv6Addr = v6.parse().ok()?;
@@ -36,7 +36,7 @@ pub fn parse(text: &str) -> Option<Authority> {
 }
 
 /// An allow-list entry of `allowed_hosts`: an authority, or a bare IPv6 address (`::1`).
-pub fn parse_host_entry(text: &str) -> Option<Authority> {
+pub(crate) fn parse_host_entry(text: &str) -> Option<Authority> {
     if let Ok(addr) = text.parse::<Ipv6Addr>() {
         return Some(Authority {
             host: addr.to_string(),
@@ -58,7 +58,7 @@ fn is_name_byte(b: u8) -> bool {
 }
 
 /// The port a scheme implies when none is written.
-pub fn default_port(scheme: &str) -> Option<u16> {
+pub(crate) fn default_port(scheme: &str) -> Option<u16> {
     match scheme {
         "http" => Some(80),
         "https" => Some(443),

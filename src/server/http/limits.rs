@@ -27,11 +27,11 @@ use std::time::Duration;
 
 /// How long a request body may take to arrive in full: a client that drips its body cannot
 /// hold a connection (and its buffer) for longer.
-pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// rmcp's session manager with a ceiling on live sessions, and the subject each one belongs
 /// to.
-pub struct BoundedSessions<M> {
+pub(crate) struct BoundedSessions<M> {
     inner: M,
     /// Live sessions, each with the subject that began it (set once its `initialize` is
     /// answered): a session id is a bearer secret of its own, so it only works for its owner.
@@ -42,7 +42,7 @@ pub struct BoundedSessions<M> {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum BoundedError<E: std::error::Error + 'static> {
+pub(crate) enum BoundedError<E: std::error::Error + 'static> {
     #[error("{0} MCP sessions are open, the most `server.http.max_sessions` allows")]
     Full(usize),
     #[error(transparent)]
@@ -50,7 +50,7 @@ pub enum BoundedError<E: std::error::Error + 'static> {
 }
 
 impl<M> BoundedSessions<M> {
-    pub fn new(inner: M, max: usize, scopes: Arc<SessionRegistry>) -> Self {
+    pub(crate) fn new(inner: M, max: usize, scopes: Arc<SessionRegistry>) -> Self {
         Self {
             inner,
             live: Mutex::new(HashMap::new()),
@@ -60,20 +60,20 @@ impl<M> BoundedSessions<M> {
     }
 
     /// Sessions open now.
-    pub fn live(&self) -> usize {
+    pub(crate) fn live(&self) -> usize {
         self.lock().len()
     }
 
-    pub fn is_full(&self) -> bool {
+    pub(crate) fn is_full(&self) -> bool {
         self.live() >= self.max
     }
 
-    pub fn max(&self) -> usize {
+    pub(crate) fn max(&self) -> usize {
         self.max
     }
 
     /// How many open sessions `subject` began.
-    pub fn owned_by(&self, subject: &Subject) -> usize {
+    pub(crate) fn owned_by(&self, subject: &Subject) -> usize {
         self.lock()
             .values()
             .filter(|owner| owner.as_ref() == Some(subject))
@@ -81,7 +81,7 @@ impl<M> BoundedSessions<M> {
     }
 
     /// Records `subject` as the owner of the session `id` began, unless it has one.
-    pub fn claim(&self, id: &str, subject: &Subject) {
+    pub(crate) fn claim(&self, id: &str, subject: &Subject) {
         if let Some(owner) = self.lock().get_mut(id)
             && owner.is_none()
         {
@@ -91,7 +91,7 @@ impl<M> BoundedSessions<M> {
 
     /// Whether `subject` may use the session `id`: an unknown session is for rmcp to refuse
     /// (404), a session owned by another subject is refused here as if unknown.
-    pub fn may_use(&self, id: &str, subject: &Subject) -> bool {
+    pub(crate) fn may_use(&self, id: &str, subject: &Subject) -> bool {
         match self.lock().get(id) {
             Some(Some(owner)) => owner == subject,
             _ => true,
@@ -192,7 +192,7 @@ impl<M: SessionManager> SessionManager for BoundedSessions<M> {
 
 /// Why a body was not read.
 #[derive(Debug)]
-pub enum BodyRefusal {
+pub(crate) enum BodyRefusal {
     TooLarge { limit: usize },
     TooSlow,
     Broken(String),
@@ -201,7 +201,7 @@ pub enum BodyRefusal {
 /// The whole request body, at most `limit` bytes, within [`BODY_READ_TIMEOUT`]. Counted as it
 /// streams, whatever `Content-Length` claims (a lying header or chunked encoding changes
 /// nothing); a declared length over the limit is refused before anything is read.
-pub async fn read_body<B>(
+pub(crate) async fn read_body<B>(
     body: B,
     declared: Option<u64>,
     limit: usize,
@@ -228,13 +228,13 @@ where
 /// client closed the connection while the answer (an SSE stream of a running call) was still
 /// coming. rmcp keeps a session's request running after its stream drops (so a client could
 /// resume it); cordon instead cancels the call, so its process tree dies as on stdio.
-pub struct CancelOnDrop<B> {
+pub(crate) struct CancelOnDrop<B> {
     inner: B,
     on_abandon: Option<Box<dyn FnOnce() + Send + Sync>>,
 }
 
 impl<B> CancelOnDrop<B> {
-    pub fn new(inner: B, on_abandon: Box<dyn FnOnce() + Send + Sync>) -> Self {
+    pub(crate) fn new(inner: B, on_abandon: Box<dyn FnOnce() + Send + Sync>) -> Self {
         Self {
             inner,
             on_abandon: Some(on_abandon),

@@ -10,15 +10,15 @@
 //! (`server::scope`). Connections are served by hyper, HTTP/1.1, with a header-read timeout;
 //! which connections are kept at all is `admission`'s.
 
-pub mod admission;
-pub mod auth;
-pub mod authority;
-pub mod limits;
-pub mod oauth;
-pub mod origin;
+pub(crate) mod admission;
+pub(crate) mod auth;
+pub(crate) mod authority;
+pub(crate) mod limits;
+pub(crate) mod oauth;
+pub(crate) mod origin;
 mod subject;
-pub mod target;
-pub mod token_file;
+pub(crate) mod target;
+pub(crate) mod token_file;
 
 use super::CordonServer;
 use crate::audit::CallOrigin;
@@ -39,10 +39,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// The MCP endpoint.
-pub const ENDPOINT: &str = "/mcp";
+pub(crate) const ENDPOINT: &str = "/mcp";
 /// Prometheus metrics (`crate::metrics`), behind the same checks and authentication as
 /// [`ENDPOINT`]; on the `--metrics-addr` listener instead when one is given.
-pub const METRICS_PATH: &str = "/metrics";
+pub(crate) const METRICS_PATH: &str = "/metrics";
 /// How long an authenticated connection's client may take to send a later request's
 /// headers (the first must authenticate within `admission::UNAUTHENTICATED_TIMEOUT`).
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -102,7 +102,7 @@ pub enum HttpError {
 }
 
 /// A non-loopback address needs authentication (a token, or `[server.http.oauth]`).
-pub fn check_options(options: &HttpOptions) -> Result<(), HttpError> {
+pub(crate) fn check_options(options: &HttpOptions) -> Result<(), HttpError> {
     if !options.addr.ip().is_loopback() && !options.auth.is_required() {
         return Err(HttpError::Unauthenticated(options.addr));
     }
@@ -115,7 +115,7 @@ pub fn check_options(options: &HttpOptions) -> Result<(), HttpError> {
 }
 
 /// The authenticated subject of a request served over HTTP.
-pub fn subject_of(rctx: &RequestContext<RoleServer>) -> Option<auth::Subject> {
+pub(crate) fn subject_of(rctx: &RequestContext<RoleServer>) -> Option<auth::Subject> {
     rctx.extensions
         .get::<http::request::Parts>()?
         .extensions
@@ -124,7 +124,7 @@ pub fn subject_of(rctx: &RequestContext<RoleServer>) -> Option<auth::Subject> {
 }
 
 /// What the credentials of a request served over HTTP grant (`None` on stdio: everything).
-pub fn granted_of(rctx: &RequestContext<RoleServer>) -> Option<auth::Granted> {
+pub(crate) fn granted_of(rctx: &RequestContext<RoleServer>) -> Option<auth::Granted> {
     rctx.extensions
         .get::<http::request::Parts>()?
         .extensions
@@ -133,7 +133,7 @@ pub fn granted_of(rctx: &RequestContext<RoleServer>) -> Option<auth::Granted> {
 }
 
 /// The groups the credentials of a request served over HTTP name (none on stdio).
-pub fn groups_of(rctx: &RequestContext<RoleServer>) -> auth::Groups {
+pub(crate) fn groups_of(rctx: &RequestContext<RoleServer>) -> auth::Groups {
     rctx.extensions
         .get::<http::request::Parts>()
         .and_then(|parts| parts.extensions.get::<auth::Groups>())
@@ -142,7 +142,7 @@ pub fn groups_of(rctx: &RequestContext<RoleServer>) -> auth::Groups {
 }
 
 /// The `Mcp-Session-Id` of a request served over HTTP in a session.
-pub fn session_of(rctx: &RequestContext<RoleServer>) -> Option<String> {
+pub(crate) fn session_of(rctx: &RequestContext<RoleServer>) -> Option<String> {
     rctx.extensions
         .get::<http::request::Parts>()?
         .headers
@@ -153,7 +153,7 @@ pub fn session_of(rctx: &RequestContext<RoleServer>) -> Option<String> {
 }
 
 /// Who made a call that came over HTTP (`None` on stdio), for the audit log.
-pub fn call_origin(rctx: &RequestContext<RoleServer>) -> Option<CallOrigin> {
+pub(crate) fn call_origin(rctx: &RequestContext<RoleServer>) -> Option<CallOrigin> {
     let parts = rctx.extensions.get::<http::request::Parts>()?;
     let session = parts
         .headers

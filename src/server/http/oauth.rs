@@ -22,7 +22,7 @@ const LEEWAY_SECS: u64 = 60;
 
 /// Where the metadata is served, for the server's one endpoint (`/mcp`): RFC 9728 §3.1 puts a
 /// resource's path after the well-known prefix; the bare prefix is served too.
-pub const METADATA_PATHS: [&str; 2] = [
+pub(crate) const METADATA_PATHS: [&str; 2] = [
     "/.well-known/oauth-protected-resource/mcp",
     "/.well-known/oauth-protected-resource",
 ];
@@ -323,9 +323,9 @@ pub(crate) mod tests {
 
     /// A test-only Ed25519 key pair (PKCS#8 DER, and the public key's `x`), and another key
     /// the JWKS does not hold.
-    pub const TRUSTED_DER: &str = "302e020100300506032b657004220420764680f3dc521693994272b5f3a247f186a57bc91c0c1d6666f9ed074bab63b2";
-    pub const TRUSTED_X: &str = "qTgB9HSbavbEQHGFS2H-9bGmF-loX2WiqgSHXXx2Tgc";
-    pub const STRANGER_DER: &str = "302e020100300506032b6570042204207cc52f027d1a4607bd0c9967425158a837c780a0c8a20bf367e712078fffdb36";
+    pub(crate) const TRUSTED_DER: &str = "302e020100300506032b657004220420764680f3dc521693994272b5f3a247f186a57bc91c0c1d6666f9ed074bab63b2";
+    pub(crate) const TRUSTED_X: &str = "qTgB9HSbavbEQHGFS2H-9bGmF-loX2WiqgSHXXx2Tgc";
+    pub(crate) const STRANGER_DER: &str = "302e020100300506032b6570042204207cc52f027d1a4607bd0c9967425158a837c780a0c8a20bf367e712078fffdb36";
 
     fn hex(s: &str) -> Vec<u8> {
         (0..s.len())

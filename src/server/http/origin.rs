@@ -22,7 +22,7 @@ enum Allowed {
 }
 
 #[derive(Debug, Clone)]
-pub struct OriginPolicy {
+pub(crate) struct OriginPolicy {
     allowed: Vec<Allowed>,
 }
 
@@ -33,7 +33,7 @@ pub struct OriginPolicy {
 pub struct BadOrigin(String);
 
 impl OriginPolicy {
-    pub fn new(entries: &[String]) -> Result<Self, BadOrigin> {
+    pub(crate) fn new(entries: &[String]) -> Result<Self, BadOrigin> {
         let allowed = entries
             .iter()
             .map(|entry| parse_entry(entry).ok_or_else(|| BadOrigin(entry.clone())))
@@ -42,7 +42,7 @@ impl OriginPolicy {
     }
 
     /// Whether a request carrying `Origin: value` may be served.
-    pub fn allows(&self, value: &str) -> bool {
+    pub(crate) fn allows(&self, value: &str) -> bool {
         if value == "null" {
             return self.allowed.contains(&Allowed::Null);
         }

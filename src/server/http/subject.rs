@@ -55,7 +55,7 @@ impl Granted {
 pub struct Groups(pub std::collections::BTreeSet<String>);
 
 /// How the static token's holder is named in the audit log.
-pub const BEARER_SUBJECT: &str = "bearer";
+pub(crate) const BEARER_SUBJECT: &str = "bearer";
 
 impl std::fmt::Display for Subject {
     /// `anonymous`, `bearer`, or `jwt:<issuer>#<sub>` with `%`, `#` and control characters

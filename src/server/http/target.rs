@@ -12,14 +12,14 @@ use super::authority::{self, Authority};
 
 /// `server.http.allowed_hosts`, parsed once.
 #[derive(Debug, Clone)]
-pub struct HostPolicy {
+pub(crate) struct HostPolicy {
     /// `None`: `["*"]`, any host.
     allowed: Option<Vec<Authority>>,
 }
 
 /// Why a request's target was refused; the message says what to fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum BadTarget {
+pub(crate) enum BadTarget {
     #[error("more than one {0} header: send exactly one")]
     Duplicate(&'static str),
     #[error("{what} {value:?} is not a host[:port]")]
@@ -33,7 +33,7 @@ pub enum BadTarget {
 impl HostPolicy {
     /// Entries that are not a host[:port] are skipped with a warning (they could match
     /// nothing).
-    pub fn new(entries: &[String]) -> Self {
+    pub(crate) fn new(entries: &[String]) -> Self {
         if entries.iter().any(|h| h == "*") {
             return Self { allowed: None };
         }
@@ -65,7 +65,11 @@ impl HostPolicy {
     }
 
     /// Checks a request's `Host` and `Origin` headers and its target.
-    pub fn check(&self, uri: &http::Uri, headers: &http::HeaderMap) -> Result<(), BadTarget> {
+    pub(crate) fn check(
+        &self,
+        uri: &http::Uri,
+        headers: &http::HeaderMap,
+    ) -> Result<(), BadTarget> {
         for (name, label) in [
             (http::header::HOST, "Host"),
             (http::header::ORIGIN, "Origin"),

@@ -23,11 +23,11 @@ use std::collections::BTreeSet;
 /// Longest holder name.
 const MAX_NAME: usize = 64;
 /// Most entries a file may hold.
-pub const MAX_ENTRIES: usize = 1024;
+pub(crate) const MAX_ENTRIES: usize = 1024;
 
 /// One holder of the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Holder {
+pub(crate) struct Holder {
     pub digest: [u8; 32],
     pub name: String,
     /// None: every scope (`*`).
@@ -37,7 +37,7 @@ pub struct Holder {
 }
 
 /// Whether `text` is a file of entries rather than one token.
-pub fn is_entries(text: &str) -> bool {
+pub(crate) fn is_entries(text: &str) -> bool {
     text.lines()
         .map(str::trim)
         .find(|l| !l.is_empty() && !l.starts_with('#'))
@@ -45,7 +45,7 @@ pub fn is_entries(text: &str) -> bool {
 }
 
 /// The holders of an entries file, or what is wrong with it (a line number and why).
-pub fn parse(text: &str) -> Result<Vec<Holder>, String> {
+pub(crate) fn parse(text: &str) -> Result<Vec<Holder>, String> {
     let mut holders: Vec<Holder> = Vec::new();
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();

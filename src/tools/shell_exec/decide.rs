@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 /// What the policy's command rules say about this call (see `policy::commands`). The command
 /// line is analysed by the parser worker; when that fails (the worker crashed, hung or hit a
 /// limit on this text) the policy's `commands.on_analysis_failure` decides.
-pub async fn assess(ctx: &Session, args: &ShellExecArgs) -> Verdict {
+pub(crate) async fn assess(ctx: &Session, args: &ShellExecArgs) -> Verdict {
     let policy = &ctx.runtime.policy;
     let decide = |analysis| {
         policy.decide(&Request::ShellExec {
@@ -43,7 +43,7 @@ pub async fn assess(ctx: &Session, args: &ShellExecArgs) -> Verdict {
 /// Asks the user whether a command an `ask` rule names may run. The server implements it:
 /// it knows how to ask over MCP (elicitation, or `input_required` in the 2026-07-28
 /// revision); this module only knows the answer.
-pub trait Approver {
+pub(crate) trait Approver {
     /// What the server answers while the user's reply is outstanding; opaque here.
     type Pending;
     fn ask(
@@ -67,7 +67,7 @@ pub trait Approver {
 }
 
 /// Whether a person lifted a `deny` rule's refusal for this call.
-pub enum Overrule {
+pub(crate) enum Overrule {
     /// The refusal stands.
     Refuse,
     /// A person allowed it (once, or for the session); it runs, audited as approved by them.
@@ -75,7 +75,7 @@ pub enum Overrule {
 }
 
 /// The user's answer (or why there is none yet), with who gave it where someone did.
-pub enum Approval<P> {
+pub(crate) enum Approval<P> {
     Approved(AnsweredBy),
     Refused(Refusal, Option<AnsweredBy>),
     /// Asked; the reply comes with a later request.
@@ -83,21 +83,21 @@ pub enum Approval<P> {
 }
 
 /// How a `shell_exec` call ends: answered, or waiting for the user.
-pub enum Answer<P> {
+pub(crate) enum Answer<P> {
     Done(ToolOutcome),
     Pending(P),
 }
 
 /// What [`decide`] came to: an answer now (refused, invalid, waiting for the user), or a
 /// checked and admitted call whose run the server may start now or as an MCP task.
-pub enum Decided<P> {
+pub(crate) enum Decided<P> {
     Answer(Answer<P>),
     Run(Box<Ready>),
 }
 
 /// A call the command rules (and the user) admitted and whose arguments are checked: only
 /// the run is left.
-pub struct Ready {
+pub(crate) struct Ready {
     ctx: SharedContext,
     args: ShellExecArgs,
     prepared: Prepared,
@@ -106,7 +106,7 @@ pub struct Ready {
 
 impl Ready {
     /// Runs the command (waiting for a slot first) and answers.
-    pub async fn run(self: Box<Self>, hooks: CallHooks) -> ToolOutcome {
+    pub(crate) async fn run(self: Box<Self>, hooks: CallHooks) -> ToolOutcome {
         let Ready {
             ctx,
             args,
@@ -120,7 +120,7 @@ impl Ready {
 /// The decision before the run: the command rules' verdict, the argument checks (once,
 /// before anyone is asked: nobody should approve a call that would fail anyway), the user's
 /// approval where a rule asks. Nothing runs here.
-pub async fn decide<A: Approver>(
+pub(crate) async fn decide<A: Approver>(
     ctx: SharedContext,
     args: ShellExecArgs,
     approver: A,
@@ -203,7 +203,7 @@ fn ask(rule: &str, answer: Answer_, by: Option<AnsweredBy>) -> Decision {
 
 /// Why a command the rules stopped did not run.
 #[derive(Debug, Clone)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// A `deny` rule (or `on_unknown = "deny"`).
     Denied,
     /// The user said no.
@@ -219,7 +219,7 @@ pub enum Refusal {
 
 impl Refusal {
     /// The audit log's `decision` for this refusal under `rule`.
-    pub fn audit_decision(&self, rule: &str, by: Option<AnsweredBy>) -> Decision {
+    pub(crate) fn audit_decision(&self, rule: &str, by: Option<AnsweredBy>) -> Decision {
         let ask = |answer| Decision::Ask {
             rule: rule.to_owned(),
             answer,
@@ -238,7 +238,7 @@ impl Refusal {
 }
 
 /// The `denied` error for a refused command: which rule, why, and how to change the policy.
-pub fn refusal_error(
+pub(crate) fn refusal_error(
     ctx: &Session,
     reason: &Reason,
     refusal: &Refusal,

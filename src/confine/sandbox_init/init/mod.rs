@@ -47,13 +47,13 @@ use std::path::Path;
 /// The hidden subcommand that runs this program.
 pub const INIT_ARG: &str = "__sandbox-init";
 /// The sandbox init's own small program (src/bin/cordon-init.rs), looked for beside `cordon`.
-pub const INIT_PROGRAM: &str = "cordon-init";
+pub(crate) const INIT_PROGRAM: &str = "cordon-init";
 /// Environment variable naming the server's pid, checked by the launcher after exec.
-pub const PARENT_ENV: &str = "CORDON_INIT_PARENT";
+pub(crate) const PARENT_ENV: &str = "CORDON_INIT_PARENT";
 /// Where the launcher finds the control socket.
-pub const CONTROL_FD: RawFd = 3;
+pub(crate) const CONTROL_FD: RawFd = 3;
 /// Where the server places the network namespace a rebuilt init joins (`plan.join_network`).
-pub const NETNS_FD: RawFd = 4;
+pub(crate) const NETNS_FD: RawFd = 4;
 /// Job descriptors are placed below this; received ones are first moved above it.
 const FD_TARGET_LIMIT: RawFd = 64;
 /// Largest plan the launcher reads.
