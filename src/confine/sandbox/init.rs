@@ -436,18 +436,46 @@ fn serve(plan: &InitPlan, ids: Option<CallIds>, control: &OwnedFd) -> ! {
     let no_grants: Vec<OpenedGrant> = Vec::new();
     let mut slots: HashMap<i32, ForkedSlot> = HashMap::new();
     loop {
-        let (control_ready, child_ready) = {
-            let mut fds = [
+        let (control_ready, child_ready, reports) = {
+            // The status pipes of slots whose reaper has not reported yet: a report comes
+            // before the reaper's exit, and is relayed at once.
+            let waiting: Vec<i32> = slots
+                .iter()
+                .filter(|(_, s)| !s.reported)
+                .map(|(pid, _)| *pid)
+                .collect();
+            let mut fds = vec![
                 rustix::event::PollFd::new(control, rustix::event::PollFlags::IN),
                 rustix::event::PollFd::new(&signals, rustix::event::PollFlags::IN),
             ];
+            for pid in &waiting {
+                fds.push(rustix::event::PollFd::new(
+                    &slots[pid].status,
+                    rustix::event::PollFlags::IN,
+                ));
+            }
             match rustix::event::poll(&mut fds, None) {
                 Ok(_) => {}
                 Err(rustix::io::Errno::INTR) => continue,
                 Err(_) => std::process::exit(1),
             }
-            (!fds[0].revents().is_empty(), !fds[1].revents().is_empty())
+            let reports: Vec<i32> = waiting
+                .iter()
+                .zip(&fds[2..])
+                .filter(|(_, fd)| fd.revents().contains(rustix::event::PollFlags::IN))
+                .map(|(pid, _)| *pid)
+                .collect();
+            (
+                !fds[0].revents().is_empty(),
+                !fds[1].revents().is_empty(),
+                reports,
+            )
         };
+        for pid in reports {
+            if let Some(slot) = slots.get_mut(&pid) {
+                relay_report(control, slot);
+            }
+        }
         if child_ready {
             let mut buf = [0u8; 128 * 4];
             while rustix::io::read(&signals, &mut buf).is_ok_and(|n| n > 0) {}
@@ -502,6 +530,8 @@ fn serve(plan: &InitPlan, ids: Option<CallIds>, control: &OwnedFd) -> ! {
 struct ForkedSlot {
     id: u64,
     status: OwnedFd,
+    /// The reaper's report was relayed before the reaper itself was reaped.
+    reported: bool,
 }
 
 fn reap(control: &OwnedFd, slots: &mut HashMap<i32, ForkedSlot>) {
@@ -512,30 +542,48 @@ fn reap(control: &OwnedFd, slots: &mut HashMap<i32, ForkedSlot>) {
         if pid <= 0 {
             return;
         }
-        if let Some(slot) = slots.remove(&pid) {
-            // The job's status when the reaper saw it end; the reaper's own otherwise (killed
-            // before or during the job: SIGKILL from the server, the OOM killer). Reported when
-            // the reaper is reaped, not when it writes the status: the server's next step kills
-            // and waits for the call's cgroup to empty, which the reaper leaves only then, and
-            // an earlier report made that wait a polling one (measured: 2.7 to 4.6 ms a call).
-            let mut raw = [0u8; 8];
-            let mut leftovers = 0;
-            if rustix::io::read(&slot.status, &mut raw).is_ok_and(|n| n == 8) {
-                let (code, count) = raw.split_at(4);
-                status = i32::from_ne_bytes(code.try_into().unwrap_or_default());
-                leftovers = u32::from_ne_bytes(count.try_into().unwrap_or_default());
-            }
+        if let Some(mut slot) = slots.remove(&pid)
+            && !slot.reported
+            && !relay_report(control, &mut slot)
+        {
+            // No report: the reaper was killed before or during the job (SIGKILL from the
+            // server, the OOM killer), and its own status is the job's.
             send_msg(
                 control,
                 &FromInit::Exited {
                     id: slot.id,
                     status,
-                    leftovers,
+                    leftovers: 0,
+                    emptied: false,
                 },
                 &[],
             );
         }
     }
+}
+
+/// Relays a reaper's report (the job's status when the reaper saw it end, what it left, and
+/// whether the reaper reaped all of it) from its status pipe, if the report is there.
+/// Relayed before the reaper's own exit: by then nothing of the call runs, and the server
+/// answers while the kernel tears the call's namespaces down.
+fn relay_report(control: &OwnedFd, slot: &mut ForkedSlot) -> bool {
+    let mut raw = [0u8; STATUS_REPORT];
+    if !rustix::io::read(&slot.status, &mut raw).is_ok_and(|n| n == STATUS_REPORT) {
+        return false;
+    }
+    slot.reported = true;
+    let word = |at: usize| [raw[at], raw[at + 1], raw[at + 2], raw[at + 3]];
+    send_msg(
+        control,
+        &FromInit::Exited {
+            id: slot.id,
+            status: i32::from_ne_bytes(word(0)),
+            leftovers: u32::from_ne_bytes(word(4)),
+            emptied: raw[8] == 1,
+        },
+        &[],
+    );
+    true
 }
 
 /// What PID 1 hands down to the slots it forks.
@@ -652,6 +700,7 @@ fn fork_slot(
                 ForkedSlot {
                     id,
                     status: status_read,
+                    reported: false,
                 },
             );
             drop((theirs, cgroup_procs, status_write));
@@ -894,9 +943,18 @@ fn reap_until(
             // SAFETY: waitpid writes the status into a live local.
             let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
             if pid == main {
-                let mut report = [0u8; 8];
+                let left = leftovers(proc_dir);
+                // The call's end: every process it left is killed and reaped here, before the
+                // report, so the report means "nothing of the call runs any more" and the
+                // server answers without waiting for this process's own exit (the teardown of
+                // the call's mount and PID namespaces, which follows the report).
+                if left > 0 {
+                    end_namespace();
+                }
+                let mut report = [0u8; STATUS_REPORT];
                 report[..4].copy_from_slice(&status.to_ne_bytes());
-                report[4..].copy_from_slice(&leftovers(proc_dir).to_ne_bytes());
+                report[4..8].copy_from_slice(&left.to_ne_bytes());
+                report[8] = 1;
                 let _ = rustix::io::write(status_pipe, &report);
                 // SAFETY: _exit ends this forked process without running PID 1's atexit state.
                 unsafe { libc::_exit(0) }
@@ -932,6 +990,30 @@ fn reap_until(
             unsafe {
                 libc::kill(main, signal);
             }
+        }
+    }
+}
+
+/// Bytes of a reaper's report on its status pipe: the main process's wait status, the count
+/// of processes it left, and 1 when every process of the namespace is reaped.
+const STATUS_REPORT: usize = 9;
+
+/// Kills every other process of this PID namespace (this process is its init: `kill(-1)`
+/// reaches all of them, and a fork racing it fails on the pending SIGKILL) and reaps them,
+/// orphans reparented to it included, until it has no child left.
+fn end_namespace() {
+    loop {
+        // SAFETY: kill takes plain integers; -1 is every process this one may signal, which
+        // for a namespace's init is every other process of the namespace.
+        unsafe {
+            libc::kill(-1, libc::SIGKILL);
+        }
+        let mut status = 0;
+        // SAFETY: waitpid writes the status into a live local.
+        match unsafe { libc::waitpid(-1, &mut status, 0) } {
+            n if n > 0 => continue,
+            _ if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) => continue,
+            _ => return,
         }
     }
 }
