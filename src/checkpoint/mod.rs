@@ -426,6 +426,9 @@ impl Checkpoints {
     /// Turns on the fast path (see [`Watch`]) where the kernel allows it (CAP_SYS_ADMIN and
     /// CAP_DAC_READ_SEARCH); returns why not otherwise, and every recording walks the tree.
     pub fn watch_changes(&mut self, canonical: &Path) -> Result<(), String> {
+        if crate::confine::kernel::simulated_missing("fanotify") {
+            return Err("fanotify simulated missing (CORDON_SIMULATE_MISSING)".into());
+        }
         let events = crate::confine::fanotify::DirWatch::new(self.root.as_fd())
             .map_err(|e| format!("fanotify on the workspace's file system: {e}"))?;
         self.watch = Some(Watch {
