@@ -20,6 +20,11 @@ its own (CORDON_STATE_DIR). Every round, in alternating order:
 * restore: `checkpoint {action: "restore", id}` of the rewrite's checkpoint, which puts the
   1,000 files back (checked: 1,000 files in its answer).
 
+A third server records without the kernel's help (CORDON_SIMULATE_MISSING=fanotify, the level
+an unprivileged server has): its `shell_exec true` is timed in the same interleaving, and its
+sed -i rewrite once per round, so the cost of walking the whole tree at each call's start and
+end is on record beside the fast path.
+
 Printed: median, p10 and p90 in ms for each row, the ratios, which level records (the `list`
 answer's note: the fanotify fast path or the walk), the load average before and after, and
 the commit (BENCH_COMMIT, else `git rev-parse HEAD` of the current directory).
@@ -40,8 +45,8 @@ FILES = DIRS * PER_DIR
 CALLS = 20
 
 
-def server(binary, ws, policy, state):
-    return StdioServer(binary, ws, policy, env=dict(os.environ, CORDON_STATE_DIR=state),
+def server(binary, ws, policy, state, **env):
+    return StdioServer(binary, ws, policy, env=dict(os.environ, CORDON_STATE_DIR=state, **env),
                        name="checkpoints-bench")
 
 
@@ -77,8 +82,9 @@ def main():
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 10
     tmp = tempfile.mkdtemp(prefix="cordon-bench-checkpoints-")
     try:
-        recorded, baseline, host = (os.path.join(tmp, n) for n in ("on", "off", "host"))
-        for ws in (recorded, baseline):
+        recorded, baseline, walked, host = (os.path.join(tmp, n)
+                                            for n in ("on", "off", "walk", "host"))
+        for ws in (recorded, baseline, walked):
             make_workspace(ws, DIRS)
         make_workspace(host, 1)
         off_policy = os.path.join(tmp, "off.toml")
@@ -87,19 +93,23 @@ def main():
         load_before = os.getloadavg()
         on = server(binary, recorded, "default", os.path.join(tmp, "state-on"))
         off = server(binary, baseline, off_policy, os.path.join(tmp, "state-off"))
-        for s in (on, off):
+        walk = server(binary, walked, "default", os.path.join(tmp, "state-walk"),
+                      CORDON_SIMULATE_MISSING="fanotify")
+        for s in (on, off, walk):
             for _ in range(3):
                 s.call("shell_exec", {"command": "true"}, check=True)
-        true_on, true_off, sed_on, sed_host, restore = [], [], [], [], []
+        true_on, true_off, true_walk, sed_on, sed_host, sed_walk, restore = (
+            [], [], [], [], [], [], [])
+        timed_true = {id(on): true_on, id(off): true_off, id(walk): true_walk}
         for r in range(rounds):
-            pair = (on, off) if r % 2 == 0 else (off, on)
+            trio = (on, off, walk) if r % 2 == 0 else (walk, off, on)
             for _ in range(CALLS):
-                for s in pair:
+                for s in trio:
                     dt, _ = s.timed("shell_exec", {"command": "true"}, check=True)
-                    (true_on if s is on else true_off).append(dt)
+                    timed_true[id(s)].append(dt)
             a, b = ("X", "Y") if r % 2 == 0 else ("Y", "X")
             command = f"sed -i s/{a}/{b}/ d0/*"
-            sides = ["cordon", "host"] if r % 2 == 0 else ["host", "cordon"]
+            sides = ["cordon", "host", "walk"] if r % 2 == 0 else ["walk", "host", "cordon"]
             for side in sides:
                 if side == "cordon":
                     dt, sc = on.timed("shell_exec", {"command": command}, check=True)
@@ -107,6 +117,9 @@ def main():
                     checkpoint = sc.get("checkpoint")
                     if not checkpoint:
                         raise RuntimeError(f"the rewrite has no checkpoint: {sc}")
+                elif side == "walk":
+                    dt, _ = walk.timed("shell_exec", {"command": command}, check=True)
+                    sed_walk.append(dt)
                 else:
                     t = time.perf_counter()
                     subprocess.run(["sh", "-c", command], cwd=host, check=True)
@@ -119,9 +132,11 @@ def main():
             # something to change back, on both sides alike.
             on.call("shell_exec", {"command": command}, check=True)
         listed = on.call("checkpoint", {"action": "list"}, check=True)
+        listed_walk = walk.call("checkpoint", {"action": "list"}, check=True)
         load_after = os.getloadavg()
         on.close()
         off.close()
+        walk.close()
         m_on, m_off = summary(true_on)[0], summary(true_off)[0]
         print(f"commit {commit()}; {FILES} files; {rounds} rounds; load "
               f"{load_before[0]:.2f} -> {load_after[0]:.2f}")
@@ -134,6 +149,13 @@ def main():
         print(line("sed -i over 1,000 files, unconfined              ", sed_host))
         print(f"ratio: {summary(sed_on)[0] / summary(sed_host)[0]:.2f}x (target <= 2x)")
         print(line("restore of those 1,000 files", restore))
+        print(f"without fanotify, recording level: "
+              f"{listed_walk.get('recording', listed_walk.get('note', '(not said)'))}")
+        print(line("shell_exec true, whole walks (no fanotify)", true_walk))
+        print(f"added cost of a call that changes nothing, whole walks: "
+              f"{summary(true_walk)[0] - m_off:+.2f} ms")
+        print(line("sed -i over 1,000 files, whole walks (no fanotify)", sed_walk))
+        print(f"ratio: {summary(sed_walk)[0] / summary(sed_host)[0]:.2f}x")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

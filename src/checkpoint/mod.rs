@@ -200,9 +200,14 @@ struct Pending {
     /// whole tree.
     everything: bool,
     /// The workspace-relative directories (`""`: the root) in which an entry was created,
-    /// deleted, renamed, written or changed its attributes.
-    dirs: std::collections::BTreeSet<String>,
+    /// deleted, renamed, written or changed its attributes, each with the names of those
+    /// entries (a subdirectory named there may be another directory than before, even under
+    /// the same inode number, which the file system reuses).
+    dirs: Dirs,
 }
+
+/// Directories that changed, with the names of the entries that changed in them.
+pub(crate) type Dirs = std::collections::BTreeMap<String, std::collections::BTreeSet<String>>;
 
 impl Pending {
     fn is_empty(&self) -> bool {
@@ -216,7 +221,7 @@ enum Plan {
     Quiet,
     /// Only these directories changed (see [`Pending::dirs`]): read them, and walk whole
     /// only the directories that are new there.
-    Dirs(std::collections::BTreeSet<String>),
+    Dirs(Dirs),
     /// Walk the whole tree.
     Everything,
 }
@@ -327,7 +332,11 @@ impl Watch {
             if names.contains(&".gitignore") {
                 pending.everything = true;
             } else if names.is_empty() || names.iter().any(|n| !own(n) && *n != ".git") {
-                pending.dirs.insert(String::new());
+                pending
+                    .dirs
+                    .entry(String::new())
+                    .or_default()
+                    .extend(names.iter().map(|n| (*n).to_owned()));
             }
             return;
         }
@@ -365,7 +374,11 @@ impl Watch {
             pending.everything = true;
             return;
         }
-        pending.dirs.insert(rel.to_owned());
+        pending
+            .dirs
+            .entry(rel.to_owned())
+            .or_default()
+            .extend(names.iter().map(|n| (*n).to_owned()));
     }
 }
 
@@ -413,6 +426,9 @@ impl Checkpoints {
     /// Turns on the fast path (see [`Watch`]) where the kernel allows it (CAP_SYS_ADMIN and
     /// CAP_DAC_READ_SEARCH); returns why not otherwise, and every recording walks the tree.
     pub fn watch_changes(&mut self, canonical: &Path) -> Result<(), String> {
+        if crate::confine::kernel::simulated_missing("fanotify") {
+            return Err("fanotify simulated missing (CORDON_SIMULATE_MISSING)".into());
+        }
         let events = crate::confine::fanotify::DirWatch::new(self.root.as_fd())
             .map_err(|e| format!("fanotify on the workspace's file system: {e}"))?;
         self.watch = Some(Watch {
@@ -554,7 +570,14 @@ impl Checkpoints {
             Some(dirs) if state.has_head => {
                 self.partial_walks
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                scan.run_dirs(self.root.as_fd(), head, &dirs)?
+                let partial = scan.run_dirs(self.root.as_fd(), head, &dirs)?;
+                if partial.linked_file_changed {
+                    // A file with other names changed: those names may be anywhere.
+                    let manifest = partial.manifest.clone();
+                    partial.then(scan.run(self.root.as_fd(), manifest)?)
+                } else {
+                    partial
+                }
             }
             _ => scan.run(self.root.as_fd(), head)?,
         };
@@ -1183,6 +1206,14 @@ mod watch_tests {
             assert_eq!(partial(), before + 1, "{what}: recorded by a partial walk");
             assert_eq!(held(&cps), walked_afresh(&canonical), "{what}");
         }
+        // A file with two names in two directories, written through one: the other name's
+        // directory had no event, so the partial walk is followed by a whole one.
+        fs::write(w("mode/one"), "one").unwrap();
+        fs::hard_link(w("mode/one"), w("renamed/two")).unwrap();
+        cps.record(&call("two names")).unwrap();
+        fs::write(w("renamed/two"), "written through the second name").unwrap();
+        cps.record(&call("through the second name")).unwrap();
+        assert_eq!(held(&cps), walked_afresh(&canonical), "both names");
         // A file written through a hard link in cordon's own home directory (never recorded
         // itself) is still seen: that drain asks for a whole walk.
         fs::hard_link(w("mode/m"), w(".cordon-home/m")).unwrap();

@@ -51,6 +51,39 @@ pub(crate) struct Scanned {
     /// A directory of the tree is on another file system than the root (a mount inside the
     /// workspace): a watch of the root's file system does not see changes there.
     pub other_file_system: bool,
+    /// A file read again had more than one link: its other names may be in directories a
+    /// walk of named directories did not read (a write through one name is an event in that
+    /// name's directory only), so such a walk must be followed by a whole one.
+    pub linked_file_changed: bool,
+}
+
+impl Scanned {
+    /// This scan (of named directories) followed by `whole`, a whole walk that started from
+    /// this scan's tree: the tree is the whole walk's, and each path's change runs from what
+    /// it was before this scan to what the whole walk found.
+    pub(crate) fn then(self, whole: Scanned) -> Scanned {
+        let mut net: std::collections::BTreeMap<String, Change> = self
+            .changes
+            .into_iter()
+            .map(|c| (c.path.clone(), c))
+            .collect();
+        for change in whole.changes {
+            match net.get_mut(&change.path) {
+                Some(first) => first.after = change.after,
+                None => {
+                    net.insert(change.path.clone(), change);
+                }
+            }
+        }
+        let changes: Vec<Change> = net.into_values().filter(|c| c.before != c.after).collect();
+        Scanned {
+            manifest: whole.manifest,
+            new_bytes: self.new_bytes + whole.new_bytes,
+            changes,
+            other_file_system: self.other_file_system || whole.other_file_system,
+            linked_file_changed: false,
+        }
+    }
 }
 
 fn now_ns() -> i128 {
@@ -118,6 +151,7 @@ impl Scan<'_> {
             changes: Vec::new(),
             root_dev: None,
             other_file_system: false,
+            linked_file_changed: false,
             base: None,
         };
         let root = rustix::fs::openat(
@@ -142,6 +176,7 @@ impl Scan<'_> {
             new_bytes: walk.new_bytes,
             changes,
             other_file_system: walk.other_file_system,
+            linked_file_changed: walk.linked_file_changed,
         })
     }
 }
@@ -158,7 +193,7 @@ impl Scan<'_> {
         &self,
         root: BorrowedFd<'_>,
         previous: Manifest,
-        dirs: &std::collections::BTreeSet<String>,
+        dirs: &super::Dirs,
     ) -> Result<Scanned, CheckpointError> {
         let root = rustix::fs::openat(
             root,
@@ -176,6 +211,7 @@ impl Scan<'_> {
             changes: Vec::new(),
             root_dev: rustix::fs::fstat(&root).ok().map(|st| st.st_dev),
             other_file_system: false,
+            linked_file_changed: false,
             base: Some(Base {
                 rest: previous,
                 walked: Vec::new(),
@@ -183,13 +219,13 @@ impl Scan<'_> {
         };
         // In path order, a directory comes before what is beneath it, so a directory walked
         // whole is known before its subdirectories come up.
-        for dir in dirs {
+        for (dir, names) in dirs {
             let covered_already = walk
                 .base
                 .as_ref()
                 .is_some_and(|b| b.walked.iter().any(|w| within(dir, w)));
             if !covered_already {
-                walk.named_dir(root.as_fd(), dir)?;
+                walk.named_dir(root.as_fd(), dir, names)?;
             }
         }
         // A directory that was there and is gone takes what was beneath it along.
@@ -217,6 +253,7 @@ impl Scan<'_> {
             new_bytes: walk.new_bytes,
             changes,
             other_file_system: walk.other_file_system,
+            linked_file_changed: walk.linked_file_changed,
         })
     }
 }
@@ -259,6 +296,7 @@ struct Walk<'a, 'b> {
     changes: Vec<Change>,
     root_dev: Option<u64>,
     other_file_system: bool,
+    linked_file_changed: bool,
 }
 
 impl Walk<'_, '_> {
@@ -281,7 +319,12 @@ impl Walk<'_, '_> {
     /// without following a link, with the ignore rules of every directory above it; its own
     /// entry and its entries are recorded again. Gone or no longer a directory: left to its
     /// parent's read (its removal was an event there).
-    fn named_dir(&mut self, root: BorrowedFd<'_>, dir: &str) -> Result<(), CheckpointError> {
+    fn named_dir(
+        &mut self,
+        root: BorrowedFd<'_>,
+        dir: &str,
+        names: &std::collections::BTreeSet<String>,
+    ) -> Result<(), CheckpointError> {
         let coverage = self.scan.coverage;
         let mut stack = vec![self.rules(root, "")];
         let mut fd: Option<OwnedFd> = None;
@@ -344,7 +387,7 @@ impl Walk<'_, '_> {
         }
         // The root's rules are the first on the stack; `entries` expects those of `dir`
         // last, which they are.
-        self.entries(here, &rel, &mut stack, ignored, true)
+        self.entries(here, &rel, &mut stack, ignored, Some(names))
     }
 
     /// Adds `path` to the new tree, noting how it differs from the previous record.
@@ -383,7 +426,7 @@ impl Walk<'_, '_> {
     ) -> Result<(), CheckpointError> {
         let rules = if ignored { None } else { self.rules(fd, rel) };
         stack.push(rules);
-        let result = self.entries(fd, rel, stack, ignored, false);
+        let result = self.entries(fd, rel, stack, ignored, None);
         stack.pop();
         result
     }
@@ -413,15 +456,16 @@ impl Walk<'_, '_> {
     }
 
     /// Records the entries of the directory `fd` (at `rel`, whose rules are on `stack`), and
-    /// walks its subdirectories whole, unless `shallow`: then a subdirectory that is the same
-    /// directory as before (same device and inode) is recorded by its own entry only.
+    /// walks its subdirectories whole, unless `shallow` (the names of the entries events
+    /// named there): then a subdirectory no event named, and that is the same directory as
+    /// before (same device and inode), is recorded by its own entry only.
     fn entries(
         &mut self,
         fd: BorrowedFd<'_>,
         rel: &str,
         stack: &mut Vec<Option<DirRules>>,
         ignored: bool,
-        shallow: bool,
+        shallow: Option<&std::collections::BTreeSet<String>>,
     ) -> Result<(), CheckpointError> {
         let coverage = self.scan.coverage;
         let mut names = Vec::new();
@@ -471,10 +515,15 @@ impl Walk<'_, '_> {
                 if self.root_dev != Some(st.st_dev) {
                     self.other_file_system = true;
                 }
-                if shallow {
-                    let same = self.previous.get(&path).is_some_and(|old| {
-                        old.entry.is_dir() && old.stat.dev == st.st_dev && old.stat.ino == st.st_ino
-                    });
+                if let Some(named) = shallow {
+                    // Named by an event (made, removed, renamed: perhaps another directory
+                    // under a reused inode number), or not the inode it was: walked whole.
+                    let same = !named.contains(name)
+                        && self.previous.get(&path).is_some_and(|old| {
+                            old.entry.is_dir()
+                                && old.stat.dev == st.st_dev
+                                && old.stat.ino == st.st_ino
+                        });
                     if same && covered {
                         self.put(path, Kind::Dir, &st, false);
                         continue;
@@ -504,7 +553,12 @@ impl Walk<'_, '_> {
                 continue;
             }
             match file_type {
-                FileType::RegularFile => self.file(fd, &cname, path, &st)?,
+                FileType::RegularFile => {
+                    if st.st_nlink > 1 {
+                        self.linked_file_changed = true;
+                    }
+                    self.file(fd, &cname, path, &st)?
+                }
                 FileType::Symlink => {
                     match rustix::fs::readlinkat(fd, cname.as_c_str(), Vec::new()) {
                         Ok(target) => match target.into_string() {

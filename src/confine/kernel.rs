@@ -24,8 +24,8 @@ pub(crate) fn simulated_missing(feature: &str) -> bool {
     std::env::var(SIMULATE_MISSING_ENV).is_ok_and(|v| v.split(',').any(|f| f.trim() == feature))
 }
 
-/// Names features to treat as missing (`landlock`, `seccomp`, `cgroups`, comma-separated;
-/// `landlock-abi-5` caps the Landlock ABI at 5, below the required one), so the
+/// Names features to treat as missing (`landlock`, `seccomp`, `cgroups`, `fanotify`,
+/// comma-separated; `landlock-abi-5` caps the Landlock ABI at 5, below the required one), so the
 /// fail-closed and degraded paths can be tested on a kernel that has everything. It can only
 /// take features away, never add them.
 pub(crate) const SIMULATE_MISSING_ENV: &str = "CORDON_SIMULATE_MISSING";

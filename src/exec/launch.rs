@@ -426,17 +426,20 @@ impl Launched {
     /// is the main process's exit status if it was already seen.
     pub async fn finish(mut self, executor: &Executor, status: Option<ExitStatus>) -> Finished {
         let ended_by_itself = status.is_some();
-        let cgroup = kill_tree(self.cgroup.take(), self.pgid).await;
-        let status = match status {
-            Some(s) => Some(s),
-            None => self.child.wait().await,
-        };
-        // What a main process that ended by itself left running (`cmd &`, a daemon) was just
-        // ended with the tree; its reaper's count follows the tree's end within moments.
+        // What a main process that ended by itself left running (`cmd &`, a daemon) its
+        // slot's reaper kills and reaps, then reports with the count: after that report
+        // nothing of the call runs, and the tree's end need not wait for the reaper's own exit
+        // (the teardown of the call's namespaces happens after the answer).
         let leftovers = if ended_by_itself {
             self.child.leftovers(LEFTOVERS_REPORT_WAIT).await
         } else {
             None
+        };
+        let emptied = self.child.emptied();
+        let cgroup = kill_tree(self.cgroup.take(), self.pgid, emptied).await;
+        let status = match status {
+            Some(s) => Some(s),
+            None => self.child.wait().await,
         };
         let network = match self.egress.take() {
             Some(ticket) => Some(ticket.finish().await),

@@ -534,8 +534,22 @@ fn spawn_confined(
     })
 }
 
-/// Kills everything the call started: the cgroup when there is one, else the process group.
-async fn kill_tree(cgroup: Option<CallCgroup>, pgid: Option<u32>) -> Option<CallCgroup> {
+/// Ends what is left of a call's tree: its process group at once, then (waiting, bounded)
+/// until its cgroups are empty. `emptied`: the slot's reaper already killed and reaped every
+/// process of the call and only the reaper itself may still be exiting (tearing the call's
+/// namespaces down), so nothing is waited for; its cgroups are emptied and removed after the
+/// answer, when they are dropped.
+async fn kill_tree(
+    cgroup: Option<CallCgroup>,
+    pgid: Option<u32>,
+    emptied: bool,
+) -> Option<CallCgroup> {
+    if emptied {
+        if let Some(pgid) = pgid.and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
+            let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+        }
+        return cgroup;
+    }
     if let Some(pgid) = pgid.and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
         // The process group first: it is immediate and covers the no-cgroup case.
         let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);

@@ -62,6 +62,15 @@ impl Process {
         }
     }
 
+    /// Whether the slot's reaper reported every process of the call killed and reaped
+    /// (`SandboxChild::emptied`); never on the per-child path.
+    pub fn emptied(&self) -> bool {
+        match self {
+            Self::Forked(_) => false,
+            Self::Slot(c) => c.emptied(),
+        }
+    }
+
     /// Sends `signal` to the main process only.
     pub fn signal(&self, signal: rustix::process::Signal) -> bool {
         match self {

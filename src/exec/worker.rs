@@ -185,7 +185,7 @@ impl ConfinedWorker {
         // Closing the pipes first lets a worker blocked on them see EOF; it dies either way.
         drop((self.stdin.take(), self.stdout.take(), self.stderr.take()));
         let hits = self.limit_hits();
-        let cgroup = kill_tree(self.cgroup.take(), self.pid).await;
+        let cgroup = kill_tree(self.cgroup.take(), self.pid, false).await;
         // Awaited, never `try_wait`: right after the kill the process is gone but its report
         // may still be on its way, and `try_wait` would sleep for it on a runtime thread.
         let status = tokio::time::timeout(KILL_WAIT, self.child.wait())

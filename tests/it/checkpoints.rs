@@ -357,6 +357,52 @@ fn a_call_that_changes_nothing_has_no_checkpoint() {
     assert_eq!(std::fs::read(sb.ws().join("a.txt")).unwrap(), b"one\n");
 }
 
+/// Without fanotify (an unprivileged server, here simulated) every call's start and end walks
+/// the tree: the level is said, and changes by a call and between calls are recorded and
+/// restored as on the fast path.
+#[cordon_test::test]
+fn without_fanotify_every_call_walks_and_still_records() {
+    if skip("without_fanotify_every_call_walks", Need::LandlockSeccomp) {
+        return;
+    }
+    let sb = Sandbox::new();
+    std::fs::create_dir(sb.ws().join("d")).unwrap();
+    std::fs::write(sb.ws().join("d/a.txt"), "one\n").unwrap();
+    let policy = sb.policy("checkpoints.toml", "extends = \"default\"\n");
+    let state = state_dir(&sb);
+    let mut s = StdioServer::start(
+        sb.ws(),
+        &["--policy", &policy],
+        "",
+        &[
+            ("CORDON_STATE_DIR", &state),
+            ("CORDON_SIMULATE_MISSING", "fanotify"),
+        ],
+    );
+    let before = snapshot(sb.ws());
+    let r = sh(&mut s, "true");
+    assert_eq!(structured(&r)["checkpoint"], Value::Null, "{r}");
+    let changed = sh(
+        &mut s,
+        "echo two > d/a.txt && mkdir -p e/f && echo new > e/f/b.txt",
+    );
+    let id = checkpoint_of(&changed);
+    std::fs::write(sb.ws().join("d/a.txt"), "by the operator\n").unwrap();
+    sh(&mut s, "true");
+    let listed = s.call("checkpoint", json!({"action": "list"}));
+    let recording = structured(&listed)["recording"].as_str().unwrap();
+    assert!(recording.starts_with("full walk"), "{listed}");
+    let tools: Vec<&str> = structured(&listed)["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["tool"].as_str().unwrap())
+        .collect();
+    assert_eq!(tools, ["outside", "shell_exec"], "{listed}");
+    restore(&mut s, &id);
+    assert_same(&before, &snapshot(sb.ws()), "restored without fanotify");
+}
+
 #[cordon_test::test]
 fn the_bound_drops_the_oldest_checkpoints_first() {
     if skip("the_bound_drops_the_oldest", Need::LandlockSeccomp) {

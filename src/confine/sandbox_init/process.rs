@@ -526,9 +526,14 @@ fn route(
             id,
             status,
             leftovers,
+            emptied,
         } => {
             if let Some(tx) = lock(&shared.exits).remove(&id) {
-                let _ = tx.send(Some(ExitReport { status, leftovers }));
+                let _ = tx.send(Some(ExitReport {
+                    status,
+                    leftovers,
+                    emptied,
+                }));
             }
         }
     }
@@ -540,8 +545,10 @@ pub(crate) struct ExitReport {
     /// The main process's wait status.
     status: i32,
     /// Processes the job had started that still ran when its main process ended (the
-    /// reaper's exit ended them).
+    /// reaper ended them).
     leftovers: u32,
+    /// The reaper killed and reaped every process of the call before it reported.
+    emptied: bool,
 }
 
 impl ExitReport {
@@ -549,6 +556,7 @@ impl ExitReport {
         Self {
             status: KILLED_STATUS,
             leftovers: 0,
+            emptied: false,
         }
     }
 }
@@ -745,6 +753,13 @@ impl SandboxChild {
             .ok()?
             .ok()?;
         report.map(|r| r.leftovers)
+    }
+
+    /// Whether the slot's reaper reported that it killed and reaped every process of the call
+    /// (the job ended by itself): nothing of it runs, and only the reaper's own exit, which
+    /// tears the call's namespaces down, is left.
+    pub fn emptied(&self) -> bool {
+        self.exit.borrow().is_some_and(|r| r.emptied)
     }
 
     /// Sends `signal` to the main process through its pidfd (no pid-reuse race).

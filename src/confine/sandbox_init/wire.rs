@@ -118,6 +118,10 @@ pub enum FromInit {
         status: i32,
         #[serde(default)]
         leftovers: u32,
+        /// The slot's reaper killed and reaped every process of the call before reporting:
+        /// nothing of the call runs, though the reaper itself may still be exiting.
+        #[serde(default)]
+        emptied: bool,
     },
 }
 

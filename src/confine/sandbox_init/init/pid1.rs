@@ -215,18 +215,15 @@ pub(super) fn serve(plan: &InitPlan, ids: Option<CallIds>, control: &OwnedFd) ->
     let no_grants: Vec<OpenedGrant> = Vec::new();
     let mut slots: HashMap<i32, ForkedSlot> = HashMap::new();
     loop {
-        let (control_ready, child_ready) = {
-            let mut fds = [
-                rustix::event::PollFd::new(control, rustix::event::PollFlags::IN),
-                rustix::event::PollFd::new(&signals, rustix::event::PollFlags::IN),
-            ];
-            match rustix::event::poll(&mut fds, None) {
-                Ok(_) => {}
-                Err(rustix::io::Errno::INTR) => continue,
-                Err(_) => std::process::exit(1),
-            }
-            (!fds[0].revents().is_empty(), !fds[1].revents().is_empty())
+        let Some(ready) = wait_for_work(control, &signals, &slots) else {
+            continue;
         };
+        for pid in ready.reports {
+            if let Some(slot) = slots.get_mut(&pid) {
+                relay_report(control, slot);
+            }
+        }
+        let (control_ready, child_ready) = (ready.control, ready.children);
         if child_ready {
             let mut buf = [0u8; 128 * 4];
             while rustix::io::read(&signals, &mut buf).is_ok_and(|n| n > 0) {}
@@ -281,6 +278,55 @@ pub(super) fn serve(plan: &InitPlan, ids: Option<CallIds>, control: &OwnedFd) ->
 pub(super) struct ForkedSlot {
     id: u64,
     status: OwnedFd,
+    /// The reaper's report was relayed before the reaper itself was reaped.
+    reported: bool,
+}
+
+/// What woke PID 1: the control socket, a child's end, and the slots whose reaper reported.
+struct Ready {
+    control: bool,
+    children: bool,
+    reports: Vec<i32>,
+}
+
+/// Waits until the server writes, a child ends or a slot's reaper reports (its status pipe
+/// holds the report before the reaper exits, and it is relayed at once). None: interrupted.
+fn wait_for_work(
+    control: &OwnedFd,
+    signals: &OwnedFd,
+    slots: &HashMap<i32, ForkedSlot>,
+) -> Option<Ready> {
+    let waiting: Vec<i32> = slots
+        .iter()
+        .filter(|(_, s)| !s.reported)
+        .map(|(pid, _)| *pid)
+        .collect();
+    let mut fds = vec![
+        rustix::event::PollFd::new(control, rustix::event::PollFlags::IN),
+        rustix::event::PollFd::new(signals, rustix::event::PollFlags::IN),
+    ];
+    for pid in &waiting {
+        fds.push(rustix::event::PollFd::new(
+            &slots[pid].status,
+            rustix::event::PollFlags::IN,
+        ));
+    }
+    match rustix::event::poll(&mut fds, None) {
+        Ok(_) => {}
+        Err(rustix::io::Errno::INTR) => return None,
+        Err(_) => std::process::exit(1),
+    }
+    let reports = waiting
+        .iter()
+        .zip(&fds[2..])
+        .filter(|(_, fd)| fd.revents().contains(rustix::event::PollFlags::IN))
+        .map(|(pid, _)| *pid)
+        .collect();
+    Some(Ready {
+        control: !fds[0].revents().is_empty(),
+        children: !fds[1].revents().is_empty(),
+        reports,
+    })
 }
 
 pub(super) fn reap(control: &OwnedFd, slots: &mut HashMap<i32, ForkedSlot>) {
@@ -291,30 +337,48 @@ pub(super) fn reap(control: &OwnedFd, slots: &mut HashMap<i32, ForkedSlot>) {
         if pid <= 0 {
             return;
         }
-        if let Some(slot) = slots.remove(&pid) {
-            // The job's status when the reaper saw it end; the reaper's own otherwise (killed
-            // before or during the job: SIGKILL from the server, the OOM killer). Reported when
-            // the reaper is reaped, not when it writes the status: the server's next step kills
-            // and waits for the call's cgroup to empty, which the reaper leaves only then, and
-            // an earlier report made that wait a polling one (measured: 2.7 to 4.6 ms a call).
-            let mut raw = [0u8; 8];
-            let mut leftovers = 0;
-            if rustix::io::read(&slot.status, &mut raw).is_ok_and(|n| n == 8) {
-                let (code, count) = raw.split_at(4);
-                status = i32::from_ne_bytes(code.try_into().unwrap_or_default());
-                leftovers = u32::from_ne_bytes(count.try_into().unwrap_or_default());
-            }
+        if let Some(mut slot) = slots.remove(&pid)
+            && !slot.reported
+            && !relay_report(control, &mut slot)
+        {
+            // No report: the reaper was killed before or during the job (SIGKILL from the
+            // server, the OOM killer), and its own status is the job's.
             send_msg(
                 control,
                 &FromInit::Exited {
                     id: slot.id,
                     status,
-                    leftovers,
+                    leftovers: 0,
+                    emptied: false,
                 },
                 &[],
             );
         }
     }
+}
+
+/// Relays a reaper's report (the job's status when the reaper saw it end, what it left, and
+/// whether the reaper reaped all of it) from its status pipe, if the report is there.
+/// Relayed before the reaper's own exit: by then nothing of the call runs, and the server
+/// answers while the kernel tears the call's namespaces down.
+fn relay_report(control: &OwnedFd, slot: &mut ForkedSlot) -> bool {
+    let mut raw = [0u8; STATUS_REPORT];
+    if !rustix::io::read(&slot.status, &mut raw).is_ok_and(|n| n == STATUS_REPORT) {
+        return false;
+    }
+    slot.reported = true;
+    let word = |at: usize| [raw[at], raw[at + 1], raw[at + 2], raw[at + 3]];
+    send_msg(
+        control,
+        &FromInit::Exited {
+            id: slot.id,
+            status: i32::from_ne_bytes(word(0)),
+            leftovers: u32::from_ne_bytes(word(4)),
+            emptied: raw[8] == 1,
+        },
+        &[],
+    );
+    true
 }
 
 /// What PID 1 hands down to the slots it forks.
@@ -432,6 +496,7 @@ pub(super) fn fork_slot(
                 ForkedSlot {
                     id,
                     status: status_read,
+                    reported: false,
                 },
             );
             drop((theirs, cgroup_procs, status_write));

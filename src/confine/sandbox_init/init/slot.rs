@@ -291,9 +291,18 @@ pub(super) fn reap_until(
             // SAFETY: waitpid writes the status into a live local.
             let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
             if pid == main {
-                let mut report = [0u8; 8];
+                let left = leftovers(proc_dir);
+                // The call's end: every process it left is killed and reaped here, before the
+                // report, so the report means "nothing of the call runs any more" and the
+                // server answers without waiting for this process's own exit (the teardown of
+                // the call's mount and PID namespaces, which follows the report).
+                if left > 0 {
+                    end_namespace();
+                }
+                let mut report = [0u8; STATUS_REPORT];
                 report[..4].copy_from_slice(&status.to_ne_bytes());
-                report[4..].copy_from_slice(&leftovers(proc_dir).to_ne_bytes());
+                report[4..8].copy_from_slice(&left.to_ne_bytes());
+                report[8] = 1;
                 let _ = rustix::io::write(status_pipe, &report);
                 // SAFETY: _exit ends this forked process without running PID 1's atexit state.
                 unsafe { libc::_exit(0) }
@@ -329,6 +338,30 @@ pub(super) fn reap_until(
             unsafe {
                 libc::kill(main, signal);
             }
+        }
+    }
+}
+
+/// Bytes of a reaper's report on its status pipe: the main process's wait status, the count
+/// of processes it left, and 1 when every process of the namespace is reaped.
+pub(super) const STATUS_REPORT: usize = 9;
+
+/// Kills every other process of this PID namespace (this process is its init: `kill(-1)`
+/// reaches all of them, and a fork racing it fails on the pending SIGKILL) and reaps them,
+/// orphans reparented to it included, until it has no child left.
+fn end_namespace() {
+    loop {
+        // SAFETY: kill takes plain integers; -1 is every process this one may signal, which
+        // for a namespace's init is every other process of the namespace.
+        unsafe {
+            libc::kill(-1, libc::SIGKILL);
+        }
+        let mut status = 0;
+        // SAFETY: waitpid writes the status into a live local.
+        match unsafe { libc::waitpid(-1, &mut status, 0) } {
+            n if n > 0 => continue,
+            _ if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) => continue,
+            _ => return,
         }
     }
 }
