@@ -138,16 +138,12 @@ pub(super) fn shadow_to_operator(
     if moves.is_empty() && !head_moved && !index_moved {
         return;
     }
-    match import(
-        git,
-        sh,
-        &moves,
-        head_moved,
-        index_moved,
-        agreed,
-        confined,
-        report,
-    ) {
+    let moved = Moved {
+        refs: &moves,
+        head: head_moved,
+        index: index_moved,
+    };
+    match import(git, sh, moved, agreed, confined, report) {
         Ok(()) => {}
         Err(e) => report.refuse(format!(
             "cordon did not import this call's git changes into the operator's repository, \
@@ -156,13 +152,28 @@ pub(super) fn shadow_to_operator(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What the shadow moved since the agreement.
+struct Moved<'a> {
+    refs: &'a [Move],
+    head: bool,
+    index: bool,
+}
+
+/// What of the shadow's moves the operator did not also move: what an import may write.
+struct Plan<'a> {
+    refs: Vec<&'a Move>,
+    head: bool,
+    index: bool,
+    /// The objects the moved refs and a detached HEAD name, each with the type it needs.
+    wanted: Vec<(Oid, &'static str)>,
+}
+
+/// Imports the shadow's moves into the operator's repository: reconcile them with what the
+/// operator moved, bring the objects over, check everything, then write refs, HEAD and index.
 fn import(
     git: &GitShadow,
     sh: &RepoState,
-    moves: &[Move],
-    head_moved: bool,
-    index_moved: bool,
+    moved: Moved<'_>,
     agreed: &mut Agreed,
     confined: &dyn ConfinedGit,
     report: &mut GuardReport,
@@ -175,9 +186,53 @@ fn import(
     let operator = super::operator_gitdir(&git.root)
         .ok_or_else(|| Refusal::Plain("the operator's `.git` is not a directory".into()))?;
     let op = read_state(&operator);
-    // A ref the operator moved too is theirs: not imported, reported.
-    let mut updates: Vec<&Move> = Vec::new();
-    for m in moves {
+    let plan = reconcile(sh, &op, moved, agreed, report);
+    let present = types(&gitdir, ws, plan.wanted.iter().map(|(o, _)| o))?;
+    let missing: Vec<&Oid> = plan
+        .wanted
+        .iter()
+        .map(|(o, _)| o)
+        .filter(|o| !present.iter().any(|(p, t)| p == *o && t != "missing"))
+        .collect();
+    let tips: BTreeSet<&Oid> = op.refs.values().collect();
+    let mut tree = None;
+    if !missing.is_empty() || plan.index {
+        tree = export(&gitdir, ws, &missing, &tips, plan.index, confined)?;
+    }
+    verify_objects(&gitdir, ws, &plan.wanted, tree.as_ref())?;
+    let old_index_tree = refuse_new_gitlinks(&gitdir, ws, &operator, &plan.wanted, tree.as_ref())?;
+    // Everything checked: move the refs in one transaction, then HEAD, then the index.
+    write_refs(&gitdir, ws, &plan.refs, agreed)?;
+    if plan.head {
+        let mut cmd = host::command(&gitdir, ws);
+        match &sh.head {
+            Head::Branch(name) => cmd.args(["symbolic-ref", "HEAD", name]),
+            Head::Detached(oid) => cmd.args(["update-ref", "--no-deref", "HEAD", oid]),
+            Head::Absent => unreachable!("head_moved excludes an absent HEAD"),
+        };
+        host::run(cmd, "set HEAD", None)?;
+        agreed.head = sh.head.clone();
+    }
+    if let Some(tree) = &tree {
+        write_index(&operator, &gitdir, ws, tree, old_index_tree.is_some())?;
+        agreed.shadow_index = sh.index.clone();
+        agreed.operator_index = read_state(&operator).index;
+    }
+    agreed.operator_seen = None;
+    Ok(())
+}
+
+/// Keeps the moves the operator did not also make (a ref, HEAD or index both sides moved is
+/// the operator's: not imported, reported) and names the objects they need.
+fn reconcile<'a>(
+    sh: &RepoState,
+    op: &RepoState,
+    moved: Moved<'a>,
+    agreed: &Agreed,
+    report: &mut GuardReport,
+) -> Plan<'a> {
+    let mut refs: Vec<&Move> = Vec::new();
+    for m in moved.refs {
         let (name, base, _) = m;
         if op.refs.get(name) != base.as_ref() {
             report.info(format!(
@@ -185,19 +240,19 @@ fn import(
                  sandbox's value; reconcile them by hand"
             ));
         } else {
-            updates.push(m);
+            refs.push(m);
         }
     }
-    let head_update = head_moved && op.head == agreed.head;
-    let index_update = index_moved && op.index == agreed.operator_index;
-    if index_moved && !index_update {
+    let head = moved.head && op.head == agreed.head;
+    let index = moved.index && op.index == agreed.operator_index;
+    if moved.index && !index {
         report.info(
             "the operator's index changed on the host while the sandbox's did too: cordon \
              kept the operator's (the sandbox's staged changes are not on the host)"
                 .into(),
         );
     }
-    let mut wanted: Vec<(Oid, &str)> = updates
+    let mut wanted: Vec<(Oid, &'static str)> = refs
         .iter()
         .filter_map(|(name, _, new)| {
             let kind = if name.starts_with("refs/tags/") {
@@ -208,25 +263,29 @@ fn import(
             new.clone().map(|n| (n, kind))
         })
         .collect();
-    if head_update && let Head::Detached(oid) = &sh.head {
+    if head && let Head::Detached(oid) = &sh.head {
         wanted.push((oid.clone(), "commit"));
     }
-    let present = types(&gitdir, ws, wanted.iter().map(|(o, _)| o))?;
-    let missing: Vec<&Oid> = wanted
-        .iter()
-        .map(|(o, _)| o)
-        .filter(|o| !present.iter().any(|(p, t)| p == *o && t != "missing"))
-        .collect();
-    let tips: BTreeSet<&Oid> = op.refs.values().collect();
-    let mut tree = None;
-    if !missing.is_empty() || index_update {
-        tree = export(&gitdir, ws, &missing, &tips, index_update, confined)?;
+    Plan {
+        refs,
+        head,
+        index,
+        wanted,
     }
-    // Every tip of the right type, everything it reaches present.
+}
+
+/// Every tip has the type its ref needs, the index's tree arrived, and everything they reach
+/// is in the operator's repository.
+fn verify_objects(
+    gitdir: &Path,
+    ws: &Path,
+    wanted: &[(Oid, &'static str)],
+    tree: Option<&Oid>,
+) -> Result<(), Refusal> {
     let mut check: Vec<&Oid> = wanted.iter().map(|(o, _)| o).collect();
-    check.extend(tree.iter());
-    let found = types(&gitdir, ws, check.iter().copied())?;
-    for (oid, kind) in &wanted {
+    check.extend(tree);
+    let found = types(gitdir, ws, check.iter().copied())?;
+    for (oid, kind) in wanted {
         let t = found
             .iter()
             .find(|(o, _)| o == oid)
@@ -242,7 +301,7 @@ fn import(
             )));
         }
     }
-    if let Some(tree) = &tree
+    if let Some(tree) = tree
         && !found.iter().any(|(o, t)| o == tree && t == "tree")
     {
         return Err(Refusal::Plain(format!(
@@ -250,20 +309,31 @@ fn import(
         )));
     }
     if !check.is_empty() {
-        let mut cmd = host::command(&gitdir, ws);
+        let mut cmd = host::command(gitdir, ws);
         cmd.args(["rev-list", "--objects", "--quiet"])
             .args(check.iter().map(|o| o.as_str()))
             .args(["--not", "--all"]);
         host::run(cmd, "rev-list --objects", None)?;
     }
-    // No new gitlink, in the new commits nor in the index.
+    Ok(())
+}
+
+/// Refuses a new gitlink in the new commits or in the index's tree; returns the tree of the
+/// operator's index as it was (None: it had none), which the index is merged from.
+fn refuse_new_gitlinks(
+    gitdir: &Path,
+    ws: &Path,
+    operator: &Dir,
+    wanted: &[(Oid, &'static str)],
+    tree: Option<&Oid>,
+) -> Result<Option<String>, Refusal> {
     let commits: Vec<&Oid> = wanted
         .iter()
         .filter(|(_, k)| *k == "commit")
         .map(|(o, _)| o)
         .collect();
     if !commits.is_empty() {
-        let mut cmd = host::command(&gitdir, ws);
+        let mut cmd = host::command(gitdir, ws);
         cmd.args([
             "log",
             "--raw",
@@ -282,83 +352,77 @@ fn import(
             return Err(gitlink_refusal(&path));
         }
     }
-    let mut old_index_tree = None;
-    if let Some(tree) = &tree {
-        let before = if operator.symlink_metadata("index").is_ok() {
-            let mut cmd = host::command(&gitdir, ws);
-            cmd.arg("write-tree");
-            let out = host::run(cmd, "write-tree", None)?;
-            Some(String::from_utf8_lossy(&out).trim().to_owned())
-        } else {
-            None
+    let Some(tree) = tree else {
+        return Ok(None);
+    };
+    let before = if operator.symlink_metadata("index").is_ok() {
+        let mut cmd = host::command(gitdir, ws);
+        cmd.arg("write-tree");
+        let out = host::run(cmd, "write-tree", None)?;
+        Some(String::from_utf8_lossy(&out).trim().to_owned())
+    } else {
+        None
+    };
+    let empty = empty_tree(tree);
+    let mut cmd = host::command(gitdir, ws);
+    cmd.args([
+        "diff-tree",
+        "-r",
+        "-z",
+        "--raw",
+        "--no-renames",
+        "--no-abbrev",
+    ])
+    .arg(before.as_deref().unwrap_or(empty))
+    .arg(tree);
+    let raw = host::run(cmd, "diff-tree", None)?;
+    if let Some(path) = new_gitlink(&raw) {
+        return Err(gitlink_refusal(&path));
+    }
+    Ok(before)
+}
+
+/// Moves the refs in one `update-ref --stdin` transaction whose old values are the agreed
+/// ones (a ref the operator moved meanwhile fails the whole transaction).
+fn write_refs(
+    gitdir: &Path,
+    ws: &Path,
+    updates: &[&Move],
+    agreed: &mut Agreed,
+) -> Result<(), Refusal> {
+    let Some(first) = updates.first() else {
+        return Ok(());
+    };
+    let zero = "0".repeat(
+        first
+            .2
+            .as_ref()
+            .or(first.1.as_ref())
+            .map_or(40, |o| o.len()),
+    );
+    let mut script = String::from("start\n");
+    for (name, base, new) in updates {
+        let old = base.as_deref().unwrap_or(&zero);
+        match new {
+            Some(new) => script.push_str(&format!("update {name} {new} {old}\n")),
+            None => script.push_str(&format!("delete {name} {old}\n")),
+        }
+    }
+    script.push_str("commit\n");
+    let mut cmd = host::command(gitdir, ws);
+    cmd.args([
+        "update-ref",
+        "-m",
+        "cordon: imported from the sandbox",
+        "--stdin",
+    ]);
+    host::run(cmd, "update-ref", Some(script.as_bytes()))?;
+    for (name, _, new) in updates {
+        match new {
+            Some(new) => agreed.refs.insert(name.clone(), new.clone()),
+            None => agreed.refs.remove(name),
         };
-        let empty = empty_tree(tree);
-        let mut cmd = host::command(&gitdir, ws);
-        cmd.args([
-            "diff-tree",
-            "-r",
-            "-z",
-            "--raw",
-            "--no-renames",
-            "--no-abbrev",
-        ])
-        .arg(before.as_deref().unwrap_or(empty))
-        .arg(tree);
-        let raw = host::run(cmd, "diff-tree", None)?;
-        if let Some(path) = new_gitlink(&raw) {
-            return Err(gitlink_refusal(&path));
-        }
-        old_index_tree = before;
     }
-    // Everything checked: move the refs in one transaction, then HEAD, then the index.
-    if !updates.is_empty() {
-        let zero = "0".repeat(
-            updates[0]
-                .2
-                .as_ref()
-                .or(updates[0].1.as_ref())
-                .map_or(40, |o| o.len()),
-        );
-        let mut script = String::from("start\n");
-        for (name, base, new) in &updates {
-            let old = base.as_deref().unwrap_or(&zero);
-            match new {
-                Some(new) => script.push_str(&format!("update {name} {new} {old}\n")),
-                None => script.push_str(&format!("delete {name} {old}\n")),
-            }
-        }
-        script.push_str("commit\n");
-        let mut cmd = host::command(&gitdir, ws);
-        cmd.args([
-            "update-ref",
-            "-m",
-            "cordon: imported from the sandbox",
-            "--stdin",
-        ]);
-        host::run(cmd, "update-ref", Some(script.as_bytes()))?;
-        for (name, _, new) in &updates {
-            match new {
-                Some(new) => agreed.refs.insert(name.clone(), new.clone()),
-                None => agreed.refs.remove(name),
-            };
-        }
-    }
-    if head_update {
-        let mut cmd = host::command(&gitdir, ws);
-        match &sh.head {
-            Head::Branch(name) => cmd.args(["symbolic-ref", "HEAD", name]),
-            Head::Detached(oid) => cmd.args(["update-ref", "--no-deref", "HEAD", oid]),
-            Head::Absent => unreachable!("head_moved excludes an absent HEAD"),
-        };
-        host::run(cmd, "set HEAD", None)?;
-        agreed.head = sh.head.clone();
-    }
-    if let Some(tree) = &tree {
-        write_index(&operator, &gitdir, ws, tree, old_index_tree.is_some())?;
-        agreed.shadow_index = sh.index.clone();
-        agreed.operator_index = read_state(&operator).index;
-    }
-    agreed.operator_seen = None;
     Ok(())
 }
 

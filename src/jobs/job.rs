@@ -244,6 +244,28 @@ fn terminal_and_input(
     Ok((terminal, input))
 }
 
+/// One task per output stream reading it into the job's rings: the terminal's master, or the
+/// stdout and stderr pipes.
+fn spawn_readers(
+    job: &Arc<Job>,
+    terminal: Option<crate::confine::terminal::Terminal>,
+    pipes: crate::exec::process::Pipes,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    match terminal {
+        Some(master) => vec![tokio::spawn(read_output(
+            Arc::clone(job),
+            master,
+            Stream::Out,
+        ))],
+        None => [(pipes.stdout, Stream::Out), (pipes.stderr, Stream::Err)]
+            .into_iter()
+            .filter_map(|(pipe, stream)| {
+                pipe.map(|p| tokio::spawn(read_output(Arc::clone(job), p, stream)))
+            })
+            .collect(),
+    }
+}
+
 /// Starts the job: launched like a call, then supervised until it ends.
 pub(super) async fn start(
     executor: Arc<Executor>,
@@ -320,30 +342,7 @@ pub(super) async fn start(
         relaunch,
         members,
     });
-    let mut readers = Vec::new();
-    match terminal {
-        Some(master) => readers.push(tokio::spawn(read_output(
-            Arc::clone(&job),
-            master,
-            Stream::Out,
-        ))),
-        None => {
-            if let Some(out) = pipes.stdout {
-                readers.push(tokio::spawn(read_output(
-                    Arc::clone(&job),
-                    out,
-                    Stream::Out,
-                )));
-            }
-            if let Some(err) = pipes.stderr {
-                readers.push(tokio::spawn(read_output(
-                    Arc::clone(&job),
-                    err,
-                    Stream::Err,
-                )));
-            }
-        }
-    }
+    let readers = spawn_readers(&job, terminal, pipes);
     if let Some(data) = spec.stdin {
         // The caller's `stdin` goes first; its failure (the job exited at once) is no error.
         let _ = job.write_input(&data).await;

@@ -9,11 +9,12 @@
 use super::{Done, SharedContext, Tool};
 use crate::audit::{Decision, Outcome};
 use crate::checkpoint::store::Budget;
-use crate::checkpoint::{CallInfo, CheckpointError, FileChange, Listed};
+use crate::checkpoint::{CallInfo, CheckpointError, Checkpoints, FileChange, Listed};
 use crate::runtime::Session;
 use crate::shape::{ErrorKind, ToolError, ToolOutcome};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 use std::time::Instant;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
@@ -163,115 +164,132 @@ async fn act(
         }
     };
     match args.action {
-        Action::List => {
-            let recording = checkpoints.recording().to_owned();
-            let (listed, budget) = blocking(move || checkpoints.list()).await?;
-            let mut text = format!(
-                "{} checkpoints kept ({} bytes of {} used, {} dropped so far)\n",
-                budget.count, budget.bytes_used, budget.bytes_max, budget.dropped
-            );
-            for l in listed.iter().take(50) {
-                text.push_str(&format!(
-                    "{} {} {}: {} ({} files)\n",
-                    l.id, l.created_at, l.tool, l.summary, l.files_changed
-                ));
-            }
-            text.push_str(&format!("recording: {recording}\n"));
-            let output = CheckpointOutput {
-                checkpoints: listed,
-                budget: Some(budget),
-                recording: Some(recording),
-                ..Default::default()
-            };
-            Ok(Done::ok(output, text))
-        }
-        Action::Diff => {
-            let to = args.to.clone();
-            let diffed = blocking(move || checkpoints.diff(&id, to.as_deref())).await?;
-            let mut policy = ctx.runtime.policy.output.clone();
-            if let Some(max) = args.max_bytes {
-                policy.max_chars = policy.max_chars.min(max as usize);
-            }
-            let bytes = diffed.text.into_bytes();
-            let captured = crate::exec::Captured {
-                total_bytes: bytes.len() as u64,
-                total_lines: bytes.iter().filter(|b| **b == b'\n').count() as u64,
-                head: bytes,
-                tail: Vec::new(),
-                spill_path: None,
-                spill_error: None,
-            };
-            let spill = |_: &str| ctx.runtime.workspace.create_spill_std("checkpoint-diff");
-            let shaped = crate::shape::shape_stream(&captured, &policy, "diff", Some(&spill));
-            let text = format!("{} paths changed\n{}", diffed.files.len(), shaped.text);
-            let output = CheckpointOutput {
-                diff: shaped.text,
-                full_diff: shaped.full_output,
-                files: diffed.files,
-                ..Default::default()
-            };
-            Ok(Done::ok(output, text))
-        }
-        Action::Restore => {
-            let running: Vec<_> = ctx
-                .jobs
-                .list()
-                .into_iter()
-                .filter(|j| j.is_running())
-                .collect();
-            let mut stopped_jobs = Vec::new();
-            if !running.is_empty() {
-                let ids: Vec<String> = running.iter().map(|j| j.id.clone()).collect();
-                if !args.stop_jobs {
-                    return Err(ToolError::new(
-                        ErrorKind::Denied,
-                        format!(
-                            "nothing was restored: job(s) {} of this session are running and may \
-                             be writing the workspace; stop them (job tool, signal TERM) or call \
-                             again with `stop_jobs: true`",
-                            ids.join(", ")
-                        ),
-                    ));
-                }
-                for job in &running {
-                    job.stop("stopped for a checkpoint restore".into()).await;
-                }
-                stopped_jobs = ids;
-            }
-            let info = CallInfo {
-                call: Some(super::call_label()),
-                tool: "checkpoint".into(),
-                summary: format!("restore to {}", super::echo_arg(&id)),
-            };
-            let shown = id.clone();
-            let restored = blocking(move || checkpoints.restore(&id, &info)).await?;
-            let not_restored: Vec<NotRestored> = restored
-                .skipped
-                .into_iter()
-                .map(|(path, reason)| NotRestored { path, reason })
-                .collect();
-            let mut text = format!(
-                "restored the workspace to before {}: {} paths changed{}",
-                super::echo_arg(&shown),
-                restored.files.len(),
-                match &restored.checkpoint {
-                    Some(undo) => format!("; undo this restore with checkpoint {undo}"),
-                    None => "; it already was so".into(),
-                }
-            );
-            for n in not_restored.iter().take(20) {
-                text.push_str(&format!("\nnot restored: {} ({})", n.path, n.reason));
-            }
-            let output = CheckpointOutput {
-                files: restored.files,
-                checkpoint: restored.checkpoint,
-                not_restored,
-                stopped_jobs,
-                ..Default::default()
-            };
-            Ok(Done::ok(output, text))
-        }
+        Action::List => list(checkpoints).await,
+        Action::Diff => diff(ctx, args, checkpoints, id).await,
+        Action::Restore => restore(ctx, args, checkpoints, id).await,
     }
+}
+
+/// `list`: the checkpoints kept, newest last, with the budget and the recording level.
+async fn list(checkpoints: Arc<Checkpoints>) -> Result<Done<CheckpointTool>, ToolError> {
+    let recording = checkpoints.recording().to_owned();
+    let (listed, budget) = blocking(move || checkpoints.list()).await?;
+    let mut text = format!(
+        "{} checkpoints kept ({} bytes of {} used, {} dropped so far)\n",
+        budget.count, budget.bytes_used, budget.bytes_max, budget.dropped
+    );
+    for l in listed.iter().take(50) {
+        text.push_str(&format!(
+            "{} {} {}: {} ({} files)\n",
+            l.id, l.created_at, l.tool, l.summary, l.files_changed
+        ));
+    }
+    text.push_str(&format!("recording: {recording}\n"));
+    let output = CheckpointOutput {
+        checkpoints: listed,
+        budget: Some(budget),
+        recording: Some(recording),
+        ..Default::default()
+    };
+    Ok(Done::ok(output, text))
+}
+
+/// `diff`: the unified diff of one checkpoint or a range, shaped like any long output.
+async fn diff(
+    ctx: &SharedContext,
+    args: &CheckpointArgs,
+    checkpoints: Arc<Checkpoints>,
+    id: String,
+) -> Result<Done<CheckpointTool>, ToolError> {
+    let to = args.to.clone();
+    let diffed = blocking(move || checkpoints.diff(&id, to.as_deref())).await?;
+    let mut policy = ctx.runtime.policy.output.clone();
+    if let Some(max) = args.max_bytes {
+        policy.max_chars = policy.max_chars.min(max as usize);
+    }
+    let spill = |_: &str| ctx.runtime.workspace.create_spill_std("checkpoint-diff");
+    let shaped = crate::shape::shape_bytes(diffed.text.as_bytes(), &policy, "diff", Some(&spill));
+    let text = format!("{} paths changed\n{}", diffed.files.len(), shaped.text);
+    let output = CheckpointOutput {
+        diff: shaped.text,
+        full_diff: shaped.full_output,
+        files: diffed.files,
+        ..Default::default()
+    };
+    Ok(Done::ok(output, text))
+}
+
+/// `restore`: the workspace as it was before the checkpoint's call, refused while this
+/// session's jobs run unless asked to stop them; itself a checkpoint that undoes it.
+async fn restore(
+    ctx: &SharedContext,
+    args: &CheckpointArgs,
+    checkpoints: Arc<Checkpoints>,
+    id: String,
+) -> Result<Done<CheckpointTool>, ToolError> {
+    let stopped_jobs = stop_running_jobs(ctx, args.stop_jobs).await?;
+    let info = CallInfo {
+        call: Some(super::call_label()),
+        tool: "checkpoint".into(),
+        summary: format!("restore to {}", super::echo_arg(&id)),
+    };
+    let shown = id.clone();
+    let restored = blocking(move || checkpoints.restore(&id, &info)).await?;
+    let not_restored: Vec<NotRestored> = restored
+        .skipped
+        .into_iter()
+        .map(|(path, reason)| NotRestored { path, reason })
+        .collect();
+    let mut text = format!(
+        "restored the workspace to before {}: {} paths changed{}",
+        super::echo_arg(&shown),
+        restored.files.len(),
+        match &restored.checkpoint {
+            Some(undo) => format!("; undo this restore with checkpoint {undo}"),
+            None => "; it already was so".into(),
+        }
+    );
+    for n in not_restored.iter().take(20) {
+        text.push_str(&format!("\nnot restored: {} ({})", n.path, n.reason));
+    }
+    let output = CheckpointOutput {
+        files: restored.files,
+        checkpoint: restored.checkpoint,
+        not_restored,
+        stopped_jobs,
+        ..Default::default()
+    };
+    Ok(Done::ok(output, text))
+}
+
+/// This session's running jobs may be writing the workspace: a restore is refused while they
+/// run, unless `stop` (then they are stopped first and their ids returned).
+async fn stop_running_jobs(ctx: &SharedContext, stop: bool) -> Result<Vec<String>, ToolError> {
+    let running: Vec<_> = ctx
+        .jobs
+        .list()
+        .into_iter()
+        .filter(|j| j.is_running())
+        .collect();
+    let ids: Vec<String> = running.iter().map(|j| j.id.clone()).collect();
+    if running.is_empty() {
+        return Ok(ids);
+    }
+    if !stop {
+        return Err(ToolError::new(
+            ErrorKind::Denied,
+            format!(
+                "nothing was restored: job(s) {} of this session are running and may be \
+                 writing the workspace; stop them (job tool, signal TERM) or call again with \
+                 `stop_jobs: true`",
+                ids.join(", ")
+            ),
+        ));
+    }
+    for job in &running {
+        job.stop("stopped for a checkpoint restore".into()).await;
+    }
+    Ok(ids)
 }
 
 /// Runs store work off the async threads.

@@ -53,6 +53,7 @@ mod server_lifetime;
 mod spec;
 mod startup;
 mod stdio_server;
+mod structure;
 mod suites;
 mod test_harness;
 mod workspace;
