@@ -419,11 +419,9 @@ fn serve_logging() {
         .init();
 }
 
-/// Starts the kernel-denials reader while this process has one thread: where cordon manages
-/// the host's audit, it gives itself a login uid of its own (`confine::audit::host`), which
-/// the kernel sets for the calling thread only, and every thread and process made afterwards
-/// inherits it. Threads made before (the async runtime's) would start processes the audit
-/// rule leaves without records.
+/// Starts the kernel-denials reader before anything else: its state (audit on, the rule
+/// that narrows it to cordon's processes, the login uid confined processes then take) must
+/// be settled before the first sandbox init's plan is made.
 fn start_kernel_denials() {
     let _ = cordon::app::confine::audit::start();
 }
@@ -703,8 +701,8 @@ async fn serve(
     let signals = cordon::app::server::StopSignals::listen()
         .context("cannot listen for SIGTERM and SIGINT")?;
     // Before the sandbox init's plan is made (in `start`): its Landlock layers log denials
-    // only once the reader runs. Started already (`start_kernel_denials`, before any thread);
-    // this only says how it went.
+    // only once the reader runs. Started already (`start_kernel_denials`); this only says how
+    // it went.
     if no_kernel_denials {
         tracing::info!("kernel-reported denials off (--no-kernel-denials)");
     } else if let cordon::app::confine::audit::Availability::Unavailable { reason } =

@@ -528,7 +528,19 @@ fn spawn_confined(
         .stderr(stderr)
         .kill_on_drop(true);
     crate::confine::confine_on_spawn(&mut cmd, setup);
-    cmd.spawn().map_err(|source| ExecError::Spawn {
+    // Forked where audit records its denials (see `on_a_cordon_thread`), inside the runtime
+    // that reaps it.
+    let runtime = tokio::runtime::Handle::try_current().ok();
+    let spawned = crate::confine::audit::on_a_cordon_thread(move || {
+        let _entered = runtime.as_ref().map(|r| r.enter());
+        cmd.spawn()
+    })
+    .unwrap_or_else(|| {
+        Err(std::io::Error::other(
+            "the thread that forks confined processes is gone",
+        ))
+    });
+    spawned.map_err(|source| ExecError::Spawn {
         program: program.to_string_lossy().into_owned(),
         source,
     })

@@ -388,11 +388,33 @@ fn a_job_flooding_the_audit_log_is_ended_with_the_audit_limit() {
     assert_eq!(ended["limit"]["kind"], "audit", "{ended:#}");
 }
 
-/// Where cordon is the one that turned the kernel's audit on, only its own processes pay for
-/// audit contexts: the server carries cordon's login uid (so its calls' denials are still
-/// recorded) and the kernel holds the task rule that leaves every other task without one.
-/// Where audit was on before any cordon server (an operator's auditd), cordon changes
-/// neither.
+/// The login uid of the host's process whose command line is `argv`, if one runs.
+fn host_loginuid_of(argv: &[&str]) -> Option<String> {
+    let want: Vec<u8> = argv
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+            let dir = entry.path();
+            if std::fs::read(dir.join("cmdline")).is_ok_and(|c| c == want) {
+                return std::fs::read_to_string(dir.join("loginuid"))
+                    .ok()
+                    .map(|s| s.trim().to_owned());
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    None
+}
+
+/// Where cordon is the one that turned the kernel's audit on, only its confined processes pay
+/// for audit contexts: they carry cordon's login uid (so their denials are recorded), in a
+/// slot of the sandbox init and when the server forks them itself; the server does not (its
+/// own system calls stay off the audit path), and the kernel holds the task rule that leaves
+/// every other task without a context. Where audit was on before any cordon server (an
+/// operator's auditd), cordon changes neither.
 #[cordon_test::test]
 fn only_cordons_processes_pay_for_the_audit_it_turned_on() {
     if skip_without_audit("only_cordons_processes_pay_for_the_audit_it_turned_on") {
@@ -400,24 +422,44 @@ fn only_cordons_processes_pay_for_the_audit_it_turned_on() {
     }
     use cordon::testing::confine::audit::host::{CORDON_LOGINUID, STATE_DIR};
     let sb = Sandbox::new();
-    let mut server = StdioServer::start(sb.ws(), &[], "", &[]);
-    let _ = server.call("shell_exec", json!({ "command": "true" }));
-    let loginuid = std::fs::read_to_string(format!("/proc/{}/loginuid", server.pid()))
-        .expect("the server's login uid");
-    let managed = std::path::Path::new(STATE_DIR)
-        .join("enabled-by-cordon")
-        .exists();
-    if managed {
-        assert_eq!(loginuid.trim(), CORDON_LOGINUID.to_string());
-        assert!(
-            cordon::testing::confine::audit::rule_in_force(),
-            "the rule `never,task -F auid!={CORDON_LOGINUID}` is in the kernel"
+    let managed = || {
+        std::path::Path::new(STATE_DIR)
+            .join("enabled-by-cordon")
+            .exists()
+    };
+    for (round, env) in [&[][..], &[("CORDON_SIMULATE_MISSING", "namespaces")][..]]
+        .into_iter()
+        .enumerate()
+    {
+        let mut server = StdioServer::start(sb.ws(), &[], "", env);
+        // Read from the host: inside a slot's user namespace cordon's login uid is unmapped
+        // and reads as unset.
+        let marker = format!("600.{round}17");
+        let r = server.call(
+            "shell_exec",
+            json!({ "command": format!("exec sleep {marker}"), "background": true }),
         );
-    } else {
+        let call = host_loginuid_of(&["sleep", &marker])
+            .unwrap_or_else(|| panic!("the job's process is not found on the host: {r}"));
+        let server_uid = std::fs::read_to_string(format!("/proc/{}/loginuid", server.pid()))
+            .expect("the server's login uid");
         assert_ne!(
-            loginuid.trim(),
+            server_uid.trim(),
             CORDON_LOGINUID.to_string(),
-            "audit that was on before cordon is left as the operator set it"
+            "the server itself carries no login uid of cordon's ({env:?})"
         );
+        if managed() {
+            assert_eq!(call, CORDON_LOGINUID.to_string(), "a call's ({env:?}): {r}");
+            assert!(
+                cordon::testing::confine::audit::rule_in_force(),
+                "the rule `never,task -F auid!={CORDON_LOGINUID}` is in the kernel"
+            );
+        } else {
+            assert_ne!(
+                call,
+                CORDON_LOGINUID.to_string(),
+                "audit that was on before cordon is left as the operator set it: {r}"
+            );
+        }
     }
 }

@@ -6,10 +6,12 @@
 //! per `getppid` for any process (BENCHMARKS.md, "Audit's host-wide cost"); and once audit has
 //! been on, turning it off again leaves new tasks a context that only checks the switch (12%
 //! more than with none). So when cordon is the one that turns audit on (it was off: nobody on
-//! the host reads it), it first gives itself a login uid of its own ([`CORDON_LOGINUID`],
-//! inherited by every process it starts) and adds one task rule, `never,task -F
-//! auid!=CORDON_LOGINUID`: a task that is not cordon's gets no context at all, as if audit
-//! were off. Its confined processes still get one, and their denials are recorded.
+//! the host reads it), it adds one task rule, `never,task -F auid!=CORDON_LOGINUID`, and its
+//! confined processes carry that login uid ([`CORDON_LOGINUID`]): the sandbox init's launcher
+//! takes it before it forks PID 1, and where the server forks a confined process itself it
+//! does so from one thread of its own that took it. A task that is not theirs, the server's
+//! other threads included, gets no context at all, as if audit were off; confined processes
+//! get one, and their denials are recorded.
 //!
 //! Several servers share that state through a directory of root's, [`STATE_DIR`]: each holds
 //! a shared `flock` on `audit.lock` while it runs, and the marker `enabled-by-cordon` says
@@ -73,12 +75,6 @@ impl Share {
     pub(crate) fn mark_enabled(&self) -> io::Result<()> {
         std::fs::write(self.dir.join(MARKER), std::process::id().to_string())
     }
-}
-
-/// Gives this process (and everything it starts from now on) cordon's login uid, so that
-/// the rule leaves its tasks their audit context.
-pub(crate) fn take_loginuid() -> io::Result<()> {
-    std::fs::write("/proc/self/loginuid", CORDON_LOGINUID.to_string())
 }
 
 /// Lets go of `share`; when no other server holds the state and cordon turned audit on,

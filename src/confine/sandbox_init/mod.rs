@@ -477,6 +477,7 @@ fn plan(inputs: &ViewInputs<'_>) -> InitPlan {
         }),
         calls_ids: inputs.calls_ids,
         hostname: "cordon".into(),
+        loginuid: crate::confine::audit::confined_loginuid(),
         landlock: inputs.landlock.map(|l| LandlockPlan {
             read_exec: l.paths.read_exec.clone(),
             read_write: l.paths.read_write.clone(),

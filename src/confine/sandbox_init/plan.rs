@@ -60,6 +60,11 @@ pub(crate) struct InitPlan {
     #[serde(default)]
     pub calls_ids: Option<CallIds>,
     pub hostname: String,
+    /// The login uid the launcher takes before it forks PID 1, so that every process of the
+    /// init has an audit context where cordon narrowed audit to its own processes
+    /// (`audit::confined_loginuid`). None: the launcher keeps the server's.
+    #[serde(default)]
+    pub loginuid: Option<u32>,
     pub landlock: Option<LandlockPlan>,
     /// BPF programs, each instruction as (code, jt, jf, k); installed in order, last step.
     pub seccomp: Vec<Vec<(u16, u8, u8, u32)>>,
@@ -199,6 +204,7 @@ mod tests {
             user_namespace: None,
             calls_ids: None,
             hostname: "cordon".into(),
+            loginuid: None,
             landlock: None,
             seccomp: Vec::new(),
             drop_capabilities: true,

@@ -1,5 +1,6 @@
 //! The launcher, exec'd by the server: checks that its parent is still the server, reads and
-//! checks the plan, unshares the namespaces and forks PID 1, then only waits. Its steps, in
+//! checks the plan, takes cordon's login uid (when the plan says), unshares the namespaces and
+//! forks PID 1, then only waits. Its steps, in
 //! order, as a failure names them (`FromInit::Failed { stage }`): `parent check`, `read plan`,
 //! `parse plan`, `plan`, `join network`, `unshare`, `setgroups`, `uid_map`, `gid_map`, `pipe`,
 //! `fork`.
@@ -26,6 +27,13 @@ pub(super) fn launcher(control: &OwnedFd) -> Result<i32, StageError> {
             "plan",
             format!("version {} is not {}", plan.version, wire::PROTOCOL_VERSION),
         ));
+    }
+    if let Some(loginuid) = plan.loginuid {
+        // Before anything is forked: a task's audit context is decided at its fork, by its
+        // login uid then. Not fatal: without it, denials go unrecorded, as with audit off.
+        if let Err(e) = std::fs::write("/proc/self/loginuid", loginuid.to_string()) {
+            eprintln!("cordon sandbox init: cannot take cordon's login uid: {e}");
+        }
     }
     let mut flags =
         libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
