@@ -248,7 +248,7 @@ impl Executor {
                 finished.hits,
                 exit_code,
                 signal,
-                &stderr,
+                &[stderr.head.as_slice(), stderr.tail.as_slice()].concat(),
                 req.timeout,
             ),
         };

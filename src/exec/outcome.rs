@@ -164,7 +164,7 @@ pub(crate) fn classify_limit(
     hits: Option<LimitHits>,
     exit_code: Option<i32>,
     signal: Option<i32>,
-    stderr: &Captured,
+    stderr: &[u8],
     timeout: Duration,
 ) -> Option<LimitHit> {
     let hit = |kind, evidence: String| Some(LimitHit { kind, evidence });
@@ -184,8 +184,7 @@ pub(crate) fn classify_limit(
         };
         return hit(kind, evidence.into());
     }
-    let text = [stderr.head.as_slice(), stderr.tail.as_slice()].concat();
-    let says = |needle: &str| text.windows(needle.len()).any(|w| w == needle.as_bytes());
+    let says = |needle: &str| stderr.windows(needle.len()).any(|w| w == needle.as_bytes());
     if exit_code != Some(0) && says("Too many open files") {
         return hit(
             LimitKind::OpenFiles,

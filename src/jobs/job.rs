@@ -697,13 +697,7 @@ fn judge(ending: Ending, finished: &crate::exec::launch::Finished, job: &Job) ->
         Some(s) => (s.code(), s.signal()),
         None => (None, None),
     };
-    let stderr_tail = {
-        let inner = job.lock();
-        crate::exec::Captured {
-            head: inner.err.peek_unread(4096),
-            ..Default::default()
-        }
-    };
+    let stderr_tail = job.lock().err.peek_unread(4096);
     let (state, limit, reason) = match ending {
         Ending::Limit(hit) => {
             let reason = format!("stopped by its {}: {}", hit.kind.describe(), hit.evidence);

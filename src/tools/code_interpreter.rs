@@ -16,7 +16,7 @@
 use super::{Done, SharedContext, Tool};
 use crate::audit::Outcome;
 use crate::confine::EnforcementLevel;
-use crate::exec::{Captured, LimitHit};
+use crate::exec::LimitHit;
 use crate::interpreter::{CellOutcome, CellRequest, InterpreterError};
 use crate::policy::Request;
 use crate::runtime::Session;
@@ -316,15 +316,10 @@ fn shape_outcome(
     let policy = &ctx.runtime.policy.output;
     let stdout = shape_stream(&outcome.stdout, policy, "stdout", Some(&open));
     let stderr = shape_stream(&outcome.stderr, policy, "stderr", Some(&open));
-    let result = outcome.result.as_ref().map(|r| {
-        let captured = Captured {
-            head: r.as_bytes().to_vec(),
-            total_bytes: r.len() as u64,
-            total_lines: r.matches('\n').count() as u64,
-            ..Default::default()
-        };
-        shape_stream(&captured, policy, "result", Some(&open))
-    });
+    let result = outcome
+        .result
+        .as_ref()
+        .map(|r| crate::shape::shape_bytes(r.as_bytes(), policy, "result", Some(&open)));
     let error = cell_error(&outcome);
     let mut notice = outcome.state_lost.clone();
     if notice.is_none() && outcome.fresh_start {
