@@ -297,7 +297,7 @@ fn dir_mode(root: BorrowedFd<'_>, path: &str, mode: u32) -> std::io::Result<()> 
 #[cfg(test)]
 mod tests {
     use super::super::entry::tests::file;
-    use super::super::entry::{Cached, Change, StatKey};
+    use super::super::entry::{Cached, Change};
     use super::*;
 
     fn record(seq: u64, changes: Vec<(&str, Option<Entry>, Option<Entry>)>) -> Record {
@@ -323,23 +323,7 @@ mod tests {
     fn head(entries: Vec<(&str, Entry)>) -> Manifest {
         entries
             .into_iter()
-            .map(|(p, entry)| {
-                (
-                    p.to_owned(),
-                    Cached {
-                        entry,
-                        stat: StatKey {
-                            dev: 0,
-                            ino: 0,
-                            size: 0,
-                            mtime_ns: 0,
-                            ctime_ns: 0,
-                            mode: 0,
-                        },
-                        racy: false,
-                    },
-                )
-            })
+            .map(|(p, entry)| (p.to_owned(), Cached::unknown_stat(entry)))
             .collect()
     }
 

@@ -154,31 +154,23 @@ impl Scan<'_> {
             linked_file_changed: false,
             base: None,
         };
-        let root = rustix::fs::openat(
-            root,
-            c".",
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| CheckpointError::Workspace(e.into()))?;
+        let root = reopen_root(root)?;
         walk.root_dev = rustix::fs::fstat(&root).ok().map(|st| st.st_dev);
         let mut stack = Vec::new();
         walk.dir(root.as_fd(), "", &mut stack, false)?;
-        let mut changes = walk.changes;
-        changes.extend(walk.previous.into_iter().map(|(path, old)| Change {
-            path,
-            before: Some(old.entry),
-            after: None,
-        }));
-        changes.sort_by(|a, b| a.path.cmp(&b.path));
-        Ok(Scanned {
-            manifest: walk.manifest,
-            new_bytes: walk.new_bytes,
-            changes,
-            other_file_system: walk.other_file_system,
-            linked_file_changed: walk.linked_file_changed,
-        })
+        Ok(walk.scanned(Manifest::new()))
     }
+}
+
+/// A readable descriptor of the workspace's root (the handle kept may be `O_PATH`).
+fn reopen_root(root: BorrowedFd<'_>) -> Result<OwnedFd, CheckpointError> {
+    rustix::fs::openat(
+        root,
+        c".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| CheckpointError::Workspace(e.into()))
 }
 
 /// The part of the previous record a walk of named directories has not looked at, and
@@ -195,13 +187,7 @@ impl Scan<'_> {
         previous: Manifest,
         dirs: &super::Dirs,
     ) -> Result<Scanned, CheckpointError> {
-        let root = rustix::fs::openat(
-            root,
-            c".",
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| CheckpointError::Workspace(e.into()))?;
+        let root = reopen_root(root)?;
         let mut walk = Walk {
             scan: self,
             started: now_ns(),
@@ -239,22 +225,7 @@ impl Scan<'_> {
             walk.take_subtree(&dir);
         }
         let base = walk.base.take().map(|b| b.rest).unwrap_or_default();
-        let mut changes = walk.changes;
-        changes.extend(walk.previous.into_iter().map(|(path, old)| Change {
-            path,
-            before: Some(old.entry),
-            after: None,
-        }));
-        changes.sort_by(|a, b| a.path.cmp(&b.path));
-        let mut manifest = base;
-        manifest.extend(walk.manifest);
-        Ok(Scanned {
-            manifest,
-            new_bytes: walk.new_bytes,
-            changes,
-            other_file_system: walk.other_file_system,
-            linked_file_changed: walk.linked_file_changed,
-        })
+        Ok(walk.scanned(base))
     }
 }
 
@@ -300,6 +271,31 @@ struct Walk<'a, 'b> {
 }
 
 impl Walk<'_, '_> {
+    /// What the walk found, its tree added to `kept` (what a walk of named directories did
+    /// not look at): what is left of the previous record was deleted.
+    fn scanned(self, mut kept: Manifest) -> Scanned {
+        let mut changes = self.changes;
+        changes.extend(self.previous.into_iter().map(|(path, old)| Change {
+            path,
+            before: Some(old.entry),
+            after: None,
+        }));
+        changes.sort_by(|a, b| a.path.cmp(&b.path));
+        let manifest = if kept.is_empty() {
+            self.manifest
+        } else {
+            kept.extend(self.manifest);
+            kept
+        };
+        Scanned {
+            manifest,
+            new_bytes: self.new_bytes,
+            changes,
+            other_file_system: self.other_file_system,
+            linked_file_changed: self.linked_file_changed,
+        }
+    }
+
     /// Moves what the previous record held beneath `dir` from the untouched rest into what
     /// this walk compares against (a walk of named directories only).
     fn take_subtree(&mut self, dir: &str) {

@@ -137,6 +137,22 @@ impl shell_exec::Approver for Asker<'_> {
     }
 }
 
+/// Says to the calling session that question `id` waits for the operator (`watching`: someone
+/// runs `cordon approvals --watch`).
+fn operator_waiting(id: &str, reason: &Reason, watching: bool, message: String) {
+    crate::events::emit_for_call(
+        crate::events::Level::Notice,
+        "approval_waiting",
+        serde_json::json!({
+            "id": id,
+            "rule": reason.rule,
+            "channel": "operator",
+            "watching": watching,
+            "message": message,
+        }),
+    );
+}
+
 /// Nobody watches the operator channel: the question is parked for the call's retry (it
 /// stays open until its deadline, under the same id) and this call is refused, saying how the
 /// operator answers it.
@@ -150,19 +166,14 @@ fn park_for_retry(
     let left = ticket.deadline_in().as_secs().max(1);
     ticket.park();
     approvals.park(arguments, reason.rule.clone(), ticket);
-    crate::events::emit_for_call(
-        crate::events::Level::Notice,
-        "approval_waiting",
-        serde_json::json!({
-            "id": id,
-            "rule": reason.rule,
-            "channel": "operator",
-            "watching": false,
-            "message": format!(
-                "no operator watches the approval channel: question {id} waits {left}s \
-                 for `cordon approve {id}` on the host, then the same call runs"
-            ),
-        }),
+    operator_waiting(
+        &id,
+        reason,
+        false,
+        format!(
+            "no operator watches the approval channel: question {id} waits {left}s for \
+             `cordon approve {id}` on the host, then the same call runs"
+        ),
     );
     Approval::Refused(
         Refusal::Unavailable(format!(
@@ -246,16 +257,11 @@ async fn ask_operator(
         }
     };
     notify(format!("{waiting} (question {id}, rule `{}`)", reason.rule));
-    crate::events::emit_for_call(
-        crate::events::Level::Notice,
-        "approval_waiting",
-        serde_json::json!({
-            "id": id,
-            "rule": reason.rule,
-            "channel": "operator",
-            "watching": true,
-            "message": format!("{waiting}, then `cordon approve {id}` or `cordon deny {id}`"),
-        }),
+    operator_waiting(
+        &id,
+        reason,
+        true,
+        format!("{waiting}, then `cordon approve {id}` or `cordon deny {id}`"),
     );
     let cancel = rctx.ct.clone();
     let asked = ticket.wait(&cancel);

@@ -138,6 +138,16 @@ fn restore(s: &mut StdioServer, id: &str) -> Value {
     r
 }
 
+/// The tool of each checkpoint a `list` answer holds, oldest first.
+fn listed_tools(listed: &Value) -> Vec<&str> {
+    structured(listed)["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["tool"].as_str().unwrap())
+        .collect()
+}
+
 #[cordon_test::test]
 fn every_kind_of_change_a_call_makes_is_restored_exactly() {
     if skip("every_kind_of_change_is_restored", Need::LandlockSeccomp) {
@@ -330,12 +340,7 @@ fn a_call_that_changes_nothing_has_no_checkpoint() {
     let r = sh(&mut s, "true");
     assert_eq!(structured(&r)["checkpoint"], Value::Null, "{r}");
     let listed = s.call("checkpoint", json!({"action": "list"}));
-    let tools: Vec<&str> = structured(&listed)["checkpoints"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["tool"].as_str().unwrap())
-        .collect();
+    let tools = listed_tools(&listed);
     assert_eq!(tools, ["outside", "write_file"], "{listed}");
     let calls: Vec<bool> = structured(&listed)["checkpoints"]
         .as_array()
@@ -392,12 +397,7 @@ fn without_fanotify_every_call_walks_and_still_records() {
     let listed = s.call("checkpoint", json!({"action": "list"}));
     let recording = structured(&listed)["recording"].as_str().unwrap();
     assert!(recording.starts_with("full walk"), "{listed}");
-    let tools: Vec<&str> = structured(&listed)["checkpoints"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["tool"].as_str().unwrap())
-        .collect();
+    let tools = listed_tools(&listed);
     assert_eq!(tools, ["outside", "shell_exec"], "{listed}");
     restore(&mut s, &id);
     assert_same(&before, &snapshot(sb.ws()), "restored without fanotify");
