@@ -378,14 +378,8 @@ fn main() {
     }
     mark_inherited_descriptors_cloexec();
     let cli = Cli::parse();
-    if let Command::Serve {
-        no_kernel_denials, ..
-    } = &cli.command
-    {
+    if matches!(cli.command, Command::Serve { .. }) {
         serve_logging();
-        if !no_kernel_denials {
-            start_kernel_denials();
-        }
     }
     let code = match cli.command {
         Command::Probe { name, arg } => cordon::app::confine::selftest::run(&name, arg.as_deref()),
@@ -417,13 +411,6 @@ fn serve_logging() {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .init();
-}
-
-/// Starts the kernel-denials reader before anything else: its state (audit on, the rule
-/// that narrows it to cordon's processes, the login uid confined processes then take) must
-/// be settled before the first sandbox init's plan is made.
-fn start_kernel_denials() {
-    let _ = cordon::app::confine::audit::start();
 }
 
 /// Descriptors this process inherited (an `exec 7>/outside/f` in the shell that started us)
@@ -700,16 +687,10 @@ async fn serve(
 ) -> Result<i32> {
     let signals = cordon::app::server::StopSignals::listen()
         .context("cannot listen for SIGTERM and SIGINT")?;
-    // Before the sandbox init's plan is made (in `start`): its Landlock layers log denials
-    // only once the reader runs. Started already (`start_kernel_denials`); this only says how
-    // it went.
     if no_kernel_denials {
         tracing::info!("kernel-reported denials off (--no-kernel-denials)");
-    } else if let cordon::app::confine::audit::Availability::Unavailable { reason } =
-        cordon::app::confine::audit::start()
-    {
-        tracing::info!("kernel-reported denials unavailable: {reason}");
     }
+    let kernel_denials = !no_kernel_denials;
     if http.http.is_some() {
         // Over HTTP nobody reads an `initialize` answer on stdin: a failed start is the
         // message on stderr and exit status 2.
@@ -718,11 +699,11 @@ async fn serve(
             let server = match &http.workspaces {
                 Some(dir) => {
                     let (server, workspaces) =
-                        start_per_subject(dir, policy, audit_log, allow_degraded)?;
+                        start_per_subject(dir, policy, audit_log, allow_degraded, kernel_denials)?;
                     options.workspaces = Some(workspaces);
                     server
                 }
-                None => start(workspace, policy, audit_log, allow_degraded).await?,
+                None => start(workspace, policy, audit_log, allow_degraded, kernel_denials).await?,
             };
             Ok::<_, anyhow::Error>((server, options))
         };
@@ -736,7 +717,7 @@ async fn serve(
         cordon::app::server::http::serve(server, options, signals).await?;
         return Ok(0);
     }
-    let server = match start(workspace, policy, audit_log, allow_degraded).await {
+    let server = match start(workspace, policy, audit_log, allow_degraded, kernel_denials).await {
         Ok(server) => server,
         Err(e) => {
             // One line a host shows, then the same reason as the answer to `initialize`.
@@ -758,11 +739,24 @@ async fn serve(
 
 /// Everything `serve` needs before it reads its first message; any failure here is a start
 /// failure (see `cordon::app::server::failed_start`).
+/// Starts the kernel-denials reader (turning the host's audit on when it is off and cordon
+/// may): before the sandbox init's plan is made, whose Landlock layers log denials only once
+/// the reader runs, and after the workspace and policy are known good, so that a start that
+/// fails changes nothing of the host's.
+fn start_kernel_denials() {
+    if let cordon::app::confine::audit::Availability::Unavailable { reason } =
+        cordon::app::confine::audit::start()
+    {
+        tracing::info!("kernel-reported denials unavailable: {reason}");
+    }
+}
+
 async fn start(
     workspace: Option<PathBuf>,
     policy: &str,
     audit_log: Option<PathBuf>,
     allow_degraded: bool,
+    kernel_denials: bool,
 ) -> Result<cordon::app::server::CordonServer> {
     let options = RuntimeOptions {
         workspace: workspace_or_cwd(workspace)?,
@@ -774,7 +768,11 @@ async fn start(
         checkpoints: true,
         ..RuntimeOptions::default()
     };
-    let runtime = Arc::new(Runtime::build(Policy::load(policy)?, options)?);
+    let policy = Policy::load(policy)?;
+    if kernel_denials {
+        start_kernel_denials();
+    }
+    let runtime = Arc::new(Runtime::build(policy, options)?);
     let enforcement = runtime.executor.confinement().enforcement();
     if !enforcement.level.is_full() {
         tracing::warn!("enforcement {}", enforcement.summary());
@@ -797,11 +795,15 @@ fn start_per_subject(
     policy: &str,
     audit_log: Option<PathBuf>,
     allow_degraded: bool,
+    kernel_denials: bool,
 ) -> Result<(
     cordon::app::server::CordonServer,
     Arc<cordon::app::server::workspaces::SubjectWorkspaces>,
 )> {
     let policy = Policy::load(policy)?;
+    if kernel_denials {
+        start_kernel_denials();
+    }
     let subject_options = RuntimeOptions {
         allow_degraded,
         parser_program: Some(cordon::app::parser::worker_program()?),
