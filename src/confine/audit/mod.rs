@@ -115,7 +115,7 @@ pub(crate) fn on_a_cordon_thread<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Option<T> {
     type Work = Box<dyn FnOnce() + Send>;
-    static THREAD: OnceLock<Option<Mutex<std::sync::mpsc::Sender<Work>>>> = OnceLock::new();
+    static THREAD: OnceLock<Option<std::sync::mpsc::Sender<Work>>> = OnceLock::new();
     if confined_loginuid().is_none() {
         return Some(f());
     }
@@ -138,15 +138,15 @@ pub(crate) fn on_a_cordon_thread<T: Send + 'static>(
                 }
             })
             .ok()
-            .map(|_| Mutex::new(tx))
+            .map(|_| tx)
     });
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     let work: Work = Box::new(move || {
         let _ = tx.send(f());
     });
-    let sent = match thread.as_ref().map(|t| t.lock()) {
-        Some(Ok(sender)) => sender.send(work).map_err(|e| e.0),
-        _ => Err(work),
+    let sent = match thread {
+        Some(sender) => sender.send(work).map_err(|e| e.0),
+        None => Err(work),
     };
     if let Err(work) = sent {
         // No such thread: forked here, without the login uid (denials go unrecorded).
