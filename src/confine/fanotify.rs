@@ -1,4 +1,5 @@
-//! A thin, safe face on fanotify for the checkpoint recorder (`crate::checkpoint`): one
+//! A thin, safe face on fanotify for the checkpoint recorder (`crate::checkpoint`) and the
+//! search for git repositories (`crate::git::nested`): one
 //! notification group marking the whole file system that holds the workspace, reporting each
 //! event as the handle of the directory it happened in, and opening such a handle again.
 //!
@@ -40,6 +41,23 @@ impl DirWatch {
     /// Watches the file system that holds `root`: creations, deletions, renames, writes and
     /// attribute changes of files and directories anywhere on it.
     pub(crate) fn new(root: BorrowedFd<'_>) -> io::Result<Self> {
+        Self::with_mask(
+            root,
+            libc::FAN_MODIFY
+                | libc::FAN_ATTRIB
+                | libc::FAN_CLOSE_WRITE
+                | libc::FAN_CREATE
+                | libc::FAN_DELETE
+                | libc::FAN_MOVED_FROM
+                | libc::FAN_MOVED_TO
+                | libc::FAN_DELETE_SELF
+                | libc::FAN_MOVE_SELF
+                | libc::FAN_ONDIR,
+        )
+    }
+
+    /// Watches the file system that holds `root` for the events in `mask` (`FAN_*`).
+    pub(crate) fn with_mask(root: BorrowedFd<'_>, mask: u64) -> io::Result<Self> {
         let flags = libc::FAN_CLASS_NOTIF
             | libc::FAN_CLOEXEC
             | libc::FAN_NONBLOCK
@@ -53,16 +71,6 @@ impl DirWatch {
         // SAFETY: `raw` is a descriptor fanotify_init just returned to us and nothing else
         // owns.
         let group = unsafe { OwnedFd::from_raw_fd(raw) };
-        let mask = libc::FAN_MODIFY
-            | libc::FAN_ATTRIB
-            | libc::FAN_CLOSE_WRITE
-            | libc::FAN_CREATE
-            | libc::FAN_DELETE
-            | libc::FAN_MOVED_FROM
-            | libc::FAN_MOVED_TO
-            | libc::FAN_DELETE_SELF
-            | libc::FAN_MOVE_SELF
-            | libc::FAN_ONDIR;
         // SAFETY: both descriptors are open for the call's duration; the path argument is a
         // static NUL-terminated "." resolved relative to `root`.
         let marked = unsafe {

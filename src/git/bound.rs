@@ -30,9 +30,19 @@ pub(crate) struct Signature {
 static GITLINKS: Mutex<Option<(PathBuf, IndexMark, Vec<PathBuf>)>> = Mutex::new(None);
 
 /// The workspace-relative entries the view binds read-only over themselves, and the
-/// signature. `shadowed`: the shadow replaces `.git` in the view.
-pub(crate) fn take(root: &Dir, patterns: &[String], shadowed: bool) -> (Vec<PathBuf>, Signature) {
-    let mut paths: Vec<PathBuf> = Vec::new();
+/// signature. `shadowed`: the shadow replaces `.git` in the view. `gitfiles`: the operator's
+/// gitfiles below the root (`<dir>/.git`) that no gitlink records (`git::Repositories`).
+pub(crate) fn take(
+    root: &Dir,
+    patterns: &[String],
+    shadowed: bool,
+    gitfiles: &std::collections::BTreeSet<PathBuf>,
+) -> (Vec<PathBuf>, Signature) {
+    let mut paths: Vec<PathBuf> = gitfiles
+        .iter()
+        .filter(|p| root.symlink_metadata(p).is_ok_and(|m| m.is_file()))
+        .cloned()
+        .collect();
     let git = Path::new(".git");
     for entry in existing_protected(root, patterns) {
         // Under a shadow, `.git/…` in the view is the shadow; a link is never bound (a bind
@@ -104,6 +114,16 @@ fn hooks_target(root: &Dir) -> Option<PathBuf> {
     }
     let meta = root.symlink_metadata(&out).ok()?;
     (meta.is_dir() && !out.as_os_str().is_empty() && !out.starts_with(".git")).then_some(out)
+}
+
+/// The gitlink paths of the operator's index at the workspace root `root` (none without a
+/// repository there).
+pub(crate) fn gitlinked_paths(root: &Dir) -> std::collections::BTreeSet<PathBuf> {
+    root.open_dir_nofollow(".git")
+        .ok()
+        .filter(|d| d.symlink_metadata("HEAD").is_ok())
+        .map(|dir| gitlinked(root, &dir).into_iter().collect())
+        .unwrap_or_default()
 }
 
 /// The gitlink paths of the operator's index (none when it cannot be read: the operator's

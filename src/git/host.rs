@@ -25,8 +25,9 @@ pub(super) struct HostGitError {
     pub detail: String,
 }
 
-/// `git` for the operator's gitdir `gitdir` with work tree `worktree`, with the hardened
-/// environment and `-c` flags; the caller adds the subcommand.
+/// `git` for the operator's gitdir `gitdir` with work tree `worktree` (none when they are
+/// the same: a bare repository), with the hardened environment and `-c` flags; the caller
+/// adds the subcommand.
 pub(super) fn command(gitdir: &Path, worktree: &Path) -> Command {
     let mut cmd = Command::new("git");
     cmd.env_clear()
@@ -41,26 +42,28 @@ pub(super) fn command(gitdir: &Path, worktree: &Path) -> Command {
         .env("GIT_NO_REPLACE_OBJECTS", "1")
         .env("GIT_TERMINAL_PROMPT", "0")
         .env("GIT_OPTIONAL_LOCKS", "0")
-        .env("GIT_DIR", gitdir)
-        .env("GIT_WORK_TREE", worktree)
-        .args([
-            "-c",
-            "core.hooksPath=/dev/null",
-            "-c",
-            "core.fsmonitor=false",
-            "-c",
-            "safe.directory=*",
-            "-c",
-            "gc.auto=0",
-            "-c",
-            "maintenance.auto=false",
-            "-c",
-            "core.commitGraph=false",
-        ])
-        .current_dir(worktree)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .env("GIT_DIR", gitdir);
+    if gitdir != worktree {
+        cmd.env("GIT_WORK_TREE", worktree);
+    }
+    cmd.args([
+        "-c",
+        "core.hooksPath=/dev/null",
+        "-c",
+        "core.fsmonitor=false",
+        "-c",
+        "safe.directory=*",
+        "-c",
+        "gc.auto=0",
+        "-c",
+        "maintenance.auto=false",
+        "-c",
+        "core.commitGraph=false",
+    ])
+    .current_dir(worktree)
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
     cmd
 }
 

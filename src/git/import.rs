@@ -178,12 +178,14 @@ fn import(
     confined: &dyn ConfinedGit,
     report: &mut GuardReport,
 ) -> Result<(), Refusal> {
-    let ws = git.workspace.as_path();
-    let gitdir = ws.join(".git");
-    if super::operator_gitdir(&git.root).is_none() {
-        create_repository(&gitdir, ws, sh)?;
+    let host_worktree = git.host_worktree();
+    let ws = host_worktree.as_path();
+    let gitdir = git.host_gitdir();
+    if git.operator_dir().is_none() {
+        create_repository(&gitdir, ws, sh, git.bare)?;
     }
-    let operator = super::operator_gitdir(&git.root)
+    let operator = git
+        .operator_dir()
         .ok_or_else(|| Refusal::Plain("the operator's `.git` is not a directory".into()))?;
     let op = read_state(&operator);
     let plan = reconcile(sh, &op, moved, agreed, report);
@@ -197,7 +199,7 @@ fn import(
     let tips: BTreeSet<&Oid> = op.refs.values().collect();
     let mut tree = None;
     if !missing.is_empty() || plan.index {
-        tree = export(&gitdir, ws, &missing, &tips, plan.index, confined)?;
+        tree = export(&gitdir, ws, &git.rel, &missing, &tips, plan.index, confined)?;
     }
     verify_objects(&gitdir, ws, &plan.wanted, tree.as_ref())?;
     let old_index_tree = refuse_new_gitlinks(&gitdir, ws, &operator, &plan.wanted, tree.as_ref())?;
@@ -492,10 +494,12 @@ fn types<'a>(
 }
 
 /// Packs `missing` (and, with `index`, the tree of the shadow's index, whose name it returns)
-/// confined, into the host's `git index-pack --strict`.
+/// confined (in `rel`, the repository's directory in the workspace), into the host's
+/// `git index-pack --strict`.
 fn export(
     gitdir: &Path,
     ws: &Path,
+    rel: &Path,
     missing: &[&Oid],
     tips: &BTreeSet<&Oid>,
     index: bool,
@@ -533,7 +537,7 @@ fn export(
     let receiver = cmd
         .spawn()
         .map_err(|e| Refusal::Plain(format!("cannot start `git index-pack`: {e}")))?;
-    let status = confined.run_confined(&script, input.as_bytes(), pack_write, side_write);
+    let status = confined.run_confined(rel, &script, input.as_bytes(), pack_write, side_write);
     let mut side = String::new();
     let _ = std::fs::File::from(side_read)
         .take(256)
@@ -571,12 +575,16 @@ fn export(
 }
 
 /// Makes the operator's repository for one a call created (no `.git` when the view was
-/// built): git's own `init` with no template (no hooks, no `info/`), the same object format.
-fn create_repository(gitdir: &Path, ws: &Path, sh: &RepoState) -> Result<(), Refusal> {
+/// built): git's own `init` with no template (no hooks, no `info/`), the same object format
+/// (`bare`: a bare repository, its directory the gitdir).
+fn create_repository(gitdir: &Path, ws: &Path, sh: &RepoState, bare: bool) -> Result<(), Refusal> {
     let sha256 = sh.refs.values().any(|o| o.len() == 64)
         || matches!(&sh.head, Head::Detached(o) if o.len() == 64);
     let mut cmd = host::command(gitdir, ws);
     cmd.args(["init", "-q", "--template="]);
+    if bare {
+        cmd.arg("--bare");
+    }
     if sha256 {
         cmd.arg("--object-format=sha256");
     }

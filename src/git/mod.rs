@@ -21,8 +21,11 @@
 pub(crate) mod bound;
 mod host;
 mod import;
+pub(crate) mod nested;
 pub(crate) mod refs;
+mod repositories;
 mod shadow;
+pub(crate) use repositories::Repositories;
 pub(crate) use shadow::state_dir;
 
 use std::collections::BTreeMap;
@@ -60,6 +63,13 @@ impl GuardReport {
     pub fn is_empty(&self) -> bool {
         self.notices.is_empty()
     }
+    /// A report of one refusal.
+    pub fn refused(text: String) -> Self {
+        Self {
+            notices: vec![text],
+            refused: true,
+        }
+    }
 
     /// Each finding as a server event for every session (they share the workspace):
     /// `warning` when something was refused, else `notice`. cordon's own sentences about
@@ -78,10 +88,11 @@ impl GuardReport {
 
 /// Runs a shell script confined, in a view that binds the shadow at `<workspace>/.git`.
 pub(crate) trait ConfinedGit {
-    /// `sh -c script` in the workspace root with `input` on stdin, stdout on `stdout` and
+    /// `sh -c script` in the workspace directory `cwd` with `input` on stdin, stdout on `stdout` and
     /// `side` on descriptor 3; waits for it. Its exit code, or why it could not run.
     fn run_confined(
         &self,
+        cwd: &Path,
         script: &str,
         input: &[u8],
         stdout: OwnedFd,
@@ -107,16 +118,22 @@ struct Agreed {
     operator_index: IndexMark,
 }
 
-/// One workspace's shadow gitdir and its sync with the operator's repository.
+/// One repository's shadow gitdir and its sync with the operator's repository.
 pub(crate) struct GitShadow {
+    /// The repository's work tree (canonical): the workspace root, or a directory in it.
     workspace: PathBuf,
+    /// Where that is in the workspace (empty for the root).
+    rel: PathBuf,
+    /// A handle on the work tree (for a bare repository, on the repository's directory).
     root: Dir,
+    /// A bare repository: the directory is the gitdir (no `.git`, no index).
+    bare: bool,
     shadow: Shadow,
     agreed: Mutex<Agreed>,
 }
 
 /// The host paths the view needs to bind the shadow.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ShadowPaths {
     pub shadow: PathBuf,
     /// Where the view binds it: `<workspace>/.git`.
@@ -127,11 +144,17 @@ pub(crate) struct ShadowPaths {
 }
 
 impl GitShadow {
-    /// The shadow of `workspace` (canonical; `root` its handle), made and seeded from the
-    /// operator's repository when new.
-    pub(crate) fn open(workspace: &Path, root: Dir) -> std::io::Result<Self> {
+    /// The shadow of the repository whose work tree is `workspace` (canonical; `rel` in the
+    /// workspace, `root` its handle), made and seeded from the operator's repository when
+    /// new.
+    pub(crate) fn open(
+        workspace: &Path,
+        rel: &Path,
+        root: Dir,
+        bare: bool,
+    ) -> std::io::Result<Self> {
         let (shadow, fresh) = Shadow::open(workspace)?;
-        let operator_dir = operator_gitdir(&root);
+        let operator_dir = operator_gitdir(&root, bare);
         let operator = operator_dir.as_ref().map(read_state);
         if let (Some(dir), Some(op)) = (&operator_dir, &operator) {
             if fresh {
@@ -169,19 +192,98 @@ impl GitShadow {
         };
         Ok(Self {
             workspace: workspace.to_path_buf(),
+            rel: rel.to_path_buf(),
             root,
+            bare,
             shadow,
             agreed: Mutex::new(agreed),
         })
     }
 
+    /// The repository a call made at `rel` (work tree `workspace`, canonical; `root` its
+    /// handle): its `.git` moved out of the workspace to become its shadow. The operator has
+    /// none there now; the next import makes it (git's own `init`, no template) and brings the
+    /// data over.
+    pub(crate) fn adopt(workspace: &Path, rel: &Path, root: Dir) -> std::io::Result<Self> {
+        let shadow = Shadow::adopt(workspace, &root, c".git")?;
+        Ok(Self::adopted(workspace, rel, root, false, shadow))
+    }
+
+    /// The bare repository a call made at `rel` (`name` beneath the handle `parent`; its
+    /// canonical path `workspace`): the directory itself moved out of the workspace to become
+    /// the shadow, and an empty directory made in its place for the view to bind it on (the
+    /// next import makes the operator's bare repository there).
+    pub(crate) fn adopt_bare(
+        workspace: &Path,
+        rel: &Path,
+        parent: &Dir,
+        name: &std::ffi::CStr,
+    ) -> std::io::Result<Self> {
+        use std::os::fd::AsFd;
+        let shadow = Shadow::adopt(workspace, parent, name)?;
+        rustix::fs::mkdirat(parent.as_fd(), name, rustix::fs::Mode::from_raw_mode(0o755))?;
+        let fd = nested::open_beneath(
+            parent.as_fd(),
+            Path::new(std::ffi::OsStr::new(
+                name.to_str()
+                    .map_err(|_| std::io::Error::other("a name that is not UTF-8"))?,
+            )),
+        )?;
+        let root = Dir::from_std_file(std::fs::File::from(fd));
+        Ok(Self::adopted(workspace, rel, root, true, shadow))
+    }
+
+    fn adopted(workspace: &Path, rel: &Path, root: Dir, bare: bool, shadow: Shadow) -> Self {
+        Self {
+            workspace: workspace.to_path_buf(),
+            rel: rel.to_path_buf(),
+            root,
+            bare,
+            shadow,
+            agreed: Mutex::new(Agreed::default()),
+        }
+    }
+
+    /// The operator's gitdir when it is a repository (see [`operator_gitdir`]).
+    fn operator_dir(&self) -> Option<Dir> {
+        operator_gitdir(&self.root, self.bare)
+    }
+
+    /// The gitdir as the host's git is given it (see [`Self::host_worktree`]).
+    fn host_gitdir(&self) -> PathBuf {
+        if self.bare {
+            self.host_worktree()
+        } else {
+            self.host_worktree().join(".git")
+        }
+    }
+
+    /// The work tree as the host's git is given it: for a repository below the root, the
+    /// directory the server holds a handle on (`/proc/<pid>/fd/<n>`), not a path a renamed or
+    /// replaced parent could steer elsewhere.
+    fn host_worktree(&self) -> PathBuf {
+        if self.rel.as_os_str().is_empty() {
+            return self.workspace.clone();
+        }
+        use std::os::fd::{AsFd, AsRawFd};
+        PathBuf::from(format!(
+            "/proc/{}/fd/{}",
+            std::process::id(),
+            self.root.as_fd().as_raw_fd()
+        ))
+    }
+
     /// What the view binds (see [`ShadowPaths`]).
     pub(crate) fn paths(&self) -> ShadowPaths {
-        let operator = self.workspace.join(".git");
+        let operator = if self.bare {
+            self.workspace.clone()
+        } else {
+            self.workspace.join(".git")
+        };
         ShadowPaths {
             shadow: self.shadow.gitdir.clone(),
             at: operator.clone(),
-            operator: operator_gitdir(&self.root).map(|_| operator),
+            operator: self.operator_dir().map(|_| operator),
             operator_at: self.shadow.operator_at.clone(),
         }
     }
@@ -194,14 +296,14 @@ impl GitShadow {
 
     /// Whether the operator has a repository (a `.git` directory with a `HEAD`).
     pub(crate) fn operator_has_repository(&self) -> bool {
-        operator_gitdir(&self.root).is_some()
+        self.operator_dir().is_some()
     }
 
     /// Before a call: what the operator moved on the host since the last agreement goes into
     /// the shadow (refs, `HEAD`, the index), unless the shadow moved it too (reported).
     pub(crate) fn before_call(&self) -> GuardReport {
         let mut report = GuardReport::default();
-        let Some(dir) = operator_gitdir(&self.root) else {
+        let Some(dir) = self.operator_dir() else {
             return report;
         };
         let Ok(mut agreed) = self.agreed.lock() else {
@@ -262,9 +364,14 @@ impl GitShadow {
     }
 }
 
-/// The operator's gitdir when it is a repository: `.git` a directory (not a link) with `HEAD`.
-fn operator_gitdir(root: &Dir) -> Option<Dir> {
-    let dir = root.open_dir_nofollow(".git").ok()?;
+/// The operator's gitdir when it is a repository: `.git` a directory (not a link) with `HEAD`,
+/// or for a bare repository `root` itself with `HEAD`.
+fn operator_gitdir(root: &Dir, bare: bool) -> Option<Dir> {
+    let dir = if bare {
+        root.try_clone().ok()?
+    } else {
+        root.open_dir_nofollow(".git").ok()?
+    };
     dir.symlink_metadata("HEAD").ok()?;
     Some(dir)
 }

@@ -68,30 +68,37 @@ fn mkdir_private(path: &Path) -> std::io::Result<()> {
         .create(path)
 }
 
+/// Where the shadow of `workspace` (canonical) lives: its root in the state directory, and
+/// the root's `git` and `operator` beneath it.
+fn locate(workspace: &Path) -> std::io::Result<(PathBuf, PathBuf, PathBuf)> {
+    use sha2::Digest;
+    use std::os::unix::ffi::OsStrExt;
+    let base = state_dir();
+    let digest = sha2::Sha256::digest(workspace.as_os_str().as_bytes());
+    let id: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    let root = base.join("git-shadows").join(id);
+    mkdir_private(&base)?;
+    mkdir_private(&root)?;
+    let gitdir = root.join("git");
+    let operator_at = root.join("operator");
+    match std::fs::create_dir(&operator_at) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    Ok((root, gitdir, operator_at))
+}
+
 impl Shadow {
     /// The shadow of `workspace` (canonical), made when missing. `fresh` is true when it was
     /// just made (nothing confined has seen it yet).
     pub(super) fn open(workspace: &Path) -> std::io::Result<(Self, bool)> {
-        use sha2::Digest;
-        use std::os::unix::ffi::OsStrExt;
-        let base = state_dir();
-        let digest = sha2::Sha256::digest(workspace.as_os_str().as_bytes());
-        let id: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
-        let root = base.join("git-shadows").join(id);
-        mkdir_private(&base)?;
-        mkdir_private(&root)?;
-        let gitdir = root.join("git");
-        let operator_at = root.join("operator");
+        let (root, gitdir, operator_at) = locate(workspace)?;
         let fresh = match std::fs::create_dir(&gitdir) {
             Ok(()) => true,
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
             Err(e) => return Err(e),
         };
-        match std::fs::create_dir(&operator_at) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(e),
-        }
         // The root is cordon's alone: a link in place of `git` would hand the calls another
         // directory. Opened without following one.
         let root_dir = Dir::open_ambient_dir(&root, cap_std::ambient_authority())?;
@@ -104,6 +111,28 @@ impl Shadow {
             },
             fresh,
         ))
+    }
+
+    /// The shadow of the repository a call made at `workspace` (canonical): its gitdir
+    /// (`name` beneath the handle `parent`: `.git` in the work tree, or a bare repository
+    /// itself) moved here whole, in place of any older shadow of that path. Nothing is read
+    /// from it on the host; only confined git uses it.
+    pub(super) fn adopt(
+        workspace: &Path,
+        parent: &Dir,
+        name: &std::ffi::CStr,
+    ) -> std::io::Result<Self> {
+        use std::os::fd::AsFd;
+        let (root, gitdir, operator_at) = locate(workspace)?;
+        crate::confine::scratch::remove_tree(&gitdir)?;
+        let root_dir = Dir::open_ambient_dir(&root, cap_std::ambient_authority())?;
+        super::nested::move_dir(parent.as_fd(), name, root_dir.as_fd(), c"git")?;
+        let dir = root_dir.open_dir_nofollow("git")?;
+        Ok(Self {
+            gitdir,
+            operator_at,
+            dir,
+        })
     }
 
     pub(super) fn dir(&self) -> &Dir {

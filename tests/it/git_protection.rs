@@ -1295,3 +1295,357 @@ async fn a_running_jobs_commits_reach_the_operator_and_a_refused_change_ends_it(
     );
     client.cancel().await.ok();
 }
+
+// ---------------------------------------------------------------------------------------
+// Issue 29: repositories below the root, made by a call or a job, or the operator's own.
+// ---------------------------------------------------------------------------------------
+
+/// One `job` read: its structured answer.
+async fn job_read(client: &Client, id: &str) -> Value {
+    let Value::Object(arguments) = json!({ "id": id }) else {
+        unreachable!()
+    };
+    let result: CallToolResult = client
+        .call_tool(CallToolRequestParams::new("job").with_arguments(arguments))
+        .await
+        .expect("job answers");
+    result.structured_content.expect("structured content")
+}
+
+/// Waits (at most 20 s) for job `id` to end; its last read.
+async fn ended(client: &Client, id: &str) -> Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let read = job_read(client, id).await;
+        if read["job"]["state"] != "running" {
+            return read;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "job {id} kept running: {read}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// The operator's `git status` and `git commit` inside `dir` run nothing planted.
+fn assert_host_git_in_is_safe(dir: &Path, marker: &Marker) {
+    let _ = host_git(dir, &["status"]);
+    let _ = host_git(
+        dir,
+        &[
+            "-c",
+            "user.email=o@example.invalid",
+            "-c",
+            "user.name=o",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "operator",
+        ],
+    );
+    assert!(
+        !marker.path.exists(),
+        "the operator's git in `{}` ran a planted command",
+        dir.display()
+    );
+}
+
+/// A repository a call makes in a subdirectory, with a `core.fsmonitor` and a `pre-commit`
+/// hook: from the end of that call the operator's `sub/.git` is one cordon made, holding the
+/// agent's commits and nothing of its config; git in the sandbox keeps working on it (its
+/// own config included, in the shadow) and later commits reach the host too.
+#[cordon_test::test]
+async fn a_repository_a_call_makes_below_the_root_reaches_the_host_as_data_only() {
+    let Some((ws, marker, client)) = operator_session("nested_call_repository").await else {
+        return;
+    };
+    let hook = Marker::new();
+    let run = shell(
+        &client,
+        &format!(
+            "git init -q sub && cd sub && git config core.fsmonitor '{}' && \
+             printf '#!/bin/sh\\n{}\\n' > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit \
+             && echo one > f && git -c core.fsmonitor=false add f && \
+             git -c core.fsmonitor=false -c core.hooksPath=/dev/null -c user.email=a@b.invalid \
+             -c user.name=agent commit -qm 'agent sub commit' && echo made",
+            marker.command(),
+            hook.command()
+        ),
+    )
+    .await;
+    assert_eq!(run.1["stdout"], "made\n", "{run:?}");
+    let sub = ws.path().join("sub");
+    let log = host_git(&sub, &["log", "-1", "--format=%s"]);
+    assert_eq!(
+        String::from_utf8_lossy(&log.stdout),
+        "agent sub commit\n",
+        "{log:?}"
+    );
+    let config = std::fs::read_to_string(sub.join(".git/config")).unwrap_or_default();
+    assert!(!config.contains("fsmonitor"), "{config}");
+    assert!(!sub.join(".git/hooks/pre-commit").exists());
+    assert_host_git_in_is_safe(&sub, &marker);
+    assert!(!hook.path.exists(), "the operator's commit ran the hook");
+    // In the sandbox it is the agent's repository still, config and all.
+    let again = shell(
+        &client,
+        "cd sub && git config core.fsmonitor >/dev/null && echo two > f && \
+         git -c core.fsmonitor=false -c core.hooksPath=/dev/null -c user.email=a@b.invalid \
+         -c user.name=agent commit -qam 'second' && git -c core.fsmonitor=false log --format=%s | head -3",
+    )
+    .await;
+    assert!(!again.0, "{again:?}");
+    assert!(
+        again.1["stdout"].as_str().unwrap().contains("operator"),
+        "the operator's commit reached the sandbox's repository: {again:?}"
+    );
+    let log = host_git(&sub, &["log", "-1", "--format=%s"]);
+    assert_eq!(String::from_utf8_lossy(&log.stdout), "second\n", "{log:?}");
+    // A plant written later, by a call, still never reaches the operator's gitdir.
+    let plant = shell(
+        &client,
+        &format!("git -C sub config core.fsmonitor '{}'; printf '[core]\\n\\tfsmonitor = {}\\n' >> sub/.git/config; echo done", marker.command(), marker.command()),
+    )
+    .await;
+    assert_eq!(plant.1["stdout"], "done\n", "{plant:?}");
+    assert_host_git_in_is_safe(&sub, &marker);
+    client.cancel().await.ok();
+    assert_host_git_in_is_safe(&sub, &marker);
+}
+
+/// Finding 3's nested repository, made and re-planted by a job: the job is ended (a
+/// repository made while a job runs cannot be moved from under it), its end gives the
+/// repository a shadow, and from then on the operator's git there runs nothing.
+#[cordon_test::test]
+async fn a_job_that_makes_and_replants_a_repository_below_the_root_is_ended() {
+    let Some((ws, marker, client)) = operator_session("nested_job_repository").await else {
+        return;
+    };
+    let id = background(
+        &client,
+        &format!(
+            "git init -q sub && while :; do git -C sub config core.fsmonitor '{m}'; \
+             sleep 0.02; done",
+            m = marker.command()
+        ),
+    )
+    .await;
+    let read = ended(&client, &id).await;
+    assert!(
+        read.to_string()
+            .contains("was made at `sub` while this job ran"),
+        "{read}"
+    );
+    let sub = ws.path().join("sub");
+    assert_host_git_in_is_safe(&sub, &marker);
+    let config = std::fs::read_to_string(sub.join(".git/config")).unwrap_or_default();
+    assert!(!config.contains("fsmonitor"), "{config}");
+    // The agent's repository is in the shadow, as the job left it.
+    let run = shell(&client, "git -C sub config core.fsmonitor").await;
+    assert_eq!(
+        run.1["stdout"],
+        format!("{}\n", marker.command()),
+        "{run:?}"
+    );
+    client.cancel().await.ok();
+    assert_host_git_in_is_safe(&sub, &marker);
+}
+
+/// A job started before a call made a repository below the root has a view without that
+/// repository's shadow (it could write the operator's new gitdir there): it is ended.
+#[cordon_test::test]
+async fn a_job_whose_view_predates_a_new_repository_is_ended() {
+    let Some((ws, marker, client)) = operator_session("nested_stale_job").await else {
+        return;
+    };
+    let id = background(&client, "sleep 120").await;
+    let run = shell(&client, "git init -q lib && echo made").await;
+    assert_eq!(run.1["stdout"], "made\n", "{run:?}");
+    let read = ended(&client, &id).await;
+    assert!(
+        read.to_string()
+            .contains("was given a shadow gitdir after this job started"),
+        "{read}"
+    );
+    assert_host_git_in_is_safe(&ws.path().join("lib"), &marker);
+    client.cancel().await.ok();
+}
+
+/// A nested repository the operator already has (not a gitlink: git's status shows it as an
+/// untracked directory) is the operator's: a call's writes to its config land in a shadow.
+#[cordon_test::test]
+async fn the_operators_nested_repository_is_never_writable() {
+    if skip("operators_nested_repository", Need::Namespaces) {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    operator_repo(ws.path());
+    let vendor = ws.path().join("vendor/lib");
+    std::fs::create_dir_all(&vendor).unwrap();
+    operator_repo(&vendor);
+    let before = std::fs::read(vendor.join(".git/config")).unwrap();
+    let marker = Marker::new();
+    let client = connect(ws.path()).await;
+    let run = shell(
+        &client,
+        &format!(
+            "git -C vendor/lib config core.fsmonitor '{m}'; \
+             printf '[core]\\n\\tfsmonitor = {m}\\n' >> vendor/lib/.git/config; \
+             git -C vendor/lib -c user.email=a@b.invalid -c user.name=agent \
+             -c core.fsmonitor=false commit -q --allow-empty -m 'agent in vendor' && echo done",
+            m = marker.command()
+        ),
+    )
+    .await;
+    assert_eq!(run.1["stdout"], "done\n", "{run:?}");
+    assert_eq!(std::fs::read(vendor.join(".git/config")).unwrap(), before);
+    let log = host_git(&vendor, &["log", "-1", "--format=%s"]);
+    assert_eq!(
+        String::from_utf8_lossy(&log.stdout),
+        "agent in vendor\n",
+        "{log:?}"
+    );
+    assert_host_git_in_is_safe(&vendor, &marker);
+    client.cancel().await.ok();
+}
+
+/// A gitfile a call writes below the root that names a gitdir elsewhere in the workspace
+/// (the operator's git would read that directory's config) is refused and removed.
+#[cordon_test::test]
+async fn a_gitfile_naming_a_gitdir_of_the_calls_is_refused_and_removed() {
+    let Some((ws, marker, client)) = operator_session("nested_gitfile").await else {
+        return;
+    };
+    let run = shell(
+        &client,
+        &format!(
+            "mkdir -p a && git init -q --bare evil.git && git -C evil.git config core.fsmonitor \
+             '{}' && echo 'gitdir: ../evil.git' > a/.git && echo written",
+            marker.command()
+        ),
+    )
+    .await;
+    assert!(denied(&run), "{run:?}");
+    assert!(
+        run.1.to_string().contains("named the gitdir `../evil.git`"),
+        "{run:?}"
+    );
+    assert!(!ws.path().join("a/.git").exists());
+    assert_host_git_in_is_safe(&ws.path().join("a"), &marker);
+    client.cancel().await.ok();
+}
+
+/// A bare repository a call makes (a remote to push to): the operator's push into it runs
+/// none of its hooks or config, and it holds what the agent pushed.
+#[cordon_test::test]
+async fn a_bare_repository_a_call_makes_runs_nothing_when_the_operator_pushes_to_it() {
+    let Some((ws, marker, client)) = operator_session("nested_bare_repository").await else {
+        return;
+    };
+    let run = shell(
+        &client,
+        &format!(
+            "git init -q --bare remote.git && \
+             printf '#!/bin/sh\\n{m} 2>/dev/null\\nexit 0\\n' > remote.git/hooks/post-receive && \
+             chmod +x remote.git/hooks/post-receive && \
+             mkdir -p hooks2 && cp remote.git/hooks/post-receive hooks2/pre-receive && \
+             git -C remote.git config core.hooksPath \"$PWD/hooks2\" && \
+             git push -q ./remote.git HEAD:refs/heads/main && echo pushed",
+            m = marker.command()
+        ),
+    )
+    .await;
+    assert_eq!(run.1["stdout"], "pushed\n", "{run:?}");
+    let remote = ws.path().join("remote.git");
+    let log = host_git(&remote, &["log", "-1", "--format=%s", "main"]);
+    assert_eq!(String::from_utf8_lossy(&log.stdout), "start\n", "{log:?}");
+    let push = host_git(
+        ws.path(),
+        &[
+            "-c",
+            "user.email=o@example.invalid",
+            "-c",
+            "user.name=o",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "operator",
+        ],
+    );
+    assert!(push.status.success(), "{push:?}");
+    let push = host_git(
+        ws.path(),
+        &["push", "-q", "./remote.git", "HEAD:refs/heads/op"],
+    );
+    assert!(push.status.success(), "{push:?}");
+    assert!(
+        !marker.path.exists(),
+        "the operator's push ran the bare repository's hook"
+    );
+    let config = std::fs::read_to_string(remote.join("config")).unwrap_or_default();
+    assert!(!config.contains("hooksPath"), "{config}");
+    // The agent keeps using it as a remote.
+    let again = shell(
+        &client,
+        "git -c user.email=a@b.invalid -c user.name=agent commit -q --allow-empty -m again && \
+         git push -q ./remote.git HEAD:refs/heads/main && echo pushed",
+    )
+    .await;
+    assert_eq!(again.1["stdout"], "pushed\n", "{again:?}");
+    let log = host_git(&remote, &["log", "-1", "--format=%s", "main"]);
+    assert_eq!(String::from_utf8_lossy(&log.stdout), "again\n", "{log:?}");
+    client.cancel().await.ok();
+}
+
+/// A worktree's gitfile a call made is accepted (it leads into the root's gitdir); rewritten
+/// in place by a later call to lead elsewhere, it is refused and removed.
+#[cordon_test::test]
+async fn a_worktree_gitfile_rewritten_by_a_later_call_is_refused() {
+    let Some((ws, marker, client)) = operator_session("nested_gitfile_rewrite").await else {
+        return;
+    };
+    let run = shell(&client, "git worktree add -q wt && echo added").await;
+    assert_eq!(run.1["stdout"], "added\n", "{run:?}");
+    assert!(!run.0, "{run:?}");
+    let run = shell(
+        &client,
+        &format!(
+            "mkdir -p evil/objects evil/refs && echo 'ref: refs/heads/x' > evil/HEAD && \
+             printf '[core]\\n\\tfsmonitor = {}\\n' > evil/config && \
+             echo \"gitdir: $PWD/evil\" > wt/.git && echo rewritten",
+            marker.command()
+        ),
+    )
+    .await;
+    assert!(denied(&run), "{run:?}");
+    assert!(!ws.path().join("wt/.git").exists());
+    assert_host_git_in_is_safe(&ws.path().join("wt"), &marker);
+    assert_host_git_in_is_safe(&ws.path().join("evil"), &marker);
+    client.cancel().await.ok();
+}
+
+/// The operator's own worktree inside the workspace (a gitfile no gitlink records) is bound
+/// read-only: a call cannot point it elsewhere.
+#[cordon_test::test]
+async fn the_operators_worktree_gitfile_is_never_writable() {
+    if skip("operators_worktree_gitfile", Need::Namespaces) {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    operator_repo(ws.path());
+    let out = host_git(ws.path(), &["worktree", "add", "-q", "wt"]);
+    assert!(out.status.success(), "{out:?}");
+    let before = std::fs::read(ws.path().join("wt/.git")).unwrap();
+    let client = connect(ws.path()).await;
+    let run = shell(
+        &client,
+        "echo 'gitdir: ../elsewhere' > wt/.git; rm -f wt/.git; mv wt wt2; cat wt/.git >/dev/null && echo kept",
+    )
+    .await;
+    assert_eq!(run.1["stdout"], "kept\n", "{run:?}");
+    assert_eq!(std::fs::read(ws.path().join("wt/.git")).unwrap(), before);
+    client.cancel().await.ok();
+}

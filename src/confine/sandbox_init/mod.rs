@@ -13,7 +13,7 @@
 use super::cgroup::{CallCgroup, CallLimits, Cgroups};
 use super::landlock::TcpPorts;
 use super::{ConfineError, LandlockInputs};
-use crate::git::{ConfinedGit, GitShadow, GuardReport};
+use crate::git::{ConfinedGit, GuardReport, Repositories};
 use plan::GitShadowPlan;
 use plan::{InitPlan, LandlockPlan};
 use seccompiler::BpfProgram;
@@ -67,10 +67,11 @@ pub struct SandboxInit {
     workspace: cap_std::fs::Dir,
     /// The protected patterns (globs, workspace-relative), expanded anew for every view.
     patterns: Vec<String>,
-    /// The workspace's shadow gitdir and its sync with the operator's repository (`git`),
-    /// shared with the inits that replace this one. None: the workspace is read-only, or the
-    /// shadow could not be made (then the operator's `.git` is bound read-only as a whole).
-    git: Option<Arc<GitShadow>>,
+    /// The shadow gitdirs of the workspace's repositories and their sync with the operator's
+    /// (`git`), shared with the inits that replace this one. None: the workspace is
+    /// read-only, or the root's shadow could not be made (then the operator's `.git` is
+    /// bound read-only as a whole).
+    git: Option<Arc<Repositories>>,
     /// What the view bound, to tell when it is out of date.
     signature: crate::git::bound::Signature,
 }
@@ -103,6 +104,14 @@ pub(crate) struct ViewInputs<'a> {
     pub writable_shims: &'a [PathBuf],
 }
 
+/// Directories as a list for a sentence.
+fn shown(dirs: &std::collections::BTreeSet<PathBuf>) -> String {
+    dirs.iter()
+        .map(|d| d.display().to_string())
+        .collect::<Vec<_>>()
+        .join("`, `")
+}
+
 /// Most seconds of CPU the confined export of one import may use.
 const EXPORT_CPU_SECONDS: u64 = 120;
 /// Wall-clock bound of the confined export.
@@ -125,7 +134,7 @@ impl SandboxInit {
             None
         } else {
             let root = workspace.try_clone().map_err(SandboxInitError::Start)?;
-            match GitShadow::open(inputs.workspace, root) {
+            match Repositories::open(inputs.workspace, root) {
                 Ok(g) => Some(Arc::new(g)),
                 Err(e) => {
                     tracing::warn!(
@@ -155,10 +164,13 @@ impl SandboxInit {
         program: PathBuf,
         workspace: cap_std::fs::Dir,
         patterns: Vec<String>,
-        git: Option<Arc<GitShadow>>,
+        git: Option<Arc<Repositories>>,
         join_network: Option<Arc<std::os::fd::OwnedFd>>,
     ) -> Result<Self, SandboxInitError> {
-        let (entries, signature) = crate::git::bound::take(&workspace, &patterns, git.is_some());
+        let no_gitfiles = Default::default();
+        let gitfiles = git.as_ref().map_or(&no_gitfiles, |g| g.operator_gitfiles());
+        let (entries, signature) =
+            crate::git::bound::take(&workspace, &patterns, git.is_some(), gitfiles);
         plan.protected.clear();
         plan.pinned.clear();
         for path in &entries {
@@ -179,21 +191,41 @@ impl SandboxInit {
             }
         }
         plan.pinned.sort_by_key(|p| p.components().count());
-        plan.git_shadow = git.as_ref().map(|g| {
-            let paths = g.paths();
-            if let Some(l) = plan.landlock.as_mut()
-                && paths.operator.is_some()
-                && !l.read_only.contains(&paths.operator_at)
+        let shadow_plan =
+            |l: &mut Option<plan::LandlockPlan>, rel: PathBuf, paths: crate::git::ShadowPaths| {
+                if let Some(l) = l.as_mut()
+                    && paths.operator.is_some()
+                    && !l.read_only.contains(&paths.operator_at)
+                {
+                    l.read_only.push(paths.operator_at.clone());
+                }
+                GitShadowPlan {
+                    rel,
+                    shadow: paths.shadow,
+                    at: paths.at,
+                    operator: paths.operator,
+                    operator_at: paths.operator_at,
+                }
+            };
+        plan.git_shadow = git
+            .as_ref()
+            .map(|g| shadow_plan(&mut plan.landlock, PathBuf::new(), g.root_paths()));
+        plan.nested_git.clear();
+        for (rel, paths) in git.as_ref().map(|g| g.nested_paths()).unwrap_or_default() {
+            // Each directory down to the repository's is pinned, as for a gitlink's `.git`.
+            let mut dir = Some(plan.workspace.join(&rel));
+            while let Some(d) =
+                dir.filter(|d| d.starts_with(&plan.workspace) && *d != plan.workspace)
             {
-                l.read_only.push(paths.operator_at.clone());
+                if !plan.pinned.contains(&d) {
+                    plan.pinned.push(d.clone());
+                }
+                dir = d.parent().map(Path::to_path_buf);
             }
-            GitShadowPlan {
-                shadow: paths.shadow,
-                at: paths.at,
-                operator: paths.operator,
-                operator_at: paths.operator_at,
-            }
-        });
+            let nested = shadow_plan(&mut plan.landlock, rel, paths);
+            plan.nested_git.push(nested);
+        }
+        plan.pinned.sort_by_key(|p| p.components().count());
         let sandbox = InitProcess::start(plan.clone(), program.clone(), join_network)?;
         Ok(Self {
             pool: Mutex::new(Vec::new()),
@@ -214,8 +246,27 @@ impl SandboxInit {
     /// repository or the operator's `.git` appeared, vanished or was replaced since it was
     /// built.
     pub fn is_current(&self) -> bool {
-        crate::git::bound::take(&self.workspace, &self.patterns, self.git.is_some()).1
-            == self.signature
+        let no_gitfiles = Default::default();
+        let gitfiles = self
+            .git
+            .as_ref()
+            .map_or(&no_gitfiles, |g| g.operator_gitfiles());
+        crate::git::bound::take(
+            &self.workspace,
+            &self.patterns,
+            self.git.is_some(),
+            gitfiles,
+        )
+        .1 == self.signature
+            && self
+                .git
+                .as_ref()
+                .is_none_or(|g| g.nested_dirs() == self.nested_in_view())
+    }
+
+    /// The nested repositories whose shadows this view binds.
+    fn nested_in_view(&self) -> std::collections::BTreeSet<PathBuf> {
+        self.plan.nested_git.iter().map(|g| g.rel.clone()).collect()
     }
 
     /// Before a call: what the operator moved in their repository on the host goes into the
@@ -227,27 +278,69 @@ impl SandboxInit {
             .unwrap_or_default()
     }
 
-    /// After a call or job: the shadow's new commits, branches, tags, `HEAD` and index are
-    /// imported into the operator's repository, verified; anything that cannot be is refused
-    /// and the report says so (see `git::GitShadow::after_call`).
+    /// After a call or job: the shadows' new commits, branches, tags, `HEAD` and index are
+    /// imported into the operator's repositories, verified; anything that cannot be is refused
+    /// and the report says so (see `git::GitShadow::after_call`). Then the repositories the
+    /// call made below the root become shadows of their own (`git::Repositories`), imported
+    /// at once through a view that binds them; a job of this view still running is ended at
+    /// its next import (its view does not bind them).
     pub fn after_call(&self) -> GuardReport {
-        self.git
-            .as_ref()
-            .map(|g| g.after_call(self))
-            .unwrap_or_default()
+        let Some(git) = &self.git else {
+            return GuardReport::default();
+        };
+        let mut report = git.after_call(self, &self.nested_in_view());
+        let found = git.discover();
+        if found.is_empty() {
+            return report;
+        }
+        report.extend(git.adopt(&found));
+        // A short-lived init whose view binds the new shadows: the export runs there.
+        match self.started_again(0) {
+            Ok(fresh) => report.extend(git.after_call(&fresh, &fresh.nested_in_view())),
+            Err(e) => report.extend(GuardReport::refused(format!(
+                "cordon could not start a view for the git repositories this call made ({e}); \
+                 they stay in the sandbox's shadow and are imported after the next call"
+            ))),
+        }
+        report
     }
 
     /// While a job runs: the same import, and when it imports nothing because the shadow is
     /// still in a state whose import was refused (another job's or call's tick saw it first),
     /// that refusal again: every job running while a refused change stands ends, since which
-    /// of them made it cannot be told (see `git::GitShadow::refusal_in_force`).
+    /// of them made it cannot be told (see `git::GitShadow::refusal_in_force`). A git
+    /// repository made below the root while the job runs, or one another call made since this
+    /// view was built, ends the job too: it could write what the operator's git reads there.
     pub fn import_for_job(&self) -> GuardReport {
         let Some(git) = &self.git else {
             return GuardReport::default();
         };
-        let report = git.after_call(self);
+        let report = git.after_call(self, &self.nested_in_view());
         if report.refused {
             return report;
+        }
+        let found = git.discover();
+        if !found.is_empty() {
+            return GuardReport::refused(format!(
+                "a git repository was made at `{}` while this job ran: cordon gives a \
+                 repository made in the sandbox a shadow gitdir of its own only once nothing \
+                 running can write it, so the job was ended (its end made the shadow). Make \
+                 repositories with `shell_exec` (`git init`, `git clone`), then start the job",
+                shown(&found)
+            ));
+        }
+        let stale: std::collections::BTreeSet<PathBuf> = git
+            .nested_dirs()
+            .difference(&self.nested_in_view())
+            .cloned()
+            .collect();
+        if !stale.is_empty() {
+            return GuardReport::refused(format!(
+                "the git repository at `{}` was given a shadow gitdir after this job started, \
+                 and the job's view does not hold it (the job could write what the operator's \
+                 git reads there): the job was ended; start it again",
+                shown(&stale)
+            ));
         }
         git.refusal_in_force().unwrap_or(report)
     }
@@ -264,6 +357,18 @@ impl SandboxInit {
     /// serving both. Elsewhere entering the namespace needs a capability the server lacks, and
     /// the new init has a namespace of its own, as before.
     pub fn rebuilt(&self) -> Result<Self, SandboxInitError> {
+        let fresh = self.started_again(self.warm_target)?;
+        if fresh.plan.join_network
+            && let (Ok(mut mine), Ok(mut theirs)) = (self.proxy.lock(), fresh.proxy.lock())
+        {
+            *theirs = mine.take();
+        }
+        Ok(fresh)
+    }
+
+    /// A new init with this one's plan and the view as it is now (see [`Self::rebuilt`]),
+    /// keeping `warm_target` slots; the proxy's listener stays with this one.
+    fn started_again(&self, warm_target: usize) -> Result<Self, SandboxInitError> {
         let mut plan = self.plan.clone();
         let join = self
             .sandbox
@@ -273,9 +378,7 @@ impl SandboxInit {
             plan.join_network = true;
             plan.proxy_listener = None;
         }
-        if let Some(git) = &self.git
-            && git.operator_has_repository()
-        {
+        if let Some(git) = &self.git {
             // A repository the import made since: the shadow's alternate now points at it.
             if let Err(e) = git.refresh_alternates() {
                 tracing::warn!("the shadow gitdir's alternate: {e}");
@@ -291,12 +394,7 @@ impl SandboxInit {
             self.git.clone(),
             join,
         )?
-        .with_warm_target(self.warm_target);
-        if fresh.plan.join_network
-            && let (Ok(mut mine), Ok(mut theirs)) = (self.proxy.lock(), fresh.proxy.lock())
-        {
-            *theirs = mine.take();
-        }
+        .with_warm_target(warm_target);
         Ok(fresh)
     }
 
@@ -512,6 +610,7 @@ fn plan(inputs: &ViewInputs<'_>) -> InitPlan {
         private_root: inputs.private_root.to_path_buf(),
         writable_shims: inputs.writable_shims.to_vec(),
         git_shadow: None,
+        nested_git: Vec::new(),
     }
 }
 
@@ -522,6 +621,7 @@ impl ConfinedGit for SandboxInit {
     /// shadow's config makes git run stays in the sandbox).
     fn run_confined(
         &self,
+        cwd: &Path,
         script: &str,
         input: &[u8],
         stdout: OwnedFd,
@@ -551,7 +651,7 @@ impl ConfinedGit for SandboxInit {
                     text("GIT_CONFIG_GLOBAL=/dev/null"),
                     text("GIT_TERMINAL_PROMPT=0"),
                 ],
-                cwd: PathBuf::new(),
+                cwd: cwd.to_path_buf(),
                 pty: None,
             },
             fds: vec![0, 1, 2, 3],

@@ -93,11 +93,18 @@ pub(crate) struct InitPlan {
     /// `<workspace>/.git`, over the operator's gitdir, which is bound read-only elsewhere.
     #[serde(default)]
     pub git_shadow: Option<GitShadowPlan>,
+    /// The shadow of each repository below the root (`crate::git::Repositories`), bound the
+    /// same way at `<dir>/.git`, whose directory the server made (the init makes none there).
+    #[serde(default)]
+    pub nested_git: Vec<GitShadowPlan>,
 }
 
 /// Where the view binds the shadow gitdir and the operator's gitdir.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct GitShadowPlan {
+    /// Where the repository is in the workspace (empty for the root's).
+    #[serde(default)]
+    pub rel: PathBuf,
     /// The shadow (host path, in cordon's private state), bound read-write at `at`.
     pub shadow: PathBuf,
     /// `<workspace>/.git`.
@@ -214,6 +221,7 @@ mod tests {
             private_root: PathBuf::new(),
             writable_shims: Vec::new(),
             git_shadow: None,
+            nested_git: Vec::new(),
         };
         let json = serde_json::to_vec(&plan).expect("serialises");
         let back: InitPlan = serde_json::from_slice(&json).expect("deserialises");

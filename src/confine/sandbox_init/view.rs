@@ -165,8 +165,12 @@ fn idmapped_trees(
             );
         }
     };
-    let shadow = plan.git_shadow.as_ref().map(|git| &git.shadow);
-    for path in plan.read_write.iter().chain(shadow) {
+    let shadows = plan
+        .git_shadow
+        .iter()
+        .chain(&plan.nested_git)
+        .map(|git| &git.shadow);
+    for path in plan.read_write.iter().chain(shadows) {
         let Ok(meta) = path.symlink_metadata() else {
             continue;
         };
@@ -257,7 +261,10 @@ pub(crate) fn build(plan: &InitPlan) -> Result<Built, ViewError> {
         bind(root, path, read_only, tree)?;
     }
     if let Some(git) = &plan.git_shadow {
-        bind_git_shadow(root, git, idmapped.get(&git.shadow))?;
+        bind_git_shadow(root, git, idmapped.get(&git.shadow), None)?;
+    }
+    for git in &plan.nested_git {
+        bind_git_shadow(root, git, idmapped.get(&git.shadow), Some(&plan.workspace))?;
     }
     drop(idmapped);
     // `.git` pinned as a mount point of itself, then its control files read-only on top.
@@ -307,11 +314,14 @@ pub(crate) fn build(plan: &InitPlan) -> Result<Built, ViewError> {
 /// operator's gitdir read-only where the shadow's alternate points (see `crate::git`): no
 /// confined process can write anything the operator's git reads. Runs after the workspace's
 /// bind (the mount point is made through it when the workspace has no `.git` yet: an empty
-/// directory git ignores).
+/// directory git ignores). `nested_in`: the workspace, for a repository below its root, whose
+/// `.git` the server made beneath its handle; nothing is made here below the root (a parent
+/// replaced by a link would lead elsewhere), and the path must have no link in it.
 fn bind_git_shadow(
     root: &Path,
     git: &GitShadowPlan,
     idmapped: Option<&std::os::fd::OwnedFd>,
+    nested_in: Option<&Path>,
 ) -> Result<(), ViewError> {
     if let Some(operator) = &git.operator {
         let dst = inside(root, &git.operator_at);
@@ -327,10 +337,12 @@ fn bind_git_shadow(
     // Made on the host's path, not through the view: the workspace may already be bound
     // idmapped there, and a directory made through that bind by the init (host uid 0, which
     // the mapping does not cover) is refused with EOVERFLOW. mkdir never follows a link.
-    match std::fs::create_dir(&git.at) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(e) => return io_at("mkdir", &git.at, Err(e)),
+    if nested_in.is_none() {
+        match std::fs::create_dir(&git.at) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return io_at("mkdir", &git.at, Err(e)),
+        }
     }
     if !dst.symlink_metadata().is_ok_and(|m| m.is_dir()) {
         return io_at(
@@ -338,6 +350,38 @@ fn bind_git_shadow(
             &git.at,
             Err(io::Error::other("`.git` is not a directory")),
         );
+    }
+    if let Some(workspace) = nested_in {
+        // Below the root, every parent must be a directory, not a link: the bind must land
+        // on this repository's `.git`, nowhere else.
+        let rel = git.at.strip_prefix(workspace).unwrap_or(&git.at);
+        let ws = io_at(
+            "open the workspace",
+            workspace,
+            rustix::fs::open(
+                inside(root, workspace),
+                rustix::fs::OFlags::PATH
+                    | rustix::fs::OFlags::DIRECTORY
+                    | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+            .map_err(io::Error::from),
+        )?;
+        io_at(
+            "bind the git shadow",
+            &git.at,
+            rustix::fs::openat2(
+                &ws,
+                rel,
+                rustix::fs::OFlags::PATH
+                    | rustix::fs::OFlags::DIRECTORY
+                    | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+                rustix::fs::ResolveFlags::NO_SYMLINKS | rustix::fs::ResolveFlags::BENEATH,
+            )
+            .map(drop)
+            .map_err(io::Error::from),
+        )?;
     }
     if let Some(tree) = idmapped {
         // The shadow is the server's (its state directory): the calls' uid writes it through

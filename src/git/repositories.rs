@@ -1,0 +1,337 @@
+//! Every repository of one workspace and its shadow: the root's, each nested repository the
+//! operator has (a `.git` directory below the root that is not a gitlink of the operator's
+//! index, found when the server starts), and each one a call or job makes, which becomes a
+//! shadow of its own at the end of the call that made it (`adopt`): its `.git` is moved out
+//! of the workspace into cordon's state, and the next import makes the operator's repository
+//! there with git's own `init` and brings over only data, as for the root. From then on the
+//! view binds that shadow read-write at `<dir>/.git` over the operator's, exactly as the
+//! root's.
+//!
+//! A running job cannot be moved from under: a repository found while a job runs ends the job
+//! (and the job's end makes it a shadow), and a job whose view predates a shadow (it could
+//! still write that operator's gitdir) ends at its next import.
+//!
+//! Owns the set of shadows, what was found and not yet made one, and the order of the work.
+//! Does not own one repository's sync (`GitShadow`), the search (`nested`) or views.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use cap_std::fs::Dir;
+
+use super::nested::{self, DotGit};
+use super::{ConfinedGit, GitShadow, GuardReport, ShadowPaths};
+
+/// The shadows of one workspace's repositories.
+pub(crate) struct Repositories {
+    workspace: PathBuf,
+    ws_root: Dir,
+    root: GitShadow,
+    /// Each repository below the root that has a shadow, by its directory.
+    nested: Mutex<BTreeMap<PathBuf, Arc<GitShadow>>>,
+    /// Repositories found while a job ran, made shadows when nothing runs that could write
+    /// them (a job's end, the next call's end).
+    found: Mutex<BTreeSet<PathBuf>>,
+    /// Directories whose `.git` is a gitfile a call made into the root's gitdir (a worktree's),
+    /// looked at again at every call's end: rewritten or given a second name, it is refused.
+    gitfiles: Mutex<BTreeSet<PathBuf>>,
+    /// The operator's own gitfiles below the root when the server started (worktrees, and
+    /// submodules the index does not record): the view binds them read-only.
+    operator_gitfiles: BTreeSet<PathBuf>,
+    finder: nested::Finder,
+}
+
+impl Repositories {
+    /// The root's shadow and one for every nested repository the operator has (made and
+    /// seeded from it when new). `root` is the workspace (canonical) as a handle.
+    pub(crate) fn open(workspace: &Path, root: Dir) -> std::io::Result<Self> {
+        let finder = nested::Finder::new(root.as_fd(), workspace);
+        let shadow = GitShadow::open(workspace, Path::new(""), root.try_clone()?, false)?;
+        let gitlinked = super::bound::gitlinked_paths(&root);
+        let mut nested = BTreeMap::new();
+        let mut operator_gitfiles = BTreeSet::new();
+        for rel in nested::find_all(root.as_fd()) {
+            if gitlinked.contains(&rel) {
+                continue; // bound read-only as it is (`bound`)
+            }
+            let Ok(fd) = nested::open_beneath(root.as_fd(), &rel) else {
+                continue;
+            };
+            let bare = match nested::dot_git(fd.as_fd()) {
+                DotGit::Directory => false,
+                DotGit::Bare => true,
+                DotGit::File(..) => {
+                    operator_gitfiles.insert(rel.join(".git"));
+                    continue;
+                }
+                DotGit::Other => continue,
+            };
+            let dir = Dir::from_std_file(std::fs::File::from(fd));
+            match GitShadow::open(&workspace.join(&rel), &rel, dir, bare) {
+                Ok(g) => {
+                    nested.insert(rel, Arc::new(g));
+                }
+                Err(e) => tracing::warn!(
+                    "cannot make the shadow gitdir of the repository at `{}` ({e}): it is \
+                     left out of the view's git protection",
+                    rel.display()
+                ),
+            }
+        }
+        Ok(Self {
+            workspace: workspace.to_path_buf(),
+            ws_root: root,
+            root: shadow,
+            nested: Mutex::new(nested),
+            found: Mutex::new(BTreeSet::new()),
+            gitfiles: Mutex::new(BTreeSet::new()),
+            operator_gitfiles,
+            finder,
+        })
+    }
+
+    /// What the view binds for the root's repository.
+    pub(crate) fn root_paths(&self) -> ShadowPaths {
+        self.root.paths()
+    }
+
+    /// What the view binds for each nested repository, by its directory: those whose
+    /// directory is still there, each with a directory at `<dir>/.git` to bind on (made beneath
+    /// the workspace's handle when the operator removed it).
+    pub(crate) fn nested_paths(&self) -> BTreeMap<PathBuf, ShadowPaths> {
+        let Ok(mut nested) = self.nested.lock() else {
+            return BTreeMap::new();
+        };
+        nested.retain(|rel, g| {
+            let Ok(fd) = nested::open_beneath(self.ws_root.as_fd(), rel) else {
+                return false;
+            };
+            if g.bare {
+                return true; // the directory is the mount point
+            }
+            match nested::dot_git(fd.as_fd()) {
+                DotGit::Directory => true,
+                DotGit::File(..) => false,
+                DotGit::Bare | DotGit::Other => {
+                    rustix::fs::mkdirat(&fd, c".git", rustix::fs::Mode::from_raw_mode(0o755))
+                        .is_ok()
+                }
+            }
+        });
+        nested
+            .iter()
+            .map(|(rel, g)| (rel.clone(), g.paths()))
+            .collect()
+    }
+
+    /// The operator's gitfiles below the root (`<dir>/.git`), bound read-only.
+    pub(crate) fn operator_gitfiles(&self) -> &BTreeSet<PathBuf> {
+        &self.operator_gitfiles
+    }
+
+    /// The nested repositories that have a shadow.
+    pub(crate) fn nested_dirs(&self) -> BTreeSet<PathBuf> {
+        self.nested
+            .lock()
+            .map(|n| n.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Points every shadow's alternate at its operator's objects (see
+    /// [`GitShadow::refresh_alternates`]).
+    pub(crate) fn refresh_alternates(&self) -> std::io::Result<()> {
+        if self.root.operator_has_repository() {
+            self.root.refresh_alternates()?;
+        }
+        for g in self.shadows() {
+            if g.operator_has_repository() {
+                g.refresh_alternates()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn shadows(&self) -> Vec<Arc<GitShadow>> {
+        self.nested
+            .lock()
+            .map(|n| n.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Before a call: every repository's [`GitShadow::before_call`].
+    pub(crate) fn before_call(&self) -> GuardReport {
+        let mut report = self.root.before_call();
+        for g in self.shadows() {
+            report.extend(g.before_call());
+        }
+        report
+    }
+
+    /// After a call or job, run through `confined` whose view binds the nested repositories
+    /// `in_view`: each of their imports ([`GitShadow::after_call`]).
+    pub(crate) fn after_call(
+        &self,
+        confined: &dyn ConfinedGit,
+        in_view: &BTreeSet<PathBuf>,
+    ) -> GuardReport {
+        let mut report = self.root.after_call(confined);
+        for g in self.shadows() {
+            if in_view.contains(&g.rel) {
+                report.extend(g.after_call(confined));
+            }
+        }
+        report
+    }
+
+    /// A refusal that still stands in any shadow (see [`GitShadow::refusal_in_force`]).
+    pub(crate) fn refusal_in_force(&self) -> Option<GuardReport> {
+        if let Some(r) = self.root.refusal_in_force() {
+            return Some(r);
+        }
+        self.shadows().iter().find_map(|g| g.refusal_in_force())
+    }
+
+    /// Repositories below the root that no shadow covers yet: what the finder reports
+    /// changed, and what was found earlier and is still there. Gitlinks of the operator's
+    /// index (bound read-only) and gitfiles that lead into the root's gitdir (a worktree's, a
+    /// submodule's: on the host they name the operator's gitdir, where only data is
+    /// imported) are not.
+    pub(crate) fn discover(&self) -> BTreeSet<PathBuf> {
+        let changed = self.finder.changed(self.ws_root.as_fd());
+        let known = self.nested_dirs();
+        let gitlinked = super::bound::gitlinked_paths(&self.ws_root);
+        let (Ok(mut found), Ok(mut gitfiles)) = (self.found.lock(), self.gitfiles.lock()) else {
+            return BTreeSet::new();
+        };
+        found.extend(changed);
+        found.extend(gitfiles.iter().cloned());
+        gitfiles.clear();
+        found.retain(|rel| {
+            if known.contains(rel)
+                || gitlinked.contains(rel)
+                || self.operator_gitfiles.contains(&rel.join(".git"))
+            {
+                return false;
+            }
+            let Ok(fd) = nested::open_beneath(self.ws_root.as_fd(), rel) else {
+                return false;
+            };
+            match nested::dot_git(fd.as_fd()) {
+                DotGit::Directory | DotGit::Bare => true,
+                DotGit::File(target, links) => {
+                    let vouched = links == 1
+                        && nested::gitfile_into_root_gitdir(&self.workspace, rel, &target);
+                    if vouched {
+                        gitfiles.insert(rel.clone());
+                    }
+                    !vouched
+                }
+                DotGit::Other => false,
+            }
+        });
+        found.clone()
+    }
+
+    /// Makes each repository in `found` a shadow (nothing may be running that could write
+    /// it): a `.git` directory is moved out of the workspace; a gitfile naming a gitdir
+    /// cordon cannot vouch for is removed (refused).
+    pub(crate) fn adopt(&self, found: &BTreeSet<PathBuf>) -> GuardReport {
+        let mut report = GuardReport::default();
+        for rel in found {
+            let shown = rel.display();
+            let Ok(fd) = nested::open_beneath(self.ws_root.as_fd(), rel) else {
+                continue;
+            };
+            match nested::dot_git(fd.as_fd()) {
+                DotGit::Directory => {
+                    let dir = Dir::from_std_file(std::fs::File::from(fd));
+                    match GitShadow::adopt(&self.workspace.join(rel), rel, dir) {
+                        Ok(g) => {
+                            if let Ok(mut nested) = self.nested.lock() {
+                                nested.insert(rel.clone(), Arc::new(g));
+                            }
+                            report.info(format!(
+                                "the git repository made at `{shown}` is now kept in a shadow \
+                                 gitdir, like the workspace's own: git in the sandbox works on \
+                                 it as before, and the operator's `{shown}/.git` holds only \
+                                 what cordon imported from it (commits, branches, tags, HEAD, \
+                                 index), never its config or hooks"
+                            ));
+                        }
+                        Err(e) => report.refuse(format!(
+                            "the git repository made at `{shown}` could not be moved into a \
+                             shadow gitdir ({e}); remove `{shown}/.git` (the operator's git \
+                             would read its config)"
+                        )),
+                    }
+                }
+                DotGit::Bare => {
+                    let parent = rel.parent().unwrap_or(Path::new(""));
+                    let name = rel
+                        .file_name()
+                        .and_then(|n| std::ffi::CString::new(n.as_encoded_bytes()).ok());
+                    let adopted = match (nested::open_beneath(self.ws_root.as_fd(), parent), name) {
+                        (Ok(parent_fd), Some(name)) => {
+                            let parent_dir = Dir::from_std_file(std::fs::File::from(parent_fd));
+                            GitShadow::adopt_bare(
+                                &self.workspace.join(rel),
+                                rel,
+                                &parent_dir,
+                                &name,
+                            )
+                        }
+                        (Err(e), _) => Err(e),
+                        (_, None) => Err(std::io::Error::other("no name")),
+                    };
+                    match adopted {
+                        Ok(g) => {
+                            if let Ok(mut nested) = self.nested.lock() {
+                                nested.insert(rel.clone(), Arc::new(g));
+                            }
+                            report.info(format!(
+                                "the bare git repository made at `{shown}` is now kept in a \
+                                 shadow gitdir: git in the sandbox works on it as before, and \
+                                 the operator's `{shown}` holds only what cordon imported \
+                                 (branches, tags, HEAD and their objects), never its config \
+                                 or hooks"
+                            ));
+                        }
+                        Err(e) => report.refuse(format!(
+                            "the bare git repository made at `{shown}` could not be moved into a \
+                             shadow gitdir ({e}); remove it (the operator's git would read its \
+                             config when run there)"
+                        )),
+                    }
+                }
+                DotGit::File(target, links) => {
+                    let removed = rustix::fs::unlinkat(&fd, c".git", rustix::fs::AtFlags::empty());
+                    let why = if links > 1 {
+                        format!("had a second name (a hard link, {links} in all)")
+                    } else {
+                        format!(
+                            "named the gitdir `{target}`, which is not in this workspace's repository"
+                        )
+                    };
+                    report.refuse(format!(
+                        "`{shown}/.git` {why}: the operator's git would read what it leads to. \
+                         cordon {} it; make worktrees with `git worktree add` and repositories \
+                         with `git init`/`git clone` (they get a shadow of their own)",
+                        if removed.is_ok() {
+                            "removed"
+                        } else {
+                            "could not remove"
+                        }
+                    ));
+                }
+                DotGit::Other => {}
+            }
+        }
+        if let Ok(mut pending) = self.found.lock() {
+            pending.retain(|rel| !found.contains(rel));
+        }
+        report.announce();
+        report
+    }
+}
