@@ -67,6 +67,9 @@ pub struct Launched {
     pub pgid: Option<u32>,
     /// The call's TMPDIR (None for a worker, whose home is in its private directory).
     tmp: Option<crate::confine::scratch::RemovedOnDrop>,
+    /// This process counted as running in its view (`git::Repositories::hold`), until its tree
+    /// is dead.
+    pub(super) git_hold: Option<crate::git::ViewHold>,
     /// The init the process was born in, kept up for its life (declared last).
     pub(super) sandbox_init: Option<Arc<SandboxInit>>,
 }
@@ -171,6 +174,9 @@ impl Executor {
         if let Some(f) = &sandbox_init {
             let _ = f.before_call();
         }
+        // Counted as running in this view from before it starts until its tree is dead: a
+        // repository's gitdir cordon adopts meanwhile is not written while it could be.
+        let git_hold = sandbox_init.as_ref().and_then(|f| f.hold());
         let (tmp, mut env) = match &spec.kind {
             LaunchKind::Call => {
                 // The call's TMPDIR: its slot's own directory (no other call's process may
@@ -248,6 +254,7 @@ impl Executor {
             marks: super::steps::Marks::new(Instant::now()),
             pgid,
             tmp,
+            git_hold,
             sandbox_init,
         })
     }
@@ -446,6 +453,7 @@ impl Launched {
             None => None,
         };
         let hits = cgroup.as_ref().map(|c| c.limit_hits());
+        drop(self.git_hold.take());
         // The tree is dead: what its git wrote in the shadow gitdir is imported into the
         // operator's repository now, verified (`crate::git`). Git and file-system work: off
         // the async threads.

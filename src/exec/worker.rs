@@ -34,6 +34,10 @@ pub struct WorkerSpec {
     /// more); when any are given, every other descriptor ≥ 3 is closed in the worker. The
     /// server's copies are not affected: what it keeps of them it keeps.
     pub pass_fds: Vec<(i32, OwnedFd)>,
+    /// The worker runs the agent's code (an interpreter session), not only cordon's own (the
+    /// parser): it counts as a running process of its view for the git import
+    /// (`git::Repositories::hold`) for its whole life.
+    pub runs_agent_code: bool,
 }
 
 /// A running confined worker. Dropping it kills its whole tree (the child is `kill_on_drop`
@@ -47,6 +51,8 @@ pub struct ConfinedWorker {
     pid: Option<u32>,
     /// The worker's registration with the egress proxy (proxy-mode policies), for its life.
     egress: Option<crate::egress::CallTicket>,
+    /// Counted as running in its view, for its life (see `WorkerSpec::runs_agent_code`).
+    git_hold: Option<crate::git::ViewHold>,
     /// The init the worker was born in, kept up for the worker's life (declared last: the
     /// worker's process and cgroup go first).
     sandbox_init: Option<Arc<crate::confine::SandboxInit>>,
@@ -67,7 +73,8 @@ impl Executor {
     /// Call it from an async task, not from `spawn_blocking`: the parent-death signal is tied
     /// to the thread that forks, and blocking-pool threads exit when idle.
     pub fn spawn_worker(&self, spec: WorkerSpec) -> Result<ConfinedWorker, ExecError> {
-        let launched = self.launch_blocking(super::launch::LaunchSpec {
+        let runs_agent_code = spec.runs_agent_code;
+        let mut launched = self.launch_blocking(super::launch::LaunchSpec {
             program: spec.program,
             piped_stdin: true,
             cpu_seconds: spec.cpu_seconds,
@@ -77,7 +84,9 @@ impl Executor {
                 pass_fds: spec.pass_fds,
             },
         })?;
+        let git_hold = launched.git_hold.take().filter(|_| runs_agent_code);
         let mut worker = ConfinedWorker::new(launched.child, launched.pipes, launched.cgroup);
+        worker.git_hold = git_hold;
         worker.egress = launched.egress;
         worker.sandbox_init = launched.sandbox_init;
         Ok(worker)
@@ -94,6 +103,7 @@ impl ConfinedWorker {
             child,
             cgroup,
             egress: None,
+            git_hold: None,
             sandbox_init: None,
         }
     }

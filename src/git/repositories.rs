@@ -17,6 +17,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cap_std::fs::Dir;
@@ -40,6 +41,14 @@ pub(crate) struct Repositories {
     /// The operator's own gitfiles below the root when the server started (worktrees, and
     /// submodules the index does not record): the view binds them read-only.
     operator_gitfiles: BTreeSet<PathBuf>,
+    /// Bumped at every adoption: a view built before it does not bind the new shadows.
+    generation: AtomicU64,
+    /// Confined processes still running, by the generation of their view ([`ViewHold`]).
+    running: Mutex<BTreeMap<u64, usize>>,
+    /// Adopted repositories whose gitdir in the workspace no process of an older view can
+    /// write any more only once none runs: until then nothing is imported there, and then
+    /// whatever such a process left there is cleared first (by generation of adoption).
+    unsettled: Mutex<BTreeMap<PathBuf, u64>>,
     finder: nested::Finder,
 }
 
@@ -88,6 +97,9 @@ impl Repositories {
             found: Mutex::new(BTreeSet::new()),
             gitfiles: Mutex::new(BTreeSet::new()),
             operator_gitfiles,
+            generation: AtomicU64::new(0),
+            running: Mutex::new(BTreeMap::new()),
+            unsettled: Mutex::new(BTreeMap::new()),
             finder,
         })
     }
@@ -178,11 +190,59 @@ impl Repositories {
     ) -> GuardReport {
         let mut report = self.root.after_call(confined);
         for g in self.shadows() {
-            if in_view.contains(&g.rel) {
-                report.extend(g.after_call(confined));
+            if !in_view.contains(&g.rel) {
+                continue;
             }
+            let unsettled = self
+                .unsettled
+                .lock()
+                .ok()
+                .and_then(|u| u.get(&g.rel).copied());
+            if let Some(generation) = unsettled {
+                if self.older_running(generation) {
+                    tracing::debug!(rel = %g.rel.display(), "git import deferred: a process of an older view runs");
+                    continue; // imported once those processes are gone
+                }
+                tracing::debug!(rel = %g.rel.display(), "clearing the operator's side of an adopted repository");
+                if let Err(e) = g.clear_operator_side() {
+                    report.refuse(format!(
+                        "cordon could not clear `{}` of what a process started before it got a \
+                         shadow gitdir wrote there ({e}); remove it by hand",
+                        g.rel.display()
+                    ));
+                    continue;
+                }
+                if let Ok(mut u) = self.unsettled.lock() {
+                    u.remove(&g.rel);
+                }
+            }
+            report.extend(g.after_call(confined));
         }
         report
+    }
+
+    /// The generation of the shadows a view built now binds.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    /// Counts a confined process of a view of `generation` as running until the hold drops.
+    pub(crate) fn hold(self: &Arc<Self>, generation: u64) -> ViewHold {
+        if let Ok(mut running) = self.running.lock() {
+            *running.entry(generation).or_default() += 1;
+        }
+        ViewHold {
+            repositories: Arc::clone(self),
+            generation,
+        }
+    }
+
+    /// Whether a process of a view older than `generation` still runs.
+    fn older_running(&self, generation: u64) -> bool {
+        self.running
+            .lock()
+            .map(|r| r.range(..generation).any(|(_, n)| *n > 0))
+            .unwrap_or(true)
     }
 
     /// A refusal that still stands in any shadow (see [`GitShadow::refusal_in_force`]).
@@ -239,6 +299,12 @@ impl Repositories {
     /// cordon cannot vouch for is removed (refused).
     pub(crate) fn adopt(&self, found: &BTreeSet<PathBuf>) -> GuardReport {
         let mut report = GuardReport::default();
+        let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        let settle = |rel: &PathBuf| {
+            if let Ok(mut u) = self.unsettled.lock() {
+                u.insert(rel.clone(), generation);
+            }
+        };
         for rel in found {
             let shown = rel.display();
             let Ok(fd) = nested::open_beneath(self.ws_root.as_fd(), rel) else {
@@ -249,6 +315,7 @@ impl Repositories {
                     let dir = Dir::from_std_file(std::fs::File::from(fd));
                     match GitShadow::adopt(&self.workspace.join(rel), rel, dir) {
                         Ok(g) => {
+                            settle(rel);
                             if let Ok(mut nested) = self.nested.lock() {
                                 nested.insert(rel.clone(), Arc::new(g));
                             }
@@ -287,6 +354,7 @@ impl Repositories {
                     };
                     match adopted {
                         Ok(g) => {
+                            settle(rel);
                             if let Ok(mut nested) = self.nested.lock() {
                                 nested.insert(rel.clone(), Arc::new(g));
                             }
@@ -333,5 +401,26 @@ impl Repositories {
         }
         report.announce();
         report
+    }
+}
+
+/// A running confined process, counted by the generation of its view (see
+/// [`Repositories::hold`]): an adopted repository's gitdir in the workspace is imported into
+/// only once no process of an older view runs.
+pub(crate) struct ViewHold {
+    repositories: Arc<Repositories>,
+    generation: u64,
+}
+
+impl Drop for ViewHold {
+    fn drop(&mut self) {
+        if let Ok(mut running) = self.repositories.running.lock()
+            && let Some(n) = running.get_mut(&self.generation)
+        {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                running.remove(&self.generation);
+            }
+        }
     }
 }

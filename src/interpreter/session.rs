@@ -552,6 +552,7 @@ fn worker_spec(
         },
         cpu_seconds: Some(policy.cpu_seconds),
         pass_fds,
+        runs_agent_code: true,
     };
     Ok((spec, output))
 }

@@ -316,6 +316,7 @@ impl ParserClient {
             },
             cpu_seconds: Some(self.config.cpu_seconds),
             pass_fds: Vec::new(),
+            runs_agent_code: false,
         };
         let mut proc = self
             .executor

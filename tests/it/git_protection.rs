@@ -1649,3 +1649,50 @@ async fn the_operators_worktree_gitfile_is_never_writable() {
     assert_eq!(std::fs::read(ws.path().join("wt/.git")).unwrap(), before);
     client.cancel().await.ok();
 }
+
+/// A job of an older view keeps writing where a call's repository was moved out (its view
+/// does not bind the new shadow): nothing is imported there while it runs, it is ended, and
+/// what it wrote is cleared before cordon makes the operator's repository there.
+#[cordon_test::test]
+async fn what_a_job_of_an_older_view_writes_into_an_adopted_repository_is_cleared() {
+    let Some((ws, marker, client)) = operator_session("nested_stale_writer").await else {
+        return;
+    };
+    let id = background(
+        &client,
+        &format!(
+            "while :; do if [ -d lib/.git ] && [ ! -e lib/.git/description ]; then \
+             mkdir -p lib/.git/objects lib/.git/refs; echo 'ref: refs/heads/main' > lib/.git/HEAD; \
+             printf '[core]\\n\\tfsmonitor = {}\\n' > lib/.git/config; fi; sleep 0.02; done",
+            marker.command()
+        ),
+    )
+    .await;
+    let run = shell(
+        &client,
+        "git init -q lib && git -C lib -c user.email=a@b.invalid -c user.name=agent commit -q \
+         --allow-empty -m 'agent lib commit' && echo made",
+    )
+    .await;
+    assert_eq!(run.1["stdout"], "made\n", "{run:?}");
+    let read = ended(&client, &id).await;
+    assert!(
+        read.to_string()
+            .contains("was given a shadow gitdir after this job started"),
+        "{read}"
+    );
+    // The next call's end imports, once no process of the older view runs.
+    let run = shell(&client, "echo next").await;
+    assert_eq!(run.1["stdout"], "next\n", "{run:?}");
+    let lib = ws.path().join("lib");
+    let config = std::fs::read_to_string(lib.join(".git/config")).unwrap_or_default();
+    assert!(!config.contains("fsmonitor"), "{config}");
+    let log = host_git(&lib, &["log", "-1", "--format=%s"]);
+    assert_eq!(
+        String::from_utf8_lossy(&log.stdout),
+        "agent lib commit\n",
+        "{log:?}"
+    );
+    assert_host_git_in_is_safe(&lib, &marker);
+    client.cancel().await.ok();
+}

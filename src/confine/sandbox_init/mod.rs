@@ -74,6 +74,8 @@ pub struct SandboxInit {
     git: Option<Arc<Repositories>>,
     /// What the view bound, to tell when it is out of date.
     signature: crate::git::bound::Signature,
+    /// The generation of the shadows the view binds (`git::Repositories::generation`).
+    git_generation: u64,
 }
 
 /// What the view is built from, gathered by `Confinement::build`.
@@ -207,6 +209,7 @@ impl SandboxInit {
                     operator_at: paths.operator_at,
                 }
             };
+        let git_generation = git.as_ref().map_or(0, |g| g.generation());
         plan.git_shadow = git
             .as_ref()
             .map(|g| shadow_plan(&mut plan.landlock, PathBuf::new(), g.root_paths()));
@@ -239,6 +242,7 @@ impl SandboxInit {
             patterns,
             git,
             signature,
+            git_generation,
         })
     }
 
@@ -262,6 +266,12 @@ impl SandboxInit {
                 .git
                 .as_ref()
                 .is_none_or(|g| g.nested_dirs() == self.nested_in_view())
+    }
+
+    /// Counts a process about to run in this view as running until the hold drops (see
+    /// `git::Repositories::hold`).
+    pub(crate) fn hold(&self) -> Option<crate::git::ViewHold> {
+        self.git.as_ref().map(|g| g.hold(self.git_generation))
     }
 
     /// The nested repositories whose shadows this view binds.
