@@ -11,6 +11,11 @@ changed. Then ROUNDS calls that each commit one changed file (`git commit -qam`)
 repository. For both, the import's own time as the server logs it (`CORDON_LOG=debug`,
 "git import after a call", in µs) is reported too: the commit's own git time is the agent's,
 not the import's.
+
+The search for repositories below the root that a call made ("git repositories looked for
+after a call") is reported the same way, for the fanotify path (root) and, on a third server
+over a copy of the repository with `CORDON_SIMULATE_MISSING=fanotify`, for the walk an
+unprivileged server does at every call's end; and the one walk at the server's start.
 """
 
 import json
@@ -27,16 +32,21 @@ FILES = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
 ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 30
 BINARY = sys.argv[3] if len(sys.argv) > 3 else "target/release/cordon"
 MICROS = re.compile(r"git import after a call micros=(\d+)")
+SEARCH = re.compile(r"git repositories looked for after a call micros=(\d+)")
+START = re.compile(r"repositories found at start micros=(\d+)")
 
 
 class Server:
-    def __init__(self, ws, state):
-        env = dict(os.environ, CORDON_LOG="cordon=debug", CORDON_STATE_DIR=state)
+    def __init__(self, ws, state, extra_env=None):
+        env = dict(os.environ, CORDON_LOG="cordon=debug", CORDON_STATE_DIR=state,
+                   **(extra_env or {}))
         self.p = subprocess.Popen(
             [BINARY, "serve", "--workspace", ws], env=env,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )
         self.imports = []
+        self.searches = []
+        self.start_search = []
         threading.Thread(target=self._log, daemon=True).start()
         self.n = 0
         self.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
@@ -45,9 +55,12 @@ class Server:
 
     def _log(self):
         for line in self.p.stderr:
-            m = MICROS.search(line.decode(errors="replace"))
-            if m:
-                self.imports.append(int(m.group(1)))
+            text = line.decode(errors="replace")
+            for pattern, into in ((MICROS, self.imports), (SEARCH, self.searches),
+                                  (START, self.start_search)):
+                m = pattern.search(text)
+                if m:
+                    into.append(int(m.group(1)))
 
     def send(self, v):
         self.p.stdin.write((json.dumps(v) + "\n").encode())
@@ -90,22 +103,29 @@ def main():
     git(repo, "init", "-q")
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "base")
+    walked = os.path.join(top, "walked")
+    subprocess.run(["cp", "-a", repo, walked], check=True)
     a = Server(repo, os.path.join(top, "state-a"))
     b = Server(plain, os.path.join(top, "state-b"))
-    a.call("true"), b.call("true")  # warm: the first call makes the shadow's index
-    a.imports.clear()
+    c = Server(walked, os.path.join(top, "state-c"), {"CORDON_SIMULATE_MISSING": "fanotify"})
+    a.call("true"), b.call("true"), c.call("true")  # warm: the first call makes the shadow's index
+    a.imports.clear(), a.searches.clear(), c.searches.clear()
     with_git, without = [], []
     for _ in range(ROUNDS):
         with_git.append(a.call("true"))
         without.append(b.call("true"))
+        c.call("true")
     time.sleep(0.2)
     unchanged = list(a.imports)
-    a.imports.clear()
+    searched_quiet, walked_quiet = list(a.searches), list(c.searches)
+    a.imports.clear(), a.searches.clear()
     commits = [a.call(f"echo {r} >> d0/f0 && git -c user.name=b -c user.email=b@b commit -qam c{r}")
                for r in range(ROUNDS)]
     time.sleep(0.2)
     committed = list(a.imports)
-    a.stop(), b.stop()
+    searched_commit = list(a.searches)
+    started_search = a.start_search + c.start_search
+    a.stop(), b.stop(), c.stop()
     med = statistics.median
     print(f"{FILES} tracked files, {ROUNDS} interleaved rounds, {os.cpu_count()} CPUs, "
           f"load {os.getloadavg()[0]:.2f}")
@@ -116,6 +136,13 @@ def main():
     print(f"one-file commit call (round trip): median {med(commits):.1f} ms")
     print(f"import after a one-file commit (logged): median {med(committed) / 1000:.2f} ms, "
           f"max {max(committed) / 1000:.2f} ms")
+    print(f"search for new repositories, fanotify, nothing changed: median {med(searched_quiet):.0f} µs, "
+          f"max {max(searched_quiet)} µs")
+    print(f"search for new repositories, fanotify, one-file commit: median {med(searched_commit):.0f} µs, "
+          f"max {max(searched_commit)} µs")
+    print(f"search for new repositories, whole walk (no fanotify): median {med(walked_quiet) / 1000:.1f} ms, "
+          f"max {max(walked_quiet) / 1000:.1f} ms")
+    print(f"the walk at the server's start: {', '.join(f'{m / 1000:.1f} ms' for m in started_search)}")
 
 
 if __name__ == "__main__":

@@ -12,10 +12,12 @@
 //! modes, hostile `.gitmodules`). The host then checks that every imported tip has the type
 //! its ref needs and that everything it reaches is there, refuses a new gitlink (host git
 //! would enter that directory and read its config), and only then moves refs in one
-//! `git update-ref --stdin` transaction whose old values are the agreed ones. The index is
-//! written by the host's `git read-tree -m` from the tree of the shadow's index (git keeps
-//! the operator's stat data for unchanged entries), renamed into place under git's own
-//! `index.lock`.
+//! `git update-ref --stdin` transaction whose old values are the agreed ones. The index
+//! follows the tree of the shadow's index: only the entries that differ from the tree of the
+//! operator's index (which cordon remembers while the operator leaves it alone) are changed,
+//! by the host's `git update-index --index-info` under git's own `index.lock` (the operator's
+//! stat data of every other entry is kept); a repository with no index gets one from `git
+//! read-tree`, renamed into place.
 
 use std::collections::BTreeSet;
 use std::io::Read;
@@ -88,6 +90,7 @@ pub(super) fn operator_to_shadow(
             agreed.shadow_index = read_state(shadow.dir()).index;
         }
         agreed.operator_index = op.index.clone();
+        agreed.operator_index_tree = None;
     }
     agreed.operator_seen = Some(op.clone());
     agreed.shadow_seen = None;
@@ -202,7 +205,14 @@ fn import(
         tree = export(&gitdir, ws, &git.rel, &missing, &tips, plan.index, confined)?;
     }
     verify_objects(&gitdir, ws, &plan.wanted, tree.as_ref())?;
-    let old_index_tree = refuse_new_gitlinks(&gitdir, ws, &operator, &plan.wanted, tree.as_ref())?;
+    // The tree of the operator's index: the one cordon wrote there, while the operator has
+    // not changed it since (no `write-tree` over every entry then).
+    let known = agreed
+        .operator_index_tree
+        .clone()
+        .filter(|_| op.index.is_some() && op.index == agreed.operator_index);
+    let index_diff =
+        refuse_new_gitlinks(&gitdir, ws, &operator, &plan.wanted, tree.as_ref(), known)?;
     // Everything checked: move the refs in one transaction, then HEAD, then the index.
     write_refs(&gitdir, ws, &plan.refs, agreed)?;
     if plan.head {
@@ -216,9 +226,10 @@ fn import(
         agreed.head = sh.head.clone();
     }
     if let Some(tree) = &tree {
-        write_index(&operator, &gitdir, ws, tree, old_index_tree.is_some())?;
+        write_index(&operator, &gitdir, ws, tree, index_diff.as_ref())?;
         agreed.shadow_index = sh.index.clone();
         agreed.operator_index = read_state(&operator).index;
+        agreed.operator_index_tree = Some(tree.clone());
     }
     agreed.operator_seen = None;
     Ok(())
@@ -320,15 +331,23 @@ fn verify_objects(
     Ok(())
 }
 
-/// Refuses a new gitlink in the new commits or in the index's tree; returns the tree of the
-/// operator's index as it was (None: it had none), which the index is merged from.
+/// The operator's index as it was, and how the index's new tree differs from it.
+struct IndexDiff {
+    /// `git diff-tree -r -z --raw` from the tree of the operator's index to the new one.
+    raw: Vec<u8>,
+}
+
+/// Refuses a new gitlink in the new commits or in the index's tree; returns how that tree
+/// differs from the tree of the operator's index as it was (`known`, else `git write-tree`;
+/// None: it had no index).
 fn refuse_new_gitlinks(
     gitdir: &Path,
     ws: &Path,
     operator: &Dir,
     wanted: &[(Oid, &'static str)],
     tree: Option<&Oid>,
-) -> Result<Option<String>, Refusal> {
+    known: Option<Oid>,
+) -> Result<Option<IndexDiff>, Refusal> {
     let commits: Vec<&Oid> = wanted
         .iter()
         .filter(|(_, k)| *k == "commit")
@@ -357,13 +376,15 @@ fn refuse_new_gitlinks(
     let Some(tree) = tree else {
         return Ok(None);
     };
-    let before = if operator.symlink_metadata("index").is_ok() {
+    let before = if operator.symlink_metadata("index").is_err() {
+        None
+    } else if known.is_some() {
+        known
+    } else {
         let mut cmd = host::command(gitdir, ws);
         cmd.arg("write-tree");
         let out = host::run(cmd, "write-tree", None)?;
         Some(String::from_utf8_lossy(&out).trim().to_owned())
-    } else {
-        None
     };
     let empty = empty_tree(tree);
     let mut cmd = host::command(gitdir, ws);
@@ -381,7 +402,7 @@ fn refuse_new_gitlinks(
     if let Some(path) = new_gitlink(&raw) {
         return Err(gitlink_refusal(&path));
     }
-    Ok(before)
+    Ok(before.map(|_| IndexDiff { raw }))
 }
 
 /// Moves the refs in one `update-ref --stdin` transaction whose old values are the agreed
@@ -592,16 +613,33 @@ fn create_repository(gitdir: &Path, ws: &Path, sh: &RepoState, bare: bool) -> Re
     Ok(())
 }
 
-/// Writes the operator's index from `tree`: `git read-tree -m` into a copy (keeping the stat
-/// data of unchanged entries) under a random name, renamed over `index` while cordon holds
-/// git's `index.lock`.
+/// Writes the operator's index from `tree`. Where it had one (`diff`: how `tree` differs from
+/// its tree), only the entries that differ are changed, by `git update-index -z --index-info`
+/// under git's own `index.lock` (the stat data of every other entry is kept; a changed one
+/// is hashed again by the operator's next `git status`). Without one, `git read-tree` into a
+/// new file under a random name, renamed into place while cordon holds `index.lock`.
 fn write_index(
     operator: &Dir,
     gitdir: &Path,
     ws: &Path,
     tree: &str,
-    had_index: bool,
+    diff: Option<&IndexDiff>,
 ) -> Result<(), Refusal> {
+    if let Some(diff) = diff {
+        let info = index_info(&diff.raw, tree.len());
+        if info.is_empty() {
+            return Ok(());
+        }
+        let mut cmd = host::command(gitdir, ws);
+        cmd.args(["update-index", "-z", "--index-info"]);
+        host::run(cmd, "update-index --index-info", Some(&info)).map_err(|e| {
+            Refusal::Plain(format!(
+                "the operator's index could not be updated (a git running on the host may \
+                 hold its lock; retry): {e}"
+            ))
+        })?;
+        return Ok(());
+    }
     let io = |what: &str, e: std::io::Error| Refusal::Plain(format!("{what}: {e}"));
     let lock = operator
         .open_with(
@@ -619,20 +657,10 @@ fn write_index(
             .prefix("cordon-index-")
             .tempfile_in(gitdir)
             .map_err(|e| io("a new index", e))?;
-        if had_index {
-            let bytes = super::shadow::read_bounded(operator, "index", 1 << 30)
-                .map_err(|e| io("the operator's index", e))?
-                .unwrap_or_default();
-            std::fs::write(staged.path(), bytes).map_err(|e| io("a new index", e))?;
-        }
         let mut cmd = host::command(gitdir, ws);
-        cmd.env("GIT_INDEX_FILE", staged.path()).arg("read-tree");
-        if had_index {
-            // A one-tree merge that keeps the stat data of unchanged entries; `-i`: the work
-            // tree is not consulted (the entries come from the tree, never from the files).
-            cmd.args(["-m", "-i"]);
-        }
-        cmd.arg(tree);
+        cmd.env("GIT_INDEX_FILE", staged.path())
+            .arg("read-tree")
+            .arg(tree);
         host::run(cmd, "read-tree", None)?;
         staged
             .persist(gitdir.join("index"))
@@ -644,9 +672,53 @@ fn write_index(
     result
 }
 
+/// `git update-index -z --index-info` records for the entries a `diff-tree -r -z --raw`
+/// names: the new mode and object, or mode 0 (removed) for a deletion. Paths go through as
+/// bytes; the objects are names of length `oid_len`.
+fn index_info(raw: &[u8], oid_len: usize) -> Vec<u8> {
+    let zero = "0".repeat(oid_len);
+    let mut out = Vec::new();
+    let mut fields = raw.split(|b| *b == 0).filter(|f| !f.is_empty());
+    while let Some(meta) = fields.next() {
+        let Some(meta) = meta.strip_prefix(b":") else {
+            continue;
+        };
+        let Some(path) = fields.next() else {
+            break;
+        };
+        let meta = String::from_utf8_lossy(meta);
+        let parts: Vec<&str> = meta.split(' ').collect();
+        let [_, new_mode, _, new_oid, status] = parts[..] else {
+            continue;
+        };
+        let record = if status.starts_with('D') {
+            format!("0 {zero}\t")
+        } else {
+            format!("{new_mode} {new_oid}\t")
+        };
+        out.extend_from_slice(record.as_bytes());
+        out.extend_from_slice(path);
+        out.push(0);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_diff_becomes_index_records_of_the_changed_entries_only() {
+        let z = |s: &str| s.replace('|', "\0").into_bytes();
+        let raw = z(
+            ":100644 100755 aaaa bbbb M|a b|:000000 100644 0000 cccc A|new|\
+                     :100644 000000 dddd 0000 D|gone|",
+        );
+        assert_eq!(
+            String::from_utf8(index_info(&raw, 4)).unwrap(),
+            "100755 bbbb\ta b\x00100644 cccc\tnew\x000 0000\tgone\x00"
+        );
+    }
 
     #[test]
     fn only_a_gitlink_where_there_was_none_is_new() {

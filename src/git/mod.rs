@@ -116,6 +116,9 @@ struct Agreed {
     shadow_index: IndexMark,
     /// The operator's index mark then.
     operator_index: IndexMark,
+    /// The tree of the operator's index when it had that mark, when cordon wrote it (None:
+    /// ask git).
+    operator_index_tree: Option<Oid>,
 }
 
 /// One repository's shadow gitdir and its sync with the operator's repository.
@@ -173,6 +176,7 @@ impl GitShadow {
                 head: op.head.clone(),
                 shadow_index: seen.index.clone(),
                 operator_index: op.index.clone(),
+                operator_index_tree: None,
                 refused: None,
                 shadow_seen: Some(seen),
                 operator_seen: Some(op.clone()),
@@ -185,6 +189,7 @@ impl GitShadow {
                 head: seen.head.clone(),
                 shadow_index: seen.index.clone(),
                 operator_index: None,
+                operator_index_tree: None,
                 refused: None,
                 shadow_seen: None,
                 operator_seen: None,

@@ -61,7 +61,14 @@ impl Repositories {
         let gitlinked = super::bound::gitlinked_paths(&root);
         let mut nested = BTreeMap::new();
         let mut operator_gitfiles = BTreeSet::new();
-        for rel in nested::find_all(root.as_fd()) {
+        let started = std::time::Instant::now();
+        let found = nested::find_all(root.as_fd());
+        tracing::debug!(
+            micros = started.elapsed().as_micros() as u64,
+            found = found.len(),
+            "the workspace's repositories found at start"
+        );
+        for rel in found {
             if gitlinked.contains(&rel) {
                 continue; // bound read-only as it is (`bound`)
             }

@@ -1696,3 +1696,64 @@ async fn what_a_job_of_an_older_view_writes_into_an_adopted_repository_is_cleare
     assert_host_git_in_is_safe(&lib, &marker);
     client.cancel().await.ok();
 }
+
+/// The operator's index follows the agent's, entry by entry, across calls: a changed file, a
+/// removal, a mode change and a file staged but not committed show in the operator's `git
+/// status` exactly as in the sandbox's, and the untouched entries keep their stat data.
+#[cordon_test::test]
+async fn the_operators_index_follows_what_the_agent_staged() {
+    if skip("operators_index_follows", Need::Namespaces) {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    operator_repo(ws.path());
+    for (name, text) in [
+        ("keep", "1\n"),
+        ("gone", "2\n"),
+        ("mode.sh", "echo\n"),
+        ("same", "3\n"),
+    ] {
+        std::fs::write(ws.path().join(name), text).unwrap();
+    }
+    assert!(host_git(ws.path(), &["add", "-A"]).status.success());
+    assert!(
+        host_git(ws.path(), &["commit", "-qm", "files"])
+            .status
+            .success()
+    );
+    let client = connect(ws.path()).await;
+    let run = shell(
+        &client,
+        "echo changed > keep && git rm -q gone && chmod +x mode.sh && git add -A && \
+         git -c user.email=a@b.invalid -c user.name=agent commit -qm agent1 && \
+         echo staged > new && git add new && git status --porcelain",
+    )
+    .await;
+    assert_eq!(run.1["stdout"], "A  new\n", "{run:?}");
+    let status = host_git(ws.path(), &["status", "--porcelain"]);
+    assert_eq!(
+        String::from_utf8_lossy(&status.stdout),
+        "A  new\n",
+        "{status:?}"
+    );
+    let mode = host_git(ws.path(), &["ls-files", "-s", "mode.sh"]);
+    assert!(
+        String::from_utf8_lossy(&mode.stdout).starts_with("100755"),
+        "{mode:?}"
+    );
+    let gone = host_git(ws.path(), &["ls-files", "gone"]);
+    assert!(gone.stdout.is_empty(), "{gone:?}");
+    let run = shell(
+        &client,
+        "git -c user.email=a@b.invalid -c user.name=agent commit -qm agent2 && echo ok",
+    )
+    .await;
+    assert_eq!(run.1["stdout"], "ok\n", "{run:?}");
+    let status = host_git(ws.path(), &["status", "--porcelain"]);
+    assert_eq!(String::from_utf8_lossy(&status.stdout), "", "{status:?}");
+    let log = host_git(ws.path(), &["log", "--format=%s", "-2"]);
+    assert_eq!(String::from_utf8_lossy(&log.stdout), "agent2\nagent1\n");
+    let fsck = host_git(ws.path(), &["fsck", "--no-progress"]);
+    assert!(fsck.status.success(), "{fsck:?}");
+    client.cancel().await.ok();
+}

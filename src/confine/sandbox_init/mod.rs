@@ -299,7 +299,13 @@ impl SandboxInit {
             return GuardReport::default();
         };
         let mut report = git.after_call(self, &self.nested_in_view());
+        let started = std::time::Instant::now();
         let found = git.discover();
+        // What `benches/git_import.py` reads (CORDON_LOG=debug): the search's own cost.
+        tracing::debug!(
+            micros = started.elapsed().as_micros() as u64,
+            "git repositories looked for after a call"
+        );
         if found.is_empty() {
             return report;
         }
