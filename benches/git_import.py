@@ -4,7 +4,8 @@
     python3 benches/git_import.py [FILES=100000] [ROUNDS=30] [BINARY=target/release/cordon]
 
 Two `cordon serve`s run side by side: one over a repository of FILES tracked files (the
-shadow gitdir, the import after every call), one over a workspace without git (no import).
+shadow gitdir, the import after every call), one over a copy of the same files without git
+(no import).
 `shell_exec true` alternates between them one call at a time (interleaved, so machine noise
 hits both alike): the difference of the medians is what the import adds to a call where nothing
 changed. Then ROUNDS calls that each commit one changed file (`git commit -qam`) in the
@@ -87,14 +88,13 @@ class Server:
 
 
 def git(ws, *args):
-    subprocess.run(["git", "-c", "user.name=b", "-c", "user.email=b@b", *args], cwd=ws,
+    subprocess.run(["git", "-c", "user.name=b", "-c", "user.email=b@b", "-c", "gc.auto=0", *args], cwd=ws,
                    check=True, stdout=subprocess.DEVNULL)
 
 
 def main():
     top = tempfile.mkdtemp(prefix="cordon-git-bench-")
     repo, plain = os.path.join(top, "repo"), os.path.join(top, "plain")
-    os.makedirs(plain)
     for i in range(FILES):
         d = os.path.join(repo, f"d{i // 1000}")
         os.makedirs(d, exist_ok=True)
@@ -105,6 +105,8 @@ def main():
     git(repo, "commit", "-qm", "base")
     walked = os.path.join(top, "walked")
     subprocess.run(["cp", "-a", repo, walked], check=True)
+    subprocess.run(["cp", "-a", repo, plain], check=True)
+    subprocess.run(["rm", "-rf", os.path.join(plain, ".git")], check=True)
     a = Server(repo, os.path.join(top, "state-a"))
     b = Server(plain, os.path.join(top, "state-b"))
     c = Server(walked, os.path.join(top, "state-c"), {"CORDON_SIMULATE_MISSING": "fanotify"})

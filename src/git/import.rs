@@ -204,7 +204,7 @@ fn import(
     if !missing.is_empty() || plan.index {
         tree = export(&gitdir, ws, &git.rel, &missing, &tips, plan.index, confined)?;
     }
-    verify_objects(&gitdir, ws, &plan.wanted, tree.as_ref())?;
+    verify_objects(&gitdir, ws, &plan.wanted, &missing, tree.as_ref())?;
     // The tree of the operator's index: the one cordon wrote there, while the operator has
     // not changed it since (no `write-tree` over every entry then).
     let known = agreed
@@ -288,11 +288,12 @@ fn reconcile<'a>(
 }
 
 /// Every tip has the type its ref needs, the index's tree arrived, and everything they reach
-/// is in the operator's repository.
+/// is in the operator's repository. `received`: the tips that came in this import's pack.
 fn verify_objects(
     gitdir: &Path,
     ws: &Path,
     wanted: &[(Oid, &'static str)],
+    received: &[&Oid],
     tree: Option<&Oid>,
 ) -> Result<(), Refusal> {
     let mut check: Vec<&Oid> = wanted.iter().map(|(o, _)| o).collect();
@@ -321,14 +322,56 @@ fn verify_objects(
             "the index's tree {tree} did not arrive"
         )));
     }
-    if !check.is_empty() {
+    // What came in the pack was checked by `index-pack --strict` with its links (an object
+    // that refers to one absent fails it), so walking it again would only cost a walk of the
+    // whole tree of every old tip. Walked: tips that were here before (left by an earlier,
+    // refused import, or the operator's own dangling objects, whose history git may have
+    // pruned), and the index's tree unless it is the tree of a tip that came in the pack.
+    let mut walk: Vec<&Oid> = wanted
+        .iter()
+        .map(|(o, _)| o)
+        .filter(|o| !received.contains(o))
+        .collect();
+    if let Some(tree) = tree {
+        let received_commits: Vec<&&Oid> = received
+            .iter()
+            .filter(|o| wanted.iter().any(|(w, k)| w == **o && *k == "commit"))
+            .collect();
+        if !commit_trees(gitdir, ws, &received_commits)?.contains(tree) {
+            walk.push(tree);
+        }
+    }
+    if !walk.is_empty() {
         let mut cmd = host::command(gitdir, ws);
         cmd.args(["rev-list", "--objects", "--quiet"])
-            .args(check.iter().map(|o| o.as_str()))
+            .args(walk.iter().map(|o| o.as_str()))
             .args(["--not", "--all"]);
         host::run(cmd, "rev-list --objects", None)?;
     }
     Ok(())
+}
+
+/// The trees of `commits` (verified object names).
+fn commit_trees(gitdir: &Path, ws: &Path, commits: &[&&Oid]) -> Result<Vec<Oid>, Refusal> {
+    if commits.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut input = String::new();
+    for oid in commits {
+        if !is_oid(oid) {
+            return Err(Refusal::Plain(format!("`{oid}` is not an object name")));
+        }
+        input.push_str(&format!("{oid}^{{tree}}\n"));
+    }
+    let mut cmd = host::command(gitdir, ws);
+    cmd.args(["cat-file", "--batch-check=%(objectname) %(objecttype)"]);
+    let out = host::run(cmd, "cat-file --batch-check", Some(input.as_bytes()))?;
+    Ok(String::from_utf8_lossy(&out)
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(_, t)| *t == "tree")
+        .map(|(o, _)| o.to_owned())
+        .collect())
 }
 
 /// The operator's index as it was, and how the index's new tree differs from it.
@@ -540,10 +583,13 @@ fn export(
     // itself slow or noisy is turned off.
     let pack = "git -c core.fsmonitor=false pack-objects --revs --stdout --thin -q";
     let script = if index {
-        // On a copy of the index: `write-tree` would rewrite the index itself (its cache
-        // tree), and the next check would take that for a change of the call's.
+        // An index that matches HEAD (what `git commit` leaves) has HEAD's tree: found without
+        // writing anything. Otherwise `write-tree` on a copy of the index: it would rewrite
+        // the index itself (its cache tree), and the next check would take that for a change
+        // of the call's. Either way the tree is only a claim: the host checks it as any
+        // object (its type, what it reaches, no new gitlink).
         format!(
-            "cp .git/index /tmp/.cordon-export-index && t=$(GIT_INDEX_FILE=/tmp/.cordon-export-index git -c core.fsmonitor=false write-tree) || exit 3; echo \"$t\" >&3; {{ echo \"$t\"; cat; }} | {pack}"
+            "if git -c core.fsmonitor=false diff-index --cached --quiet HEAD -- 2>/dev/null; then t=$(git rev-parse --verify -q 'HEAD^{{tree}}') || exit 3; else cp .git/index /tmp/.cordon-export-index && t=$(GIT_INDEX_FILE=/tmp/.cordon-export-index git -c core.fsmonitor=false write-tree) || exit 3; fi; echo \"$t\" >&3; {{ echo \"$t\"; cat; }} | {pack}"
         )
     } else {
         pack.to_owned()
