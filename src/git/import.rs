@@ -186,6 +186,10 @@ fn import(
     let gitdir = git.host_gitdir();
     if git.operator_dir().is_none() {
         create_repository(&gitdir, ws, sh, git.bare)?;
+        // Its `HEAD` is cordon's doing, not a move of the operator's to keep.
+        if let Some(made) = git.operator_dir() {
+            agreed.head = read_state(&made).head;
+        }
     }
     let operator = git
         .operator_dir()
@@ -651,6 +655,12 @@ fn create_repository(gitdir: &Path, ws: &Path, sh: &RepoState, bare: bool) -> Re
     cmd.args(["init", "-q", "--template="]);
     if bare {
         cmd.arg("--bare");
+    }
+    // On the sandbox's branch, so the repository's `HEAD` is the sandbox's from the start.
+    if let Head::Branch(name) = &sh.head
+        && let Some(branch) = name.strip_prefix("refs/heads/")
+    {
+        cmd.arg(format!("--initial-branch={branch}"));
     }
     if sha256 {
         cmd.arg("--object-format=sha256");

@@ -604,6 +604,29 @@ fn the_operator_sees_the_agents_commit_right_after_the_call() {
 }
 
 #[cordon_test::test]
+fn git_repositories_made_below_the_root() {
+    // Issue 29: a repository a call makes in a subdirectory (and a bare one) becomes a shadow
+    // of its own at the call's end; the agent keeps working in it, config included, and the
+    // operator's git sees its commits.
+    if !have("git_nested_repositories", &["git"]) {
+        return;
+    }
+    check(Row {
+        name: "git_nested_repositories",
+        prepare: &repo,
+        script: "git init -q -b main lib && git -C lib commit -q --allow-empty -m inner && \
+                 git -C lib config core.editor true && git init -q --bare -b main r.git && \
+                 git push -q r.git main && git -C lib log -1 --format=%s",
+        after: Some(
+            "git -C lib config core.editor && git -C lib commit -q --allow-empty -m second && \
+             git -C r.git log -1 --format=%s main",
+        ),
+        host_after: Some("git -C lib log -2 --format=%s && git -C r.git log -1 --format=%s main"),
+        ..Row::default()
+    });
+}
+
+#[cordon_test::test]
 fn git_gc_and_maintenance() {
     if !have("git_gc", &["git"]) {
         return;
