@@ -35,6 +35,7 @@ BINARY = sys.argv[3] if len(sys.argv) > 3 else "target/release/cordon"
 MICROS = re.compile(r"git import after a call micros=(\d+)")
 SEARCH = re.compile(r"git repositories looked for after a call micros=(\d+)")
 START = re.compile(r"repositories found at start micros=(\d+)")
+STEPS = re.compile(r"git import steps steps=([^\n]*)")
 
 
 class Server:
@@ -48,6 +49,7 @@ class Server:
         self.imports = []
         self.searches = []
         self.start_search = []
+        self.steps = []
         threading.Thread(target=self._log, daemon=True).start()
         self.n = 0
         self.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
@@ -62,6 +64,11 @@ class Server:
                 m = pattern.search(text)
                 if m:
                     into.append(int(m.group(1)))
+            m = STEPS.search(text)
+            if m:
+                self.steps.append(dict(
+                    (k, int(v.rstrip("µs"))) for k, v in
+                    (part.split("=") for part in m.group(1).split())))
 
     def send(self, v):
         self.p.stdin.write((json.dumps(v) + "\n").encode())
@@ -111,7 +118,7 @@ def main():
     b = Server(plain, os.path.join(top, "state-b"))
     c = Server(walked, os.path.join(top, "state-c"), {"CORDON_SIMULATE_MISSING": "fanotify"})
     a.call("true"), b.call("true"), c.call("true")  # warm: the first call makes the shadow's index
-    a.imports.clear(), a.searches.clear(), c.searches.clear()
+    a.imports.clear(), a.searches.clear(), a.steps.clear(), c.searches.clear()
     with_git, without = [], []
     for _ in range(ROUNDS):
         with_git.append(a.call("true"))
@@ -120,11 +127,12 @@ def main():
     time.sleep(0.2)
     unchanged = list(a.imports)
     searched_quiet, walked_quiet = list(a.searches), list(c.searches)
-    a.imports.clear(), a.searches.clear()
+    a.imports.clear(), a.searches.clear(), a.steps.clear()
     commits = [a.call(f"echo {r} >> d0/f0 && git -c user.name=b -c user.email=b@b commit -qam c{r}")
                for r in range(ROUNDS)]
     time.sleep(0.2)
     committed = list(a.imports)
+    steps = list(a.steps)
     searched_commit = list(a.searches)
     started_search = a.start_search + c.start_search
     a.stop(), b.stop(), c.stop()
@@ -138,6 +146,10 @@ def main():
     print(f"one-file commit call (round trip): median {med(commits):.1f} ms")
     print(f"import after a one-file commit (logged): median {med(committed) / 1000:.2f} ms, "
           f"max {max(committed) / 1000:.2f} ms")
+    if steps:
+        names = list(steps[0].keys())
+        print("  its steps (median): " + ", ".join(
+            f"{n} {med([s.get(n, 0) for s in steps]) / 1000:.1f} ms" for n in names))
     print(f"search for new repositories, fanotify, nothing changed: median {med(searched_quiet):.0f} µs, "
           f"max {max(searched_quiet)} µs")
     print(f"search for new repositories, fanotify, one-file commit: median {med(searched_commit):.0f} µs, "

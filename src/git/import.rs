@@ -155,6 +155,37 @@ pub(super) fn shadow_to_operator(
     }
 }
 
+/// How long each step of an import took, for the server's debug log (`benches/git_import.py`
+/// prints it when an import is slow to explain).
+struct Steps {
+    last: std::time::Instant,
+    taken: Vec<(&'static str, std::time::Duration)>,
+}
+
+impl Steps {
+    fn new() -> Self {
+        Self {
+            last: std::time::Instant::now(),
+            taken: Vec::new(),
+        }
+    }
+    fn mark(&mut self, step: &'static str) {
+        let now = std::time::Instant::now();
+        self.taken.push((step, now - self.last));
+        self.last = now;
+    }
+}
+
+impl std::fmt::Display for Steps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (step, took)) in self.taken.iter().enumerate() {
+            let sep = if i == 0 { "" } else { " " };
+            write!(f, "{sep}{step}={}µs", took.as_micros())?;
+        }
+        Ok(())
+    }
+}
+
 /// What the shadow moved since the agreement.
 struct Moved<'a> {
     refs: &'a [Move],
@@ -204,11 +235,14 @@ fn import(
         .filter(|o| !present.iter().any(|(p, t)| p == *o && t != "missing"))
         .collect();
     let tips: BTreeSet<&Oid> = op.refs.values().collect();
+    let mut steps = Steps::new();
     let mut tree = None;
     if !missing.is_empty() || plan.index {
         tree = export(&gitdir, ws, &git.rel, &missing, &tips, plan.index, confined)?;
+        steps.mark("export");
     }
     verify_objects(&gitdir, ws, &plan.wanted, &missing, tree.as_ref())?;
+    steps.mark("verify");
     // The tree of the operator's index: the one cordon wrote there, while the operator has
     // not changed it since (no `write-tree` over every entry then).
     let known = agreed
@@ -219,6 +253,7 @@ fn import(
         refuse_new_gitlinks(&gitdir, ws, &operator, &plan.wanted, tree.as_ref(), known)?;
     // Everything checked: move the refs in one transaction, then HEAD, then the index.
     write_refs(&gitdir, ws, &plan.refs, agreed)?;
+    steps.mark("refs");
     if plan.head {
         let mut cmd = host::command(&gitdir, ws);
         match &sh.head {
@@ -234,7 +269,9 @@ fn import(
         agreed.shadow_index = sh.index.clone();
         agreed.operator_index = read_state(&operator).index;
         agreed.operator_index_tree = Some(tree.clone());
+        steps.mark("index");
     }
+    tracing::debug!(steps = %steps, "git import steps");
     agreed.operator_seen = None;
     Ok(())
 }

@@ -192,6 +192,8 @@ impl Finder {
                 .push(name.as_slice());
         }
         let mut found = BTreeSet::new();
+        let (events, dirs) = (drained.dirs.len(), by_dir.len());
+        let mut walked = 0usize;
         for ((kind, handle), names) in by_dir {
             let Some(rel) = self.resolve(&watch, kind, handle) else {
                 continue;
@@ -219,6 +221,7 @@ impl Finder {
                 };
                 if let Ok(sub) = open_dir_nofollow(dir.as_fd(), &cname) {
                     use std::os::unix::ffi::OsStrExt;
+                    walked += 1;
                     let sub_rel = rel.join(std::ffi::OsStr::from_bytes(name));
                     if !walk(sub, sub_rel, false, &mut found) {
                         return find_all(root);
@@ -226,6 +229,12 @@ impl Finder {
                 }
             }
         }
+        tracing::trace!(
+            events,
+            dirs,
+            walked,
+            "git repositories: the kernel's reports read"
+        );
         found
     }
 
@@ -240,6 +249,7 @@ impl Finder {
             Err(_) => return Some(Err(())),
         };
         let path = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
+        tracing::trace!(path = %path.display(), "git repositories: a reported directory");
         let rel = path.strip_prefix(&self.workspace).ok()?.to_path_buf();
         let mut components = rel.components();
         if let Some(Component::Normal(first)) = components.clone().next()
