@@ -111,7 +111,29 @@ pub(super) fn wait(mut child: std::process::Child, what: &str) -> Result<Vec<u8>
     let out = reader(out.map(|p| Box::new(p) as Box<dyn Read + Send>));
     let err = reader(err.map(|p| Box::new(p) as Box<dyn Read + Send>));
     let deadline = Instant::now() + HOST_GIT_TIMEOUT;
-    // Polled from 20 µs up to 5 ms: most of these commands end within a millisecond.
+    // Woken when it exits (its pidfd turns readable), not by polling: most of these commands
+    // end within a millisecond or two, and a sleep's granularity would be most of their cost.
+    if let Ok(pidfd) = rustix::process::pidfd_open(
+        rustix::process::Pid::from_child(&child),
+        rustix::process::PidfdFlags::empty(),
+    ) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let timeout = rustix::event::Timespec {
+            tv_sec: left.as_secs() as i64,
+            tv_nsec: i64::from(left.subsec_nanos()),
+        };
+        let mut fds = [rustix::event::PollFd::new(
+            &pidfd,
+            rustix::event::PollFlags::IN,
+        )];
+        loop {
+            match rustix::event::poll(&mut fds, Some(&timeout)) {
+                Err(rustix::io::Errno::INTR) => continue,
+                _ => break,
+            }
+        }
+    }
+    // Polled from 20 µs up to 5 ms where there is no pidfd (or it timed out: then killed).
     let mut pause = Duration::from_micros(20);
     let status = loop {
         match child.try_wait() {

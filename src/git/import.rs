@@ -251,6 +251,7 @@ fn import(
         .filter(|_| op.index.is_some() && op.index == agreed.operator_index);
     let index_diff =
         refuse_new_gitlinks(&gitdir, ws, &operator, &plan.wanted, tree.as_ref(), known)?;
+    steps.mark("gitlinks");
     // Everything checked: move the refs in one transaction, then HEAD, then the index.
     write_refs(&gitdir, ws, &plan.refs, agreed)?;
     steps.mark("refs");
