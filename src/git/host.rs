@@ -126,12 +126,7 @@ pub(super) fn wait(mut child: std::process::Child, what: &str) -> Result<Vec<u8>
             &pidfd,
             rustix::event::PollFlags::IN,
         )];
-        loop {
-            match rustix::event::poll(&mut fds, Some(&timeout)) {
-                Err(rustix::io::Errno::INTR) => continue,
-                _ => break,
-            }
-        }
+        while let Err(rustix::io::Errno::INTR) = rustix::event::poll(&mut fds, Some(&timeout)) {}
     }
     // Polled from 20 µs up to 5 ms where there is no pidfd (or it timed out: then killed).
     let mut pause = Duration::from_micros(20);
