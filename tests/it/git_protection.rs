@@ -1757,3 +1757,41 @@ async fn the_operators_index_follows_what_the_agent_staged() {
     assert!(fsck.status.success(), "{fsck:?}");
     client.cancel().await.ok();
 }
+
+/// A repository made in a directory whose name is not UTF-8 gets its shadow like any other
+/// (the paths travel to the sandbox init as bytes): the agent keeps working in it and the
+/// operator sees its commit.
+#[cordon_test::test]
+async fn a_repository_in_a_directory_whose_name_is_not_utf8_gets_a_shadow() {
+    let Some((ws, marker, client)) = operator_session("nested_non_utf8").await else {
+        return;
+    };
+    let run = shell(
+        &client,
+        &format!(
+            "d=$(printf 'lib-\\377') && git init -q \"$d\" && git -C \"$d\" config core.fsmonitor '{}' \
+             && git -C \"$d\" -c core.fsmonitor=false -c user.email=a@b.invalid -c user.name=a \
+             commit -q --allow-empty -m odd && echo made",
+            marker.command()
+        ),
+    )
+    .await;
+    assert_eq!(run.1["stdout"], "made\n", "{run:?}");
+    assert!(!run.0, "{run:?}");
+    let dir = ws
+        .path()
+        .join(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(b"lib-\xff"));
+    let log = host_git(&dir, &["log", "-1", "--format=%s"]);
+    assert_eq!(String::from_utf8_lossy(&log.stdout), "odd\n", "{log:?}");
+    assert_host_git_in_is_safe(&dir, &marker);
+    let again = shell(
+        &client,
+        "d=$(printf 'lib-\\377') && git -C \"$d\" -c core.fsmonitor=false -c user.email=a@b.invalid \
+         -c user.name=a commit -q --allow-empty -m again && echo ok",
+    )
+    .await;
+    assert_eq!(again.1["stdout"], "ok\n", "{again:?}");
+    let log = host_git(&dir, &["log", "-1", "--format=%s"]);
+    assert_eq!(String::from_utf8_lossy(&log.stdout), "again\n", "{log:?}");
+    client.cancel().await.ok();
+}

@@ -656,9 +656,18 @@ impl ConfinedGit for SandboxInit {
         let stderr = tempfile::tempfile().map_err(|e| e.to_string())?;
         let err_copy = stderr.try_clone().map_err(|e| e.to_string())?;
         let text = |s: &str| Arg::Text(s.to_owned());
+        // The directory goes as a variable of bytes, not as the slot's working directory (a
+        // path on the wire is text): a repository may be in a directory whose name is not
+        // UTF-8.
+        let mut dir = b"CORDON_EXPORT_DIR=".to_vec();
+        {
+            use std::os::unix::ffi::OsStrExt;
+            dir.extend_from_slice(cwd.as_os_str().as_bytes());
+        }
+        let script = format!("cd \"./$CORDON_EXPORT_DIR\" || exit 4; {script}");
         let job = Exec {
             program: Program {
-                argv: vec![text("/bin/sh"), text("-c"), text(script)],
+                argv: vec![text("/bin/sh"), text("-c"), text(&script)],
                 env: vec![
                     text("PATH=/usr/local/bin:/usr/bin:/bin"),
                     text("HOME=/nonexistent"),
@@ -666,8 +675,9 @@ impl ConfinedGit for SandboxInit {
                     text("GIT_CONFIG_NOSYSTEM=1"),
                     text("GIT_CONFIG_GLOBAL=/dev/null"),
                     text("GIT_TERMINAL_PROMPT=0"),
+                    Arg::from_bytes(&dir),
                 ],
-                cwd: cwd.to_path_buf(),
+                cwd: PathBuf::new(),
                 pty: None,
             },
             fds: vec![0, 1, 2, 3],

@@ -102,15 +102,19 @@ pub(crate) struct InitPlan {
 /// Where the view binds the shadow gitdir and the operator's gitdir.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct GitShadowPlan {
-    /// Where the repository is in the workspace (empty for the root's).
-    #[serde(default)]
+    /// Where the repository is in the workspace (empty for the root's). Like every path
+    /// below the workspace here, it travels as bytes: a repository a call makes may be in a
+    /// directory whose name is not UTF-8.
+    #[serde(default, with = "path_byte")]
     pub rel: PathBuf,
     /// The shadow (host path, in cordon's private state), bound read-write at `at`.
     pub shadow: PathBuf,
-    /// `<workspace>/.git`.
+    /// `<workspace>/.git`, or `<dir>/.git` (`<dir>` itself for a bare repository).
+    #[serde(with = "path_byte")]
     pub at: PathBuf,
     /// The operator's gitdir when there is one, bound read-only at `operator_at` (the
     /// shadow's alternate object store points into it).
+    #[serde(with = "opt_path_byte")]
     pub operator: Option<PathBuf>,
     pub operator_at: PathBuf,
 }
@@ -184,10 +188,65 @@ mod path_bytes {
     }
 }
 
+/// One path as bytes (see [`path_bytes`]).
+mod path_byte {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use std::ffi::OsString;
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    use std::path::{Path, PathBuf};
+
+    pub(super) fn serialize<S: Serializer>(path: &Path, s: S) -> Result<S::Ok, S::Error> {
+        path.as_os_str().as_bytes().serialize(s)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<PathBuf, D::Error> {
+        Ok(PathBuf::from(OsString::from_vec(Vec::deserialize(d)?)))
+    }
+}
+
+/// A path that may be absent, as bytes (see [`path_bytes`]).
+mod opt_path_byte {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use std::ffi::OsString;
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    use std::path::PathBuf;
+
+    pub(super) fn serialize<S: Serializer>(
+        path: &Option<PathBuf>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        path.as_ref().map(|p| p.as_os_str().as_bytes()).serialize(s)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<PathBuf>, D::Error> {
+        let bytes: Option<Vec<u8>> = Option::deserialize(d)?;
+        Ok(bytes.map(|b| PathBuf::from(OsString::from_vec(b))))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::unix::ffi::OsStrExt;
+
+    #[test]
+    fn a_nested_repository_whose_name_is_not_utf8_round_trips() {
+        let rel = PathBuf::from(std::ffi::OsStr::from_bytes(b"lib-\xff"));
+        let plan = GitShadowPlan {
+            rel: rel.clone(),
+            shadow: PathBuf::from("/state/git"),
+            at: PathBuf::from("/w").join(&rel).join(".git"),
+            operator: Some(PathBuf::from("/w").join(&rel).join(".git")),
+            operator_at: PathBuf::from("/state/operator"),
+        };
+        let text = serde_json::to_string(&plan).expect("serializes");
+        let back: GitShadowPlan = serde_json::from_str(&text).expect("deserializes");
+        assert_eq!(back.rel, rel);
+        assert_eq!(back.at, plan.at);
+        assert_eq!(back.operator, plan.operator);
+    }
 
     #[test]
     fn protected_paths_that_are_not_utf8_round_trip() {
