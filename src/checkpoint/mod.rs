@@ -271,15 +271,7 @@ impl Watch {
         if drained.overflow || drained.unreadable {
             pending.everything = true;
         }
-        // Events come per entry; a directory is resolved once however many of its entries
-        // changed (a build writes thousands into one directory).
-        let mut by_dir: std::collections::BTreeMap<(i32, &[u8]), Vec<&[u8]>> = Default::default();
-        for (kind, handle, name) in &drained.dirs {
-            by_dir
-                .entry((*kind, handle.as_slice()))
-                .or_default()
-                .push(name.as_slice());
-        }
+        let by_dir = drained.by_dir();
         for ((kind, handle), names) in by_dir {
             if pending.everything {
                 return;

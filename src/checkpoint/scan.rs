@@ -111,15 +111,7 @@ fn join(dir: &str, name: &str) -> String {
     }
 }
 
-/// Opens the directory `name` of `parent`, never through a symlink.
-pub(super) fn open_dir_nofollow(parent: BorrowedFd<'_>, name: &CStr) -> std::io::Result<OwnedFd> {
-    Ok(rustix::fs::openat(
-        parent,
-        name,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?)
-}
+pub(super) use crate::confine::scratch::open_dir_nofollow;
 
 /// Opens the regular file `name` of `parent` for reading: never through a symlink, never
 /// blocking on a FIFO, never becoming a controlling terminal.

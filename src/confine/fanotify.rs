@@ -30,6 +30,22 @@ pub(crate) struct Drained {
     pub dirs: Vec<(i32, Vec<u8>, Vec<u8>)>,
 }
 
+impl Drained {
+    /// The entries named, by directory (`handle_type`, handle): events come per entry, and a
+    /// directory is resolved once however many of its entries changed (a build writes
+    /// thousands into one directory).
+    pub(crate) fn by_dir(&self) -> std::collections::BTreeMap<(i32, &[u8]), Vec<&[u8]>> {
+        let mut by_dir: std::collections::BTreeMap<(i32, &[u8]), Vec<&[u8]>> = Default::default();
+        for (kind, handle, name) in &self.dirs {
+            by_dir
+                .entry((*kind, handle.as_slice()))
+                .or_default()
+                .push(name.as_slice());
+        }
+        by_dir
+    }
+}
+
 /// A fanotify group watching one file system for changes to directory entries and files.
 pub(crate) struct DirWatch {
     group: OwnedFd,

@@ -193,6 +193,20 @@ pub(crate) fn remove_tree(path: &Path) -> io::Result<()> {
 }
 
 /// Device and inode of an open directory.
+/// Opens the directory `name` of `parent` for reading, never through a symlink (the walks over
+/// trees a confined process wrote: checkpoints, the search for git repositories).
+pub(crate) fn open_dir_nofollow(
+    parent: std::os::fd::BorrowedFd<'_>,
+    name: &CStr,
+) -> io::Result<OwnedFd> {
+    Ok(rustix::fs::openat(
+        parent,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?)
+}
+
 fn identity(fd: &OwnedFd) -> io::Result<(u64, u64)> {
     let st = rustix::fs::fstat(fd)?;
     Ok((st.st_dev, st.st_ino))

@@ -405,14 +405,10 @@ fn commit_trees(gitdir: &Path, ws: &Path, commits: &[&&Oid]) -> Result<Vec<Oid>,
         }
         input.push_str(&format!("{oid}^{{tree}}\n"));
     }
-    let mut cmd = host::command(gitdir, ws);
-    cmd.args(["cat-file", "--batch-check=%(objectname) %(objecttype)"]);
-    let out = host::run(cmd, "cat-file --batch-check", Some(input.as_bytes()))?;
-    Ok(String::from_utf8_lossy(&out)
-        .lines()
-        .filter_map(|l| l.split_once(' '))
-        .filter(|(_, t)| *t == "tree")
-        .map(|(o, _)| o.to_owned())
+    Ok(batch_check(gitdir, ws, &input)?
+        .into_iter()
+        .filter(|(_, t)| t == "tree")
+        .map(|(o, _)| o)
         .collect())
 }
 
@@ -586,6 +582,12 @@ fn types<'a>(
         input.push_str(oid);
         input.push('\n');
     }
+    batch_check(gitdir, ws, &input)
+}
+
+/// `git cat-file --batch-check` of `input` (a line per object expression, checked by the
+/// caller): (name, type or "missing") per line.
+fn batch_check(gitdir: &Path, ws: &Path, input: &str) -> Result<Vec<(Oid, String)>, Refusal> {
     if input.is_empty() {
         return Ok(Vec::new());
     }

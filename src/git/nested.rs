@@ -33,14 +33,7 @@ fn own_at_root(name: &str) -> bool {
     matches!(name, ".cordon" | crate::policy::toolchains::WORKSPACE_HOME)
 }
 
-fn open_dir_nofollow(parent: BorrowedFd<'_>, name: &CStr) -> std::io::Result<OwnedFd> {
-    Ok(rustix::fs::openat(
-        parent,
-        name,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?)
-}
+use crate::confine::scratch::open_dir_nofollow;
 
 /// Opens `rel` beneath `root`, a directory at every step, no link followed.
 pub(crate) fn open_beneath(root: BorrowedFd<'_>, rel: &Path) -> std::io::Result<OwnedFd> {
@@ -182,15 +175,7 @@ impl Finder {
             Ok(d) if !d.overflow && !d.unreadable => d,
             _ => return find_all(root),
         };
-        // Events come per entry; a directory is resolved once however many of its entries
-        // changed.
-        let mut by_dir: std::collections::BTreeMap<(i32, &[u8]), Vec<&[u8]>> = Default::default();
-        for (kind, handle, name) in &drained.dirs {
-            by_dir
-                .entry((*kind, handle.as_slice()))
-                .or_default()
-                .push(name.as_slice());
-        }
+        let by_dir = drained.by_dir();
         let mut found = BTreeSet::new();
         let (events, dirs) = (drained.dirs.len(), by_dir.len());
         let mut walked = 0usize;

@@ -1300,6 +1300,12 @@ async fn a_running_jobs_commits_reach_the_operator_and_a_refused_change_ends_it(
 // Issue 29: repositories below the root, made by a call or a job, or the operator's own.
 // ---------------------------------------------------------------------------------------
 
+/// The subject of the last commit the operator's git shows in `dir` (empty when none).
+fn host_subject(dir: &Path) -> String {
+    let log = host_git(dir, &["log", "-1", "--format=%s"]);
+    String::from_utf8_lossy(&log.stdout).trim_end().to_owned()
+}
+
 /// One `job` read: its structured answer.
 async fn job_read(client: &Client, id: &str) -> Value {
     let Value::Object(arguments) = json!({ "id": id }) else {
@@ -1377,12 +1383,7 @@ async fn a_repository_a_call_makes_below_the_root_reaches_the_host_as_data_only(
     .await;
     assert_eq!(run.1["stdout"], "made\n", "{run:?}");
     let sub = ws.path().join("sub");
-    let log = host_git(&sub, &["log", "-1", "--format=%s"]);
-    assert_eq!(
-        String::from_utf8_lossy(&log.stdout),
-        "agent sub commit\n",
-        "{log:?}"
-    );
+    assert_eq!(host_subject(&sub), "agent sub commit");
     let config = std::fs::read_to_string(sub.join(".git/config")).unwrap_or_default();
     assert!(!config.contains("fsmonitor"), "{config}");
     assert!(!sub.join(".git/hooks/pre-commit").exists());
@@ -1401,8 +1402,7 @@ async fn a_repository_a_call_makes_below_the_root_reaches_the_host_as_data_only(
         again.1["stdout"].as_str().unwrap().contains("operator"),
         "the operator's commit reached the sandbox's repository: {again:?}"
     );
-    let log = host_git(&sub, &["log", "-1", "--format=%s"]);
-    assert_eq!(String::from_utf8_lossy(&log.stdout), "second\n", "{log:?}");
+    assert_eq!(host_subject(&sub), "second");
     // A plant written later, by a call, still never reaches the operator's gitdir.
     let plant = shell(
         &client,
@@ -1501,12 +1501,7 @@ async fn the_operators_nested_repository_is_never_writable() {
     .await;
     assert_eq!(run.1["stdout"], "done\n", "{run:?}");
     assert_eq!(std::fs::read(vendor.join(".git/config")).unwrap(), before);
-    let log = host_git(&vendor, &["log", "-1", "--format=%s"]);
-    assert_eq!(
-        String::from_utf8_lossy(&log.stdout),
-        "agent in vendor\n",
-        "{log:?}"
-    );
+    assert_eq!(host_subject(&vendor), "agent in vendor");
     assert_host_git_in_is_safe(&vendor, &marker);
     client.cancel().await.ok();
 }
@@ -1687,12 +1682,7 @@ async fn what_a_job_of_an_older_view_writes_into_an_adopted_repository_is_cleare
     let lib = ws.path().join("lib");
     let config = std::fs::read_to_string(lib.join(".git/config")).unwrap_or_default();
     assert!(!config.contains("fsmonitor"), "{config}");
-    let log = host_git(&lib, &["log", "-1", "--format=%s"]);
-    assert_eq!(
-        String::from_utf8_lossy(&log.stdout),
-        "agent lib commit\n",
-        "{log:?}"
-    );
+    assert_eq!(host_subject(&lib), "agent lib commit");
     assert_host_git_in_is_safe(&lib, &marker);
     client.cancel().await.ok();
 }
@@ -1781,8 +1771,7 @@ async fn a_repository_in_a_directory_whose_name_is_not_utf8_gets_a_shadow() {
     let dir = ws
         .path()
         .join(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(b"lib-\xff"));
-    let log = host_git(&dir, &["log", "-1", "--format=%s"]);
-    assert_eq!(String::from_utf8_lossy(&log.stdout), "odd\n", "{log:?}");
+    assert_eq!(host_subject(&dir), "odd");
     assert_host_git_in_is_safe(&dir, &marker);
     let again = shell(
         &client,
@@ -1791,7 +1780,6 @@ async fn a_repository_in_a_directory_whose_name_is_not_utf8_gets_a_shadow() {
     )
     .await;
     assert_eq!(again.1["stdout"], "ok\n", "{again:?}");
-    let log = host_git(&dir, &["log", "-1", "--format=%s"]);
-    assert_eq!(String::from_utf8_lossy(&log.stdout), "again\n", "{log:?}");
+    assert_eq!(host_subject(&dir), "again");
     client.cancel().await.ok();
 }
