@@ -89,6 +89,24 @@ fn host_git(ws: &Path, args: &[&str]) -> std::process::Output {
         .expect("git runs")
 }
 
+/// The operator's `git commit --allow-empty -m <message>` in `dir`, with an identity of its own.
+fn host_commit(dir: &Path, message: &str) -> std::process::Output {
+    host_git(
+        dir,
+        &[
+            "-c",
+            "user.email=o@example.invalid",
+            "-c",
+            "user.name=o",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            message,
+        ],
+    )
+}
+
 /// The common start of a plant test: the operator's repository, a marker the plant would
 /// create, and a session with cordon on it. None when namespaces are missing here (a failure
 /// in CI, see `skip`).
@@ -361,20 +379,7 @@ async fn issue29_finding5_a_repository_a_call_creates_runs_nothing_on_the_host()
         "{log:?}"
     );
     assert_host_status_is_safe(ws.path(), &marker);
-    let commit = host_git(
-        ws.path(),
-        &[
-            "-c",
-            "user.email=o@example.invalid",
-            "-c",
-            "user.name=o",
-            "commit",
-            "-q",
-            "--allow-empty",
-            "-m",
-            "operator",
-        ],
-    );
+    let commit = host_commit(ws.path(), "operator");
     assert!(commit.status.success(), "{commit:?}");
     assert!(
         !hook.path.exists(),
@@ -1337,20 +1342,7 @@ async fn ended(client: &Client, id: &str) -> Value {
 /// The operator's `git status` and `git commit` inside `dir` run nothing planted.
 fn assert_host_git_in_is_safe(dir: &Path, marker: &Marker) {
     let _ = host_git(dir, &["status"]);
-    let _ = host_git(
-        dir,
-        &[
-            "-c",
-            "user.email=o@example.invalid",
-            "-c",
-            "user.name=o",
-            "commit",
-            "-q",
-            "--allow-empty",
-            "-m",
-            "operator",
-        ],
-    );
+    let _ = host_commit(dir, "operator");
     assert!(
         !marker.path.exists(),
         "the operator's git in `{}` ran a planted command",
@@ -1556,20 +1548,7 @@ async fn a_bare_repository_a_call_makes_runs_nothing_when_the_operator_pushes_to
     let remote = ws.path().join("remote.git");
     let log = host_git(&remote, &["log", "-1", "--format=%s", "main"]);
     assert_eq!(String::from_utf8_lossy(&log.stdout), "start\n", "{log:?}");
-    let push = host_git(
-        ws.path(),
-        &[
-            "-c",
-            "user.email=o@example.invalid",
-            "-c",
-            "user.name=o",
-            "commit",
-            "-q",
-            "--allow-empty",
-            "-m",
-            "operator",
-        ],
-    );
+    let push = host_commit(ws.path(), "operator");
     assert!(push.status.success(), "{push:?}");
     let push = host_git(
         ws.path(),
