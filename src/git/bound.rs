@@ -31,7 +31,7 @@ static GITLINKS: Mutex<Option<(PathBuf, IndexMark, Vec<PathBuf>)>> = Mutex::new(
 
 /// The workspace-relative entries the view binds read-only over themselves, and the
 /// signature. `shadowed`: the shadow replaces `.git` in the view. `gitfiles`: the operator's
-/// gitfiles below the root (`<dir>/.git`) that no gitlink records (`git::Repositories`).
+/// gitfiles and gitdirs below the root that have no shadow (`git::Repositories::read_only`).
 pub(crate) fn take(
     root: &Dir,
     patterns: &[String],
@@ -40,7 +40,10 @@ pub(crate) fn take(
 ) -> (Vec<PathBuf>, Signature) {
     let mut paths: Vec<PathBuf> = gitfiles
         .iter()
-        .filter(|p| root.symlink_metadata(p).is_ok_and(|m| m.is_file()))
+        .filter(|p| {
+            root.symlink_metadata(p)
+                .is_ok_and(|m| !m.file_type().is_symlink())
+        })
         .cloned()
         .collect();
     let git = Path::new(".git");

@@ -25,6 +25,11 @@ use cap_std::fs::Dir;
 use super::nested::{self, DotGit};
 use super::{ConfinedGit, GitShadow, GuardReport, ShadowPaths};
 
+/// Most repositories below the root that get a shadow of their own: each is two binds and a
+/// pin in every view, and an import after every call. The operator's beyond it are bound
+/// read-only; a call's beyond it are moved out of the workspace and refused.
+pub(crate) const MAX_NESTED: usize = 256;
+
 /// The shadows of one workspace's repositories.
 pub(crate) struct Repositories {
     workspace: PathBuf,
@@ -38,9 +43,11 @@ pub(crate) struct Repositories {
     /// Directories whose `.git` is a gitfile a call made into the root's gitdir (a worktree's),
     /// looked at again at every call's end: rewritten or given a second name, it is refused.
     gitfiles: Mutex<BTreeSet<PathBuf>>,
-    /// The operator's own gitfiles below the root when the server started (worktrees, and
-    /// submodules the index does not record): the view binds them read-only.
-    operator_gitfiles: BTreeSet<PathBuf>,
+    /// What of the operator's the view binds read-only over itself instead of a shadow: the
+    /// gitfiles below the root when the server started (worktrees, submodules the index does
+    /// not record), and the gitdirs of repositories beyond [`MAX_NESTED`] or whose shadow
+    /// could not be made.
+    read_only: BTreeSet<PathBuf>,
     /// Bumped at every adoption: a view built before it does not bind the new shadows.
     generation: AtomicU64,
     /// Confined processes still running, by the generation of their view ([`ViewHold`]).
@@ -60,7 +67,7 @@ impl Repositories {
         let shadow = GitShadow::open(workspace, Path::new(""), root.try_clone()?, false)?;
         let gitlinked = super::bound::gitlinked_paths(&root);
         let mut nested = BTreeMap::new();
-        let mut operator_gitfiles = BTreeSet::new();
+        let mut read_only = BTreeSet::new();
         let started = std::time::Instant::now();
         let found = nested::find_all(root.as_fd());
         tracing::debug!(
@@ -79,21 +86,29 @@ impl Repositories {
                 DotGit::Directory => false,
                 DotGit::Bare => true,
                 DotGit::File(..) => {
-                    operator_gitfiles.insert(rel.join(".git"));
+                    read_only.insert(rel.join(".git"));
                     continue;
                 }
                 DotGit::Other => continue,
             };
+            let gitdir = if bare { rel.clone() } else { rel.join(".git") };
+            if nested.len() >= MAX_NESTED {
+                read_only.insert(gitdir);
+                continue;
+            }
             let dir = Dir::from_std_file(std::fs::File::from(fd));
             match GitShadow::open(&workspace.join(&rel), &rel, dir, bare) {
                 Ok(g) => {
                     nested.insert(rel, Arc::new(g));
                 }
-                Err(e) => tracing::warn!(
-                    "cannot make the shadow gitdir of the repository at `{}` ({e}): it is \
-                     left out of the view's git protection",
-                    rel.display()
-                ),
+                Err(e) => {
+                    tracing::warn!(
+                        "cannot make the shadow gitdir of the repository at `{}` ({e}): the \
+                         view binds it read-only",
+                        rel.display()
+                    );
+                    read_only.insert(gitdir);
+                }
             }
         }
         Ok(Self {
@@ -103,7 +118,7 @@ impl Repositories {
             nested: Mutex::new(nested),
             found: Mutex::new(BTreeSet::new()),
             gitfiles: Mutex::new(BTreeSet::new()),
-            operator_gitfiles,
+            read_only,
             generation: AtomicU64::new(0),
             running: Mutex::new(BTreeMap::new()),
             unsettled: Mutex::new(BTreeMap::new()),
@@ -145,9 +160,9 @@ impl Repositories {
             .collect()
     }
 
-    /// The operator's gitfiles below the root (`<dir>/.git`), bound read-only.
-    pub(crate) fn operator_gitfiles(&self) -> &BTreeSet<PathBuf> {
-        &self.operator_gitfiles
+    /// What the view binds read-only over itself instead of a shadow (see the field).
+    pub(crate) fn read_only(&self) -> &BTreeSet<PathBuf> {
+        &self.read_only
     }
 
     /// The nested repositories that have a shadow.
@@ -186,6 +201,50 @@ impl Repositories {
             report.extend(g.before_call());
         }
         report
+    }
+
+    /// Moves the gitdir of a repository a call made at `rel` (`fd` its directory) out of the
+    /// workspace when no more shadows may be made: it goes where its shadow would be, is not
+    /// bound, and the sentence for the refusal says where.
+    fn set_aside(&self, rel: &Path, fd: std::os::fd::OwnedFd) -> String {
+        let shown = rel.display();
+        let moved = match nested::dot_git(fd.as_fd()) {
+            DotGit::Bare => {
+                let parent = rel.parent().unwrap_or(Path::new(""));
+                match (
+                    nested::open_beneath(self.ws_root.as_fd(), parent),
+                    rel.file_name()
+                        .and_then(|n| std::ffi::CString::new(n.as_encoded_bytes()).ok()),
+                ) {
+                    (Ok(p), Some(name)) => GitShadow::adopt_bare(
+                        &self.workspace.join(rel),
+                        rel,
+                        &Dir::from_std_file(std::fs::File::from(p)),
+                        &name,
+                    ),
+                    _ => Err(std::io::Error::other("its directory could not be opened")),
+                }
+            }
+            _ => GitShadow::adopt(
+                &self.workspace.join(rel),
+                rel,
+                Dir::from_std_file(std::fs::File::from(fd)),
+            ),
+        };
+        match moved {
+            Ok(g) => format!(
+                "the workspace already has {MAX_NESTED} git repositories with shadows of their \
+                 own: the one made at `{shown}` was moved out of the workspace (to {}) and is \
+                 not available in the sandbox; make fewer repositories, or ask the operator to \
+                 raise the limit",
+                g.paths().shadow.display()
+            ),
+            Err(e) => format!(
+                "the workspace already has {MAX_NESTED} git repositories with shadows of their \
+                 own, and the one made at `{shown}` could not be moved out of the workspace \
+                 ({e}); remove it (the operator's git would read its config)"
+            ),
+        }
     }
 
     /// After a call or job, run through `confined` whose view binds the nested repositories
@@ -278,7 +337,8 @@ impl Repositories {
         found.retain(|rel| {
             if known.contains(rel)
                 || gitlinked.contains(rel)
-                || self.operator_gitfiles.contains(&rel.join(".git"))
+                || self.read_only.contains(&rel.join(".git"))
+                || self.read_only.contains(rel)
             {
                 return false;
             }
@@ -317,6 +377,16 @@ impl Repositories {
             let Ok(fd) = nested::open_beneath(self.ws_root.as_fd(), rel) else {
                 continue;
             };
+            let full = self.nested.lock().map_or(true, |n| n.len() >= MAX_NESTED);
+            if full
+                && matches!(
+                    nested::dot_git(fd.as_fd()),
+                    DotGit::Directory | DotGit::Bare
+                )
+            {
+                report.refuse(self.set_aside(rel, fd));
+                continue;
+            }
             match nested::dot_git(fd.as_fd()) {
                 DotGit::Directory => {
                     let dir = Dir::from_std_file(std::fs::File::from(fd));

@@ -1762,3 +1762,33 @@ async fn a_repository_in_a_directory_whose_name_is_not_utf8_gets_a_shadow() {
     assert_eq!(host_subject(&dir), "again");
     client.cancel().await.ok();
 }
+
+/// Past 256 repositories with shadows of their own, a repository a call makes is moved out of
+/// the workspace and the call is refused (each shadow is binds in every view and an import
+/// after every call).
+#[cordon_test::test]
+async fn repositories_past_the_limit_are_moved_out_and_refused() {
+    let Some((ws, _marker, client)) = operator_session("nested_limit").await else {
+        return;
+    };
+    let run = shell(
+        &client,
+        "for i in $(seq 1 257); do mkdir -p r$i/.git; done; echo made",
+    )
+    .await;
+    assert_eq!(run.1["stdout"], "made\n", "{run:?}");
+    assert!(denied(&run), "{run:?}");
+    assert!(
+        run.1
+            .to_string()
+            .contains("already has 256 git repositories"),
+        "{run:?}"
+    );
+    let left = (1..=257)
+        .filter(|i| ws.path().join(format!("r{i}/.git")).exists())
+        .count();
+    assert_eq!(left, 256, "one `.git` set aside, 256 kept as mount points");
+    let next = shell(&client, "echo still-works").await;
+    assert_eq!(next.1["stdout"], "still-works\n", "{next:?}");
+    client.cancel().await.ok();
+}

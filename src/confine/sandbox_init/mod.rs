@@ -170,7 +170,7 @@ impl SandboxInit {
         join_network: Option<Arc<std::os::fd::OwnedFd>>,
     ) -> Result<Self, SandboxInitError> {
         let no_gitfiles = Default::default();
-        let gitfiles = git.as_ref().map_or(&no_gitfiles, |g| g.operator_gitfiles());
+        let gitfiles = git.as_ref().map_or(&no_gitfiles, |g| g.read_only());
         let (entries, signature) =
             crate::git::bound::take(&workspace, &patterns, git.is_some(), gitfiles);
         plan.protected.clear();
@@ -251,10 +251,7 @@ impl SandboxInit {
     /// built.
     pub fn is_current(&self) -> bool {
         let no_gitfiles = Default::default();
-        let gitfiles = self
-            .git
-            .as_ref()
-            .map_or(&no_gitfiles, |g| g.operator_gitfiles());
+        let gitfiles = self.git.as_ref().map_or(&no_gitfiles, |g| g.read_only());
         crate::git::bound::take(
             &self.workspace,
             &self.patterns,
