@@ -111,18 +111,7 @@ fn join(dir: &str, name: &str) -> String {
     }
 }
 
-pub(super) use crate::confine::scratch::open_dir_nofollow;
-
-/// Opens the regular file `name` of `parent` for reading: never through a symlink, never
-/// blocking on a FIFO, never becoming a controlling terminal.
-fn open_file_nofollow(parent: BorrowedFd<'_>, name: &CStr) -> std::io::Result<OwnedFd> {
-    Ok(rustix::fs::openat(
-        parent,
-        name,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY,
-        Mode::empty(),
-    )?)
-}
+pub(super) use crate::confine::scratch::{open_dir_nofollow, open_file_nofollow};
 
 impl Scan<'_> {
     /// Records the tree beneath `root`, given the previous record (`previous`, taken: its

@@ -192,7 +192,6 @@ pub(crate) fn remove_tree(path: &Path) -> io::Result<()> {
     }
 }
 
-/// Device and inode of an open directory.
 /// Opens the directory `name` of `parent` for reading, never through a symlink (the walks over
 /// trees a confined process wrote: checkpoints, the search for git repositories).
 pub(crate) fn open_dir_nofollow(
@@ -207,6 +206,40 @@ pub(crate) fn open_dir_nofollow(
     )?)
 }
 
+/// Opens the file `name` of `parent` for reading: never through a symlink, never blocking on
+/// a FIFO put there since it was looked at, never becoming a controlling terminal.
+pub(crate) fn open_file_nofollow(
+    parent: std::os::fd::BorrowedFd<'_>,
+    name: &CStr,
+) -> io::Result<OwnedFd> {
+    Ok(rustix::fs::openat(
+        parent,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY,
+        Mode::empty(),
+    )?)
+}
+
+/// Removes the entry `name` of `dir` and everything beneath it ([`remove_tree`]), through
+/// the handle on `dir` (a magic link to it): a directory renamed meanwhile cannot steer the
+/// removal elsewhere.
+pub(crate) fn remove_beneath(dir: std::os::fd::BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let mut path = format!("/proc/self/fd/{}/", dir.as_raw_fd()).into_bytes();
+    path.extend_from_slice(name.to_bytes());
+    remove_tree(Path::new(std::ffi::OsStr::from_bytes(&path)))
+}
+
+/// Empties the directory `dir`, which stays.
+pub(crate) fn empty_dir(dir: &OwnedFd) -> io::Result<()> {
+    for name in empty_out(dir)? {
+        remove_beneath(dir.as_fd(), &name)?;
+    }
+    Ok(())
+}
+
+/// Device and inode of an open directory.
 fn identity(fd: &OwnedFd) -> io::Result<(u64, u64)> {
     let st = rustix::fs::fstat(fd)?;
     Ok((st.st_dev, st.st_ino))

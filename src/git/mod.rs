@@ -254,7 +254,7 @@ impl GitShadow {
     /// was written by a process whose view did not bind the shadow, never by the operator
     /// (cordon moved the repository out and has not made the operator's yet).
     fn clear_operator_side(&self) -> std::io::Result<()> {
-        use std::os::fd::{AsFd, AsRawFd};
+        use std::os::fd::AsFd;
         // A descriptor that reads (the handles cap-std keeps may be `O_PATH`, which cannot
         // list a directory).
         let target = match nested::open_beneath(
@@ -265,30 +265,7 @@ impl GitShadow {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(e),
         };
-        let mut names: Vec<std::ffi::CString> = Vec::new();
-        for entry in rustix::fs::Dir::read_from(target.as_fd())? {
-            let name = entry?.file_name().to_owned();
-            if name.as_c_str() != c"." && name.as_c_str() != c".." {
-                names.push(name);
-            }
-        }
-        for name in names {
-            match rustix::fs::unlinkat(target.as_fd(), &name, rustix::fs::AtFlags::empty()) {
-                Ok(()) => {}
-                Err(rustix::io::Errno::ISDIR) | Err(rustix::io::Errno::PERM) => {
-                    let mut path =
-                        format!("/proc/self/fd/{}/", target.as_fd().as_raw_fd()).into_bytes();
-                    path.extend_from_slice(name.to_bytes());
-                    use std::os::unix::ffi::OsStrExt;
-                    crate::confine::scratch::remove_tree(Path::new(std::ffi::OsStr::from_bytes(
-                        &path,
-                    )))?;
-                }
-                Err(rustix::io::Errno::NOENT) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Ok(())
+        crate::confine::scratch::empty_dir(&target)
     }
 
     /// The operator's gitdir when it is a repository (see [`operator_gitdir`]).

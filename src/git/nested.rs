@@ -67,9 +67,27 @@ const GIT_NAMES: [&[u8]; 4] = [b".git", b"HEAD", b"objects", b"refs"];
 /// is entered. False when the walk stopped at [`MAX_DIRS`].
 fn walk(start: OwnedFd, start_rel: PathBuf, at_root: bool, found: &mut BTreeSet<PathBuf>) -> bool {
     use std::os::unix::ffi::OsStrExt;
-    let mut stack = vec![(start, start_rel)];
+    // What is still to be read: its parent's handle (shared by its siblings) and its name.
+    // A directory is opened only when its turn comes, so the walk holds a handle only for
+    // each directory on the way down that still has siblings waiting, never one per
+    // directory listed (a directory of 100,000 subdirectories would exhaust the server's
+    // descriptors).
+    let mut stack: Vec<(std::rc::Rc<OwnedFd>, std::ffi::CString, PathBuf)> = Vec::new();
+    let mut next = Some((start, start_rel));
     let mut dirs = 0usize;
-    while let Some((fd, rel)) = stack.pop() {
+    loop {
+        let (fd, rel) = match next.take() {
+            Some(here) => here,
+            None => {
+                let Some((parent, name, rel)) = stack.pop() else {
+                    return true;
+                };
+                match open_dir_nofollow(parent.as_fd(), &name) {
+                    Ok(fd) => (fd, rel),
+                    Err(_) => continue,
+                }
+            }
+        };
         dirs += 1;
         if dirs > MAX_DIRS {
             tracing::warn!(
@@ -116,13 +134,12 @@ fn walk(start: OwnedFd, start_rel: PathBuf, at_root: bool, found: &mut BTreeSet<
             found.insert(rel);
             continue;
         }
+        let here = std::rc::Rc::new(fd);
         for name in subdirs {
-            if let Ok(sub) = open_dir_nofollow(fd.as_fd(), &name) {
-                stack.push((sub, rel.join(std::ffi::OsStr::from_bytes(name.to_bytes()))));
-            }
+            let child = rel.join(std::ffi::OsStr::from_bytes(name.to_bytes()));
+            stack.push((std::rc::Rc::clone(&here), name, child));
         }
     }
-    true
 }
 
 /// Every directory of the workspace below its root that holds a `.git` or is a bare
@@ -281,14 +298,15 @@ pub(crate) fn dot_git(dir: BorrowedFd<'_>) -> DotGit {
         FileType::Directory => DotGit::Directory,
         FileType::RegularFile => {
             use std::io::Read;
-            let Ok(fd) = rustix::fs::openat(
-                dir,
-                c".git",
-                OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                Mode::empty(),
-            ) else {
+            // Not blocking on a FIFO swapped in since the stat, and still a regular file.
+            let Ok(fd) = crate::confine::scratch::open_file_nofollow(dir, c".git") else {
                 return DotGit::Other;
             };
+            if !rustix::fs::fstat(&fd)
+                .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile)
+            {
+                return DotGit::Other;
+            }
             let mut text = String::new();
             let _ = std::fs::File::from(fd)
                 .take(MAX_GITFILE)
@@ -353,12 +371,7 @@ pub(crate) fn move_dir(
     rustix::fs::mkdirat(to_parent, to, Mode::from_raw_mode(0o700))?;
     let dest = open_dir_nofollow(to_parent, to)?;
     copy_tree(from, dest)?;
-    // Removed through the handle on `dir` (a magic link to it): a directory renamed
-    // meanwhile cannot steer the removal elsewhere.
-    let mut path = format!("/proc/self/fd/{}/", dir.as_raw_fd()).into_bytes();
-    path.extend_from_slice(name.to_bytes());
-    use std::os::unix::ffi::OsStrExt;
-    crate::confine::scratch::remove_tree(Path::new(std::ffi::OsStr::from_bytes(&path)))
+    crate::confine::scratch::remove_beneath(dir, name)
 }
 
 fn copy_tree(from: OwnedFd, to: OwnedFd) -> std::io::Result<()> {
@@ -381,12 +394,12 @@ fn copy_tree(from: OwnedFd, to: OwnedFd) -> std::io::Result<()> {
                     ));
                 }
                 FileType::RegularFile => {
-                    let input = rustix::fs::openat(
-                        &src,
-                        &name,
-                        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                        Mode::empty(),
-                    )?;
+                    let input = crate::confine::scratch::open_file_nofollow(src.as_fd(), &name)?;
+                    if FileType::from_raw_mode(rustix::fs::fstat(&input)?.st_mode)
+                        != FileType::RegularFile
+                    {
+                        continue; // swapped for something else since the stat
+                    }
                     let output = rustix::fs::openat(
                         &dst,
                         &name,

@@ -154,6 +154,9 @@ impl Repositories {
                 }
             }
         });
+        if let Ok(mut unsettled) = self.unsettled.lock() {
+            unsettled.retain(|rel, _| nested.contains_key(rel));
+        }
         nested
             .iter()
             .map(|(rel, g)| (rel.clone(), g.paths()))
@@ -203,34 +206,34 @@ impl Repositories {
         report
     }
 
+    /// Moves the gitdir of the repository a call made at `rel` (`fd` its directory: `.git`
+    /// in it, or the directory itself for a bare repository) out of the workspace, to where
+    /// its shadow lives ([`GitShadow::adopt`], [`GitShadow::adopt_bare`]).
+    fn move_out(&self, rel: &Path, fd: std::os::fd::OwnedFd) -> std::io::Result<GitShadow> {
+        let workspace = self.workspace.join(rel);
+        if nested::dot_git(fd.as_fd()) != DotGit::Bare {
+            return GitShadow::adopt(&workspace, rel, Dir::from_std_file(std::fs::File::from(fd)));
+        }
+        let parent =
+            nested::open_beneath(self.ws_root.as_fd(), rel.parent().unwrap_or(Path::new("")))?;
+        let name = rel
+            .file_name()
+            .and_then(|n| std::ffi::CString::new(n.as_encoded_bytes()).ok())
+            .ok_or_else(|| std::io::Error::other("a repository with no name"))?;
+        GitShadow::adopt_bare(
+            &workspace,
+            rel,
+            &Dir::from_std_file(std::fs::File::from(parent)),
+            &name,
+        )
+    }
+
     /// Moves the gitdir of a repository a call made at `rel` (`fd` its directory) out of the
     /// workspace when no more shadows may be made: it goes where its shadow would be, is not
     /// bound, and the sentence for the refusal says where.
     fn set_aside(&self, rel: &Path, fd: std::os::fd::OwnedFd) -> String {
         let shown = rel.display();
-        let moved = match nested::dot_git(fd.as_fd()) {
-            DotGit::Bare => {
-                let parent = rel.parent().unwrap_or(Path::new(""));
-                match (
-                    nested::open_beneath(self.ws_root.as_fd(), parent),
-                    rel.file_name()
-                        .and_then(|n| std::ffi::CString::new(n.as_encoded_bytes()).ok()),
-                ) {
-                    (Ok(p), Some(name)) => GitShadow::adopt_bare(
-                        &self.workspace.join(rel),
-                        rel,
-                        &Dir::from_std_file(std::fs::File::from(p)),
-                        &name,
-                    ),
-                    _ => Err(std::io::Error::other("its directory could not be opened")),
-                }
-            }
-            _ => GitShadow::adopt(
-                &self.workspace.join(rel),
-                rel,
-                Dir::from_std_file(std::fs::File::from(fd)),
-            ),
-        };
+        let moved = self.move_out(rel, fd);
         match moved {
             Ok(g) => format!(
                 "the workspace already has {MAX_NESTED} git repositories with shadows of their \
@@ -326,14 +329,17 @@ impl Repositories {
     /// imported) are not.
     pub(crate) fn discover(&self) -> BTreeSet<PathBuf> {
         let changed = self.finder.changed(self.ws_root.as_fd());
-        let known = self.nested_dirs();
-        let gitlinked = super::bound::gitlinked_paths(&self.ws_root);
         let (Ok(mut found), Ok(mut gitfiles)) = (self.found.lock(), self.gitfiles.lock()) else {
             return BTreeSet::new();
         };
         found.extend(changed);
         found.extend(gitfiles.iter().cloned());
         gitfiles.clear();
+        if found.is_empty() {
+            return BTreeSet::new(); // the common case: nothing named a repository
+        }
+        let known = self.nested_dirs();
+        let gitlinked = super::bound::gitlinked_paths(&self.ws_root);
         found.retain(|rel| {
             if known.contains(rel)
                 || gitlinked.contains(rel)
@@ -388,65 +394,37 @@ impl Repositories {
                 continue;
             }
             match nested::dot_git(fd.as_fd()) {
-                DotGit::Directory => {
-                    let dir = Dir::from_std_file(std::fs::File::from(fd));
-                    match GitShadow::adopt(&self.workspace.join(rel), rel, dir) {
-                        Ok(g) => {
-                            settle(rel);
-                            if let Ok(mut nested) = self.nested.lock() {
-                                nested.insert(rel.clone(), Arc::new(g));
-                            }
-                            report.info(format!(
-                                "the git repository made at `{shown}` is now kept in a shadow \
-                                 gitdir, like the workspace's own: git in the sandbox works on \
-                                 it as before, and the operator's `{shown}/.git` holds only \
-                                 what cordon imported from it (commits, branches, tags, HEAD, \
-                                 index), never its config or hooks"
-                            ));
-                        }
-                        Err(e) => report.refuse(format!(
-                            "the git repository made at `{shown}` could not be moved into a \
-                             shadow gitdir ({e}); remove `{shown}/.git` (the operator's git \
-                             would read its config)"
-                        )),
-                    }
-                }
-                DotGit::Bare => {
-                    let parent = rel.parent().unwrap_or(Path::new(""));
-                    let name = rel
-                        .file_name()
-                        .and_then(|n| std::ffi::CString::new(n.as_encoded_bytes()).ok());
-                    let adopted = match (nested::open_beneath(self.ws_root.as_fd(), parent), name) {
-                        (Ok(parent_fd), Some(name)) => {
-                            let parent_dir = Dir::from_std_file(std::fs::File::from(parent_fd));
-                            GitShadow::adopt_bare(
-                                &self.workspace.join(rel),
-                                rel,
-                                &parent_dir,
-                                &name,
-                            )
-                        }
-                        (Err(e), _) => Err(e),
-                        (_, None) => Err(std::io::Error::other("no name")),
+                kind @ (DotGit::Directory | DotGit::Bare) => {
+                    let (what, operators, held) = if kind == DotGit::Bare {
+                        (
+                            "bare git repository",
+                            format!("`{shown}`"),
+                            "commits, branches, tags, HEAD",
+                        )
+                    } else {
+                        (
+                            "git repository",
+                            format!("`{shown}/.git`"),
+                            "commits, branches, tags, HEAD, index",
+                        )
                     };
-                    match adopted {
+                    match self.move_out(rel, fd) {
                         Ok(g) => {
                             settle(rel);
                             if let Ok(mut nested) = self.nested.lock() {
                                 nested.insert(rel.clone(), Arc::new(g));
                             }
                             report.info(format!(
-                                "the bare git repository made at `{shown}` is now kept in a \
-                                 shadow gitdir: git in the sandbox works on it as before, and \
-                                 the operator's `{shown}` holds only what cordon imported \
-                                 (branches, tags, HEAD and their objects), never its config \
-                                 or hooks"
+                                "the {what} made at `{shown}` is now kept in a shadow gitdir, \
+                                 like the workspace's own: git in the sandbox works on it as \
+                                 before, and the operator's {operators} holds only what cordon \
+                                 imported from it ({held}), never its config or hooks"
                             ));
                         }
                         Err(e) => report.refuse(format!(
-                            "the bare git repository made at `{shown}` could not be moved into a \
-                             shadow gitdir ({e}); remove it (the operator's git would read its \
-                             config when run there)"
+                            "the {what} made at `{shown}` could not be moved into a shadow \
+                             gitdir ({e}); remove {operators} (the operator's git would read \
+                             its config)"
                         )),
                     }
                 }
