@@ -9,6 +9,7 @@ mod runner;
 
 mod breaker;
 mod call_isolation;
+mod cgroup_reuse;
 mod checkpoints;
 mod common;
 mod confinement;

@@ -1,5 +1,6 @@
 //! Per-call cgroups: the quotas (memory, pids, CPU) and the kill switch for a call's whole
-//! process tree.
+//! process tree. A call's groups, once emptied, are reset and kept for a later call
+//! ([`reuse`]) rather than removed.
 //!
 //! Works on pure cgroup v2 hosts (controllers delegated to us), on hybrid hosts (limits from
 //! the v1 controllers, `cgroup.kill` from the v2 tree, like the CI machines), and degrades to
@@ -7,11 +8,14 @@
 //! caller then falls back to process-group kill and rlimits and reports that. Files are
 //! written directly: the only alternatives pull in D-Bus or pick v1 on hybrid hosts.
 
+mod reuse;
+
 use serde::Serialize;
 use std::fs;
 use std::io::{self, Write};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -45,6 +49,9 @@ pub struct Cgroups {
     v1_hierarchies: Vec<String>,
     #[serde(skip)]
     next_call: AtomicU64,
+    /// Groups calls emptied, reset and waiting for the next call.
+    #[serde(skip)]
+    pool: Arc<reuse::Pool>,
     /// Why something is missing, for `doctor` and the enforcement report.
     pub notes: Vec<String>,
 }
@@ -77,6 +84,7 @@ impl Cgroups {
             v1_cpu: None,
             v1_hierarchies: Vec::new(),
             next_call: AtomicU64::new(1),
+            pool: Arc::default(),
             notes: Vec::new(),
         };
         if super::kernel::simulated_missing("cgroups") {
@@ -214,7 +222,17 @@ impl Cgroups {
         self.create_call(limits).map(Some)
     }
 
+    /// A group for one call with `limits` written: one an earlier call emptied, reset (see
+    /// [`reuse`]), or a new one. Their `cgroup.procs` are open for the child to join.
     pub fn create_call(&self, limits: &CallLimits) -> Result<CallCgroup, CgroupError> {
+        if let Some(mut call) = self.pool.take() {
+            // A limit that cannot be rewritten (v1 refuses a memory limit below what the
+            // group still has charged) sends the group back to be removed.
+            if call.write_limits(limits).is_ok() {
+                call.pool = Some(Arc::clone(&self.pool));
+                return Ok(call);
+            }
+        }
         let name = format!("call-{}", self.next_call.fetch_add(1, Ordering::Relaxed));
         let mut call = CallCgroup::default();
         if let Some(parent) = &self.v2_parent {
@@ -222,54 +240,24 @@ impl Cgroups {
             fs::create_dir(&dir).map_err(io_err(&dir))?;
             call.dirs.push(dir.clone());
             if self.v2_limits {
-                write_file(&dir.join("memory.max"), &limits.memory_bytes.to_string())?;
-                write_optional(&dir.join("memory.swap.max"), "0");
-                write_file(&dir.join("pids.max"), &limits.pids.to_string())?;
-                write_file(
-                    &dir.join("cpu.max"),
-                    &format!(
-                        "{} {CPU_PERIOD_US}",
-                        limits.cpu_percent * CPU_PERIOD_US / 100
-                    ),
-                )?;
                 call.v2_memory_events = Some(dir.join("memory.events"));
                 call.v2_pids_events = Some(dir.join("pids.events"));
             }
             call.v2_dir = Some(dir);
         }
-        if let Some(parent) = &self.v1_memory {
-            let dir = parent.join(&name);
-            fs::create_dir(&dir).map_err(io_err(&dir))?;
-            call.dirs.push(dir.clone());
-            write_file(
-                &dir.join("memory.limit_in_bytes"),
-                &limits.memory_bytes.to_string(),
-            )?;
-            // Swap accounting exists only with swapaccount=1; without it swap is unlimited
-            // only if the host has swap at all.
-            write_optional(
-                &dir.join("memory.memsw.limit_in_bytes"),
-                &limits.memory_bytes.to_string(),
-            );
-            call.v1_memory_dir = Some(dir);
+        for (parent, slot) in [
+            (&self.v1_memory, &mut call.v1_memory_dir),
+            (&self.v1_pids, &mut call.v1_pids_dir),
+            (&self.v1_cpu, &mut call.v1_cpu_dir),
+        ] {
+            if let Some(parent) = parent {
+                let dir = parent.join(&name);
+                fs::create_dir(&dir).map_err(io_err(&dir))?;
+                call.dirs.push(dir.clone());
+                *slot = Some(dir);
+            }
         }
-        if let Some(parent) = &self.v1_pids {
-            let dir = parent.join(&name);
-            fs::create_dir(&dir).map_err(io_err(&dir))?;
-            call.dirs.push(dir.clone());
-            write_file(&dir.join("pids.max"), &limits.pids.to_string())?;
-            call.v1_pids_dir = Some(dir);
-        }
-        if let Some(parent) = &self.v1_cpu {
-            let dir = parent.join(&name);
-            fs::create_dir(&dir).map_err(io_err(&dir))?;
-            call.dirs.push(dir.clone());
-            write_file(&dir.join("cpu.cfs_period_us"), &CPU_PERIOD_US.to_string())?;
-            write_file(
-                &dir.join("cpu.cfs_quota_us"),
-                &(limits.cpu_percent * CPU_PERIOD_US / 100).to_string(),
-            )?;
-        }
+        call.write_limits(limits)?;
         for dir in &call.dirs {
             let procs = dir.join("cgroup.procs");
             let file = fs::OpenOptions::new()
@@ -278,12 +266,16 @@ impl Cgroups {
                 .map_err(io_err(&procs))?;
             call.procs_fds.push(OwnedFd::from(file));
         }
+        call.pool = Some(Arc::clone(&self.pool));
         Ok(call)
     }
 }
 
 impl Drop for Cgroups {
     fn drop(&mut self) {
+        // The emptied groups waiting for a call go first: their parents cannot be removed
+        // while they exist. Groups still in use are removed by their own drop.
+        drop(self.pool.close());
         for dir in [
             &self.v2_parent,
             &self.v1_memory,
@@ -300,14 +292,15 @@ impl Drop for Cgroups {
 
 const CPU_PERIOD_US: u64 = 100_000;
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CallLimits {
     pub memory_bytes: u64,
     pub pids: u64,
     pub cpu_percent: u64,
 }
 
-/// One call's groups. Dropping it kills whatever is left in them and removes them.
+/// One call's groups. Dropping it kills whatever is left in them; then they are reset for a
+/// later call (see [`reuse`]) or, where they cannot be, removed.
 #[derive(Debug, Default)]
 pub struct CallCgroup {
     dirs: Vec<PathBuf>,
@@ -317,6 +310,17 @@ pub struct CallCgroup {
     v2_pids_events: Option<PathBuf>,
     v1_memory_dir: Option<PathBuf>,
     v1_pids_dir: Option<PathBuf>,
+    v1_cpu_dir: Option<PathBuf>,
+    /// The limits written in the groups now.
+    limits: Option<CallLimits>,
+    /// The counters as they stood when the groups were handed to this call (zero for new
+    /// groups): what the call did is what they grew by.
+    baseline: reuse::Counters,
+    /// v2's `memory.peak`, opened and reset when the group was reset: reads through this
+    /// descriptor give the peak since then (Linux 6.12+).
+    peak: Option<fs::File>,
+    /// Where the groups go back once emptied; None for groups waiting there.
+    pool: Option<Arc<reuse::Pool>>,
 }
 
 /// Which cgroup limits the call's processes ran into.
@@ -396,50 +400,91 @@ impl CallCgroup {
     }
 
     pub fn limit_hits(&self) -> LimitHits {
-        let mut hits = LimitHits::default();
-        if let Some(f) = &self.v2_memory_events {
-            hits.memory |= keyed_counter(f, "oom_kill") > 0
-                || keyed_counter(f, "max") > 0 && keyed_counter(f, "oom") > 0;
+        let now = reuse::Counters::read(self);
+        let grew = |f: fn(&reuse::Counters) -> u64| f(&now).saturating_sub(f(&self.baseline)) > 0;
+        LimitHits {
+            memory: grew(|c| c.v2_oom_kill)
+                || grew(|c| c.v2_memory_max) && grew(|c| c.v2_oom)
+                || grew(|c| c.v1_oom_kill),
+            pids: grew(|c| c.v2_pids_max) || grew(|c| c.v1_pids_max),
         }
-        if let Some(f) = &self.v2_pids_events {
-            hits.pids |= keyed_counter(f, "max") > 0;
-        }
-        if let Some(dir) = &self.v1_memory_dir {
-            hits.memory |= keyed_counter(&dir.join("memory.oom_control"), "oom_kill") > 0;
-        }
-        if let Some(dir) = &self.v1_pids_dir {
-            hits.pids |= keyed_counter(&dir.join("pids.events"), "max") > 0;
-        }
-        hits
     }
 
     /// CPU time the call's tree has used (all its processes, living and reaped), where the
     /// kernel reports it: v2's `cpu.stat`, present in every v2 group (hybrid hosts too).
     pub fn cpu_usage(&self) -> Option<Duration> {
-        let text = fs::read_to_string(self.v2_dir.as_ref()?.join("cpu.stat")).ok()?;
-        text.lines()
-            .find_map(|l| l.strip_prefix("usage_usec "))
-            .and_then(|v| v.trim().parse().ok())
-            .map(Duration::from_micros)
+        let used = reuse::cpu_usec(self.v2_dir.as_ref()?)?;
+        Some(Duration::from_micros(
+            used.saturating_sub(self.baseline.cpu_usec),
+        ))
     }
 
-    /// Peak memory of the call's tree in bytes, where the kernel reports it.
+    /// Peak memory of the call's tree in bytes, where the kernel reports it. For a reused
+    /// group the peak counts from its reset, which starts at what an earlier call left charged
+    /// (file pages it read or wrote, reclaimed when memory is short).
     pub fn memory_peak(&self) -> Option<u64> {
         let from = |p: PathBuf| fs::read_to_string(p).ok()?.trim().parse().ok();
         self.v1_memory_dir
             .as_ref()
             .and_then(|d| from(d.join("memory.max_usage_in_bytes")))
+            .or_else(|| self.peak.as_ref().and_then(reuse::read_at_start))
             .or_else(|| {
                 self.v2_dir
                     .as_ref()
                     .and_then(|d| from(d.join("memory.peak")))
             })
     }
+
+    /// Writes `limits` into the groups, skipping what is already there.
+    fn write_limits(&mut self, limits: &CallLimits) -> Result<(), CgroupError> {
+        if self.limits.as_ref() == Some(limits) {
+            return Ok(());
+        }
+        self.limits = None;
+        let cpu_quota = limits.cpu_percent * CPU_PERIOD_US / 100;
+        if let (Some(dir), Some(_)) = (&self.v2_dir, &self.v2_memory_events) {
+            write_file(&dir.join("memory.max"), &limits.memory_bytes.to_string())?;
+            write_optional(&dir.join("memory.swap.max"), "0");
+            write_file(&dir.join("pids.max"), &limits.pids.to_string())?;
+            write_file(
+                &dir.join("cpu.max"),
+                &format!("{cpu_quota} {CPU_PERIOD_US}"),
+            )?;
+        }
+        if let Some(dir) = &self.v1_memory_dir {
+            write_file(
+                &dir.join("memory.limit_in_bytes"),
+                &limits.memory_bytes.to_string(),
+            )?;
+            // Swap accounting exists only with swapaccount=1; without it swap is unlimited
+            // only if the host has swap at all.
+            write_optional(
+                &dir.join("memory.memsw.limit_in_bytes"),
+                &limits.memory_bytes.to_string(),
+            );
+        }
+        if let Some(dir) = &self.v1_pids_dir {
+            write_file(&dir.join("pids.max"), &limits.pids.to_string())?;
+        }
+        if let Some(dir) = &self.v1_cpu_dir {
+            write_file(&dir.join("cpu.cfs_period_us"), &CPU_PERIOD_US.to_string())?;
+            write_file(&dir.join("cpu.cfs_quota_us"), &cpu_quota.to_string())?;
+        }
+        self.limits = Some(*limits);
+        Ok(())
+    }
 }
 
 impl Drop for CallCgroup {
     fn drop(&mut self) {
-        self.kill_all(Duration::from_secs(2));
+        let emptied = self.kill_all(Duration::from_secs(2));
+        if emptied
+            && let Some(pool) = self.pool.take()
+            && let Some(reset) = reuse::reset(self)
+        {
+            pool.give(reset);
+            return;
+        }
         self.procs_fds.clear();
         // Children first is not needed (calls have no sub-groups); a group whose last process
         // is still exiting may refuse rmdir briefly, so retry a little.
