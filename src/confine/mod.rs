@@ -337,8 +337,11 @@ impl Confinement {
         // theirs: gone in the background while this one starts.
         scratch::sweep_stale_in_background();
         let tmp_root = scratch::ScratchDir::new("tmp").map_err(ConfineError::TempDir)?;
-        // The calls' writable copy of the toolchains' shims, made once (`sandbox_init::shims`).
-        sandbox_init::shims::prepare(tmp_root.path(), &plan.writable_shims);
+        // The calls' writable copy of the toolchains' shims, made once (`sandbox_init::shims`);
+        // a one-shot command's slot makes its own, on a tmpfs.
+        if !options.one_shot {
+            sandbox_init::shims::prepare(tmp_root.path(), &plan.writable_shims);
+        }
         let private_root = scratch::ScratchDir::new("private").map_err(ConfineError::TempDir)?;
 
         let landlock_inputs = landlock_step(plan, options, &kernel, &mut notes)?;

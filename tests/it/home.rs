@@ -340,3 +340,48 @@ fn a_call_rehashes_its_own_copy_of_the_toolchain_shims() {
     );
     assert_eq!(next.stdout, "fresh\n", "{next:?}");
 }
+
+/// The same through a server: its calls share one copy of the shims, made when it starts (a
+/// later call sees what an earlier one's rehash wrote), and the operator's never change.
+/// (`cordon exec`'s one slot makes its own copy on a tmpfs instead: the test above.)
+#[cordon_test::test]
+fn a_servers_calls_rehash_their_shared_copy_of_the_toolchain_shims() {
+    let test = "a_servers_calls_rehash_their_shared_copy_of_the_toolchain_shims";
+    if skip(test, Need::Namespaces) {
+        return;
+    }
+    let shims = std::env::var_os("HOME")
+        .map(|h| Path::new(&h).join(".pyenv/shims"))
+        .filter(|s| s.is_dir());
+    let Some(shims) = shims else {
+        crate::common::skip_msg(test, "no ~/.pyenv/shims on this machine");
+        return;
+    };
+    let token = crate::common::unique_token();
+    let planted = shims.join(format!("cordon-probe-{token}"));
+    let ws = tempfile::tempdir().unwrap();
+    let mut server = StdioServer::start(ws.path(), &[], "", &[]);
+    let first = server.call(
+        "shell_exec",
+        json!({"command": format!(
+            "pyenv rehash && echo rehashed && touch \"$PYENV_ROOT/shims/cordon-probe-{token}\" \
+             && echo planted"
+        )}),
+    );
+    assert_eq!(
+        structured(&first)["stdout"],
+        "rehashed\nplanted\n",
+        "{first}"
+    );
+    assert!(
+        !planted.exists(),
+        "a call's write reached the operator's shims"
+    );
+    let next = server.call(
+        "shell_exec",
+        json!({"command": format!(
+            "test -e \"$PYENV_ROOT/shims/cordon-probe-{token}\" && echo seen || echo fresh"
+        )}),
+    );
+    assert_eq!(structured(&next)["stdout"], "seen\n", "{next}");
+}

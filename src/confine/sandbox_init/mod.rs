@@ -130,7 +130,8 @@ impl SandboxInit {
         one_shot: bool,
     ) -> Result<Self, SandboxInitError> {
         let warm_target = if one_shot { 0 } else { WARM_SLOTS };
-        let plan = plan(inputs);
+        let mut plan = plan(inputs);
+        plan.shims_per_slot = one_shot;
         let patterns = inputs.protected.to_vec();
         let git = if inputs.read_only_workspace {
             None
@@ -622,6 +623,7 @@ fn plan(inputs: &ViewInputs<'_>) -> InitPlan {
         calls_tmp: inputs.calls_tmp.to_path_buf(),
         private_root: inputs.private_root.to_path_buf(),
         writable_shims: inputs.writable_shims.to_vec(),
+        shims_per_slot: false,
         git_shadow: None,
         nested_git: Vec::new(),
     }

@@ -89,6 +89,10 @@ pub(crate) struct InitPlan {
     /// bound over them, so a rehash succeeds and changes only the call's copy (`shims`).
     #[serde(default)]
     pub writable_shims: Vec<PathBuf>,
+    /// One-shot (`cordon exec`): the server made no shared copy; the slot copies each shim
+    /// directory onto a tmpfs of its own instead (`shims::onto_tmpfs`).
+    #[serde(default)]
+    pub shims_per_slot: bool,
     /// The workspace's shadow gitdir (see `crate::git`): bound read-write at
     /// `<workspace>/.git`, over the operator's gitdir, which is bound read-only elsewhere.
     #[serde(default)]
@@ -279,6 +283,7 @@ mod tests {
             calls_tmp: PathBuf::new(),
             private_root: PathBuf::new(),
             writable_shims: Vec::new(),
+            shims_per_slot: false,
             git_shadow: None,
             nested_git: Vec::new(),
         };

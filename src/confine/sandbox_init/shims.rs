@@ -11,6 +11,12 @@
 //! goes with the server. It is made once rather than per call: ~140 pyenv shims cost ~7 ms to
 //! copy and remove (measured), which per call would be more than a call's own confinement.
 //!
+//! A one-shot command (`cordon exec`) has no server to share a copy with: making ~140 files on
+//! ext4 and removing them again was half of its CPU (inode allocation scanning past recently
+//! deleted inodes). Its one slot instead mounts a tmpfs over each shim directory, in its own
+//! mount namespace, and copies the operator's shims onto it from a handle on the directory
+//! below; the copy goes with the slot's namespace, with nothing to remove.
+//!
 //! Owns the copy (bounded: regular files and symlinks of the top level only, [`MAX_ENTRIES`]
 //! of them, each at most [`MAX_FILE`] bytes; the source is the operator's own toolchain) and
 //! the bind with its Landlock grant.
@@ -84,6 +90,68 @@ pub(crate) fn bind(dir: &Path, shims: &[PathBuf]) -> Vec<Grant> {
         }
     }
     grants
+}
+
+/// Slot side, one-shot: mounts a tmpfs over each shim directory and copies the directory's
+/// entries onto it (bounded as [`prepare`]), returning the grants that make them writable. A
+/// directory whose copy fails is unmounted again: its calls find it read-only, as before.
+pub(crate) fn onto_tmpfs(shims: &[PathBuf]) -> Vec<Grant> {
+    let mut grants = Vec::new();
+    for shim in shims {
+        let Ok(below) = cap_std::fs::Dir::open_ambient_dir(shim, cap_std::ambient_authority())
+        else {
+            continue;
+        };
+        let size = format!(
+            "mode=0755,size={},nr_inodes={}",
+            MAX_ENTRIES as u64 * 4096 + (4 << 20),
+            MAX_ENTRIES + 16
+        );
+        let Ok(size) = std::ffi::CString::new(size) else {
+            continue;
+        };
+        let flags = rustix::mount::MountFlags::NOSUID | rustix::mount::MountFlags::NODEV;
+        if rustix::mount::mount("shims", shim, "tmpfs", flags, size.as_c_str()).is_err() {
+            continue;
+        }
+        let copied = cap_std::fs::Dir::open_ambient_dir(shim, cap_std::ambient_authority())
+            .and_then(|onto| copy_entries(&below, &onto));
+        match copied {
+            Ok(()) => grants.push(Grant {
+                path: shim.clone(),
+                access: GrantKind::ReadWrite,
+            }),
+            Err(e) => {
+                tracing::debug!("no writable copy of {}: {e}", shim.display());
+                let _ = rustix::mount::unmount(shim, rustix::mount::UnmountFlags::DETACH);
+            }
+        }
+    }
+    grants
+}
+
+/// Copies `from`'s regular files and symlinks (the top level, bounded) into `to`.
+fn copy_entries(from: &cap_std::fs::Dir, to: &cap_std::fs::Dir) -> io::Result<()> {
+    use cap_std::fs::PermissionsExt;
+    for entry in from.entries()?.take(MAX_ENTRIES) {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        let name = entry.file_name();
+        if kind.is_symlink() {
+            to.symlink(from.read_link(&name)?, &name)?;
+        } else if kind.is_file() {
+            let meta = entry.metadata()?;
+            if meta.len() > MAX_FILE {
+                continue;
+            }
+            to.write(&name, from.read(&name)?)?;
+            to.set_permissions(
+                &name,
+                cap_std::fs::Permissions::from_mode(meta.permissions().mode() & 0o777),
+            )?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -59,7 +59,11 @@ pub(super) fn build(
         access: GrantKind::ReadWrite,
     }];
     // Before `own_tmp`, which hides the calls' temporary root the copies live in.
-    grants.extend(super::shims::bind(&plan.calls_tmp, &plan.writable_shims));
+    if plan.shims_per_slot {
+        grants.extend(super::shims::onto_tmpfs(&plan.writable_shims));
+    } else {
+        grants.extend(super::shims::bind(&plan.calls_tmp, &plan.writable_shims));
+    }
     own_tmp(plan, dir)?;
     if plan.shm_bytes > 0 && Path::new("/dev/shm").is_dir() {
         let options = std::ffi::CString::new(format!("mode=1777,size={}", plan.shm_bytes))
