@@ -348,6 +348,9 @@ impl Confinement {
         let tracing = tracing_step(plan, landlock_inputs.is_some(), &mut notes);
         let seccomp = seccomp_step(plan, options, &kernel, tracing, &mut notes)?;
         let cgroups = cgroups_step(&kernel, &mut notes);
+        if options.one_shot {
+            cgroups.prime_migrations();
+        }
         let sandbox_init_seccomp = private_netns_seccomp(plan, &seccomp, tracing)?;
         let sandbox_init = start_sandbox_init(
             SandboxInitInputs {

@@ -160,9 +160,11 @@ pub(crate) struct Finder {
 
 impl Finder {
     /// A finder for the workspace `root` (canonical path `workspace`): fanotify where the
-    /// kernel allows it (as for checkpoints), else a walk at every look.
-    pub(crate) fn new(root: BorrowedFd<'_>, workspace: &Path) -> Self {
-        let watch = if crate::confine::kernel::simulated_missing("fanotify") {
+    /// kernel allows it (as for checkpoints) and `watch` asks for it, else a walk at every
+    /// look. One command (`cordon exec`) looks once: a watch would cost it more than the walk,
+    /// since closing a fanotify group waits for an SRCU grace period (5-25 ms here).
+    pub(crate) fn new(root: BorrowedFd<'_>, workspace: &Path, watch: bool) -> Self {
+        let watch = if !watch || crate::confine::kernel::simulated_missing("fanotify") {
             None
         } else {
             // Entries made, moved in, or written and closed (a gitfile rewritten in place).

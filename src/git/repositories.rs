@@ -61,9 +61,11 @@ pub(crate) struct Repositories {
 
 impl Repositories {
     /// The root's shadow and one for every nested repository the operator has (made and
-    /// seeded from it when new). `root` is the workspace (canonical) as a handle.
-    pub(crate) fn open(workspace: &Path, root: Dir) -> std::io::Result<Self> {
-        let finder = nested::Finder::new(root.as_fd(), workspace);
+    /// seeded from it when new). `root` is the workspace (canonical) as a handle. `watch`:
+    /// new repositories are found through fanotify where it can be had (a server), not by a
+    /// walk at each look (one command).
+    pub(crate) fn open(workspace: &Path, root: Dir, watch: bool) -> std::io::Result<Self> {
+        let finder = nested::Finder::new(root.as_fd(), workspace, watch);
         let shadow = GitShadow::open(workspace, Path::new(""), root.try_clone()?, false)?;
         let gitlinked = super::bound::gitlinked_paths(&root);
         let mut nested = BTreeMap::new();

@@ -271,6 +271,38 @@ impl Cgroups {
     }
 }
 
+impl Cgroups {
+    /// Starts, on a thread of its own, the wait that the first cgroup migration after a quiet
+    /// moment pays, so that a one-shot command's slot (which joins its cgroups on the
+    /// critical path) finds it over or under way. Every write to a `cgroup.procs` takes the
+    /// kernel's global `cgroup_threadgroup_rwsem` for writing, which waits for an RCU grace
+    /// period (5-16 ms measured here) unless a writer went before within about one grace
+    /// period (or the v2 mount has `favordynmods`). The write moves this process into the
+    /// group it is already in: nothing changes, only the lock is taken. Done after `setup`,
+    /// which may itself move this process (into a leaf, on v2). Best effort.
+    pub fn prime_migrations(&self) {
+        if matches!(self.mode(), CgroupMode::None) {
+            return;
+        }
+        let _ = std::thread::Builder::new()
+            .name("cordon-cgprime".into())
+            .spawn(|| {
+                let mounts = CgroupMounts::read();
+                let own = OwnCgroups::read();
+                let v1 = ["pids", "memory", "cpu"]
+                    .iter()
+                    .find_map(|c| Some(join_cgroup(mounts.v1.get(*c)?, own.v1.get(*c)?)));
+                let dir = v1.or_else(|| {
+                    let (m, p) = (mounts.v2.as_ref()?, own.v2.as_ref()?);
+                    Some(join_cgroup(m, p))
+                });
+                if let Some(dir) = dir {
+                    let _ = write_file(&dir.join("cgroup.procs"), &std::process::id().to_string());
+                }
+            });
+    }
+}
+
 impl Drop for Cgroups {
     fn drop(&mut self) {
         // The emptied groups waiting for a call go first: their parents cannot be removed

@@ -137,7 +137,7 @@ impl SandboxInit {
             None
         } else {
             let root = workspace.try_clone().map_err(SandboxInitError::Start)?;
-            match Repositories::open(inputs.workspace, root) {
+            match Repositories::open(inputs.workspace, root, !one_shot) {
                 Ok(g) => Some(Arc::new(g)),
                 Err(e) => {
                     tracing::warn!(
