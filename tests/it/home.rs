@@ -292,6 +292,21 @@ fn rustix_is_root() -> bool {
     std::fs::metadata("/proc/self").unwrap().uid() == 0
 }
 
+/// The operator's `~/.pyenv/shims` and a token with the path a call's probe would take there;
+/// None (the test shown as skipped) on a machine without pyenv.
+fn shim_probe(test: &str) -> Option<(String, std::path::PathBuf)> {
+    let shims = std::env::var_os("HOME")
+        .map(|h| Path::new(&h).join(".pyenv/shims"))
+        .filter(|s| s.is_dir());
+    let Some(shims) = shims else {
+        crate::common::skip_msg(test, "no ~/.pyenv/shims on this machine");
+        return None;
+    };
+    let token = crate::common::unique_token();
+    let planted = shims.join(format!("cordon-probe-{token}"));
+    Some((token, planted))
+}
+
 /// Issue 33, item 5: a call may rewrite a toolchain's shims (`pyenv rehash`, which every
 /// `pip install` through pyenv's shim runs under `set -e`), in the calls' copy: the operator's
 /// shims never change, and another server (here the next `cordon exec`) starts from a fresh
@@ -302,15 +317,9 @@ fn a_call_rehashes_its_own_copy_of_the_toolchain_shims() {
     if skip(test, Need::Namespaces) {
         return;
     }
-    let shims = std::env::var_os("HOME")
-        .map(|h| Path::new(&h).join(".pyenv/shims"))
-        .filter(|s| s.is_dir());
-    let Some(shims) = shims else {
-        crate::common::skip_msg(test, "no ~/.pyenv/shims on this machine");
+    let Some((token, planted)) = shim_probe(test) else {
         return;
     };
-    let token = crate::common::unique_token();
-    let planted = shims.join(format!("cordon-probe-{token}"));
     let sb = Sandbox::new();
     let run = sb.exec(
         &[],
@@ -350,15 +359,9 @@ fn a_servers_calls_rehash_their_shared_copy_of_the_toolchain_shims() {
     if skip(test, Need::Namespaces) {
         return;
     }
-    let shims = std::env::var_os("HOME")
-        .map(|h| Path::new(&h).join(".pyenv/shims"))
-        .filter(|s| s.is_dir());
-    let Some(shims) = shims else {
-        crate::common::skip_msg(test, "no ~/.pyenv/shims on this machine");
+    let Some((token, planted)) = shim_probe(test) else {
         return;
     };
-    let token = crate::common::unique_token();
-    let planted = shims.join(format!("cordon-probe-{token}"));
     let ws = tempfile::tempdir().unwrap();
     let mut server = StdioServer::start(ws.path(), &[], "", &[]);
     let first = server.call(

@@ -448,12 +448,17 @@ fn only_cordons_processes_pay_for_the_audit_it_turned_on() {
             CORDON_LOGINUID.to_string(),
             "the server itself carries no login uid of cordon's ({env:?})"
         );
+        let rule = cordon::testing::confine::audit::rule_in_force();
         if managed() {
             assert_eq!(call, CORDON_LOGINUID.to_string(), "a call's ({env:?}): {r}");
             assert!(
-                cordon::testing::confine::audit::rule_in_force(),
+                rule,
                 "the rule `never,task -F auid!={CORDON_LOGINUID}` is in the kernel"
             );
+        } else if rule {
+            // On without the marker, cordon's rule in force: calls carry the login uid that
+            // rule lets keep an audit context (see the test below).
+            assert_eq!(call, CORDON_LOGINUID.to_string(), "a call's ({env:?}): {r}");
         } else {
             assert_ne!(
                 call,
@@ -462,4 +467,44 @@ fn only_cordons_processes_pay_for_the_audit_it_turned_on() {
             );
         }
     }
+}
+
+/// Audit on with cordon's rule in the kernel but no server's marker saying cordon turned it
+/// on (it was turned on by someone else, or by a server that died before it noted it): the
+/// rule leaves every task without cordon's login uid without an audit context, so a server
+/// that judged by the marker alone gave its calls none, and every record came alone, never
+/// tied to the call's Landlock domain (found on the project's machine: every kernel-denial
+/// test failed). The kernel's rules decide: calls carry the login uid and the denial is the
+/// kernel's.
+#[cordon_test::test]
+fn a_denial_is_the_kernels_when_audit_is_on_with_cordons_rule_and_no_marker() {
+    let test = "a_denial_is_the_kernels_when_audit_is_on_with_cordons_rule_and_no_marker";
+    if skip_without_audit(test) {
+        return;
+    }
+    use cordon::testing::confine::audit::host::STATE_DIR;
+    let sb = Sandbox::new();
+    let policy = sb.policy("deny.toml", &readable_denied_policy());
+    // A first server makes sure audit is on and cordon's rule is in force (it adds the rule
+    // when it turns audit on; with the rule there already, the kernel's state stays).
+    let mut first = StdioServer::start(sb.ws(), &["--policy", &policy], "", &[]);
+    let warm = first.call("shell_exec", json!({ "command": "true" }));
+    assert_eq!(structured(&warm)["exit_code"], 0, "{warm}");
+    if !cordon::testing::confine::audit::rule_in_force() {
+        crate::common::skip_msg(
+            test,
+            "audit was on before any cordon server (an operator's auditd): cordon's rule is              not in the kernel, so the state this test needs cannot be made here",
+        );
+        return;
+    }
+    // The marker gone while audit stays on: the state a server that died between turning
+    // audit on and noting it leaves (audit then stays on after the last server: the cheap
+    // state, with the rule).
+    let _ = std::fs::remove_file(std::path::Path::new(STATE_DIR).join("enabled-by-cordon"));
+    let mut server = StdioServer::start(sb.ws(), &["--policy", &policy], "", &[]);
+    let result = server.call("shell_exec", json!({ "command": "cat /etc/passwd" }));
+    let out = structured(&result).clone();
+    assert_ne!(out["exit_code"], 0, "{out:#}");
+    kernel_denial(&out, "fs.read_file");
+    drop(first);
 }

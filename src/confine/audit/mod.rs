@@ -590,6 +590,16 @@ impl Reader {
             // Another server turned it on and narrowed it: this one's processes must be
             // cordon's too, or their denials go unrecorded.
             narrow_to_cordon(&control);
+        } else if control
+            .has_never_unless_loginuid(host::CORDON_LOGINUID)
+            .unwrap_or(false)
+        {
+            // On without the marker (turned on by someone else, or by a server that died
+            // before it could note it) while cordon's rule is in force: the kernel gives an
+            // audit context only to tasks with cordon's login uid, so confined processes must
+            // carry it, or each record of theirs comes alone and a denial is not tied to its
+            // call's domain. The kernel's rules decide, not the marker; nothing is changed.
+            CONFINED_LOGINUID.store(true, Ordering::Relaxed);
         }
         if status.backlog_limit != 0 && status.backlog_limit < BACKLOG_LIMIT {
             match control.set_backlog_limit(BACKLOG_LIMIT) {
