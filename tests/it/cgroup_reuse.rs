@@ -59,10 +59,35 @@ fn policy(dir: &Path, memory_mb: u64) -> String {
     p.to_string_lossy().into_owned()
 }
 
-/// The server's groups settle once the teardown after an answer is done.
+/// The server's call groups once the teardown after its last answer is done; never empty
+/// (else a check of their reuse would prove nothing).
 fn settled_groups(pid: i32) -> BTreeSet<String> {
     std::thread::sleep(Duration::from_millis(500));
-    call_groups(pid)
+    let groups = call_groups(pid);
+    assert!(
+        !groups.is_empty(),
+        "no call group of server {pid} was found below /sys/fs/cgroup: the check of reuse \
+         would prove nothing"
+    );
+    groups
+}
+
+/// A server over a workspace of its own whose policy allows `memory_mb` and 32 pids per call,
+/// with the directories it needs kept alive beside it.
+struct Served {
+    server: StdioServer,
+    _dirs: [tempfile::TempDir; 2],
+}
+
+fn serve(memory_mb: u64) -> Served {
+    let ws = tempfile::tempdir().unwrap();
+    let etc = tempfile::tempdir().unwrap();
+    let policy = policy(etc.path(), memory_mb);
+    let server = StdioServer::start(ws.path(), &["--policy", &policy], "", &[]);
+    Served {
+        server,
+        _dirs: [ws, etc],
+    }
 }
 
 #[cordon_test::test]
@@ -71,10 +96,7 @@ fn a_limit_an_earlier_call_hit_is_not_reported_for_the_calls_that_reuse_its_grou
     if skip(test, Need::Cgroups) {
         return;
     }
-    let ws = tempfile::tempdir().unwrap();
-    let etc = tempfile::tempdir().unwrap();
-    let policy = policy(etc.path(), 64);
-    let mut server = StdioServer::start(ws.path(), &["--policy", &policy], "", &[]);
+    let Served { mut server, _dirs } = serve(64);
     let pid = server.pid();
     // Several of each, so every group the warm pool holds has seen a limit hit.
     for _ in 0..4 {
@@ -95,11 +117,6 @@ fn a_limit_an_earlier_call_hit_is_not_reported_for_the_calls_that_reuse_its_grou
         );
     }
     let before = settled_groups(pid);
-    assert!(
-        !before.is_empty(),
-        "no call group of server {pid} was found below /sys/fs/cgroup: the check of reuse \
-         would prove nothing"
-    );
     for i in 0..12 {
         let r = shell(&mut server, "true");
         assert_eq!(r["exit_code"], 0, "call {i}: {r}");
@@ -124,10 +141,7 @@ fn a_jobs_peak_memory_counts_from_its_own_start_in_a_reused_group() {
     if skip(test, Need::Cgroups) {
         return;
     }
-    let ws = tempfile::tempdir().unwrap();
-    let etc = tempfile::tempdir().unwrap();
-    let policy = policy(etc.path(), 512);
-    let mut server = StdioServer::start(ws.path(), &["--policy", &policy], "", &[]);
+    let Served { mut server, _dirs } = serve(512);
     let pid = server.pid();
     // `tail` holds the one endless "line" in its own memory: ~160 MiB of anonymous pages.
     for _ in 0..5 {

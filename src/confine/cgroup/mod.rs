@@ -269,9 +269,7 @@ impl Cgroups {
         call.pool = Some(Arc::clone(&self.pool));
         Ok(call)
     }
-}
 
-impl Cgroups {
     /// Starts, on a thread of its own, the wait that the first cgroup migration after a quiet
     /// moment pays, so that a one-shot command's slot (which joins its cgroups on the
     /// critical path) finds it over or under way. Every write to a `cgroup.procs` takes the
@@ -577,9 +575,12 @@ fn read_procs(dir: &Path) -> Vec<i32> {
 
 /// Reads `key N` out of a flat-keyed cgroup file (memory.events, pids.events, …).
 fn keyed_counter(file: &Path, key: &str) -> u64 {
-    fs::read_to_string(file)
-        .unwrap_or_default()
-        .lines()
+    keyed(&fs::read_to_string(file).unwrap_or_default(), key)
+}
+
+/// `key N` of a flat-keyed cgroup file's text; 0 when absent.
+fn keyed(text: &str, key: &str) -> u64 {
+    text.lines()
         .find_map(|l| {
             let (k, v) = l.split_once(' ')?;
             (k == key).then(|| v.trim().parse().ok()).flatten()

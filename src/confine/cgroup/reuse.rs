@@ -14,7 +14,7 @@
 //! reclaimed on reset (that would evict the workspace's files from the page cache); the kernel
 //! reclaims them when the next call needs the memory.
 
-use super::{CallCgroup, keyed_counter, read_procs};
+use super::{CallCgroup, keyed, keyed_counter, read_procs};
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::FileExt;
@@ -102,15 +102,6 @@ impl Counters {
         }
         c
     }
-}
-
-fn keyed(text: &str, key: &str) -> u64 {
-    text.lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(' ')?;
-            (k == key).then(|| v.trim().parse().ok()).flatten()
-        })
-        .unwrap_or(0)
 }
 
 /// `usage_usec` of a v2 group's `cpu.stat` (present in every v2 group, hybrid hosts too).

@@ -102,16 +102,16 @@ pub(crate) fn onto_tmpfs(shims: &[PathBuf]) -> Vec<Grant> {
         else {
             continue;
         };
-        let size = format!(
+        let options = format!(
             "mode=0755,size={},nr_inodes={}",
             MAX_ENTRIES as u64 * 4096 + (4 << 20),
             MAX_ENTRIES + 16
         );
-        let Ok(size) = std::ffi::CString::new(size) else {
+        let Ok(options) = std::ffi::CString::new(options) else {
             continue;
         };
         let flags = rustix::mount::MountFlags::NOSUID | rustix::mount::MountFlags::NODEV;
-        if rustix::mount::mount("shims", shim, "tmpfs", flags, size.as_c_str()).is_err() {
+        if rustix::mount::mount("shims", shim, "tmpfs", flags, options.as_c_str()).is_err() {
             continue;
         }
         let copied = cap_std::fs::Dir::open_ambient_dir(shim, cap_std::ambient_authority())
