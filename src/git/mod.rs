@@ -21,6 +21,7 @@
 pub(crate) mod bound;
 mod host;
 mod import;
+pub(crate) mod index_file;
 pub(crate) mod nested;
 pub(crate) mod refs;
 mod repositories;
