@@ -88,6 +88,14 @@ pub mod files {
     pub use crate::files::edit::{Edit, EditError, apply_edits};
     pub use crate::files::read::{ReadError, read_lines};
 }
+pub mod git {
+    pub mod index_file {
+        pub use crate::git::index_file::{
+            Change, IndexFileError, Piece, cache_tree_root, cache_tree_root_in_extensions, edit,
+            edit_pieces, eoie_extensions_offset, eoie_tail_len, trailer, trailer_of,
+        };
+    }
+}
 pub mod glob {
     pub use crate::glob::matches;
 }
