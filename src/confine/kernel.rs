@@ -25,9 +25,10 @@ pub(crate) fn simulated_missing(feature: &str) -> bool {
 }
 
 /// Names features to treat as missing (`landlock`, `seccomp`, `cgroups`, `fanotify`,
-/// comma-separated; `landlock-abi-5` caps the Landlock ABI at 5, below the required one), so the
-/// fail-closed and degraded paths can be tested on a kernel that has everything. It can only
-/// take features away, never add them.
+/// comma-separated; `landlock-abi-5` caps the Landlock ABI at 5, below the required one;
+/// `git-export` refuses every git import the server's own checks leave to git run
+/// confined), so the fail-closed and degraded paths can be tested on a kernel that has
+/// everything. It can only take features away, never add them.
 pub(crate) const SIMULATE_MISSING_ENV: &str = "CORDON_SIMULATE_MISSING";
 
 impl KernelSupport {

@@ -25,7 +25,10 @@ use std::path::Path;
 
 use cap_std::fs::Dir;
 
+use super::direct::{self, Direct};
 use super::host::{self, HostGitError};
+use super::index_file;
+use super::ref_write;
 use super::refs::{Head, Oid, RepoState, is_oid, read_state};
 use super::shadow::Shadow;
 use super::{Agreed, ConfinedGit, GitShadow, GuardReport};
@@ -227,33 +230,53 @@ fn import(
         .ok_or_else(|| Refusal::Plain("the operator's `.git` is not a directory".into()))?;
     let op = read_state(&operator);
     let plan = reconcile(sh, &op, moved, agreed, report);
-    let present = types(&gitdir, ws, plan.wanted.iter().map(|(o, _)| o))?;
-    let missing: Vec<&Oid> = plan
-        .wanted
-        .iter()
-        .map(|(o, _)| o)
-        .filter(|o| !present.iter().any(|(p, t)| p == *o && t != "missing"))
-        .collect();
-    let tips: BTreeSet<&Oid> = op.refs.values().collect();
     let mut steps = Steps::new();
-    let mut tree = None;
-    if !missing.is_empty() || plan.index {
-        tree = export(&gitdir, ws, &git.rel, &missing, &tips, plan.index, confined)?;
-        steps.mark("export");
-    }
-    verify_objects(&gitdir, ws, &plan.wanted, &missing, tree.as_ref())?;
-    steps.mark("verify");
     // The tree of the operator's index: the one cordon wrote there, while the operator has
     // not changed it since (no `write-tree` over every entry then).
     let known = agreed
         .operator_index_tree
         .clone()
         .filter(|_| op.index.is_some() && op.index == agreed.operator_index);
-    let index_diff =
-        refuse_new_gitlinks(&gitdir, ws, &operator, &plan.wanted, tree.as_ref(), known)?;
-    steps.mark("gitlinks");
+    let checked = match check_directly(git, &operator, &op, &plan, known.as_ref(), &mut steps) {
+        Ok(checked) => Some(checked),
+        Err(Direct::Refuse(why)) => return Err(Refusal::Plain(why)),
+        Err(Direct::Fallback(why)) => {
+            tracing::debug!(%why, "git import by git run confined");
+            None
+        }
+    };
+    steps.mark("checks");
+    let (tree, index_diff) = match checked {
+        Some((odb, checked)) => {
+            write_objects(&odb, checked.objects)?;
+            steps.mark("objects");
+            let tree = checked.index.as_ref().map(|ix| ix.tree.to_string());
+            (tree, checked.index.map(IndexDiff::Changes))
+        }
+        None => {
+            let present = types(&gitdir, ws, plan.wanted.iter().map(|(o, _)| o))?;
+            let missing: Vec<&Oid> = plan
+                .wanted
+                .iter()
+                .map(|(o, _)| o)
+                .filter(|o| !present.iter().any(|(p, t)| p == *o && t != "missing"))
+                .collect();
+            let tips: BTreeSet<&Oid> = op.refs.values().collect();
+            let mut tree = None;
+            if !missing.is_empty() || plan.index {
+                tree = export(&gitdir, ws, &git.rel, &missing, &tips, plan.index, confined)?;
+                steps.mark("export");
+            }
+            verify_objects(&gitdir, ws, &plan.wanted, &missing, tree.as_ref())?;
+            steps.mark("verify");
+            let index_diff =
+                refuse_new_gitlinks(&gitdir, ws, &operator, &plan.wanted, tree.as_ref(), known)?;
+            steps.mark("gitlinks");
+            (tree, index_diff)
+        }
+    };
     // Everything checked: move the refs in one transaction, then HEAD, then the index.
-    write_refs(&gitdir, ws, &plan.refs, agreed)?;
+    move_refs(&operator, &gitdir, ws, &plan.refs, &op.head, agreed)?;
     steps.mark("refs");
     if plan.head {
         let mut cmd = host::command(&gitdir, ws);
@@ -266,7 +289,19 @@ fn import(
         agreed.head = sh.head.clone();
     }
     if let Some(tree) = &tree {
-        write_index(&operator, &gitdir, ws, tree, index_diff.as_ref())?;
+        let mut scratch = git
+            .index_scratch
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        write_index(
+            &operator,
+            &gitdir,
+            ws,
+            tree,
+            index_diff.as_ref(),
+            &op,
+            &mut scratch,
+        )?;
         agreed.shadow_index = sh.index.clone();
         agreed.operator_index = read_state(&operator).index;
         agreed.operator_index_tree = Some(tree.clone());
@@ -274,6 +309,107 @@ fn import(
     }
     tracing::debug!(steps = %steps, "git import steps");
     agreed.operator_seen = None;
+    Ok(())
+}
+
+/// The in-process checks (`direct`) of what `plan` imports, with the operator's object
+/// store they read (which then takes the new objects).
+fn check_directly(
+    git: &GitShadow,
+    operator: &Dir,
+    op: &RepoState,
+    plan: &Plan<'_>,
+    known: Option<&Oid>,
+    steps: &mut Steps,
+) -> Result<(gix_odb::Handle, direct::Checked), Direct> {
+    let fallback = |why: String| Direct::Fallback(why);
+    let id = |hex: &str| {
+        gix_hash::ObjectId::from_hex(hex.as_bytes())
+            .map_err(|e| fallback(format!("`{hex}` is not an object name: {e}")))
+    };
+    let (gitdir, worktree) = (git.host_gitdir(), git.host_worktree());
+    let hash = object_format(operator);
+    let odb = gix_odb::at(gitdir.join("objects"), hash)
+        .map_err(|e| fallback(format!("the operator's object store: {e}")))?;
+    steps.mark("store");
+    let wanted = plan
+        .wanted
+        .iter()
+        .map(|(o, k)| Ok((id(o)?, *k)))
+        .collect::<Result<Vec<_>, Direct>>()?;
+    let operator_tips = op
+        .refs
+        .values()
+        .map(|o| id(o))
+        .collect::<Result<BTreeSet<_>, Direct>>()?;
+    let index = if plan.index {
+        let claim = direct::shadow_index_tree(git.shadow.dir(), hash)?;
+        steps.mark("claim");
+        let base = match known {
+            Some(k) => id(k)?,
+            None => operator_index_tree(operator, &gitdir, &worktree, hash)?,
+        };
+        steps.mark("base");
+        Some((base, claim))
+    } else {
+        None
+    };
+    let checked = direct::check(&direct::Inputs {
+        shadow: git.shadow.dir(),
+        operator: &odb,
+        hash,
+        wanted: &wanted,
+        operator_tips: &operator_tips,
+        index,
+    })?;
+    Ok((odb, checked))
+}
+
+/// The tree of the operator's index: its cache tree's root when valid, else `git
+/// write-tree` (which also stores the tree it computes in the index for next time).
+fn operator_index_tree(
+    operator: &Dir,
+    gitdir: &Path,
+    ws: &Path,
+    hash: gix_hash::Kind,
+) -> Result<gix_hash::ObjectId, Direct> {
+    let bytes = match operator.read("index") {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Direct::Fallback("the operator has no index".into()));
+        }
+        Err(e) => return Err(Direct::Fallback(format!("the operator's index: {e}"))),
+    };
+    if let Ok(Some(root)) = index_file::cache_tree_root(&bytes, hash.len_in_bytes()) {
+        return gix_hash::ObjectId::try_from(root.as_slice())
+            .map_err(|e| Direct::Fallback(e.to_string()));
+    }
+    let mut cmd = host::command(gitdir, ws);
+    cmd.arg("write-tree");
+    let out = host::run(cmd, "write-tree", None).map_err(|e| Direct::Fallback(e.to_string()))?;
+    gix_hash::ObjectId::from_hex(String::from_utf8_lossy(&out).trim().as_bytes())
+        .map_err(|e| Direct::Fallback(e.to_string()))
+}
+
+/// Writes the checked objects into the operator's store as loose objects (gix hashes each
+/// again; a name that differs stops the import before any ref moves).
+fn write_objects(
+    odb: &gix_odb::Handle,
+    objects: Vec<(gix_hash::ObjectId, gix_object::Kind, Vec<u8>)>,
+) -> Result<(), Refusal> {
+    use gix_object::Write;
+    for (id, kind, data) in objects {
+        let written = odb.write_buf(kind, &data).map_err(|e| {
+            Refusal::Plain(format!(
+                "writing object {id} into the operator's repository: {e}"
+            ))
+        })?;
+        if written != id {
+            return Err(Refusal::Plain(format!(
+                "object {id} was written as {written}; nothing was imported"
+            )));
+        }
+    }
     Ok(())
 }
 
@@ -412,10 +548,12 @@ fn commit_trees(gitdir: &Path, ws: &Path, commits: &[&&Oid]) -> Result<Vec<Oid>,
         .collect())
 }
 
-/// The operator's index as it was, and how the index's new tree differs from it.
-struct IndexDiff {
+/// How the index's new tree differs from the tree of the operator's index.
+enum IndexDiff {
     /// `git diff-tree -r -z --raw` from the tree of the operator's index to the new one.
-    raw: Vec<u8>,
+    Raw(Vec<u8>),
+    /// What the in-process checks found.
+    Changes(direct::IndexPlan),
 }
 
 /// Refuses a new gitlink in the new commits or in the index's tree; returns how that tree
@@ -483,8 +621,35 @@ fn refuse_new_gitlinks(
     if let Some(path) = new_gitlink(&raw) {
         return Err(gitlink_refusal(&path));
     }
-    Ok(before.map(|_| IndexDiff { raw }))
+    Ok(before.map(|_| IndexDiff::Raw(raw)))
 }
+
+/// Moves the refs: one branch that exists on both sides in the server's own process
+/// (`ref_write`), else (or where that leaves it to git) by [`write_refs`].
+fn move_refs(
+    operator: &Dir,
+    gitdir: &Path,
+    ws: &Path,
+    updates: &[&Move],
+    head: &Head,
+    agreed: &mut Agreed,
+) -> Result<(), Refusal> {
+    if let [(name, Some(old), Some(new))] = updates
+        && name.starts_with("refs/heads/")
+    {
+        match ref_write::move_branch(operator, name, old, new, head, REFLOG_MESSAGE) {
+            Ok(()) => {
+                agreed.refs.insert(name.clone(), new.clone());
+                return Ok(());
+            }
+            Err(why) => tracing::debug!(%why, "the branch is left to git update-ref"),
+        }
+    }
+    write_refs(gitdir, ws, updates, agreed)
+}
+
+/// What an import's reflog lines say.
+const REFLOG_MESSAGE: &str = "cordon: imported from the sandbox";
 
 /// Moves the refs in one `update-ref --stdin` transaction whose old values are the agreed
 /// ones (a ref the operator moved meanwhile fails the whole transaction).
@@ -514,12 +679,7 @@ fn write_refs(
     }
     script.push_str("commit\n");
     let mut cmd = host::command(gitdir, ws);
-    cmd.args([
-        "update-ref",
-        "-m",
-        "cordon: imported from the sandbox",
-        "--stdin",
-    ]);
+    cmd.args(["update-ref", "-m", REFLOG_MESSAGE, "--stdin"]);
     host::run(cmd, "update-ref", Some(script.as_bytes()))?;
     for (name, _, new) in updates {
         match new {
@@ -531,12 +691,17 @@ fn write_refs(
 }
 
 fn gitlink_refusal(path: &str) -> Refusal {
-    Refusal::Plain(format!(
+    Refusal::Plain(gitlink_message(path))
+}
+
+/// Why a new gitlink is refused (both import paths say it so).
+pub(super) fn gitlink_message(path: &str) -> String {
+    format!(
         "`{path}` became a gitlink (a submodule entry): the operator's git would enter \
          that directory and read its repository's configuration, which a call wrote; \
          remove it (`git rm --cached {path}`) or ask the operator to add the submodule on \
          the host"
-    ))
+    )
 }
 
 /// The first path of `git … --raw -z` output whose new mode is a gitlink where the old one
@@ -613,6 +778,11 @@ fn export(
     index: bool,
     confined: &dyn ConfinedGit,
 ) -> Result<Option<Oid>, Refusal> {
+    if crate::confine::kernel::simulated_missing("git-export") {
+        return Err(Refusal::Plain(
+            "the confined export is simulated missing (CORDON_SIMULATE_MISSING=git-export)".into(),
+        ));
+    }
     let mut input = String::new();
     for oid in missing {
         input.push_str(oid);
@@ -710,19 +880,40 @@ fn create_repository(gitdir: &Path, ws: &Path, sh: &RepoState, bare: bool) -> Re
 }
 
 /// Writes the operator's index from `tree`. Where it had one (`diff`: how `tree` differs from
-/// its tree), only the entries that differ are changed, by `git update-index -z --index-info`
-/// under git's own `index.lock` (the stat data of every other entry is kept; a changed one
-/// is hashed again by the operator's next `git status`). Without one, `git read-tree` into a
-/// new file under a random name, renamed into place while cordon holds `index.lock`.
+/// its tree), only the entries that differ are changed: by cordon's own edit of the index
+/// file (`index_file`) when the in-process checks found the changes, else (or where the edit
+/// leaves the index to git: a split or sparse index, a conflict) by `git update-index -z
+/// --index-info`, both under git's own `index.lock`; the stat data of every other entry is
+/// kept, and a changed one is hashed again by the operator's next `git status`. Without one,
+/// `git read-tree` into a new file under a random name, renamed into place while cordon
+/// holds `index.lock`.
 fn write_index(
     operator: &Dir,
     gitdir: &Path,
     ws: &Path,
     tree: &str,
     diff: Option<&IndexDiff>,
+    op: &RepoState,
+    scratch: &mut Vec<u8>,
 ) -> Result<(), Refusal> {
-    if let Some(diff) = diff {
-        let info = index_info(&diff.raw, tree.len());
+    let info = match diff {
+        Some(IndexDiff::Raw(raw)) => Some(index_info(raw, tree.len())),
+        Some(IndexDiff::Changes(plan)) => {
+            if plan.changes.is_empty() {
+                return Ok(());
+            }
+            match edit_index(operator, plan, op, scratch) {
+                Ok(()) => return Ok(()),
+                Err(Edit::Refused(refusal)) => return Err(refusal),
+                Err(Edit::ToGit(why)) => {
+                    tracing::debug!(%why, "the operator's index is left to git update-index");
+                    Some(change_records(&plan.changes, tree.len()))
+                }
+            }
+        }
+        None => None,
+    };
+    if let Some(info) = info {
         if info.is_empty() {
             return Ok(());
         }
@@ -766,6 +957,209 @@ fn write_index(
     drop(lock);
     let _ = operator.remove_file("index.lock");
     result
+}
+
+/// Why cordon's own edit of the operator's index did not happen.
+enum Edit {
+    /// Nothing was written; `git update-index` is to do it (why).
+    ToGit(String),
+    /// The index cannot be written now (its lock is held).
+    Refused(Refusal),
+}
+
+/// Edits the operator's index in place of `git update-index`, as git does: `index.lock`
+/// taken (created exclusively), the index read under it and checked to be the one the
+/// import planned with, the new content written into the lock file and renamed over the
+/// index. The trailing checksum is hashed on a second thread while the body is written, or
+/// left as zeros where the repository asks git to (`index.skipHash`, `feature.manyFiles`).
+///
+/// `scratch`: a buffer kept across imports for the index as read (a 100,000-entry index is
+/// 7.9 MB; reading into memory already mapped saves a page fault per 4 KiB).
+fn edit_index(
+    operator: &Dir,
+    plan: &direct::IndexPlan,
+    op: &RepoState,
+    scratch: &mut Vec<u8>,
+) -> Result<(), Edit> {
+    use std::io::Write;
+    let mut lock = operator
+        .open_with(
+            "index.lock",
+            cap_std::fs::OpenOptions::new().write(true).create_new(true),
+        )
+        .map_err(|e| {
+            Edit::Refused(Refusal::Plain(format!(
+                "the operator's index is locked by a git running on the host (retry): {e}"
+            )))
+        })?;
+    let result = (|| {
+        // git takes `index.lock` before it rewrites the index: held, the index stays as read.
+        if super::refs::index_mark(operator) != op.index {
+            return Err(Edit::ToGit(
+                "the index changed since the import began".into(),
+            ));
+        }
+        let started = std::time::Instant::now();
+        let old: &mut Vec<u8> = scratch;
+        old.clear();
+        operator
+            .open("index")
+            .and_then(|mut file| std::io::Read::read_to_end(&mut file, old))
+            .map_err(|e| Edit::ToGit(format!("reading the index: {e}")))?;
+        let read = started.elapsed();
+        let oid_len = plan.tree.as_bytes().len();
+        let old = old.as_slice();
+        let pieces = index_file::edit_pieces(old, oid_len, &plan.changes)
+            .map_err(|e| Edit::ToGit(e.to_string()))?;
+        let parts: Vec<&[u8]> = pieces.iter().map(|p| p.bytes(old)).collect();
+        let edited = started.elapsed();
+        let skip_hash = skips_index_hash(operator);
+        // The unchanged runs are written straight from the index as read (no copy of the
+        // whole); the checksum is hashed over the same parts on a second thread meanwhile.
+        let (trailer, wrote) = std::thread::scope(|s| {
+            let hashing = (!skip_hash).then(|| s.spawn(|| index_file::trailer_of(&parts, oid_len)));
+            let wrote = parts.iter().try_for_each(|part| lock.write_all(part));
+            let trailer = match hashing {
+                Some(h) => h.join().unwrap_or_else(|_| vec![0; oid_len]),
+                None => vec![0; oid_len],
+            };
+            (trailer, wrote)
+        });
+        wrote
+            .and_then(|()| lock.write_all(&trailer))
+            .map_err(|e| Edit::ToGit(format!("writing index.lock: {e}")))?;
+        let written = started.elapsed();
+        put_in_place(operator, lock)?;
+        tracing::debug!(
+            read = ?read,
+            edited = ?edited - read,
+            written = ?written - edited,
+            renamed = ?started.elapsed() - written,
+            "the operator's index edited"
+        );
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = operator.remove_file("index.lock");
+    }
+    result
+}
+
+/// The operator's repository config's entries (None: unreadable; git would refuse it too).
+fn repository_config(operator: &Dir) -> Option<Vec<crate::workspace::gitconfig::Entry>> {
+    let text = operator.read_to_string("config").ok()?;
+    crate::workspace::gitconfig::parse(&text).ok()
+}
+
+/// The hash the operator's repository names its objects with (`extensions.objectFormat`).
+fn object_format(operator: &Dir) -> gix_hash::Kind {
+    let sha256 = repository_config(operator).is_some_and(|entries| {
+        entries.iter().any(|e| {
+            e.section == "extensions"
+                && e.subsection.is_none()
+                && e.name == "objectformat"
+                && e.value
+                    .as_deref()
+                    .is_some_and(|v| v.eq_ignore_ascii_case("sha256"))
+        })
+    });
+    if sha256 {
+        gix_hash::Kind::Sha256
+    } else {
+        gix_hash::Kind::Sha1
+    }
+}
+
+/// Puts the written `index.lock` (`lock`, its open file) in the index's place, atomically
+/// for every reader, as git's rename does. On ext4 a rename over an existing file first
+/// allocates and starts writing the new file's blocks (`auto_da_alloc`, ~5 ms for a 7.9 MB
+/// index) and then frees the old file's: so the two are exchanged instead
+/// (`RENAME_EXCHANGE`, which does neither), the old index is moved to a name of its own at
+/// once (`index.lock` must not outlive this edit, or the operator's next git would take it
+/// for a git at work), and a thread writes the new index to disk (`fdatasync`: the rename
+/// would only have started that, so a crash leaves it no less durable than git's own write)
+/// and then removes the old one.
+fn put_in_place(operator: &Dir, lock: cap_std::fs::File) -> Result<(), Edit> {
+    use std::os::fd::AsFd;
+    let fail = |what: &str, e: rustix::io::Errno| Edit::ToGit(format!("{what}: {e}"));
+    let dir = operator.as_fd();
+    match rustix::fs::renameat_with(
+        dir,
+        "index.lock",
+        dir,
+        "index",
+        rustix::fs::RenameFlags::EXCHANGE,
+    ) {
+        Ok(()) => {}
+        Err(rustix::io::Errno::NOENT) => {
+            return rustix::fs::renameat(dir, "index.lock", dir, "index")
+                .map_err(|e| fail("renaming index.lock into place", e));
+        }
+        Err(e) => return Err(fail("exchanging index.lock with the index", e)),
+    }
+    let old = format!("cordon-replaced-index-{:016x}", rand_u64());
+    if let Err(e) = rustix::fs::renameat(dir, "index.lock", dir, old.as_str()) {
+        // The new index is in place; the lock holds the old one and must go now.
+        let _ = rustix::fs::unlinkat(dir, "index.lock", rustix::fs::AtFlags::empty());
+        tracing::debug!(%e, "the replaced index was removed at once");
+        return Ok(());
+    }
+    let (Ok(dir), new) = (operator.try_clone(), lock) else {
+        let _ = operator.remove_file(&old);
+        return Ok(());
+    };
+    std::thread::spawn(move || {
+        let _ = rustix::fs::fdatasync(&new);
+        let _ = dir.remove_file(&old);
+    });
+    Ok(())
+}
+
+/// A random number for a file name (std's per-process random hash keys, and the time).
+fn rand_u64() -> u64 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one(std::time::SystemTime::now())
+}
+
+/// Whether the operator's repository config asks git not to hash the index (`index.skipHash`,
+/// or `feature.manyFiles`, which implies it): git's own choice for large repositories.
+fn skips_index_hash(operator: &Dir) -> bool {
+    let Some(entries) = repository_config(operator) else {
+        return false;
+    };
+    let truthy = |v: &Option<String>| match v.as_deref() {
+        None => true,
+        Some(v) => matches!(v.to_ascii_lowercase().as_str(), "true" | "yes" | "on" | "1"),
+    };
+    let mut skip = false;
+    for e in entries.iter().filter(|e| e.subsection.is_none()) {
+        match (e.section.as_str(), e.name.as_str()) {
+            ("feature", "manyfiles") => skip = truthy(&e.value),
+            ("index", "skiphash") => skip = truthy(&e.value),
+            _ => {}
+        }
+    }
+    skip
+}
+
+/// `git update-index -z --index-info` records for `changes`: the new mode and object, or
+/// mode 0 for a removal.
+fn change_records(changes: &[index_file::Change], hex_len: usize) -> Vec<u8> {
+    let zero = "0".repeat(hex_len);
+    let mut out = Vec::new();
+    for change in changes {
+        let record = match &change.entry {
+            Some((mode, id)) => {
+                let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+                format!("{mode:o} {hex}\t")
+            }
+            None => format!("0 {zero}\t"),
+        };
+        out.extend_from_slice(record.as_bytes());
+        out.extend_from_slice(&change.path);
+        out.push(0);
+    }
+    out
 }
 
 /// `git update-index -z --index-info` records for the entries a `diff-tree -r -z --raw`

@@ -19,13 +19,17 @@
 //! (`confine::sandbox_init` implements [`ConfinedGit`]).
 
 pub(crate) mod bound;
+mod direct;
 mod host;
 mod import;
 pub(crate) mod index_file;
+mod loose;
 pub(crate) mod nested;
+mod ref_write;
 pub(crate) mod refs;
 mod repositories;
 mod shadow;
+mod vet;
 pub(crate) use repositories::{Repositories, ViewHold};
 pub(crate) use shadow::state_dir;
 
@@ -134,6 +138,9 @@ pub(crate) struct GitShadow {
     bare: bool,
     shadow: Shadow,
     agreed: Mutex<Agreed>,
+    /// Where the import reads the operator's index, kept for the next import (see
+    /// `import::edit_index`).
+    index_scratch: Mutex<Vec<u8>>,
 }
 
 /// The host paths the view needs to bind the shadow.
@@ -203,6 +210,7 @@ impl GitShadow {
             bare,
             shadow,
             agreed: Mutex::new(agreed),
+            index_scratch: Mutex::new(Vec::new()),
         })
     }
 
@@ -247,6 +255,7 @@ impl GitShadow {
             bare,
             shadow,
             agreed: Mutex::new(Agreed::default()),
+            index_scratch: Mutex::new(Vec::new()),
         }
     }
 

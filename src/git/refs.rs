@@ -40,8 +40,10 @@ pub(crate) enum Head {
     Detached(Oid),
 }
 
-/// The index's size and trailing checksum: what changes whenever git rewrites it. Decides
-/// only whether to look further, never what is imported (the entries come from a tree).
+/// The index's size, its last bytes (the trailing checksum) and its inode and modification
+/// time: what changes whenever git rewrites it (always as a new file renamed into place),
+/// even where the checksum is left as zeros (`index.skipHash`). Decides only whether to
+/// look further, never what is imported (the entries come from a tree).
 pub(crate) type IndexMark = Option<(u64, Vec<u8>)>;
 
 /// One side's refs at one moment.
@@ -235,7 +237,7 @@ fn read_small(dir: &Dir, path: &str, limit: u64) -> Result<Option<String>, Strin
     Ok(Some(text))
 }
 
-/// The index's size and last bytes, or None when there is no regular index.
+/// The index's [`IndexMark`], or None when there is no regular index.
 pub(crate) fn index_mark(dir: &Dir) -> IndexMark {
     let mut options = OpenOptions::new();
     options.read(true).follow(FollowSymlinks::No);
@@ -249,6 +251,10 @@ pub(crate) fn index_mark(dir: &Dir) -> IndexMark {
     file.seek(SeekFrom::Start(size - tail)).ok()?;
     let mut bytes = Vec::with_capacity(tail as usize);
     file.take(tail).read_to_end(&mut bytes).ok()?;
+    use cap_std::fs::MetadataExt;
+    bytes.extend_from_slice(&meta.ino().to_le_bytes());
+    bytes.extend_from_slice(&meta.mtime().to_le_bytes());
+    bytes.extend_from_slice(&meta.mtime_nsec().to_le_bytes());
     Some((size, bytes))
 }
 

@@ -28,6 +28,13 @@ const MAX_INDEX: u64 = 1 << 30;
 const DEFAULT_CONFIG: &str = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\
                               \tbare = false\n\tlogallrefupdates = true\n";
 
+/// Appended to a new shadow's config: git then ends the index with an `EOIE` extension
+/// (where the extensions start), so the import reads the index's cache tree without
+/// reading every entry of a large index. The call may remove it; the import then reads
+/// the whole index instead.
+const SHADOW_CONFIG: &str = "# cordon: lets the git import find the index's cache tree without reading every entry\n\
+                             [index]\n\trecordEndOfIndexEntries = true\n";
+
 /// One workspace's shadow: its host paths and a handle on the gitdir.
 #[derive(Debug)]
 pub(super) struct Shadow {
@@ -152,10 +159,14 @@ impl Shadow {
         ] {
             self.dir.create_dir_all(d)?;
         }
-        let config = read_bounded(operator, "config", MAX_CONFIG)
+        let mut config = read_bounded(operator, "config", MAX_CONFIG)
             .ok()
             .flatten()
             .unwrap_or_else(|| DEFAULT_CONFIG.as_bytes().to_vec());
+        if !config.ends_with(b"\n") && !config.is_empty() {
+            config.push(b'\n');
+        }
+        config.extend_from_slice(SHADOW_CONFIG.as_bytes());
         self.write("config", &config)?;
         self.set_head(head)
     }

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-type Client = RunningService<RoleClient, ()>;
+pub(crate) type Client = RunningService<RoleClient, ()>;
 
 /// The cordon under test: this build's, or `GIT_TESTS_CORDON` (another build, to show these
 /// scenarios failing on it).
@@ -35,11 +35,17 @@ async fn connect(workspace: &Path) -> Client {
 /// A session, and the pid of its `cordon serve`. The server keeps its shadow state beside the
 /// workspace (`<workspace>.state`, removed with the workspace's parent temporary directory).
 async fn connect_with_pid(workspace: &Path) -> (Client, u32) {
+    connect_with_env(workspace, &[]).await
+}
+
+/// The same, with `env` set for the server.
+pub(crate) async fn connect_with_env(workspace: &Path, env: &[(&str, &str)]) -> (Client, u32) {
     let mut cmd = tokio::process::Command::new(cordon());
     cmd.arg("serve")
         .arg("--workspace")
         .arg(workspace)
-        .env("CORDON_STATE_DIR", state_dir(workspace));
+        .env("CORDON_STATE_DIR", state_dir(workspace))
+        .envs(env.iter().copied());
     let transport = TokioChildProcess::new(cmd).expect("spawn cordon serve");
     let pid = transport.id().expect("the server's pid");
     let client = ().serve(transport).await.expect("MCP session with cordon starts");
@@ -57,7 +63,7 @@ fn state_dir(workspace: &Path) -> PathBuf {
 }
 
 /// One `shell_exec` call: (isError, structured content).
-async fn shell(client: &Client, command: &str) -> (bool, Value) {
+pub(crate) async fn shell(client: &Client, command: &str) -> (bool, Value) {
     let Value::Object(arguments) = json!({ "command": command, "timeout_secs": 120 }) else {
         unreachable!()
     };
@@ -71,12 +77,12 @@ async fn shell(client: &Client, command: &str) -> (bool, Value) {
     )
 }
 
-fn denied(out: &(bool, Value)) -> bool {
+pub(crate) fn denied(out: &(bool, Value)) -> bool {
     out.0 && out.1["error"]["kind"] == "denied"
 }
 
 /// git on the host, as the operator runs it: no global or system config of this machine.
-fn host_git(ws: &Path, args: &[&str]) -> std::process::Output {
+pub(crate) fn host_git(ws: &Path, args: &[&str]) -> std::process::Output {
     let home = tempfile::tempdir().unwrap();
     Command::new("git")
         .args(args)
@@ -122,7 +128,7 @@ async fn operator_session(test: &str) -> Option<(tempfile::TempDir, Marker, Clie
 }
 
 /// An operator's repository with one commit.
-fn operator_repo(ws: &Path) {
+pub(crate) fn operator_repo(ws: &Path) {
     for args in [
         &["init", "-q"][..],
         &["config", "user.email", "op@example.invalid"],

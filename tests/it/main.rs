@@ -22,6 +22,7 @@ mod exec_cli;
 mod fail_closed;
 mod file_attacks;
 mod forward_policy;
+mod git_direct_import;
 mod git_protection;
 mod home;
 mod host_uid;
