@@ -95,6 +95,12 @@ pub mod git {
             edit_pieces, eoie_extensions_offset, eoie_tail_len, trailer, trailer_of,
         };
     }
+    pub mod loose {
+        pub use crate::git::loose::{MAX_OBJECT, decode};
+    }
+    pub mod vet {
+        pub use crate::git::vet::{Commit, Entry, Mode, commit, plain_name, tree, tree_order};
+    }
 }
 pub mod glob {
     pub use crate::glob::matches;

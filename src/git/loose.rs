@@ -18,7 +18,7 @@ use cap_std::fs::Dir;
 use gix_hash::{ObjectId, oid};
 
 /// Largest object inflated in the server (a larger one takes the confined path).
-pub(super) const MAX_OBJECT: u64 = 16 << 20;
+pub const MAX_OBJECT: u64 = 16 << 20;
 /// Largest compressed loose object file read (zlib can only grow incompressible data by a
 /// few bytes per 16 KiB block).
 const MAX_COMPRESSED: u64 = MAX_OBJECT + (MAX_OBJECT >> 8) + 4096;
@@ -113,6 +113,15 @@ pub(super) fn open_regular(dir: &Dir, path: &str) -> Result<std::fs::File, Opene
         Ok(_) => Err(Opened::Not("not a regular file".into())),
         Err(e) => Err(Opened::Not(format!("cannot be read ({e})"))),
     }
+}
+
+/// A loose object file's kind and content, or why not (the reader's checks but the name's).
+pub fn decode(compressed: &[u8]) -> Result<(gix_object::Kind, Vec<u8>), String> {
+    inflate(compressed, |why| LooseError::Unusable {
+        id: gix_hash::Kind::Sha1.null(),
+        why,
+    })
+    .map_err(|e| e.to_string())
 }
 
 /// The loose object's kind and content: the header first, then exactly the size it states.

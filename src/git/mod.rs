@@ -23,13 +23,13 @@ mod direct;
 mod host;
 mod import;
 pub(crate) mod index_file;
-mod loose;
+pub(crate) mod loose;
 pub(crate) mod nested;
 mod ref_write;
 pub(crate) mod refs;
 mod repositories;
 mod shadow;
-mod vet;
+pub(crate) mod vet;
 pub(crate) use repositories::{Repositories, ViewHold};
 pub(crate) use shadow::state_dir;
 

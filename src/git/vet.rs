@@ -18,14 +18,14 @@ use gix_hash::ObjectId;
 
 /// A commit's links: its tree and parents.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Commit {
+pub struct Commit {
     pub tree: ObjectId,
     pub parents: Vec<ObjectId>,
 }
 
 /// A tree entry's mode, as git writes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Mode {
+pub enum Mode {
     File,
     Executable,
     Symlink,
@@ -46,7 +46,7 @@ impl Mode {
     }
 
     /// The mode's number as the index and `diff --raw` write it.
-    pub(super) fn bits(self) -> u32 {
+    pub fn bits(self) -> u32 {
         match self {
             Self::File => 0o100644,
             Self::Executable => 0o100755,
@@ -59,7 +59,7 @@ impl Mode {
 
 /// One tree entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Entry {
+pub struct Entry {
     pub mode: Mode,
     pub name: Vec<u8>,
     pub id: ObjectId,
@@ -67,7 +67,7 @@ pub(super) struct Entry {
 
 /// Parses a tree (any, the operator's included): the five modes, names with no `/` or NUL,
 /// sorted as git sorts them, no name twice. None: not in the subset.
-pub(super) fn tree(data: &[u8], hash: gix_hash::Kind) -> Option<Vec<Entry>> {
+pub fn tree(data: &[u8], hash: gix_hash::Kind) -> Option<Vec<Entry>> {
     let mut entries: Vec<Entry> = Vec::new();
     let mut names: HashSet<&[u8]> = HashSet::new();
     let mut rest = data;
@@ -102,7 +102,7 @@ pub(super) fn tree(data: &[u8], hash: gix_hash::Kind) -> Option<Vec<Entry>> {
 }
 
 /// git's tree order: names compared as bytes, a tree's as if it ended in `/`.
-pub(super) fn tree_order(a: &[u8], a_mode: Mode, b: &[u8], b_mode: Mode) -> std::cmp::Ordering {
+pub fn tree_order(a: &[u8], a_mode: Mode, b: &[u8], b_mode: Mode) -> std::cmp::Ordering {
     let common = a.len().min(b.len());
     let ordering = a[..common].cmp(&b[..common]);
     if ordering.is_ne() {
@@ -119,7 +119,7 @@ pub(super) fn tree_order(a: &[u8], a_mode: Mode, b: &[u8], b_mode: Mode) -> std:
 
 /// Whether a name in a tree the sandbox wrote is one this module vouches for (see the
 /// module note): printable ASCII without `\` or `~`, not starting with `.git` in any case.
-pub(super) fn plain_name(name: &[u8]) -> bool {
+pub fn plain_name(name: &[u8]) -> bool {
     name.iter().all(|b| b.is_ascii_graphic() || *b == b' ')
         && !name.contains(&b'\\')
         && !name.contains(&b'~')
@@ -128,7 +128,7 @@ pub(super) fn plain_name(name: &[u8]) -> bool {
 
 /// Parses a commit in the subset: `tree`, any `parent`s, one `author`, one `committer`,
 /// then only `encoding`, `gpgsig` or `gpgsig-sha256` headers, a blank line and the message.
-pub(super) fn commit(data: &[u8], hash: gix_hash::Kind) -> Option<Commit> {
+pub fn commit(data: &[u8], hash: gix_hash::Kind) -> Option<Commit> {
     let end = data.windows(2).position(|w| w == b"\n\n")?;
     let headers = &data[..=end];
     if headers.contains(&0) {
