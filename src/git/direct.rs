@@ -325,7 +325,7 @@ impl Reader<'_> {
         match y.mode {
             Mode::Gitlink => {
                 if x.map(|e| e.mode) != Some(Mode::Gitlink) {
-                    return Err(Direct::Refuse(super::import::gitlink_message(&shown)));
+                    return Err(Direct::Refuse(gitlink_message(&shown)));
                 }
                 Ok(())
             }
@@ -382,4 +382,14 @@ pub(super) fn shadow_index_tree(shadow: &Dir, hash: gix_hash::Kind) -> Result<Ob
     .map_err(|e| fallback(e.to_string()))?;
     let root = root.ok_or_else(|| fallback("its cache tree does not name its tree".into()))?;
     ObjectId::try_from(root.as_slice()).map_err(|e| fallback(e.to_string()))
+}
+
+/// Why a new gitlink is refused (both import paths say it so).
+pub(super) fn gitlink_message(path: &str) -> String {
+    format!(
+        "`{path}` became a gitlink (a submodule entry): the operator's git would enter \
+         that directory and read its repository's configuration, which a call wrote; \
+         remove it (`git rm --cached {path}`) or ask the operator to add the submodule on \
+         the host"
+    )
 }

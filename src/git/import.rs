@@ -691,17 +691,7 @@ fn write_refs(
 }
 
 fn gitlink_refusal(path: &str) -> Refusal {
-    Refusal::Plain(gitlink_message(path))
-}
-
-/// Why a new gitlink is refused (both import paths say it so).
-pub(super) fn gitlink_message(path: &str) -> String {
-    format!(
-        "`{path}` became a gitlink (a submodule entry): the operator's git would enter \
-         that directory and read its repository's configuration, which a call wrote; \
-         remove it (`git rm --cached {path}`) or ask the operator to add the submodule on \
-         the host"
-    )
+    Refusal::Plain(direct::gitlink_message(path))
 }
 
 /// The first path of `git … --raw -z` output whose new mode is a gitlink where the old one
