@@ -1188,6 +1188,19 @@ mod tests {
             repo
         }
 
+        /// Adds `count` entries of `blob` to the index, the `i`th at `path(i)`.
+        fn add_entries(&self, blob: &[u8], count: usize, path: impl Fn(usize) -> String) {
+            let mut info = Vec::new();
+            for i in 0..count {
+                info.extend_from_slice(format!("100644 {}\t{}\0", hex(blob), path(i)).as_bytes());
+            }
+            self.run(
+                None,
+                &["update-index", "--add", "-z", "--index-info"],
+                &info,
+            );
+        }
+
         fn work(&self) -> PathBuf {
             self.tmp.path().join("w")
         }
@@ -1961,16 +1974,9 @@ mod tests {
     fn threaded_index_extensions() {
         let repo = Repo::new("sha1");
         let blob = repo.blob("x\n");
-        let mut info = Vec::new();
-        for i in 0..20_000 {
-            let path = format!("d{:02}/s{}/f{i:05}", i / 1000, (i / 100) % 10);
-            info.extend_from_slice(format!("100644 {}\t{path}\0", hex(&blob)).as_bytes());
-        }
-        repo.run(
-            None,
-            &["update-index", "--add", "-z", "--index-info"],
-            &info,
-        );
+        repo.add_entries(&blob, 20_000, |i| {
+            format!("d{:02}/s{}/f{i:05}", i / 1000, (i / 100) % 10)
+        });
         let threads = [
             "-c",
             "index.threads=4",
@@ -2150,16 +2156,9 @@ mod tests {
     fn timing_100k_entries() {
         let repo = Repo::new("sha1");
         let blob = repo.blob("x\n");
-        let mut info = Vec::new();
-        for i in 0..100_000 {
-            let path = format!("dir{:03}/sub{}/file{i:05}.txt", i / 1000, (i / 100) % 10);
-            info.extend_from_slice(format!("100644 {}\t{path}\0", hex(&blob)).as_bytes());
-        }
-        repo.run(
-            None,
-            &["update-index", "--add", "-z", "--index-info"],
-            &info,
-        );
+        repo.add_entries(&blob, 100_000, |i| {
+            format!("dir{:03}/sub{}/file{i:05}.txt", i / 1000, (i / 100) % 10)
+        });
         repo.git(&["write-tree"]);
         let other = repo.blob("y\n");
         for version in ["2", "4"] {

@@ -72,6 +72,29 @@ async fn session(test: &str) -> Option<(tempfile::TempDir, Client)> {
 
 const COMMIT: &str = "git -c user.name=a -c user.email=a@example.invalid commit -q";
 
+/// `command` in one call, which must be refused with the operator's branch where it was: the
+/// refusal's text.
+async fn refused_and_unmoved(client: &Client, ws: &Path, command: &str) -> String {
+    let before = stdout(host_git(ws, &["rev-parse", "HEAD"]));
+    let out = shell(client, command).await;
+    assert!(denied(&out), "{}", out.1);
+    assert_eq!(
+        stdout(host_git(ws, &["rev-parse", "HEAD"])),
+        before,
+        "the operator's branch did not move"
+    );
+    out.1.to_string()
+}
+
+/// `change` then `git commit -am <subject>` in one call, which must succeed (with the
+/// confined export simulated missing, only the server's own import can bring it), and the
+/// operator's repository checked after it.
+async fn commit_imported(client: &Client, ws: &Path, change: &str, subject: &str) {
+    let out = shell(client, &format!("{change} && {COMMIT} -am '{subject}'")).await;
+    assert!(!out.0, "`{subject}`: {}", out.1);
+    assert_operator_consistent(ws, subject);
+}
+
 #[cordon_test::test]
 async fn ordinary_commits_are_imported_by_the_server_itself() {
     let Some((ws, client)) = session("ordinary_commits_are_imported_by_the_server_itself").await
@@ -101,9 +124,7 @@ async fn ordinary_commits_are_imported_by_the_server_itself() {
         ),
     ];
     for (change, subject) in steps {
-        let out = shell(&client, &format!("{change} && {COMMIT} -am '{subject}'")).await;
-        assert!(!out.0, "`{subject}`: {}", out.1);
-        assert_operator_consistent(ws, subject);
+        commit_imported(&client, ws, change, subject).await;
     }
     let content = stdout(host_git(ws, &["show", "HEAD:src/c/deep/n.txt"]));
     assert_eq!(content, "new");
@@ -114,13 +135,7 @@ async fn ordinary_commits_are_imported_by_the_server_itself() {
     // The operator's own `git status` rewrites the index (it refreshes what cordon left
     // unhashed), so cordon no longer knows its tree: the next import asks the index.
     stdout(host_git(ws, &["status"]));
-    let out = shell(
-        &client,
-        &format!("echo y >> src/b/f2.txt && {COMMIT} -am after-status"),
-    )
-    .await;
-    assert!(!out.0, "{}", out.1);
-    assert_operator_consistent(ws, "after-status");
+    commit_imported(&client, ws, "echo y >> src/b/f2.txt", "after-status").await;
     // The operator's next commit on the host records exactly its own change.
     std::fs::write(ws.join("src/a/f5.txt"), "operator\n").unwrap();
     for args in [
@@ -142,13 +157,7 @@ async fn an_operator_index_without_a_hash_stays_so() {
     };
     let ws = ws.path();
     stdout(host_git(ws, &["config", "index.skipHash", "true"]));
-    let out = shell(
-        &client,
-        &format!("echo z >> docs/f1.txt && {COMMIT} -am skip"),
-    )
-    .await;
-    assert!(!out.0, "{}", out.1);
-    assert_operator_consistent(ws, "skip");
+    commit_imported(&client, ws, "echo z >> docs/f1.txt", "skip").await;
     let index = std::fs::read(ws.join(".git/index")).unwrap();
     assert_eq!(
         &index[index.len() - 20..],
@@ -199,23 +208,16 @@ async fn what_the_servers_checks_do_not_vouch_for_is_left_to_git() {
     for (what, change) in cases {
         let ws = tempfile::tempdir().unwrap();
         operator_tree(ws.path());
-        let before = stdout(host_git(ws.path(), &["rev-parse", "HEAD"]));
         let (client, _) = connect_with_env(ws.path(), &[EXPORT_MISSING]).await;
-        let out = shell(
+        let text = refused_and_unmoved(
             &client,
+            ws.path(),
             &format!("{change} && {{ git diff --cached --quiet || {COMMIT} -m '{what}'; }}"),
         )
         .await;
-        assert!(denied(&out), "{what}: {}", out.1);
         assert!(
-            out.1.to_string().contains("simulated missing"),
-            "{what} was left to git: {}",
-            out.1
-        );
-        assert_eq!(
-            stdout(host_git(ws.path(), &["rev-parse", "HEAD"])),
-            before,
-            "{what}: the operator's branch did not move"
+            text.contains("simulated missing"),
+            "{what} was left to git: {text}"
         );
         client.cancel().await.ok();
     }
@@ -227,20 +229,17 @@ async fn a_new_gitlink_is_refused_by_the_servers_own_checks() {
     else {
         return;
     };
-    let before = stdout(host_git(ws.path(), &["rev-parse", "HEAD"]));
-    let out = shell(
+    let text = refused_and_unmoved(
         &client,
+        ws.path(),
         &format!(
             "git update-index --add --cacheinfo 160000,$(git rev-parse HEAD),vendor/lib \
              && {COMMIT} -m link"
         ),
     )
     .await;
-    assert!(denied(&out), "{}", out.1);
-    let text = out.1.to_string();
     assert!(text.contains("became a gitlink"), "{text}");
     assert!(!text.contains("simulated missing"), "{text}");
-    assert_eq!(stdout(host_git(ws.path(), &["rev-parse", "HEAD"])), before);
 }
 
 /// A loose object the sandbox rewrote after git wrote it (its content no longer hashes to
@@ -252,9 +251,9 @@ async fn a_loose_object_that_does_not_hash_to_its_name_is_never_imported() {
     else {
         return;
     };
-    let before = stdout(host_git(ws.path(), &["rev-parse", "HEAD"]));
-    let out = shell(
+    let text = refused_and_unmoved(
         &client,
+        ws.path(),
         &format!(
             "echo good >> src/a/f7.txt && {COMMIT} -am forged \
              && blob=$(git rev-parse HEAD:src/a/f7.txt) \
@@ -265,9 +264,7 @@ async fn a_loose_object_that_does_not_hash_to_its_name_is_never_imported() {
         ),
     )
     .await;
-    assert!(denied(&out), "{}", out.1);
-    assert!(out.1.to_string().contains("simulated missing"), "{}", out.1);
-    assert_eq!(stdout(host_git(ws.path(), &["rev-parse", "HEAD"])), before);
+    assert!(text.contains("simulated missing"), "{text}");
     let fsck = host_git(ws.path(), &["fsck", "--no-dangling"]);
     assert!(fsck.status.success(), "{fsck:?}");
 }
