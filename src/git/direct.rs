@@ -35,6 +35,9 @@ const MAX_COMMITS: usize = 256;
 const MAX_OBJECTS: usize = 20_000;
 /// Most bytes of new objects one import holds in memory here.
 const MAX_BYTES: u64 = 64 << 20;
+/// Deepest directory nesting compared here (each level is a frame of the comparison's
+/// recursion on a thread whose stack is bounded; git's own `core.maxTreeDepth` is 2048).
+const MAX_DEPTH: usize = 256;
 /// Largest shadow index read whole for its cache tree (a 1,000,000-entry one is ~80 MB).
 const MAX_SHADOW_INDEX: u64 = 256 << 20;
 
@@ -247,6 +250,12 @@ impl Reader<'_> {
     ) -> Result<(), Direct> {
         if a == b {
             return Ok(());
+        }
+        let depth = prefix.iter().filter(|b| **b == b'/').count();
+        if depth > MAX_DEPTH {
+            return Err(Direct::Fallback(format!(
+                "directories nested deeper than {MAX_DEPTH}"
+            )));
         }
         let old = match a {
             Some(id) => self.tree(&id)?.0,

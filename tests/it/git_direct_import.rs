@@ -199,6 +199,10 @@ async fn what_the_servers_checks_do_not_vouch_for_is_left_to_git() {
             "echo p >> src/a/f1.txt && git add -A && git commit -qm p && git gc -q",
         ),
         (
+            "directories 300 deep",
+            "d=$(printf 'd/%.0s' $(seq 300)) && mkdir -p $d && echo x > ${d}f && git add -A",
+        ),
+        (
             "a merge",
             "git checkout -q -b side && echo s >> src/b/f4.txt && git commit -qam s \
              && git checkout -q - && echo m >> src/a/f4.txt && git commit -qam m \
