@@ -983,6 +983,7 @@ fn edit_index(
             )))
         })?;
     let result = (|| {
+        remove_replaced_indexes(operator);
         // git takes `index.lock` before it rewrites the index: held, the index stays as read.
         if super::refs::index_mark(operator) != op.index {
             return Err(Edit::ToGit(
@@ -1087,7 +1088,7 @@ fn put_in_place(operator: &Dir, lock: cap_std::fs::File) -> Result<(), Edit> {
         }
         Err(e) => return Err(fail("exchanging index.lock with the index", e)),
     }
-    let old = format!("cordon-replaced-index-{:016x}", rand_u64());
+    let old = format!("{REPLACED_INDEX}{:016x}", rand_u64());
     if let Err(e) = rustix::fs::renameat(dir, "index.lock", dir, old.as_str()) {
         // The new index is in place; the lock holds the old one and must go now.
         let _ = rustix::fs::unlinkat(dir, "index.lock", rustix::fs::AtFlags::empty());
@@ -1103,6 +1104,22 @@ fn put_in_place(operator: &Dir, lock: cap_std::fs::File) -> Result<(), Edit> {
         let _ = dir.remove_file(&old);
     });
     Ok(())
+}
+
+/// What [`put_in_place`] names the index it replaced until its thread removes it.
+const REPLACED_INDEX: &str = "cordon-replaced-index-";
+
+/// Removes replaced indexes a server that died before its thread ran left in the gitdir.
+fn remove_replaced_indexes(operator: &Dir) {
+    let Ok(entries) = operator.entries() else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if name.to_string_lossy().starts_with(REPLACED_INDEX) {
+            let _ = operator.remove_file(&name);
+        }
+    }
 }
 
 /// A random number for a file name (std's per-process random hash keys, and the time).
@@ -1198,6 +1215,22 @@ mod tests {
             String::from_utf8(index_info(&raw, 4)).unwrap(),
             "100755 bbbb\ta b\x00100644 cccc\tnew\x000 0000\tgone\x00"
         );
+    }
+
+    #[test]
+    fn replaced_indexes_a_dead_server_left_are_removed_and_nothing_else() {
+        let tmp = tempfile::tempdir().unwrap();
+        for name in ["index", "cordon-replaced-index-0123456789abcdef", "config"] {
+            std::fs::write(tmp.path().join(name), "x").unwrap();
+        }
+        let dir = Dir::open_ambient_dir(tmp.path(), cap_std::ambient_authority()).unwrap();
+        remove_replaced_indexes(&dir);
+        let mut left: Vec<String> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["config", "index"]);
     }
 
     #[test]
