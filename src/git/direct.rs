@@ -360,7 +360,7 @@ impl Reader<'_> {
 pub(super) fn shadow_index_tree(shadow: &Dir, hash: gix_hash::Kind) -> Result<ObjectId, Direct> {
     use std::os::unix::fs::FileExt;
     let fallback = |why: String| Direct::Fallback(format!("the sandbox's index: {why}"));
-    let file = super::loose::open_regular(shadow, "index").map_err(|e| fallback(e.to_string()))?;
+    let file = super::open::open_regular(shadow, "index").map_err(|e| fallback(e.to_string()))?;
     let len = file.metadata().map_err(|e| fallback(e.to_string()))?.len();
     if len > MAX_SHADOW_INDEX {
         return Err(fallback(format!("larger than {MAX_SHADOW_INDEX} bytes")));

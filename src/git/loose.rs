@@ -12,9 +12,10 @@
 //! the import to git run confined.
 
 use std::io::Read;
-use std::os::fd::AsFd;
 
 use cap_std::fs::Dir;
+
+use super::open::{Opened, open_regular};
 use gix_hash::{ObjectId, oid};
 
 /// Largest object inflated in the server (a larger one takes the confined path).
@@ -67,52 +68,6 @@ pub(super) fn read(shadow: &Dir, id: &oid) -> Result<(gix_object::Kind, Vec<u8>)
         return Err(unusable(format!("its content hashes to {computed}")));
     }
     Ok((kind, data))
-}
-
-/// Why [`open_regular`] gave no file.
-#[derive(Debug)]
-pub(super) enum Opened {
-    Absent,
-    /// Something is there but it is not a regular file reached without a link (why).
-    Not(String),
-}
-
-impl std::fmt::Display for Opened {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Absent => f.write_str("absent"),
-            Self::Not(why) => f.write_str(why),
-        }
-    }
-}
-
-/// Opens `path` beneath `dir` for reading, by the kernel's rules: no `..` out, no link at
-/// any step, no blocking on a FIFO; only a regular file is returned.
-pub(super) fn open_regular(dir: &Dir, path: &str) -> Result<std::fs::File, Opened> {
-    let fd = match rustix::fs::openat2(
-        dir.as_fd(),
-        path,
-        rustix::fs::OFlags::RDONLY
-            | rustix::fs::OFlags::NOFOLLOW
-            | rustix::fs::OFlags::NONBLOCK
-            | rustix::fs::OFlags::NOCTTY
-            | rustix::fs::OFlags::CLOEXEC,
-        rustix::fs::Mode::empty(),
-        rustix::fs::ResolveFlags::BENEATH
-            | rustix::fs::ResolveFlags::NO_SYMLINKS
-            | rustix::fs::ResolveFlags::NO_MAGICLINKS
-            | rustix::fs::ResolveFlags::NO_XDEV,
-    ) {
-        Ok(fd) => fd,
-        Err(rustix::io::Errno::NOENT) => return Err(Opened::Absent),
-        Err(e) => return Err(Opened::Not(format!("cannot be opened ({e})"))),
-    };
-    let file = std::fs::File::from(fd);
-    match file.metadata() {
-        Ok(meta) if meta.is_file() => Ok(file),
-        Ok(_) => Err(Opened::Not("not a regular file".into())),
-        Err(e) => Err(Opened::Not(format!("cannot be read ({e})"))),
-    }
 }
 
 /// A loose object file's kind and content, or why not (the reader's checks but the name's).

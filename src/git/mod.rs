@@ -25,6 +25,7 @@ mod import;
 pub(crate) mod index_file;
 pub(crate) mod loose;
 pub(crate) mod nested;
+mod open;
 mod ref_write;
 pub(crate) mod refs;
 mod repositories;

@@ -11,8 +11,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Seek, SeekFrom};
 
-use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt};
-use cap_std::fs::{Dir, OpenOptions};
+use cap_fs_ext::DirExt;
+use cap_std::fs::Dir;
 
 /// Largest loose ref or `HEAD` read (git writes 41 or 65 bytes; a symref is a line).
 const MAX_REF_FILE: u64 = 4096;
@@ -216,17 +216,12 @@ fn walk(dir: &Dir, path: &str, depth: usize, state: &mut RepoState) {
 
 /// The whole of a small regular file (None: absent), opened without following a link.
 fn read_small(dir: &Dir, path: &str, limit: u64) -> Result<Option<String>, String> {
-    let mut options = OpenOptions::new();
-    options.read(true).follow(FollowSymlinks::No);
-    let file = match dir.open_with(path, &options) {
+    let file = match super::open::open_regular(dir, path) {
         Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("cannot be opened as a regular file ({e})")),
+        Err(super::open::Opened::Absent) => return Ok(None),
+        Err(super::open::Opened::Not(why)) => return Err(why),
     };
     let meta = file.metadata().map_err(|e| e.to_string())?;
-    if !meta.is_file() {
-        return Err("not a regular file".into());
-    }
     if meta.len() > limit {
         return Err(format!("larger than {limit} bytes"));
     }
@@ -239,19 +234,14 @@ fn read_small(dir: &Dir, path: &str, limit: u64) -> Result<Option<String>, Strin
 
 /// The index's [`IndexMark`], or None when there is no regular index.
 pub(crate) fn index_mark(dir: &Dir) -> IndexMark {
-    let mut options = OpenOptions::new();
-    options.read(true).follow(FollowSymlinks::No);
-    let mut file = dir.open_with("index", &options).ok()?;
+    let mut file = super::open::open_regular(dir, "index").ok()?;
     let meta = file.metadata().ok()?;
-    if !meta.is_file() {
-        return None;
-    }
     let size = meta.len();
     let tail = size.min(TRAILER as u64);
     file.seek(SeekFrom::Start(size - tail)).ok()?;
     let mut bytes = Vec::with_capacity(tail as usize);
     file.take(tail).read_to_end(&mut bytes).ok()?;
-    use cap_std::fs::MetadataExt;
+    use std::os::unix::fs::MetadataExt;
     bytes.extend_from_slice(&meta.ino().to_le_bytes());
     bytes.extend_from_slice(&meta.mtime().to_le_bytes());
     bytes.extend_from_slice(&meta.mtime_nsec().to_le_bytes());
@@ -261,6 +251,32 @@ pub(crate) fn index_mark(dir: &Dir) -> IndexMark {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A FIFO where git keeps a file (the shadow is the calls' to write) is reported, never
+    /// opened for reading: that open would wait for a writer, and the import with it.
+    #[test]
+    fn fifos_in_place_of_heads_packed_refs_or_the_index_never_block_the_reader() {
+        let tmp = tempfile::tempdir().unwrap();
+        let g = tmp.path().to_path_buf();
+        for name in ["HEAD", "packed-refs", "index"] {
+            rustix::fs::mkfifoat(
+                rustix::fs::CWD,
+                g.join(name),
+                rustix::fs::Mode::from_raw_mode(0o600),
+            )
+            .unwrap();
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let dir = Dir::open_ambient_dir(&g, cap_std::ambient_authority()).unwrap();
+            let _ = tx.send(read_state(&dir));
+        });
+        let state = rx
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("read_state returned (a FIFO was not opened for reading)");
+        assert_eq!(state.index, None);
+        assert_eq!(state.unreadable.len(), 2, "{:?}", state.unreadable);
+    }
 
     #[test]
     fn ref_names_git_would_refuse_are_not_importable() {

@@ -14,8 +14,8 @@
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt};
-use cap_std::fs::{Dir, OpenOptions};
+use cap_fs_ext::DirExt;
+use cap_std::fs::Dir;
 
 use super::refs::{Head, Oid};
 
@@ -261,15 +261,15 @@ impl Shadow {
 /// The whole of a regular file beneath `dir` (None: absent), not through a link, at most
 /// `limit` bytes (more is an error).
 pub(super) fn read_bounded(dir: &Dir, rel: &str, limit: u64) -> std::io::Result<Option<Vec<u8>>> {
-    let mut options = OpenOptions::new();
-    options.read(true).follow(FollowSymlinks::No);
-    let file = match dir.open_with(rel, &options) {
+    let file = match super::open::open_regular(dir, rel) {
         Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
+        Err(super::open::Opened::Absent) => return Ok(None),
+        Err(super::open::Opened::Not(why)) => {
+            return Err(std::io::Error::other(format!("{rel}: {why}")));
+        }
     };
     let meta = file.metadata()?;
-    if !meta.is_file() || meta.len() > limit {
+    if meta.len() > limit {
         return Err(std::io::Error::other(format!(
             "{rel} is not a regular file of at most {limit} bytes"
         )));

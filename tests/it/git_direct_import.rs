@@ -272,3 +272,35 @@ async fn a_loose_object_that_does_not_hash_to_its_name_is_never_imported() {
     let fsck = host_git(ws.path(), &["fsck", "--no-dangling"]);
     assert!(fsck.status.success(), "{fsck:?}");
 }
+
+/// A FIFO a call puts where git keeps a file of the shadow is never opened for reading by
+/// the server (that open would wait for a writer, with the repository's import and every
+/// later call's behind it): at `HEAD` or `packed-refs` the state is refused at once, at the
+/// index it is no index (nothing of it imported).
+#[cordon_test::test]
+async fn a_fifo_where_git_keeps_a_file_does_not_hang_the_import() {
+    let Some((ws, client)) =
+        session("a_fifo_where_git_keeps_a_file_does_not_hang_the_import").await
+    else {
+        return;
+    };
+    let before = stdout(host_git(ws.path(), &["rev-parse", "HEAD"]));
+    for (name, refused) in [("packed-refs", true), ("HEAD", true), ("index", false)] {
+        let plant = format!(
+            "cp .git/{name} .cordon-test-kept 2>/dev/null; rm -f .git/{name} && mkfifo .git/{name}"
+        );
+        let out = tokio::time::timeout(std::time::Duration::from_secs(30), shell(&client, &plant))
+            .await
+            .unwrap_or_else(|_| panic!("a FIFO at .git/{name} hung the import"));
+        assert_eq!(denied(&out), refused, "{name}: {}", out.1);
+        if refused {
+            assert!(out.1.to_string().contains(name), "{}", out.1);
+        }
+        let restore = format!(
+            "rm .git/{name} && {{ ! [ -e .cordon-test-kept ] || mv .cordon-test-kept .git/{name}; }}"
+        );
+        let out = shell(&client, &restore).await;
+        assert!(!out.0, "{}", out.1);
+    }
+    assert_eq!(stdout(host_git(ws.path(), &["rev-parse", "HEAD"])), before);
+}
