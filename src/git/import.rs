@@ -237,8 +237,16 @@ fn import(
         .operator_index_tree
         .clone()
         .filter(|_| op.index.is_some() && op.index == agreed.operator_index);
+    let mut op = op;
     let checked = match check_directly(git, &operator, &op, &plan, known.as_ref(), &mut steps) {
-        Ok(checked) => Some(checked),
+        Ok((odb, checked, rewrote_index)) => {
+            // `git write-tree` stored the tree it computed in the operator's index: the
+            // index the edit starts from is that one (its entries unchanged).
+            if rewrote_index {
+                op.index = super::refs::index_mark(&operator);
+            }
+            Some((odb, checked))
+        }
         Err(Direct::Refuse(why)) => return Err(Refusal::Plain(why)),
         Err(Direct::Fallback(why)) => {
             tracing::debug!(%why, "git import by git run confined");
@@ -321,7 +329,7 @@ fn check_directly(
     plan: &Plan<'_>,
     known: Option<&Oid>,
     steps: &mut Steps,
-) -> Result<(gix_odb::Handle, direct::Checked), Direct> {
+) -> Result<(gix_odb::Handle, direct::Checked, bool), Direct> {
     let fallback = |why: String| Direct::Fallback(why);
     let id = |hex: &str| {
         gix_hash::ObjectId::from_hex(hex.as_bytes())
@@ -342,12 +350,17 @@ fn check_directly(
         .values()
         .map(|o| id(o))
         .collect::<Result<BTreeSet<_>, Direct>>()?;
+    let mut rewrote_index = false;
     let index = if plan.index {
         let claim = direct::shadow_index_tree(git.shadow.dir(), hash)?;
         steps.mark("claim");
         let base = match known {
             Some(k) => id(k)?,
-            None => operator_index_tree(operator, &gitdir, &worktree, hash)?,
+            None => {
+                let (tree, rewrote) = operator_index_tree(operator, &gitdir, &worktree, hash)?;
+                rewrote_index = rewrote;
+                tree
+            }
         };
         steps.mark("base");
         Some((base, claim))
@@ -362,17 +375,17 @@ fn check_directly(
         operator_tips: &operator_tips,
         index,
     })?;
-    Ok((odb, checked))
+    Ok((odb, checked, rewrote_index))
 }
 
 /// The tree of the operator's index: its cache tree's root when valid, else `git
-/// write-tree` (which also stores the tree it computes in the index for next time).
+/// write-tree` (which also stores the tree it computes in the index for next time: true).
 fn operator_index_tree(
     operator: &Dir,
     gitdir: &Path,
     ws: &Path,
     hash: gix_hash::Kind,
-) -> Result<gix_hash::ObjectId, Direct> {
+) -> Result<(gix_hash::ObjectId, bool), Direct> {
     let bytes = match operator.read("index") {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -382,12 +395,14 @@ fn operator_index_tree(
     };
     if let Ok(Some(root)) = index_file::cache_tree_root(&bytes, hash.len_in_bytes()) {
         return gix_hash::ObjectId::try_from(root.as_slice())
+            .map(|tree| (tree, false))
             .map_err(|e| Direct::Fallback(e.to_string()));
     }
     let mut cmd = host::command(gitdir, ws);
     cmd.arg("write-tree");
     let out = host::run(cmd, "write-tree", None).map_err(|e| Direct::Fallback(e.to_string()))?;
     gix_hash::ObjectId::from_hex(String::from_utf8_lossy(&out).trim().as_bytes())
+        .map(|tree| (tree, true))
         .map_err(|e| Direct::Fallback(e.to_string()))
 }
 
