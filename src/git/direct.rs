@@ -38,8 +38,10 @@ const MAX_BYTES: u64 = 64 << 20;
 /// Deepest directory nesting compared here (each level is a frame of the comparison's
 /// recursion on a thread whose stack is bounded; git's own `core.maxTreeDepth` is 2048).
 const MAX_DEPTH: usize = 256;
-/// Largest shadow index read whole for its cache tree (a 1,000,000-entry one is ~80 MB).
-const MAX_SHADOW_INDEX: u64 = 256 << 20;
+/// Most bytes of the shadow's index held in memory while its cache tree is looked for (the
+/// whole index where it has no `EOIE` extension, else its extensions): a call writes it. A
+/// 500,000-entry index is ~40 MB; more is left to git run confined.
+const MAX_SHADOW_INDEX: u64 = 64 << 20;
 
 /// Why the in-process import did not finish its checks.
 #[derive(Debug, thiserror::Error)]
@@ -362,11 +364,13 @@ pub(super) fn shadow_index_tree(shadow: &Dir, hash: gix_hash::Kind) -> Result<Ob
     let fallback = |why: String| Direct::Fallback(format!("the sandbox's index: {why}"));
     let file = super::open::open_regular(shadow, "index").map_err(|e| fallback(e.to_string()))?;
     let len = file.metadata().map_err(|e| fallback(e.to_string()))?.len();
-    if len > MAX_SHADOW_INDEX {
-        return Err(fallback(format!("larger than {MAX_SHADOW_INDEX} bytes")));
-    }
     let oid_len = hash.len_in_bytes();
     let read_at = |offset: u64, size: usize| -> Result<Vec<u8>, Direct> {
+        if size as u64 > MAX_SHADOW_INDEX {
+            return Err(fallback(format!(
+                "more than {MAX_SHADOW_INDEX} bytes to read for its cache tree"
+            )));
+        }
         let mut buf = vec![0u8; size];
         file.read_exact_at(&mut buf, offset)
             .map_err(|e| fallback(e.to_string()))?;

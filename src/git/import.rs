@@ -29,7 +29,8 @@ use super::direct::{self, Direct};
 use super::host::{self, HostGitError};
 use super::index_file;
 use super::ref_write;
-use super::refs::{Head, Oid, RepoState, is_oid, read_state};
+use super::refs::{Head, IndexMark, Oid, RepoState, is_oid, read_state};
+use super::settings::Settings;
 use super::shadow::Shadow;
 use super::{Agreed, ConfinedGit, GitShadow, GuardReport};
 
@@ -229,6 +230,7 @@ fn import(
         .operator_dir()
         .ok_or_else(|| Refusal::Plain("the operator's `.git` is not a directory".into()))?;
     let op = read_state(&operator);
+    let settings = Settings::read(&operator);
     let plan = reconcile(sh, &op, moved, agreed, report);
     let mut steps = Steps::new();
     // The tree of the operator's index: the one cordon wrote there, while the operator has
@@ -238,7 +240,15 @@ fn import(
         .clone()
         .filter(|_| op.index.is_some() && op.index == agreed.operator_index);
     let mut op = op;
-    let checked = match check_directly(git, &operator, &op, &plan, known.as_ref(), &mut steps) {
+    let checked = match check_directly(
+        git,
+        &operator,
+        &op,
+        settings.hash,
+        &plan,
+        known.as_ref(),
+        &mut steps,
+    ) {
         Ok((odb, checked, rewrote_index)) => {
             // `git write-tree` stored the tree it computed in the operator's index: the
             // index the edit starts from is that one (its entries unchanged).
@@ -284,7 +294,9 @@ fn import(
         }
     };
     // Everything checked: move the refs in one transaction, then HEAD, then the index.
-    move_refs(&operator, &gitdir, ws, &plan.refs, &op.head, agreed)?;
+    move_refs(
+        &operator, &gitdir, ws, &plan.refs, &op.head, settings, agreed,
+    )?;
     steps.mark("refs");
     if plan.head {
         let mut cmd = host::command(&gitdir, ws);
@@ -307,8 +319,11 @@ fn import(
             ws,
             tree,
             index_diff.as_ref(),
-            &op,
-            &mut scratch,
+            OperatorIndex {
+                mark: &op.index,
+                skip_hash: settings.skip_index_hash,
+                scratch: &mut scratch,
+            },
         )?;
         agreed.shadow_index = sh.index.clone();
         agreed.operator_index = read_state(&operator).index;
@@ -326,6 +341,7 @@ fn check_directly(
     git: &GitShadow,
     operator: &Dir,
     op: &RepoState,
+    hash: gix_hash::Kind,
     plan: &Plan<'_>,
     known: Option<&Oid>,
     steps: &mut Steps,
@@ -336,7 +352,6 @@ fn check_directly(
             .map_err(|e| fallback(format!("`{hex}` is not an object name: {e}")))
     };
     let (gitdir, worktree) = (git.host_gitdir(), git.host_worktree());
-    let hash = object_format(operator);
     let odb = gix_odb::at(gitdir.join("objects"), hash)
         .map_err(|e| fallback(format!("the operator's object store: {e}")))?;
     steps.mark("store");
@@ -647,12 +662,21 @@ fn move_refs(
     ws: &Path,
     updates: &[&Move],
     head: &Head,
+    settings: Settings,
     agreed: &mut Agreed,
 ) -> Result<(), Refusal> {
     if let [(name, Some(old), Some(new))] = updates
         && name.starts_with("refs/heads/")
     {
-        match ref_write::move_branch(operator, name, old, new, head, REFLOG_MESSAGE) {
+        match ref_write::move_branch(
+            operator,
+            name,
+            old,
+            new,
+            head,
+            REFLOG_MESSAGE,
+            settings.log_ref_updates,
+        ) {
             Ok(()) => {
                 agreed.refs.insert(name.clone(), new.clone());
                 return Ok(());
@@ -898,8 +922,7 @@ fn write_index(
     ws: &Path,
     tree: &str,
     diff: Option<&IndexDiff>,
-    op: &RepoState,
-    scratch: &mut Vec<u8>,
+    index: OperatorIndex<'_>,
 ) -> Result<(), Refusal> {
     let info = match diff {
         Some(IndexDiff::Raw(raw)) => Some(index_info(raw, tree.len())),
@@ -907,7 +930,7 @@ fn write_index(
             if plan.changes.is_empty() {
                 return Ok(());
             }
-            match edit_index(operator, plan, op, scratch) {
+            match edit_index(operator, plan, index) {
                 Ok(()) => return Ok(()),
                 Err(Edit::Refused(refusal)) => return Err(refusal),
                 Err(Edit::ToGit(why)) => {
@@ -964,6 +987,17 @@ fn write_index(
     result
 }
 
+/// The operator's index as the import found it, and how cordon writes it.
+struct OperatorIndex<'a> {
+    /// Its mark when the import planned (an index that no longer has it is left to git).
+    mark: &'a IndexMark,
+    /// The repository asks git not to hash it (`settings`).
+    skip_hash: bool,
+    /// A buffer kept across imports for the index as read (a 100,000-entry index is 7.9 MB;
+    /// reading into memory already mapped saves a page fault per 4 KiB).
+    scratch: &'a mut Vec<u8>,
+}
+
 /// Why cordon's own edit of the operator's index did not happen.
 enum Edit {
     /// Nothing was written; `git update-index` is to do it (why).
@@ -977,14 +1011,10 @@ enum Edit {
 /// import planned with, the new content written into the lock file and renamed over the
 /// index. The trailing checksum is hashed on a second thread while the body is written, or
 /// left as zeros where the repository asks git to (`index.skipHash`, `feature.manyFiles`).
-///
-/// `scratch`: a buffer kept across imports for the index as read (a 100,000-entry index is
-/// 7.9 MB; reading into memory already mapped saves a page fault per 4 KiB).
 fn edit_index(
     operator: &Dir,
     plan: &direct::IndexPlan,
-    op: &RepoState,
-    scratch: &mut Vec<u8>,
+    index: OperatorIndex<'_>,
 ) -> Result<(), Edit> {
     use std::io::Write;
     let mut lock = operator
@@ -1000,13 +1030,13 @@ fn edit_index(
     let result = (|| {
         remove_replaced_indexes(operator);
         // git takes `index.lock` before it rewrites the index: held, the index stays as read.
-        if super::refs::index_mark(operator) != op.index {
+        if super::refs::index_mark(operator) != *index.mark {
             return Err(Edit::ToGit(
                 "the index changed since the import began".into(),
             ));
         }
         let started = std::time::Instant::now();
-        let old: &mut Vec<u8> = scratch;
+        let old: &mut Vec<u8> = index.scratch;
         old.clear();
         operator
             .open("index")
@@ -1019,7 +1049,7 @@ fn edit_index(
             .map_err(|e| Edit::ToGit(e.to_string()))?;
         let parts: Vec<&[u8]> = pieces.iter().map(|p| p.bytes(old)).collect();
         let edited = started.elapsed();
-        let skip_hash = skips_index_hash(operator);
+        let skip_hash = index.skip_hash;
         // The unchanged runs are written straight from the index as read (no copy of the
         // whole); the checksum is hashed over the same parts on a second thread meanwhile.
         let (trailer, wrote) = std::thread::scope(|s| {
@@ -1049,31 +1079,6 @@ fn edit_index(
         let _ = operator.remove_file("index.lock");
     }
     result
-}
-
-/// The operator's repository config's entries (None: unreadable; git would refuse it too).
-fn repository_config(operator: &Dir) -> Option<Vec<crate::workspace::gitconfig::Entry>> {
-    let text = operator.read_to_string("config").ok()?;
-    crate::workspace::gitconfig::parse(&text).ok()
-}
-
-/// The hash the operator's repository names its objects with (`extensions.objectFormat`).
-fn object_format(operator: &Dir) -> gix_hash::Kind {
-    let sha256 = repository_config(operator).is_some_and(|entries| {
-        entries.iter().any(|e| {
-            e.section == "extensions"
-                && e.subsection.is_none()
-                && e.name == "objectformat"
-                && e.value
-                    .as_deref()
-                    .is_some_and(|v| v.eq_ignore_ascii_case("sha256"))
-        })
-    });
-    if sha256 {
-        gix_hash::Kind::Sha256
-    } else {
-        gix_hash::Kind::Sha1
-    }
 }
 
 /// Puts the written `index.lock` (`lock`, its open file) in the index's place, atomically
@@ -1141,27 +1146,6 @@ fn remove_replaced_indexes(operator: &Dir) {
 fn rand_u64() -> u64 {
     use std::hash::BuildHasher;
     std::collections::hash_map::RandomState::new().hash_one(std::time::SystemTime::now())
-}
-
-/// Whether the operator's repository config asks git not to hash the index (`index.skipHash`,
-/// or `feature.manyFiles`, which implies it): git's own choice for large repositories.
-fn skips_index_hash(operator: &Dir) -> bool {
-    let Some(entries) = repository_config(operator) else {
-        return false;
-    };
-    let truthy = |v: &Option<String>| match v.as_deref() {
-        None => true,
-        Some(v) => matches!(v.to_ascii_lowercase().as_str(), "true" | "yes" | "on" | "1"),
-    };
-    let mut skip = false;
-    for e in entries.iter().filter(|e| e.subsection.is_none()) {
-        match (e.section.as_str(), e.name.as_str()) {
-            ("feature", "manyfiles") => skip = truthy(&e.value),
-            ("index", "skiphash") => skip = truthy(&e.value),
-            _ => {}
-        }
-    }
-    skip
 }
 
 /// `git update-index -z --index-info` records for `changes`: the new mode and object, or

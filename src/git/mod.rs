@@ -29,6 +29,7 @@ mod open;
 mod ref_write;
 pub(crate) mod refs;
 mod repositories;
+mod settings;
 mod shadow;
 pub(crate) mod vet;
 pub(crate) use repositories::{Repositories, ViewHold};

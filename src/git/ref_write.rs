@@ -18,16 +18,14 @@ use cap_std::fs::{Dir, OpenOptions};
 
 use super::refs::{Head, Oid};
 
-/// Largest loose ref or `packed-refs` read here.
-const MAX_PACKED_REFS: u64 = 64 << 20;
-
 /// Why the branch was not moved here: `git update-ref` is to do it (nothing was changed).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub(super) struct ToGit(String);
 
 /// Moves branch `name` (a full `refs/heads/…` name, checked by the caller) from `old` to
-/// `new` in the operator's gitdir `operator`, whose `HEAD` is `head`.
+/// `new` in the operator's gitdir `operator`, whose `HEAD` is `head`; `log`: the repository
+/// logs ref updates (`settings`).
 pub(super) fn move_branch(
     operator: &Dir,
     name: &str,
@@ -35,6 +33,7 @@ pub(super) fn move_branch(
     new: &Oid,
     head: &Head,
     message: &str,
+    log: bool,
 ) -> Result<(), ToGit> {
     if operator.symlink_metadata("reftable").is_ok() {
         return Err(ToGit("the repository keeps its refs in a reftable".into()));
@@ -44,7 +43,7 @@ pub(super) fn move_branch(
         .open_with(&lock_name, OpenOptions::new().write(true).create_new(true))
         .map_err(|e| ToGit(format!("cannot take `{lock_name}`: {e}")))?;
     let result = (|| {
-        let current = current_value(operator, name)?;
+        let current = super::refs::ref_value(operator, name).map_err(ToGit)?;
         if current.as_deref() != Some(old.as_str()) {
             return Err(ToGit(format!(
                 "`{name}` is at {} on the host, not {old}",
@@ -53,7 +52,7 @@ pub(super) fn move_branch(
         }
         lock.write_all(format!("{new}\n").as_bytes())
             .map_err(|e| ToGit(format!("writing `{lock_name}`: {e}")))?;
-        if logs_updates(operator) {
+        if log {
             let line = reflog_line(old, new, message);
             append_log(operator, &format!("logs/{name}"), &line)?;
             if *head == Head::Branch(name.to_owned()) {
@@ -68,64 +67,6 @@ pub(super) fn move_branch(
         let _ = operator.remove_file(&lock_name);
     }
     result
-}
-
-/// The branch's value: its loose file, else its line in `packed-refs`, else None.
-fn current_value(operator: &Dir, name: &str) -> Result<Option<String>, ToGit> {
-    let read = |path: &str| -> Result<Option<String>, ToGit> {
-        use std::io::Read;
-        let file = match operator.open(path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(ToGit(format!("reading `{path}`: {e}"))),
-        };
-        let mut text = String::new();
-        file.take(MAX_PACKED_REFS)
-            .read_to_string(&mut text)
-            .map_err(|e| ToGit(format!("reading `{path}`: {e}")))?;
-        Ok(Some(text))
-    };
-    if let Some(text) = read(name)? {
-        let value = text.trim_end_matches('\n');
-        if !super::refs::is_oid(value) {
-            return Err(ToGit(format!("`{name}` is not an object name")));
-        }
-        return Ok(Some(value.to_owned()));
-    }
-    let Some(packed) = read("packed-refs")? else {
-        return Ok(None);
-    };
-    Ok(packed.lines().find_map(|line| {
-        let (oid, ref_name) = line.split_once(' ')?;
-        (ref_name == name && super::refs::is_oid(oid)).then(|| oid.to_owned())
-    }))
-}
-
-/// Whether git would log this update: `core.logAllRefUpdates` as the repository sets it,
-/// else git's default (on in a repository with a work tree, off in a bare one).
-fn logs_updates(operator: &Dir) -> bool {
-    let entries = operator
-        .read_to_string("config")
-        .ok()
-        .and_then(|text| crate::workspace::gitconfig::parse(&text).ok())
-        .unwrap_or_default();
-    let mut bare = false;
-    let mut log = None;
-    for e in entries
-        .iter()
-        .filter(|e| e.section == "core" && e.subsection.is_none())
-    {
-        let value = e.value.as_deref().map(str::to_ascii_lowercase);
-        let truthy = matches!(value.as_deref(), None | Some("true" | "yes" | "on" | "1"));
-        match e.name.as_str() {
-            "bare" => bare = truthy,
-            "logallrefupdates" => {
-                log = Some(truthy || value.as_deref() == Some("always"));
-            }
-            _ => {}
-        }
-    }
-    log.unwrap_or(!bare)
 }
 
 /// A reflog line as git writes it; the identity is cordon's (it moved the branch).
@@ -188,7 +129,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let (one, two) = repo(tmp.path());
         let head = Head::Branch(HEAD.into());
-        move_branch(&gitdir(tmp.path()), HEAD, &one, &two, &head, "moved").unwrap();
+        move_branch(&gitdir(tmp.path()), HEAD, &one, &two, &head, "moved", true).unwrap();
         assert_eq!(git(tmp.path(), &["rev-parse", "main"]), two);
         assert!(git(tmp.path(), &["reflog", "-1", "--format=%gs", "main"]).contains("moved"));
         assert!(git(tmp.path(), &["reflog", "-1", "--format=%gs", "HEAD"]).contains("moved"));
@@ -205,10 +146,10 @@ mod tests {
         let head = Head::Branch(HEAD.into());
         let dir = gitdir(tmp.path());
         // Not where cordon agreed it was: nothing changes.
-        let err = move_branch(&dir, HEAD, &two, &one, &head, "x").unwrap_err();
+        let err = move_branch(&dir, HEAD, &two, &one, &head, "x", true).unwrap_err();
         assert!(err.to_string().contains("on the host"), "{err}");
         assert_eq!(git(tmp.path(), &["rev-parse", "main"]), one);
-        move_branch(&dir, HEAD, &one, &two, &head, "x").unwrap();
+        move_branch(&dir, HEAD, &one, &two, &head, "x", true).unwrap();
         assert_eq!(git(tmp.path(), &["rev-parse", "main"]), two);
     }
 
@@ -219,7 +160,7 @@ mod tests {
         let lock = tmp.path().join(".git/refs/heads/main.lock");
         std::fs::write(&lock, "held").unwrap();
         let head = Head::Branch(HEAD.into());
-        assert!(move_branch(&gitdir(tmp.path()), HEAD, &one, &two, &head, "x").is_err());
+        assert!(move_branch(&gitdir(tmp.path()), HEAD, &one, &two, &head, "x", true).is_err());
         assert_eq!(std::fs::read_to_string(&lock).unwrap(), "held");
         assert_eq!(git(tmp.path(), &["rev-parse", "main"]), one);
     }

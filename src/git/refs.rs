@@ -109,6 +109,30 @@ pub(crate) fn read_state(dir: &Dir) -> RepoState {
     state
 }
 
+/// The value of one branch or tag `name` in the gitdir `dir`, read as [`read_state`] reads
+/// it (its loose file, which wins, else its line in `packed-refs`); None: no such ref.
+pub(crate) fn ref_value(dir: &Dir, name: &str) -> Result<Option<Oid>, String> {
+    let mut state = RepoState::default();
+    match read_small(dir, name, MAX_REF_FILE)? {
+        Some(text) => record(
+            &mut state,
+            name,
+            text.strip_suffix('\n').unwrap_or(&text),
+            name,
+        ),
+        None => {
+            if let Some(text) = read_small(dir, "packed-refs", MAX_PACKED_REFS)? {
+                parse_packed(&text, &mut state);
+            }
+        }
+    }
+    match (state.refs.remove(name), state.unreadable.first()) {
+        (Some(oid), _) => Ok(Some(oid)),
+        (None, Some(why)) if why.contains(name) => Err(why.clone()),
+        (None, _) => Ok(None),
+    }
+}
+
 fn parse_head(text: &str, unreadable: &mut Vec<String>) -> Head {
     let line = text.strip_suffix('\n').unwrap_or(text);
     if let Some(target) = line.strip_prefix("ref: ") {
