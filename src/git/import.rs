@@ -271,27 +271,7 @@ fn import(
             let tree = checked.index.as_ref().map(|ix| ix.tree.to_string());
             (tree, checked.index.map(IndexDiff::Changes))
         }
-        None => {
-            let present = types(&gitdir, ws, plan.wanted.iter().map(|(o, _)| o))?;
-            let missing: Vec<&Oid> = plan
-                .wanted
-                .iter()
-                .map(|(o, _)| o)
-                .filter(|o| !present.iter().any(|(p, t)| p == *o && t != "missing"))
-                .collect();
-            let tips: BTreeSet<&Oid> = op.refs.values().collect();
-            let mut tree = None;
-            if !missing.is_empty() || plan.index {
-                tree = export(&gitdir, ws, &git.rel, &missing, &tips, plan.index, confined)?;
-                steps.mark("export");
-            }
-            verify_objects(&gitdir, ws, &plan.wanted, &missing, tree.as_ref())?;
-            steps.mark("verify");
-            let index_diff =
-                refuse_new_gitlinks(&gitdir, ws, &operator, &plan.wanted, tree.as_ref(), known)?;
-            steps.mark("gitlinks");
-            (tree, index_diff)
-        }
+        None => bring_confined(git, &operator, &op, &plan, known, confined, &mut steps)?,
     };
     // Everything checked: move the refs in one transaction, then HEAD, then the index.
     move_refs(
@@ -333,6 +313,41 @@ fn import(
     tracing::debug!(steps = %steps, "git import steps");
     agreed.operator_seen = None;
     Ok(())
+}
+
+/// The confined path: the objects `plan` needs that the operator lacks, packed by git run
+/// confined and received by the host's `index-pack --strict`, then checked by the host's
+/// git (types, connectivity, new gitlinks). Returns the index's new tree and its diff.
+fn bring_confined(
+    git: &GitShadow,
+    operator: &Dir,
+    op: &RepoState,
+    plan: &Plan<'_>,
+    known: Option<Oid>,
+    confined: &dyn ConfinedGit,
+    steps: &mut Steps,
+) -> Result<(Option<Oid>, Option<IndexDiff>), Refusal> {
+    let (gitdir, worktree) = (git.host_gitdir(), git.host_worktree());
+    let ws = worktree.as_path();
+    let present = types(&gitdir, ws, plan.wanted.iter().map(|(o, _)| o))?;
+    let missing: Vec<&Oid> = plan
+        .wanted
+        .iter()
+        .map(|(o, _)| o)
+        .filter(|o| !present.iter().any(|(p, t)| p == *o && t != "missing"))
+        .collect();
+    let tips: BTreeSet<&Oid> = op.refs.values().collect();
+    let mut tree = None;
+    if !missing.is_empty() || plan.index {
+        tree = export(&gitdir, ws, &git.rel, &missing, &tips, plan.index, confined)?;
+        steps.mark("export");
+    }
+    verify_objects(&gitdir, ws, &plan.wanted, &missing, tree.as_ref())?;
+    steps.mark("verify");
+    let index_diff =
+        refuse_new_gitlinks(&gitdir, ws, operator, &plan.wanted, tree.as_ref(), known)?;
+    steps.mark("gitlinks");
+    Ok((tree, index_diff))
 }
 
 /// The in-process checks (`direct`) of what `plan` imports, with the operator's object
