@@ -1561,10 +1561,13 @@ fn a_call_that_leaves_a_daemon_says_it_ended_and_points_to_jobs() {
     let sb = Sandbox::new();
     let mut s = server(&sb, None);
     let port = free_port();
+    // Debian's interpreter by its path: a version manager's `python3` shim (pyenv's is a bash
+    // script) forks helpers of its own while it starts, and those are counted too when the
+    // command ends meanwhile, so the count would depend on the machine's PATH.
     let r = s.call(
         "shell_exec",
         json!({"command": format!(
-            "python3 -m http.server {port} --bind 127.0.0.1 >/dev/null 2>&1 & sleep 60 & echo started"
+            "/usr/bin/python3 -m http.server {port} --bind 127.0.0.1 >/dev/null 2>&1 & sleep 60 & echo started"
         )}),
     );
     assert_eq!(structured(&r)["exit_code"], json!(0), "{r}");
