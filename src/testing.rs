@@ -91,8 +91,9 @@ pub mod files {
 pub mod git {
     pub mod index_file {
         pub use crate::git::index_file::{
-            Change, IndexFileError, Piece, cache_tree_root, cache_tree_root_in_extensions, edit,
-            edit_pieces, eoie_extensions_offset, eoie_tail_len, trailer, trailer_of,
+            Change, EntryTable, IndexFileError, Piece, cache_tree_root,
+            cache_tree_root_in_extensions, edit, edit_pieces, edit_pieces_at, entry_table,
+            eoie_extensions_offset, eoie_tail_len, trailer, trailer_of,
         };
     }
     pub mod loose {

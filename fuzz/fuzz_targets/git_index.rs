@@ -4,10 +4,14 @@
 //! check (on a submodule's or worktree's config). Any bytes give an answer, never a panic or an
 //! unbounded allocation; a config accepted by the allow-list parses, and only sets allowed
 //! keys. The index editor, which runs on the operator's index, is held to the same on any bytes,
-//! and what it writes must read back with its cache tree invalidated.
+//! and what it writes must read back with its cache tree invalidated; given the entry table of
+//! the same bytes (the copy of the index cordon keeps), it must write exactly what its walk
+//! writes, and a table of what it wrote must be made.
 #![no_main]
 
-use cordon::testing::git::index_file::{Change, cache_tree_root, edit, trailer};
+use cordon::testing::git::index_file::{
+    Change, Piece, cache_tree_root, edit, edit_pieces_at, entry_table, trailer,
+};
 use cordon::testing::workspace::gitconfig::{parse, vet};
 use cordon::testing::workspace::gitlinks::{MAX_GITLINKS, gitlinks};
 use libfuzzer_sys::fuzz_target;
@@ -27,13 +31,33 @@ fuzz_target!(|data: &[u8]| {
             entry: None,
         },
     ];
-    if let Ok(mut edited) = edit(data, 20, &changes) {
+    let walked = edit(data, 20, &changes);
+    if let Ok(table) = entry_table(data, 20) {
+        let jumped = edit_pieces_at(data, 20, &changes, Some(&table)).map(|pieces| {
+            pieces
+                .iter()
+                .flat_map(|p: &Piece| p.bytes(data).to_vec())
+                .collect::<Vec<u8>>()
+        });
+        match (&walked, &jumped) {
+            (Ok(a), Ok(b)) => assert!(a == b, "the table's edit differs from the walk's"),
+            (Err(_), Err(_)) => {}
+            _ => panic!("the table's edit and the walk's disagree on whether it can be made"),
+        }
+    }
+    if let Ok(mut edited) = walked {
         let hash = trailer(&edited, 20);
         edited.extend_from_slice(&hash);
         assert!(
             matches!(cache_tree_root(&edited, 20), Ok(None)),
             "an edited index does not read back with its cache tree invalid"
         );
+        if entry_table(data, 20).is_ok() {
+            assert!(
+                entry_table(&edited, 20).is_ok(),
+                "no table of what was edited from a tabled index"
+            );
+        }
     }
     let accepted = vet(data).is_ok();
     if let Ok(text) = std::str::from_utf8(data) {

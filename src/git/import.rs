@@ -15,9 +15,14 @@
 //! `git update-ref --stdin` transaction whose old values are the agreed ones. The index
 //! follows the tree of the shadow's index: only the entries that differ from the tree of the
 //! operator's index (which cordon remembers while the operator leaves it alone) are changed,
-//! by the host's `git update-index --index-info` under git's own `index.lock` (the operator's
-//! stat data of every other entry is kept); a repository with no index gets one from `git
+//! under git's own `index.lock` (the operator's stat data of every other entry is kept): by
+//! cordon's own edit (`operator_index`) where the in-process checks found the changes, else by
+//! the host's `git update-index --index-info`; a repository with no index gets one from `git
 //! read-tree`, renamed into place.
+//!
+//! The ordinary case (`direct`) never runs git: new commits on a branch, loose in the shadow,
+//! read and vetted by the server itself, written as loose objects, the branch moved under
+//! git's ref lock (`ref_write`) and the index edited (`operator_index`).
 
 use std::collections::BTreeSet;
 use std::io::Read;
@@ -28,6 +33,7 @@ use cap_std::fs::Dir;
 use super::direct::{self, Direct};
 use super::host::{self, HostGitError};
 use super::index_file;
+use super::operator_index::{self, EditError, KnownIndex};
 use super::ref_write;
 use super::refs::{Head, IndexMark, Oid, RepoState, is_oid, read_state};
 use super::settings::Settings;
@@ -289,11 +295,11 @@ fn import(
         agreed.head = sh.head.clone();
     }
     if let Some(tree) = &tree {
-        let mut scratch = git
-            .index_scratch
+        let mut known = git
+            .known_index
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        write_index(
+        let written = write_index(
             &operator,
             &gitdir,
             ws,
@@ -302,11 +308,11 @@ fn import(
             OperatorIndex {
                 mark: &op.index,
                 skip_hash: settings.skip_index_hash,
-                scratch: &mut scratch,
+                known: &mut known,
             },
         )?;
         agreed.shadow_index = sh.index.clone();
-        agreed.operator_index = read_state(&operator).index;
+        agreed.operator_index = written;
         agreed.operator_index_tree = Some(tree.clone());
         steps.mark("index");
     }
@@ -931,6 +937,9 @@ fn create_repository(gitdir: &Path, ws: &Path, sh: &RepoState, bare: bool) -> Re
 /// kept, and a changed one is hashed again by the operator's next `git status`. Without one,
 /// `git read-tree` into a new file under a random name, renamed into place while cordon
 /// holds `index.lock`.
+///
+/// Returns the index's mark after the write: taken from the file cordon wrote where it wrote
+/// it (another git may have replaced it by then), else read from the gitdir.
 fn write_index(
     operator: &Dir,
     gitdir: &Path,
@@ -938,17 +947,29 @@ fn write_index(
     tree: &str,
     diff: Option<&IndexDiff>,
     index: OperatorIndex<'_>,
-) -> Result<(), Refusal> {
+) -> Result<IndexMark, Refusal> {
     let info = match diff {
         Some(IndexDiff::Raw(raw)) => Some(index_info(raw, tree.len())),
         Some(IndexDiff::Changes(plan)) => {
             if plan.changes.is_empty() {
-                return Ok(());
+                return Ok(index.mark.clone());
             }
-            match edit_index(operator, plan, index) {
-                Ok(()) => return Ok(()),
-                Err(Edit::Refused(refusal)) => return Err(refusal),
-                Err(Edit::ToGit(why)) => {
+            let oid_len = plan.tree.as_bytes().len();
+            let request = operator_index::IndexEdit {
+                changes: &plan.changes,
+                oid_len,
+                mark: index.mark,
+                skip_hash: index.skip_hash,
+            };
+            match operator_index::edit(operator, &request, index.known) {
+                Ok(mark) => return Ok(mark),
+                Err(EditError::Locked(e)) => {
+                    return Err(Refusal::Plain(format!(
+                        "the operator's index is locked by a git running on the host \
+                         (retry): {e}"
+                    )));
+                }
+                Err(EditError::ToGit(why)) => {
                     tracing::debug!(%why, "the operator's index is left to git update-index");
                     Some(change_records(&plan.changes, tree.len()))
                 }
@@ -958,7 +979,7 @@ fn write_index(
     };
     if let Some(info) = info {
         if info.is_empty() {
-            return Ok(());
+            return Ok(index.mark.clone());
         }
         let mut cmd = host::command(gitdir, ws);
         cmd.args(["update-index", "-z", "--index-info"]);
@@ -968,7 +989,7 @@ fn write_index(
                  hold its lock; retry): {e}"
             ))
         })?;
-        return Ok(());
+        return Ok(super::refs::index_mark(operator));
     }
     let io = |what: &str, e: std::io::Error| Refusal::Plain(format!("{what}: {e}"));
     let lock = operator
@@ -999,7 +1020,7 @@ fn write_index(
     })();
     drop(lock);
     let _ = operator.remove_file("index.lock");
-    result
+    result.map(|()| super::refs::index_mark(operator))
 }
 
 /// The operator's index as the import found it, and how cordon writes it.
@@ -1008,159 +1029,8 @@ struct OperatorIndex<'a> {
     mark: &'a IndexMark,
     /// The repository asks git not to hash it (`settings`).
     skip_hash: bool,
-    /// A buffer kept across imports for the index as read (a 100,000-entry index is 7.9 MB;
-    /// reading into memory already mapped saves a page fault per 4 KiB).
-    scratch: &'a mut Vec<u8>,
-}
-
-/// Why cordon's own edit of the operator's index did not happen.
-enum Edit {
-    /// Nothing was written; `git update-index` is to do it (why).
-    ToGit(String),
-    /// The index cannot be written now (its lock is held).
-    Refused(Refusal),
-}
-
-/// Edits the operator's index in place of `git update-index`, as git does: `index.lock`
-/// taken (created exclusively), the index read under it and checked to be the one the
-/// import planned with, the new content written into the lock file and renamed over the
-/// index. The trailing checksum is hashed on a second thread while the body is written, or
-/// left as zeros where the repository asks git to (`index.skipHash`, `feature.manyFiles`).
-fn edit_index(
-    operator: &Dir,
-    plan: &direct::IndexPlan,
-    index: OperatorIndex<'_>,
-) -> Result<(), Edit> {
-    use std::io::Write;
-    let mut lock = operator
-        .open_with(
-            "index.lock",
-            cap_std::fs::OpenOptions::new().write(true).create_new(true),
-        )
-        .map_err(|e| {
-            Edit::Refused(Refusal::Plain(format!(
-                "the operator's index is locked by a git running on the host (retry): {e}"
-            )))
-        })?;
-    let result = (|| {
-        remove_replaced_indexes(operator);
-        // git takes `index.lock` before it rewrites the index: held, the index stays as read.
-        if super::refs::index_mark(operator) != *index.mark {
-            return Err(Edit::ToGit(
-                "the index changed since the import began".into(),
-            ));
-        }
-        let started = std::time::Instant::now();
-        let old: &mut Vec<u8> = index.scratch;
-        old.clear();
-        operator
-            .open("index")
-            .and_then(|mut file| std::io::Read::read_to_end(&mut file, old))
-            .map_err(|e| Edit::ToGit(format!("reading the index: {e}")))?;
-        let read = started.elapsed();
-        let oid_len = plan.tree.as_bytes().len();
-        let old = old.as_slice();
-        let pieces = index_file::edit_pieces(old, oid_len, &plan.changes)
-            .map_err(|e| Edit::ToGit(e.to_string()))?;
-        let parts: Vec<&[u8]> = pieces.iter().map(|p| p.bytes(old)).collect();
-        let edited = started.elapsed();
-        let skip_hash = index.skip_hash;
-        // The unchanged runs are written straight from the index as read (no copy of the
-        // whole); the checksum is hashed over the same parts on a second thread meanwhile.
-        let (trailer, wrote) = std::thread::scope(|s| {
-            let hashing = (!skip_hash).then(|| s.spawn(|| index_file::trailer_of(&parts, oid_len)));
-            let wrote = parts.iter().try_for_each(|part| lock.write_all(part));
-            let trailer = match hashing {
-                Some(h) => h.join().unwrap_or_else(|_| vec![0; oid_len]),
-                None => vec![0; oid_len],
-            };
-            (trailer, wrote)
-        });
-        wrote
-            .and_then(|()| lock.write_all(&trailer))
-            .map_err(|e| Edit::ToGit(format!("writing index.lock: {e}")))?;
-        let written = started.elapsed();
-        put_in_place(operator, lock)?;
-        tracing::debug!(
-            read = ?read,
-            edited = ?edited - read,
-            written = ?written - edited,
-            renamed = ?started.elapsed() - written,
-            "the operator's index edited"
-        );
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = operator.remove_file("index.lock");
-    }
-    result
-}
-
-/// Puts the written `index.lock` (`lock`, its open file) in the index's place, atomically
-/// for every reader, as git's rename does. On ext4 a rename over an existing file first
-/// allocates and starts writing the new file's blocks (`auto_da_alloc`, ~5 ms for a 7.9 MB
-/// index) and then frees the old file's: so the two are exchanged instead
-/// (`RENAME_EXCHANGE`, which does neither), the old index is moved to a name of its own at
-/// once (`index.lock` must not outlive this edit, or the operator's next git would take it
-/// for a git at work), and a thread writes the new index to disk (`fdatasync`: the rename
-/// would only have started that, so a crash leaves it no less durable than git's own write)
-/// and then removes the old one.
-fn put_in_place(operator: &Dir, lock: cap_std::fs::File) -> Result<(), Edit> {
-    use std::os::fd::AsFd;
-    let fail = |what: &str, e: rustix::io::Errno| Edit::ToGit(format!("{what}: {e}"));
-    let dir = operator.as_fd();
-    match rustix::fs::renameat_with(
-        dir,
-        "index.lock",
-        dir,
-        "index",
-        rustix::fs::RenameFlags::EXCHANGE,
-    ) {
-        Ok(()) => {}
-        Err(rustix::io::Errno::NOENT) => {
-            return rustix::fs::renameat(dir, "index.lock", dir, "index")
-                .map_err(|e| fail("renaming index.lock into place", e));
-        }
-        Err(e) => return Err(fail("exchanging index.lock with the index", e)),
-    }
-    let old = format!("{REPLACED_INDEX}{:016x}", rand_u64());
-    if let Err(e) = rustix::fs::renameat(dir, "index.lock", dir, old.as_str()) {
-        // The new index is in place; the lock holds the old one and must go now.
-        let _ = rustix::fs::unlinkat(dir, "index.lock", rustix::fs::AtFlags::empty());
-        tracing::debug!(%e, "the replaced index was removed at once");
-        return Ok(());
-    }
-    let (Ok(dir), new) = (operator.try_clone(), lock) else {
-        let _ = operator.remove_file(&old);
-        return Ok(());
-    };
-    std::thread::spawn(move || {
-        let _ = rustix::fs::fdatasync(&new);
-        let _ = dir.remove_file(&old);
-    });
-    Ok(())
-}
-
-/// What [`put_in_place`] names the index it replaced until its thread removes it.
-const REPLACED_INDEX: &str = "cordon-replaced-index-";
-
-/// Removes replaced indexes a server that died before its thread ran left in the gitdir.
-fn remove_replaced_indexes(operator: &Dir) {
-    let Ok(entries) = operator.entries() else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        if name.to_string_lossy().starts_with(REPLACED_INDEX) {
-            let _ = operator.remove_file(&name);
-        }
-    }
-}
-
-/// A random number for a file name (std's per-process random hash keys, and the time).
-fn rand_u64() -> u64 {
-    use std::hash::BuildHasher;
-    std::collections::hash_map::RandomState::new().hash_one(std::time::SystemTime::now())
+    /// What cordon wrote there last, and buffers kept across imports.
+    known: &'a mut KnownIndex,
 }
 
 /// `git update-index -z --index-info` records for `changes`: the new mode and object, or
@@ -1229,22 +1099,6 @@ mod tests {
             String::from_utf8(index_info(&raw, 4)).unwrap(),
             "100755 bbbb\ta b\x00100644 cccc\tnew\x000 0000\tgone\x00"
         );
-    }
-
-    #[test]
-    fn replaced_indexes_a_dead_server_left_are_removed_and_nothing_else() {
-        let tmp = tempfile::tempdir().unwrap();
-        for name in ["index", "cordon-replaced-index-0123456789abcdef", "config"] {
-            std::fs::write(tmp.path().join(name), "x").unwrap();
-        }
-        let dir = Dir::open_ambient_dir(tmp.path(), cap_std::ambient_authority()).unwrap();
-        remove_replaced_indexes(&dir);
-        let mut left: Vec<String> = std::fs::read_dir(tmp.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        left.sort();
-        assert_eq!(left, ["config", "index"]);
     }
 
     #[test]

@@ -168,9 +168,28 @@ impl Piece {
 /// [`edit`] as the parts of its result, without copying the runs of unchanged entries: the
 /// caller writes (and hashes) them straight from `old`.
 pub fn edit_pieces(old: &[u8], oid_len: usize, changes: &[Change]) -> Result<Vec<Piece>> {
+    edit_pieces_at(old, oid_len, changes, None)
+}
+
+/// [`edit_pieces`], finding where the changes go in `table` (made by [`entry_table`] from
+/// these very bytes) by binary search instead of walking every entry. The result is the same
+/// byte for byte; a table made from other bytes is refused.
+pub fn edit_pieces_at(
+    old: &[u8],
+    oid_len: usize,
+    changes: &[Change],
+    table: Option<&EntryTable>,
+) -> Result<Vec<Piece>> {
     check_oid_len(oid_len)?;
     let header = read_header(old)?;
     let layout = Layout::new(old, header.version, oid_len)?;
+    if let Some(table) = table
+        && (table.index_len != old.len()
+            || table.oid_len != oid_len
+            || table.starts.len() != header.count as usize)
+    {
+        return Err(malformed("an entry table made for another index"));
+    }
     let sorted = sorted_changes(changes, oid_len)?;
     let keys = merge_keys(&sorted)?;
     let v4 = header.version == 4;
@@ -192,9 +211,9 @@ pub fn edit_pieces(old: &[u8], oid_len: usize, changes: &[Change]) -> Result<Vec
         removed: 0,
     };
     let entries_end = if v4 {
-        merge.entries::<true>(&layout, header.count)?
+        merge.entries::<true>(&layout, header.count, None)?
     } else {
-        merge.entries::<false>(&layout, header.count)?
+        merge.entries::<false>(&layout, header.count, table)?
     };
     while merge.next < merge.keys.len() {
         merge.pass_key(entries_end)?;
@@ -239,6 +258,96 @@ pub fn trailer_of(parts: &[&[u8]], oid_len: usize) -> Vec<u8> {
         hash.update(part);
     }
     hash.finish()
+}
+
+/// Where each entry of a version 2 or 3 index starts and where the entries end, made by one
+/// walk ([`entry_table`]) and tied to the bytes it was made from: with it,
+/// [`edit_pieces_at`] finds the changed paths by binary search.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntryTable {
+    starts: Vec<u32>,
+    end: usize,
+    index_len: usize,
+    oid_len: usize,
+}
+
+impl EntryTable {
+    /// Where entry `at` starts (`at` == the count: where the entries end).
+    fn start(&self, at: usize) -> usize {
+        self.starts.get(at).map_or(self.end, |&s| s as usize)
+    }
+
+    /// The first entry from `from` on that does not sort before `key` (all of them: the
+    /// count).
+    fn first_not_before(
+        &self,
+        index: &[u8],
+        layout: &Layout,
+        from: usize,
+        key: Option<&[u8]>,
+    ) -> Result<usize> {
+        let Some(key) = key else {
+            return Ok(self.starts.len());
+        };
+        let (mut low, mut high) = (from, self.starts.len());
+        while low < high {
+            let mid = low + (high - low) / 2;
+            let entry = entry_at(index, self.start(mid), layout, 0)?;
+            if sorts_after(key, entry.name) {
+                low = mid + 1;
+            } else {
+                high = mid;
+            }
+        }
+        Ok(low)
+    }
+}
+
+/// The [`EntryTable`] of `index`, a whole index file of version 2 or 3 with no directory
+/// entries and its entries in git's order (what [`edit_pieces`] edits, and what a binary
+/// search needs); version 4 has none, its paths being edits of each other.
+pub fn entry_table(index: &[u8], oid_len: usize) -> Result<EntryTable> {
+    check_oid_len(oid_len)?;
+    let header = read_header(index)?;
+    if header.version == 4 {
+        return Err(unsupported("an entry table of a version 4 index"));
+    }
+    let layout = Layout::new(index, header.version, oid_len)?;
+    if u32::try_from(layout.limit).is_err() {
+        return Err(unsupported("an index over 4 GiB"));
+    }
+    // Each entry takes at least 62 bytes: a hostile count ends at the data's end, and the
+    // table never holds more starts than the data has room for.
+    let room = layout.limit / 62;
+    let mut starts = Vec::with_capacity((header.count as usize).min(room));
+    let mut pos = HEADER_LEN;
+    let mut prev: Option<Entry> = None;
+    for _ in 0..header.count {
+        let entry = entry_at(index, pos, &layout, 0)?;
+        if entry.mode & MODE_TYPE == MODE_DIRECTORY {
+            return Err(unsupported("a sparse index (it has directory entries)"));
+        }
+        // A binary search needs the order git keeps: by path, then by stage.
+        if let Some(prev) = &prev {
+            let in_order = match prev.name.cmp(entry.name) {
+                Ordering::Less => true,
+                Ordering::Equal => prev.stage < entry.stage,
+                Ordering::Greater => false,
+            };
+            if !in_order {
+                return Err(malformed("entries out of order"));
+            }
+        }
+        starts.push(pos as u32);
+        pos = entry.end;
+        prev = Some(entry);
+    }
+    Ok(EntryTable {
+        starts,
+        end: pos,
+        index_len: index.len(),
+        oid_len,
+    })
 }
 
 fn check_oid_len(oid_len: usize) -> Result<()> {
@@ -619,15 +728,35 @@ struct Merge<'a> {
 
 impl Merge<'_> {
     /// Merges the keys into the `count` entries: the walk and its fast path, specialized for
-    /// version 4 or not. Returns where the entries end.
-    fn entries<const V4: bool>(&mut self, layout: &Layout, count: u32) -> Result<usize> {
+    /// version 4 or not. With a `table` (versions 2 and 3), the runs that are copied as they
+    /// are are jumped over instead of walked. Returns where the entries end.
+    fn entries<const V4: bool>(
+        &mut self,
+        layout: &Layout,
+        count: u32,
+        table: Option<&EntryTable>,
+    ) -> Result<usize> {
         let mut pos = HEADER_LEN;
         // Version 4: the current entry's path (each is stored as an edit of the one before).
         let mut path = Vec::new();
         // Version 4: how many bytes that path shares with the next key, which sorts after it.
         let mut key_lcp = 0;
         let mut prev_len = 0;
-        for _ in 0..count {
+        let count = count as usize;
+        let mut at = 0;
+        while at < count {
+            if let Some(table) = table.filter(|_| !V4 && !self.detached && self.watch.is_none()) {
+                // Every entry before the next key is in a run copied as it is: nothing is
+                // done at it, so the merge goes straight to the first one that is not.
+                let key = self.keys.get(self.next).map(|k| k.path.as_ref());
+                let first = table.first_not_before(self.old, layout, at, key)?;
+                if first > at {
+                    at = first;
+                    pos = table.start(first);
+                    continue;
+                }
+            }
+            at += 1;
             let entry = entry_at(self.old, pos, layout, prev_len)?;
             if entry.mode & MODE_TYPE == MODE_DIRECTORY {
                 return Err(unsupported("a sparse index (it has directory entries)"));
@@ -1412,6 +1541,59 @@ mod tests {
         check_with(repo, changes, true)
     }
 
+    /// Where `old` has an entry table (versions 2 and 3), the edit that jumps by it writes
+    /// exactly `walked`, what the walk wrote; and what it wrote has a table of its own.
+    fn assert_table_agrees(old: &[u8], oid_len: usize, changes: &[Change], walked: &[u8]) {
+        if version(old) == 4 {
+            assert!(
+                entry_table(old, oid_len).is_err(),
+                "a table of a version 4 index"
+            );
+            return;
+        }
+        let table = entry_table(old, oid_len).unwrap();
+        let pieces = edit_pieces_at(old, oid_len, changes, Some(&table)).unwrap();
+        let jumped: Vec<u8> = pieces.iter().flat_map(|p| p.bytes(old).to_vec()).collect();
+        assert!(
+            jumped == walked,
+            "the edit by the table differs from the walk's"
+        );
+        let mut whole = walked.to_vec();
+        whole.extend(vec![0; oid_len]);
+        let next = entry_table(&whole, oid_len).unwrap();
+        assert_eq!(next.starts.len(), be32(&whole, 8).unwrap() as usize);
+    }
+
+    /// A table is the bytes it was made from: another index's is refused, and an index whose
+    /// entries are out of git's order has none (a binary search would go astray in it).
+    #[test]
+    fn entry_tables_fit_only_their_own_index_in_order() {
+        let repo = Repo::with_files("sha1");
+        let old = repo.index();
+        let table = entry_table(&old, 20).unwrap();
+        let blob = repo.blob("x\n");
+        let change = [put("dir1/x.txt", 0o100644, &blob)];
+        let mut edited = edit(&old, 20, &change).unwrap();
+        edited.extend(trailer(&edited, 20));
+        assert!(matches!(
+            edit_pieces_at(&edited, 20, &change, Some(&table)),
+            Err(IndexFileError::Malformed(_))
+        ));
+        // The first two entries (`a.txt`, `b.txt`: the same room) swapped.
+        let layout = Layout::new(&old, 2, 20).unwrap();
+        let first = entry_at(&old, HEADER_LEN, &layout, 0).unwrap();
+        let size = first.end - HEADER_LEN;
+        let second = entry_at(&old, first.end, &layout, 0).unwrap();
+        assert_eq!(second.end - first.end, size);
+        let mut swapped = old.clone();
+        swapped[HEADER_LEN..HEADER_LEN + size].copy_from_slice(&old[first.end..second.end]);
+        swapped[first.end..second.end].copy_from_slice(&old[HEADER_LEN..first.end]);
+        assert!(matches!(
+            entry_table(&swapped, 20),
+            Err(IndexFileError::Malformed(_))
+        ));
+    }
+
     fn check_with(repo: &Repo, changes: &[Change], status: bool) -> Vec<u8> {
         let oid_len = repo.oid_len;
         let old = repo.index();
@@ -1423,6 +1605,7 @@ mod tests {
             &info,
         );
         let mut ours = edit(&old, oid_len, changes).unwrap();
+        assert_table_agrees(&old, oid_len, changes, &ours);
         ours.extend(trailer(&ours, oid_len));
         repo.set_index(&ours);
         assert_eq!(version(&ours), version(&old));
@@ -2179,6 +2362,28 @@ mod tests {
                 times[runs / 2]
             };
             let body = edit(&old, 20, &changes).unwrap();
+            if version == "2" {
+                let table = entry_table(&old, 20).unwrap();
+                let mut into = Vec::with_capacity(old.len());
+                println!(
+                    "version 2: entry_table {:?}, edit_pieces_at {:?}, a copy into a kept \
+                     buffer {:?} (medians)",
+                    median(50, &mut || drop(std::hint::black_box(entry_table(
+                        &old, 20
+                    )))),
+                    median(200, &mut || drop(std::hint::black_box(edit_pieces_at(
+                        &old,
+                        20,
+                        &changes,
+                        Some(&table)
+                    )))),
+                    median(50, &mut || {
+                        into.clear();
+                        into.extend_from_slice(&old);
+                        std::hint::black_box(&into);
+                    }),
+                );
+            }
             println!(
                 "version {version}, {} bytes: edit {:?}, edit_pieces {:?}, trailer {:?}, \
                  a plain copy {:?}, cache_tree_root {:?} (medians)",

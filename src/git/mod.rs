@@ -26,6 +26,7 @@ pub(crate) mod index_file;
 pub(crate) mod loose;
 pub(crate) mod nested;
 mod open;
+mod operator_index;
 mod ref_write;
 pub(crate) mod refs;
 mod repositories;
@@ -140,9 +141,9 @@ pub(crate) struct GitShadow {
     bare: bool,
     shadow: Shadow,
     agreed: Mutex<Agreed>,
-    /// Where the import reads the operator's index, kept for the next import (see
-    /// `import::edit_index`).
-    index_scratch: Mutex<Vec<u8>>,
+    /// The operator's index as cordon last wrote it, kept for the next import
+    /// (`operator_index`).
+    known_index: Mutex<operator_index::KnownIndex>,
 }
 
 /// The host paths the view needs to bind the shadow.
@@ -212,7 +213,7 @@ impl GitShadow {
             bare,
             shadow,
             agreed: Mutex::new(agreed),
-            index_scratch: Mutex::new(Vec::new()),
+            known_index: Mutex::default(),
         })
     }
 
@@ -257,7 +258,7 @@ impl GitShadow {
             bare,
             shadow,
             agreed: Mutex::new(Agreed::default()),
-            index_scratch: Mutex::new(Vec::new()),
+            known_index: Mutex::default(),
         }
     }
 

@@ -9,7 +9,7 @@
 //! The caller refuses to import from a state with unreadable entries.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Seek, SeekFrom};
+use std::io::Read;
 
 use cap_fs_ext::DirExt;
 use cap_std::fs::Dir;
@@ -40,10 +40,12 @@ pub(crate) enum Head {
     Detached(Oid),
 }
 
-/// The index's size, its last bytes (the trailing checksum) and its inode and modification
-/// time: what changes whenever git rewrites it (always as a new file renamed into place),
-/// even where the checksum is left as zeros (`index.skipHash`). Decides only whether to
-/// look further, never what is imported (the entries come from a tree).
+/// The index's size, its last bytes (the trailing checksum), its inode and its modification
+/// and change times: what changes whenever git rewrites it (always as a new file renamed into
+/// place), even where the checksum is left as zeros (`index.skipHash`), and whenever anything
+/// writes it in place. Decides only whether to look further, never what is imported (the
+/// entries come from a tree); on the operator's side, whether cordon's copy of the index it
+/// wrote last is still that file (`known_index`).
 pub(crate) type IndexMark = Option<(u64, Vec<u8>)>;
 
 /// One side's refs at one moment.
@@ -258,17 +260,25 @@ fn read_small(dir: &Dir, path: &str, limit: u64) -> Result<Option<String>, Strin
 
 /// The index's [`IndexMark`], or None when there is no regular index.
 pub(crate) fn index_mark(dir: &Dir) -> IndexMark {
-    let mut file = super::open::open_regular(dir, "index").ok()?;
+    let file = super::open::open_regular(dir, "index").ok()?;
+    mark_of(&file)
+}
+
+/// The [`IndexMark`] of an open index file (read where it is, the file's offset untouched).
+pub(crate) fn mark_of(file: &std::fs::File) -> IndexMark {
+    use std::os::unix::fs::{FileExt, MetadataExt};
     let meta = file.metadata().ok()?;
     let size = meta.len();
     let tail = size.min(TRAILER as u64);
-    file.seek(SeekFrom::Start(size - tail)).ok()?;
-    let mut bytes = Vec::with_capacity(tail as usize);
-    file.take(tail).read_to_end(&mut bytes).ok()?;
-    use std::os::unix::fs::MetadataExt;
+    let mut bytes = vec![0; tail as usize];
+    file.read_exact_at(&mut bytes, size - tail).ok()?;
     bytes.extend_from_slice(&meta.ino().to_le_bytes());
     bytes.extend_from_slice(&meta.mtime().to_le_bytes());
     bytes.extend_from_slice(&meta.mtime_nsec().to_le_bytes());
+    // The change time too: no call can set it, and every write or rename of the inode moves
+    // it (a copy of the index kept in memory is trusted while the mark holds).
+    bytes.extend_from_slice(&meta.ctime().to_le_bytes());
+    bytes.extend_from_slice(&meta.ctime_nsec().to_le_bytes());
     Some((size, bytes))
 }
 
