@@ -259,14 +259,23 @@ fn edit_locked(
     let into = std::mem::take(&mut known.spare);
     let mark = new_mark.clone();
     let gitdir = operator.try_clone().ok();
-    std::thread::spawn(move || {
+    let work = move || {
         let mut written = copy_written(&base.bytes, &pieces, &trailer, into, oid_len, mark);
         if let (Some(w), Some(gitdir)) = (written.as_mut(), gitdir) {
             w.ready = make_ready(&gitdir, &w.bytes);
         }
         let _ = tx.send((written, base.bytes));
         after.run();
-    });
+    };
+    // The index is in place whatever happens here: a thread that cannot be made costs only
+    // the copy (the next edit reads the file) and the early `fdatasync` (the replaced index
+    // is removed by the next edit), never the import's success.
+    if let Err(e) = std::thread::Builder::new()
+        .name("cordon-index-copy".into())
+        .spawn(work)
+    {
+        tracing::debug!(%e, "no thread for the copy of the operator's index");
+    }
     Ok(new_mark)
 }
 

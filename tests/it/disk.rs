@@ -191,9 +191,12 @@ fn disk_budget_does_not_charge_a_call_for_a_host_write_to_the_same_filesystem() 
 /// 420 MiB written into seven files the call deleted first and keeps open: no directory shows
 /// them, but their blocks are the call's until the descriptors close. Each stays under the
 /// largest file a process may write (`file_size`, which defaults to the disk budget), so only
-/// the disk budget can stop this.
+/// the disk budget can stop this. Written 10 MiB at a time, 50 ms apart (about 2 s in all):
+/// the budget is a watch every 200 ms, and written at full speed (0.45 s) the whole could land
+/// between two looks under a loaded machine, as it once did in a full test run.
 const FILL_UNLINKED: &str = "for n in 3 4 5 6 7 8 9; do eval \"exec $n>held$n\"; rm held$n; done; \
-                             for n in 3 4 5 6 7 8 9; do head -c 60M /dev/zero >&$n || exit 1; done; \
+                             for n in 3 4 5 6 7 8 9; do for c in 1 2 3 4 5 6; do \
+                             head -c 10M /dev/zero >&$n || exit 1; sleep 0.05; done; done; \
                              echo all-written; sleep 5";
 
 const TINY_BUDGET: &str = "extends = \"default\"\n[limits]\ndisk_mb = 64\n";
