@@ -10,7 +10,10 @@
 //! tree. **Editing** ([`edit`] or [`edit_pieces`], [`trailer`] or [`trailer_of`]): the
 //! operator's index with a few paths changed: at 100,000 files, under a millisecond as pieces
 //! (the runs of unchanged entries left in place), about a millisecond more to copy them into
-//! one buffer, where `git update-index` parses and rewrites every entry (30 ms). That index is
+//! one buffer, where `git update-index` parses and rewrites every entry (30 ms); with an
+//! [`EntryTable`] of the same bytes (made once by [`entry_table`], which also checks git's
+//! order), [`edit_pieces_at`] jumps to the changed paths by binary search (0.03 ms), writing
+//! exactly what the walk writes. That index is
 //! git's own, so the edit trusts its order, but it walks it with the same checked reader,
 //! keeps unchanged runs of entries byte for byte, writes
 //! only the changed entries anew, invalidates the cache tree along their paths (a record left
